@@ -1,0 +1,367 @@
+package io.mcore4j.core.autograd;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.pytorch.engine.PtNDArray;
+import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.Tensors;
+
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * One forward/backward pass (a step or a micro-batch): owns every tensor created inside it, records
+ * the {@link Function}s applied, and runs backward through libtorch and the Java backwards in turn.
+ *
+ * <p><b>How backward works.</b> {@link #apply} runs a function's forward with grad mode off and
+ * returns its floating outputs as fresh autograd leaves that require grad: the libtorch graph is cut
+ * there. {@link #backward} walks the recorded functions newest first. Before each one it runs
+ * libtorch's backward from every tensor that has a pending gradient (in one call, summing
+ * {@code (t * g).sum()} over them), which fills the {@code .grad} of the function's output leaves;
+ * then it calls the Java backward with those gradients and adds the results to the pending
+ * gradients of the function's inputs. Gradients from several consumers of one tensor (residual
+ * connections) therefore accumulate by linearity before its producer's backward runs; parameters
+ * reached from several segments accumulate in their {@code .grad} as usual. The graph is kept
+ * ({@code retain_graph}) until the scope closes, because one segment can be entered more than once.
+ *
+ * <p><b>Threads.</b> libtorch's grad mode is per thread: a scope sets it for the opening thread and
+ * restores it on {@link #close()}. Scopes on different threads are independent, so several ranks
+ * in one JVM run forward and backward concurrently. A scope must be used and closed by the thread
+ * that opened it.
+ *
+ * <p><b>Memory.</b> {@link #manager()} is a child of the manager given to {@link #open}; closing the
+ * scope closes it and so releases every tensor of the pass. Parameters live in a longer-lived
+ * manager and keep their accumulated gradients.
+ */
+public final class AutogradScope implements AutoCloseable {
+    private final NDManager manager;
+    private final boolean gradEnabled;
+    private final boolean previousGradMode;
+    private final Thread owner = Thread.currentThread();
+    private final List<Node> tape = new ArrayList<>();
+    private boolean closed;
+
+    private AutogradScope(NDManager parent, boolean gradEnabled) {
+        Mcore4j.ensureInitialized();
+        this.manager = parent.newSubManager();
+        this.gradEnabled = gradEnabled;
+        this.previousGradMode = JniUtils.isGradMode();
+        JniUtils.setGradMode(gradEnabled);
+    }
+
+    /**
+     * Opens a scope that records autograd (training).
+     *
+     * @param parent the manager whose child will own this pass's tensors
+     * @return the scope; close it on the same thread
+     */
+    public static AutogradScope open(NDManager parent) {
+        return new AutogradScope(parent, true);
+    }
+
+    /**
+     * Opens a scope with grad mode off (evaluation, forward-only schedules): functions run their
+     * forward only and nothing is recorded; {@link #backward} is refused.
+     *
+     * @param parent the manager whose child will own this pass's tensors
+     * @return the scope; close it on the same thread
+     */
+    public static AutogradScope openNoGrad(NDManager parent) {
+        return new AutogradScope(parent, false);
+    }
+
+    /**
+     * The manager owning this pass's tensors; closed with the scope.
+     *
+     * @return never null
+     */
+    public NDManager manager() {
+        return manager;
+    }
+
+    /**
+     * Whether this scope records autograd.
+     *
+     * @return false for {@link #openNoGrad} scopes
+     */
+    public boolean isGradEnabled() {
+        return gradEnabled;
+    }
+
+    /**
+     * Number of functions recorded and not yet back-propagated.
+     *
+     * @return the count
+     */
+    public int recordedFunctions() {
+        return tape.size();
+    }
+
+    /**
+     * Applies {@code function} to {@code inputs}. If any input requires grad (and the scope records
+     * autograd), the floating outputs are returned as new leaves that require grad and the
+     * application is recorded for {@link #backward}.
+     *
+     * @param function the function
+     * @param inputs its inputs, none null
+     * @return its outputs, in order
+     * @throws IllegalStateException if the scope is closed, already back-propagated, or used from another thread
+     */
+    public NDArray[] apply(Function function, NDArray... inputs) {
+        checkUsable();
+        boolean[] needs = new boolean[inputs.length];
+        boolean any = false;
+        for (int i = 0; i < inputs.length; i++) {
+            if (inputs[i] == null) {
+                throw new IllegalArgumentException("input " + i + " of " + function.name() + " is null");
+            }
+            needs[i] = gradEnabled && Tensors.requiresGrad(inputs[i]);
+            any |= needs[i];
+        }
+        FunctionContext ctx = new FunctionContext(manager, needs);
+        NDArray[] outputs;
+        JniUtils.setGradMode(false);
+        try {
+            outputs = function.forward(ctx, inputs);
+        } finally {
+            JniUtils.setGradMode(gradEnabled);
+        }
+        if (outputs == null || outputs.length == 0) {
+            throw new IllegalStateException(function.name() + ".forward returned no outputs");
+        }
+        if (!any) {
+            return outputs;
+        }
+        NDArray[] leaves = new NDArray[outputs.length];
+        NDArray[] result = new NDArray[outputs.length];
+        for (int i = 0; i < outputs.length; i++) {
+            NDArray out = outputs[i];
+            if (out == null) {
+                throw new IllegalStateException(function.name() + ".forward returned null output " + i);
+            }
+            if (Tensors.isFloating(out.getDataType())) {
+                NDArray leaf = Tensors.detach(out, manager);
+                leaf.setRequiresGradient(true);
+                leaves[i] = leaf;
+                result[i] = leaf;
+            } else {
+                result[i] = out;
+            }
+        }
+        tape.add(new Node(function, ctx, inputs.clone(), leaves));
+        return result;
+    }
+
+    /**
+     * Applies a single-output {@code function}; see {@link #apply}.
+     *
+     * @param function the function
+     * @param inputs its inputs
+     * @return its only output
+     */
+    public NDArray apply1(Function function, NDArray... inputs) {
+        NDArray[] out = apply(function, inputs);
+        if (out.length != 1) {
+            throw new IllegalStateException(function.name() + " returned " + out.length + " outputs, expected 1");
+        }
+        return out[0];
+    }
+
+    /**
+     * Back-propagates from a tensor with an upstream gradient of ones (a scalar loss).
+     *
+     * @param loss a tensor that requires grad
+     */
+    public void backward(NDArray loss) {
+        NDArray ones = manager.ones(loss.getShape(), loss.getDataType(), loss.getDevice());
+        backward(new NDArray[] {loss}, new NDArray[] {ones});
+    }
+
+    /**
+     * Back-propagates from {@code outputs} with explicit upstream gradients, through every recorded
+     * function, accumulating into the {@code .grad} of every leaf reached (parameters, inputs that
+     * require grad). May be called once per scope.
+     *
+     * @param outputs tensors of this pass that require grad
+     * @param grads their upstream gradients, same shapes; owned by the caller
+     * @throws IllegalArgumentException if an output does not require grad or shapes differ
+     */
+    public void backward(NDArray[] outputs, NDArray[] grads) {
+        checkUsable();
+        if (!gradEnabled) {
+            throw new IllegalStateException("backward called on a no-grad scope");
+        }
+        if (outputs.length != grads.length) {
+            throw new IllegalArgumentException(outputs.length + " outputs but " + grads.length + " gradients");
+        }
+        Pending pending = new Pending();
+        for (int i = 0; i < outputs.length; i++) {
+            if (!Tensors.requiresGrad(outputs[i])) {
+                throw new IllegalArgumentException("output " + i + " of shape " + outputs[i].getShape()
+                        + " does not require grad: nothing to back-propagate through");
+            }
+            checkSameShape(outputs[i], grads[i], "upstream gradient of output " + i);
+            pending.add(outputs[i], grads[i], false);
+        }
+        for (int n = tape.size() - 1; n >= 0; n--) {
+            Node node = tape.get(n);
+            pending.flush();
+            NDArray[] gradOutputs = new NDArray[node.leaves.length];
+            for (int i = 0; i < gradOutputs.length; i++) {
+                NDArray leaf = node.leaves[i];
+                gradOutputs[i] = leaf == null ? null : Tensors.gradientOrZeros(leaf, manager);
+            }
+            NDArray[] gradInputs;
+            JniUtils.setGradMode(false);
+            try {
+                gradInputs = node.function.backward(node.ctx, gradOutputs);
+            } finally {
+                JniUtils.setGradMode(true);
+            }
+            if (gradInputs == null || gradInputs.length != node.inputs.length) {
+                throw new IllegalStateException(node.function.name() + ".backward returned "
+                        + (gradInputs == null ? "null" : gradInputs.length + " gradients")
+                        + " for " + node.inputs.length + " inputs");
+            }
+            for (int i = 0; i < gradInputs.length; i++) {
+                if (gradInputs[i] != null && node.ctx.needsInputGrad(i)) {
+                    checkSameShape(node.inputs[i], gradInputs[i],
+                            node.function.name() + " gradient for input " + i);
+                    pending.add(node.inputs[i], gradInputs[i], true);
+                }
+            }
+            for (NDArray g : gradOutputs) {
+                if (g != null && !pending.holds(g)) {
+                    g.close();
+                }
+            }
+        }
+        pending.flush();
+        tape.clear();
+    }
+
+    /** Closes every tensor of the pass and restores the thread's previous grad mode. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        if (Thread.currentThread() != owner) {
+            throw new IllegalStateException("scope opened on " + owner.getName() + " closed on "
+                    + Thread.currentThread().getName());
+        }
+        closed = true;
+        tape.clear();
+        manager.close();
+        JniUtils.setGradMode(previousGradMode);
+    }
+
+    private void checkUsable() {
+        if (closed) {
+            throw new IllegalStateException("autograd scope is closed");
+        }
+        if (Thread.currentThread() != owner) {
+            throw new IllegalStateException("autograd scope opened on thread " + owner.getName()
+                    + " used from " + Thread.currentThread().getName());
+        }
+    }
+
+    private static void checkSameShape(NDArray tensor, NDArray grad, String what) {
+        if (!tensor.getShape().equals(grad.getShape())) {
+            throw new IllegalArgumentException(what + " has shape " + grad.getShape()
+                    + " but the tensor has shape " + tensor.getShape());
+        }
+    }
+
+    /** A recorded application: its function, context, inputs and output leaves (null for integer outputs). */
+    private record Node(Function function, FunctionContext ctx, NDArray[] inputs, NDArray[] leaves) {}
+
+    /**
+     * Gradients waiting to be pushed into the libtorch graph, keyed by tensor identity, in the order
+     * they were first added (so flushes are deterministic).
+     */
+    private final class Pending {
+        private final Map<NDArray, Entry> byTensor = new IdentityHashMap<>();
+        private final List<Entry> entries = new ArrayList<>();
+
+        void add(NDArray tensor, NDArray grad, boolean scopeOwnsGrad) {
+            Entry entry = byTensor.get(tensor);
+            if (entry == null) {
+                entry = new Entry(tensor, grad, scopeOwnsGrad);
+                byTensor.put(tensor, entry);
+                entries.add(entry);
+                return;
+            }
+            NDArray sum = entry.grad.add(grad.toType(entry.grad.getDataType(), false));
+            sum.attach(manager);
+            entry.release();
+            if (scopeOwnsGrad) {
+                grad.close();
+            }
+            entry.grad = sum;
+            entry.owned = true;
+        }
+
+        boolean holds(NDArray grad) {
+            for (Entry e : entries) {
+                if (e.grad == grad) {
+                    return true;
+                }
+            }
+            return false;
+        }
+
+        void flush() {
+            if (entries.isEmpty()) {
+                return;
+            }
+            if (entries.size() == 1) {
+                Entry e = entries.get(0);
+                runBackward(e.tensor, e.grad.toType(e.tensor.getDataType(), false));
+            } else {
+                // one traversal for all roots: d/dt of sum((t * g).sum()) is exactly g
+                try (NDManager temp = manager.newSubManager()) {
+                    NDArray total = null;
+                    for (Entry e : entries) {
+                        NDArray term = e.tensor.mul(e.grad.toType(e.tensor.getDataType(), false)).sum();
+                        term.attach(temp);
+                        total = total == null ? term : total.add(term);
+                        total.attach(temp);
+                    }
+                    runBackward(total, temp.ones(total.getShape(), total.getDataType(), total.getDevice()));
+                }
+            }
+            for (Entry e : entries) {
+                e.release();
+            }
+            entries.clear();
+            byTensor.clear();
+        }
+
+        private void runBackward(NDArray root, NDArray grad) {
+            JniUtils.backward((PtNDArray) root, (PtNDArray) grad, true, false);
+        }
+    }
+
+    /** One pending gradient; {@code owned} when the scope created it and may close it early. */
+    private static final class Entry {
+        final NDArray tensor;
+        NDArray grad;
+        boolean owned;
+
+        Entry(NDArray tensor, NDArray grad, boolean owned) {
+            this.tensor = tensor;
+            this.grad = grad;
+            this.owned = owned;
+        }
+
+        void release() {
+            if (owned) {
+                grad.close();
+            }
+        }
+    }
+}

@@ -1,0 +1,97 @@
+package io.mcore4j.core.autograd;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+
+import java.util.Arrays;
+import java.util.List;
+
+/**
+ * Per-application state of a {@link Function}: the tensors it saved for backward, which inputs
+ * need gradients, and the manager that owns its temporaries (the scope's manager). Not thread-safe;
+ * used by the thread that owns the scope.
+ */
+public final class FunctionContext {
+    private final NDManager manager;
+    private final boolean[] needsInputGrad;
+    private List<NDArray> saved = List.of();
+    private Object state;
+
+    FunctionContext(NDManager manager, boolean[] needsInputGrad) {
+        this.manager = manager;
+        this.needsInputGrad = needsInputGrad;
+    }
+
+    /**
+     * The manager owning every tensor of this application (the enclosing scope's manager).
+     *
+     * @return never null
+     */
+    public NDManager manager() {
+        return manager;
+    }
+
+    /**
+     * Whether input {@code index} takes part in autograd, i.e. whether backward must return its
+     * gradient.
+     *
+     * @param index the input's position
+     * @return true if a gradient is wanted
+     */
+    public boolean needsInputGrad(int index) {
+        return needsInputGrad[index];
+    }
+
+    /**
+     * Number of inputs the function was applied to.
+     *
+     * @return the count
+     */
+    public int inputCount() {
+        return needsInputGrad.length;
+    }
+
+    /**
+     * Keeps tensors for backward (typically detached inputs or outputs); replaces earlier ones.
+     *
+     * @param tensors the tensors to keep, none null
+     */
+    public void saveForBackward(NDArray... tensors) {
+        this.saved = List.of(tensors);
+    }
+
+    /**
+     * A tensor kept by {@link #saveForBackward}.
+     *
+     * @param index its position in that call
+     * @return the tensor
+     */
+    public NDArray saved(int index) {
+        return saved.get(index);
+    }
+
+    /**
+     * Stores one non-tensor value (shapes, split sizes, indices) for backward.
+     *
+     * @param value any value
+     */
+    public void setState(Object value) {
+        this.state = value;
+    }
+
+    /**
+     * The value given to {@link #setState}.
+     *
+     * @param type its class
+     * @param <T> its type
+     * @return the value, cast
+     */
+    public <T> T state(Class<T> type) {
+        return type.cast(state);
+    }
+
+    @Override
+    public String toString() {
+        return "FunctionContext{needsInputGrad=" + Arrays.toString(needsInputGrad) + ", saved=" + saved.size() + "}";
+    }
+}

@@ -1,0 +1,173 @@
+package io.mcore4j.core.nn;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.shard.ShardedTensor;
+
+import java.util.Arrays;
+import java.util.Objects;
+
+/**
+ * A trainable tensor and how it relates to the global (unpartitioned) weight.
+ *
+ * <p>The parameter owns {@link #data()} (a leaf that requires grad, in the manager given at
+ * creation) and its accumulated gradient; {@link #close()} releases both. {@link #partition()} says
+ * along which dim this rank holds which part ({@link Partition#NONE} for a replicated weight).
+ * {@link Kind} tells the optimizer over which group the gradient is averaged and whether the tensor
+ * counts once or per rank in the global gradient norm.
+ */
+public final class Parameter implements AutoCloseable {
+
+    /** How the gradient of a parameter is reduced across ranks. */
+    public enum Kind {
+        /** Dense weight: gradient averaged over data-parallel (x context-parallel) ranks. */
+        DENSE,
+        /**
+         * Weight replicated across tensor-parallel ranks but fed sequence-parallel activations (norms,
+         * row-parallel biases with SP): its gradient is first summed over the TP group.
+         */
+        SEQUENCE_PARALLEL,
+        /** Expert weight: gradient averaged over the expert-data-parallel group. */
+        EXPERT
+    }
+
+    /**
+     * Which part of the global tensor this rank holds.
+     *
+     * @param dim the tensor dim along which the weight is split, or -1 when it is not split
+     * @param index this rank's part
+     * @param count number of parts (the tensor-parallel size for TP layers)
+     */
+    public record Partition(int dim, int index, int count) {
+        /** A weight that every rank holds whole. */
+        public static final Partition NONE = new Partition(-1, 0, 1);
+
+        /** Validates the indices. */
+        public Partition {
+            if (count < 1 || index < 0 || index >= count) {
+                throw new IllegalArgumentException("partition index " + index + " of " + count + " is invalid");
+            }
+            if (dim < 0 && (dim != -1 || count != 1)) {
+                throw new IllegalArgumentException("a weight split into " + count + " parts needs a dim >= 0");
+            }
+        }
+
+        /**
+         * Whether the weight is split.
+         *
+         * @return true if {@code dim >= 0}
+         */
+        public boolean isSplit() {
+            return dim >= 0;
+        }
+    }
+
+    private final String name;
+    private final NDArray data;
+    private final Partition partition;
+    private final Kind kind;
+
+    /**
+     * Takes ownership of {@code data} and marks it as requiring grad.
+     *
+     * @param name local name within its module, e.g. {@code "weight"}
+     * @param data the local tensor; this parameter closes it
+     * @param partition which part of the global weight it is
+     * @param kind how its gradient is reduced
+     */
+    public Parameter(String name, NDArray data, Partition partition, Kind kind) {
+        this.name = Objects.requireNonNull(name, "name");
+        this.data = Objects.requireNonNull(data, "data");
+        this.partition = Objects.requireNonNull(partition, "partition");
+        this.kind = Objects.requireNonNull(kind, "kind");
+        if (partition.isSplit() && partition.dim() >= data.getShape().dimension()) {
+            throw new IllegalArgumentException("parameter " + name + " of shape " + data.getShape()
+                    + " cannot be split along dim " + partition.dim());
+        }
+        data.setRequiresGradient(true);
+    }
+
+    /**
+     * A replicated dense parameter.
+     *
+     * @param name local name
+     * @param data the tensor, owned from now on
+     * @return the parameter
+     */
+    public static Parameter replicated(String name, NDArray data) {
+        return new Parameter(name, data, Partition.NONE, Kind.DENSE);
+    }
+
+    /** @return the local name */
+    public String name() {
+        return name;
+    }
+
+    /** @return the local tensor (a leaf that requires grad) */
+    public NDArray data() {
+        return data;
+    }
+
+    /** @return which part of the global weight this is */
+    public Partition partition() {
+        return partition;
+    }
+
+    /** @return how the gradient is reduced */
+    public Kind kind() {
+        return kind;
+    }
+
+    /** @return the shape of the whole, unpartitioned weight */
+    public long[] globalShape() {
+        long[] shape = data.getShape().getShape();
+        if (partition.isSplit()) {
+            shape[partition.dim()] *= partition.count();
+        }
+        return shape;
+    }
+
+    /**
+     * The accumulated gradient, or null when no backward reached this parameter.
+     *
+     * @param owner manager that owns the returned handle
+     * @return a handle to {@code .grad} (shares its storage) or null
+     */
+    public NDArray gradient(NDManager owner) {
+        return Tensors.gradientOrNull(data, owner);
+    }
+
+    /** Zeroes the accumulated gradient in place. */
+    public void zeroGradient() {
+        Tensors.zeroGradient(data);
+    }
+
+    /**
+     * This rank's piece for checkpoints, keyed {@code prefix + name}.
+     *
+     * @param prefix the module path, e.g. {@code "decoder.layers.3.mlp.fc1."}
+     * @param replicaId 0 if this rank writes the piece
+     * @return the description
+     */
+    public ShardedTensor sharded(String prefix, int replicaId) {
+        long[] local = data.getShape().getShape();
+        long[] offset = new long[local.length];
+        if (partition.isSplit()) {
+            offset[partition.dim()] = local[partition.dim()] * partition.index();
+        }
+        return new ShardedTensor(prefix + name, data, globalShape(), offset, replicaId);
+    }
+
+    /** Releases the tensor and its gradient. */
+    @Override
+    public void close() {
+        data.close();
+    }
+
+    @Override
+    public String toString() {
+        return "Parameter{" + name + ", local=" + data.getShape() + ", global=" + Arrays.toString(globalShape())
+                + ", partition=" + partition + ", kind=" + kind + "}";
+    }
+}
