@@ -142,8 +142,8 @@ public final class Tensors {
         boolean previous = JniUtils.isGradMode();
         JniUtils.setGradMode(false);
         try {
-            // x.mul(0).add(src) would allocate twice; indexSet writes in place on the same storage
-            target.set(new ai.djl.ndarray.index.NDIndex(), source.toType(target.getDataType(), false));
+            // an ellipsis index writes every element in place, keeping the target's storage
+            target.set(new ai.djl.ndarray.index.NDIndex("..."), source.toType(target.getDataType(), false));
         } finally {
             JniUtils.setGradMode(previous);
         }

@@ -1,0 +1,143 @@
+package io.mcore4j.parallel;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+
+import java.time.Duration;
+import java.util.List;
+
+/**
+ * Collective and point-to-point communication over one {@link ProcessGroup}: the SPI every backend
+ * (in-JVM threads, TCP processes, NCCL) implements.
+ *
+ * <p>Contract, for every backend:
+ * <ul>
+ *   <li>Every member calls the same collectives in the same order with matching arguments; a
+ *       mismatch (operation, dtype, shape) is detected where the backend can and reported as a
+ *       {@link CommunicationException} naming the ranks and what each passed.</li>
+ *   <li>Supported dtypes: float32, float16, int32, int64 (float64 where the backend can). Inputs
+ *       are read, never modified, except by the {@code InPlace} methods.</li>
+ *   <li>Results are new tensors owned by the {@code owner} manager, on the input's device. Sums are
+ *       accumulated in rank order, so every member gets bitwise identical results.</li>
+ *   <li>Every blocking call gives up after {@link #timeout()} with a {@link CommunicationException}
+ *       naming the group, the operation and the ranks that did not arrive; after any failure the
+ *       communicator is broken and every later call fails at once.</li>
+ *   <li>Ranks in arguments ({@code root}, {@code peer}) are indices within the group, not global
+ *       ranks. A communicator is used by one thread at a time.</li>
+ * </ul>
+ */
+public interface Communicator {
+
+    /** @return the group this communicator serves */
+    ProcessGroup group();
+
+    /** @return this process's index in the group */
+    default int rank() {
+        return group().rank();
+    }
+
+    /** @return the group size */
+    default int size() {
+        return group().size();
+    }
+
+    /** @return how long a blocking call waits for peers before failing */
+    Duration timeout();
+
+    /**
+     * Reduces {@code input} across the group.
+     *
+     * @param input this rank's contribution
+     * @param op the reduction
+     * @param owner manager that owns the result
+     * @return the reduced tensor, identical on every rank
+     */
+    NDArray allReduce(NDArray input, ReduceOp op, NDManager owner);
+
+    /**
+     * Reduces {@code tensor} across the group, writing the result into it.
+     *
+     * @param tensor this rank's contribution, overwritten with the result
+     * @param op the reduction
+     */
+    void allReduceInPlace(NDArray tensor, ReduceOp op);
+
+    /**
+     * Concatenates every rank's {@code input} along {@code dim}, in rank order. Inputs must have
+     * equal shapes.
+     *
+     * @param input this rank's piece
+     * @param dim the tensor dim to concatenate along
+     * @param owner manager that owns the result
+     * @return the concatenation
+     */
+    NDArray allGather(NDArray input, int dim, NDManager owner);
+
+    /**
+     * Reduces {@code input} across the group and returns this rank's equal chunk along {@code dim}.
+     *
+     * @param input this rank's contribution; its {@code dim} size must be divisible by the group size
+     * @param dim the tensor dim to scatter along
+     * @param op the reduction
+     * @param owner manager that owns the result
+     * @return chunk {@link #rank()} of the reduced tensor
+     */
+    NDArray reduceScatter(NDArray input, int dim, ReduceOp op, NDManager owner);
+
+    /**
+     * Copies {@code root}'s tensor to every rank.
+     *
+     * @param input on {@code root} the data; elsewhere a tensor of the same shape and dtype whose values are ignored
+     * @param root group index of the sender
+     * @param owner manager that owns the result
+     * @return the root's data
+     */
+    NDArray broadcast(NDArray input, int root, NDManager owner);
+
+    /**
+     * Exchanges slices along dim 0: slice {@code j} of this rank's input (of {@code sendSplits[j]}
+     * rows) goes to rank {@code j}; the result concatenates, in rank order, what each rank sent
+     * here ({@code recvSplits[i]} rows from rank {@code i}).
+     *
+     * @param input this rank's rows, dim 0 summing to {@code sum(sendSplits)}
+     * @param sendSplits rows sent to each rank
+     * @param recvSplits rows received from each rank; must equal what they send
+     * @param owner manager that owns the result
+     * @return the received rows
+     */
+    NDArray allToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner);
+
+    /**
+     * Sends a copy of {@code tensor} to {@code peer}. Returns once the data is handed to the
+     * backend; the caller may then modify or close {@code tensor}. Messages between two ranks arrive
+     * in the order sent.
+     *
+     * @param tensor the data
+     * @param peer group index of the receiver
+     */
+    void send(NDArray tensor, int peer);
+
+    /**
+     * Receives the next tensor {@code peer} sent to this rank.
+     *
+     * @param shape expected shape (a mismatch is an error)
+     * @param dtype expected dtype (a mismatch is an error)
+     * @param peer group index of the sender
+     * @param owner manager that owns the result
+     * @return the data
+     */
+    NDArray recv(Shape shape, DataType dtype, int peer, NDManager owner);
+
+    /**
+     * Gathers one byte array from every rank (metadata, shapes, checkpoint indices).
+     *
+     * @param payload this rank's bytes
+     * @return every rank's bytes, in rank order
+     */
+    List<byte[]> allGatherBytes(byte[] payload);
+
+    /** Returns once every member has called it. */
+    void barrier();
+}

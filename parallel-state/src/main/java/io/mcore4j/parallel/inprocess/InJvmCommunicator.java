@@ -1,0 +1,304 @@
+package io.mcore4j.parallel.inprocess;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.parallel.CommunicationException;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ProcessGroup;
+import io.mcore4j.parallel.ReduceOp;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Supplier;
+
+/**
+ * In-JVM collectives: members exchange references to their input tensors through a
+ * {@link Rendezvous}, each computes its own result from all inputs (sums in rank order, so results
+ * are bitwise identical on every member), then a second rendezvous releases the inputs. Sends are
+ * buffered copies, so a send never blocks.
+ */
+final class InJvmCommunicator implements Communicator {
+    private static final List<DataType> SUPPORTED =
+            List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.FLOAT64, DataType.INT32, DataType.INT64);
+
+    private final InJvmFabric fabric;
+    private final ProcessGroup group;
+    private final Rendezvous rendezvous;
+    private final long timeoutNanos;
+
+    InJvmCommunicator(InJvmFabric fabric, ProcessGroup group) {
+        this.fabric = fabric;
+        this.group = group;
+        this.rendezvous = fabric.rendezvous(group);
+        this.timeoutNanos = fabric.timeout().toNanos();
+    }
+
+    @Override
+    public ProcessGroup group() {
+        return group;
+    }
+
+    @Override
+    public Duration timeout() {
+        return fabric.timeout();
+    }
+
+    @Override
+    public NDArray allReduce(NDArray input, ReduceOp op, NDManager owner) {
+        String what = describe("all-reduce " + op, input);
+        return collective(what, input, all -> reduce(all, op, owner));
+    }
+
+    @Override
+    public void allReduceInPlace(NDArray tensor, ReduceOp op) {
+        String what = describe("all-reduce " + op, tensor);
+        try (NDManager temp = tensor.getManager().newSubManager()) {
+            NDArray result = collective(what, tensor, all -> reduce(all, op, temp));
+            noGrad(() -> {
+                Tensors.copyInto(tensor, result);
+                return null;
+            });
+        }
+    }
+
+    @Override
+    public NDArray allGather(NDArray input, int dim, NDManager owner) {
+        int d = checkDim(input, dim);
+        String what = describe("all-gather dim " + d, input);
+        return collective(what, input, all -> {
+            NDArray out = NDArrays.concat(new NDList(all), d);
+            out.attach(owner);
+            return out;
+        });
+    }
+
+    @Override
+    public NDArray reduceScatter(NDArray input, int dim, ReduceOp op, NDManager owner) {
+        int d = checkDim(input, dim);
+        if (input.getShape().get(d) % size() != 0) {
+            throw new IllegalArgumentException(group.key() + " reduce-scatter: dim " + d + " of shape " + input.getShape()
+                    + " is not divisible by the group size " + size());
+        }
+        String what = describe("reduce-scatter " + op + " dim " + d, input);
+        return collective(what, input, all -> {
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray[] chunks = new NDArray[all.length];
+                for (int i = 0; i < all.length; i++) {
+                    chunks[i] = Tensors.chunk(all[i], d, size(), rank());
+                    chunks[i].attach(temp);
+                }
+                return reduce(chunks, op, owner);
+            }
+        });
+    }
+
+    @Override
+    public NDArray broadcast(NDArray input, int root, NDManager owner) {
+        checkPeer(root, "broadcast root");
+        String what = describe("broadcast from " + root, input);
+        return collective(what, input, all -> copy(all[root], owner));
+    }
+
+    @Override
+    public NDArray allToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
+        if (sendSplits.length != size() || recvSplits.length != size()) {
+            throw new IllegalArgumentException(group.key() + " all-to-all: " + sendSplits.length + " send and "
+                    + recvSplits.length + " receive splits for a group of " + size());
+        }
+        long rows = input.getShape().get(0);
+        if (Arrays.stream(sendSplits).sum() != rows) {
+            throw new IllegalArgumentException(group.key() + " all-to-all: send splits " + Arrays.toString(sendSplits)
+                    + " sum to " + Arrays.stream(sendSplits).sum() + " but the input has " + rows + " rows");
+        }
+        Shape rest = input.getShape().slice(1);
+        String what = "all-to-all " + input.getDataType() + " [*" + (rest.dimension() > 0 ? ", " : "")
+                + Arrays.toString(rest.getShape()).replaceAll("[\\[\\]]", "") + "]";
+        Object[] posted = exchange(what, new Object[] {input, sendSplits.clone()});
+        try {
+            return noGrad(() -> {
+                try (NDManager temp = owner.newSubManager()) {
+                    NDList pieces = new NDList();
+                    for (int s = 0; s < size(); s++) {
+                        Object[] p = (Object[]) posted[s];
+                        long[] theirSplits = (long[]) p[1];
+                        long offset = 0;
+                        for (int k = 0; k < rank(); k++) {
+                            offset += theirSplits[k];
+                        }
+                        long len = theirSplits[rank()];
+                        if (len != recvSplits[s]) {
+                            throw new CommunicationException(group.key(), what, List.of(group.globalRank(s)),
+                                    "rank " + group.globalRank(s) + " sends " + len + " rows to rank "
+                                            + group.globalRank(rank()) + ", which expects " + recvSplits[s], null);
+                        }
+                        NDArray piece = ((NDArray) p[0]).get(offset + ":" + (offset + len));
+                        piece.attach(temp);
+                        pieces.add(piece);
+                    }
+                    NDArray out = NDArrays.concat(pieces, 0);
+                    out.attach(owner);
+                    return out;
+                }
+            });
+        } finally {
+            exchange("release " + what, null);
+        }
+    }
+
+    @Override
+    public void send(NDArray tensor, int peer) {
+        checkPeer(peer, "send destination");
+        checkAlive("send to " + peer);
+        NDArray copy = noGrad(tensor::duplicate);
+        copy.detach();
+        fabric.mailbox(group, group.globalRank(rank()), group.globalRank(peer)).add(copy);
+    }
+
+    @Override
+    public NDArray recv(Shape shape, DataType dtype, int peer, NDManager owner) {
+        checkPeer(peer, "receive source");
+        String what = "recv " + dtype + " " + shape + " from rank " + group.globalRank(peer);
+        LinkedBlockingQueue<NDArray> box = fabric.mailbox(group, group.globalRank(peer), group.globalRank(rank()));
+        long deadline = System.nanoTime() + timeoutNanos;
+        NDArray got = null;
+        try {
+            while (got == null) {
+                checkAlive(what);
+                long remaining = deadline - System.nanoTime();
+                if (remaining <= 0) {
+                    CommunicationException e = new CommunicationException(group.key(), what, List.of(group.globalRank(peer)),
+                            "timed out after " + timeoutNanos / 1_000_000 + " ms waiting for rank " + group.globalRank(peer), null);
+                    rendezvous.abort(e);
+                    throw e;
+                }
+                got = box.poll(Math.min(remaining, 50_000_000L), TimeUnit.NANOSECONDS);
+            }
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new CommunicationException(group.key(), what, List.of(), "interrupted", e);
+        }
+        if (!got.getShape().equals(shape) || got.getDataType() != dtype) {
+            String msg = "rank " + group.globalRank(peer) + " sent " + got.getDataType() + " " + got.getShape()
+                    + " but " + dtype + " " + shape + " was expected";
+            got.close();
+            throw new CommunicationException(group.key(), what, List.of(group.globalRank(peer)), msg, null);
+        }
+        got.attach(owner);
+        return got;
+    }
+
+    @Override
+    public List<byte[]> allGatherBytes(byte[] payload) {
+        Object[] all = exchange("all-gather bytes", payload.clone());
+        List<byte[]> out = new ArrayList<>(all.length);
+        for (Object o : all) {
+            out.add(((byte[]) o).clone());
+        }
+        return out;
+    }
+
+    @Override
+    public void barrier() {
+        exchange("barrier", null);
+    }
+
+    /** Posts {@code input}, computes the result from all inputs, then waits until everyone has read them. */
+    private NDArray collective(String what, NDArray input, java.util.function.Function<NDArray[], NDArray> compute) {
+        Object[] posted = exchange(what, input);
+        NDArray[] all = Arrays.copyOf(posted, posted.length, NDArray[].class);
+        try {
+            return noGrad(() -> compute.apply(all));
+        } finally {
+            exchange("release " + what, null);
+        }
+    }
+
+    private Object[] exchange(String what, Object payload) {
+        checkAlive(what);
+        return rendezvous.exchange(rank(), what, payload, timeoutNanos);
+    }
+
+    private NDArray reduce(NDArray[] inputs, ReduceOp op, NDManager owner) {
+        NDArray acc = copy(inputs[0], owner);
+        for (int i = 1; i < inputs.length; i++) {
+            switch (op) {
+                case SUM, AVG -> acc.addi(inputs[i]);
+                case MAX -> acc = replace(acc, acc.maximum(inputs[i]), owner);
+                case MIN -> acc = replace(acc, acc.minimum(inputs[i]), owner);
+            }
+        }
+        if (op == ReduceOp.AVG && inputs.length > 1) {
+            if (Tensors.isFloating(acc.getDataType())) {
+                acc.divi(inputs.length);
+            } else {
+                // integer average truncates toward zero
+                DataType t = acc.getDataType();
+                acc = replace(acc, acc.toType(DataType.FLOAT64, false).div(inputs.length).toType(t, false), owner);
+            }
+        }
+        return acc;
+    }
+
+    private static NDArray replace(NDArray old, NDArray fresh, NDManager owner) {
+        fresh.attach(owner);
+        old.close();
+        return fresh;
+    }
+
+    private static NDArray copy(NDArray source, NDManager owner) {
+        NDArray c = source.duplicate();
+        c.attach(owner);
+        return c;
+    }
+
+    private static <T> T noGrad(Supplier<T> body) {
+        boolean previous = JniUtils.isGradMode();
+        JniUtils.setGradMode(false);
+        try {
+            return body.get();
+        } finally {
+            JniUtils.setGradMode(previous);
+        }
+    }
+
+    private String describe(String op, NDArray t) {
+        if (!SUPPORTED.contains(t.getDataType())) {
+            throw new IllegalArgumentException(group.key() + " " + op + ": dtype " + t.getDataType()
+                    + " is not supported; use one of " + SUPPORTED);
+        }
+        return op + " " + t.getDataType() + " " + t.getShape();
+    }
+
+    private int checkDim(NDArray t, int dim) {
+        int n = t.getShape().dimension();
+        int d = dim < 0 ? dim + n : dim;
+        if (d < 0 || d >= n) {
+            throw new IllegalArgumentException(group.key() + ": dim " + dim + " is out of range for shape " + t.getShape());
+        }
+        return d;
+    }
+
+    private void checkPeer(int peer, String what) {
+        if (peer < 0 || peer >= size()) {
+            throw new IllegalArgumentException(group.key() + ": " + what + " " + peer + " is outside [0, " + size() + ")");
+        }
+    }
+
+    private void checkAlive(String what) {
+        CommunicationException aborted = fabric.aborted();
+        if (aborted != null) {
+            throw new CommunicationException(group.key(), what, aborted.ranks(),
+                    "the world was aborted: " + aborted.getMessage(), aborted);
+        }
+    }
+}
