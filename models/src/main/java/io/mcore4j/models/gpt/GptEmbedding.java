@@ -1,0 +1,97 @@
+package io.mcore4j.models.gpt;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.tensorparallel.Initializers;
+import io.mcore4j.tensorparallel.VocabParallelEmbedding;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Word embeddings (vocab-parallel) plus learned absolute position embeddings, then dropout.
+ * Output [s, b, h], or this rank's [s/TP, b, h] slice with sequence parallelism (the word
+ * embedding reduce-scatters; the position embedding adds the matching rows).
+ */
+public final class GptEmbedding implements Module {
+    /** Checkpoint key of the word embedding weight (shared with a tied output layer). */
+    public static final String WORD_KEY = "embedding.word_embeddings.";
+    private static final String POSITION_KEY = "embedding.position_embeddings.";
+
+    private final ModelContext ctx;
+    private final VocabParallelEmbedding word;
+    private final Parameter position;
+
+    /** @param ctx the model context */
+    public GptEmbedding(ModelContext ctx) {
+        TransformerConfig c = ctx.config();
+        this.ctx = ctx;
+        this.word = VocabParallelEmbedding.builder(c.vocabSize(), c.hiddenSize(), ctx.groups().tp())
+                .sequenceParallel(c.sequenceParallel())
+                .initializer(Initializers.normal(c.initStd(), ctx.initSeed(WORD_KEY + "weight")))
+                .dtype(c.dtype()).manager(ctx.parameters()).name(WORD_KEY).build();
+        if (c.positionEmbedding() == TransformerConfig.PositionEmbedding.LEARNED_ABSOLUTE) {
+            NDArray table = Initializers.normal(c.initStd(), ctx.initSeed(POSITION_KEY + "weight"))
+                    .create(ctx.parameters(), new Shape(c.maxSequenceLength(), c.hiddenSize()), c.dtype());
+            this.position = new Parameter("weight", table, Parameter.Partition.NONE,
+                    c.sequenceParallel() ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE);
+        } else {
+            this.position = null;
+        }
+    }
+
+    /** @return the word embedding weight [V/TP, h] */
+    public Parameter wordWeight() {
+        return word.weight();
+    }
+
+    /**
+     * @param scope the pass's scope
+     * @param tokens token ids [s, b]
+     * @return embeddings [s, b, h] or [s/TP, b, h]
+     */
+    public NDArray forward(AutogradScope scope, NDArray tokens) {
+        NDArray x = word.forward(scope, tokens);
+        if (position != null) {
+            long s = tokens.getShape().get(0);
+            if (s > position.data().getShape().get(0)) {
+                throw new IllegalArgumentException("sequence length " + s + " exceeds the max sequence length "
+                        + position.data().getShape().get(0));
+            }
+            long local = x.getShape().get(0);
+            long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
+            NDArray rows = position.data().get(start + ":" + (start + local));
+            x = x.add(rows.expandDims(1));
+        }
+        double p = ctx.config().hiddenDropout();
+        if (p > 0 && scope.isGradEnabled()) {
+            NDArray keep = ctx.hiddenDropout().keepMask(scope.manager(), x.getShape(), p, x.getDataType());
+            x = x.mul(keep).div(1 - p);
+        }
+        return x;
+    }
+
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>(word.parameters());
+        if (position != null) {
+            out.add(position);
+        }
+        return out;
+    }
+
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>(word.shardedState(prefix + WORD_KEY));
+        if (position != null) {
+            out.add(position.sharded(prefix + POSITION_KEY, ctx.groups().tensorParallelRank()));
+        }
+        return out;
+    }
+}

@@ -1,0 +1,215 @@
+package io.mcore4j.models.gpt;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.models.transformer.Norm;
+import io.mcore4j.models.transformer.TransformerLayer;
+import io.mcore4j.tensorparallel.ColumnParallelLinear;
+import io.mcore4j.tensorparallel.Initializers;
+import io.mcore4j.tensorparallel.VocabParallelCrossEntropy;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * One pipeline chunk of a GPT: the embedding if it is the first chunk of the model, a run of
+ * transformer layers (by global index), and the final norm, output layer and loss if it is the
+ * last. Activations are [s, b, h] ([s/TP, b, h] with sequence parallelism); tokens and labels [s, b].
+ *
+ * <p>With tied embeddings the output layer multiplies by the word embedding weight. When the
+ * embedding and the output layer sit on different pipeline stages, the last stage holds a copy
+ * initialised identically (same key, same seed); its gradient must be summed with the first
+ * stage's over the embedding group ({@link #sharedEmbeddingParameters()}), and in checkpoints it is
+ * a non-main replica of the embedding.
+ */
+public final class GptModel implements Module {
+    private static final String OUTPUT_KEY = "output_layer.";
+    private static final Function LAYER_BOUNDARY = new LayerBoundary();
+
+    private final ModelContext ctx;
+    private final GptEmbedding embedding;
+    private final List<TransformerLayer> layers = new ArrayList<>();
+    private final Norm finalNorm;
+    private final ColumnParallelLinear output;
+    private final boolean outputIsEmbeddingCopy;
+
+    private GptModel(ModelContext ctx, LayerSpec spec, int[] layerNumbers, boolean preProcess, boolean postProcess) {
+        TransformerConfig c = ctx.config();
+        this.ctx = ctx;
+        this.embedding = preProcess ? new GptEmbedding(ctx) : null;
+        for (int n : layerNumbers) {
+            layers.add(new TransformerLayer(ctx, spec, n));
+        }
+        if (postProcess) {
+            this.finalNorm = new Norm(ctx, c.hiddenSize());
+            boolean reuseEmbedding = c.tiedEmbeddings() && preProcess;
+            this.outputIsEmbeddingCopy = c.tiedEmbeddings() && !preProcess;
+            String key = c.tiedEmbeddings() ? GptEmbedding.WORD_KEY : OUTPUT_KEY;
+            this.output = reuseEmbedding ? null
+                    : ColumnParallelLinear.builder(c.hiddenSize(), c.vocabSize(), ctx.groups().tp())
+                            .bias(false).gatherOutput(false).sequenceParallel(c.sequenceParallel())
+                            .initializer(Initializers.normal(c.initStd(), ctx.initSeed(key + "weight")))
+                            .dtype(c.dtype()).manager(ctx.parameters()).name(key).build();
+        } else {
+            this.finalNorm = null;
+            this.output = null;
+            this.outputIsEmbeddingCopy = false;
+        }
+    }
+
+    /**
+     * Builds one chunk.
+     *
+     * @param ctx the model context
+     * @param spec which implementations to use
+     * @param layerNumbers global indices of this chunk's layers
+     * @param preProcess whether this chunk starts the model (embedding)
+     * @param postProcess whether this chunk ends the model (final norm, output layer, loss)
+     * @return the chunk; it owns its parameters (in {@code ctx.parameters()})
+     */
+    public static GptModel build(ModelContext ctx, LayerSpec spec, int[] layerNumbers, boolean preProcess, boolean postProcess) {
+        return new GptModel(ctx, spec, layerNumbers, preProcess, postProcess);
+    }
+
+    /** @return whether this chunk holds the embedding */
+    public boolean isPreProcess() {
+        return embedding != null;
+    }
+
+    /** @return whether this chunk holds the output layer and loss */
+    public boolean isPostProcess() {
+        return finalNorm != null;
+    }
+
+    /**
+     * Runs the chunk.
+     *
+     * @param scope the micro-batch's scope
+     * @param tokens token ids [s, b] (used by the first chunk)
+     * @param input hidden states from the previous stage (chunks after the first), or null
+     * @param labels target ids [s, b] (used by the last chunk), or null to return logits
+     * @return the mean loss over tokens (a float32 scalar) on the last chunk when labels are given;
+     *         logits [s, b, V/TP] on the last chunk without labels; hidden states elsewhere
+     */
+    public NDArray forward(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels) {
+        NDArray hidden;
+        if (embedding != null) {
+            hidden = embedding.forward(scope, tokens);
+        } else if (input != null) {
+            hidden = input;
+        } else {
+            throw new IllegalArgumentException("a chunk without the embedding needs the previous stage's hidden states");
+        }
+        boolean cut = ctx.config().recompute() != TransformerConfig.Recompute.FULL;
+        for (TransformerLayer layer : layers) {
+            if (cut && scope.isGradEnabled() && hidden != input) {
+                // a cut per layer keeps each backward segment to one layer instead of the whole residual chain
+                hidden = scope.apply1(LAYER_BOUNDARY, hidden);
+            }
+            hidden = layer.forward(scope, hidden);
+        }
+        if (finalNorm == null) {
+            return hidden;
+        }
+        hidden = finalNorm.forward(hidden);
+        NDArray logits = output == null
+                ? ColumnParallelLinearOverEmbedding.logits(scope, ctx, hidden, embedding.wordWeight())
+                : output.forward(scope, hidden).output();
+        if (labels == null) {
+            return logits;
+        }
+        NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0);
+        return losses.toType(DataType.FLOAT32, false).mean();
+    }
+
+    /** @return parameters whose gradients are summed over the embedding group (tied weights split across stages) */
+    public List<Parameter> sharedEmbeddingParameters() {
+        List<Parameter> out = new ArrayList<>();
+        if (!ctx.config().tiedEmbeddings() || ctx.groups().dims().pipelineParallel() == 1) {
+            return out;
+        }
+        if (embedding != null && finalNorm == null) {
+            out.add(embedding.wordWeight());
+        }
+        if (outputIsEmbeddingCopy) {
+            out.add(output.weight());
+        }
+        return out;
+    }
+
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>();
+        if (embedding != null) {
+            out.addAll(embedding.parameters());
+        }
+        for (TransformerLayer layer : layers) {
+            out.addAll(layer.parameters());
+        }
+        if (finalNorm != null) {
+            out.addAll(finalNorm.parameters());
+            if (output != null) {
+                out.addAll(output.parameters());
+            }
+        }
+        return out;
+    }
+
+    /**
+     * This chunk's checkpoint pieces. Layers are keyed by global index; copies held by several
+     * data-parallel ranks are main replicas only on DP rank 0; the last stage's copy of a tied
+     * embedding is never a main replica.
+     */
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>();
+        if (embedding != null) {
+            out.addAll(embedding.shardedState(prefix));
+        }
+        for (TransformerLayer layer : layers) {
+            out.addAll(layer.shardedState(prefix));
+        }
+        if (finalNorm != null) {
+            out.addAll(finalNorm.shardedState(prefix + "decoder.final_layernorm."));
+            if (output != null) {
+                String key = outputIsEmbeddingCopy ? GptEmbedding.WORD_KEY : OUTPUT_KEY;
+                for (ShardedTensor t : output.shardedState(prefix + key)) {
+                    out.add(t.replicatedIf(outputIsEmbeddingCopy));
+                }
+            }
+        }
+        boolean dpReplica = ctx.groups().dataParallelRank() > 0;
+        List<ShardedTensor> result = new ArrayList<>(out.size());
+        for (ShardedTensor t : out) {
+            result.add(t.replicatedIf(dpReplica));
+        }
+        return result;
+    }
+
+    /** Identity whose only effect is to cut the graph: backward segments stay one layer long. */
+    private static final class LayerBoundary implements Function {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            return inputs.clone();
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
+            return gradOutputs.clone();
+        }
+
+        @Override
+        public String name() {
+            return "layer-boundary";
+        }
+    }
+}

@@ -1,0 +1,30 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import io.mcore4j.core.autograd.AutogradScope;
+
+/**
+ * Causal attention over this rank's heads: queries [s, b, heads, d], keys and values
+ * [s, b, groups, d] (GQA: each group serves heads / groups query heads) → context [s, b, heads * d].
+ */
+public interface CoreAttention {
+
+    /**
+     * @param scope the pass's scope
+     * @param query [s, b, np, d]
+     * @param key [s, b, ng, d]
+     * @param value [s, b, ng, d]
+     * @return context [s, b, np * d]
+     */
+    NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value);
+
+    /** Builds a core attention for a model context. */
+    @FunctionalInterface
+    interface Factory {
+        /**
+         * @param ctx the model context
+         * @return the attention
+         */
+        CoreAttention create(ModelContext ctx);
+    }
+}

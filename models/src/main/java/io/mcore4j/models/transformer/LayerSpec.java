@@ -1,0 +1,94 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.tensorparallel.ColumnParallelLinear;
+import io.mcore4j.tensorparallel.Initializers;
+import io.mcore4j.tensorparallel.LinearOutput;
+import io.mcore4j.tensorparallel.RowParallelLinear;
+
+import java.util.List;
+import java.util.function.BiFunction;
+
+/**
+ * Which implementation each part of a transformer layer uses. The model code only asks for
+ * "linear_qkv" or "linear_fc2"; this spec decides that they are column- and row-parallel.
+ *
+ * @param linearQkv the fused query/key/value projection
+ * @param linearProj the attention output projection
+ * @param linearFc1 the first MLP linear (fused gate and up for SwiGLU)
+ * @param linearFc2 the second MLP linear
+ * @param coreAttention attention over projected queries, keys and values
+ */
+public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, LinearFactory linearFc1,
+                        LinearFactory linearFc2, CoreAttention.Factory coreAttention) {
+
+    /** Builds a linear layer. */
+    @FunctionalInterface
+    public interface LinearFactory {
+        /**
+         * @param ctx the model context
+         * @param key checkpoint key prefix of the layer (used for initialisation seeds)
+         * @param settings sizes and options
+         * @return the layer
+         */
+        Linear create(ModelContext ctx, String key, LinearSettings settings);
+    }
+
+    /**
+     * Sizes and options of one linear.
+     *
+     * @param inputSize input features
+     * @param outputSize output features
+     * @param bias whether it has a bias
+     * @param skipBiasAdd return the bias instead of adding it
+     * @param initStd std of its normal initialisation
+     * @param stride partition stride (2 for fused GLU weights)
+     */
+    public record LinearSettings(int inputSize, int outputSize, boolean bias, boolean skipBiasAdd, double initStd, int stride) {}
+
+    /** @return Megatron's local spec: column-parallel QKV and FC1, row-parallel projection and FC2, attention from DJL ops */
+    public static LayerSpec tensorParallel() {
+        return new LayerSpec(LayerSpec::column, LayerSpec::row, LayerSpec::column, LayerSpec::row, DotProductAttention::new);
+    }
+
+    private static Linear column(ModelContext ctx, String key, LinearSettings s) {
+        ColumnParallelLinear layer = ColumnParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
+                .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).gatherOutput(false)
+                .sequenceParallel(ctx.config().sequenceParallel())
+                .initializer(Initializers.normal(s.initStd(), ctx.initSeed(key + "weight")))
+                .stride(s.stride()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
+        return adapt(layer, (scope, x) -> layer.forward(scope, x));
+    }
+
+    private static Linear row(ModelContext ctx, String key, LinearSettings s) {
+        RowParallelLinear layer = RowParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
+                .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).inputIsParallel(true)
+                .sequenceParallel(ctx.config().sequenceParallel())
+                .initializer(Initializers.normal(s.initStd(), ctx.initSeed(key + "weight")))
+                .dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
+        return adapt(layer, (scope, x) -> layer.forward(scope, x));
+    }
+
+    private static Linear adapt(Module module, BiFunction<AutogradScope, NDArray, LinearOutput> forward) {
+        return new Linear() {
+            @Override
+            public LinearOutput forward(AutogradScope scope, NDArray input) {
+                return forward.apply(scope, input);
+            }
+
+            @Override
+            public List<Parameter> parameters() {
+                return module.parameters();
+            }
+
+            @Override
+            public List<ShardedTensor> shardedState(String prefix) {
+                return module.shardedState(prefix);
+            }
+        };
+    }
+}

@@ -1,0 +1,70 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
+import ai.djl.nn.Activation;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.TransformerConfig;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * The MLP block: linear_fc1 → GELU (or SwiGLU over a fused [gate; up] output) → linear_fc2.
+ * Input and output are [s, b, h] (or [s/TP, b, h] with sequence parallelism).
+ */
+public final class Mlp implements Module {
+    private final TransformerConfig.Activation activation;
+    private final Linear fc1;
+    private final Linear fc2;
+
+    /**
+     * @param ctx the model context
+     * @param spec which linears to use
+     * @param key checkpoint key prefix, e.g. {@code "decoder.layers.3.mlp."}
+     * @param ffnHiddenSize the MLP width
+     */
+    public Mlp(ModelContext ctx, LayerSpec spec, String key, int ffnHiddenSize) {
+        TransformerConfig c = ctx.config();
+        this.activation = c.activation();
+        boolean glu = activation == TransformerConfig.Activation.SWIGLU;
+        this.fc1 = spec.linearFc1().create(ctx, key + "linear_fc1.", new LayerSpec.LinearSettings(
+                c.hiddenSize(), glu ? 2 * ffnHiddenSize : ffnHiddenSize, c.addBiasLinear(), false, c.initStd(), glu ? 2 : 1));
+        this.fc2 = spec.linearFc2().create(ctx, key + "linear_fc2.", new LayerSpec.LinearSettings(
+                ffnHiddenSize, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1));
+    }
+
+    /**
+     * @param scope the pass's scope
+     * @param x normalised activations
+     * @return the MLP output, same shape as {@code x}
+     */
+    public NDArray forward(AutogradScope scope, NDArray x) {
+        NDArray h = fc1.forward(scope, x).output();
+        if (activation == TransformerConfig.Activation.SWIGLU) {
+            NDList parts = h.split(2, -1);
+            NDArray gate = parts.get(0);
+            h = gate.mul(Activation.sigmoid(gate)).mul(parts.get(1));
+        } else {
+            h = Activation.gelu(h);
+        }
+        return fc2.forward(scope, h).output();
+    }
+
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>(fc1.parameters());
+        out.addAll(fc2.parameters());
+        return out;
+    }
+
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>(fc1.shardedState(prefix + "linear_fc1."));
+        out.addAll(fc2.shardedState(prefix + "linear_fc2."));
+        return out;
+    }
+}

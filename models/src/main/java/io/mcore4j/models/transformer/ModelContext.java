@@ -1,0 +1,62 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.random.DeterministicRandom;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.parallel.ProcessGroups;
+
+/**
+ * What every module of one model chunk is built with: the config, this rank's groups, the manager
+ * owning the parameters, and the seeds.
+ *
+ * <p>Initialisation seeds depend only on the parameter's layout-independent key, so every layout
+ * builds the same global weights. Dropout generators follow Megatron's regions: dropout on
+ * activations replicated across tensor-parallel ranks agrees across them; dropout inside the
+ * tensor-parallel region (attention heads, or everything with sequence parallelism) varies with
+ * the TP rank; both vary with the pipeline stage and agree across data-parallel ranks.
+ *
+ * @param config the model config
+ * @param groups this rank's groups
+ * @param parameters owner of the parameters
+ * @param seeds the seed scheme
+ * @param hiddenDropout generator of hidden-state dropout masks
+ * @param attentionDropout generator of attention-probability dropout masks
+ */
+public record ModelContext(TransformerConfig config, ProcessGroups groups, NDManager parameters, SeedScheme seeds,
+                           DeterministicRandom hiddenDropout, DeterministicRandom attentionDropout) {
+
+    /**
+     * A context with dropout generators derived from {@code seeds}.
+     *
+     * @param config the config
+     * @param groups this rank's groups
+     * @param parameters owner of the parameters
+     * @param seeds the seed scheme
+     * @return the context
+     */
+    public static ModelContext create(TransformerConfig config, ProcessGroups groups, NDManager parameters, SeedScheme seeds) {
+        int pp = groups.pipelineRank();
+        int tp = groups.tensorParallelRank();
+        DeterministicRandom hidden = config.sequenceParallel()
+                ? seeds.generator("dropout-tensor-parallel-region", pp, tp)
+                : seeds.generator("dropout-replicated", pp);
+        DeterministicRandom attention = seeds.generator("dropout-tensor-parallel-region-attention", pp, tp);
+        return new ModelContext(config, groups, parameters, seeds, hidden, attention);
+    }
+
+    /**
+     * The initialisation seed of a parameter.
+     *
+     * @param key its layout-independent checkpoint key
+     * @return the seed
+     */
+    public long initSeed(String key) {
+        return seeds.seed("init/" + key);
+    }
+
+    /** @return the standard deviation for output projections: std / sqrt(2 * layers) */
+    public double outputInitStd() {
+        return config.initStd() / Math.sqrt(2.0 * config.numLayers());
+    }
+}

@@ -1,0 +1,83 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.TransformerConfig;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * LayerNorm (weight and bias) or RMSNorm (weight) over the last dim, computed in float32 whatever
+ * the parameter dtype. Its weights are replicated over tensor-parallel ranks; with sequence
+ * parallelism each rank sees a different slice of the sequence, so they are
+ * {@link Parameter.Kind#SEQUENCE_PARALLEL} (gradients summed over TP before data-parallel averaging).
+ */
+public final class Norm implements Module {
+    private final TransformerConfig.Normalization kind;
+    private final double epsilon;
+    private final Parameter weight;
+    private final Parameter bias;
+    private final int tpRank;
+
+    /**
+     * @param ctx the model context (config, parameter manager, TP rank)
+     * @param size normalised width
+     */
+    public Norm(ModelContext ctx, int size) {
+        TransformerConfig c = ctx.config();
+        this.kind = c.normalization();
+        this.epsilon = c.normEpsilon();
+        this.tpRank = ctx.groups().tensorParallelRank();
+        Parameter.Kind paramKind = c.sequenceParallel() ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE;
+        this.weight = new Parameter("weight", ctx.parameters().ones(new Shape(size), c.dtype()),
+                Parameter.Partition.NONE, paramKind);
+        this.bias = kind == TransformerConfig.Normalization.LAYER_NORM
+                ? new Parameter("bias", ctx.parameters().zeros(new Shape(size), c.dtype()), Parameter.Partition.NONE, paramKind)
+                : null;
+    }
+
+    /**
+     * @param x activations [..., size]
+     * @return normalised activations in x's dtype
+     */
+    public NDArray forward(NDArray x) {
+        DataType dtype = x.getDataType();
+        NDArray x32 = x.toType(DataType.FLOAT32, false);
+        NDArray w32 = weight.data().toType(DataType.FLOAT32, false);
+        NDArray y;
+        if (kind == TransformerConfig.Normalization.LAYER_NORM) {
+            NDArray b32 = bias.data().toType(DataType.FLOAT32, false);
+            long width = x.getShape().get(x.getShape().dimension() - 1);
+            y = ai.djl.nn.norm.LayerNorm.layerNorm(x32, new Shape(width), w32, b32, (float) epsilon).get(0);
+        } else {
+            NDArray rms = x32.square().mean(new int[] {-1}, true).add(epsilon).sqrt();
+            y = x32.div(rms).mul(w32);
+        }
+        return y.toType(dtype, false);
+    }
+
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>();
+        out.add(weight);
+        if (bias != null) {
+            out.add(bias);
+        }
+        return out;
+    }
+
+    /** Every TP rank holds the same norm weights: rank 0's copy is the main replica. */
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>();
+        for (Parameter p : parameters()) {
+            out.add(p.sharded(prefix, tpRank));
+        }
+        return out;
+    }
+}

@@ -1,0 +1,57 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.index.NDIndex;
+import ai.djl.ndarray.types.DataType;
+
+/**
+ * Rotary position embeddings (RoFormer) in the "rotate half" layout Megatron-Core uses by default:
+ * the first {@code rotaryDims} channels of each head are split in two halves {@code (x1, x2)} and
+ * become {@code x * cos + (-x2, x1) * sin} with frequencies {@code base^(-2i / rotaryDims)}; the
+ * remaining channels pass through.
+ */
+public final class RotaryEmbedding {
+    private final int rotaryDims;
+    private final double base;
+
+    /**
+     * @param headDim channels per head
+     * @param percent fraction of them that rotate
+     * @param base the frequency base (theta)
+     */
+    public RotaryEmbedding(int headDim, double percent, double base) {
+        this.rotaryDims = (int) Math.round(headDim * percent);
+        this.base = base;
+    }
+
+    /**
+     * Rotates {@code x} [s, b, n, d] by the positions 0..s-1.
+     *
+     * @param manager owner of temporaries
+     * @param x queries or keys
+     * @return the rotated tensor, same shape and dtype
+     */
+    public NDArray apply(NDManager manager, NDArray x) {
+        long s = x.getShape().get(0);
+        DataType dtype = x.getDataType();
+        int half = rotaryDims / 2;
+        NDArray inv = manager.arange(0, half, 1, DataType.FLOAT64).mul(-2.0 / rotaryDims)
+                .mul(Math.log(base)).exp();
+        NDArray angles = manager.arange(0, (int) s, 1, DataType.FLOAT64).reshape(s, 1).mul(inv.reshape(1, half));
+        NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
+        NDArray cos = emb.cos().toType(dtype, false);
+        NDArray sin = emb.sin().toType(dtype, false);
+        long d = x.getShape().get(3);
+        NDArray rot = rotaryDims == d ? x : x.get(new NDIndex("..., :{}", rotaryDims));
+        NDArray x1 = rot.get(new NDIndex("..., :{}", half));
+        NDArray x2 = rot.get(new NDIndex("..., {}:", half));
+        NDArray rotated = rot.mul(cos).add(NDArrays.concat(new NDList(x2.neg(), x1), -1).mul(sin));
+        if (rotaryDims == d) {
+            return rotated;
+        }
+        return NDArrays.concat(new NDList(rotated, x.get(new NDIndex("..., {}:", rotaryDims))), -1);
+    }
+}

@@ -1,0 +1,95 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.index.NDIndex;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Recompute;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.TransformerConfig;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Causal self-attention with grouped queries: linear_qkv → (RoPE) → core attention → linear_proj.
+ *
+ * <p>The fused QKV output is laid out group by group, each group holding its
+ * {@code heads/groups} query heads, then its key head, then its value head, so splitting the output
+ * dim into equal contiguous parts gives every tensor-parallel rank whole groups. With selective
+ * recompute the core attention is recomputed in backward instead of keeping its activations.
+ */
+public final class SelfAttention implements Module {
+    private final ModelContext ctx;
+    private final Linear qkv;
+    private final Linear proj;
+    private final CoreAttention core;
+    private final RotaryEmbedding rope;
+    private final int headsPerGroup;
+    private final int headDim;
+
+    /**
+     * @param ctx the model context
+     * @param spec which linears and core attention to use
+     * @param key checkpoint key prefix, e.g. {@code "decoder.layers.3.self_attention."}
+     */
+    public SelfAttention(ModelContext ctx, LayerSpec spec, String key) {
+        TransformerConfig c = ctx.config();
+        this.ctx = ctx;
+        this.headsPerGroup = c.numAttentionHeads() / c.numQueryGroups();
+        this.headDim = c.kvChannels();
+        int qkvSize = (c.numAttentionHeads() + 2 * c.numQueryGroups()) * headDim;
+        int projIn = c.numAttentionHeads() * headDim;
+        this.qkv = spec.linearQkv().create(ctx, key + "linear_qkv.", new LayerSpec.LinearSettings(
+                c.hiddenSize(), qkvSize, c.addBiasLinear(), false, c.initStd(), 1));
+        this.proj = spec.linearProj().create(ctx, key + "linear_proj.", new LayerSpec.LinearSettings(
+                projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1));
+        this.core = spec.coreAttention().create(ctx);
+        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase()) : null;
+    }
+
+    /**
+     * @param scope the pass's scope
+     * @param x normalised activations [s, b, h] (or [s/TP, b, h] with sequence parallelism)
+     * @return the attention output, same shape as {@code x}
+     */
+    public NDArray forward(AutogradScope scope, NDArray x) {
+        NDArray mixed = qkv.forward(scope, x).output();
+        long s = mixed.getShape().get(0);
+        long b = mixed.getShape().get(1);
+        long groups = mixed.getShape().get(2) / ((headsPerGroup + 2L) * headDim);
+        NDArray grouped = mixed.reshape(s, b, groups, headsPerGroup + 2, headDim);
+        NDArray query = grouped.get(new NDIndex(":, :, :, :{}, :", headsPerGroup)).reshape(s, b, groups * headsPerGroup, headDim);
+        NDArray key = grouped.get(new NDIndex(":, :, :, {}, :", headsPerGroup));
+        NDArray value = grouped.get(new NDIndex(":, :, :, {}, :", headsPerGroup + 1));
+        if (rope != null) {
+            query = rope.apply(scope.manager(), query);
+            key = rope.apply(scope.manager(), key);
+        }
+        NDArray context;
+        if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
+            Recompute recompute = new Recompute("recompute(core attention)",
+                    (inner, in) -> new NDArray[] {core.forward(inner, in[0], in[1], in[2])},
+                    new DropoutReplay(ctx.attentionDropout()));
+            context = scope.apply1(recompute, query, key, value);
+        } else {
+            context = core.forward(scope, query, key, value);
+        }
+        return proj.forward(scope, context).output();
+    }
+
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>(qkv.parameters());
+        out.addAll(proj.parameters());
+        return out;
+    }
+
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>(qkv.shardedState(prefix + "linear_qkv."));
+        out.addAll(proj.shardedState(prefix + "linear_proj."));
+        return out;
+    }
+}
