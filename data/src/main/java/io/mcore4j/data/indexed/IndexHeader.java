@@ -2,6 +2,7 @@ package io.mcore4j.data.indexed;
 
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
+import java.util.Arrays;
 import java.util.HexFormat;
 
 /**
@@ -108,7 +109,7 @@ public record IndexHeader(DType dtype, long sequenceCount, long documentIndexCou
         }
         byte[] magic = new byte[MAGIC.length];
         idx.slice(0, MAGIC.length).get(magic);
-        if (!java.util.Arrays.equals(magic, MAGIC)) {
+        if (!Arrays.equals(magic, MAGIC)) {
             throw new CorruptDatasetException(file, "bad magic 0x" + HexFormat.of().formatHex(magic)
                     + " (expected 0x" + HexFormat.of().formatHex(MAGIC) + ", \"MMIDIDX\\0\\0\")");
         }

@@ -5,6 +5,7 @@ import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.nio.file.Path;
+import java.util.zip.CRC32C;
 
 /**
  * Reads a Megatron indexed dataset ({@code prefix.idx} + {@code prefix.bin}) through memory maps.
@@ -47,6 +48,7 @@ public final class IndexedDatasetReader implements AutoCloseable {
     private final MappedFile idx;
     private final MappedFile bin;
     private final IndexHeader header;
+    private volatile Long indexChecksum;
 
     private IndexedDatasetReader(Path prefix, MappedFile idx, MappedFile bin, IndexHeader header) {
         this.prefix = prefix;
@@ -204,6 +206,26 @@ public final class IndexedDatasetReader implements AutoCloseable {
      */
     public long idxSize() {
         return idx.size();
+    }
+
+    /**
+     * CRC-32C of the whole {@code .idx} file, computed on first call: a fingerprint of the sequence lengths
+     * and document boundaries, which is all that derived indices (such as GPT sample orders) depend on.
+     *
+     * @return the checksum
+     */
+    public long indexChecksum() {
+        Long value = indexChecksum;
+        if (value == null) {
+            CRC32C crc = new CRC32C();
+            int step = 1 << 24;
+            for (long p = 0; p < idx.size(); p += step) {
+                crc.update(idx.slice(p, (int) Math.min(step, idx.size() - p)));
+            }
+            value = crc.getValue();
+            indexChecksum = value;
+        }
+        return value;
     }
 
     /**

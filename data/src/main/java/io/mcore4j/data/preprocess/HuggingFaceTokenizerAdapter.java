@@ -1,0 +1,162 @@
+package io.mcore4j.data.preprocess;
+
+import ai.djl.huggingface.tokenizers.HuggingFaceTokenizer;
+import io.mcore4j.data.tokenizer.Tokenizer;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.OptionalInt;
+
+/**
+ * A HuggingFace {@code tokenizer.json} run by DJL's {@code ai.djl.huggingface:tokenizers} (a Rust library
+ * shipped inside that jar), which is an optional dependency of this module: only code that loads this class
+ * needs it on the class path.
+ *
+ * <p>DJL is put in offline mode ({@code ai.djl.offline=true}, {@code OPT_OUT_TRACKING=true}) before the
+ * tokenizer is created, so it never touches the network. Texts are encoded as Megatron's
+ * {@code HuggingFaceTokenizer} does: with the tokenizer's special tokens, without truncation or padding.
+ * DJL exposes neither the vocabulary size nor the end-of-document token, so both are read from the
+ * {@code tokenizer.json} itself. Each instance owns a native tokenizer that {@link #close()} frees; use one
+ * instance per thread.
+ */
+public final class HuggingFaceTokenizerAdapter implements Tokenizer {
+    /** End-of-document tokens looked for, in this order, when none is named. */
+    public static final List<String> DEFAULT_EOD_TOKENS = List.of("<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>");
+
+    private final HuggingFaceTokenizer tokenizer;
+    private final int vocabularySize;
+    private final OptionalInt endOfDocument;
+
+    private HuggingFaceTokenizerAdapter(HuggingFaceTokenizer tokenizer, int vocabularySize, OptionalInt endOfDocument) {
+        this.tokenizer = tokenizer;
+        this.vocabularySize = vocabularySize;
+        this.endOfDocument = endOfDocument;
+    }
+
+    /**
+     * Loads a {@code tokenizer.json}.
+     *
+     * @param tokenizerJson the file (or a directory holding {@code tokenizer.json})
+     * @param eodToken the end-of-document token's text, or null to look for one of
+     *     {@link #DEFAULT_EOD_TOKENS}
+     * @return the tokenizer
+     * @throws IOException if the file cannot be read
+     * @throws IllegalArgumentException if the file is not a tokenizer definition, or the named end-of-document
+     *     token is not in it
+     */
+    public static HuggingFaceTokenizerAdapter load(Path tokenizerJson, String eodToken) throws IOException {
+        Path file = Files.isDirectory(tokenizerJson) ? tokenizerJson.resolve("tokenizer.json") : tokenizerJson;
+        Map<String, Integer> ids = vocabulary(file);
+        int vocabularySize = ids.values().stream().mapToInt(Integer::intValue).max().orElse(-1) + 1;
+        if (vocabularySize <= 0) {
+            throw new IllegalArgumentException("tokenizer " + file + " has an empty vocabulary");
+        }
+        OptionalInt eod = OptionalInt.empty();
+        if (eodToken != null) {
+            Integer id = ids.get(eodToken);
+            if (id == null) {
+                throw new IllegalArgumentException("end-of-document token \"" + eodToken + "\" is not in the vocabulary of " + file);
+            }
+            eod = OptionalInt.of(id);
+        } else {
+            for (String candidate : DEFAULT_EOD_TOKENS) {
+                if (ids.containsKey(candidate)) {
+                    eod = OptionalInt.of(ids.get(candidate));
+                    break;
+                }
+            }
+        }
+        System.setProperty("ai.djl.offline", "true");
+        System.setProperty("OPT_OUT_TRACKING", "true");
+        HuggingFaceTokenizer tokenizer = HuggingFaceTokenizer.newInstance(file,
+                Map.of("addSpecialTokens", "true", "truncation", "false", "padding", "false"));
+        return new HuggingFaceTokenizerAdapter(tokenizer, vocabularySize, eod);
+    }
+
+    /** Token text to id, from the model's vocabulary and the added tokens. */
+    @SuppressWarnings("unchecked")
+    private static Map<String, Integer> vocabulary(Path file) throws IOException {
+        Object root;
+        try {
+            root = StrictJson.parse(Files.readString(file, StandardCharsets.UTF_8));
+        } catch (JsonSyntaxException e) {
+            throw new IllegalArgumentException("tokenizer " + file + " is not valid JSON: " + e.getMessage(), e);
+        }
+        if (!(root instanceof Map<?, ?> top) || !(top.get("model") instanceof Map<?, ?> model)) {
+            throw new IllegalArgumentException("tokenizer " + file + " has no \"model\" object");
+        }
+        Map<String, Integer> ids = new HashMap<>();
+        Object vocab = model.get("vocab");
+        if (vocab instanceof Map<?, ?> map) {
+            for (Map.Entry<?, ?> e : map.entrySet()) {
+                ids.put((String) e.getKey(), toId(e.getValue(), file));
+            }
+        } else if (vocab instanceof List<?> pieces) {
+            // Unigram: a list of [piece, score] whose ids are the positions
+            for (int k = 0; k < pieces.size(); k++) {
+                if (pieces.get(k) instanceof List<?> entry && !entry.isEmpty() && entry.get(0) instanceof String piece) {
+                    ids.putIfAbsent(piece, k);
+                }
+            }
+        } else {
+            throw new IllegalArgumentException("tokenizer " + file + " has no model.vocab");
+        }
+        if (top.get("added_tokens") instanceof List<?> added) {
+            for (Object o : added) {
+                if (o instanceof Map<?, ?> token && token.get("content") instanceof String content) {
+                    ids.put(content, toId(token.get("id"), file));
+                }
+            }
+        }
+        return ids;
+    }
+
+    private static int toId(Object value, Path file) {
+        if (value instanceof Double d && d >= 0 && d <= Integer.MAX_VALUE && d == Math.rint(d)) {
+            return d.intValue();
+        }
+        throw new IllegalArgumentException("tokenizer " + file + " has token id " + value + " (expected a non-negative integer)");
+    }
+
+    @Override
+    public int[] encode(String text) {
+        long[] ids = tokenizer.encode(text).getIds();
+        int[] out = new int[ids.length];
+        for (int k = 0; k < ids.length; k++) {
+            if (ids[k] < 0 || ids[k] >= vocabularySize) {
+                throw new IllegalStateException("tokenizer produced id " + ids[k] + " outside its vocabulary of " + vocabularySize);
+            }
+            out[k] = (int) ids[k];
+        }
+        return out;
+    }
+
+    @Override
+    public String decode(int[] ids) {
+        long[] longs = new long[ids.length];
+        for (int k = 0; k < ids.length; k++) {
+            longs[k] = ids[k];
+        }
+        return tokenizer.decode(longs);
+    }
+
+    @Override
+    public int vocabularySize() {
+        return vocabularySize;
+    }
+
+    @Override
+    public OptionalInt endOfDocument() {
+        return endOfDocument;
+    }
+
+    @Override
+    public void close() {
+        tokenizer.close();
+    }
+}
