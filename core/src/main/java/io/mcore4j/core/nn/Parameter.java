@@ -121,7 +121,8 @@ public final class Parameter implements AutoCloseable {
 
     /** @return the shape of the whole, unpartitioned weight */
     public long[] globalShape() {
-        long[] shape = data.getShape().getShape();
+        // DJL hands out its cached array: copy before writing
+        long[] shape = data.getShape().getShape().clone();
         if (partition.isSplit()) {
             shape[partition.dim()] *= partition.count();
         }

@@ -17,6 +17,8 @@ final class ColumnParallelLinearOverEmbedding {
         NDArray input = ctx.config().sequenceParallel()
                 ? Mappings.gatherFromSequenceParallelRegion(scope, ctx.groups().tp(), hidden, true)
                 : Mappings.copyToTensorParallelRegion(scope, ctx.groups().tp(), hidden);
-        return input.matMul(wordWeight.data().transpose());
+        NDArray weightT = wordWeight.data().transpose();
+        weightT.attach(scope.manager()); // else it would live in the parameters' manager
+        return input.matMul(weightT);
     }
 }

@@ -66,8 +66,12 @@ public final class GptEmbedding implements Module {
             }
             long local = x.getShape().get(0);
             long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
+            // slices of a parameter would attach to the parameter's manager: move them to the pass's scope
             NDArray rows = position.data().get(start + ":" + (start + local));
-            x = x.add(rows.expandDims(1));
+            rows.attach(scope.manager());
+            NDArray column = rows.expandDims(1);
+            column.attach(scope.manager());
+            x = x.add(column);
         }
         double p = ctx.config().hiddenDropout();
         if (p > 0 && scope.isGradEnabled()) {

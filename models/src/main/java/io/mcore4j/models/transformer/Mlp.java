@@ -45,7 +45,7 @@ public final class Mlp implements Module {
     public NDArray forward(AutogradScope scope, NDArray x) {
         NDArray h = fc1.forward(scope, x).output();
         if (activation == TransformerConfig.Activation.SWIGLU) {
-            NDList parts = h.split(2, -1);
+            NDList parts = h.split(2, h.getShape().dimension() - 1);
             NDArray gate = parts.get(0);
             h = gate.mul(Activation.sigmoid(gate)).mul(parts.get(1));
         } else {

@@ -1,0 +1,42 @@
+package io.mcore4j.models;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import io.mcore4j.parallel.ParallelDims;
+
+import org.junit.jupiter.api.Test;
+
+class TransformerConfigTest {
+
+    @Test
+    void validationNamesTheNumbers() {
+        TransformerConfig c = TransformerConfig.builder(6, 60, 6, 1024).build();
+        assertEquals("6 attention heads are not divisible by tensor parallel size 4",
+                assertThrows(IllegalArgumentException.class, () -> c.validate(ParallelDims.of(4, 4, 1), 0)).getMessage());
+        assertEquals("6 layers do not split evenly over 4 pipeline stages x 1 virtual stages",
+                assertThrows(IllegalArgumentException.class, () -> c.validate(ParallelDims.of(4, 1, 4), 0)).getMessage());
+        assertEquals("4 query groups do not divide 6 attention heads",
+                assertThrows(IllegalArgumentException.class,
+                        () -> TransformerConfig.builder(6, 60, 6, 1024).queryGroups(4).build()).getMessage());
+        TransformerConfig gqa = TransformerConfig.builder(4, 64, 8, 1024).queryGroups(2).build();
+        assertEquals("2 query groups are not divisible by tensor parallel size 4",
+                assertThrows(IllegalArgumentException.class, () -> gqa.validate(ParallelDims.of(4, 4, 1), 0)).getMessage());
+        TransformerConfig sp = TransformerConfig.builder(4, 64, 4, 1024).sequenceParallel(true).build();
+        assertEquals("sequence parallelism needs tensor parallel size > 1, got 1",
+                assertThrows(IllegalArgumentException.class, () -> sp.validate(ParallelDims.of(1, 1, 1), 0)).getMessage());
+    }
+
+    @Test
+    void recipesHaveTheirPublishedShapes() {
+        TransformerConfig anchor = GptConfigs.gpt1_3b();
+        assertEquals(24, anchor.numLayers());
+        assertEquals(8192, anchor.ffnHiddenSize());
+        // 72 L h^2 + 12 L h s + 6 h V at s = 2048
+        assertEquals(72.0 * 24 * 2048 * 2048 + 12.0 * 24 * 2048 * 2048 + 6.0 * 2048 * 32768, anchor.flopsPerToken(2048), 1);
+        TransformerConfig llama = GptConfigs.llama7b();
+        assertEquals(TransformerConfig.Activation.SWIGLU, llama.activation());
+        assertEquals(128, llama.kvChannels());
+        assertEquals(12, GptConfigs.gpt2Small().numLayers());
+    }
+}

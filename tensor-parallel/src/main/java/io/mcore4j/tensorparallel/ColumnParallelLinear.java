@@ -1,0 +1,333 @@
+package io.mcore4j.tensorparallel;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.parallel.Communicator;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * {@code y = x Aᵀ + b} with {@code A} split along its output dim: rank {@code r} of the
+ * tensor-parallel group holds rows {@code [r·out/t, (r+1)·out/t)} of the {@code [out, in]} weight
+ * (or, with a stride {@code k > 1}, the strided rows of {@link StridedPartition}) and the matching
+ * part of the bias, and computes that slice of the output's last dim.
+ *
+ * <p>The input is replicated over the group ({@link Mappings#copyToTensorParallelRegion}: its
+ * gradient is all-reduced in backward) or, with sequence parallelism, split along the sequence and
+ * all-gathered first ({@link Mappings#gatherFromSequenceParallelRegion} with a reduce-scattered
+ * gradient). With {@code gatherOutput} the output slices are all-gathered into the full output.
+ * All communication is over the {@code tp} communicator given to the builder.
+ *
+ * <p>The layer owns its parameters (in the builder's manager) and closes them in {@link #close()}.
+ * Weight and bias are split along dim 0 ({@link Parameter.Partition} {@code (0, rank, t)}), so each
+ * rank is the main replica of its own shard.
+ */
+public final class ColumnParallelLinear implements Module {
+    private final String name;
+    private final int inputSize;
+    private final int outputSize;
+    private final Communicator tp;
+    private final boolean gatherOutput;
+    private final boolean skipBiasAdd;
+    private final boolean sequenceParallel;
+    private final StridedPartition partition;
+    private final Parameter weight;
+    private final Parameter bias;
+    private final List<ShardedTensor> stridedPieces = new ArrayList<>();
+    private final NDManager manager;
+
+    private ColumnParallelLinear(Builder b) {
+        this.name = b.name;
+        this.inputSize = b.inputSize;
+        this.outputSize = b.outputSize;
+        this.tp = b.tp;
+        this.gatherOutput = b.gatherOutput;
+        this.skipBiasAdd = b.skipBiasAdd;
+        this.sequenceParallel = b.sequenceParallel;
+        this.manager = b.manager;
+        this.partition = new StridedPartition(0, tp.rank(), tp.size(), b.stride);
+        Shape weightShape = new Shape(outputSize, inputSize);
+        Parameter.Partition split = new Parameter.Partition(0, tp.rank(), tp.size());
+        this.weight = b.skipWeightAllocation ? null : new Parameter("weight",
+                b.initializer.createShard(manager, weightShape, b.dtype, partition), split, Parameter.Kind.DENSE);
+        this.bias = b.bias ? new Parameter("bias",
+                b.biasInitializer.createShard(manager, new Shape(outputSize), b.dtype, partition), split,
+                Parameter.Kind.DENSE) : null;
+        if (partition.stride() > 1) {
+            for (Parameter p : parameters()) {
+                stridedPieces.addAll(partition.describe(p.name(), p.data(), manager, 0));
+            }
+        }
+    }
+
+    /**
+     * A builder for a layer of {@code inputSize -> outputSize} split over {@code tp}.
+     *
+     * @param inputSize the input's last dim
+     * @param outputSize the full output dim, divisible by {@code tp.size()}
+     * @param tp the tensor-parallel communicator
+     * @return the builder
+     */
+    public static Builder builder(int inputSize, int outputSize, Communicator tp) {
+        return new Builder(inputSize, outputSize, tp);
+    }
+
+    /**
+     * Applies the layer with its own weight.
+     *
+     * @param scope the pass's scope; owns the output
+     * @param input {@code [s, b, in]}, or {@code [s/t, b, in]} with sequence parallelism
+     * @return output {@code [s, b, out/t]} ({@code [s, b, out]} with {@code gatherOutput}) and the
+     *         bias when {@code skipBiasAdd}
+     * @throws IllegalStateException if the layer was built with {@code skipWeightAllocation}
+     * @throws IllegalArgumentException if the input's last dim is not {@code inputSize}
+     */
+    public LinearOutput forward(AutogradScope scope, NDArray input) {
+        if (weight == null) {
+            throw new IllegalStateException(name + " was built without a weight; pass one to forward");
+        }
+        return forward(scope, input, weight);
+    }
+
+    /**
+     * Applies the layer with another weight of this layer's local shape {@code [out/t, in]}, such
+     * as the word embedding's weight for a tied output layer (whose gradient then accumulates in
+     * that parameter).
+     *
+     * @param scope the pass's scope; owns the output
+     * @param input {@code [s, b, in]}, or {@code [s/t, b, in]} with sequence parallelism
+     * @param weight the weight to use
+     * @return as {@link #forward(AutogradScope, NDArray)}
+     * @throws IllegalArgumentException if the weight's shape or the input's last dim is wrong
+     */
+    public LinearOutput forward(AutogradScope scope, NDArray input, Parameter weight) {
+        Shape expected = new Shape(outputSize / tp.size(), inputSize);
+        if (!weight.data().getShape().equals(expected)) {
+            throw new IllegalArgumentException(name + ": weight " + weight.name() + " has shape "
+                    + weight.data().getShape() + " but this layer's weight shard is " + expected);
+        }
+        LocalOps.checkLastDim(input, inputSize, name, "the input size");
+        NDArray x = sequenceParallel
+                ? Mappings.gatherFromSequenceParallelRegion(scope, tp, input, true)
+                : Mappings.copyToTensorParallelRegion(scope, tp, input);
+        NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
+        NDArray out = LocalOps.linear(scope, x, weight.data(), addedBias);
+        if (gatherOutput) {
+            out = Mappings.gatherFromTensorParallelRegion(scope, tp, out);
+        }
+        return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
+    }
+
+    /**
+     * This rank's weight shard {@code [out/t, in]}.
+     *
+     * @return the weight, or {@code null} when built with {@code skipWeightAllocation}
+     */
+    public Parameter weight() {
+        return weight;
+    }
+
+    /**
+     * This rank's bias shard {@code [out/t]}.
+     *
+     * @return the bias, or {@code null} when built without one
+     */
+    public Parameter bias() {
+        return bias;
+    }
+
+    /** @return the partition of the weight and bias along dim 0, stride included */
+    public StridedPartition partition() {
+        return partition;
+    }
+
+    /** @return the full input size */
+    public int inputSize() {
+        return inputSize;
+    }
+
+    /** @return the full output size */
+    public int outputSize() {
+        return outputSize;
+    }
+
+    /** @return the weight (if allocated) and the bias (if any), in that order */
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>(2);
+        if (weight != null) {
+            out.add(weight);
+        }
+        if (bias != null) {
+            out.add(bias);
+        }
+        return out;
+    }
+
+    /**
+     * Each shard at its place in the full {@code [out, in]} weight and {@code [out]} bias, main
+     * replica on every rank (each rank holds a different piece). With a stride {@code k > 1} each
+     * parameter yields {@code k} pieces under the same key, one per strided chunk.
+     *
+     * @param prefix the module path ending in a dot, or empty
+     * @return never null
+     */
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>();
+        if (partition.stride() > 1) {
+            for (ShardedTensor t : stridedPieces) {
+                out.add(t.withPrefix(prefix));
+            }
+            return out;
+        }
+        for (Parameter p : parameters()) {
+            out.addAll(partition.describe(prefix + p.name(), p.data(), manager, 0));
+        }
+        return out;
+    }
+
+    /** Closes the parameters and the views kept for checkpoint pieces. */
+    @Override
+    public void close() {
+        for (ShardedTensor t : stridedPieces) {
+            t.data().close();
+        }
+        Module.super.close();
+    }
+
+    @Override
+    public String toString() {
+        return name + "{" + inputSize + " -> " + outputSize + ", tp " + tp.rank() + "/" + tp.size()
+                + (partition.stride() > 1 ? ", stride " + partition.stride() : "")
+                + (sequenceParallel ? ", sequence parallel" : "") + (gatherOutput ? ", gather output" : "") + "}";
+    }
+
+    /** Options of a {@link ColumnParallelLinear}; {@link #manager} is required. */
+    public static final class Builder {
+        private final int inputSize;
+        private final int outputSize;
+        private final Communicator tp;
+        private boolean bias = true;
+        private boolean gatherOutput;
+        private boolean skipBiasAdd;
+        private boolean sequenceParallel;
+        private boolean skipWeightAllocation;
+        private Initializer initializer = Initializers.normal(0.02, 0);
+        private Initializer biasInitializer = Initializers.zeros();
+        private int stride = 1;
+        private DataType dtype = DataType.FLOAT32;
+        private NDManager manager;
+        private String name = "column-parallel-linear";
+
+        private Builder(int inputSize, int outputSize, Communicator tp) {
+            this.inputSize = inputSize;
+            this.outputSize = outputSize;
+            this.tp = Objects.requireNonNull(tp, "tp");
+        }
+
+        /** @param value whether the layer has a bias (default true) @return this */
+        public Builder bias(boolean value) {
+            this.bias = value;
+            return this;
+        }
+
+        /** @param value all-gather the output's last dim (default false) @return this */
+        public Builder gatherOutput(boolean value) {
+            this.gatherOutput = value;
+            return this;
+        }
+
+        /** @param value return the bias instead of adding it (default false) @return this */
+        public Builder skipBiasAdd(boolean value) {
+            this.skipBiasAdd = value;
+            return this;
+        }
+
+        /** @param value the input is split along the sequence (dim 0) and all-gathered first (default false) @return this */
+        public Builder sequenceParallel(boolean value) {
+            this.sequenceParallel = value;
+            return this;
+        }
+
+        /**
+         * @param value create no weight: every forward must pass one (an output layer tied to the
+         *              embedding); default false
+         * @return this
+         */
+        public Builder skipWeightAllocation(boolean value) {
+            this.skipWeightAllocation = value;
+            return this;
+        }
+
+        /** @param value how the full weight is created (default {@code normal(0.02, 0)}) @return this */
+        public Builder initializer(Initializer value) {
+            this.initializer = Objects.requireNonNull(value, "initializer");
+            return this;
+        }
+
+        /** @param value how the full bias is created (default zeros) @return this */
+        public Builder biasInitializer(Initializer value) {
+            this.biasInitializer = Objects.requireNonNull(value, "biasInitializer");
+            return this;
+        }
+
+        /** @param value the strided partition's stride, e.g. 2 for a fused GLU weight (default 1) @return this */
+        public Builder stride(int value) {
+            this.stride = value;
+            return this;
+        }
+
+        /** @param value the parameters' dtype (default float32) @return this */
+        public Builder dtype(DataType value) {
+            this.dtype = LocalOps.checkFloating(value);
+            return this;
+        }
+
+        /** @param value the manager that owns the parameters (required) @return this */
+        public Builder manager(NDManager value) {
+            this.manager = Objects.requireNonNull(value, "manager");
+            return this;
+        }
+
+        /** @param value the layer's name in messages @return this */
+        public Builder name(String value) {
+            this.name = Objects.requireNonNull(value, "name");
+            return this;
+        }
+
+        /**
+         * Validates the options and creates the parameters.
+         *
+         * @return the layer
+         * @throws IllegalArgumentException if the output size is not divisible by the tensor-parallel
+         *         size, the stride does not divide the partition, or options conflict
+         * @throws IllegalStateException if no manager was given
+         */
+        public ColumnParallelLinear build() {
+            if (manager == null) {
+                throw new IllegalStateException(name + ": manager(...) is required (it owns the parameters)");
+            }
+            if (inputSize < 1) {
+                throw new IllegalArgumentException(name + ": input size must be at least 1, got " + inputSize);
+            }
+            int perRank = LocalOps.divide(outputSize, tp.size(), name + ": output size");
+            if (stride < 1 || perRank % stride != 0) {
+                throw new IllegalArgumentException(name + ": stride " + stride + " does not divide the partition size "
+                        + perRank + " (output size " + outputSize + " / tensor parallel size " + tp.size() + ")");
+            }
+            if (sequenceParallel && gatherOutput) {
+                throw new IllegalArgumentException(name + ": gatherOutput cannot be combined with sequence parallelism");
+            }
+            return new ColumnParallelLinear(this);
+        }
+    }
+}

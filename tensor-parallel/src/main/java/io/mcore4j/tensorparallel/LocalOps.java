@@ -1,0 +1,58 @@
+package io.mcore4j.tensorparallel;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.pytorch.engine.PtNDArray;
+import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.autograd.AutogradScope;
+
+/**
+ * The local (communication-free) math of the parallel layers, recorded by libtorch autograd. DJL
+ * attaches an op's result to its first operand's manager, which may be a caller's long-lived
+ * manager; these methods move every result they create into the scope's manager instead.
+ */
+final class LocalOps {
+    private LocalOps() {}
+
+    /** {@code x · wᵀ + b} ({@code b} may be null), owned by the scope. */
+    static NDArray linear(AutogradScope scope, NDArray x, NDArray w, NDArray b) {
+        NDArray out = JniUtils.linear((PtNDArray) x, (PtNDArray) w, (PtNDArray) b);
+        out.attach(scope.manager());
+        return out;
+    }
+
+    /** {@code a + b}, owned by the scope. */
+    static NDArray add(AutogradScope scope, NDArray a, NDArray b) {
+        NDArray out = a.add(b);
+        out.attach(scope.manager());
+        return out;
+    }
+
+    /** Refuses an activation whose last dim is not {@code expected}. */
+    static void checkLastDim(NDArray x, long expected, String layer, String what) {
+        int n = x.getShape().dimension();
+        if (n == 0 || x.getShape().get(n - 1) != expected) {
+            throw new IllegalArgumentException(layer + ": input of shape " + x.getShape() + " must have last dim "
+                    + expected + " (" + what + ")");
+        }
+    }
+
+    /** {@code size / parts}, refusing sizes that do not divide. */
+    static int divide(int size, int parts, String what) {
+        if (size < 1) {
+            throw new IllegalArgumentException(what + " must be at least 1, got " + size);
+        }
+        if (size % parts != 0) {
+            throw new IllegalArgumentException(what + " " + size + " is not divisible by tensor parallel size " + parts);
+        }
+        return size / parts;
+    }
+
+    /** Refuses dtypes a layer cannot hold as trainable parameters. */
+    static DataType checkFloating(DataType dtype) {
+        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16 && dtype != DataType.FLOAT64) {
+            throw new IllegalArgumentException("parameter dtype " + dtype + " is not supported; use float32 or float16");
+        }
+        return dtype;
+    }
+}

@@ -1,0 +1,251 @@
+package io.mcore4j.tensorparallel;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.parallel.Communicator;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * {@code y = x Aᵀ + b} with {@code A} split along its input dim: rank {@code r} of the
+ * tensor-parallel group holds columns {@code [r·in/t, (r+1)·in/t)} of the {@code [out, in]}
+ * weight, multiplies its slice of the input's last dim, and the partial results are summed over
+ * the group ({@link Mappings#reduceFromTensorParallelRegion}) or, with sequence parallelism,
+ * reduce-scattered along the sequence ({@link Mappings#reduceScatterToSequenceParallelRegion}).
+ * The bias is replicated and added once, after the reduction.
+ *
+ * <p>All communication is over the {@code tp} communicator given to the builder. The layer owns its
+ * parameters (in the builder's manager). The weight is split along dim 1; the bias is whole on
+ * every rank ({@link Parameter.Partition#NONE}), of kind {@link Parameter.Kind#SEQUENCE_PARALLEL}
+ * with sequence parallelism (each rank's gradient covers only its sequence chunk and must be summed
+ * over the group) and {@link Parameter.Kind#DENSE} otherwise; in checkpoints only tensor-parallel
+ * rank 0 is its main replica.
+ */
+public final class RowParallelLinear implements Module {
+    private final String name;
+    private final int inputSize;
+    private final int outputSize;
+    private final Communicator tp;
+    private final boolean inputIsParallel;
+    private final boolean skipBiasAdd;
+    private final boolean sequenceParallel;
+    private final Parameter weight;
+    private final Parameter bias;
+
+    private RowParallelLinear(Builder b) {
+        this.name = b.name;
+        this.inputSize = b.inputSize;
+        this.outputSize = b.outputSize;
+        this.tp = b.tp;
+        this.inputIsParallel = b.inputIsParallel;
+        this.skipBiasAdd = b.skipBiasAdd;
+        this.sequenceParallel = b.sequenceParallel;
+        StridedPartition columns = new StridedPartition(1, tp.rank(), tp.size(), 1);
+        this.weight = new Parameter("weight",
+                b.initializer.createShard(b.manager, new Shape(outputSize, inputSize), b.dtype, columns),
+                new Parameter.Partition(1, tp.rank(), tp.size()), Parameter.Kind.DENSE);
+        this.bias = b.bias ? new Parameter("bias", b.biasInitializer.create(b.manager, new Shape(outputSize), b.dtype),
+                Parameter.Partition.NONE, sequenceParallel ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE)
+                : null;
+    }
+
+    /**
+     * A builder for a layer of {@code inputSize -> outputSize} split over {@code tp}.
+     *
+     * @param inputSize the full input size, divisible by {@code tp.size()}
+     * @param outputSize the output's last dim
+     * @param tp the tensor-parallel communicator
+     * @return the builder
+     */
+    public static Builder builder(int inputSize, int outputSize, Communicator tp) {
+        return new Builder(inputSize, outputSize, tp);
+    }
+
+    /**
+     * Applies the layer.
+     *
+     * @param scope the pass's scope; owns the output
+     * @param input {@code [s, b, in/t]} when the input is parallel (the default), else {@code [s, b, in]}
+     * @return output {@code [s, b, out]}, or {@code [s/t, b, out]} with sequence parallelism, and the
+     *         bias when {@code skipBiasAdd}
+     * @throws IllegalArgumentException if the input's last dim is wrong, or with sequence
+     *         parallelism if {@code s} is not divisible by the tensor-parallel size
+     */
+    public LinearOutput forward(AutogradScope scope, NDArray input) {
+        NDArray x;
+        if (inputIsParallel) {
+            LocalOps.checkLastDim(input, inputSize / tp.size(), name,
+                    "input size " + inputSize + " / tensor parallel size " + tp.size());
+            x = input;
+        } else {
+            LocalOps.checkLastDim(input, inputSize, name, "the input size");
+            x = Mappings.scatterToTensorParallelRegion(scope, tp, input);
+        }
+        if (sequenceParallel) {
+            Mappings.checkSequenceLength(x.getShape().get(0), tp);
+        }
+        NDArray partial = LocalOps.linear(scope, x, weight.data(), null);
+        NDArray out = sequenceParallel
+                ? Mappings.reduceScatterToSequenceParallelRegion(scope, tp, partial)
+                : Mappings.reduceFromTensorParallelRegion(scope, tp, partial);
+        if (bias != null && !skipBiasAdd) {
+            out = LocalOps.add(scope, out, bias.data());
+        }
+        return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
+    }
+
+    /** @return this rank's weight shard {@code [out, in/t]} */
+    public Parameter weight() {
+        return weight;
+    }
+
+    /** @return the replicated bias {@code [out]}, or {@code null} when built without one */
+    public Parameter bias() {
+        return bias;
+    }
+
+    /** @return the full input size */
+    public int inputSize() {
+        return inputSize;
+    }
+
+    /** @return the output size */
+    public int outputSize() {
+        return outputSize;
+    }
+
+    /** @return the weight and the bias (if any), in that order */
+    @Override
+    public List<Parameter> parameters() {
+        return bias == null ? List.of(weight) : List.of(weight, bias);
+    }
+
+    /**
+     * The weight shard at its column offset (main replica on every rank) and the whole bias, main
+     * replica on tensor-parallel rank 0 only ({@code replicaId} = the tensor-parallel rank).
+     *
+     * @param prefix the module path ending in a dot, or empty
+     * @return never null
+     */
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>(2);
+        out.addAll(new StridedPartition(1, tp.rank(), tp.size(), 1).describe(prefix + weight.name(), weight.data(), null, 0));
+        if (bias != null) {
+            out.add(StridedPartition.replicated(prefix + bias.name(), bias.data(), tp.rank()));
+        }
+        return out;
+    }
+
+    @Override
+    public String toString() {
+        return name + "{" + inputSize + " -> " + outputSize + ", tp " + tp.rank() + "/" + tp.size()
+                + (sequenceParallel ? ", sequence parallel" : "") + (inputIsParallel ? "" : ", scatters input") + "}";
+    }
+
+    /** Options of a {@link RowParallelLinear}; {@link #manager} is required. */
+    public static final class Builder {
+        private final int inputSize;
+        private final int outputSize;
+        private final Communicator tp;
+        private boolean bias = true;
+        private boolean inputIsParallel = true;
+        private boolean skipBiasAdd;
+        private boolean sequenceParallel;
+        private Initializer initializer = Initializers.normal(0.02, 0);
+        private Initializer biasInitializer = Initializers.zeros();
+        private DataType dtype = DataType.FLOAT32;
+        private NDManager manager;
+        private String name = "row-parallel-linear";
+
+        private Builder(int inputSize, int outputSize, Communicator tp) {
+            this.inputSize = inputSize;
+            this.outputSize = outputSize;
+            this.tp = Objects.requireNonNull(tp, "tp");
+        }
+
+        /** @param value whether the layer has a bias (default true) @return this */
+        public Builder bias(boolean value) {
+            this.bias = value;
+            return this;
+        }
+
+        /** @param value the input arrives split along its last dim (default true); else it is scattered here @return this */
+        public Builder inputIsParallel(boolean value) {
+            this.inputIsParallel = value;
+            return this;
+        }
+
+        /** @param value return the bias instead of adding it (default false) @return this */
+        public Builder skipBiasAdd(boolean value) {
+            this.skipBiasAdd = value;
+            return this;
+        }
+
+        /** @param value reduce-scatter the output along the sequence (dim 0) instead of all-reducing (default false) @return this */
+        public Builder sequenceParallel(boolean value) {
+            this.sequenceParallel = value;
+            return this;
+        }
+
+        /** @param value how the full weight is created (default {@code normal(0.02, 0)}) @return this */
+        public Builder initializer(Initializer value) {
+            this.initializer = Objects.requireNonNull(value, "initializer");
+            return this;
+        }
+
+        /** @param value how the bias is created, identically on every rank (default zeros) @return this */
+        public Builder biasInitializer(Initializer value) {
+            this.biasInitializer = Objects.requireNonNull(value, "biasInitializer");
+            return this;
+        }
+
+        /** @param value the parameters' dtype (default float32) @return this */
+        public Builder dtype(DataType value) {
+            this.dtype = LocalOps.checkFloating(value);
+            return this;
+        }
+
+        /** @param value the manager that owns the parameters (required) @return this */
+        public Builder manager(NDManager value) {
+            this.manager = Objects.requireNonNull(value, "manager");
+            return this;
+        }
+
+        /** @param value the layer's name in messages @return this */
+        public Builder name(String value) {
+            this.name = Objects.requireNonNull(value, "name");
+            return this;
+        }
+
+        /**
+         * Validates the options and creates the parameters.
+         *
+         * @return the layer
+         * @throws IllegalArgumentException if the input size is not divisible by the tensor-parallel
+         *         size, or sequence parallelism is asked for with a replicated input
+         * @throws IllegalStateException if no manager was given
+         */
+        public RowParallelLinear build() {
+            if (manager == null) {
+                throw new IllegalStateException(name + ": manager(...) is required (it owns the parameters)");
+            }
+            if (outputSize < 1) {
+                throw new IllegalArgumentException(name + ": output size must be at least 1, got " + outputSize);
+            }
+            LocalOps.divide(inputSize, tp.size(), name + ": input size");
+            if (sequenceParallel && !inputIsParallel) {
+                throw new IllegalArgumentException(name + ": sequence parallelism needs inputIsParallel(true)");
+            }
+            return new RowParallelLinear(this);
+        }
+    }
+}

@@ -1,0 +1,163 @@
+package io.mcore4j.tensorparallel;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ReduceOp;
+
+/**
+ * Cross-entropy over logits split along the vocabulary, without ever gathering them: rank {@code r}
+ * of the tensor-parallel group holds logits {@code [s, b, V/t]} for ids {@code [r·V/t, (r+1)·V/t)}.
+ *
+ * <p>Per token, in float32 whatever the logits' dtype: the maximum logit is all-reduced (max) and
+ * subtracted; the target's logit (found on the rank that owns the target, zero elsewhere) and the
+ * sum of exponentials are all-reduced (sum) together; the loss is {@code log Σ exp − target logit}.
+ * Backward returns {@code (softmax − q) · grad} in the logits' dtype, where {@code q} is the target
+ * distribution: one-hot, or smoothed as below. Every collective is over {@code tp}; with a group of
+ * one nothing is communicated.
+ *
+ * <p><b>Label smoothing</b> with {@code ε > 0} uses the target distribution that puts {@code 1 − ε}
+ * on the target and {@code ε / (V − 1)} on every other id of the full vocabulary {@code V = t · V/t}
+ * (padding ids included), i.e. {@code loss = (1 − σ)·nll − σ·mean_V(log p)} with
+ * {@code σ = ε·V/(V − 1)}. The mean of the log-probabilities is taken over the <em>full</em>
+ * vocabulary, its per-rank sums all-reduced, so the loss is the same at every tensor-parallel size.
+ * Megatron-Core's {@code VocabParallelCrossEntropy} averages the log-probabilities of the local
+ * shard only and uses the local vocabulary size in {@code σ}, so its smoothed loss changes with the
+ * tensor-parallel size; that is deliberately not reproduced here.
+ */
+public final class VocabParallelCrossEntropy {
+    private VocabParallelCrossEntropy() {}
+
+    /**
+     * Per-token cross-entropy losses.
+     *
+     * @param scope the pass's scope; owns the result
+     * @param tp the tensor-parallel communicator the logits are split over
+     * @param logits this rank's logits {@code [s, b, V/t]} (or any leading dims), float32 or float16
+     * @param target the target ids {@code [s, b]}, int32 or int64, in {@code [0, V)}; the same on every rank
+     * @param labelSmoothing {@code ε} in {@code [0, 1)}; 0 for plain cross-entropy
+     * @return float32 losses of {@code target}'s shape, an autograd leaf when the logits require grad
+     * @throws IllegalArgumentException if the shapes do not match, the target is not integer, or
+     *         {@code labelSmoothing} is out of range
+     */
+    public static NDArray lossPerToken(AutogradScope scope, Communicator tp, NDArray logits, NDArray target,
+                                       double labelSmoothing) {
+        if (!(labelSmoothing >= 0 && labelSmoothing < 1)) {
+            throw new IllegalArgumentException("label smoothing " + labelSmoothing + " is outside [0, 1)");
+        }
+        if (!Tensors.isFloating(logits.getDataType())) {
+            throw new IllegalArgumentException("logits must be floating point, got " + logits.getDataType());
+        }
+        DataType t = target.getDataType();
+        if (t != DataType.INT32 && t != DataType.INT64) {
+            throw new IllegalArgumentException("target ids must be int32 or int64, got " + t);
+        }
+        int n = logits.getShape().dimension();
+        if (n < 1 || !logits.getShape().slice(0, n - 1).equals(target.getShape())) {
+            throw new IllegalArgumentException("logits of shape " + logits.getShape()
+                    + " do not match target of shape " + target.getShape() + " (expected target = logits minus the last dim)");
+        }
+        long vocab = logits.getShape().get(n - 1) * tp.size();
+        if (labelSmoothing > 0 && vocab < 2) {
+            throw new IllegalArgumentException("label smoothing needs a vocabulary of at least 2, got " + vocab);
+        }
+        return scope.apply1(new CrossEntropy(tp, labelSmoothing), logits, target);
+    }
+
+    /** The Function; its context keeps the softmax, the local target index and its in-range mask. */
+    private record CrossEntropy(Communicator tp, double labelSmoothing) implements Function {
+
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            NDManager owner = ctx.manager();
+            int last = inputs[0].getShape().dimension() - 1;
+            long local = inputs[0].getShape().get(last);
+            long vocab = local * tp.size();
+            long start = local * tp.rank();
+            try (NDManager temp = owner.newSubManager()) {
+                // a temp-owned first operand keeps every intermediate in temp
+                NDArray z = Tensors.detach(inputs[0], temp).toType(DataType.FLOAT32, false);
+                NDArray max = z.max(new int[] {last}, true);
+                if (tp.size() > 1) {
+                    max = tp.allReduce(max, ReduceOp.MAX, temp);
+                }
+                NDArray shifted = z.sub(max);
+
+                NDArray ids = Tensors.detach(inputs[1], temp).toType(DataType.INT64, false);
+                NDArray inRange = ids.gte(start).logicalAnd(ids.lt(start + local));
+                NDArray localIds = ids.sub(start).mul(inRange.toType(DataType.INT64, false));
+                NDArray inRangeF = inRange.toType(DataType.FLOAT32, false);
+                NDArray targetLogit = shifted.gather(localIds.expandDims(last), last).squeeze(last).mul(inRangeF);
+                NDArray exp = shifted.exp();
+
+                NDList sums = new NDList(targetLogit, exp.sum(new int[] {last}));
+                if (labelSmoothing > 0) {
+                    sums.add(shifted.sum(new int[] {last}));
+                }
+                NDArray reduced = NDArrays.stack(sums, 0);
+                if (tp.size() > 1) {
+                    reduced = tp.allReduce(reduced, ReduceOp.SUM, temp);
+                }
+                NDArray logSumExp = reduced.get(1).log();
+                NDArray loss = logSumExp.sub(reduced.get(0));
+                double sigma = smoothingWeight(vocab);
+                if (labelSmoothing > 0) {
+                    // mean over the full vocabulary of log p = sum(shifted) / V - log sum exp
+                    NDArray meanLogProb = reduced.get(2).div(vocab).sub(logSumExp);
+                    loss = loss.mul(1 - sigma).sub(meanLogProb.mul(sigma));
+                }
+                if (ctx.needsInputGrad(0)) {
+                    NDArray softmax = exp.div(reduced.get(1).expandDims(last));
+                    softmax.attach(owner);
+                    localIds.attach(owner);
+                    inRangeF.attach(owner);
+                    ctx.saveForBackward(softmax, localIds, inRangeF);
+                    ctx.setState(new Saved(inputs[0].getDataType(), last, (int) local, sigma / vocab, 1 - sigma));
+                }
+                loss.attach(owner);
+                return new NDArray[] {loss};
+            }
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            Saved s = ctx.state(Saved.class);
+            NDManager owner = ctx.manager();
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray softmax = Tensors.detach(ctx.saved(0), temp);
+                NDArray onTarget = Tensors.detach(ctx.saved(1), temp).oneHot(s.localVocab(), DataType.FLOAT32);
+                NDArray inRange = Tensors.detach(ctx.saved(2), temp).expandDims(s.lastDim());
+                NDArray q = onTarget.mul(inRange).mul(s.targetWeight());
+                NDArray diff = softmax.sub(q);
+                if (s.uniformWeight() > 0) {
+                    diff = diff.sub(s.uniformWeight());
+                }
+                NDArray g = Tensors.detach(grads[0], temp).toType(DataType.FLOAT32, false).expandDims(s.lastDim());
+                NDArray gradLogits = diff.mul(g).toType(s.logitsType(), false);
+                gradLogits.attach(owner);
+                return new NDArray[] {gradLogits, null};
+            }
+        }
+
+        @Override
+        public String name() {
+            return "vocab-parallel-cross-entropy";
+        }
+
+        private double smoothingWeight(long vocab) {
+            return labelSmoothing > 0 ? labelSmoothing * vocab / (vocab - 1) : 0;
+        }
+    }
+
+    /**
+     * What backward needs besides tensors: {@code q = targetWeight·onehot + uniformWeight}.
+     */
+    private record Saved(DataType logitsType, int lastDim, int localVocab, double uniformWeight, double targetWeight) {}
+}
