@@ -12,7 +12,9 @@ import io.mcore4j.tensorparallel.Initializers;
 import io.mcore4j.tensorparallel.VocabParallelEmbedding;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * Word embeddings (vocab-parallel) plus learned absolute position embeddings, then dropout.
@@ -86,6 +88,15 @@ public final class GptEmbedding implements Module {
         List<Parameter> out = new ArrayList<>(word.parameters());
         if (position != null) {
             out.add(position);
+        }
+        return out;
+    }
+
+    @Override
+    public Map<String, Parameter> namedParameters(String prefix) {
+        Map<String, Parameter> out = new LinkedHashMap<>(word.namedParameters(prefix + WORD_KEY));
+        if (position != null) {
+            out.put(prefix + POSITION_KEY + position.name(), position);
         }
         return out;
     }

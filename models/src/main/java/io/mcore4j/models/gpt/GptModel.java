@@ -3,6 +3,7 @@ package io.mcore4j.models.gpt;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.nn.Module;
@@ -18,7 +19,9 @@ import io.mcore4j.tensorparallel.Initializers;
 import io.mcore4j.tensorparallel.VocabParallelCrossEntropy;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * One pipeline chunk of a GPT: the embedding if it is the first chunk of the model, a run of
@@ -120,7 +123,7 @@ public final class GptModel implements Module {
         if (finalNorm == null) {
             return hidden;
         }
-        hidden = finalNorm.forward(hidden);
+        hidden = finalNorm.forward(scope, hidden);
         NDArray logits = output == null
                 ? ColumnParallelLinearOverEmbedding.logits(scope, ctx, hidden, embedding.wordWeight())
                 : output.forward(scope, hidden).output();
@@ -128,7 +131,7 @@ public final class GptModel implements Module {
             return logits;
         }
         NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0);
-        return losses.toType(DataType.FLOAT32, false).mean();
+        return Cast.apply(scope, losses, DataType.FLOAT32).mean();
     }
 
     /** @return parameters whose gradients are summed over the embedding group (tied weights split across stages) */
@@ -159,6 +162,28 @@ public final class GptModel implements Module {
             out.addAll(finalNorm.parameters());
             if (output != null) {
                 out.addAll(output.parameters());
+            }
+        }
+        return out;
+    }
+
+    /**
+     * Parameters by checkpoint key; the last stage's copy of a tied embedding is named after the
+     * embedding weight it mirrors.
+     */
+    @Override
+    public Map<String, Parameter> namedParameters(String prefix) {
+        Map<String, Parameter> out = new LinkedHashMap<>();
+        if (embedding != null) {
+            out.putAll(embedding.namedParameters(prefix));
+        }
+        for (TransformerLayer layer : layers) {
+            out.putAll(layer.namedParameters(prefix));
+        }
+        if (finalNorm != null) {
+            out.putAll(finalNorm.namedParameters(prefix + "decoder.final_layernorm."));
+            if (output != null) {
+                out.putAll(output.namedParameters(prefix + (outputIsEmbeddingCopy ? GptEmbedding.WORD_KEY : OUTPUT_KEY)));
             }
         }
         return out;

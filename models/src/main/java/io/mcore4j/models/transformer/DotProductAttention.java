@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Cast;
 
 /**
  * Causal scaled dot-product attention composed of libtorch ops (Megatron's "local" attention):
@@ -34,8 +35,8 @@ public final class DotProductAttention implements CoreAttention {
         NDArray q = query.transpose(1, 2, 0, 3).reshape(b * np, s, d);
         NDArray k = key.transpose(1, 2, 3, 0).reshape(b * np, d, s);
         NDArray v = value.transpose(1, 2, 0, 3).reshape(b * np, s, d);
-        NDArray scores = q.matMul(k).toType(DataType.FLOAT32, false).mul(1.0 / Math.sqrt(d));
-        NDArray probs = scores.add(causalMask(scope.manager(), s)).softmax(-1).toType(dtype, false);
+        NDArray scores = Cast.apply(scope, q.matMul(k), DataType.FLOAT32).mul(1.0 / Math.sqrt(d));
+        NDArray probs = Cast.apply(scope, scores.add(causalMask(scope.manager(), s)).softmax(-1), dtype);
         double p = ctx.config().attentionDropout();
         if (p > 0 && scope.isGradEnabled()) {
             NDArray keep = ctx.attentionDropout().keepMask(scope.manager(), probs.getShape(), p, dtype);

@@ -11,6 +11,7 @@ import io.mcore4j.tensorparallel.LinearOutput;
 import io.mcore4j.tensorparallel.RowParallelLinear;
 
 import java.util.List;
+import java.util.Map;
 import java.util.function.BiFunction;
 
 /**
@@ -83,6 +84,11 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
             @Override
             public List<Parameter> parameters() {
                 return module.parameters();
+            }
+
+            @Override
+            public Map<String, Parameter> namedParameters(String prefix) {
+                return module.namedParameters(prefix);
             }
 
             @Override

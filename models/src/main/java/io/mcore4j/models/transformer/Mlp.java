@@ -10,7 +10,9 @@ import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * The MLP block: linear_fc1 → GELU (or SwiGLU over a fused [gate; up] output) → linear_fc2.
@@ -58,6 +60,13 @@ public final class Mlp implements Module {
     public List<Parameter> parameters() {
         List<Parameter> out = new ArrayList<>(fc1.parameters());
         out.addAll(fc2.parameters());
+        return out;
+    }
+
+    @Override
+    public Map<String, Parameter> namedParameters(String prefix) {
+        Map<String, Parameter> out = new LinkedHashMap<>(fc1.namedParameters(prefix + "linear_fc1."));
+        out.putAll(fc2.namedParameters(prefix + "linear_fc2."));
         return out;
     }
 

@@ -3,6 +3,8 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -42,23 +44,24 @@ public final class Norm implements Module {
     }
 
     /**
+     * @param scope the pass's scope
      * @param x activations [..., size]
      * @return normalised activations in x's dtype
      */
-    public NDArray forward(NDArray x) {
+    public NDArray forward(AutogradScope scope, NDArray x) {
         DataType dtype = x.getDataType();
-        NDArray x32 = x.toType(DataType.FLOAT32, false);
-        NDArray w32 = weight.data().toType(DataType.FLOAT32, false);
+        NDArray x32 = Cast.apply(scope, x, DataType.FLOAT32);
+        NDArray w32 = Cast.apply(scope, weight.data(), DataType.FLOAT32);
         NDArray y;
         if (kind == TransformerConfig.Normalization.LAYER_NORM) {
-            NDArray b32 = bias.data().toType(DataType.FLOAT32, false);
+            NDArray b32 = Cast.apply(scope, bias.data(), DataType.FLOAT32);
             long width = x.getShape().get(x.getShape().dimension() - 1);
             y = ai.djl.nn.norm.LayerNorm.layerNorm(x32, new Shape(width), w32, b32, (float) epsilon).get(0);
         } else {
             NDArray rms = x32.square().mean(new int[] {-1}, true).add(epsilon).sqrt();
             y = x32.div(rms).mul(w32);
         }
-        return y.toType(dtype, false);
+        return Cast.apply(scope, y, dtype);
     }
 
     @Override

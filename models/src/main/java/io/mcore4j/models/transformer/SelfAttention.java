@@ -10,7 +10,9 @@ import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * Causal self-attention with grouped queries: linear_qkv → (RoPE) → core attention → linear_proj.
@@ -83,6 +85,13 @@ public final class SelfAttention implements Module {
     public List<Parameter> parameters() {
         List<Parameter> out = new ArrayList<>(qkv.parameters());
         out.addAll(proj.parameters());
+        return out;
+    }
+
+    @Override
+    public Map<String, Parameter> namedParameters(String prefix) {
+        Map<String, Parameter> out = new LinkedHashMap<>(qkv.namedParameters(prefix + "linear_qkv."));
+        out.putAll(proj.namedParameters(prefix + "linear_proj."));
         return out;
     }
 

@@ -9,7 +9,9 @@ import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * A pre-norm transformer layer: {@code h = x + dropout(attention(norm(x)))},
@@ -70,9 +72,9 @@ public final class TransformerLayer implements Module {
 
     private NDArray compute(AutogradScope scope, NDArray x) {
         double p = ctx.config().hiddenDropout();
-        NDArray attn = attention.forward(scope, inputNorm.forward(x));
+        NDArray attn = attention.forward(scope, inputNorm.forward(scope, x));
         NDArray h = x.add(Dropout.apply(scope, attn, p, ctx.hiddenDropout()));
-        NDArray m = mlp.forward(scope, preMlpNorm.forward(h));
+        NDArray m = mlp.forward(scope, preMlpNorm.forward(scope, h));
         return h.add(Dropout.apply(scope, m, p, ctx.hiddenDropout()));
     }
 
@@ -82,6 +84,16 @@ public final class TransformerLayer implements Module {
         out.addAll(attention.parameters());
         out.addAll(preMlpNorm.parameters());
         out.addAll(mlp.parameters());
+        return out;
+    }
+
+    @Override
+    public Map<String, Parameter> namedParameters(String prefix) {
+        String key = prefix + keyPrefix(layerNumber);
+        Map<String, Parameter> out = new LinkedHashMap<>(inputNorm.namedParameters(key + "input_layernorm."));
+        out.putAll(attention.namedParameters(key + "self_attention."));
+        out.putAll(preMlpNorm.namedParameters(key + "pre_mlp_layernorm."));
+        out.putAll(mlp.namedParameters(key + "mlp."));
         return out;
     }
 

@@ -84,6 +84,28 @@ class GptModelTest {
         }
     }
 
+    /** fp16 parameters and compute, fp32 norms, softmax and loss: every gradient reaches the weights and tracks fp32. */
+    @Test
+    void fp16TracksFp32() {
+        Result fp32 = run(base().build(), 2);
+        Result fp16 = run(base().dtype(DataType.FLOAT16).build(), 2);
+        assertEquals(fp32.loss, fp16.loss, 1e-2 * Math.abs(fp32.loss));
+        for (String key : fp16.gradients.keySet()) {
+            double[] a = fp32.gradients.get(key);
+            double[] b = fp16.gradients.get(key);
+            double scale = 0;
+            double diff = 0;
+            double norm16 = 0;
+            for (int i = 0; i < a.length; i++) {
+                scale = Math.max(scale, Math.abs(a[i]));
+                diff = Math.max(diff, Math.abs(a[i] - b[i]));
+                norm16 += b[i] * b[i];
+            }
+            assertTrue(norm16 > 0, key + " got no gradient in fp16: the graph was cut");
+            assertTrue(diff <= 2e-2 * Math.max(scale, 1e-3), key + ": fp16 gradient differs by " + diff + " (scale " + scale + ")");
+        }
+    }
+
     @Test
     void repeatedStepsDoNotLeakNativeArrays() {
         InJvmWorld.run(2, rank -> {

@@ -1,0 +1,52 @@
+package io.mcore4j.core.autograd;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.DataType;
+
+/**
+ * A dtype conversion that autograd can differentiate. DJL's {@code toType} runs under libtorch's
+ * no-grad guard, so the converted tensor is cut off from the graph; this Function converts the
+ * gradient back to the input's dtype instead.
+ */
+public final class Cast implements Function {
+    private final DataType target;
+
+    private Cast(DataType target) {
+        this.target = target;
+    }
+
+    /**
+     * {@code x} in {@code dtype}, connected to {@code x}'s graph; {@code x} itself when it already has that dtype.
+     *
+     * @param scope the pass's scope
+     * @param x any floating tensor
+     * @param dtype the wanted dtype
+     * @return the converted tensor
+     */
+    public static NDArray apply(AutogradScope scope, NDArray x, DataType dtype) {
+        if (x.getDataType() == dtype) {
+            return x;
+        }
+        return scope.apply1(new Cast(dtype), x);
+    }
+
+    @Override
+    public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+        ctx.setState(inputs[0].getDataType());
+        NDArray out = inputs[0].toType(target, true);
+        out.attach(ctx.manager());
+        return new NDArray[] {out};
+    }
+
+    @Override
+    public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
+        NDArray g = gradOutputs[0].toType(ctx.state(DataType.class), true);
+        g.attach(ctx.manager());
+        return new NDArray[] {g};
+    }
+
+    @Override
+    public String name() {
+        return "cast to " + target;
+    }
+}

@@ -1,0 +1,39 @@
+package io.mcore4j.optimizer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.pytorch.engine.PtNDArray;
+import ai.djl.pytorch.jni.JniUtils;
+
+/** Views into flat (1-D) buffers and ownership of new results, as the buckets and the optimizer use them. */
+final class FlatTensors {
+    private FlatTensors() {}
+
+    /**
+     * Elements {@code [start, end)} of a 1-D tensor, as a view sharing its storage.
+     *
+     * @param flat a 1-D tensor
+     * @param start first element
+     * @param end one past the last element
+     * @param owner manager that owns the returned handle
+     * @return the view
+     */
+    static NDArray range(NDArray flat, long start, long end, NDManager owner) {
+        NDArray view = JniUtils.slice((PtNDArray) flat, 0, start, end, 1);
+        view.attach(owner);
+        return view;
+    }
+
+    /**
+     * Attaches {@code array} to {@code owner} and returns it: DJL attaches a result to its first
+     * operand's manager, which for state arrays is a long-lived one.
+     *
+     * @param array a new result
+     * @param owner the manager that should own it
+     * @return {@code array}
+     */
+    static NDArray own(NDArray array, NDManager owner) {
+        array.attach(owner);
+        return array;
+    }
+}

@@ -1,0 +1,178 @@
+package io.mcore4j.optimizer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.ReduceOp;
+
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Set;
+
+/**
+ * The global L2 norm of the gradients of a model spread over tensor, pipeline, expert and data
+ * parallel ranks, counting every distinct gradient element exactly once, and clipping by it.
+ *
+ * <p>Counting rule for a parameter held by this rank: a weight replicated over tensor-parallel
+ * ranks ({@link Parameter.Partition#NONE}) counts only on tensor-parallel rank 0 (expert-tensor-parallel
+ * rank 0 for experts); a tied embedding counts only on the first pipeline stage; when the
+ * gradients are data-parallel replicas (after an all-reduce) they count only on data-parallel rank
+ * 0 of their reduction group (dp-cp, or expert-dp for experts). Sums of squares are then added
+ * over the world group, which makes the result bitwise identical on every rank and covers experts
+ * held by other expert-parallel ranks. Every rank of the world must call these methods together.
+ */
+public final class GradientNorm {
+    /** Added to the norm before dividing, as torch and Megatron do. */
+    static final double CLIP_EPSILON = 1e-6;
+
+    private GradientNorm() {}
+
+    /**
+     * The global norm of the parameters' {@code .grad} (already synchronised over data-parallel
+     * ranks), with no tied embedding.
+     *
+     * @param params this rank's parameters
+     * @param groups this rank's groups
+     * @param manager manager for temporaries (released before returning)
+     * @return the norm, identical on every rank; inf or NaN if a gradient holds one
+     */
+    public static double global(List<Parameter> params, ProcessGroups groups, NDManager manager) {
+        return global(params, List.of(), groups, manager);
+    }
+
+    /**
+     * The global norm of the parameters' {@code .grad} (already synchronised over data-parallel ranks).
+     *
+     * @param params this rank's parameters
+     * @param sharedEmbedding the parameters among {@code params} tied across the first and last stage
+     * @param groups this rank's groups
+     * @param manager manager for temporaries (released before returning)
+     * @return the norm, identical on every rank
+     */
+    public static double global(List<Parameter> params, Collection<Parameter> sharedEmbedding, ProcessGroups groups,
+                                NDManager manager) {
+        Set<Parameter> shared = identitySet(sharedEmbedding);
+        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+            List<NDArray> squares = new ArrayList<>();
+            for (Parameter p : params) {
+                if (!counts(p, shared.contains(p), true, groups)) {
+                    continue;
+                }
+                NDArray g = p.gradient(temp);
+                if (g != null) {
+                    squares.add(squares(g, temp));
+                }
+            }
+            return Math.sqrt(sumOverWorld(new double[] {sumOnHost(squares, temp)}, groups, temp)[0]);
+        }
+    }
+
+    /**
+     * Scales every {@code .grad} in place by {@code maxNorm / (totalNorm + 1e-6)} when that is below 1.
+     *
+     * @param params the parameters whose gradients are clipped
+     * @param maxNorm the largest norm allowed, > 0
+     * @param totalNorm the global norm from {@link #global}
+     * @param manager manager for temporaries
+     * @return the factor applied (1 when no clipping was needed)
+     */
+    public static double clip(List<Parameter> params, double maxNorm, double totalNorm, NDManager manager) {
+        if (!(maxNorm > 0)) {
+            throw new IllegalArgumentException("maximum norm " + maxNorm + " must be > 0");
+        }
+        double coefficient = clipCoefficient(maxNorm, totalNorm);
+        if (coefficient < 1) {
+            try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+                for (Parameter p : params) {
+                    NDArray g = p.gradient(temp);
+                    if (g != null) {
+                        g.muli(coefficient);
+                    }
+                }
+            }
+        }
+        return Math.min(coefficient, 1);
+    }
+
+    /** {@code maxNorm / (totalNorm + eps)}; clip only when below 1. */
+    static double clipCoefficient(double maxNorm, double totalNorm) {
+        return maxNorm / (totalNorm + CLIP_EPSILON);
+    }
+
+    /**
+     * Whether this rank's copy of {@code p}'s gradient counts in the global norm (see the class comment).
+     *
+     * @param p a parameter of this rank
+     * @param sharedEmbedding whether it is tied across the first and last stage
+     * @param dataParallelReplica whether its gradient is identical on every rank of its reduction group
+     * @param groups this rank's groups
+     * @return true if it counts here
+     */
+    static boolean counts(Parameter p, boolean sharedEmbedding, boolean dataParallelReplica, ProcessGroups groups) {
+        boolean expert = p.kind() == Parameter.Kind.EXPERT;
+        if (!p.partition().isSplit() && (expert ? groups.expertTp() : groups.tp()).rank() != 0) {
+            return false;
+        }
+        if (sharedEmbedding && !groups.isFirstStage()) {
+            return false;
+        }
+        return !dataParallelReplica || (expert ? groups.expertDp() : groups.dpCp()).rank() == 0;
+    }
+
+    /**
+     * Adds per-rank statistics over the world group, in float64.
+     *
+     * @param local this rank's values
+     * @param groups this rank's groups
+     * @param temp manager for the tensors
+     * @return the sums, identical on every rank
+     */
+    static double[] sumOverWorld(double[] local, ProcessGroups groups, NDManager temp) {
+        if (groups.world().size() == 1) {
+            return local.clone();
+        }
+        NDArray sum = groups.world().allReduce(temp.create(local), ReduceOp.SUM, temp);
+        return sum.toDoubleArray();
+    }
+
+    /** Sum of squares of {@code g}'s elements as a scalar tensor, accumulated in float32 (float16 gradients are widened first). */
+    private static NDArray squares(NDArray g, NDManager temp) {
+        NDArray flat = FlatTensors.own(g.reshape(-1), temp);
+        if (flat.getDataType() != DataType.FLOAT32) {
+            flat = FlatTensors.own(flat.toType(DataType.FLOAT32, false), temp);
+        }
+        return FlatTensors.own(flat.dot(flat), temp);
+    }
+
+    /**
+     * Adds scalar tensors in float64 and reads the result with one device-to-host copy.
+     *
+     * @param scalars scalar tensors of any numeric dtype
+     * @param temp manager for temporaries
+     * @return their sum, 0 when empty
+     */
+    static double sumOnHost(List<NDArray> scalars, NDManager temp) {
+        if (scalars.isEmpty()) {
+            return 0;
+        }
+        NDList wide = new NDList();
+        for (NDArray s : scalars) {
+            wide.add(FlatTensors.own(s.toType(DataType.FLOAT64, false), temp));
+        }
+        NDArray stacked = FlatTensors.own(NDArrays.stack(wide), temp);
+        return FlatTensors.own(stacked.sum(), temp).getDouble();
+    }
+
+    private static Set<Parameter> identitySet(Collection<Parameter> params) {
+        Set<Parameter> set = Collections.newSetFromMap(new IdentityHashMap<>());
+        set.addAll(params);
+        return set;
+    }
+}

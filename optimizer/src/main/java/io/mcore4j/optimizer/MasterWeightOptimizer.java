@@ -1,0 +1,435 @@
+package io.mcore4j.optimizer;
+
+import static io.mcore4j.optimizer.FlatTensors.own;
+import static io.mcore4j.optimizer.FlatTensors.range;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.parallel.ProcessGroups;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Predicate;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * {@link MegatronOptimizer} over the shards of the DDP wrapper's gradient buckets: for each bucket
+ * a flat float32 master copy of this rank's shard (the whole bucket without the distributed
+ * optimizer), the update rule's moments of the same length, and boolean masks saying which
+ * elements decay and which count in the gradient norm. Every update is a handful of whole-shard
+ * tensor operations.
+ */
+final class MasterWeightOptimizer implements MegatronOptimizer {
+    private static final Logger LOG = LoggerFactory.getLogger(MasterWeightOptimizer.class);
+    private static final String MASTER = "fp32_param";
+    private static final String STEP = "step";
+    private static final String LOSS_SCALER = "loss_scaler";
+
+    /** A parameter's flat range {@code [paramStart, paramEnd)} held at {@code shardStart} of a shard. */
+    private record Piece(Parameter param, long paramStart, long paramEnd, long shardStart) {}
+
+    /** A mask over a shard: {@code mask} null means all elements (when {@code any}) or none. */
+    private record Mask(NDArray mask, boolean any) {}
+
+    /** Optimizer state of one bucket shard. */
+    private static final class Shard {
+        final GradientBucket bucket;
+        final List<Piece> pieces;
+        final NDArray master;
+        final NDArray[] state;
+        final Mask decay;
+        final Mask counted;
+
+        Shard(GradientBucket bucket, List<Piece> pieces, NDArray master, NDArray[] state, Mask decay, Mask counted) {
+            this.bucket = bucket;
+            this.pieces = pieces;
+            this.master = master;
+            this.state = state;
+            this.decay = decay;
+            this.counted = counted;
+        }
+    }
+
+    private final DistributedDataParallel ddp;
+    private final ProcessGroups groups;
+    private final OptimizerConfig config;
+    private final ParameterLayout layout;
+    private final UpdateRule rule;
+    private final DynamicLossScaler scaler;
+    private final NDManager manager;
+    private final List<Shard> shards = new ArrayList<>();
+    private NDManager checkpointViews;
+    private long stepCount;
+    private long lastSyncStepped = -1;
+
+    MasterWeightOptimizer(DistributedDataParallel ddp, ProcessGroups groups, OptimizerConfig config, ParameterLayout layout) {
+        this.ddp = ddp;
+        this.groups = groups;
+        this.config = config;
+        this.layout = layout;
+        this.rule = UpdateRule.of(config);
+        this.scaler = config.fp16() ? DynamicLossScaler.from(config) : null;
+        this.manager = ddp.manager().newSubManager();
+        this.manager.setName("optimizer-state");
+        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+            for (GradientBucket bucket : ddp.buckets()) {
+                List<Piece> pieces = piecesOf(bucket);
+                NDArray master = own(masterValues(bucket, pieces, temp), manager);
+                NDArray[] state = new NDArray[rule.stateNames().size()];
+                for (int i = 0; i < state.length; i++) {
+                    state[i] = manager.zeros(new Shape(bucket.shardNumel), DataType.FLOAT32);
+                }
+                Mask decay = mask(bucket, pieces, p -> p.data().getShape().dimension() > 1);
+                Mask counted = mask(bucket, pieces,
+                        p -> GradientNorm.counts(p, ddp.isSharedEmbedding(p), !config.useDistributedOptimizer(), groups));
+                shards.add(new Shard(bucket, pieces, master, state, decay, counted));
+            }
+        }
+    }
+
+    @Override
+    public StepResult step(double learningRate, double weightDecay) {
+        if (!(learningRate >= 0) || !(weightDecay >= 0) || Double.isInfinite(learningRate) || Double.isInfinite(weightDecay)) {
+            throw new IllegalArgumentException("learning rate " + learningRate + " and weight decay " + weightDecay
+                    + " must be finite and >= 0");
+        }
+        if (!ddp.isGradSynced()) {
+            throw new IllegalStateException("gradients are not synchronised: call finishGradSync() after the last backward");
+        }
+        if (ddp.syncCount() == lastSyncStepped) {
+            throw new IllegalStateException("step() already consumed these gradients; call zeroGrad(), run the next"
+                    + " backward and finishGradSync() first");
+        }
+        lastSyncStepped = ddp.syncCount();
+        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+            double scale = lossScale();
+            NDArray[] grads = new NDArray[shards.size()];
+            for (int i = 0; i < grads.length; i++) {
+                NDArray g = ddp.syncedShard(i);
+                if (g.getDataType() != DataType.FLOAT32) {
+                    g = own(g.toType(DataType.FLOAT32, true), temp);
+                }
+                if (scale != 1) {
+                    g.muli(1 / scale);
+                }
+                grads[i] = g;
+            }
+            double[] stats = GradientNorm.sumOverWorld(localStatistics(grads, temp), groups, temp);
+            boolean foundInf = !Double.isFinite(stats[0]);
+            if (scaler != null) {
+                scaler.update(foundInf);
+            }
+            if (foundInf) {
+                if (groups.worldRank() == 0) {
+                    LOG.warn("skipping optimizer step {}: inf/NaN in the gradients; loss scale {} -> {}",
+                            stepCount + 1, scale, lossScale());
+                }
+                return new StepResult(true, Double.NaN, lossScale(), -1);
+            }
+            double norm = Math.sqrt(stats[0]);
+            if (config.clipGrad() > 0) {
+                double coefficient = GradientNorm.clipCoefficient(config.clipGrad(), norm);
+                if (coefficient < 1) {
+                    for (NDArray g : grads) {
+                        g.muli(coefficient);
+                    }
+                }
+            }
+            stepCount++;
+            for (int i = 0; i < grads.length; i++) {
+                Shard s = shards.get(i);
+                double wd = s.decay.any() ? weightDecay : 0;
+                rule.apply(s.master, grads[i], s.state, s.decay.mask(), learningRate, wd, stepCount, temp);
+            }
+            publish(temp);
+            return new StepResult(false, norm, lossScale(), config.countZerosInGrad() ? Math.round(stats[1]) : -1);
+        }
+    }
+
+    /** {sum of squares of counted elements (NaN if any element is not finite), zeros among counted elements}. */
+    private double[] localStatistics(NDArray[] grads, NDManager temp) {
+        List<NDArray> squares = new ArrayList<>();
+        List<NDArray> zeros = new ArrayList<>();
+        for (int i = 0; i < grads.length; i++) {
+            NDArray g = grads[i];
+            Mask counted = shards.get(i).counted;
+            if (!counted.any()) {
+                // nothing counts here, but inf/NaN must still be noticed: x * 0 is NaN only for those
+                squares.add(own(own(g.mul(0), temp).sum(), temp));
+            } else if (counted.mask() == null) {
+                squares.add(own(g.dot(g), temp));
+            } else {
+                // an inf masked out still yields NaN (inf * 0), so the check covers every element
+                squares.add(own(own(g.mul(counted.mask()), temp).dot(g), temp));
+            }
+            if (config.countZerosInGrad() && counted.any()) {
+                NDArray isZero = own(g.eq(0), temp);
+                if (counted.mask() != null) {
+                    isZero = own(isZero.logicalAnd(counted.mask()), temp);
+                }
+                zeros.add(own(isZero.sum(), temp));
+            }
+        }
+        return new double[] {GradientNorm.sumOnHost(squares, temp), GradientNorm.sumOnHost(zeros, temp)};
+    }
+
+    /** Copies the master weights into the model parameters, all-gathering the shards first with the distributed optimizer. */
+    private void publish(NDManager temp) {
+        for (Shard s : shards) {
+            GradientBucket bucket = s.bucket;
+            NDArray full = s.master;
+            if (config.useDistributedOptimizer() && bucket.group.size() > 1) {
+                NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
+                        : own(s.master.toType(bucket.paramDtype, false), temp);
+                full = bucket.group.allGather(local, 0, temp);
+            }
+            for (GradientBucket.Slot slot : bucket.slots) {
+                NDArray view = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
+                NDArray data = slot.param().data();
+                Tensors.copyInto(data, own(view.reshape(data.getShape()), temp));
+            }
+        }
+    }
+
+    @Override
+    public double lossScale() {
+        return scaler == null ? 1.0 : scaler.scale();
+    }
+
+    @Override
+    public void zeroGrad() {
+        ddp.zeroGrad();
+    }
+
+    @Override
+    public OptimizerConfig config() {
+        return config;
+    }
+
+    @Override
+    public long stepCount() {
+        return stepCount;
+    }
+
+    @Override
+    public long stateBytes() {
+        long bytes = 0;
+        for (Shard s : shards) {
+            bytes += bytes(s.master);
+            for (NDArray t : s.state) {
+                bytes += bytes(t);
+            }
+            bytes += s.decay.mask() == null ? 0 : bytes(s.decay.mask());
+            bytes += s.counted.mask() == null ? 0 : bytes(s.counted.mask());
+        }
+        return bytes;
+    }
+
+    private static long bytes(NDArray t) {
+        return t.getShape().size() * t.getDataType().getNumOfBytes();
+    }
+
+    @Override
+    public void reloadModelParams() {
+        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+            for (Shard s : shards) {
+                Tensors.copyInto(s.master, masterValues(s.bucket, s.pieces, temp));
+            }
+        }
+    }
+
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        releaseCheckpointViews();
+        checkpointViews = manager.newSubManager();
+        return shardedState(prefix, layout, checkpointViews);
+    }
+
+    @Override
+    public List<ShardedTensor> shardedState(String prefix, ParameterLayout layout, NDManager owner) {
+        List<String> names = new ArrayList<>();
+        names.add(MASTER);
+        names.addAll(rule.stateNames());
+        List<ShardedTensor> out = new ArrayList<>();
+        try (NoGrad off = NoGrad.enter()) {
+            for (Shard s : shards) {
+                NDArray[] tensors = new NDArray[names.size()];
+                tensors[0] = s.master;
+                System.arraycopy(s.state, 0, tensors, 1, s.state.length);
+                for (Piece piece : s.pieces) {
+                    describe(prefix, layout, piece, names, tensors, owner, out);
+                }
+            }
+            int replica = groups.worldRank() == 0 ? 0 : 1;
+            out.add(ShardedTensor.whole(prefix + STEP, owner.create(new long[] {stepCount})).replicatedIf(replica != 0));
+            if (scaler != null) {
+                double[] st = scaler.state();
+                float[] values = {(float) st[0], (float) st[1], (float) st[2]};
+                out.add(ShardedTensor.whole(prefix + LOSS_SCALER, owner.create(values)).replicatedIf(replica != 0));
+            }
+        }
+        return out;
+    }
+
+    /** Appends the rectangles of one parameter piece, for every state tensor. */
+    private void describe(String prefix, ParameterLayout layout, Piece piece, List<String> names, NDArray[] tensors,
+                          NDManager owner, List<ShardedTensor> out) {
+        Parameter p = piece.param();
+        ShardedTensor d = layout.describe(p);
+        long[] localShape = d.data().getShape().getShape();
+        if (d.data().getShape().size() != p.data().getShape().size()) {
+            throw new IllegalArgumentException("checkpoint description " + d + " of parameter " + p
+                    + " does not have the parameter's " + p.data().getShape().size() + " elements");
+        }
+        boolean replicated = !GradientNorm.counts(p, ddp.isSharedEmbedding(p), !config.useDistributedOptimizer(), groups);
+        int replica = d.replicaId() != 0 ? d.replicaId() : replicated ? 1 : 0;
+        long[] base = d.globalOffset();
+        for (FlatRangeBlocks.Block block : FlatRangeBlocks.decompose(localShape, piece.paramStart(), piece.paramEnd())) {
+            long start = piece.shardStart() + block.flatStart() - piece.paramStart();
+            long[] offset = new long[base.length];
+            for (int k = 0; k < offset.length; k++) {
+                offset[k] = base[k] + block.offset()[k];
+            }
+            for (int t = 0; t < tensors.length; t++) {
+                NDArray flat = range(tensors[t], start, start + block.numel(), owner);
+                NDArray view = own(flat.reshape(block.extent()), owner);
+                flat.close();
+                out.add(new ShardedTensor(prefix + d.key() + "." + names.get(t), view, d.globalShape(), offset, replica));
+            }
+        }
+    }
+
+    @Override
+    public void loadShardedState(String prefix, List<ShardedTensor> loaded) {
+        loadShardedState(prefix, layout, loaded);
+    }
+
+    @Override
+    public void loadShardedState(String prefix, ParameterLayout layout, List<ShardedTensor> loaded) {
+        Map<String, ShardedTensor> byPlace = new HashMap<>();
+        for (ShardedTensor t : loaded) {
+            byPlace.put(place(t), t);
+        }
+        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+            List<ShardedTensor> wanted = shardedState(prefix, layout, temp);
+            List<ShardedTensor> found = new ArrayList<>(wanted.size());
+            // check everything before writing anything, so a failed load leaves the state as it was
+            for (ShardedTensor want : wanted) {
+                ShardedTensor got = byPlace.get(place(want));
+                if (got == null) {
+                    throw new IllegalArgumentException("optimizer state " + want.key() + " at global offset "
+                            + Arrays.toString(want.globalOffset()) + " of shape " + want.data().getShape()
+                            + " is missing from the " + loaded.size() + " loaded tensors");
+                }
+                if (!got.data().getShape().equals(want.data().getShape())) {
+                    throw new IllegalArgumentException("optimizer state " + want.key() + " at global offset "
+                            + Arrays.toString(want.globalOffset()) + " was loaded with shape " + got.data().getShape()
+                            + "; expected " + want.data().getShape());
+                }
+                found.add(got);
+            }
+            for (int i = 0; i < wanted.size(); i++) {
+                ShardedTensor want = wanted.get(i);
+                NDArray source = found.get(i).data();
+                if (want.key().equals(prefix + STEP)) {
+                    stepCount = own(source.toType(DataType.INT64, true), temp).getLong();
+                } else if (want.key().equals(prefix + LOSS_SCALER)) {
+                    scaler.restore(own(source.toType(DataType.FLOAT64, true), temp).toDoubleArray());
+                } else {
+                    Tensors.copyInto(want.data(), source);
+                }
+            }
+        }
+    }
+
+    private static String place(ShardedTensor t) {
+        return t.key() + "@" + Arrays.toString(t.globalOffset());
+    }
+
+    @Override
+    public void close() {
+        releaseCheckpointViews();
+        manager.close();
+    }
+
+    private void releaseCheckpointViews() {
+        if (checkpointViews != null) {
+            checkpointViews.close();
+            checkpointViews = null;
+        }
+    }
+
+    /** The parameter ranges that fall inside this rank's shard of {@code bucket}. */
+    private static List<Piece> piecesOf(GradientBucket bucket) {
+        long lo = bucket.shardOffset;
+        long hi = bucket.shardOffset + bucket.shardNumel;
+        List<Piece> pieces = new ArrayList<>();
+        for (GradientBucket.Slot slot : bucket.slots) {
+            long start = Math.max(slot.offset(), lo);
+            long end = Math.min(slot.offset() + slot.numel(), hi);
+            if (start < end) {
+                pieces.add(new Piece(slot.param(), start - slot.offset(), end - slot.offset(), start - lo));
+            }
+        }
+        return List.copyOf(pieces);
+    }
+
+    /** Elements of the shard that lie in the bucket's padding. */
+    private static long paddingInShard(GradientBucket bucket) {
+        long start = Math.max(bucket.numel, bucket.shardOffset);
+        return Math.max(0, bucket.shardOffset + bucket.shardNumel - start);
+    }
+
+    /** The current parameter values of the shard as float32, in {@code temp}. */
+    private static NDArray masterValues(GradientBucket bucket, List<Piece> pieces, NDManager temp) {
+        NDList parts = new NDList();
+        for (Piece piece : pieces) {
+            NDArray flat = own(piece.param().data().reshape(-1), temp);
+            NDArray part = range(flat, piece.paramStart(), piece.paramEnd(), temp);
+            parts.add(own(part.toType(DataType.FLOAT32, false), temp));
+        }
+        long padding = paddingInShard(bucket);
+        if (padding > 0) {
+            parts.add(temp.zeros(new Shape(padding), DataType.FLOAT32));
+        }
+        return own(parts.size() == 1 ? parts.get(0).duplicate() : NDArrays.concat(parts), temp);
+    }
+
+    /** A boolean mask over the shard, true where {@code test} holds for the owning parameter (padding counts as either). */
+    private Mask mask(GradientBucket bucket, List<Piece> pieces, Predicate<Parameter> test) {
+        boolean all = true;
+        boolean any = false;
+        for (Piece piece : pieces) {
+            boolean t = test.test(piece.param());
+            all &= t;
+            any |= t;
+        }
+        if (all || !any) {
+            return new Mask(null, any);
+        }
+        try (NDManager temp = manager.newSubManager()) {
+            NDList parts = new NDList();
+            for (Piece piece : pieces) {
+                Shape shape = new Shape(piece.paramEnd() - piece.paramStart());
+                parts.add(test.test(piece.param()) ? temp.ones(shape, DataType.BOOLEAN) : temp.zeros(shape, DataType.BOOLEAN));
+            }
+            long padding = paddingInShard(bucket);
+            if (padding > 0) {
+                parts.add(temp.zeros(new Shape(padding), DataType.BOOLEAN));
+            }
+            return new Mask(own(NDArrays.concat(parts), manager), true);
+        }
+    }
+}

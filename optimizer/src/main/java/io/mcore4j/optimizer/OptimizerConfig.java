@@ -1,0 +1,258 @@
+package io.mcore4j.optimizer;
+
+import java.util.Objects;
+
+/**
+ * Options of the optimizer and of data-parallel gradient synchronisation, validated once. Build
+ * with {@link #builder()}; every option has Megatron-Core's default.
+ *
+ * @param algorithm the update rule
+ * @param lr base learning rate (the training loop passes the scheduled rate to each step)
+ * @param beta1 Adam's first-moment decay
+ * @param beta2 Adam's second-moment decay
+ * @param eps Adam's denominator term
+ * @param weightDecay base weight decay (1-D parameters, i.e. biases and norm weights, never decay)
+ * @param sgdMomentum SGD momentum (0 = plain SGD)
+ * @param clipGrad maximum global L2 norm of the gradients; 0 turns clipping off
+ * @param fp16 whether model parameters are float16 (fp32 master weights and dynamic loss scaling)
+ * @param initialLossScale first loss scale when {@code fp16}
+ * @param minLossScale the scale never backs off below this
+ * @param lossScaleWindow steps without inf/NaN after which the scale doubles (growth interval)
+ * @param hysteresis number of inf/NaN steps tolerated before the scale halves
+ * @param useDistributedOptimizer shard master weights and optimizer moments over data-parallel ranks (ZeRO-1)
+ * @param bucketSizeBytes target size of one gradient bucket, in bytes of the reduction dtype
+ * @param averageInCollective average with an AVG collective instead of pre-dividing by the group size and summing
+ * @param gradReduceInFp32 reduce gradients in float32 even when parameters are float16
+ * @param countZerosInGrad count zero gradient elements at each step ({@link StepResult#numZeros()}), one extra reduction
+ */
+public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, double beta2, double eps,
+                              double weightDecay, double sgdMomentum, double clipGrad, boolean fp16,
+                              double initialLossScale, double minLossScale, int lossScaleWindow, int hysteresis,
+                              boolean useDistributedOptimizer, long bucketSizeBytes, boolean averageInCollective,
+                              boolean gradReduceInFp32, boolean countZerosInGrad) {
+
+    /** The update rule. */
+    public enum Algorithm {
+        /** Adam with L2 regularisation added to the gradient (torch.optim.Adam). */
+        ADAM,
+        /** Adam with decoupled weight decay (torch.optim.AdamW; Megatron's default "adam"). */
+        ADAMW,
+        /** Stochastic gradient descent with optional momentum (torch.optim.SGD, no dampening). */
+        SGD
+    }
+
+    /**
+     * Validates every option.
+     *
+     * @throws IllegalArgumentException naming the option, its value and the accepted range
+     */
+    public OptimizerConfig {
+        Objects.requireNonNull(algorithm, "algorithm");
+        atLeast("learning rate", lr, 0);
+        unitInterval("beta1", beta1);
+        unitInterval("beta2", beta2);
+        if (!(eps > 0)) {
+            throw new IllegalArgumentException("eps " + eps + " must be > 0");
+        }
+        atLeast("weight decay", weightDecay, 0);
+        unitInterval("SGD momentum", sgdMomentum);
+        atLeast("gradient clipping norm", clipGrad, 0);
+        if (!(initialLossScale > 0) || Double.isInfinite(initialLossScale)) {
+            throw new IllegalArgumentException("initial loss scale " + initialLossScale + " must be finite and > 0");
+        }
+        if (!(minLossScale > 0) || minLossScale > initialLossScale) {
+            throw new IllegalArgumentException("minimum loss scale " + minLossScale
+                    + " must be > 0 and at most the initial loss scale " + initialLossScale);
+        }
+        if (lossScaleWindow < 1) {
+            throw new IllegalArgumentException("loss scale window " + lossScaleWindow + " must be >= 1");
+        }
+        if (hysteresis < 1) {
+            throw new IllegalArgumentException("hysteresis " + hysteresis + " must be >= 1");
+        }
+        if (bucketSizeBytes < 1) {
+            throw new IllegalArgumentException("bucket size " + bucketSizeBytes + " bytes must be >= 1");
+        }
+    }
+
+    private static void atLeast(String what, double value, double min) {
+        if (!(value >= min) || Double.isInfinite(value)) {
+            throw new IllegalArgumentException(what + " " + value + " must be finite and >= " + min);
+        }
+    }
+
+    private static void unitInterval(String what, double value) {
+        if (!(value >= 0 && value < 1)) {
+            throw new IllegalArgumentException(what + " " + value + " must be in [0, 1)");
+        }
+    }
+
+    /**
+     * A builder holding the defaults: AdamW, lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay
+     * 0.01, SGD momentum 0.9, clipping at 1.0, fp32, loss scale 2^16 (min 1, window 1000,
+     * hysteresis 2), no distributed optimizer, 40 MB buckets, pre-divided sums, fp32 reduction.
+     *
+     * @return a new builder
+     */
+    public static Builder builder() {
+        return new Builder();
+    }
+
+    /**
+     * A builder initialised from this configuration.
+     *
+     * @return a new builder
+     */
+    public Builder toBuilder() {
+        return new Builder().algorithm(algorithm).lr(lr).beta1(beta1).beta2(beta2).eps(eps).weightDecay(weightDecay)
+                .sgdMomentum(sgdMomentum).clipGrad(clipGrad).fp16(fp16).initialLossScale(initialLossScale)
+                .minLossScale(minLossScale).lossScaleWindow(lossScaleWindow).hysteresis(hysteresis)
+                .useDistributedOptimizer(useDistributedOptimizer).bucketSizeBytes(bucketSizeBytes)
+                .averageInCollective(averageInCollective).gradReduceInFp32(gradReduceInFp32)
+                .countZerosInGrad(countZerosInGrad);
+    }
+
+    /** Mutable builder; {@link #build()} validates. */
+    public static final class Builder {
+        private Algorithm algorithm = Algorithm.ADAMW;
+        private double lr = 1e-3;
+        private double beta1 = 0.9;
+        private double beta2 = 0.999;
+        private double eps = 1e-8;
+        private double weightDecay = 0.01;
+        private double sgdMomentum = 0.9;
+        private double clipGrad = 1.0;
+        private boolean fp16;
+        private double initialLossScale = 65536;
+        private double minLossScale = 1;
+        private int lossScaleWindow = 1000;
+        private int hysteresis = 2;
+        private boolean useDistributedOptimizer;
+        private long bucketSizeBytes = 40_000_000L;
+        private boolean averageInCollective;
+        private boolean gradReduceInFp32 = true;
+        private boolean countZerosInGrad;
+
+        private Builder() {}
+
+        /** @param v the update rule @return this */
+        public Builder algorithm(Algorithm v) {
+            algorithm = v;
+            return this;
+        }
+
+        /** @param v base learning rate @return this */
+        public Builder lr(double v) {
+            lr = v;
+            return this;
+        }
+
+        /** @param v Adam beta1 @return this */
+        public Builder beta1(double v) {
+            beta1 = v;
+            return this;
+        }
+
+        /** @param v Adam beta2 @return this */
+        public Builder beta2(double v) {
+            beta2 = v;
+            return this;
+        }
+
+        /** @param v Adam eps @return this */
+        public Builder eps(double v) {
+            eps = v;
+            return this;
+        }
+
+        /** @param v base weight decay @return this */
+        public Builder weightDecay(double v) {
+            weightDecay = v;
+            return this;
+        }
+
+        /** @param v SGD momentum @return this */
+        public Builder sgdMomentum(double v) {
+            sgdMomentum = v;
+            return this;
+        }
+
+        /** @param v maximum global gradient norm, 0 = no clipping @return this */
+        public Builder clipGrad(double v) {
+            clipGrad = v;
+            return this;
+        }
+
+        /** @param v float16 parameters with loss scaling @return this */
+        public Builder fp16(boolean v) {
+            fp16 = v;
+            return this;
+        }
+
+        /** @param v initial loss scale @return this */
+        public Builder initialLossScale(double v) {
+            initialLossScale = v;
+            return this;
+        }
+
+        /** @param v minimum loss scale @return this */
+        public Builder minLossScale(double v) {
+            minLossScale = v;
+            return this;
+        }
+
+        /** @param v growth interval in clean steps @return this */
+        public Builder lossScaleWindow(int v) {
+            lossScaleWindow = v;
+            return this;
+        }
+
+        /** @param v inf/NaN steps tolerated before backing off @return this */
+        public Builder hysteresis(int v) {
+            hysteresis = v;
+            return this;
+        }
+
+        /** @param v shard optimizer state over data-parallel ranks @return this */
+        public Builder useDistributedOptimizer(boolean v) {
+            useDistributedOptimizer = v;
+            return this;
+        }
+
+        /** @param v target gradient bucket size in bytes @return this */
+        public Builder bucketSizeBytes(long v) {
+            bucketSizeBytes = v;
+            return this;
+        }
+
+        /** @param v average in the collective instead of pre-dividing @return this */
+        public Builder averageInCollective(boolean v) {
+            averageInCollective = v;
+            return this;
+        }
+
+        /** @param v reduce float16 gradients in float32 @return this */
+        public Builder gradReduceInFp32(boolean v) {
+            gradReduceInFp32 = v;
+            return this;
+        }
+
+        /** @param v count zero gradient elements each step @return this */
+        public Builder countZerosInGrad(boolean v) {
+            countZerosInGrad = v;
+            return this;
+        }
+
+        /**
+         * Validates and builds.
+         *
+         * @return the configuration
+         * @throws IllegalArgumentException if an option is out of range
+         */
+        public OptimizerConfig build() {
+            return new OptimizerConfig(algorithm, lr, beta1, beta2, eps, weightDecay, sgdMomentum, clipGrad, fp16,
+                    initialLossScale, minLossScale, lossScaleWindow, hysteresis, useDistributedOptimizer,
+                    bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad);
+        }
+    }
+}
