@@ -1,0 +1,302 @@
+package io.mcore4j.checkpoint;
+
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.parallel.Communicator;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalLong;
+import java.util.TreeSet;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The checkpoints of one training run under a root directory: one directory per iteration
+ * ({@code root/iter_0000100}), a {@code latest} marker naming the newest complete one, and
+ * keep-last-N rotation.
+ *
+ * <p>The marker holds the iteration number as text. Rank 0 rewrites it atomically (temporary file,
+ * fsync, rename) only after a checkpoint is complete, then deletes iteration directories older than
+ * the {@code keepLast} newest complete ones (their {@code metadata.json} first, so a half-deleted
+ * directory never looks complete). A process killed during a save therefore leaves the marker on the
+ * previous checkpoint, which stays loadable.
+ *
+ * <p>Create one manager per rank over the same root. The save methods and {@link #commit} are
+ * collectives over {@code world} (see {@link DistCheckpointing}); the rest only read the file
+ * system. A manager remembers its pending asynchronous save: the next save finishes it first, so a
+ * background failure not yet seen through {@link AsyncSave#finish()} surfaces there. Not thread-safe.
+ */
+public final class CheckpointManager {
+    /** Name of the marker file under the root. */
+    public static final String LATEST_MARKER = "latest";
+
+    private static final Logger LOG = LoggerFactory.getLogger(CheckpointManager.class);
+    private static final Pattern ITERATION_DIR = Pattern.compile("iter_(\\d+)");
+
+    private final Path root;
+    private final int keepLast;
+    private AsyncSave pending;
+
+    /**
+     * @param root directory holding the iteration directories (created on the first save)
+     * @param keepLast how many complete checkpoints to keep; {@code Integer.MAX_VALUE} keeps all
+     * @throws IllegalArgumentException if {@code keepLast < 1}
+     */
+    public CheckpointManager(Path root, int keepLast) {
+        if (keepLast < 1) {
+            throw new IllegalArgumentException("keepLast " + keepLast + " must be at least 1 (the latest checkpoint is never deleted)");
+        }
+        this.root = root;
+        this.keepLast = keepLast;
+    }
+
+    /** @return the root directory */
+    public Path root() {
+        return root;
+    }
+
+    /** @return how many complete checkpoints rotation keeps */
+    public int keepLast() {
+        return keepLast;
+    }
+
+    /**
+     * @param iteration a training iteration, non-negative
+     * @return {@code root/iter_NNNNNNN} (seven digits, more when needed)
+     */
+    public Path directoryFor(long iteration) {
+        if (iteration < 0) {
+            throw new IllegalArgumentException("iteration " + iteration + " is negative");
+        }
+        return root.resolve(String.format("iter_%07d", iteration));
+    }
+
+    /**
+     * The newest complete checkpoint: the one the {@code latest} marker names or, when there is no
+     * marker (checkpoints saved with {@link DistCheckpointing} directly into
+     * {@link #directoryFor} directories), the complete iteration directory with the highest iteration.
+     *
+     * @return its directory, or empty if there is none
+     * @throws CorruptCheckpointException if the marker is unreadable or names an incomplete directory
+     */
+    public Optional<Path> latest() {
+        OptionalLong iteration = latestIteration();
+        return iteration.isPresent() ? Optional.of(directoryFor(iteration.getAsLong())) : Optional.empty();
+    }
+
+    /**
+     * @return the iteration of {@link #latest()}, or empty
+     * @throws CorruptCheckpointException as for {@link #latest()}
+     */
+    public OptionalLong latestIteration() {
+        Path marker = root.resolve(LATEST_MARKER);
+        String text;
+        try {
+            text = Files.readString(marker, StandardCharsets.UTF_8).trim();
+        } catch (NoSuchFileException e) {
+            List<Long> complete = completeIterations();
+            return complete.isEmpty() ? OptionalLong.empty() : OptionalLong.of(complete.get(complete.size() - 1));
+        } catch (IOException e) {
+            throw new CorruptCheckpointException("cannot read the marker " + marker + ": " + e, e);
+        }
+        long iteration;
+        try {
+            iteration = Long.parseLong(text);
+        } catch (NumberFormatException e) {
+            throw new CorruptCheckpointException("the marker " + marker + " holds \"" + text
+                    + "\", not an iteration number", e);
+        }
+        Path dir = directoryFor(iteration);
+        if (!DistCheckpointing.isComplete(dir)) {
+            throw new CorruptCheckpointException("the marker " + marker + " names iteration " + iteration + " but "
+                    + dir + " holds no complete checkpoint (no " + CheckpointMetadata.FILE_NAME + ")");
+        }
+        return OptionalLong.of(iteration);
+    }
+
+    /** @return the iterations whose directories hold a complete checkpoint, ascending */
+    public List<Long> completeIterations() {
+        List<Long> out = new ArrayList<>();
+        for (long iteration : iterationDirectories()) {
+            if (DistCheckpointing.isComplete(directoryFor(iteration))) {
+                out.add(iteration);
+            }
+        }
+        return out;
+    }
+
+    /**
+     * Saves {@code state} as iteration {@code iteration}, then {@link #commit commits} it.
+     *
+     * @param iteration the training iteration
+     * @param state this rank's shards
+     * @param common non-tensor state (rank 0's is stored)
+     * @param world communicator over all ranks
+     */
+    public void save(long iteration, List<ShardedTensor> state, Map<String, Object> common, Communicator world) {
+        save(iteration, state, common, world, SaveOptions.defaults());
+    }
+
+    /**
+     * {@link #save(long, List, Map, Communicator)} with options.
+     *
+     * @param iteration the training iteration
+     * @param state this rank's shards
+     * @param common non-tensor state
+     * @param world communicator over all ranks
+     * @param options save options
+     */
+    public void save(long iteration, List<ShardedTensor> state, Map<String, Object> common, Communicator world,
+                     SaveOptions options) {
+        finishPending();
+        DistCheckpointing.save(directoryFor(iteration), state, common, world, options);
+        commit(iteration, world);
+    }
+
+    /**
+     * Starts an asynchronous save of iteration {@code iteration}; its {@link AsyncSave#finish()}
+     * also commits it. A pending earlier save is finished first.
+     *
+     * @param iteration the training iteration
+     * @param state this rank's shards
+     * @param common non-tensor state
+     * @param world communicator over all ranks
+     * @return the running save
+     */
+    public AsyncSave saveAsync(long iteration, List<ShardedTensor> state, Map<String, Object> common, Communicator world) {
+        return saveAsync(iteration, state, common, world, SaveOptions.defaults());
+    }
+
+    /**
+     * {@link #saveAsync(long, List, Map, Communicator)} with options.
+     *
+     * @param iteration the training iteration
+     * @param state this rank's shards
+     * @param common non-tensor state
+     * @param world communicator over all ranks
+     * @param options save options
+     * @return the running save
+     */
+    public AsyncSave saveAsync(long iteration, List<ShardedTensor> state, Map<String, Object> common,
+                               Communicator world, SaveOptions options) {
+        finishPending();
+        AsyncSave save = DistCheckpointing.saveAsync(directoryFor(iteration), state, common, world, options);
+        save.afterCommit(() -> commit(iteration, world));
+        pending = save;
+        return save;
+    }
+
+    /**
+     * Finishes the pending asynchronous save, if any (a collective when there is one; every rank's
+     * manager has the same pending save). Call before exiting.
+     *
+     * @throws CheckpointException on every rank if that save failed
+     */
+    public void finishPending() {
+        AsyncSave save = pending;
+        pending = null;
+        if (save != null && !save.isFinished()) {
+            save.finish();
+        }
+    }
+
+    /**
+     * Marks the complete checkpoint of {@code iteration} as latest and rotates old ones. Collective:
+     * rank 0 writes and deletes, and every rank returns once it has. Use it after saving with
+     * {@link DistCheckpointing} into {@link #directoryFor(long)} yourself.
+     *
+     * @param iteration an iteration whose checkpoint is complete
+     * @param world communicator over all ranks
+     * @throws CheckpointException on every rank if the directory is incomplete or the marker cannot be written
+     */
+    public void commit(long iteration, Communicator world) {
+        Throwable failure = null;
+        if (world.rank() == 0) {
+            try {
+                Path dir = directoryFor(iteration);
+                if (!DistCheckpointing.isComplete(dir)) {
+                    throw new CorruptCheckpointException("cannot mark " + dir + " as latest: it holds no "
+                            + CheckpointMetadata.FILE_NAME);
+                }
+                DurableFiles.writeAtomically(root.resolve(LATEST_MARKER),
+                        (iteration + "\n").getBytes(StandardCharsets.UTF_8), true);
+                rotate(iteration);
+            } catch (RuntimeException | IOException e) {
+                failure = e instanceof IOException
+                        ? new CheckpointException("cannot write the marker under " + root + ": " + e, e) : e;
+            }
+        }
+        RankAgreement.agree(world, "committing iteration " + iteration + " under " + root, failure);
+    }
+
+    /**
+     * Loads the latest checkpoint, if there is one.
+     *
+     * @param targets this rank's tensors to fill
+     * @param world communicator over all ranks
+     * @param strict what to do about missing and unexpected keys
+     * @return the load's result, or empty when no checkpoint exists (then nothing is touched)
+     */
+    public Optional<LoadResult> loadLatest(List<ShardedTensor> targets, Communicator world, StrictMode strict) {
+        Optional<Path> dir = latest();
+        return dir.map(d -> DistCheckpointing.load(d, targets, world, strict));
+    }
+
+    /** Deletes every iteration directory older than the {@code keepLast} newest complete ones up to {@code latest}. */
+    private void rotate(long latest) {
+        List<Long> kept = new ArrayList<>();
+        List<Long> complete = completeIterations();
+        for (int i = complete.size() - 1; i >= 0 && kept.size() < keepLast; i--) {
+            if (complete.get(i) <= latest) {
+                kept.add(complete.get(i));
+            }
+        }
+        long oldestKept = kept.isEmpty() ? latest : kept.get(kept.size() - 1);
+        for (long iteration : iterationDirectories()) {
+            if (iteration >= oldestKept) {
+                break;
+            }
+            Path dir = directoryFor(iteration);
+            try {
+                Files.deleteIfExists(dir.resolve(CheckpointMetadata.FILE_NAME));
+                DurableFiles.fsyncDirectory(dir);
+                DurableFiles.deleteTree(dir);
+            } catch (IOException e) {
+                LOG.warn("keep-last-{} rotation could not delete {}: {}", keepLast, dir, e.toString());
+            }
+        }
+    }
+
+    /** @return the iterations that have a directory under the root, ascending */
+    private List<Long> iterationDirectories() {
+        TreeSet<Long> found = new TreeSet<>();
+        if (!Files.isDirectory(root)) {
+            return new ArrayList<>();
+        }
+        try (DirectoryStream<Path> entries = Files.newDirectoryStream(root)) {
+            for (Path p : entries) {
+                Matcher m = ITERATION_DIR.matcher(p.getFileName().toString());
+                if (m.matches() && Files.isDirectory(p) && m.group(1).length() <= 18) {
+                    long iteration = Long.parseLong(m.group(1));
+                    if (directoryFor(iteration).equals(p)) {
+                        found.add(iteration);
+                    }
+                }
+            }
+        } catch (IOException e) {
+            throw new CheckpointException("cannot list " + root + ": " + e, e);
+        }
+        return new ArrayList<>(found);
+    }
+}

@@ -1,0 +1,59 @@
+package io.mcore4j.checkpoint;
+
+import ai.djl.ndarray.types.DataType;
+
+/** The dtypes a checkpoint stores, under their safetensors names. bfloat16 is absent: DJL's PyTorch engine cannot create it. */
+enum SafetensorsDtype {
+    F16(DataType.FLOAT16, 2),
+    F32(DataType.FLOAT32, 4),
+    F64(DataType.FLOAT64, 8),
+    I8(DataType.INT8, 1),
+    U8(DataType.UINT8, 1),
+    I32(DataType.INT32, 4),
+    I64(DataType.INT64, 8),
+    BOOL(DataType.BOOLEAN, 1);
+
+    private final DataType dataType;
+    private final int bytes;
+
+    SafetensorsDtype(DataType dataType, int bytes) {
+        this.dataType = dataType;
+        this.bytes = bytes;
+    }
+
+    DataType dataType() {
+        return dataType;
+    }
+
+    int bytes() {
+        return bytes;
+    }
+
+    /**
+     * @param type a DJL dtype
+     * @return its safetensors name
+     * @throws IllegalArgumentException for a dtype a checkpoint cannot hold
+     */
+    static SafetensorsDtype of(DataType type) {
+        for (SafetensorsDtype d : values()) {
+            if (d.dataType == type) {
+                return d;
+            }
+        }
+        throw new IllegalArgumentException("dtype " + type + " cannot be stored; supported: float16, float32, "
+                + "float64, int8, uint8, int32, int64, boolean");
+    }
+
+    /**
+     * @param name a safetensors dtype name such as {@code "F32"}
+     * @return the dtype, or null if unknown
+     */
+    static SafetensorsDtype parseOrNull(String name) {
+        for (SafetensorsDtype d : values()) {
+            if (d.name().equals(name)) {
+                return d;
+            }
+        }
+        return null;
+    }
+}
