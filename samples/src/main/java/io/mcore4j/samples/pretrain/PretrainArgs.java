@@ -48,6 +48,7 @@ import java.util.Set;
  * @param mockData --mock-data
  * @param corpus --corpus-from-sources DIR: build a byte-level corpus from a source tree (the demo's data)
  * @param vocabSize --vocab-size (mock data and byte-level corpora)
+ * @param vocabDivisor --make-vocab-size-divisible-by: the vocabulary is padded to a multiple of this x TP
  * @param split --split
  * @param save --save directory, or null
  * @param load --load directory, or null
@@ -68,7 +69,7 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
                            boolean fp16, boolean useDistributedOptimizer, String recompute, boolean swiglu,
                            boolean rmsNorm, boolean rope, boolean untieEmbeddings, double hiddenDropout,
                            double attentionDropout, List<String> dataPath, boolean mockData, Path corpus,
-                           int vocabSize, String split, Path save, Path load, int saveInterval, int evalInterval,
+                           int vocabSize, int vocabDivisor, String split, Path save, Path load, int saveInterval, int evalInterval,
                            int evalIters, int logInterval, long seed, Path metricsDir, double peakTflops,
                            int timeoutSeconds) {
 
@@ -192,7 +193,7 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
                 f.bool("--swiglu"), norm.equals("rmsnorm"), pos.equals("rope"),
                 f.bool("--untie-embeddings-and-output-weights"), f.real("--hidden-dropout"),
                 f.real("--attention-dropout"), dataPath, f.bool("--mock-data"),
-                corpus.isEmpty() ? null : Path.of(corpus), f.integer("--vocab-size"), f.text("--split"),
+                corpus.isEmpty() ? null : Path.of(corpus), f.integer("--vocab-size"), f.integer("--make-vocab-size-divisible-by"), f.text("--split"),
                 save.isEmpty() ? null : Path.of(save), load.isEmpty() ? null : Path.of(load),
                 f.integer("--save-interval"), f.integer("--eval-interval"), f.integer("--eval-iters"),
                 f.integer("--log-interval"), f.longInteger("--seed"), metrics.isEmpty() ? null : Path.of(metrics),
@@ -237,6 +238,7 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
         d.put("--mock-data", "false");
         d.put("--corpus-from-sources", "");
         d.put("--vocab-size", "257");
+        d.put("--make-vocab-size-divisible-by", "128");
         d.put("--split", "969,30,1");
         d.put("--save", "");
         d.put("--load", "");

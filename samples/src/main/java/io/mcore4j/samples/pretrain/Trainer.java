@@ -5,7 +5,6 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.checkpoint.CheckpointManager;
-import io.mcore4j.checkpoint.DistCheckpointing;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StrictMode;
 import io.mcore4j.core.autograd.AutogradScope;
@@ -22,6 +21,7 @@ import io.mcore4j.optimizer.DistributedDataParallel;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.MegatronOptimizer;
 import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.optimizer.ParameterLayout;
 import io.mcore4j.optimizer.Optimizers;
 import io.mcore4j.optimizer.StepResult;
 import io.mcore4j.parallel.Backend;
@@ -45,7 +45,6 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
-import java.util.Optional;
 
 /**
  * One rank's training job: builds the model chunks, optimizer and data of this rank, then runs
@@ -54,6 +53,9 @@ import java.util.Optional;
  * and writes metrics.
  */
 final class Trainer {
+    private static final String MODEL_PREFIX = "model.";
+    private static final String OPTIMIZER_PREFIX = "optimizer.";
+    private static final int KEEP_CHECKPOINTS = 2;
     private final PretrainArgs args;
     private final ProcessGroups groups;
     private final NDManager root;
@@ -99,7 +101,12 @@ final class Trainer {
                 .lr(args.lr()).weightDecay(args.weightDecay()).clipGrad(args.clipGrad()).fp16(args.fp16())
                 .useDistributedOptimizer(args.useDistributedOptimizer()).build();
         this.ddp = new DistributedDataParallel(parameters, groups, optimizerConfig, shared);
-        this.optimizer = Optimizers.create(parameters, ddp, groups, optimizerConfig);
+        // optimizer state is keyed like the weights it belongs to, so checkpoints reshard across layouts
+        Map<Parameter, String> keys = new IdentityHashMap<>();
+        for (GptModel chunk : chunks) {
+            chunk.namedParameters(MODEL_PREFIX).forEach((key, p) -> keys.put(p, key));
+        }
+        this.optimizer = Optimizers.create(parameters, ddp, groups, optimizerConfig, ParameterLayout.byKey(keys::get));
         long decay = args.lrDecayIters() > 0 ? args.lrDecayIters() : args.trainIters();
         this.schedule = new LearningRateSchedule(args.lr(), args.minLr(), args.lrWarmupIters(), decay,
                 LearningRateSchedule.Style.valueOf(args.lrDecayStyle().toUpperCase(Locale.ROOT)));
@@ -109,8 +116,8 @@ final class Trainer {
     }
 
     static TransformerConfig modelConfig(PretrainArgs a) {
-        // like Megatron's --make-vocab-size-divisible-by 128: padded rows are never targets
-        int vocab = Vocab.padded(a.vocabSize(), 128, a.tensorParallel());
+        // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
+        int vocab = Vocab.padded(a.vocabSize(), a.vocabDivisor(), a.tensorParallel());
         TransformerConfig.Builder b = TransformerConfig.builder(a.numLayers(), a.hiddenSize(), a.numAttentionHeads(), vocab)
                 .maxSequenceLength(a.maxPositionEmbeddings())
                 .dropout(a.hiddenDropout(), a.attentionDropout())
@@ -297,56 +304,44 @@ final class Trainer {
         }
     }
 
-    private List<ShardedTensor> checkpointState() {
+    private List<ShardedTensor> modelState() {
         List<ShardedTensor> state = new ArrayList<>();
-        Map<Parameter, String> keys = new IdentityHashMap<>();
         for (GptModel chunk : chunks) {
-            List<ShardedTensor> pieces = chunk.shardedState("model.");
-            state.addAll(pieces);
-            Map<NDArray, String> byData = new IdentityHashMap<>();
-            for (ShardedTensor t : pieces) {
-                byData.put(t.data(), t.key());
-            }
-            for (Parameter p : chunk.parameters()) {
-                String key = byData.get(p.data());
-                if (key != null) {
-                    keys.put(p, key);
-                }
-            }
+            state.addAll(chunk.shardedState(MODEL_PREFIX));
         }
-        state.addAll(optimizer.shardedState("optimizer.", p -> keys.get(p)));
         return state;
     }
 
     private void save(Path directory) {
-        CheckpointManager checkpoints = new CheckpointManager(directory, 2);
         Map<String, Object> common = new LinkedHashMap<>();
         common.put("iteration", iteration);
         common.put("consumed_samples", consumedSamples);
         common.put("seed", args.seed());
-        common.put("loss_scale", optimizer.lossScale());
         common.put("layout", groups.dims().toString());
-        Path dir = checkpoints.directoryFor(iteration);
-        DistCheckpointing.save(dir, checkpointState(), common, groups.world());
-        checkpoints.markLatest(iteration, groups.world());
+        List<ShardedTensor> state = modelState();
+        state.addAll(optimizer.shardedState(OPTIMIZER_PREFIX));
+        new CheckpointManager(directory, KEEP_CHECKPOINTS).save(iteration, state, common, groups.world());
         if (logging) {
             Progress.clear();
-            out.println(" saved checkpoint " + dir);
+            out.println(" saved checkpoint of iteration " + iteration + " in " + directory);
         }
     }
 
     private void load(Path directory) {
-        Optional<Path> latest = new CheckpointManager(directory, 2).latest();
-        if (latest.isEmpty()) {
-            throw new IllegalArgumentException("--load " + directory + " holds no complete checkpoint");
-        }
-        LoadResult result = DistCheckpointing.load(latest.get(), checkpointState(), groups.world(), StrictMode.RAISE_ALL);
+        List<ShardedTensor> model = modelState();
+        List<ShardedTensor> optimizerState = optimizer.shardedState(OPTIMIZER_PREFIX);
+        List<ShardedTensor> targets = new ArrayList<>(model);
+        targets.addAll(optimizerState);
+        LoadResult result = new CheckpointManager(directory, KEEP_CHECKPOINTS)
+                .loadLatest(targets, groups.world(), StrictMode.RAISE_ALL)
+                .orElseThrow(() -> new IllegalArgumentException("--load " + directory + " holds no complete checkpoint"));
+        // the state was read into the optimizer's own tensors; this also restores its step count and loss scaler
+        optimizer.loadShardedState(OPTIMIZER_PREFIX, optimizerState);
         Map<String, Object> common = result.common();
         this.iteration = ((Number) common.get("iteration")).longValue();
         this.consumedSamples = ((Number) common.get("consumed_samples")).longValue();
-        optimizer.restoreAfterLoad(((Number) common.get("loss_scale")).doubleValue());
         if (logging) {
-            out.println(" resumed from " + latest.get() + " at iteration " + iteration);
+            out.println(" resumed from " + directory + " at iteration " + iteration + " (saved under " + common.get("layout") + ")");
         }
     }
 

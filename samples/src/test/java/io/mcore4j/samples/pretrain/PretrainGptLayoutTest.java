@@ -1,0 +1,96 @@
+package io.mcore4j.samples.pretrain;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The training loop end to end, as a user runs it: the same global batch and seed give the same
+ * losses under every layout, and a resumed run continues the uninterrupted run's losses.
+ */
+class PretrainGptLayoutTest {
+    @TempDir
+    Path dir;
+
+    private List<String> common(int nproc, int steps) {
+        return new ArrayList<>(List.of("--nproc", String.valueOf(nproc), "--num-layers", "4", "--hidden-size", "32",
+                "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8",
+                "--lr", "1e-3", "--min-lr", "1e-4", "--lr-warmup-iters", "2", "--train-iters", String.valueOf(steps),
+                "--mock-data", "--vocab-size", "250", "--make-vocab-size-divisible-by", "64", "--log-interval", "5", "--seed", "7", "--clip-grad", "1.0",
+                "--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
+    }
+
+    private List<Double> train(List<String> flags) throws Exception {
+        PrintStream quiet = new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8);
+        return PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)), quiet);
+    }
+
+    private static void assertSameLosses(List<Double> expected, List<Double> actual, String layout) {
+        assertEquals(expected.size(), actual.size(), layout);
+        for (int i = 0; i < expected.size(); i++) {
+            double rel = Math.abs(actual.get(i) - expected.get(i)) / Math.abs(expected.get(i));
+            assertTrue(rel <= 1e-5, layout + " step " + (i + 1) + ": " + actual.get(i) + " vs " + expected.get(i)
+                    + " (relative " + rel + ")");
+        }
+    }
+
+    @Test
+    void everyLayoutGivesTheSerialLosses() throws Exception {
+        List<Double> serial = train(common(1, 20));
+        assertEquals(20, serial.size());
+        assertTrue(serial.get(19) < serial.get(0), "the loss should fall: " + serial);
+        List<String> tp2pp2dp2 = common(8, 20);
+        tp2pp2dp2.addAll(List.of("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"));
+        assertSameLosses(serial, train(tp2pp2dp2), "TP2 PP2 DP2");
+        List<String> sp = new ArrayList<>(tp2pp2dp2);
+        sp.add("--sequence-parallel");
+        sp.add("--use-distributed-optimizer");
+        assertSameLosses(serial, train(sp), "TP2 PP2 DP2 + SP + distributed optimizer");
+        List<String> vp = common(4, 20);
+        vp.addAll(List.of("--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"));
+        assertSameLosses(serial, train(vp), "PP2 VP2 DP2");
+    }
+
+    @Test
+    void aResumedRunContinuesTheSameLosses() throws Exception {
+        List<String> full = common(4, 12);
+        full.addAll(List.of("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"));
+        List<Double> uninterrupted = train(full);
+
+        Path save = dir.resolve("ckpt");
+        List<String> first = common(4, 6);
+        first.addAll(List.of("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                "--lr-decay-iters", "12", "--save", save.toString()));
+        List<Double> head = train(first);
+        assertTrue(Files.exists(save.resolve("latest")) || Files.list(save).findAny().isPresent(), "no checkpoint written");
+        List<String> second = common(4, 12);
+        second.addAll(List.of("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                "--lr-decay-iters", "12", "--load", save.toString()));
+        List<Double> tail = train(second);
+        List<Double> resumed = new ArrayList<>(head);
+        resumed.addAll(tail);
+        assertSameLosses(uninterrupted, resumed, "save at 6, resume to 12");
+    }
+
+    @Test
+    void inconsistentFlagsAreNamed() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> PretrainArgs.parse("--mock-data", "--global-batch-size", "10", "--micro-batch-size", "4")
+                        .microBatchesPerStep(1));
+        assertEquals("--global-batch-size 10 is not divisible by --micro-batch-size 4 x data-parallel size 1", e.getMessage());
+        String unknown = assertThrows(IllegalArgumentException.class, () -> PretrainArgs.parse("--tensor-parallel", "2")).getMessage();
+        assertTrue(unknown.startsWith("unknown flag --tensor-parallel; known flags: --nproc"), unknown);
+        assertThrows(IllegalArgumentException.class, () -> PretrainArgs.parse("--num-layers"));
+    }
+}
