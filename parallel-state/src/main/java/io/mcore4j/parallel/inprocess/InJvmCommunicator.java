@@ -11,6 +11,7 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
+import io.mcore4j.parallel.RankOrderReduction;
 import io.mcore4j.parallel.ReduceOp;
 
 import java.time.Duration;
@@ -56,14 +57,14 @@ final class InJvmCommunicator implements Communicator {
     @Override
     public NDArray allReduce(NDArray input, ReduceOp op, NDManager owner) {
         String what = describe("all-reduce " + op, input);
-        return collective(what, input, all -> reduce(all, op, owner));
+        return collective(what, input, all -> RankOrderReduction.reduce(all, op, owner));
     }
 
     @Override
     public void allReduceInPlace(NDArray tensor, ReduceOp op) {
         String what = describe("all-reduce " + op, tensor);
         try (NDManager temp = tensor.getManager().newSubManager()) {
-            NDArray result = collective(what, tensor, all -> reduce(all, op, temp));
+            NDArray result = collective(what, tensor, all -> RankOrderReduction.reduce(all, op, temp));
             noGrad(() -> {
                 Tensors.copyInto(tensor, result);
                 return null;
@@ -97,7 +98,7 @@ final class InJvmCommunicator implements Communicator {
                     chunks[i] = Tensors.chunk(all[i], d, size(), rank());
                     chunks[i].attach(temp);
                 }
-                return reduce(chunks, op, owner);
+                return RankOrderReduction.reduce(chunks, op, owner);
             }
         });
     }
@@ -226,33 +227,6 @@ final class InJvmCommunicator implements Communicator {
     private Object[] exchange(String what, Object payload) {
         checkAlive(what);
         return rendezvous.exchange(rank(), what, payload, timeoutNanos);
-    }
-
-    private NDArray reduce(NDArray[] inputs, ReduceOp op, NDManager owner) {
-        NDArray acc = copy(inputs[0], owner);
-        for (int i = 1; i < inputs.length; i++) {
-            switch (op) {
-                case SUM, AVG -> acc.addi(inputs[i]);
-                case MAX -> acc = replace(acc, acc.maximum(inputs[i]), owner);
-                case MIN -> acc = replace(acc, acc.minimum(inputs[i]), owner);
-            }
-        }
-        if (op == ReduceOp.AVG && inputs.length > 1) {
-            if (Tensors.isFloating(acc.getDataType())) {
-                acc.divi(inputs.length);
-            } else {
-                // integer average truncates toward zero
-                DataType t = acc.getDataType();
-                acc = replace(acc, acc.toType(DataType.FLOAT64, false).div(inputs.length).toType(t, false), owner);
-            }
-        }
-        return acc;
-    }
-
-    private static NDArray replace(NDArray old, NDArray fresh, NDManager owner) {
-        fresh.attach(owner);
-        old.close();
-        return fresh;
     }
 
     private static NDArray copy(NDArray source, NDManager owner) {

@@ -1,0 +1,244 @@
+package io.mcore4j.parallel.tcp;
+
+import io.mcore4j.parallel.CommunicationException;
+
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
+import java.io.IOException;
+import java.net.InetAddress;
+import java.net.InetSocketAddress;
+import java.net.ServerSocket;
+import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.nio.charset.StandardCharsets;
+import java.security.SecureRandom;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A full mesh of {@link PeerLink}s: one TCP connection between every pair of ranks, shared by all
+ * communicators, plus the {@link Inbox} their reader threads fill.
+ *
+ * <p>Establishing it: every rank listens on a free port and publishes {@code host:port} in the
+ * store under {@code mcore4j/peer/<rank>}; then it dials every lower rank (proving the job token and
+ * checking it reached the rank it meant to) and accepts every higher rank (checking their proof,
+ * rank and world size; anything else is rejected and logged, and the rank keeps waiting). Lower
+ * ranks accept before they could wait on anyone higher, so establishing cannot deadlock.
+ */
+final class PeerMesh {
+    private static final Logger LOG = LoggerFactory.getLogger(PeerMesh.class);
+    private static final String GROUP = "world";
+    private static final String CONNECT = "connect";
+
+    private final int rank;
+    private final PeerLink[] links;
+    private final Inbox inbox;
+
+    private PeerMesh(int rank, PeerLink[] links, Inbox inbox) {
+        this.rank = rank;
+        this.links = links;
+        this.inbox = inbox;
+    }
+
+    static String addressKey(int rank) {
+        return "mcore4j/peer/" + rank;
+    }
+
+    /**
+     * Connects this rank to every other rank.
+     *
+     * @throws CommunicationException naming the ranks that did not publish, answer or connect in time
+     */
+    static PeerMesh establish(int rank, int worldSize, JobToken token, TcpStore store, String advertiseHost,
+                              InetAddress bindAddress, long deadlineNanos, long timeoutMillis) {
+        Inbox inbox = new Inbox();
+        PeerLink[] links = new PeerLink[worldSize];
+        SecureRandom random = new SecureRandom();
+        try (ServerSocket listener = new ServerSocket()) {
+            listener.bind(new InetSocketAddress(bindAddress, 0), Math.max(50, worldSize));
+            store.set(addressKey(rank), (advertiseHost + ":" + listener.getLocalPort()).getBytes(StandardCharsets.UTF_8));
+            for (int peer = 0; peer < rank; peer++) {
+                links[peer] = dial(rank, worldSize, peer, token, store, inbox, deadlineNanos, timeoutMillis);
+            }
+            acceptHigherRanks(listener, rank, worldSize, token, links, inbox, random, deadlineNanos, timeoutMillis);
+            return new PeerMesh(rank, links, inbox);
+        } catch (IOException | RuntimeException e) {
+            for (PeerLink l : links) {
+                if (l != null) {
+                    l.abort();
+                }
+            }
+            if (e instanceof CommunicationException ce) {
+                throw ce;
+            }
+            throw new CommunicationException(GROUP, CONNECT, List.of(), "rank " + rank + " could not join the mesh: " + e, e);
+        }
+    }
+
+    private static PeerLink dial(int rank, int worldSize, int peer, JobToken token, TcpStore store, Inbox inbox,
+                                 long deadlineNanos, long timeoutMillis) {
+        String address;
+        try {
+            long remaining = Math.max(1, (deadlineNanos - System.nanoTime()) / 1_000_000);
+            address = new String(store.get(addressKey(peer), java.time.Duration.ofMillis(remaining)), StandardCharsets.UTF_8);
+        } catch (StoreTimeoutException e) {
+            throw new CommunicationException(GROUP, CONNECT, List.of(peer), "rank " + peer
+                    + " did not publish its address within " + timeoutMillis + " ms", e);
+        }
+        int colon = address.lastIndexOf(':');
+        String host = address.substring(0, colon);
+        int port = Integer.parseInt(address.substring(colon + 1));
+        IOException last = null;
+        while (true) {
+            long remaining = (deadlineNanos - System.nanoTime()) / 1_000_000;
+            if (remaining <= 0) {
+                throw new CommunicationException(GROUP, CONNECT, List.of(peer), "could not connect to rank " + peer
+                        + " at " + address + " within " + timeoutMillis + " ms: " + last, last);
+            }
+            Socket s = new Socket();
+            try {
+                s.setTcpNoDelay(true);
+                s.connect(new InetSocketAddress(host, port), (int) Math.min(remaining, 5_000));
+                s.setSoTimeout((int) Math.max(1, Math.min(remaining, 30_000)));
+                DataInputStream in = PeerLink.input(s);
+                DataOutputStream out = PeerLink.output(s);
+                Handshake.respond(in, out, token, Handshake.PEER, rank, worldSize, peer);
+                return new PeerLink(rank, peer, s, in, out, inbox);
+            } catch (Handshake.RejectedException e) {
+                closeQuietly(s);
+                throw new CommunicationException(GROUP, CONNECT, List.of(peer), "rank " + peer + " at " + address
+                        + " refused rank " + rank + ": " + e.getMessage(), e);
+            } catch (IOException e) {
+                closeQuietly(s);
+                last = e;
+                sleep(50);
+            }
+        }
+    }
+
+    private static void acceptHigherRanks(ServerSocket listener, int rank, int worldSize, JobToken token, PeerLink[] links,
+                                          Inbox inbox, SecureRandom random, long deadlineNanos, long timeoutMillis)
+            throws IOException {
+        int expected = worldSize - 1 - rank;
+        int accepted = 0;
+        while (accepted < expected) {
+            long remaining = (deadlineNanos - System.nanoTime()) / 1_000_000;
+            Socket s;
+            try {
+                if (remaining <= 0) {
+                    throw new SocketTimeoutException();
+                }
+                listener.setSoTimeout((int) Math.min(remaining, Integer.MAX_VALUE));
+                s = listener.accept();
+            } catch (SocketTimeoutException e) {
+                List<Integer> missing = new ArrayList<>();
+                for (int r = rank + 1; r < worldSize; r++) {
+                    if (links[r] == null) {
+                        missing.add(r);
+                    }
+                }
+                throw new CommunicationException(GROUP, CONNECT, missing, "rank(s) " + missing + " did not connect to rank "
+                        + rank + " within " + timeoutMillis + " ms", e);
+            }
+            try {
+                s.setTcpNoDelay(true);
+                s.setSoTimeout((int) Math.max(1, Math.min(remaining, 10_000)));
+                DataInputStream in = PeerLink.input(s);
+                DataOutputStream out = PeerLink.output(s);
+                Handshake.Hello hello = Handshake.challenge(in, out, token, Handshake.PEER, rank, worldSize, random);
+                String problem = hello.worldSize() != worldSize ? "world size " + hello.worldSize() + " differs from " + worldSize
+                        : hello.rank() <= rank || hello.rank() >= worldSize ? "rank " + hello.rank() + " should not dial rank " + rank
+                        : links[hello.rank()] != null ? "rank " + hello.rank() + " is already connected"
+                        : null;
+                if (problem != null) {
+                    Handshake.reply(out, false, problem);
+                    throw new Handshake.RejectedException(problem);
+                }
+                Handshake.reply(out, true, "welcome");
+                links[hello.rank()] = new PeerLink(rank, hello.rank(), s, in, out, inbox);
+                accepted++;
+            } catch (IOException e) {
+                LOG.warn("rank {}: rejected a peer connection from {}: {}", rank, s.getRemoteSocketAddress(), e.getMessage());
+                closeQuietly(s);
+            }
+        }
+    }
+
+    /**
+     * Hands {@code frame} to {@code peer}'s link (or straight to the inbox for this rank).
+     *
+     * @throws CommunicationException if the peer is already known to be gone
+     */
+    void send(int peer, Frame frame, String groupKey, String operation) {
+        if (peer == rank) {
+            inbox.deliver(rank, frame);
+            return;
+        }
+        String gone = inbox.goneReason(peer);
+        if (gone != null) {
+            throw new CommunicationException(groupKey, operation, List.of(peer), "rank(s) [" + peer + "] will not answer: " + gone, null);
+        }
+        links[peer].send(frame);
+    }
+
+    /**
+     * Hands {@code frame} to {@code peer}'s link unless the peer is known to be gone, in which case
+     * the frame is dropped: a collective still sends to every live member before it reports the
+     * dead one, so that the survivors wait only for the dead rank and all of them name it.
+     */
+    void offer(int peer, Frame frame) {
+        if (peer == rank) {
+            inbox.deliver(rank, frame);
+        } else if (inbox.goneReason(peer) == null) {
+            links[peer].send(frame);
+        }
+    }
+
+    Inbox inbox() {
+        return inbox;
+    }
+
+    /**
+     * Says goodbye to every peer after the frames already queued, waits up to {@code waitMillis} for
+     * their goodbyes (so that nothing either side sent is cut off), then closes every connection.
+     */
+    void close(long waitMillis) {
+        for (PeerLink l : links) {
+            if (l != null) {
+                l.finish();
+            }
+        }
+        long deadline = System.nanoTime() + waitMillis * 1_000_000;
+        for (PeerLink l : links) {
+            if (l != null && !l.awaitPeerFinished((deadline - System.nanoTime()) / 1_000_000)) {
+                LOG.debug("rank {}: a peer did not close its side within {} ms", rank, waitMillis);
+            }
+        }
+        for (PeerLink l : links) {
+            if (l != null) {
+                l.abort();
+            }
+        }
+        inbox.close("the backend of rank " + rank + " is closed");
+    }
+
+    private static void sleep(long millis) {
+        try {
+            Thread.sleep(millis);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new CommunicationException(GROUP, CONNECT, List.of(), "interrupted", e);
+        }
+    }
+
+    private static void closeQuietly(Socket s) {
+        try {
+            s.close();
+        } catch (IOException e) {
+            // already broken: nothing to release
+        }
+    }
+}
