@@ -8,7 +8,6 @@ import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.ModelContext;
-import io.mcore4j.tensorparallel.Initializers;
 import io.mcore4j.tensorparallel.VocabParallelEmbedding;
 
 import java.util.ArrayList;
@@ -36,11 +35,10 @@ public final class GptEmbedding implements Module {
         this.ctx = ctx;
         this.word = VocabParallelEmbedding.builder(c.vocabSize(), c.hiddenSize(), ctx.groups().tp())
                 .sequenceParallel(c.sequenceParallel())
-                .initializer(Initializers.normal(c.initStd(), ctx.initSeed(WORD_KEY + "weight")))
+                .initializer(ctx.initializer(WORD_KEY + "weight", c.initStd()))
                 .dtype(c.dtype()).manager(ctx.parameters()).name(WORD_KEY).build();
         if (c.positionEmbedding() == TransformerConfig.PositionEmbedding.LEARNED_ABSOLUTE) {
-            NDArray table = Initializers.normal(c.initStd(), ctx.initSeed(POSITION_KEY + "weight"))
-                    .create(ctx.parameters(), new Shape(c.maxSequenceLength(), c.hiddenSize()), c.dtype());
+            NDArray table = ctx.initializer(POSITION_KEY + "weight", c.initStd()).create(ctx.parameters(), new Shape(c.maxSequenceLength(), c.hiddenSize()), c.dtype());
             this.position = new Parameter("weight", table, Parameter.Partition.NONE,
                     c.sequenceParallel() ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE);
         } else {

@@ -15,7 +15,6 @@ import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.models.transformer.Norm;
 import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
-import io.mcore4j.tensorparallel.Initializers;
 import io.mcore4j.tensorparallel.VocabParallelCrossEntropy;
 
 import java.util.ArrayList;
@@ -60,7 +59,7 @@ public final class GptModel implements Module {
             this.output = reuseEmbedding ? null
                     : ColumnParallelLinear.builder(c.hiddenSize(), c.vocabSize(), ctx.groups().tp())
                             .bias(false).gatherOutput(false).sequenceParallel(c.sequenceParallel())
-                            .initializer(Initializers.normal(c.initStd(), ctx.initSeed(key + "weight")))
+                            .initializer(ctx.initializer(key + "weight", c.initStd()))
                             .dtype(c.dtype()).manager(ctx.parameters()).name(key).build();
         } else {
             this.finalNorm = null;

@@ -6,7 +6,6 @@ import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
-import io.mcore4j.tensorparallel.Initializers;
 import io.mcore4j.tensorparallel.LinearOutput;
 import io.mcore4j.tensorparallel.RowParallelLinear;
 
@@ -56,11 +55,22 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
         return new LayerSpec(LayerSpec::column, LayerSpec::row, LayerSpec::column, LayerSpec::row, DotProductAttention::new);
     }
 
+    /**
+     * The same spec with another core attention, e.g. {@code SdpaAttention::new} for libtorch's
+     * fused kernels.
+     *
+     * @param factory the core attention
+     * @return a new spec
+     */
+    public LayerSpec withCoreAttention(CoreAttention.Factory factory) {
+        return new LayerSpec(linearQkv, linearProj, linearFc1, linearFc2, factory);
+    }
+
     private static Linear column(ModelContext ctx, String key, LinearSettings s) {
         ColumnParallelLinear layer = ColumnParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).gatherOutput(false)
                 .sequenceParallel(ctx.config().sequenceParallel())
-                .initializer(Initializers.normal(s.initStd(), ctx.initSeed(key + "weight")))
+                .initializer(ctx.initializer(key + "weight", s.initStd()))
                 .stride(s.stride()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
         return adapt(layer, (scope, x) -> layer.forward(scope, x));
     }
@@ -69,7 +79,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
         RowParallelLinear layer = RowParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).inputIsParallel(true)
                 .sequenceParallel(ctx.config().sequenceParallel())
-                .initializer(Initializers.normal(s.initStd(), ctx.initSeed(key + "weight")))
+                .initializer(ctx.initializer(key + "weight", s.initStd()))
                 .dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
         return adapt(layer, (scope, x) -> layer.forward(scope, x));
     }

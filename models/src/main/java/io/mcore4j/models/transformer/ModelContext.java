@@ -5,6 +5,8 @@ import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.tensorparallel.Initializer;
+import io.mcore4j.tensorparallel.Initializers;
 
 /**
  * What every module of one model chunk is built with: the config, this rank's groups, the manager
@@ -22,9 +24,13 @@ import io.mcore4j.parallel.ProcessGroups;
  * @param seeds the seed scheme
  * @param hiddenDropout generator of hidden-state dropout masks
  * @param attentionDropout generator of attention-probability dropout masks
+ * @param cpuInitialization build each weight whole on the Java side and keep this rank's part, so
+ *     every layout gets bitwise the same global weights (Megatron's {@code --use-cpu-initialization});
+ *     false draws each rank's part directly on its device (fast for large models, layout-dependent)
  */
 public record ModelContext(TransformerConfig config, ProcessGroups groups, NDManager parameters, SeedScheme seeds,
-                           DeterministicRandom hiddenDropout, DeterministicRandom attentionDropout) {
+                           DeterministicRandom hiddenDropout, DeterministicRandom attentionDropout,
+                           boolean cpuInitialization) {
 
     /**
      * A context with dropout generators derived from {@code seeds}.
@@ -42,7 +48,27 @@ public record ModelContext(TransformerConfig config, ProcessGroups groups, NDMan
                 ? seeds.generator("dropout-tensor-parallel-region", pp, tp)
                 : seeds.generator("dropout-replicated", pp);
         DeterministicRandom attention = seeds.generator("dropout-tensor-parallel-region-attention", pp, tp);
-        return new ModelContext(config, groups, parameters, seeds, hidden, attention);
+        return new ModelContext(config, groups, parameters, seeds, hidden, attention, true);
+    }
+
+    /**
+     * The same context with device-side per-rank initialisation.
+     *
+     * @return a new context
+     */
+    public ModelContext withDeviceInitialization() {
+        return new ModelContext(config, groups, parameters, seeds, hiddenDropout, attentionDropout, false);
+    }
+
+    /**
+     * The initializer of a weight: normal with {@code std}, seeded by the weight's key.
+     *
+     * @param key the weight's layout-independent checkpoint key
+     * @param std standard deviation
+     * @return the initializer
+     */
+    public Initializer initializer(String key, double std) {
+        return cpuInitialization ? Initializers.normal(std, initSeed(key)) : Initializers.normalPerRank(std, initSeed(key));
     }
 
     /**

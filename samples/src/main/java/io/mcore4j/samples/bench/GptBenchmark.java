@@ -1,0 +1,193 @@
+package io.mcore4j.samples.bench;
+
+import ai.djl.Device;
+import ai.djl.engine.Engine;
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import ai.djl.util.cuda.CudaUtils;
+import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.random.DeterministicRandom;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.models.GptConfigs;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.models.transformer.SdpaAttention;
+import io.mcore4j.optimizer.DistributedDataParallel;
+import io.mcore4j.optimizer.MegatronOptimizer;
+import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.optimizer.Optimizers;
+import io.mcore4j.optimizer.StepResult;
+import io.mcore4j.parallel.Backend;
+import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.inprocess.InJvmFabric;
+import io.mcore4j.pipeline.LayerAssignment;
+import io.mcore4j.pipeline.ScheduleConfig;
+import io.mcore4j.pipeline.Schedules;
+
+import java.lang.management.MemoryUsage;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+
+/**
+ * GPT training throughput on the default device (the GPU of LOCAL_RANK when CUDA is present).
+ *
+ * <pre>gpt-benchmark --model 1.3b --micro-batch-size 4 --micro-batches 2 --steps 10 --attention sdpa</pre>
+ *
+ * One process per GPU; several processes need a GPU communication backend (launched with
+ * torchrun); a single process uses an in-JVM world of one rank. Step time excludes the warm-up
+ * steps; memory is what the CUDA driver reports in use on the device (libtorch's caching allocator
+ * included), sampled after each step.
+ */
+public final class GptBenchmark {
+    private GptBenchmark() {}
+
+    /**
+     * @param argv flags, see the class comment
+     * @throws Exception if the run fails
+     */
+    public static void main(String[] argv) throws Exception {
+        Map<String, String> a = parse(argv);
+        Mcore4j.ensureInitialized();
+        int world = Integer.parseInt(System.getenv().getOrDefault("WORLD_SIZE", "1"));
+        int localRank = Integer.parseInt(System.getenv().getOrDefault("LOCAL_RANK", "0"));
+        Duration timeout = Duration.ofSeconds(300);
+        Device device = Engine.getInstance().getGpuCount() > 0 ? Device.gpu(localRank) : Device.cpu();
+        Backend backend = world == 1 ? new InJvmFabric(1, timeout).backend(0) : GpuBackends.connect(timeout);
+        try (backend; NDManager root = NDManager.newBaseManager(device)) {
+            run(a, backend, root, device);
+        }
+    }
+
+    private static void run(Map<String, String> a, Backend backend, NDManager root, Device device) {
+        int tp = Integer.parseInt(a.get("--tensor-model-parallel-size"));
+        int pp = Integer.parseInt(a.get("--pipeline-model-parallel-size"));
+        int mbs = Integer.parseInt(a.get("--micro-batch-size"));
+        int micro = Integer.parseInt(a.get("--micro-batches"));
+        int steps = Integer.parseInt(a.get("--steps"));
+        int warmup = Integer.parseInt(a.get("--warmup"));
+        ParallelDims dims = ParallelDims.builder(backend.worldSize()).tensorParallel(tp).pipelineParallel(pp).build();
+        ProcessGroups groups = ProcessGroups.create(dims, backend);
+        TransformerConfig config = model(a.get("--model"))
+                .toBuilder().sequenceParallel(Boolean.parseBoolean(a.get("--sequence-parallel")))
+                .recompute(TransformerConfig.Recompute.valueOf(a.get("--recompute").toUpperCase(Locale.ROOT))).build();
+        int seq = Integer.parseInt(a.getOrDefault("--seq-length", String.valueOf(config.maxSequenceLength())));
+        config.validate(dims, 0);
+        ModelContext ctx = ModelContext.create(config, groups, root, new SeedScheme(1234));
+        if (!Boolean.parseBoolean(a.get("--cpu-initialization"))) {
+            ctx = ctx.withDeviceInitialization();
+        }
+        LayerSpec spec = a.get("--attention").equals("sdpa")
+                ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
+        LayerAssignment layers = LayerAssignment.even(config.numLayers(), pp, 1);
+        int stage = groups.pipelineRank();
+        GptModel model = GptModel.build(ctx, spec, layers.layers(stage, 0), stage == 0, stage == pp - 1);
+        List<Parameter> params = new ArrayList<>(model.parameters());
+        OptimizerConfig oc = OptimizerConfig.builder().algorithm(OptimizerConfig.Algorithm.ADAM).lr(1e-4)
+                .fp16(config.dtype() == DataType.FLOAT16)
+                .useDistributedOptimizer(Boolean.parseBoolean(a.get("--use-distributed-optimizer"))).build();
+        DistributedDataParallel ddp = new DistributedDataParallel(params, groups, oc, model.sharedEmbeddingParameters());
+        MegatronOptimizer optimizer = Optimizers.create(params, ddp, groups, oc);
+        DeterministicRandom tokens = new SeedScheme(99).generator("benchmark-tokens", groups.dataParallelRank());
+        long local = config.sequenceParallel() ? seq / tp : seq;
+        ScheduleConfig sc = new ScheduleConfig(micro, new Shape(local, mbs, config.hiddenSize()), config.dtype(), false, 0, false);
+        List<Double> times = new ArrayList<>();
+        double peakGiB = 0;
+        double endGiB = 0;
+        StepResult last = null;
+        for (int step = 0; step < warmup + steps; step++) {
+            long start = System.nanoTime();
+            double scale = optimizer.lossScale();
+            Schedules.forwardBackward((scope, chunk, mb, input) -> {
+                NDArray ids = null;
+                if (model.isPreProcess() || model.isPostProcess()) {
+                    ids = tokens.uniform(scope.manager(), new Shape(seq + 1, mbs), DataType.FLOAT32)
+                            .mul(config.vocabSize()).floor().toType(DataType.INT64, false);
+                }
+                NDArray out = model.forward(scope, ids == null ? null : ids.get("0:" + seq), input,
+                        ids == null ? null : ids.get("1:" + (seq + 1)));
+                return model.isPostProcess() ? out.mul(scale) : out;
+            }, 1, groups, root, sc);
+            ddp.finishGradSync();
+            last = optimizer.step(1e-4, 0.0); // reads the gradient norm: one host synchronisation per step
+            ddp.zeroGrad();
+            double seconds = (System.nanoTime() - start) / 1e9;
+            if (step >= warmup) {
+                times.add(seconds);
+            }
+            if (device.isGpu()) {
+                MemoryUsage mem = CudaUtils.getGpuMemory(device);
+                endGiB = mem.getCommitted() / (double) (1L << 30);
+                peakGiB = Math.max(peakGiB, endGiB);
+            }
+        }
+        double stepTime = times.stream().mapToDouble(Double::doubleValue).average().orElse(Double.NaN);
+        double tokensPerStep = (double) mbs * micro * dims.dataParallel() * seq;
+        double tokensPerGpu = tokensPerStep / stepTime / dims.worldSize();
+        double tflops = config.flopsPerToken(seq) * tokensPerGpu / 1e12;
+        double peak = Double.parseDouble(a.get("--peak-tflops"));
+        if (backend.worldRank() == 0) {
+            System.out.printf(Locale.ROOT, "gpt-benchmark model=%s layout=TP%d PP%d DP%d attention=%s mbs=%d micro=%d seq=%d"
+                            + " | tokens/s/GPU %.0f | TFLOP/s/GPU %.1f | MFU %.1f%% | step %.1f ms | GPU memory peak %.1f GiB,"
+                            + " end of step %.1f GiB | loss scale %.0f%n",
+                    a.get("--model"), tp, pp, dims.dataParallel(), a.get("--attention"), mbs, micro, seq, tokensPerGpu, tflops,
+                    100 * tflops / peak, 1000 * stepTime, peakGiB, endGiB, last.lossScale());
+        }
+        optimizer.close();
+        ddp.close();
+        model.close();
+    }
+
+    private static TransformerConfig model(String name) {
+        return switch (name) {
+            case "1.3b" -> GptConfigs.gpt1_3b();
+            case "llama7b" -> GptConfigs.llama7b();
+            case "tiny" -> TransformerConfig.builder(2, 256, 4, 1024).maxSequenceLength(256).dropout(0, 0)
+                    .dtype(DataType.FLOAT16).build();
+            default -> throw new IllegalArgumentException("--model " + name + " is not one of 1.3b, llama7b, tiny");
+        };
+    }
+
+    private static Map<String, String> parse(String[] argv) {
+        Map<String, String> a = new LinkedHashMap<>();
+        a.put("--model", "1.3b");
+        a.put("--tensor-model-parallel-size", "1");
+        a.put("--pipeline-model-parallel-size", "1");
+        a.put("--sequence-parallel", "false");
+        a.put("--micro-batch-size", "4");
+        a.put("--micro-batches", "2");
+        a.put("--steps", "10");
+        a.put("--warmup", "3");
+        a.put("--attention", "sdpa");
+        a.put("--recompute", "none");
+        a.put("--use-distributed-optimizer", "false");
+        a.put("--cpu-initialization", "false");
+        a.put("--peak-tflops", "989");
+        for (int i = 0; i < argv.length; i++) {
+            if (!a.containsKey(argv[i]) && !argv[i].equals("--seq-length")) {
+                throw new IllegalArgumentException("unknown flag " + argv[i] + "; flags: " + a.keySet() + " --seq-length");
+            }
+            boolean isSwitch = List.of("--sequence-parallel", "--use-distributed-optimizer", "--cpu-initialization").contains(argv[i]);
+            if (isSwitch) {
+                a.put(argv[i], "true");
+            } else if (i + 1 < argv.length) {
+                a.put(argv[i], argv[++i]);
+            } else {
+                throw new IllegalArgumentException("flag " + argv[i] + " needs a value");
+            }
+        }
+        if (!List.of("sdpa", "composed").contains(a.get("--attention"))) {
+            throw new IllegalArgumentException("--attention " + a.get("--attention") + " is not sdpa or composed");
+        }
+        return a;
+    }
+}
