@@ -1,6 +1,8 @@
 package io.mcore4j.pipeline;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.pytorch.jni.JniUtils;
@@ -35,6 +37,7 @@ final class ScheduleRun {
     private final NDArray[][] inputGrads;
     private final boolean[][] unsent;
     private final float[] losses;
+    private final NDArray[] lossTensors;
     private int live;
     private int peak;
 
@@ -55,6 +58,7 @@ final class ScheduleRun {
         this.inputGrads = new NDArray[chunks][m];
         this.unsent = new boolean[chunks][m];
         this.losses = new float[lastStage ? m : 0];
+        this.lossTensors = new NDArray[lastStage ? m : 0];
     }
 
     ScheduleResult run() {
@@ -65,6 +69,7 @@ final class ScheduleRun {
                 for (StageAction a : plan.actions(stage)) {
                     execute(a, outbox);
                 }
+                readLosses();
             } catch (RuntimeException | Error e) {
                 failure = e;
                 throw e;
@@ -126,7 +131,10 @@ final class ScheduleRun {
                 throw new IllegalStateException(subject(c, m) + " on the last pipeline stage " + stage
                         + ": the forward step must return a scalar loss, got shape " + Tensors.describe(out.getShape()));
             }
-            losses[m] = scalar(out);
+            // kept on the device and read once after the run: reading here would stall the host per micro-batch
+            NDArray kept = Tensors.detach(out, outbox).toType(DataType.FLOAT32, true).reshape(1);
+            kept.attach(outbox);
+            lossTensors[m] = kept;
             if (!config.forwardOnly()) {
                 JniUtils.setGradMode(true);
                 NDArray scaled = out.mul(1f / config.numMicrobatches());
@@ -212,15 +220,15 @@ final class ScheduleRun {
         }
     }
 
-    private static float scalar(NDArray loss) {
-        if (loss.getDataType() == DataType.FLOAT32) {
-            return loss.toFloatArray()[0];
+    /** One device-to-host transfer for all micro-batch losses. */
+    private void readLosses() {
+        if (lossTensors.length == 0) {
+            return;
         }
-        try (NDManager temp = loss.getManager().newSubManager()) {
-            NDArray f = loss.toType(DataType.FLOAT32, true);
-            f.attach(temp);
-            return f.toFloatArray()[0];
-        }
+        NDArray all = NDArrays.concat(new NDList(lossTensors), 0);
+        float[] values = all.toFloatArray();
+        all.close();
+        System.arraycopy(values, 0, losses, 0, values.length);
     }
 
     private String subject(int c, int m) {
