@@ -1,0 +1,571 @@
+package io.mcore4j.parallel.nccl;
+
+import static io.mcore4j.parallel.nccl.DevicePointers.address;
+import static io.mcore4j.parallel.nccl.DevicePointers.pointer;
+import static org.bytedeco.cuda.global.nccl.ncclAllGather;
+import static org.bytedeco.cuda.global.nccl.ncclAllReduce;
+import static org.bytedeco.cuda.global.nccl.ncclBroadcast;
+import static org.bytedeco.cuda.global.nccl.ncclRecv;
+import static org.bytedeco.cuda.global.nccl.ncclReduce;
+import static org.bytedeco.cuda.global.nccl.ncclReduceScatter;
+import static org.bytedeco.cuda.global.nccl.ncclSend;
+
+import ai.djl.Device;
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.parallel.CommunicationException;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ProcessGroup;
+import io.mcore4j.parallel.ReduceOp;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Objects;
+import java.util.function.Supplier;
+
+/**
+ * Collectives of one group with NCCL on CUDA tensors of this process's device.
+ *
+ * <p>Every call enqueues NCCL work on the default stream behind the caller's DJL ops (see
+ * {@link NcclComm}), then waits on the host until the work has finished or failed, so results are
+ * complete on return and a stalled or dead peer surfaces as a {@link CommunicationException} at
+ * {@link #timeout()}. (Returning before completion, relying on stream order alone, would save the
+ * host wait; that is left for later, as an option per call.)
+ * <ul>
+ *   <li>all-reduce: {@code ncclAllReduce}; AVG is {@code ncclAvg}. Sums are NCCL's (ring or tree
+ *       order), not the rank order of the CPU backends, so floating results may differ from theirs
+ *       in the last bits; every member still gets the same result.</li>
+ *   <li>all-gather and reduce-scatter: {@code ncclAllGather} / {@code ncclReduceScatter} on
+ *       rank-major buffers; along a dim other than 0 the data is rearranged on the device first
+ *       or afterwards ({@link RankMajorLayout}).</li>
+ *   <li>broadcast: {@code ncclBroadcast}. send / recv: {@code ncclSend} / {@code ncclRecv}; a send
+ *       returns once the peer has received (synchronous, which the pipeline schedules allow for).
+ *       Sending to oneself keeps a copy until the matching receive.</li>
+ *   <li>all-to-all: one NCCL group of an {@code ncclSend} and an {@code ncclRecv} per peer
+ *       (empty slices skipped).</li>
+ *   <li>all-gather-bytes: an int64 all-gather of the lengths, then a uint8 all-gather of the
+ *       payloads padded to the longest, on the device; barrier: an all-reduce of one int32.</li>
+ * </ul>
+ * Transfers larger than the chunk size are split into several NCCL calls ({@link ChunkPlan}); a
+ * chunked all-gather or reduce-scatter is a group of one broadcast (or reduce) per rank per chunk.
+ *
+ * <p>What NCCL cannot check: mismatched shapes, dtypes or operations across members and wrong
+ * all-to-all receive splits are not detected as such (they corrupt data or stall until the
+ * timeout); a receive checks only that its own arguments are valid.
+ *
+ * <p>A group of one member has no NCCL communicator: its collectives are copies, on any device.
+ * Non-contiguous inputs are copied to contiguous memory first. Results are new tensors owned by the
+ * {@code owner} passed in, on the input's device, and not attached to autograd.
+ */
+final class NcclCommunicator implements Communicator, AutoCloseable {
+    private final ProcessGroup group;
+    private final NcclComm comm;
+    private final Device device;
+    private final Duration timeout;
+    private final long chunkBytes;
+    private final NDManager internal;
+    private final ArrayDeque<NDArray> sentToSelf = new ArrayDeque<>();
+    private CommunicationException broken;
+    private boolean closed;
+
+    /**
+     * @param group the group
+     * @param comm its NCCL communicator, or null for a group of one (owned from now on)
+     * @param device this process's CUDA device
+     * @param timeout how long a call waits for its peers
+     * @param chunkBytes largest transfer per NCCL call
+     * @param internal manager for this communicator's own tensors (owned from now on)
+     */
+    NcclCommunicator(ProcessGroup group, NcclComm comm, Device device, Duration timeout, long chunkBytes, NDManager internal) {
+        if ((comm == null) != (group.size() == 1)) {
+            throw new IllegalArgumentException("group " + group + " of size " + group.size()
+                    + (comm == null ? " needs" : " must not have") + " an NCCL communicator");
+        }
+        if (chunkBytes < 1) {
+            throw new IllegalArgumentException("chunk size must be at least one byte, got " + chunkBytes);
+        }
+        this.group = group;
+        this.comm = comm;
+        this.device = Objects.requireNonNull(device, "device");
+        this.timeout = Objects.requireNonNull(timeout, "timeout");
+        this.chunkBytes = chunkBytes;
+        this.internal = Objects.requireNonNull(internal, "internal");
+    }
+
+    @Override
+    public ProcessGroup group() {
+        return group;
+    }
+
+    @Override
+    public Duration timeout() {
+        return timeout;
+    }
+
+    @Override
+    public NDArray allReduce(NDArray input, ReduceOp op, NDManager owner) {
+        String what = describe("all-reduce " + op, input);
+        return run(what, () -> {
+            if (comm == null) {
+                return copy(input, owner);
+            }
+            try (NDManager temp = owner.newSubManager(device)) {
+                NDArray src = DevicePointers.contiguous(input, temp);
+                NDArray out = temp.create(input.getShape(), input.getDataType());
+                reduce(what, src, out, op);
+                out.attach(owner);
+                return out;
+            }
+        });
+    }
+
+    @Override
+    public void allReduceInPlace(NDArray tensor, ReduceOp op) {
+        String what = describe("all-reduce " + op, tensor);
+        run(what, () -> {
+            if (comm == null) {
+                return tensor;
+            }
+            if (DevicePointers.isContiguous(tensor)) {
+                reduce(what, tensor, tensor, op);
+                return tensor;
+            }
+            try (NDManager temp = tensor.getManager().newSubManager(device)) {
+                NDArray work = DevicePointers.contiguous(tensor, temp);
+                reduce(what, work, work, op);
+                Tensors.copyInto(tensor, work);
+            }
+            return tensor;
+        });
+    }
+
+    @Override
+    public NDArray allGather(NDArray input, int dim, NDManager owner) {
+        int d = checkDim(input, dim);
+        String what = describe("all-gather dim " + d, input);
+        return run(what, () -> {
+            if (comm == null) {
+                return copy(input, owner);
+            }
+            try (NDManager temp = owner.newSubManager(device)) {
+                Shape piece = input.getShape();
+                NDArray src = DevicePointers.contiguous(input, temp);
+                NDArray buffer = temp.create(d == 0 ? RankMajorLayout.gathered(piece, 0, size())
+                        : RankMajorLayout.gatherBuffer(piece, size()), input.getDataType());
+                gather(what, src, buffer);
+                NDArray out = d == 0 ? buffer : RankMajorLayout.fromGatherBuffer(buffer, piece, d, size(), temp);
+                out.attach(owner);
+                return out;
+            }
+        });
+    }
+
+    @Override
+    public NDArray reduceScatter(NDArray input, int dim, ReduceOp op, NDManager owner) {
+        int d = checkDim(input, dim);
+        if (input.getShape().get(d) % size() != 0) {
+            throw new IllegalArgumentException(group.key() + " reduce-scatter: dim " + d + " of shape " + input.getShape()
+                    + " is not divisible by the group size " + size());
+        }
+        String what = describe("reduce-scatter " + op + " dim " + d, input);
+        return run(what, () -> {
+            if (comm == null) {
+                return copy(input, owner);
+            }
+            try (NDManager temp = owner.newSubManager(device)) {
+                NDArray src = d == 0 ? DevicePointers.contiguous(input, temp) : RankMajorLayout.toScatterBuffer(input, d, size(), temp);
+                NDArray out = temp.create(RankMajorLayout.scattered(input.getShape(), d, size()), input.getDataType());
+                scatter(what, src, out, op);
+                out.attach(owner);
+                return out;
+            }
+        });
+    }
+
+    @Override
+    public NDArray broadcast(NDArray input, int root, NDManager owner) {
+        checkPeer(root, "broadcast root");
+        String what = describe("broadcast from " + root, input);
+        return run(what, () -> {
+            if (comm == null) {
+                return copy(input, owner);
+            }
+            try (NDManager temp = owner.newSubManager(device)) {
+                NDArray out = temp.create(input.getShape(), input.getDataType());
+                long to = address(out);
+                long from = rank() == root ? address(DevicePointers.contiguous(input, temp)) : to;
+                int dt = NcclCodes.dataType(input.getDataType());
+                int es = input.getDataType().getNumOfBytes();
+                ChunkPlan plan = ChunkPlan.of(input.size(), es, chunkBytes);
+                for (int c = 0; c < plan.chunks(); c++) {
+                    long off = plan.offset(c) * es;
+                    comm.check(ncclBroadcast(pointer(from + off), pointer(to + off), plan.length(c), dt, root, comm.handle(),
+                            NcclComm.stream()), "ncclBroadcast", what);
+                }
+                comm.await(what, timeout);
+                out.attach(owner);
+                return out;
+            }
+        });
+    }
+
+    @Override
+    public NDArray allToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
+        if (sendSplits.length != size() || recvSplits.length != size()) {
+            throw new IllegalArgumentException(group.key() + " all-to-all: " + sendSplits.length + " send and "
+                    + recvSplits.length + " receive splits for a group of " + size());
+        }
+        if (input.getShape().dimension() == 0) {
+            throw new IllegalArgumentException(group.key() + " all-to-all: the input needs at least one dim, got a scalar");
+        }
+        long rows = input.getShape().get(0);
+        long sent = 0;
+        long received = 0;
+        for (int j = 0; j < size(); j++) {
+            if (sendSplits[j] < 0 || recvSplits[j] < 0) {
+                throw new IllegalArgumentException(group.key() + " all-to-all: negative split in " + Arrays.toString(sendSplits)
+                        + " / " + Arrays.toString(recvSplits));
+            }
+            sent += sendSplits[j];
+            received += recvSplits[j];
+        }
+        if (sent != rows) {
+            throw new IllegalArgumentException(group.key() + " all-to-all: send splits " + Arrays.toString(sendSplits)
+                    + " sum to " + sent + " but the input has " + rows + " rows");
+        }
+        Shape rest = input.getShape().slice(1);
+        String what = "all-to-all " + input.getDataType() + " [*" + (rest.dimension() > 0 ? ", " : "")
+                + Arrays.toString(rest.getShape()).replaceAll("[\\[\\]]", "") + "]";
+        checkTensor(what, input);
+        long totalRows = received;
+        return run(what, () -> {
+            if (comm == null) {
+                if (recvSplits[0] != sendSplits[0]) {
+                    throw new CommunicationException(group.key(), what, List.of(group.globalRank(0)), "rank "
+                            + group.globalRank(0) + " sends " + sendSplits[0] + " rows to itself but expects " + recvSplits[0], null);
+                }
+                return copy(input, owner);
+            }
+            try (NDManager temp = owner.newSubManager(device)) {
+                NDArray src = DevicePointers.contiguous(input, temp);
+                NDArray out = temp.create(new Shape(totalRows).addAll(rest), input.getDataType());
+                long from = address(src);
+                long to = address(out);
+                long rowElements = rest.size();
+                int dt = NcclCodes.dataType(input.getDataType());
+                int es = input.getDataType().getNumOfBytes();
+                try (NcclComm.Group calls = comm.group(what)) {
+                    long sendAt = 0;
+                    long recvAt = 0;
+                    for (int j = 0; j < size(); j++) {
+                        ChunkPlan outgoing = ChunkPlan.of(sendSplits[j] * rowElements, es, chunkBytes);
+                        for (int c = 0; c < outgoing.chunks(); c++) {
+                            calls.add(ncclSend(pointer(from + (sendAt + outgoing.offset(c)) * es), outgoing.length(c), dt, j,
+                                    comm.handle(), NcclComm.stream()), "ncclSend");
+                        }
+                        ChunkPlan incoming = ChunkPlan.of(recvSplits[j] * rowElements, es, chunkBytes);
+                        for (int c = 0; c < incoming.chunks(); c++) {
+                            calls.add(ncclRecv(pointer(to + (recvAt + incoming.offset(c)) * es), incoming.length(c), dt, j,
+                                    comm.handle(), NcclComm.stream()), "ncclRecv");
+                        }
+                        sendAt += outgoing.count();
+                        recvAt += incoming.count();
+                    }
+                }
+                comm.await(what, timeout);
+                out.attach(owner);
+                return out;
+            }
+        });
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>With NCCL the send completes when {@code peer} has received the data, so this returns
+     * only then (or fails at the timeout); sends to this rank itself return at once.
+     */
+    @Override
+    public void send(NDArray tensor, int peer) {
+        checkPeer(peer, "send destination");
+        String what = "send " + tensor.getDataType() + " " + tensor.getShape() + " to rank " + group.globalRank(peer);
+        checkTensor(what, tensor);
+        run(what, () -> {
+            if (peer == rank()) {
+                NDArray copy = tensor.duplicate();
+                copy.attach(internal);
+                sentToSelf.add(copy);
+                return tensor;
+            }
+            try (NDManager temp = tensor.getManager().newSubManager(device)) {
+                NDArray src = DevicePointers.contiguous(tensor, temp);
+                pointToPoint(what, src, peer, true);
+            }
+            return tensor;
+        });
+    }
+
+    @Override
+    public NDArray recv(Shape shape, DataType dtype, int peer, NDManager owner) {
+        checkPeer(peer, "receive source");
+        String what = "recv " + dtype + " " + shape + " from rank " + group.globalRank(peer);
+        checkDtype(what, dtype);
+        return run(what, () -> {
+            if (peer == rank()) {
+                NDArray got = sentToSelf.poll();
+                if (got == null) {
+                    throw new IllegalStateException(group.key() + " " + what + ": nothing was sent to this rank by itself");
+                }
+                if (!shape.equals(got.getShape()) || dtype != got.getDataType()) {
+                    String message = "rank " + group.globalRank(peer) + " sent " + got.getDataType() + " " + got.getShape()
+                            + " but " + dtype + " " + shape + " was expected";
+                    got.close();
+                    throw new CommunicationException(group.key(), what, List.of(group.globalRank(peer)), message, null);
+                }
+                got.attach(owner);
+                return got;
+            }
+            try (NDManager temp = owner.newSubManager(device)) {
+                NDArray out = temp.create(shape, dtype);
+                pointToPoint(what, out, peer, false);
+                out.attach(owner);
+                return out;
+            }
+        });
+    }
+
+    @Override
+    public List<byte[]> allGatherBytes(byte[] payload) {
+        String what = "all-gather bytes";
+        byte[] mine = payload.clone();
+        return run(what, () -> {
+            if (comm == null) {
+                return List.of(mine);
+            }
+            try (NDManager temp = internal.newSubManager(device)) {
+                NDArray length = temp.create(new long[] {mine.length});
+                NDArray lengths = temp.create(new Shape(size()), DataType.INT64);
+                gather(what, length, lengths);
+                long[] sizes = lengths.toLongArray();
+                int longest = 0;
+                for (long s : sizes) {
+                    longest = Math.max(longest, Math.toIntExact(s));
+                }
+                List<byte[]> out = new ArrayList<>(size());
+                if (longest == 0) {
+                    for (int i = 0; i < size(); i++) {
+                        out.add(new byte[0]);
+                    }
+                    return out;
+                }
+                NDArray padded = temp.create(ByteBuffer.wrap(Arrays.copyOf(mine, longest)), new Shape(longest), DataType.UINT8);
+                NDArray all = temp.create(new Shape((long) longest * size()), DataType.UINT8);
+                gather(what, padded, all);
+                byte[] bytes = all.toByteArray();
+                for (int i = 0; i < size(); i++) {
+                    out.add(Arrays.copyOfRange(bytes, i * longest, i * longest + (int) sizes[i]));
+                }
+                return out;
+            }
+        });
+    }
+
+    @Override
+    public void barrier() {
+        String what = "barrier";
+        run(what, () -> {
+            if (comm == null) {
+                return what;
+            }
+            try (NDManager temp = internal.newSubManager(device)) {
+                NDArray token = temp.zeros(new Shape(1), DataType.INT32);
+                reduce(what, token, token, ReduceOp.SUM);
+            }
+            return what;
+        });
+    }
+
+    /** Destroys the NCCL communicator and releases tensors sent to self. Idempotent. */
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        sentToSelf.clear();
+        internal.close();
+        if (comm != null) {
+            comm.close();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "NcclCommunicator[" + group + ", " + device + (comm == null ? ", local" : "") + "]";
+    }
+
+    // ---- NCCL calls; each enqueues, then waits for completion ----
+
+    private void reduce(String what, NDArray src, NDArray out, ReduceOp op) {
+        int dt = NcclCodes.dataType(src.getDataType());
+        int es = src.getDataType().getNumOfBytes();
+        long from = address(src);
+        long to = address(out);
+        ChunkPlan plan = ChunkPlan.of(src.size(), es, chunkBytes);
+        for (int c = 0; c < plan.chunks(); c++) {
+            long off = plan.offset(c) * es;
+            comm.check(ncclAllReduce(pointer(from + off), pointer(to + off), plan.length(c), dt, NcclCodes.reduceOp(op),
+                    comm.handle(), NcclComm.stream()), "ncclAllReduce", what);
+        }
+        comm.await(what, timeout);
+    }
+
+    /** Rank {@code r}'s {@code src} lands at elements {@code [r n, (r + 1) n)} of {@code buffer}. */
+    private void gather(String what, NDArray src, NDArray buffer) {
+        int dt = NcclCodes.dataType(src.getDataType());
+        int es = src.getDataType().getNumOfBytes();
+        long n = src.size();
+        long from = address(src);
+        long to = address(buffer);
+        ChunkPlan plan = ChunkPlan.of(n, es, chunkBytes);
+        if (plan.chunks() == 1) {
+            comm.check(ncclAllGather(pointer(from), pointer(to), n, dt, comm.handle(), NcclComm.stream()), "ncclAllGather", what);
+        } else {
+            for (int c = 0; c < plan.chunks(); c++) {
+                long off = plan.offset(c);
+                try (NcclComm.Group calls = comm.group(what)) {
+                    for (int r = 0; r < size(); r++) {
+                        calls.add(ncclBroadcast(pointer(from + off * es), pointer(to + (r * n + off) * es), plan.length(c), dt, r,
+                                comm.handle(), NcclComm.stream()), "ncclBroadcast");
+                    }
+                }
+            }
+        }
+        comm.await(what, timeout);
+    }
+
+    /** This rank gets the reduction of elements {@code [rank n, (rank + 1) n)} of every member's {@code src}. */
+    private void scatter(String what, NDArray src, NDArray out, ReduceOp op) {
+        int dt = NcclCodes.dataType(src.getDataType());
+        int redOp = NcclCodes.reduceOp(op);
+        int es = src.getDataType().getNumOfBytes();
+        long n = out.size();
+        long from = address(src);
+        long to = address(out);
+        ChunkPlan plan = ChunkPlan.of(n, es, chunkBytes);
+        if (plan.chunks() == 1) {
+            comm.check(ncclReduceScatter(pointer(from), pointer(to), n, dt, redOp, comm.handle(), NcclComm.stream()),
+                    "ncclReduceScatter", what);
+        } else {
+            for (int c = 0; c < plan.chunks(); c++) {
+                long off = plan.offset(c);
+                try (NcclComm.Group calls = comm.group(what)) {
+                    for (int r = 0; r < size(); r++) {
+                        calls.add(ncclReduce(pointer(from + (r * n + off) * es), pointer(to + off * es), plan.length(c), dt, redOp, r,
+                                comm.handle(), NcclComm.stream()), "ncclReduce");
+                    }
+                }
+            }
+        }
+        comm.await(what, timeout);
+    }
+
+    /** Chunks go as separate calls, in order on the stream; the peer issues the same sequence. */
+    private void pointToPoint(String what, NDArray data, int peer, boolean send) {
+        int dt = NcclCodes.dataType(data.getDataType());
+        int es = data.getDataType().getNumOfBytes();
+        long at = address(data);
+        ChunkPlan plan = ChunkPlan.of(data.size(), es, chunkBytes);
+        for (int c = 0; c < plan.chunks(); c++) {
+            long off = plan.offset(c) * es;
+            if (send) {
+                comm.check(ncclSend(pointer(at + off), plan.length(c), dt, peer, comm.handle(), NcclComm.stream()), "ncclSend", what);
+            } else {
+                comm.check(ncclRecv(pointer(at + off), plan.length(c), dt, peer, comm.handle(), NcclComm.stream()), "ncclRecv", what);
+            }
+        }
+        comm.await(what, timeout);
+    }
+
+    // ---- checks and bookkeeping ----
+
+    /**
+     * Runs {@code body} without autograd, on this communicator's device; a {@link CommunicationException}
+     * breaks the communicator.
+     */
+    private <T> T run(String what, Supplier<T> body) {
+        if (closed) {
+            throw new IllegalStateException(group.key() + " " + what + ": the NCCL communicator is closed");
+        }
+        if (broken != null) {
+            throw new CommunicationException(group.key(), what, broken.ranks(),
+                    "the communicator is broken by an earlier failure: " + broken.getMessage(), broken);
+        }
+        boolean previous = JniUtils.isGradMode();
+        JniUtils.setGradMode(false);
+        try {
+            if (comm != null) {
+                comm.makeCurrent(what);
+            }
+            return Objects.requireNonNull(body.get());
+        } catch (CommunicationException e) {
+            if (broken == null) {
+                broken = e;
+            }
+            throw e;
+        } finally {
+            JniUtils.setGradMode(previous);
+        }
+    }
+
+    private static NDArray copy(NDArray input, NDManager owner) {
+        NDArray out = input.duplicate();
+        out.attach(owner);
+        return out;
+    }
+
+    private String describe(String op, NDArray t) {
+        String what = op + " " + t.getDataType() + " " + t.getShape();
+        checkTensor(what, t);
+        return what;
+    }
+
+    private void checkTensor(String what, NDArray t) {
+        checkDtype(what, t.getDataType());
+        if (comm != null && !device.equals(t.getDevice())) {
+            throw new IllegalArgumentException(group.key() + " " + what + ": the tensor is on " + t.getDevice()
+                    + " but this NCCL communicator works on " + device);
+        }
+    }
+
+    private void checkDtype(String what, DataType dtype) {
+        try {
+            NcclCodes.dataType(dtype);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException(group.key() + " " + what + ": " + e.getMessage(), e);
+        }
+    }
+
+    private int checkDim(NDArray t, int dim) {
+        int n = t.getShape().dimension();
+        int d = dim < 0 ? dim + n : dim;
+        if (d < 0 || d >= n) {
+            throw new IllegalArgumentException(group.key() + ": dim " + dim + " is out of range for shape " + t.getShape());
+        }
+        return d;
+    }
+
+    private void checkPeer(int peer, String what) {
+        if (peer < 0 || peer >= size()) {
+            throw new IllegalArgumentException(group.key() + ": " + what + " " + peer + " is outside [0, " + size() + ")");
+        }
+    }
+}
