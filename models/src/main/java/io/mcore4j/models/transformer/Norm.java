@@ -14,8 +14,8 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * LayerNorm (weight and bias) or RMSNorm (weight) over the last dim, computed in float32 whatever
- * the parameter dtype. Its weights are replicated over tensor-parallel ranks; with sequence
+ * LayerNorm (weight and bias) or RMSNorm (weight) over the last dim, accumulated in float32 whatever
+ * the parameter dtype (libtorch's layer-norm kernel does so itself; RMSNorm casts). Its weights are replicated over tensor-parallel ranks; with sequence
  * parallelism each rank sees a different slice of the sequence, so they are
  * {@link Parameter.Kind#SEQUENCE_PARALLEL} (gradients summed over TP before data-parallel averaging).
  */
@@ -49,18 +49,16 @@ public final class Norm implements Module {
      * @return normalised activations in x's dtype
      */
     public NDArray forward(AutogradScope scope, NDArray x) {
+        if (kind == TransformerConfig.Normalization.LAYER_NORM) {
+            // libtorch's layer norm accumulates half-precision inputs in float32 internally: no casts needed
+            long width = x.getShape().get(x.getShape().dimension() - 1);
+            return ai.djl.nn.norm.LayerNorm.layerNorm(x, new Shape(width), weight.data(), bias.data(), (float) epsilon).get(0);
+        }
+        // RMSNorm from elementary ops: square and mean in float32, where x^2 cannot overflow
         DataType dtype = x.getDataType();
         NDArray x32 = Cast.apply(scope, x, DataType.FLOAT32);
-        NDArray w32 = Cast.apply(scope, weight.data(), DataType.FLOAT32);
-        NDArray y;
-        if (kind == TransformerConfig.Normalization.LAYER_NORM) {
-            NDArray b32 = Cast.apply(scope, bias.data(), DataType.FLOAT32);
-            long width = x.getShape().get(x.getShape().dimension() - 1);
-            y = ai.djl.nn.norm.LayerNorm.layerNorm(x32, new Shape(width), w32, b32, (float) epsilon).get(0);
-        } else {
-            NDArray rms = x32.square().mean(new int[] {-1}, true).add(epsilon).sqrt();
-            y = x32.div(rms).mul(w32);
-        }
+        NDArray rms = x32.square().mean(new int[] {-1}, true).add(epsilon).sqrt();
+        NDArray y = x32.div(rms).mul(Cast.apply(scope, weight.data(), DataType.FLOAT32));
         return Cast.apply(scope, y, dtype);
     }
 

@@ -104,8 +104,12 @@ public final class GptBenchmark {
         double peakGiB = 0;
         double endGiB = 0;
         StepResult last = null;
+        boolean phases = Boolean.parseBoolean(a.get("--phases"));
+        double[] phaseSeconds = new double[4];
         for (int step = 0; step < warmup + steps; step++) {
             long start = System.nanoTime();
+            long[] marks = new long[5];
+            marks[0] = start;
             double scale = optimizer.lossScale();
             Schedules.forwardBackward((scope, chunk, mb, input) -> {
                 NDArray ids = null;
@@ -117,9 +121,18 @@ public final class GptBenchmark {
                         ids == null ? null : ids.get("1:" + (seq + 1)));
                 return model.isPostProcess() ? out.mul(scale) : out;
             }, 1, groups, root, sc);
+            marks[1] = phases ? synchronize(root) : 0;
             ddp.finishGradSync();
+            marks[2] = phases ? synchronize(root) : 0;
             last = optimizer.step(1e-4, 0.0); // reads the gradient norm: one host synchronisation per step
+            marks[3] = phases ? synchronize(root) : 0;
             ddp.zeroGrad();
+            marks[4] = phases ? synchronize(root) : 0;
+            if (phases && step >= warmup) {
+                for (int p = 0; p < 4; p++) {
+                    phaseSeconds[p] += (marks[p + 1] - marks[p]) / 1e9;
+                }
+            }
             double seconds = (System.nanoTime() - start) / 1e9;
             if (step >= warmup) {
                 times.add(seconds);
@@ -142,9 +155,23 @@ public final class GptBenchmark {
                     a.get("--model"), tp, pp, dims.dataParallel(), a.get("--attention"), mbs, micro, seq, tokensPerGpu, tflops,
                     100 * tflops / peak, 1000 * stepTime, peakGiB, endGiB, last.lossScale());
         }
+        if (phases && backend.worldRank() == 0) {
+            System.out.printf(Locale.ROOT, "gpt-benchmark phases (ms per step, device synchronised between them): forward+backward %.1f"
+                            + " | gradient sync %.1f | optimizer step %.1f | zero grad %.1f%n",
+                    1000 * phaseSeconds[0] / steps, 1000 * phaseSeconds[1] / steps, 1000 * phaseSeconds[2] / steps,
+                    1000 * phaseSeconds[3] / steps);
+        }
         optimizer.close();
         ddp.close();
         model.close();
+    }
+
+    /** Waits for the device's queued work (a device-to-host read on the default stream) and returns the time. */
+    private static long synchronize(NDManager manager) {
+        try (NDManager temp = manager.newSubManager()) {
+            temp.zeros(new Shape(1)).toFloatArray();
+        }
+        return System.nanoTime();
     }
 
     private static TransformerConfig model(String name) {
@@ -176,11 +203,12 @@ public final class GptBenchmark {
         a.put("--use-distributed-optimizer", "false");
         a.put("--cpu-initialization", "false");
         a.put("--peak-tflops", "989");
+        a.put("--phases", "false");
         for (int i = 0; i < argv.length; i++) {
             if (!a.containsKey(argv[i]) && !argv[i].equals("--seq-length")) {
                 throw new IllegalArgumentException("unknown flag " + argv[i] + "; flags: " + a.keySet() + " --seq-length");
             }
-            boolean isSwitch = List.of("--sequence-parallel", "--use-distributed-optimizer", "--cpu-initialization").contains(argv[i]);
+            boolean isSwitch = List.of("--sequence-parallel", "--use-distributed-optimizer", "--cpu-initialization", "--phases").contains(argv[i]);
             if (isSwitch) {
                 a.put(argv[i], "true");
             } else if (i + 1 < argv.length) {
