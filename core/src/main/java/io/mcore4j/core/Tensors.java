@@ -82,6 +82,26 @@ public final class Tensors {
     }
 
     /**
+     * {@code x * factor}, safe under autograd.
+     *
+     * <p>DJL's {@code mul(Number)} and {@code div(Number)} wrap the number in a tensor over a Java
+     * buffer and close it at once, but libtorch keeps that operand for the backward of the product:
+     * after a garbage collection the backward reads freed memory and the gradient is silently
+     * wrong. Here the scalar is a libtorch-owned tensor that {@code owner} keeps until it closes.
+     *
+     * @param x any floating tensor
+     * @param factor the scale
+     * @param owner manager that owns the scalar and the result, e.g. the pass's scope manager
+     * @return the scaled tensor
+     */
+    public static NDArray scale(NDArray x, double factor, NDManager owner) {
+        NDArray scalar = owner.full(new Shape(), (float) factor, x.getDataType(), x.getDevice());
+        NDArray out = x.mul(scalar);
+        out.attach(owner);
+        return out;
+    }
+
+    /**
      * A new handle to the same storage, detached from the autograd graph, owned by {@code owner}.
      *
      * @param array any tensor

@@ -310,17 +310,28 @@ public final class DistributedDataParallel implements AutoCloseable {
         // a fresh buffer even for a single piece, which may be a view of .grad
         NDArray flat = own(pieces.size() == 1 ? pieces.get(0).duplicate() : NDArrays.concat(pieces), temp);
         Communicator group = bucket.group;
+        // the loss is a mean over the global batch, which is split over the DP x CP ranks: every
+        // gradient, an expert's too, is divided by that count; expert buckets are only summed over
+        // the smaller expert-DP group because the other ranks' tokens already reached the expert
+        int dataParallel = groups.dpCp().size();
         NDArray result;
         if (group.size() == 1) {
+            if (dataParallel > 1) {
+                flat.divi(dataParallel);
+            }
             result = own(flat, owner);
         } else {
-            ReduceOp op = config.averageInCollective() ? ReduceOp.AVG : ReduceOp.SUM;
-            if (!config.averageInCollective()) {
-                flat.divi(group.size());
+            boolean average = config.averageInCollective();
+            if (!average) {
+                flat.divi(dataParallel);
             }
+            ReduceOp op = average ? ReduceOp.AVG : ReduceOp.SUM;
             result = config.useDistributedOptimizer()
                     ? group.reduceScatter(flat, 0, op, owner)
                     : group.allReduce(flat, op, owner);
+            if (average && group.size() != dataParallel) {
+                result.muli((double) group.size() / dataParallel);
+            }
         }
         if (!config.useDistributedOptimizer()) {
             for (GradientBucket.Slot slot : bucket.slots) {

@@ -17,8 +17,11 @@ import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * Four ranks with expert parallelism 2: a dense weight averaged over all four data-parallel ranks,
- * and one expert per expert-parallel rank averaged over its expert-data-parallel pair. The global
- * norm must count both experts (held by different ranks) once each.
+ * and one expert per expert-parallel rank summed over its expert-data-parallel pair and divided,
+ * like every gradient, by the four data-parallel ranks the global batch is split over (Megatron's
+ * convention: an expert's local gradient already holds the tokens its expert-parallel peers sent
+ * it, here those of two data-parallel replicas). The global norm must count both experts (held by
+ * different ranks) once each.
  */
 class ExpertParallelTest {
     private static final long[] DENSE = {3, 4};
@@ -30,7 +33,7 @@ class ExpertParallelTest {
 
     @ParameterizedTest
     @ValueSource(booleans = {false, true})
-    void expertGradientsAverageOverExpertDataParallelAndCountOncePerExpert(boolean distributed) {
+    void expertGradientsAreDividedByTheDataParallelSizeAndCountOncePerExpert(boolean distributed) {
         double sum = 0;
         for (float[] g : List.of(values(10, DENSE), values(20, EXPERT), values(21, EXPERT))) {
             for (float x : g) {
@@ -54,7 +57,9 @@ class ExpertParallelTest {
             double[] denseNoise = {1, -1, 2, -2};
             SplitModel.addGradient(dense, SplitModel.plus(values(10, DENSE), values(11, DENSE),
                     denseNoise[groups.dpCp().rank()]), m);
-            SplitModel.addGradient(mine, SplitModel.plus(values(20 + expert, EXPERT), values(30 + expert, EXPERT),
+            // each expert rank saw the tokens of 2 data-parallel replicas: 2 G plus noise that cancels over the pair
+            float[] twoReplicas = SplitModel.plus(values(20 + expert, EXPERT), values(20 + expert, EXPERT), 1);
+            SplitModel.addGradient(mine, SplitModel.plus(twoReplicas, values(30 + expert, EXPERT),
                     groups.expertDp().rank() == 0 ? 1 : -1), m);
             ddp.finishGradSync();
             StepResult result = optimizer.step(1.0, 0.0);

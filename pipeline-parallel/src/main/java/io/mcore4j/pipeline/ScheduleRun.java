@@ -137,7 +137,7 @@ final class ScheduleRun {
             lossTensors[m] = kept;
             if (!config.forwardOnly()) {
                 JniUtils.setGradMode(true);
-                NDArray scaled = out.mul(1f / config.numMicrobatches());
+                NDArray scaled = Tensors.scale(out, 1.0 / config.numMicrobatches(), scope.manager());
                 scaled.attach(scope.manager());
                 outputs[c][m] = scaled;
             }

@@ -107,7 +107,7 @@ class AutogradScopeTest {
                     case 1 -> next = Activation.gelu(a);
                     case 2 -> next = LayerNorm.layerNorm(a, new Shape(a.getShape().get(1)), gamma, beta, 1e-5f).get(0);
                     case 3 -> next = a.add(nodes.get(structure.nextInt(nodes.size())));
-                    default -> next = a.mul(0.5).add(a.matMul(weights.get(structure.nextInt(weights.size()))));
+                    default -> next = Tensors.scale(a, 0.5, scope.manager()).add(a.matMul(weights.get(structure.nextInt(weights.size()))));
                 }
                 if (cuts.nextDouble() < cutProbability) {
                     next = scope.apply1(identity, next);

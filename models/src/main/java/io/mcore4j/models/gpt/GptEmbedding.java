@@ -2,6 +2,7 @@ package io.mcore4j.models.gpt;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -76,7 +77,7 @@ public final class GptEmbedding implements Module {
         double p = ctx.config().hiddenDropout();
         if (p > 0 && scope.isGradEnabled()) {
             NDArray keep = ctx.hiddenDropout().keepMask(scope.manager(), x.getShape(), p, x.getDataType());
-            x = x.mul(keep).div(1 - p);
+            x = Tensors.scale(x.mul(keep), 1 / (1 - p), scope.manager());
         }
         return x;
     }

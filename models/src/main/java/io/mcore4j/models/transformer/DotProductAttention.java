@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 
@@ -35,12 +36,12 @@ public final class DotProductAttention implements CoreAttention {
         NDArray q = query.transpose(1, 2, 0, 3).reshape(b * np, s, d);
         NDArray k = key.transpose(1, 2, 3, 0).reshape(b * np, d, s);
         NDArray v = value.transpose(1, 2, 0, 3).reshape(b * np, s, d);
-        NDArray scores = Cast.apply(scope, q.matMul(k), DataType.FLOAT32).mul(1.0 / Math.sqrt(d));
+        NDArray scores = Tensors.scale(Cast.apply(scope, q.matMul(k), DataType.FLOAT32), 1.0 / Math.sqrt(d), scope.manager());
         NDArray probs = Cast.apply(scope, scores.add(causalMask(scope.manager(), s)).softmax(-1), dtype);
         double p = ctx.config().attentionDropout();
         if (p > 0 && scope.isGradEnabled()) {
             NDArray keep = ctx.attentionDropout().keepMask(scope.manager(), probs.getShape(), p, dtype);
-            probs = probs.mul(keep).div(1 - p);
+            probs = Tensors.scale(probs.mul(keep), 1 / (1 - p), scope.manager());
         }
         NDArray context = probs.matMul(v).reshape(b, np, s, d).transpose(2, 0, 1, 3);
         return context.reshape(s, b, np * d);

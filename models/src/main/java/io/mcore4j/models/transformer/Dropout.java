@@ -1,6 +1,7 @@
 package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.random.DeterministicRandom;
 
@@ -13,6 +14,6 @@ final class Dropout {
             return x;
         }
         NDArray keep = generator.keepMask(scope.manager(), x.getShape(), p, x.getDataType());
-        return x.mul(keep).div(1 - p);
+        return Tensors.scale(x.mul(keep), 1 / (1 - p), scope.manager());
     }
 }

@@ -8,6 +8,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.util.cuda.CudaUtils;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.random.SeedScheme;
@@ -119,7 +120,7 @@ public final class GptBenchmark {
                 }
                 NDArray out = model.forward(scope, ids == null ? null : ids.get("0:" + seq), input,
                         ids == null ? null : ids.get("1:" + (seq + 1)));
-                return model.isPostProcess() ? out.mul(scale) : out;
+                return model.isPostProcess() ? Tensors.scale(out, scale, scope.manager()) : out;
             }, 1, groups, root, sc);
             marks[1] = phases ? synchronize(root) : 0;
             ddp.finishGradSync();

@@ -7,6 +7,7 @@ import ai.djl.ndarray.types.Shape;
 import io.mcore4j.checkpoint.CheckpointManager;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StrictMode;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
@@ -226,7 +227,7 @@ final class Trainer {
             }
             NDArray output = model.forward(scope, model.isPreProcess() ? tokens : null, input,
                     model.isPostProcess() ? labels : null);
-            return model.isPostProcess() && scale != 1.0 ? output.mul(scale) : output;
+            return model.isPostProcess() && scale != 1.0 ? Tensors.scale(output, scale, scope.manager()) : output;
         }, chunks.size(), groups, root, sc);
         if (scale != 1.0 && result.losses().length > 0) {
             float[] unscaled = result.losses().clone();

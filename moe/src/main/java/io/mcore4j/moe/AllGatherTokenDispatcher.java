@@ -1,0 +1,72 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.parallel.Communicator;
+
+/**
+ * All-gather dispatch (Megatron-Core's {@code MoEAllGatherTokenDispatcher}): every rank of an
+ * expert-TP x EP box gathers the box's tokens, probabilities and routing maps (over expert-TP, then
+ * over EP), picks the pairs of its local experts and, after the experts ran, scatters their weighted
+ * outputs back to token order and reduce-scatters over EP, then expert-TP. The reduce-scatter sums
+ * both the contributions of the different experts and the partial sums of expert tensor
+ * parallelism. In backward the gathers become reduce-scatters (every rank's gradient for the
+ * gathered tokens and probabilities is partial) and the reduce-scatters all-gathers.
+ *
+ * <p>Communication volume is {@code T · EP · ETP} tokens per rank regardless of routing, and no
+ * counts are exchanged, so there is no host synchronisation beyond the local permutation.
+ */
+final class AllGatherTokenDispatcher implements TokenDispatcher {
+    private final Communicator ep;
+    private final Communicator expertTp;
+    private final int numExperts;
+    private final int numLocalExperts;
+    private final int firstLocalExpert;
+    private final int topK;
+
+    AllGatherTokenDispatcher(MoeGroups groups, int numExperts, int topK) {
+        this.ep = groups.ep();
+        this.expertTp = groups.expertTp();
+        this.numExperts = numExperts;
+        this.numLocalExperts = numExperts / ep.size();
+        this.firstLocalExpert = ep.rank() * numLocalExperts;
+        this.topK = topK;
+    }
+
+    @Override
+    public Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
+        NDManager m = scope.manager();
+        NDArray allTokens = ExpertCommunication.allGather(scope, ep,
+                ExpertCommunication.allGather(scope, expertTp, tokens));
+        NDArray allProbs = ExpertCommunication.allGather(scope, ep,
+                ExpertCommunication.allGather(scope, expertTp, routing.probs()));
+        // both maps travel in one message; they carry no gradient
+        NDArray maps = LocalOps.own(NDArrays.concat(new NDList(routing.routingMap(), routing.keptMap()), 1), m);
+        maps = gatherWithoutGradient(gatherWithoutGradient(maps, expertTp, m), ep, m);
+        int from = firstLocalExpert;
+        int to = firstLocalExpert + numLocalExperts;
+        NDArray localMap = LocalOps.own(maps.get(":, " + from + ":" + to), m);
+        NDArray localKept = LocalOps.own(maps.get(":, " + (numExperts + from) + ":" + (numExperts + to)), m);
+        NDArray localProbs = LocalOps.own(allProbs.get(":, " + from + ":" + to), m);
+        TokenPermutation permutation = TokenPermutation.of(localMap, m);
+        NDArray expertInput = permutation.permute(allTokens, m);
+        int slots = Math.min(topK, numLocalExperts);
+        return new Rows(expertInput, permutation.tokensPerExpert(), (s, expertOutput) -> {
+            NDArray partial = permutation.combine(expertOutput, localKept, localProbs, slots, s);
+            return ExpertCommunication.reduceScatter(s, expertTp, ExpertCommunication.reduceScatter(s, ep, partial));
+        });
+    }
+
+    private static NDArray gatherWithoutGradient(NDArray x, Communicator group, NDManager owner) {
+        return group.size() == 1 ? x : group.allGather(x, 0, owner);
+    }
+
+    @Override
+    public String toString() {
+        return "AllGatherTokenDispatcher{experts " + firstLocalExpert + ".." + (firstLocalExpert + numLocalExperts - 1)
+                + " of " + numExperts + ", ep " + ep.group().key() + ", expert-tp " + expertTp.group().key() + "}";
+    }
+}

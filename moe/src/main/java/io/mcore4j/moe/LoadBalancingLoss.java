@@ -1,0 +1,49 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+
+/**
+ * The auxiliary losses of the router, as differentiable scalars (recorded by libtorch autograd).
+ *
+ * <p>Switch-Transformer load balancing over {@code T} tokens (possibly spread over several ranks):
+ * {@code coeff · E / (k · T²) · Σ_e (Σ_t p_te) · count_e}, where {@code p} are the scores over all
+ * experts, {@code count_e} the number of tokens whose top-k contains expert {@code e} (a constant)
+ * and the inner sum runs over this rank's tokens only. Summing the per-rank values over the ranks
+ * that share the counts gives the loss of the whole token set, which is why each rank back-propagates
+ * only its own part.
+ */
+final class LoadBalancingLoss {
+    private LoadBalancingLoss() {}
+
+    /**
+     * @param scores {@code [T_local, E']} scores (grad flows through them)
+     * @param counts {@code [E']} token counts over the whole token set (constant)
+     * @param totalTokens the size of the whole token set
+     * @param topK experts per token
+     * @param numExperts E (not E' when experts are folded with the batch)
+     * @param coeff the coefficient
+     * @param owner owner of the result
+     * @return the scalar loss
+     */
+    static NDArray switchLoss(NDArray scores, NDArray counts, double totalTokens, int topK, int numExperts,
+                              double coeff, NDManager owner) {
+        double factor = numExperts * coeff / (topK * totalTokens * totalTokens);
+        NDArray perExpert = LocalOps.own(scores.sum(new int[] {0}), owner);
+        NDArray weighted = LocalOps.own(perExpert.mul(counts.toType(perExpert.getDataType(), false)).sum(), owner);
+        return LocalOps.scale(weighted, factor, owner);
+    }
+
+    /**
+     * ST-MoE's z-loss on this rank's tokens: {@code coeff · mean_t (logsumexp_e logits_te)²}.
+     *
+     * @param logits {@code [T, E]}
+     * @param coeff the coefficient (already divided by the number of ranks sharing a micro-batch)
+     * @param owner owner of the result
+     * @return the scalar loss
+     */
+    static NDArray zLoss(NDArray logits, double coeff, NDManager owner) {
+        NDArray lse = LocalOps.logSumExp(logits, owner);
+        return LocalOps.scale(LocalOps.own(lse.mul(lse).mean(), owner), coeff, owner);
+    }
+}

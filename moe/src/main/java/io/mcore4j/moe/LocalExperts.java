@@ -1,0 +1,263 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
+import ai.djl.nn.Activation;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.tensorparallel.Initializers;
+import io.mcore4j.tensorparallel.Mappings;
+import io.mcore4j.tensorparallel.StridedPartition;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * This rank's {@code E / EP} experts, each an MLP {@code fc2(act(fc1 x))} (GELU, or SwiGLU over a
+ * fused {@code [gate; up]} fc1), optionally tensor-parallel over the expert-TP group: fc1 is split
+ * along its output rows (strided by 2 for SwiGLU, so each rank holds its slice of the gate and of the
+ * up projection) and fc2 along its input columns, as in a column-parallel / row-parallel pair.
+ *
+ * <p><b>Communication.</b> None here. With expert tensor parallelism the dispatcher gives every
+ * expert-TP rank the same rows and reduce-scatters the partial outputs (Megatron-Core's explicit
+ * expert communication), which halves the traffic of running the column/row-parallel linears with
+ * their own all-reduce. The one exception is the fc2 bias: it is added on expert-TP rank 0 only (the
+ * reduction then counts it once) after an identity whose backward all-reduces its gradient over
+ * expert-TP, so every copy receives the full gradient.
+ *
+ * <p><b>Parameters.</b> One {@link Parameter} per weight and expert, kind {@link Parameter.Kind#EXPERT}
+ * (gradients averaged over expert-DP by the optimizer), named
+ * {@code local_experts.<global index>.linear_fc1.weight} and so on. Each expert's full weight is
+ * built with {@link Initializers#normal} seeded by {@code seeds.seed("init/" + key)} for its global key
+ * and sliced, so every layout holds slices of the same global weights.
+ *
+ * <p><b>Paths.</b> {@link #forward} runs the experts one after another on their rows (an expert
+ * with no rows still runs on an empty tensor: its gradients are zero and collectives stay matched),
+ * or, when every local expert has the same number of rows and batching is enabled, as one batched
+ * matmul over weights stacked per pass.
+ */
+final class LocalExperts implements Module {
+    private final MoeConfig config;
+    private final int hiddenSize;
+    private final Communicator expertTp;
+    private final int firstLocalExpert;
+    private final List<Parameter> fc1Weights = new ArrayList<>();
+    private final List<Parameter> fc1Biases = new ArrayList<>();
+    private final List<Parameter> fc2Weights = new ArrayList<>();
+    private final List<Parameter> fc2Biases = new ArrayList<>();
+    private final List<ShardedTensor> pieces = new ArrayList<>();
+    private final NDManager pieceViews;
+
+    LocalExperts(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters, SeedScheme seeds,
+                 String keyPrefix) {
+        this.config = config;
+        this.hiddenSize = hiddenSize;
+        this.expertTp = groups.expertTp();
+        int localCount = config.numExperts() / groups.ep().size();
+        this.firstLocalExpert = groups.ep().rank() * localCount;
+        int etp = expertTp.size();
+        int etpRank = expertTp.rank();
+        boolean glu = config.activation() == MoeConfig.Activation.SWIGLU;
+        int fc1Out = glu ? 2 * config.ffnHiddenSize() : config.ffnHiddenSize();
+        StridedPartition rows = new StridedPartition(0, etpRank, etp, glu ? 2 : 1);
+        StridedPartition columns = new StridedPartition(1, etpRank, etp, 1);
+        Parameter.Partition rowSplit = etp > 1 ? new Parameter.Partition(0, etpRank, etp) : Parameter.Partition.NONE;
+        Parameter.Partition columnSplit = etp > 1 ? new Parameter.Partition(1, etpRank, etp) : Parameter.Partition.NONE;
+        int expertDpRank = groups.expertDp().rank();
+        // the fc2 bias is whole on every expert-TP rank: one main copy per expert
+        int biasReplica = etpRank + etp * expertDpRank;
+        this.pieceViews = parameters.newSubManager();
+        for (int l = 0; l < localCount; l++) {
+            String name = "local_experts." + (firstLocalExpert + l) + ".";
+            String key = keyPrefix + "experts." + name;
+            Parameter w1 = new Parameter(name + "linear_fc1.weight", Initializers.normal(config.initStd(),
+                    seeds.seed("init/" + key + "linear_fc1.weight")).createShard(parameters,
+                    new Shape(fc1Out, hiddenSize), config.dtype(), rows), rowSplit, Parameter.Kind.EXPERT);
+            Parameter w2 = new Parameter(name + "linear_fc2.weight", Initializers.normal(config.outputInitStd(),
+                    seeds.seed("init/" + key + "linear_fc2.weight")).createShard(parameters,
+                    new Shape(hiddenSize, config.ffnHiddenSize()), config.dtype(), columns), columnSplit,
+                    Parameter.Kind.EXPERT);
+            fc1Weights.add(w1);
+            fc2Weights.add(w2);
+            pieces.addAll(rows.describe(w1.name(), w1.data(), pieceViews, expertDpRank));
+            pieces.addAll(columns.describe(w2.name(), w2.data(), pieceViews, expertDpRank));
+            if (config.addBias()) {
+                Parameter b1 = new Parameter(name + "linear_fc1.bias", Initializers.zeros().createShard(parameters,
+                        new Shape(fc1Out), config.dtype(), rows), rowSplit, Parameter.Kind.EXPERT);
+                Parameter b2 = new Parameter(name + "linear_fc2.bias", Initializers.zeros().create(parameters,
+                        new Shape(hiddenSize), config.dtype()), Parameter.Partition.NONE, Parameter.Kind.EXPERT);
+                fc1Biases.add(b1);
+                fc2Biases.add(b2);
+                pieces.addAll(rows.describe(b1.name(), b1.data(), pieceViews, expertDpRank));
+                pieces.add(ShardedTensor.whole(b2.name(), b2.data()).replicatedIf(biasReplica != 0));
+            }
+        }
+    }
+
+    /**
+     * Runs every local expert on its rows.
+     *
+     * @param scope the pass's scope; owns the output
+     * @param input {@code [N, h]}: the rows of local expert 0, then 1, ...
+     * @param tokensPerExpert rows per local expert, summing to N
+     * @return {@code [N, h]} outputs in the same order (partial sums over expert-TP when it is above 1)
+     * @throws IllegalArgumentException if the counts do not match the input
+     */
+    NDArray forward(AutogradScope scope, NDArray input, long[] tokensPerExpert) {
+        if (tokensPerExpert.length != fc1Weights.size()) {
+            throw new IllegalArgumentException(tokensPerExpert.length + " token counts for " + fc1Weights.size()
+                    + " local experts");
+        }
+        long total = LocalOps.sum(tokensPerExpert, 0, tokensPerExpert.length);
+        if (input.getShape().get(0) != total || input.getShape().get(1) != hiddenSize) {
+            throw new IllegalArgumentException("expert input of shape " + input.getShape() + " does not hold "
+                    + total + " rows of width " + hiddenSize);
+        }
+        if (config.batchedExperts() && allEqual(tokensPerExpert) && tokensPerExpert[0] > 0) {
+            return forwardBatched(scope, input, tokensPerExpert[0]);
+        }
+        return forwardSequential(scope, input, tokensPerExpert);
+    }
+
+    /** One expert after another on consecutive row ranges. */
+    NDArray forwardSequential(AutogradScope scope, NDArray input, long[] tokensPerExpert) {
+        NDManager m = scope.manager();
+        NDArray fc2Bias = fc2BiasesForPass(scope);
+        NDList outputs = new NDList(tokensPerExpert.length);
+        long offset = 0;
+        for (int l = 0; l < tokensPerExpert.length; l++) {
+            long rows = tokensPerExpert[l];
+            NDArray x = LocalOps.own(input.get(offset + ":" + (offset + rows)), m);
+            offset += rows;
+            NDArray h = LocalOps.linear(x, fc1Weights.get(l).data(),
+                    fc1Biases.isEmpty() ? null : fc1Biases.get(l).data(), m);
+            NDArray y = LocalOps.linear(activate(h, m), fc2Weights.get(l).data(), null, m);
+            if (fc2Bias != null) {
+                y = LocalOps.own(y.add(LocalOps.own(fc2Bias.get(l), m)), m);
+            }
+            if (rows > 0 || outputs.isEmpty()) {
+                outputs.add(y);
+            }
+        }
+        // libtorch's cat of nothing but empty tensors drops their autograd history; the output must
+        // require grad on every rank alike so that the dispatcher's collectives are recorded alike
+        return outputs.size() == 1 ? outputs.get(0) : LocalOps.own(NDArrays.concat(outputs, 0), m);
+    }
+
+    /** All experts at once: {@code [E_l, C, h]} rows against weights stacked along a leading expert dim. */
+    NDArray forwardBatched(AutogradScope scope, NDArray input, long rowsPerExpert) {
+        NDManager m = scope.manager();
+        int experts = fc1Weights.size();
+        NDArray x = LocalOps.own(input.reshape(experts, rowsPerExpert, hiddenSize), m);
+        NDArray w1 = stack(fc1Weights, m); // [E_l, fc1/t, h]
+        NDArray h = LocalOps.own(x.matMul(LocalOps.own(w1.transpose(0, 2, 1), m)), m);
+        if (!fc1Biases.isEmpty()) {
+            h = LocalOps.own(h.add(LocalOps.own(stack(fc1Biases, m).expandDims(1), m)), m);
+        }
+        NDArray w2 = stack(fc2Weights, m); // [E_l, h, F/t]
+        NDArray y = LocalOps.own(activate(h, m).matMul(LocalOps.own(w2.transpose(0, 2, 1), m)), m);
+        NDArray fc2Bias = fc2BiasesForPass(scope);
+        if (fc2Bias != null) {
+            y = LocalOps.own(y.add(LocalOps.own(fc2Bias.expandDims(1), m)), m);
+        }
+        return LocalOps.own(y.reshape(experts * rowsPerExpert, hiddenSize), m);
+    }
+
+    /** The stacked fc2 biases {@code [E_l, h]} to add on this rank, or null (none, or not expert-TP rank 0). */
+    private NDArray fc2BiasesForPass(AutogradScope scope) {
+        if (fc2Biases.isEmpty()) {
+            return null;
+        }
+        NDArray stacked = Mappings.copyToTensorParallelRegion(scope, expertTp, stack(fc2Biases, scope.manager()));
+        return expertTp.rank() == 0 ? stacked : null;
+    }
+
+    private NDArray activate(NDArray h, NDManager m) {
+        if (config.activation() == MoeConfig.Activation.SWIGLU) {
+            NDList parts = h.split(2, h.getShape().dimension() - 1);
+            parts.attach(m);
+            NDArray gate = parts.get(0);
+            return LocalOps.own(gate.mul(Activation.sigmoid(gate)).mul(parts.get(1)), m);
+        }
+        return LocalOps.own(Activation.gelu(h), m);
+    }
+
+    private static NDArray stack(List<Parameter> params, NDManager m) {
+        NDList list = new NDList(params.size());
+        for (Parameter p : params) {
+            list.add(p.data());
+        }
+        return LocalOps.own(NDArrays.stack(list, 0), m);
+    }
+
+    private static boolean allEqual(long[] counts) {
+        for (long c : counts) {
+            if (c != counts[0]) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** @return global index of the first local expert */
+    int firstLocalExpert() {
+        return firstLocalExpert;
+    }
+
+    /** @return number of local experts */
+    int size() {
+        return fc1Weights.size();
+    }
+
+    /**
+     * The parameters of local expert {@code local}: fc1 weight, fc2 weight, then the biases if any.
+     *
+     * @param local index among the local experts
+     * @return its parameters
+     */
+    List<Parameter> expertParameters(int local) {
+        List<Parameter> out = new ArrayList<>(List.of(fc1Weights.get(local), fc2Weights.get(local)));
+        if (!fc1Biases.isEmpty()) {
+            out.add(fc1Biases.get(local));
+            out.add(fc2Biases.get(local));
+        }
+        return out;
+    }
+
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>();
+        for (int l = 0; l < fc1Weights.size(); l++) {
+            out.addAll(expertParameters(l));
+        }
+        return out;
+    }
+
+    /**
+     * Each expert's pieces under {@code prefix + "local_experts.<global index>.linear_fc1.weight"}
+     * etc., at their place in the expert's full weight; copies on expert-DP ranks other than 0 (and
+     * the fc2 bias on expert-TP ranks other than 0) are non-main replicas.
+     */
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>(pieces.size());
+        for (ShardedTensor t : pieces) {
+            out.add(t.withPrefix(prefix));
+        }
+        return out;
+    }
+
+    /** Closes the parameters and the views kept for checkpoint pieces. */
+    @Override
+    public void close() {
+        Module.super.close();
+        pieceViews.close();
+    }
+}

@@ -1,0 +1,370 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.types.DataType;
+
+import java.util.Objects;
+
+/**
+ * Everything that describes one mixture-of-experts layer apart from the parallel layout: the
+ * experts, the router and its load-balancing losses, token dropping and the dispatcher. Validated
+ * on construction; the layout-dependent checks (experts divisible by the expert-parallel size,
+ * widths divisible by the tensor-parallel sizes) happen in {@link MoeLayer#build}.
+ *
+ * @param numExperts number of routed experts E, at least 1
+ * @param topK experts per token k, in {@code [1, E]}
+ * @param ffnHiddenSize width F of each expert's MLP
+ * @param activation expert MLP activation
+ * @param routerScore how router logits become scores
+ * @param preSoftmax with {@link RouterScore#SOFTMAX}: take the top-k of the softmax over all experts
+ *                   (probabilities do not sum to 1 over the k) instead of the softmax over the top-k logits
+ * @param routerInFp32 compute the gating linear, scores and probabilities in float32 whatever the dtype
+ * @param auxLossCoeff coefficient of the per-micro-batch load-balancing loss ({@code aux_loss}), 0 = off
+ * @param seqAuxLossCoeff coefficient of the per-sequence load-balancing loss ({@code seq_aux_loss}), 0 = off
+ * @param globalAuxLossCoeff coefficient of the load-balancing loss whose token counts are summed over
+ *                           data parallelism and averaged over the micro-batches of a step ({@code global_aux_loss}), 0 = off
+ * @param zLossCoeff coefficient of the router z-loss, 0 = off
+ * @param auxLossFree aux-loss-free balancing: a per-expert bias added to the scores for selection only,
+ *                    updated from token counts by {@link MoeLayer#updateExpertBias()}
+ * @param biasUpdateRate step of the expert-bias update, {@code bias += rate * sign(mean count - count)}
+ * @param inputJitter multiply router inputs by uniform noise in {@code [1 - eps, 1 + eps]}, 0 = off
+ * @param capacityFactor expert capacity {@code ceil(T * k / E * factor)} tokens per expert and rank, 0 = no capacity (dropless)
+ * @param dropPolicy which tokens an expert over capacity keeps
+ * @param padToCapacity give every expert exactly its capacity of tokens (padding with unrouted tokens whose weight is 0)
+ * @param dispatcher how tokens travel to the experts
+ * @param sharedExpertFfnHiddenSize width of the always-active shared expert, 0 = none
+ * @param initStd std of the router, expert fc1 and shared-expert fc1 initialisation
+ * @param outputInitStd std of the expert fc2 and shared-expert fc2 initialisation (typically {@code initStd / sqrt(2 L)})
+ * @param dtype parameter and compute dtype, FLOAT32 or FLOAT16
+ * @param sequenceParallel the layer's input and output are split along the sequence over tensor parallelism
+ * @param addBias experts (and the shared expert) have biases
+ * @param batchedExperts run the local experts as one batched matmul when every local expert received the
+ *                       same number of tokens (always the case with {@code padToCapacity})
+ */
+public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, Activation activation, RouterScore routerScore,
+                        boolean preSoftmax, boolean routerInFp32, double auxLossCoeff, double seqAuxLossCoeff,
+                        double globalAuxLossCoeff, double zLossCoeff, boolean auxLossFree, double biasUpdateRate,
+                        double inputJitter, double capacityFactor, DropPolicy dropPolicy, boolean padToCapacity,
+                        Dispatcher dispatcher, int sharedExpertFfnHiddenSize, double initStd, double outputInitStd,
+                        DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts) {
+
+    /** Expert MLP activation. */
+    public enum Activation {
+        /** {@code fc2(gelu(fc1 x))}. */
+        GELU,
+        /** {@code fc2(silu(gate) * up)} with {@code fc1 x = [gate; up]}. */
+        SWIGLU
+    }
+
+    /** Score function of the router. */
+    public enum RouterScore {
+        /** Softmax over experts (before or after the top-k, see {@code preSoftmax}). */
+        SOFTMAX,
+        /** Sigmoid per expert; the k selected scores are renormalised to sum to 1 (when k > 1). */
+        SIGMOID
+    }
+
+    /** Which tokens an expert keeps when more than its capacity are routed to it. */
+    public enum DropPolicy {
+        /** The tokens with the highest routing probabilities. */
+        PROBS,
+        /** The earliest tokens (lowest position in the flattened {@code [s, b]} order). */
+        POSITION
+    }
+
+    /** How tokens reach the experts of other ranks. */
+    public enum Dispatcher {
+        /** All-gather tokens, probabilities and routing map over expert-TP x EP; reduce-scatter the outputs. */
+        ALL_GATHER,
+        /** Permute by expert, uneven all-to-all over EP (and all-gather over expert-TP); the inverse on combine. */
+        ALL_TO_ALL
+    }
+
+    /**
+     * Validates every option.
+     *
+     * @throws IllegalArgumentException naming the offending value and what was expected
+     */
+    public MoeConfig {
+        Objects.requireNonNull(activation, "activation");
+        Objects.requireNonNull(routerScore, "routerScore");
+        Objects.requireNonNull(dropPolicy, "dropPolicy");
+        Objects.requireNonNull(dispatcher, "dispatcher");
+        Objects.requireNonNull(dtype, "dtype");
+        if (numExperts < 1) {
+            throw new IllegalArgumentException("number of experts must be at least 1, got " + numExperts);
+        }
+        if (topK < 1 || topK > numExperts) {
+            throw new IllegalArgumentException("top-k " + topK + " must be in [1, " + numExperts + "] (the number of experts)");
+        }
+        if (ffnHiddenSize < 1) {
+            throw new IllegalArgumentException("expert ffn hidden size must be at least 1, got " + ffnHiddenSize);
+        }
+        if (preSoftmax && routerScore != RouterScore.SOFTMAX) {
+            throw new IllegalArgumentException("preSoftmax applies to SOFTMAX scoring only, but the router score is " + routerScore);
+        }
+        nonNegative("aux loss coefficient", auxLossCoeff);
+        nonNegative("sequence aux loss coefficient", seqAuxLossCoeff);
+        nonNegative("global aux loss coefficient", globalAuxLossCoeff);
+        nonNegative("z-loss coefficient", zLossCoeff);
+        nonNegative("expert bias update rate", biasUpdateRate);
+        if (auxLossFree && biasUpdateRate == 0) {
+            throw new IllegalArgumentException("aux-loss-free balancing needs a positive bias update rate, got 0");
+        }
+        if (!(inputJitter >= 0 && inputJitter < 1)) {
+            throw new IllegalArgumentException("input jitter " + inputJitter + " must be in [0, 1)");
+        }
+        nonNegative("capacity factor", capacityFactor);
+        if (padToCapacity && capacityFactor == 0) {
+            throw new IllegalArgumentException("padToCapacity needs a capacity factor > 0, got 0 (no capacity)");
+        }
+        if (sharedExpertFfnHiddenSize < 0) {
+            throw new IllegalArgumentException("shared expert ffn hidden size must be >= 0 (0 = none), got "
+                    + sharedExpertFfnHiddenSize);
+        }
+        if (!(initStd > 0) || Double.isInfinite(initStd)) {
+            throw new IllegalArgumentException("init std " + initStd + " must be finite and > 0");
+        }
+        if (!(outputInitStd > 0) || Double.isInfinite(outputInitStd)) {
+            throw new IllegalArgumentException("output init std " + outputInitStd + " must be finite and > 0");
+        }
+        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16) {
+            throw new IllegalArgumentException("dtype " + dtype + " is not supported: use FLOAT32 or FLOAT16"
+                    + " (bfloat16 is unavailable through DJL's PyTorch engine)");
+        }
+    }
+
+    /**
+     * A builder with Megatron-Core's defaults: GELU, softmax after top-k, no auxiliary losses, dropless,
+     * all-gather dispatcher, no shared expert, init std 0.02, float32.
+     *
+     * @param numExperts number of experts
+     * @param topK experts per token
+     * @param ffnHiddenSize expert MLP width
+     * @return the builder
+     */
+    public static Builder builder(int numExperts, int topK, int ffnHiddenSize) {
+        return new Builder(numExperts, topK, ffnHiddenSize);
+    }
+
+    /** @return a builder holding this config's values */
+    public Builder toBuilder() {
+        Builder b = new Builder(numExperts, topK, ffnHiddenSize);
+        b.activation = activation;
+        b.routerScore = routerScore;
+        b.preSoftmax = preSoftmax;
+        b.routerInFp32 = routerInFp32;
+        b.auxLossCoeff = auxLossCoeff;
+        b.seqAuxLossCoeff = seqAuxLossCoeff;
+        b.globalAuxLossCoeff = globalAuxLossCoeff;
+        b.zLossCoeff = zLossCoeff;
+        b.auxLossFree = auxLossFree;
+        b.biasUpdateRate = biasUpdateRate;
+        b.inputJitter = inputJitter;
+        b.capacityFactor = capacityFactor;
+        b.dropPolicy = dropPolicy;
+        b.padToCapacity = padToCapacity;
+        b.dispatcher = dispatcher;
+        b.sharedExpertFfnHiddenSize = sharedExpertFfnHiddenSize;
+        b.initStd = initStd;
+        b.outputInitStd = outputInitStd;
+        b.dtype = dtype;
+        b.sequenceParallel = sequenceParallel;
+        b.addBias = addBias;
+        b.batchedExperts = batchedExperts;
+        return b;
+    }
+
+    /** @return whether any load-balancing loss or the z-loss is on */
+    public boolean hasAuxiliaryLoss() {
+        return auxLossCoeff > 0 || seqAuxLossCoeff > 0 || globalAuxLossCoeff > 0 || zLossCoeff > 0;
+    }
+
+    /** @return whether tokens are dropped beyond a capacity */
+    public boolean hasCapacity() {
+        return capacityFactor > 0;
+    }
+
+    private static void nonNegative(String what, double value) {
+        if (!(value >= 0) || Double.isInfinite(value)) {
+            throw new IllegalArgumentException(what + " must be finite and >= 0, got " + value);
+        }
+    }
+
+    /** Builder for {@link MoeConfig}; see the record components for each option. */
+    public static final class Builder {
+        private final int numExperts;
+        private final int topK;
+        private final int ffnHiddenSize;
+        private Activation activation = Activation.GELU;
+        private RouterScore routerScore = RouterScore.SOFTMAX;
+        private boolean preSoftmax;
+        private boolean routerInFp32;
+        private double auxLossCoeff;
+        private double seqAuxLossCoeff;
+        private double globalAuxLossCoeff;
+        private double zLossCoeff;
+        private boolean auxLossFree;
+        private double biasUpdateRate = 1e-3;
+        private double inputJitter;
+        private double capacityFactor;
+        private DropPolicy dropPolicy = DropPolicy.PROBS;
+        private boolean padToCapacity;
+        private Dispatcher dispatcher = Dispatcher.ALL_GATHER;
+        private int sharedExpertFfnHiddenSize;
+        private double initStd = 0.02;
+        private double outputInitStd = 0.02;
+        private DataType dtype = DataType.FLOAT32;
+        private boolean sequenceParallel;
+        private boolean addBias;
+        private boolean batchedExperts = true;
+
+        private Builder(int numExperts, int topK, int ffnHiddenSize) {
+            this.numExperts = numExperts;
+            this.topK = topK;
+            this.ffnHiddenSize = ffnHiddenSize;
+        }
+
+        /** @param value expert activation (default GELU) @return this */
+        public Builder activation(Activation value) {
+            this.activation = value;
+            return this;
+        }
+
+        /** @param value score function (default SOFTMAX) @return this */
+        public Builder routerScore(RouterScore value) {
+            this.routerScore = value;
+            return this;
+        }
+
+        /** @param value softmax before the top-k (default false) @return this */
+        public Builder preSoftmax(boolean value) {
+            this.preSoftmax = value;
+            return this;
+        }
+
+        /** @param value route in float32 (default false: in the layer's dtype) @return this */
+        public Builder routerInFp32(boolean value) {
+            this.routerInFp32 = value;
+            return this;
+        }
+
+        /** @param value per-micro-batch load-balancing loss coefficient (default 0) @return this */
+        public Builder auxLossCoeff(double value) {
+            this.auxLossCoeff = value;
+            return this;
+        }
+
+        /** @param value per-sequence load-balancing loss coefficient (default 0) @return this */
+        public Builder seqAuxLossCoeff(double value) {
+            this.seqAuxLossCoeff = value;
+            return this;
+        }
+
+        /** @param value global-batch load-balancing loss coefficient (default 0) @return this */
+        public Builder globalAuxLossCoeff(double value) {
+            this.globalAuxLossCoeff = value;
+            return this;
+        }
+
+        /** @param value z-loss coefficient (default 0) @return this */
+        public Builder zLossCoeff(double value) {
+            this.zLossCoeff = value;
+            return this;
+        }
+
+        /** @param value aux-loss-free balancing with an expert bias (default false) @return this */
+        public Builder auxLossFree(boolean value) {
+            this.auxLossFree = value;
+            return this;
+        }
+
+        /** @param value expert bias update rate (default 1e-3) @return this */
+        public Builder biasUpdateRate(double value) {
+            this.biasUpdateRate = value;
+            return this;
+        }
+
+        /** @param value input jitter epsilon (default 0 = off) @return this */
+        public Builder inputJitter(double value) {
+            this.inputJitter = value;
+            return this;
+        }
+
+        /** @param value capacity factor (default 0 = dropless) @return this */
+        public Builder capacityFactor(double value) {
+            this.capacityFactor = value;
+            return this;
+        }
+
+        /** @param value drop policy (default PROBS) @return this */
+        public Builder dropPolicy(DropPolicy value) {
+            this.dropPolicy = value;
+            return this;
+        }
+
+        /** @param value pad every expert to its capacity (default false) @return this */
+        public Builder padToCapacity(boolean value) {
+            this.padToCapacity = value;
+            return this;
+        }
+
+        /** @param value token dispatcher (default ALL_GATHER) @return this */
+        public Builder dispatcher(Dispatcher value) {
+            this.dispatcher = value;
+            return this;
+        }
+
+        /** @param value shared expert width (default 0 = none) @return this */
+        public Builder sharedExpertFfnHiddenSize(int value) {
+            this.sharedExpertFfnHiddenSize = value;
+            return this;
+        }
+
+        /** @param value init std (default 0.02) @return this */
+        public Builder initStd(double value) {
+            this.initStd = value;
+            return this;
+        }
+
+        /** @param value output-layer init std (default 0.02) @return this */
+        public Builder outputInitStd(double value) {
+            this.outputInitStd = value;
+            return this;
+        }
+
+        /** @param value parameter dtype (default FLOAT32) @return this */
+        public Builder dtype(DataType value) {
+            this.dtype = value;
+            return this;
+        }
+
+        /** @param value input split along the sequence over TP (default false) @return this */
+        public Builder sequenceParallel(boolean value) {
+            this.sequenceParallel = value;
+            return this;
+        }
+
+        /** @param value experts have biases (default false) @return this */
+        public Builder addBias(boolean value) {
+            this.addBias = value;
+            return this;
+        }
+
+        /** @param value batched matmul for equal expert loads (default true) @return this */
+        public Builder batchedExperts(boolean value) {
+            this.batchedExperts = value;
+            return this;
+        }
+
+        /**
+         * @return the validated config
+         * @throws IllegalArgumentException as {@link MoeConfig#MoeConfig}
+         */
+        public MoeConfig build() {
+            return new MoeConfig(numExperts, topK, ffnHiddenSize, activation, routerScore, preSoftmax, routerInFp32,
+                    auxLossCoeff, seqAuxLossCoeff, globalAuxLossCoeff, zLossCoeff, auxLossFree, biasUpdateRate,
+                    inputJitter, capacityFactor, dropPolicy, padToCapacity, dispatcher, sharedExpertFfnHiddenSize,
+                    initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts);
+        }
+    }
+}

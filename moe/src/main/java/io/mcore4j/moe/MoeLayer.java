@@ -1,0 +1,280 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Recompute;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.random.DeterministicRandom;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.tensorparallel.Mappings;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * A mixture-of-experts layer (Megatron-Core's {@code MoELayer}), a drop-in replacement for the dense
+ * MLP of a transformer layer: {@link TopKRouter} → token dispatch → {@code E / EP} local expert MLPs
+ * → combine, plus an optional shared expert.
+ *
+ * <p><b>Layout.</b> Attention runs over TP x CP x DP x PP and the experts over expert-TP x EP x
+ * expert-DP x PP on the same ranks ({@link ProcessGroups#ep()}, {@link ProcessGroups#expertTp()},
+ * {@link ProcessGroups#expertDp()}). Each rank routes its own tokens: with sequence parallelism the
+ * input is already the rank's sequence chunk; without it and with TP above 1, the replicated input is
+ * split along the sequence on entry and the output all-gathered on exit (so every token is routed
+ * once per TP group and the router's gradient is partial per TP rank). Tokens reach their experts by
+ * all-gather or all-to-all ({@link MoeConfig.Dispatcher}); both give the same results.
+ *
+ * <p><b>Losses.</b> The load-balancing and z-losses are attached to the router's probabilities and
+ * logits through {@link AuxLossAutoScaler}: they reach the gradients with the upstream gradient of
+ * the {@link AuxLossScale} given at build time, and never appear in the forward output.
+ *
+ * <p><b>Parameters and checkpoints.</b> The router weight is dense (kind
+ * {@link Parameter.Kind#SEQUENCE_PARALLEL} when TP is above 1, since each TP rank's gradient covers
+ * its tokens only); expert weights are {@link Parameter.Kind#EXPERT}; the shared expert is an
+ * ordinary tensor-parallel MLP. {@link #shardedState} keys experts by their global index, so a
+ * checkpoint written under one expert layout loads under another.
+ *
+ * <p>Not thread-safe; one instance per rank and layer. {@link #close()} releases every parameter
+ * and state tensor.
+ */
+public final class MoeLayer implements Module {
+    private final MoeConfig config;
+    private final int hiddenSize;
+    private final Communicator tp;
+    private final TopKRouter router;
+    private final TokenDispatcher dispatcher;
+    private final LocalExperts experts;
+    private final SharedExpertMlp sharedExpert;
+    private final DeterministicRandom jitter;
+
+    private MoeLayer(MoeConfig config, int hiddenSize, MoeGroups groups, TopKRouter router, TokenDispatcher dispatcher,
+                     LocalExperts experts, SharedExpertMlp sharedExpert, DeterministicRandom jitter) {
+        this.config = config;
+        this.hiddenSize = hiddenSize;
+        this.tp = groups.tp();
+        this.router = router;
+        this.dispatcher = dispatcher;
+        this.experts = experts;
+        this.sharedExpert = sharedExpert;
+        this.jitter = jitter;
+    }
+
+    /**
+     * Builds the layer and its parameters.
+     *
+     * @param config the MoE options
+     * @param hiddenSize the model width h
+     * @param groups this rank's process groups
+     * @param parameters the manager that owns the parameters (and the router's state)
+     * @param seeds the model's seed scheme: weights are initialised from {@code seeds.seed("init/" + key)}
+     *              of their global key, input jitter from region {@code "moe-input-jitter/" + keyPrefix}
+     *              at this rank's global rank
+     * @param keyPrefix the layer's key, e.g. {@code "decoder.layers.3.mlp."}
+     * @param auxLossScale the upstream gradient of the auxiliary losses (one holder per rank)
+     * @return the layer
+     * @throws IllegalArgumentException if the experts are not divisible by the expert-parallel size,
+     *         or a width is not divisible by the tensor-parallel size that splits it
+     */
+    public static MoeLayer build(MoeConfig config, int hiddenSize, ProcessGroups groups, NDManager parameters,
+                                 SeedScheme seeds, String keyPrefix, AuxLossScale auxLossScale) {
+        Objects.requireNonNull(config, "config");
+        Objects.requireNonNull(groups, "groups");
+        Objects.requireNonNull(parameters, "parameters");
+        Objects.requireNonNull(seeds, "seeds");
+        Objects.requireNonNull(keyPrefix, "keyPrefix");
+        Objects.requireNonNull(auxLossScale, "auxLossScale");
+        MoeGroups g = MoeGroups.of(groups);
+        if (hiddenSize < 1) {
+            throw new IllegalArgumentException("hidden size must be at least 1, got " + hiddenSize);
+        }
+        if (config.numExperts() % g.ep().size() != 0) {
+            throw new IllegalArgumentException(config.numExperts() + " experts are not divisible by expert parallel size "
+                    + g.ep().size());
+        }
+        if (config.ffnHiddenSize() % g.expertTp().size() != 0) {
+            throw new IllegalArgumentException("expert ffn hidden size " + config.ffnHiddenSize()
+                    + " is not divisible by expert tensor parallel size " + g.expertTp().size());
+        }
+        if (config.sharedExpertFfnHiddenSize() % g.tp().size() != 0) {
+            throw new IllegalArgumentException("shared expert ffn hidden size " + config.sharedExpertFfnHiddenSize()
+                    + " is not divisible by tensor parallel size " + g.tp().size());
+        }
+        DeterministicRandom jitter = config.inputJitter() > 0
+                ? seeds.generator("moe-input-jitter/" + keyPrefix, groups.worldRank()) : null;
+        TopKRouter router = new TopKRouter(config, hiddenSize, g, parameters,
+                seeds.seed("init/" + keyPrefix + "router.weight"), jitter, auxLossScale);
+        LocalExperts experts = new LocalExperts(config, hiddenSize, g, parameters, seeds, keyPrefix);
+        SharedExpertMlp shared = config.sharedExpertFfnHiddenSize() > 0
+                ? new SharedExpertMlp(config, hiddenSize, g, parameters, seeds, keyPrefix) : null;
+        TokenDispatcher dispatcher = config.dispatcher() == MoeConfig.Dispatcher.ALL_TO_ALL
+                ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK())
+                : new AllGatherTokenDispatcher(g, config.numExperts(), config.topK());
+        return new MoeLayer(config, hiddenSize, g, router, dispatcher, experts, shared, jitter);
+    }
+
+    /**
+     * Applies the layer.
+     *
+     * @param scope the pass's scope; owns the output. With grad recorded the auxiliary losses are
+     *              attached and routing statistics accumulate
+     * @param hidden {@code [s, b, h]}, or {@code [s/TP, b, h]} with sequence parallelism
+     * @return the output, same shape and dtype
+     * @throws IllegalArgumentException if the input is not {@code [s, b, h]}, or without sequence
+     *         parallelism {@code s} is not divisible by the TP size
+     */
+    public NDArray forward(AutogradScope scope, NDArray hidden) {
+        Shape shape = hidden.getShape();
+        if (shape.dimension() != 3 || shape.get(2) != hiddenSize) {
+            throw new IllegalArgumentException("MoE layer input of shape " + shape + " must be [s, b, " + hiddenSize + "]");
+        }
+        NDManager m = scope.manager();
+        boolean splitHere = tp.size() > 1 && !config.sequenceParallel();
+        NDArray local = splitHere ? Mappings.scatterToSequenceParallelRegion(scope, tp, hidden) : hidden;
+        long seq = local.getShape().get(0);
+        long batch = local.getShape().get(1);
+        NDArray tokens = LocalOps.own(local.reshape(seq * batch, hiddenSize), m);
+        Routing routing = router.route(scope, tokens, seq, batch);
+        TokenDispatcher.Dispatched dispatched = dispatcher.dispatch(scope, tokens, routing);
+        NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert());
+        NDArray combined = dispatched.combine(scope, expertOutput);
+        NDArray out = LocalOps.own(LocalOps.cast(scope, combined, hidden.getDataType()).reshape(seq, batch, hiddenSize), m);
+        if (splitHere) {
+            out = Mappings.gatherFromSequenceParallelRegion(scope, tp, out, false);
+        }
+        if (sharedExpert != null) {
+            out = LocalOps.own(out.add(sharedExpert.forward(scope, hidden)), m);
+        }
+        return out;
+    }
+
+    /**
+     * Aux-loss-free balancing: updates the router's expert bias from the token counts of the step's
+     * micro-batches (see {@link TopKRouter#updateExpertBias()}). Call once per step, after the last
+     * backward and before the optimizer, on every rank of the stage. A no-op when disabled.
+     */
+    public void updateExpertBias() {
+        router.updateExpertBias();
+    }
+
+    /** Clears the token counts of the global aux loss; call once per step after the last micro-batch. */
+    public void resetGlobalAuxLossTracker() {
+        router.resetGlobalAuxLossTracker();
+    }
+
+    /**
+     * The random state the layer consumes (input jitter), for {@link Recompute}: restoring it before
+     * a rerun reproduces the first run's noise.
+     *
+     * @return a replay; {@link Recompute.Replay#NONE} without jitter
+     */
+    public Recompute.Replay randomState() {
+        if (jitter == null) {
+            return Recompute.Replay.NONE;
+        }
+        return new Recompute.Replay() {
+            @Override
+            public Object capture() {
+                return jitter.state();
+            }
+
+            @Override
+            public void restore(Object token) {
+                jitter.restore((Long) token);
+            }
+        };
+    }
+
+    /** @return the router */
+    public TopKRouter router() {
+        return router;
+    }
+
+    /** @return the options */
+    public MoeConfig config() {
+        return config;
+    }
+
+    /** @return global index of this rank's first expert */
+    public int firstLocalExpert() {
+        return experts.firstLocalExpert();
+    }
+
+    /** @return number of experts on this rank, {@code E / EP} */
+    public int numLocalExperts() {
+        return experts.size();
+    }
+
+    /**
+     * The parameters of one local expert.
+     *
+     * @param local index among this rank's experts, in {@code [0, E / EP)}
+     * @return fc1 weight, fc2 weight, then fc1 and fc2 biases when configured
+     */
+    public List<Parameter> expertParameters(int local) {
+        return experts.expertParameters(local);
+    }
+
+    /** @return router weight, every local expert's parameters, then the shared expert's */
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>(router.parameters());
+        out.addAll(experts.parameters());
+        if (sharedExpert != null) {
+            out.addAll(sharedExpert.parameters());
+        }
+        return out;
+    }
+
+    /**
+     * This rank's checkpoint pieces, with complete replica ids (exactly one main replica of every
+     * element across the world's ranks of this pipeline stage):
+     * <ul>
+     *   <li>{@code prefix + "router.weight"} (and {@code "router.expert_bias"}): main replica on the
+     *       rank with TP, DP and CP rank 0;</li>
+     *   <li>{@code prefix + "experts.local_experts.<global index>.linear_fc1.weight"}, {@code linear_fc2.weight}
+     *       (and biases): at their expert-TP offsets, main replica on expert-DP rank 0 (the fc2 bias,
+     *       whole on every expert-TP rank, on expert-TP rank 0 too);</li>
+     *   <li>{@code prefix + "shared_experts.linear_fc1.weight"} etc. as the tensor-parallel linears
+     *       describe them, non-main on DP or CP ranks above 0.</li>
+     * </ul>
+     * A caller must not mark these pieces again by dense data-parallel rank: with EP above 1,
+     * different dense DP ranks hold different experts.
+     *
+     * @param prefix the layer's key, e.g. {@code "decoder.layers.3.mlp."}
+     * @return never null
+     */
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>(router.shardedState(prefix + "router."));
+        out.addAll(experts.shardedState(prefix + "experts."));
+        if (sharedExpert != null) {
+            out.addAll(sharedExpert.shardedState(prefix + "shared_experts."));
+        }
+        return out;
+    }
+
+    /** Releases the router, experts and shared expert. */
+    @Override
+    public void close() {
+        router.close();
+        experts.close();
+        if (sharedExpert != null) {
+            sharedExpert.close();
+        }
+    }
+
+    @Override
+    public String toString() {
+        return "MoeLayer{" + config.numExperts() + " experts (" + experts.firstLocalExpert() + ".."
+                + (experts.firstLocalExpert() + experts.size() - 1) + " here), top-" + config.topK() + ", "
+                + config.dispatcher() + ", hidden " + hiddenSize + ", ffn " + config.ffnHiddenSize()
+                + (sharedExpert != null ? ", shared expert " + config.sharedExpertFfnHiddenSize() : "") + "}";
+    }
+}

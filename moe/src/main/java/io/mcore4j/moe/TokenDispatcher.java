@@ -1,0 +1,62 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import io.mcore4j.core.autograd.AutogradScope;
+
+/**
+ * Moves routed tokens to the ranks that hold their experts and the expert outputs back. A
+ * dispatcher communicates over the expert groups (EP and expert-TP) through autograd Functions, so
+ * the transposed communication runs in backward; every rank of those groups must dispatch and
+ * combine the same number of times in the same order.
+ */
+interface TokenDispatcher {
+
+    /**
+     * Sends each dispatched (token, expert) pair's token to the rank of its expert.
+     *
+     * @param scope the pass's scope; owns everything created
+     * @param tokens this rank's tokens {@code [T, h]}
+     * @param routing the router's decision for those tokens
+     * @return the rows for this rank's experts and the way back
+     */
+    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing);
+
+    /** The rows this rank's experts process, grouped by local expert, and how to return their outputs. */
+    interface Dispatched {
+        /** @return {@code [N, h]}: the rows of local expert 0, then local expert 1, ... */
+        NDArray expertInput();
+
+        /** @return rows per local expert, summing to N */
+        long[] tokensPerExpert();
+
+        /**
+         * Returns the expert outputs to the tokens' ranks and sums each token's outputs weighted by
+         * its routing probabilities.
+         *
+         * @param scope the pass's scope
+         * @param expertOutput {@code [N, h]} in the order of {@link #expertInput()} (with expert tensor
+         *                     parallelism: this rank's partial sums)
+         * @return {@code [T, h]} for this rank's tokens
+         */
+        NDArray combine(AutogradScope scope, NDArray expertOutput);
+    }
+
+    /** A {@link Dispatched} whose combine step is given as a function. */
+    record Rows(NDArray expertInput, long[] tokensPerExpert, Combiner combiner) implements Dispatched {
+        @Override
+        public long[] tokensPerExpert() {
+            return tokensPerExpert.clone();
+        }
+
+        @Override
+        public NDArray combine(AutogradScope scope, NDArray expertOutput) {
+            return combiner.combine(scope, expertOutput);
+        }
+    }
+
+    /** The combine step of a {@link Rows}. */
+    @FunctionalInterface
+    interface Combiner {
+        NDArray combine(AutogradScope scope, NDArray expertOutput);
+    }
+}

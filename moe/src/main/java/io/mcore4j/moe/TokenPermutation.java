@@ -1,0 +1,106 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.AutogradScope;
+
+/**
+ * The (token, expert) pairs of a {@code [T, E']} 0/1 routing map in expert-major order (all pairs of
+ * expert 0 by increasing token, then expert 1, ...), which is the order experts receive their rows.
+ * {@link #permute} gathers the tokens into that order; {@link #combine} is its weighted inverse,
+ * summing each token's kept expert outputs times their probabilities. Both are differentiable
+ * (index-select and gather, whose backward libtorch computes by scatter-add) and communication-free.
+ *
+ * <p>The order is deterministic: pairs come from {@code nonzero} of the transposed map, which lists
+ * them in row-major order.
+ */
+final class TokenPermutation {
+    private final NDArray routingMap;
+    private final NDArray tokenIndices;
+    private final long[] tokensPerExpert;
+
+    private TokenPermutation(NDArray routingMap, NDArray tokenIndices, long[] tokensPerExpert) {
+        this.routingMap = routingMap;
+        this.tokenIndices = tokenIndices;
+        this.tokensPerExpert = tokensPerExpert;
+    }
+
+    /**
+     * The pairs of {@code routingMap}.
+     *
+     * @param routingMap {@code [T, E']} 0/1 (float)
+     * @param owner owner of the index tensors
+     * @return the permutation
+     */
+    static TokenPermutation of(NDArray routingMap, NDManager owner) {
+        NDArray pairs = LocalOps.own(routingMap.transpose().nonzero(), owner); // [N, 2]: (expert, token)
+        NDArray tokens = LocalOps.own(pairs.get(":, 1"), owner);
+        long[] counts = LocalOps.toLongs(LocalOps.own(routingMap.sum(new int[] {0}), owner));
+        return new TokenPermutation(routingMap, tokens, counts);
+    }
+
+    /** @return rows each expert receives, in expert order (a copy) */
+    long[] tokensPerExpert() {
+        return tokensPerExpert.clone();
+    }
+
+    /** @return total number of pairs N */
+    long size() {
+        return tokenIndices.getShape().get(0);
+    }
+
+    /**
+     * Gathers the tokens of every pair, in pair order.
+     *
+     * @param tokens {@code [T, h]}
+     * @param owner owner of the result
+     * @return {@code [N, h]}
+     */
+    NDArray permute(NDArray tokens, NDManager owner) {
+        return LocalOps.rows(tokens, tokenIndices, owner);
+    }
+
+    /**
+     * {@code out[t] = Σ_e probs[t, e] · expertOutput[pair (t, e)]} over the kept pairs of each token.
+     * Pairs that are dispatched but not kept (capacity padding) contribute nothing: their weight is 0.
+     *
+     * @param expertOutput {@code [N, h]} rows in pair order
+     * @param keptMap {@code [T, E']} 0/1, a subset of the routing map with at most {@code slots} ones per row
+     * @param probs {@code [T, E']} probabilities (gradients flow to them)
+     * @param slots the most kept pairs a token can have, {@code min(k, E')}
+     * @param scope the pass's scope; owns the result
+     * @return {@code [T, h]} in {@code expertOutput}'s dtype (the weighted sum runs in the promoted
+     *         dtype of outputs and probabilities, as Megatron-Core's unpermute does)
+     */
+    NDArray combine(NDArray expertOutput, NDArray keptMap, NDArray probs, int slots, AutogradScope scope) {
+        NDManager owner = scope.manager();
+        long tokens = routingMap.getShape().get(0);
+        long pairs = size();
+        long hidden = expertOutput.getShape().get(1);
+        // position of pair (t, e) in pair order: start of expert e plus the rank of t among e's tokens
+        long[] starts = new long[tokensPerExpert.length];
+        for (int e = 1; e < starts.length; e++) {
+            starts[e] = starts[e - 1] + tokensPerExpert[e - 1];
+        }
+        NDArray startTensor = owner.create(starts);
+        NDArray rank = LocalOps.own(routingMap.toType(DataType.INT64, false).cumSum(0).sub(1), owner);
+        NDArray position = LocalOps.own(rank.add(startTensor), owner);
+        // each token's kept experts (unused slots pick a column whose kept flag is 0)
+        NDArray slotExperts = LocalOps.own(keptMap.topK(slots, 1, true, false).get(1), owner);
+        NDArray valid = LocalOps.own(keptMap.gather(slotExperts, 1), owner);
+        NDArray slotPosition = LocalOps.own(position.gather(slotExperts, 1), owner);
+        // invalid slots read an appended zero row
+        NDArray validRow = LocalOps.own(valid.toType(DataType.INT64, false), owner);
+        NDArray rows = LocalOps.own(slotPosition.mul(validRow).add(validRow.neg().add(1).mul(pairs)), owner);
+        NDArray withZeroRow = LocalOps.own(NDArrays.concat(new NDList(expertOutput,
+                owner.zeros(new Shape(1, hidden), expertOutput.getDataType())), 0), owner);
+        NDArray picked = LocalOps.rows(withZeroRow, rows.reshape(-1), owner).reshape(tokens, slots, hidden);
+        NDArray weights = LocalOps.own(probs.gather(slotExperts, 1).mul(valid.toType(probs.getDataType(), false)), owner);
+        NDArray weighted = LocalOps.own(picked.mul(weights.expandDims(2)), owner);
+        return LocalOps.cast(scope, LocalOps.own(weighted.sum(new int[] {1}), owner), expertOutput.getDataType());
+    }
+}

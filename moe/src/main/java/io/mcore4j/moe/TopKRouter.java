@@ -1,0 +1,327 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import ai.djl.nn.Activation;
+import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.random.DeterministicRandom;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.tensorparallel.Initializers;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * Routes each token to its top-k experts (Megatron-Core's {@code TopKRouter}): a gating linear
+ * {@code [E, h]} (optionally in float32), a score function, top-k selection (with the expert bias
+ * of aux-loss-free balancing added for selection only), the capacity limit, and the auxiliary losses
+ * attached to the probabilities through {@link AuxLossAutoScaler}.
+ *
+ * <p><b>Tokens and groups.</b> The router sees this rank's tokens; with tensor parallelism the
+ * layer hands it the rank's sequence chunk, so its weight's gradient is partial per TP rank
+ * ({@link Parameter.Kind#SEQUENCE_PARALLEL} whenever the TP size is above 1, summed over TP by the
+ * optimizer; {@link Parameter.Kind#DENSE} otherwise). Load-balancing counts are summed over TP x CP
+ * ({@code aux_loss}, {@code seq_aux_loss}) or TP x DP x CP ({@code global_aux_loss}, expert bias);
+ * those all-reduces run on every rank of the group in the same order.
+ *
+ * <p><b>State.</b> Owns its weight, and with aux-loss-free balancing a float32 expert bias and a
+ * token-count accumulator; with the global aux loss a count accumulator. Counts accumulate only in
+ * scopes that record gradients, so the no-grad first run of a recomputed segment does not count
+ * twice. Not thread-safe: one router per rank.
+ */
+public final class TopKRouter implements Module {
+    private final MoeConfig config;
+    private final int hiddenSize;
+    private final MoeGroups groups;
+    private final AuxLossScale auxLossScale;
+    private final Parameter weight;
+    private final NDArray expertBias;
+    private final NDArray localTokenCounts;
+    private final NDArray globalTokenCounts;
+    private final NDManager stateManager;
+    private final DeterministicRandom jitter;
+    private int globalAuxLossSteps;
+
+    TopKRouter(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters, long initSeed,
+               DeterministicRandom jitter, AuxLossScale auxLossScale) {
+        this.config = Objects.requireNonNull(config, "config");
+        this.hiddenSize = hiddenSize;
+        this.groups = groups;
+        this.auxLossScale = Objects.requireNonNull(auxLossScale, "auxLossScale");
+        this.jitter = jitter;
+        int experts = config.numExperts();
+        NDArray w = Initializers.normal(config.initStd(), initSeed).create(parameters, new Shape(experts, hiddenSize),
+                config.dtype());
+        this.weight = new Parameter("weight", w, Parameter.Partition.NONE,
+                groups.tp().size() > 1 ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE);
+        this.stateManager = parameters.newSubManager();
+        this.expertBias = config.auxLossFree() ? stateManager.zeros(new Shape(experts), DataType.FLOAT32) : null;
+        this.localTokenCounts = config.auxLossFree() ? stateManager.zeros(new Shape(experts), DataType.FLOAT32) : null;
+        this.globalTokenCounts = config.globalAuxLossCoeff() > 0
+                ? stateManager.zeros(new Shape(experts), DataType.FLOAT32) : null;
+    }
+
+    /**
+     * Routes this rank's tokens.
+     *
+     * @param scope the pass's scope; owns every result. With grad recorded, attaches the auxiliary
+     *              losses and accumulates token counts
+     * @param tokens {@code [T, h]} with {@code T = s · b} in sequence-major order
+     * @param sequenceLength the local sequence length {@code s} (for the per-sequence loss)
+     * @param batchSize the micro-batch size {@code b}
+     * @return the routing
+     * @throws IllegalArgumentException if the tokens' shape does not match
+     */
+    public Routing route(AutogradScope scope, NDArray tokens, long sequenceLength, long batchSize) {
+        Shape shape = tokens.getShape();
+        if (shape.dimension() != 2 || shape.get(1) != hiddenSize || shape.get(0) != sequenceLength * batchSize) {
+            throw new IllegalArgumentException("router: tokens of shape " + shape + " must be [s * b = "
+                    + sequenceLength + " * " + batchSize + ", " + hiddenSize + "]");
+        }
+        NDManager m = scope.manager();
+        NDArray logits = gatingLogits(scope, tokens);
+        boolean training = scope.isGradEnabled();
+        if (training && config.zLossCoeff() > 0) {
+            NDArray z = LoadBalancingLoss.zLoss(logits, config.zLossCoeff() / groups.tpCpSize(), m);
+            logits = AuxLossAutoScaler.attach(scope, auxLossScale, logits, z);
+        }
+        long numTokens = shape.get(0);
+        int k = config.topK();
+        int experts = config.numExperts();
+        NDArray[] selection = select(scope, logits);
+        NDArray oneHot = LocalOps.own(selection[0].oneHot(experts), m); // [T, k, E]
+        NDArray selected = LocalOps.own(oneHot.sum(new int[] {1}), m);
+        NDArray probs = LocalOps.own(oneHot.toType(selection[1].getDataType(), false)
+                .mul(selection[1].expandDims(2)).sum(new int[] {1}), m);
+        NDArray kept = selected;
+        NDArray dispatched = selected;
+        long capacity = -1;
+        if (config.hasCapacity()) {
+            capacity = TokenDropping.capacity(numTokens, k, experts, config.capacityFactor());
+            kept = TokenDropping.keep(selected, probs, capacity, config.dropPolicy(), m);
+            dispatched = config.padToCapacity() ? TokenDropping.padToCapacity(kept, capacity, m) : kept;
+            if (kept != selected) {
+                probs = LocalOps.own(probs.mul(kept.toType(probs.getDataType(), false)), m);
+            }
+        }
+        if (training) {
+            probs = attachLoadBalancingLosses(scope, probs, logits, sequenceLength, batchSize);
+            if (localTokenCounts != null) {
+                localTokenCounts.addi(dispatched.sum(new int[] {0}));
+            }
+        }
+        return new Routing(probs, dispatched, kept, k, capacity);
+    }
+
+    /** The gating linear, with input jitter, in float32 when configured. */
+    private NDArray gatingLogits(AutogradScope scope, NDArray tokens) {
+        NDManager m = scope.manager();
+        NDArray x = tokens;
+        if (jitter != null) {
+            double eps = config.inputJitter();
+            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), x.getDataType()).mul(2 * eps).add(1 - eps), m);
+            x = LocalOps.own(x.mul(noise), m);
+        }
+        NDArray w = weight.data();
+        if (config.routerInFp32()) {
+            x = LocalOps.cast(scope, x, DataType.FLOAT32);
+            w = LocalOps.cast(scope, w, DataType.FLOAT32);
+        }
+        return LocalOps.linear(x, w, null, m);
+    }
+
+    /**
+     * Top-k selection under the score function.
+     *
+     * @return {selected expert indices [T, k] int64, their probabilities [T, k] in the logits' dtype}
+     */
+    private NDArray[] select(AutogradScope scope, NDArray logits) {
+        NDManager m = scope.manager();
+        int k = config.topK();
+        DataType dtype = logits.getDataType();
+        NDArray indices;
+        NDArray probs;
+        if (config.routerScore() == MoeConfig.RouterScore.SIGMOID) {
+            NDArray scores = LocalOps.own(Activation.sigmoid(LocalOps.cast(scope, logits, DataType.FLOAT32)), m);
+            indices = topIndices(m, withBias(m, scores), k);
+            NDArray chosen = LocalOps.own(scores.gather(indices, 1), m);
+            probs = k > 1 ? LocalOps.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
+        } else if (config.preSoftmax()) {
+            NDArray scores = softmax(scope, logits);
+            indices = topIndices(m, withBias(m, scores), k);
+            probs = LocalOps.own(scores.gather(indices, 1), m);
+        } else {
+            indices = topIndices(m, withBias(m, logits), k);
+            probs = softmax(scope, LocalOps.own(logits.gather(indices, 1), m));
+        }
+        return new NDArray[] {indices, LocalOps.cast(scope, probs, dtype)};
+    }
+
+    private NDArray withBias(NDManager m, NDArray scores) {
+        if (expertBias == null) {
+            return scores;
+        }
+        return LocalOps.own(scores.stopGradient().toType(DataType.FLOAT32, false).add(expertBias), m);
+    }
+
+    private static NDArray topIndices(NDManager m, NDArray scores, int k) {
+        NDList top = scores.topK(k, 1, true, true);
+        top.attach(m);
+        return top.get(1);
+    }
+
+    /** Softmax over the last dim computed in float32. */
+    private static NDArray softmax(AutogradScope scope, NDArray x) {
+        return LocalOps.own(LocalOps.cast(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
+    }
+
+    /** Adds every enabled load-balancing loss and attaches their sum to {@code probs}. */
+    private NDArray attachLoadBalancingLosses(AutogradScope scope, NDArray probs, NDArray logits, long seq, long batch) {
+        boolean any = config.auxLossCoeff() > 0 || config.seqAuxLossCoeff() > 0 || config.globalAuxLossCoeff() > 0;
+        if (!any) {
+            return probs;
+        }
+        NDManager m = scope.manager();
+        int k = config.topK();
+        int experts = config.numExperts();
+        NDArray scores = scoresForAuxLoss(scope, logits);
+        // the top-k of the plain scores (no bias, no capacity) decides the counts
+        NDArray selected = LocalOps.own(topIndices(m, scores, k).oneHot(experts).sum(new int[] {1}), m);
+        long tokens = scores.getShape().get(0);
+        NDArray total = null;
+        if (config.auxLossCoeff() > 0) {
+            NDArray counts = groups.allReduceTpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
+            total = plus(m, total, LoadBalancingLoss.switchLoss(scores, counts, (double) tokens * groups.tpCpSize(),
+                    k, experts, config.auxLossCoeff(), m));
+        }
+        if (config.seqAuxLossCoeff() > 0) {
+            // fold the batch into the expert dim: each (sequence, expert) pair is balanced on its own
+            NDArray perSequenceScores = LocalOps.own(scores.reshape(seq, batch * experts), m);
+            NDArray perSequenceSelected = LocalOps.own(selected.reshape(seq, batch * experts), m);
+            NDArray counts = groups.allReduceTpCp(LocalOps.own(perSequenceSelected.sum(new int[] {0}), m), m);
+            NDArray loss = LoadBalancingLoss.switchLoss(perSequenceScores, counts, (double) seq * groups.tpCpSize(), k,
+                    experts, config.seqAuxLossCoeff(), m);
+            total = plus(m, total, LocalOps.scale(loss, 1.0 / batch, m));
+        }
+        if (config.globalAuxLossCoeff() > 0) {
+            NDArray counts = groups.allReduceTpDpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
+            globalTokenCounts.addi(counts);
+            globalAuxLossSteps++;
+            NDArray averaged = LocalOps.own(globalTokenCounts.div(globalAuxLossSteps), m);
+            total = plus(m, total, LoadBalancingLoss.switchLoss(scores, averaged, (double) tokens * groups.tpDpCpSize(),
+                    k, experts, config.globalAuxLossCoeff(), m));
+        }
+        return AuxLossAutoScaler.attach(scope, auxLossScale, probs, total);
+    }
+
+    /** Softmax over all experts, or sigmoid normalised over all experts, in float32. */
+    private NDArray scoresForAuxLoss(AutogradScope scope, NDArray logits) {
+        NDManager m = scope.manager();
+        if (config.routerScore() == MoeConfig.RouterScore.SOFTMAX) {
+            return softmax(scope, logits);
+        }
+        NDArray s = LocalOps.own(Activation.sigmoid(LocalOps.cast(scope, logits, DataType.FLOAT32)), m);
+        return LocalOps.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
+    }
+
+    private static NDArray plus(NDManager m, NDArray total, NDArray term) {
+        return total == null ? term : LocalOps.own(total.add(term), m);
+    }
+
+    /**
+     * Aux-loss-free balancing step (Megatron-Core's expert-bias update, called where it finalises
+     * gradients, once per step before the optimizer): sums the token counts accumulated since the
+     * last call over TP x DP x CP, moves each expert's bias by {@code rate · sign(mean - count)}
+     * (so under-loaded experts become more attractive) and clears the counts. A no-op without
+     * aux-loss-free balancing. Collective: every rank of the TP x DP x CP group must call it.
+     */
+    public void updateExpertBias() {
+        if (expertBias == null) {
+            return;
+        }
+        try (NDManager temp = stateManager.newSubManager()) {
+            boolean previous = JniUtils.isGradMode();
+            JniUtils.setGradMode(false);
+            try {
+                NDArray counts = groups.allReduceTpDpCp(LocalOps.own(localTokenCounts.duplicate(), temp), temp);
+                NDArray offset = LocalOps.own(counts.mean().sub(counts), temp);
+                expertBias.addi(LocalOps.own(offset.sign().mul(config.biasUpdateRate()), temp));
+                localTokenCounts.muli(0);
+            } finally {
+                JniUtils.setGradMode(previous);
+            }
+        }
+    }
+
+    /** Clears the counts the global aux loss averages over (call once per step, after the last micro-batch). */
+    public void resetGlobalAuxLossTracker() {
+        if (globalTokenCounts != null) {
+            globalTokenCounts.muli(0);
+        }
+        globalAuxLossSteps = 0;
+    }
+
+    /** @return the gating weight {@code [E, h]} */
+    public Parameter weight() {
+        return weight;
+    }
+
+    /**
+     * The expert bias of aux-loss-free balancing.
+     *
+     * @return the live float32 {@code [E]} tensor (updated in place), or null when disabled
+     */
+    public NDArray expertBias() {
+        return expertBias;
+    }
+
+    /**
+     * Token counts per expert accumulated for the next {@link #updateExpertBias()}.
+     *
+     * @return the live float32 {@code [E]} tensor, or null when aux-loss-free balancing is off
+     */
+    public NDArray localTokenCounts() {
+        return localTokenCounts;
+    }
+
+    @Override
+    public List<Parameter> parameters() {
+        return List.of(weight);
+    }
+
+    /**
+     * The weight (and the expert bias) under {@code prefix + "weight"} ({@code "expert_bias"}); the
+     * copies are identical over TP, DP and CP, so only the rank with TP, DP and CP rank 0 holds the
+     * main replica.
+     */
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        boolean replica = groups.tp().rank() != 0 || groups.isDenseDataParallelReplica();
+        List<ShardedTensor> out = new ArrayList<>(2);
+        out.add(weight.sharded(prefix, 0).replicatedIf(replica));
+        if (expertBias != null) {
+            out.add(ShardedTensor.whole(prefix + "expert_bias", expertBias).replicatedIf(replica));
+        }
+        return out;
+    }
+
+    /** Closes the weight and the router's state tensors. */
+    @Override
+    public void close() {
+        weight.close();
+        stateManager.close();
+    }
+
+    @Override
+    public String toString() {
+        return "TopKRouter{" + config.numExperts() + " experts, top-" + config.topK() + ", " + config.routerScore()
+                + (config.preSoftmax() ? " (pre-softmax)" : "") + ", hidden " + hiddenSize + "}";
+    }
+}

@@ -1,0 +1,70 @@
+package io.mcore4j.moe;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import ai.djl.ndarray.types.DataType;
+
+import java.util.function.Supplier;
+
+import org.junit.jupiter.api.Test;
+
+/** Validation of {@link MoeConfig} and {@link AuxLossScale}: no tensors, no communication. */
+class MoeConfigTest {
+
+    private static void refused(String message, Supplier<?> build) {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, build::get);
+        assertEquals(message, e.getMessage());
+    }
+
+    @Test
+    void errorsNameTheOffendingValues() {
+        refused("number of experts must be at least 1, got 0", () -> MoeConfig.builder(0, 1, 8).build());
+        refused("top-k 5 must be in [1, 4] (the number of experts)", () -> MoeConfig.builder(4, 5, 8).build());
+        refused("expert ffn hidden size must be at least 1, got 0", () -> MoeConfig.builder(4, 2, 0).build());
+        refused("preSoftmax applies to SOFTMAX scoring only, but the router score is SIGMOID",
+                () -> MoeConfig.builder(4, 2, 8).routerScore(MoeConfig.RouterScore.SIGMOID).preSoftmax(true).build());
+        refused("aux loss coefficient must be finite and >= 0, got -0.1",
+                () -> MoeConfig.builder(4, 2, 8).auxLossCoeff(-0.1).build());
+        refused("z-loss coefficient must be finite and >= 0, got NaN",
+                () -> MoeConfig.builder(4, 2, 8).zLossCoeff(Double.NaN).build());
+        refused("aux-loss-free balancing needs a positive bias update rate, got 0",
+                () -> MoeConfig.builder(4, 2, 8).auxLossFree(true).biasUpdateRate(0).build());
+        refused("input jitter 1.0 must be in [0, 1)", () -> MoeConfig.builder(4, 2, 8).inputJitter(1).build());
+        refused("padToCapacity needs a capacity factor > 0, got 0 (no capacity)",
+                () -> MoeConfig.builder(4, 2, 8).padToCapacity(true).build());
+        refused("shared expert ffn hidden size must be >= 0 (0 = none), got -1",
+                () -> MoeConfig.builder(4, 2, 8).sharedExpertFfnHiddenSize(-1).build());
+        refused("init std 0.0 must be finite and > 0", () -> MoeConfig.builder(4, 2, 8).initStd(0).build());
+        refused("dtype int32 is not supported: use FLOAT32 or FLOAT16 (bfloat16 is unavailable through DJL's PyTorch engine)",
+                () -> MoeConfig.builder(4, 2, 8).dtype(DataType.INT32).build());
+    }
+
+    @Test
+    void theBuilderRoundTrips() {
+        MoeConfig c = MoeConfig.builder(8, 2, 32).activation(MoeConfig.Activation.SWIGLU).auxLossCoeff(0.01)
+                .capacityFactor(1.25).padToCapacity(true).dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL)
+                .sharedExpertFfnHiddenSize(16).dtype(DataType.FLOAT16).build();
+        assertEquals(c, c.toBuilder().build());
+        assertEquals(MoeConfig.Dispatcher.ALL_GATHER, MoeConfig.builder(8, 2, 32).build().dispatcher(),
+                "Megatron-Core's default dispatcher");
+    }
+
+    @Test
+    void capacityIsTheCeilingOfTheShareCappedByTheTokenCount() {
+        assertEquals(4, TokenDropping.capacity(32, 2, 8, 0.5));
+        assertEquals(5, TokenDropping.capacity(32, 2, 8, 0.55)); // ceil(4.4)
+        assertEquals(32, TokenDropping.capacity(32, 2, 8, 100));
+        assertEquals(1, TokenDropping.capacity(3, 1, 8, 0.1));
+    }
+
+    @Test
+    void auxLossScaleRefusesNegativeValues() {
+        AuxLossScale s = new AuxLossScale();
+        assertEquals(1.0, s.get());
+        s.set(0.125);
+        assertEquals(0.125, s.get());
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> s.set(-1));
+        assertEquals("auxiliary loss scale must be finite and >= 0, got -1.0", e.getMessage());
+    }
+}
