@@ -1,6 +1,7 @@
 package io.mcore4j.models;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
 
 /**
@@ -60,12 +61,17 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
      * @param layerFrequency every n-th layer is MoE (1 = all)
      * @param ffnHiddenSize expert MLP width
      * @param auxLossCoeff load-balancing loss coefficient
+     * @param dispatcher how tokens reach the experts' ranks
      */
-    public record MoeSettings(int numExperts, int topK, int layerFrequency, int ffnHiddenSize, double auxLossCoeff) {
+    public record MoeSettings(int numExperts, int topK, int layerFrequency, int ffnHiddenSize, double auxLossCoeff,
+                              MoeConfig.Dispatcher dispatcher) {
         /** Validates the counts. */
         public MoeSettings {
             if (numExperts < 1 || topK < 1 || topK > numExperts) {
                 throw new IllegalArgumentException("top-k " + topK + " must be in [1, " + numExperts + " experts]");
+            }
+            if (dispatcher == null) {
+                throw new IllegalArgumentException("the MoE dispatcher must be given (ALL_GATHER or ALL_TO_ALL)");
             }
             if (layerFrequency < 1 || ffnHiddenSize < 1) {
                 throw new IllegalArgumentException("MoE layer frequency " + layerFrequency + " and ffn size "
@@ -145,6 +151,17 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException(moe.numExperts() + " experts are not divisible by expert parallel size "
                     + dims.expertParallel());
         }
+    }
+
+    /**
+     * Whether global layer {@code layerNumber} has a mixture of experts instead of a dense MLP
+     * (every {@code layerFrequency}-th layer, starting with layer 0).
+     *
+     * @param layerNumber a global layer index
+     * @return true for MoE layers
+     */
+    public boolean isMoeLayer(int layerNumber) {
+        return moe != null && layerNumber % moe.layerFrequency() == 0;
     }
 
     /** @return whether rotary position embeddings are used */

@@ -15,7 +15,9 @@ import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.tensorparallel.Mappings;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 
 /**
@@ -228,6 +230,20 @@ public final class MoeLayer implements Module {
         out.addAll(experts.parameters());
         if (sharedExpert != null) {
             out.addAll(sharedExpert.parameters());
+        }
+        return out;
+    }
+
+    /**
+     * Parameters under their checkpoint keys: {@code router.weight}, the experts by global index
+     * ({@code experts.local_experts.<global index>.linear_fc1.weight} ...), {@code shared_experts.*}.
+     */
+    @Override
+    public Map<String, Parameter> namedParameters(String prefix) {
+        Map<String, Parameter> out = new LinkedHashMap<>(router.namedParameters(prefix + "router."));
+        out.putAll(experts.namedParameters(prefix + "experts."));
+        if (sharedExpert != null) {
+            out.putAll(sharedExpert.namedParameters(prefix + "shared_experts."));
         }
         return out;
     }

@@ -15,7 +15,9 @@ import io.mcore4j.tensorparallel.Initializers;
 import io.mcore4j.tensorparallel.RowParallelLinear;
 
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
  * The shared expert: a dense MLP every token passes through, added to the routed experts' output
@@ -70,6 +72,13 @@ final class SharedExpertMlp implements Module {
     public List<Parameter> parameters() {
         List<Parameter> out = new ArrayList<>(fc1.parameters());
         out.addAll(fc2.parameters());
+        return out;
+    }
+
+    @Override
+    public Map<String, Parameter> namedParameters(String prefix) {
+        Map<String, Parameter> out = new LinkedHashMap<>(fc1.namedParameters(prefix + "linear_fc1."));
+        out.putAll(fc2.namedParameters(prefix + "linear_fc2."));
         return out;
     }
 

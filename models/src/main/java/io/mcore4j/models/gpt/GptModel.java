@@ -199,9 +199,6 @@ public final class GptModel implements Module {
         if (embedding != null) {
             out.addAll(embedding.shardedState(prefix));
         }
-        for (TransformerLayer layer : layers) {
-            out.addAll(layer.shardedState(prefix));
-        }
         if (finalNorm != null) {
             out.addAll(finalNorm.shardedState(prefix + "decoder.final_layernorm."));
             if (output != null) {
@@ -216,7 +213,24 @@ public final class GptModel implements Module {
         for (ShardedTensor t : out) {
             result.add(t.replicatedIf(dpReplica));
         }
+        for (TransformerLayer layer : layers) {
+            result.addAll(layer.shardedState(prefix)); // marks its own data-parallel replicas
+        }
         return result;
+    }
+
+    /**
+     * Per-step bookkeeping of the mixture-of-experts layers: aux-loss-free bias updates (a
+     * collective) and the global aux loss's token counts. Call on every rank after the step's last
+     * backward and before the optimizer step.
+     */
+    public void finishStep() {
+        for (TransformerLayer layer : layers) {
+            if (layer.moe() != null) {
+                layer.moe().updateExpertBias();
+                layer.moe().resetGlobalAuxLossTracker();
+            }
+        }
     }
 
     /** Identity whose only effect is to cut the graph: backward segments stay one layer long. */

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.moe.AuxLossScale;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.tensorparallel.Initializer;
 import io.mcore4j.tensorparallel.Initializers;
@@ -24,13 +25,15 @@ import io.mcore4j.tensorparallel.Initializers;
  * @param seeds the seed scheme
  * @param hiddenDropout generator of hidden-state dropout masks
  * @param attentionDropout generator of attention-probability dropout masks
+ * @param auxLossScale upstream gradient of MoE auxiliary losses, set by the training loop each step
+ *     to (loss scale / micro-batches); one per rank
  * @param cpuInitialization build each weight whole on the Java side and keep this rank's part, so
  *     every layout gets bitwise the same global weights (Megatron's {@code --use-cpu-initialization});
  *     false draws each rank's part directly on its device (fast for large models, layout-dependent)
  */
 public record ModelContext(TransformerConfig config, ProcessGroups groups, NDManager parameters, SeedScheme seeds,
                            DeterministicRandom hiddenDropout, DeterministicRandom attentionDropout,
-                           boolean cpuInitialization) {
+                           AuxLossScale auxLossScale, boolean cpuInitialization) {
 
     /**
      * A context with dropout generators derived from {@code seeds}.
@@ -48,7 +51,7 @@ public record ModelContext(TransformerConfig config, ProcessGroups groups, NDMan
                 ? seeds.generator("dropout-tensor-parallel-region", pp, tp)
                 : seeds.generator("dropout-replicated", pp);
         DeterministicRandom attention = seeds.generator("dropout-tensor-parallel-region-attention", pp, tp);
-        return new ModelContext(config, groups, parameters, seeds, hidden, attention, true);
+        return new ModelContext(config, groups, parameters, seeds, hidden, attention, new AuxLossScale(), true);
     }
 
     /**
@@ -57,7 +60,7 @@ public record ModelContext(TransformerConfig config, ProcessGroups groups, NDMan
      * @return a new context
      */
     public ModelContext withDeviceInitialization() {
-        return new ModelContext(config, groups, parameters, seeds, hiddenDropout, attentionDropout, false);
+        return new ModelContext(config, groups, parameters, seeds, hiddenDropout, attentionDropout, auxLossScale, false);
     }
 
     /**

@@ -7,6 +7,8 @@ import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.moe.MoeConfig;
+import io.mcore4j.moe.MoeLayer;
 
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -25,6 +27,7 @@ public final class TransformerLayer implements Module {
     private final SelfAttention attention;
     private final Norm preMlpNorm;
     private final Mlp mlp;
+    private final MoeLayer moe;
 
     /**
      * @param ctx the model context
@@ -39,7 +42,14 @@ public final class TransformerLayer implements Module {
         this.inputNorm = new Norm(ctx, c.hiddenSize());
         this.attention = new SelfAttention(ctx, spec, key + "self_attention.");
         this.preMlpNorm = new Norm(ctx, c.hiddenSize());
-        this.mlp = new Mlp(ctx, spec, key + "mlp.", c.ffnHiddenSize());
+        if (c.isMoeLayer(layerNumber)) {
+            this.mlp = null;
+            this.moe = MoeLayer.build(moeConfig(c, ctx), c.hiddenSize(), ctx.groups(), ctx.parameters(), ctx.seeds(),
+                    key + "mlp.", ctx.auxLossScale());
+        } else {
+            this.mlp = new Mlp(ctx, spec, key + "mlp.", c.ffnHiddenSize());
+            this.moe = null;
+        }
     }
 
     /**
@@ -48,6 +58,20 @@ public final class TransformerLayer implements Module {
      */
     public static String keyPrefix(int layerNumber) {
         return "decoder.layers." + layerNumber + ".";
+    }
+
+    private static MoeConfig moeConfig(TransformerConfig c, ModelContext ctx) {
+        TransformerConfig.MoeSettings m = c.moe();
+        return MoeConfig.builder(m.numExperts(), m.topK(), m.ffnHiddenSize())
+                .activation(c.activation() == TransformerConfig.Activation.SWIGLU ? MoeConfig.Activation.SWIGLU : MoeConfig.Activation.GELU)
+                .auxLossCoeff(m.auxLossCoeff()).dispatcher(m.dispatcher()).initStd(c.initStd())
+                .outputInitStd(ctx.outputInitStd()).dtype(c.dtype()).sequenceParallel(c.sequenceParallel())
+                .addBias(c.addBiasLinear()).build();
+    }
+
+    /** @return the mixture of experts of this layer, or null for a dense MLP */
+    public MoeLayer moe() {
+        return moe;
     }
 
     /** @return the global layer index */
@@ -74,7 +98,8 @@ public final class TransformerLayer implements Module {
         double p = ctx.config().hiddenDropout();
         NDArray attn = attention.forward(scope, inputNorm.forward(scope, x));
         NDArray h = x.add(Dropout.apply(scope, attn, p, ctx.hiddenDropout()));
-        NDArray m = mlp.forward(scope, preMlpNorm.forward(scope, h));
+        NDArray normed = preMlpNorm.forward(scope, h);
+        NDArray m = moe != null ? moe.forward(scope, normed) : mlp.forward(scope, normed);
         return h.add(Dropout.apply(scope, m, p, ctx.hiddenDropout()));
     }
 
@@ -83,7 +108,7 @@ public final class TransformerLayer implements Module {
         List<Parameter> out = new ArrayList<>(inputNorm.parameters());
         out.addAll(attention.parameters());
         out.addAll(preMlpNorm.parameters());
-        out.addAll(mlp.parameters());
+        out.addAll(moe != null ? moe.parameters() : mlp.parameters());
         return out;
     }
 
@@ -93,17 +118,32 @@ public final class TransformerLayer implements Module {
         Map<String, Parameter> out = new LinkedHashMap<>(inputNorm.namedParameters(key + "input_layernorm."));
         out.putAll(attention.namedParameters(key + "self_attention."));
         out.putAll(preMlpNorm.namedParameters(key + "pre_mlp_layernorm."));
-        out.putAll(mlp.namedParameters(key + "mlp."));
+        out.putAll(moe != null ? moe.namedParameters(key + "mlp.") : mlp.namedParameters(key + "mlp."));
         return out;
     }
 
+    /**
+     * The layer's checkpoint pieces. Dense parts held identically by every data-parallel rank are
+     * main replicas only on DP rank 0; a mixture of experts describes its own replicas (different
+     * DP ranks hold different experts).
+     */
     @Override
     public List<ShardedTensor> shardedState(String prefix) {
         String key = prefix + keyPrefix(layerNumber);
-        List<ShardedTensor> out = new ArrayList<>(inputNorm.shardedState(key + "input_layernorm."));
-        out.addAll(attention.shardedState(key + "self_attention."));
-        out.addAll(preMlpNorm.shardedState(key + "pre_mlp_layernorm."));
-        out.addAll(mlp.shardedState(key + "mlp."));
+        List<ShardedTensor> dense = new ArrayList<>(inputNorm.shardedState(key + "input_layernorm."));
+        dense.addAll(attention.shardedState(key + "self_attention."));
+        dense.addAll(preMlpNorm.shardedState(key + "pre_mlp_layernorm."));
+        if (mlp != null) {
+            dense.addAll(mlp.shardedState(key + "mlp."));
+        }
+        boolean dpReplica = ctx.groups().dataParallelRank() > 0;
+        List<ShardedTensor> out = new ArrayList<>();
+        for (ShardedTensor t : dense) {
+            out.add(t.replicatedIf(dpReplica));
+        }
+        if (moe != null) {
+            out.addAll(moe.shardedState(key + "mlp."));
+        }
         return out;
     }
 }

@@ -60,6 +60,13 @@ import java.util.Set;
  * @param metricsDir --metrics-dir: JSONL metrics and the PNG loss curve (default: the save directory or runs/)
  * @param peakTflops --peak-tflops per rank, for MFU
  * @param timeoutSeconds --distributed-timeout-seconds
+ * @param numExperts --num-experts (0 = dense MLPs)
+ * @param moeTopK --moe-router-topk
+ * @param moeFfnHiddenSize --moe-ffn-hidden-size (0 = --ffn-hidden-size)
+ * @param moeLayerFrequency --moe-layer-freq
+ * @param moeAuxLossCoeff --moe-aux-loss-coeff
+ * @param moeDispatcher --moe-token-dispatcher-type (allgather, alltoall)
+ * @param expertParallel --expert-model-parallel-size
  */
 public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, int layersPerVirtualStage,
                            boolean sequenceParallel, int numLayers, int hiddenSize, int numAttentionHeads,
@@ -71,7 +78,8 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
                            double attentionDropout, List<String> dataPath, boolean mockData, Path corpus,
                            int vocabSize, int vocabDivisor, String split, Path save, Path load, int saveInterval, int evalInterval,
                            int evalIters, int logInterval, long seed, Path metricsDir, double peakTflops,
-                           int timeoutSeconds) {
+                           int timeoutSeconds, int numExperts, int moeTopK, int moeFfnHiddenSize,
+                           int moeLayerFrequency, double moeAuxLossCoeff, String moeDispatcher, int expertParallel) {
 
     private static final Set<String> SWITCHES = Set.of("--sequence-parallel", "--fp16", "--use-distributed-optimizer",
             "--swiglu", "--untie-embeddings-and-output-weights", "--mock-data");
@@ -94,6 +102,12 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
         }
         if (!Set.of("none", "selective", "full").contains(recompute)) {
             throw new IllegalArgumentException("--recompute-granularity " + recompute + " is not one of none, selective, full");
+        }
+        if (!Set.of("allgather", "alltoall").contains(moeDispatcher)) {
+            throw new IllegalArgumentException("--moe-token-dispatcher-type " + moeDispatcher + " is not allgather or alltoall");
+        }
+        if (numExperts == 0 && expertParallel > 1) {
+            throw new IllegalArgumentException("--expert-model-parallel-size " + expertParallel + " needs --num-experts");
         }
         if (logInterval < 1) {
             throw new IllegalArgumentException("--log-interval " + logInterval + " must be positive");
@@ -197,7 +211,10 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
                 save.isEmpty() ? null : Path.of(save), load.isEmpty() ? null : Path.of(load),
                 f.integer("--save-interval"), f.integer("--eval-interval"), f.integer("--eval-iters"),
                 f.integer("--log-interval"), f.longInteger("--seed"), metrics.isEmpty() ? null : Path.of(metrics),
-                f.real("--peak-tflops"), f.integer("--distributed-timeout-seconds"));
+                f.real("--peak-tflops"), f.integer("--distributed-timeout-seconds"), f.integer("--num-experts"),
+                f.integer("--moe-router-topk"), f.integer("--moe-ffn-hidden-size"), f.integer("--moe-layer-freq"),
+                f.real("--moe-aux-loss-coeff"), f.text("--moe-token-dispatcher-type"),
+                f.integer("--expert-model-parallel-size"));
     }
 
     private static final Map<String, String> DEFAULTS = defaults();
@@ -250,6 +267,13 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
         d.put("--metrics-dir", "");
         d.put("--peak-tflops", "989");
         d.put("--distributed-timeout-seconds", "120");
+        d.put("--num-experts", "0");
+        d.put("--moe-router-topk", "2");
+        d.put("--moe-ffn-hidden-size", "0");
+        d.put("--moe-layer-freq", "1");
+        d.put("--moe-aux-loss-coeff", "0.0");
+        d.put("--moe-token-dispatcher-type", "allgather");
+        d.put("--expert-model-parallel-size", "1");
         return d;
     }
 

@@ -18,6 +18,7 @@ import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.optimizer.DistributedDataParallel;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.MegatronOptimizer;
@@ -61,6 +62,7 @@ final class Trainer {
     private final ProcessGroups groups;
     private final NDManager root;
     private final TransformerConfig config;
+    private final ModelContext ctx;
     private final List<GptModel> chunks = new ArrayList<>();
     private final List<Parameter> parameters = new ArrayList<>();
     private final DistributedDataParallel ddp;
@@ -82,12 +84,13 @@ final class Trainer {
         int vp = args.layersPerVirtualStage() > 0
                 ? args.numLayers() / (args.pipelineParallel() * args.layersPerVirtualStage()) : 1;
         ParallelDims dims = ParallelDims.builder(world).tensorParallel(args.tensorParallel())
-                .pipelineParallel(args.pipelineParallel()).virtualPipelineParallel(vp).build();
+                .pipelineParallel(args.pipelineParallel()).virtualPipelineParallel(vp)
+                .expertParallel(args.expertParallel()).build();
         this.groups = ProcessGroups.create(dims, backend);
         this.microBatches = args.microBatchesPerStep(world);
         this.config = modelConfig(args);
         config.validate(dims, args.layersPerVirtualStage());
-        ModelContext ctx = ModelContext.create(config, groups, root, new SeedScheme(args.seed()));
+        this.ctx = ModelContext.create(config, groups, root, new SeedScheme(args.seed()));
         LayerAssignment layers = LayerAssignment.even(config.numLayers(), dims.pipelineParallel(), vp);
         List<Parameter> shared = new ArrayList<>();
         int stage = groups.pipelineRank();
@@ -141,6 +144,13 @@ final class Trainer {
         if (a.rope()) {
             b.positionEmbedding(TransformerConfig.PositionEmbedding.ROPE);
         }
+        if (a.numExperts() > 0) {
+            int ffn = a.moeFfnHiddenSize() > 0 ? a.moeFfnHiddenSize()
+                    : a.ffnHiddenSize() > 0 ? a.ffnHiddenSize() : 4 * a.hiddenSize();
+            b.moe(new TransformerConfig.MoeSettings(a.numExperts(), a.moeTopK(), a.moeLayerFrequency(), ffn,
+                    a.moeAuxLossCoeff(), a.moeDispatcher().equals("alltoall") ? MoeConfig.Dispatcher.ALL_TO_ALL
+                    : MoeConfig.Dispatcher.ALL_GATHER));
+        }
         return b.build();
     }
 
@@ -165,7 +175,12 @@ final class Trainer {
             while (iteration < args.trainIters()) {
                 iteration++;
                 double lr = schedule.lr(iteration);
+                // MoE auxiliary losses get the same upstream gradient as the main loss's micro-batches
+                ctx.auxLossScale().set(optimizer.lossScale() / microBatches);
                 ScheduleResult result = runSchedule(train, consumedSamples, false);
+                for (GptModel chunk : chunks) {
+                    chunk.finishStep();
+                }
                 ddp.finishGradSync();
                 StepResult step = optimizer.step(lr, args.weightDecay());
                 ddp.zeroGrad();

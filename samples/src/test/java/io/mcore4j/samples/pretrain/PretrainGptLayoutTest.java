@@ -63,6 +63,22 @@ class PretrainGptLayoutTest {
     }
 
     @Test
+    void mixtureOfExpertsWithExpertParallelismGivesTheSerialLosses() throws Exception {
+        List<String> moe = List.of("--num-experts", "4", "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.01");
+        List<String> serialFlags = common(1, 20);
+        serialFlags.addAll(moe);
+        List<Double> serial = train(serialFlags);
+        assertTrue(serial.get(19) < serial.get(0), "the loss should fall: " + serial);
+        for (String dispatcher : List.of("allgather", "alltoall")) {
+            List<String> ep2 = common(8, 20);
+            ep2.addAll(moe);
+            ep2.addAll(List.of("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                    "--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", dispatcher));
+            assertSameLosses(serial, train(ep2), "TP2 PP2 DP2 EP2 (" + dispatcher + ")");
+        }
+    }
+
+    @Test
     void aResumedRunContinuesTheSameLosses() throws Exception {
         List<String> full = common(4, 12);
         full.addAll(List.of("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"));
@@ -81,6 +97,30 @@ class PretrainGptLayoutTest {
         List<Double> resumed = new ArrayList<>(head);
         resumed.addAll(tail);
         assertSameLosses(uninterrupted, resumed, "save at 6, resume to 12");
+    }
+
+    /**
+     * A checkpoint written at TP2 x PP2 (model and optimizer state) and loaded at TP4 x PP1 and at
+     * TP1 x PP4 continues with the losses of an uninterrupted run at the new layout.
+     */
+    @Test
+    void aCheckpointReshardsToOtherLayoutsAndContinuesTheSameLosses() throws Exception {
+        Path save = dir.resolve("reshard");
+        List<String> first = common(4, 6);
+        first.addAll(List.of("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                "--lr-decay-iters", "12", "--save", save.toString()));
+        train(first);
+        for (List<String> layout : List.of(List.of("--tensor-model-parallel-size", "4"),
+                List.of("--pipeline-model-parallel-size", "4"))) {
+            List<String> uninterrupted = common(4, 12);
+            uninterrupted.addAll(layout);
+            uninterrupted.addAll(List.of("--lr-decay-iters", "12"));
+            List<Double> reference = train(uninterrupted).subList(6, 12);
+            List<String> resumed = common(4, 12);
+            resumed.addAll(layout);
+            resumed.addAll(List.of("--lr-decay-iters", "12", "--load", save.toString()));
+            assertSameLosses(reference, train(resumed), "saved at TP2 PP2, resumed with " + layout);
+        }
     }
 
     @Test
