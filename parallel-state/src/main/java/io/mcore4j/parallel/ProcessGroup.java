@@ -66,6 +66,26 @@ public record ProcessGroup(String name, int[] ranks, int rank) {
         return ranks[index];
     }
 
+    /**
+     * Checks that a backend of global rank {@code worldRank} in a world of {@code worldSize} ranks
+     * can serve this group: this process sits at index {@link #rank()}, and every member is a rank
+     * of the world.
+     *
+     * @param worldRank the backend's global rank
+     * @param worldSize the backend's world size
+     * @throws IllegalArgumentException naming the group and the rank that does not fit
+     */
+    public void checkPlacement(int worldRank, int worldSize) {
+        if (ranks[rank] != worldRank) {
+            throw new IllegalArgumentException("group " + this + " does not place rank " + worldRank + " at index " + rank);
+        }
+        for (int r : ranks) {
+            if (r >= worldSize) {
+                throw new IllegalArgumentException("group " + this + " names rank " + r + " outside world size " + worldSize);
+            }
+        }
+    }
+
     /** @return a stable identifier of the group across ranks, e.g. {@code tp[0,1]} */
     public String key() {
         StringBuilder b = new StringBuilder(name).append('[');

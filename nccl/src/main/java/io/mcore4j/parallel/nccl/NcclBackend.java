@@ -9,12 +9,11 @@ import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.parallel.tcp.JobToken;
+import io.mcore4j.parallel.tcp.RendezvousStore;
 import io.mcore4j.parallel.tcp.StoreException;
 import io.mcore4j.parallel.tcp.TcpStore;
 import io.mcore4j.parallel.tcp.TcpStoreServer;
 
-import java.net.InetAddress;
-import java.net.UnknownHostException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -32,8 +31,8 @@ import org.slf4j.LoggerFactory;
  * <ol>
  *   <li>selects CUDA device {@code LOCAL_RANK} for the calling thread ({@code cudaSetDevice});</li>
  *   <li>rank 0 starts a {@link TcpStoreServer} (the TCP backend's rendezvous store) and every rank
- *       connects a {@link TcpStore} to it, proving the {@link JobToken} (see {@link #storePort} for
- *       the port);</li>
+ *       connects a {@link TcpStore} to it, proving the {@link JobToken} (see {@link RendezvousStore#port}
+ *       for the port);</li>
  *   <li>creates the world communicator: rank 0 makes an NCCL unique id and publishes it under
  *       {@code nccl/world}, the others read it, and all call {@code ncclCommInitRank}.</li>
  * </ol>
@@ -69,17 +68,15 @@ import org.slf4j.LoggerFactory;
  * every member's next call fail at the timeout, naming the group and the operation (NCCL cannot say
  * which peer is missing), and that communicator is aborted.
  *
- * <p>The backend owns the store (on rank 0 the store server), every communicator it made, and a
- * device manager for its own temporaries; {@link #close()} releases them. Loading this class loads
- * no CUDA library; {@link #connect} does.
+ * <p>The backend owns the store connection (on rank 0 the store server too), every communicator it
+ * made, and a device manager for its own temporaries; {@link #close()} releases them. Loading this
+ * class loads no CUDA library; {@link #connect} does.
  */
 public final class NcclBackend implements Backend {
     /** Default timeout of every blocking call and of connecting. */
     public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(60);
     /** Default largest transfer per NCCL call (1 GiB). */
     public static final long DEFAULT_CHUNK_BYTES = 1L << 30;
-    /** Variable naming the store port explicitly (wins over {@code MASTER_PORT}). */
-    public static final String STORE_PORT_VAR = "MCORE4J_STORE_PORT";
 
     private static final String WORLD_KEY = "nccl/world";
     private static final String CLOSING_KEY = "nccl/closing";
@@ -90,7 +87,7 @@ public final class NcclBackend implements Backend {
     private final Duration timeout;
     private final long chunkBytes;
     private final Device device;
-    private final TcpStoreServer server;
+    private final RendezvousStore rendezvous;
     private final TcpStore store;
     private final NDManager manager;
     private final String ncclVersion;
@@ -99,14 +96,14 @@ public final class NcclBackend implements Backend {
     private final Communicator world;
     private boolean closed;
 
-    private NcclBackend(LaunchEnvironment env, Duration timeout, long chunkBytes, TcpStoreServer server, TcpStore store,
+    private NcclBackend(LaunchEnvironment env, Duration timeout, long chunkBytes, RendezvousStore rendezvous,
                         NDManager manager, String ncclVersion) {
         this.env = env;
         this.timeout = timeout;
         this.chunkBytes = chunkBytes;
         this.device = Device.gpu(env.localRank());
-        this.server = server;
-        this.store = store;
+        this.rendezvous = rendezvous;
+        this.store = rendezvous.client();
         this.manager = manager;
         this.ncclVersion = ncclVersion;
         int[] all = new int[env.worldSize()];
@@ -186,50 +183,16 @@ public final class NcclBackend implements Backend {
         }
 
         /**
-         * Connects; blocks until every rank has joined the world communicator.
+         * Connects; blocks until every rank has joined the world communicator. The store port comes
+         * from {@link RendezvousStore#port} over {@link System#getenv()}.
          *
          * @return the connected backend, which the caller owns and must close
          * @throws CommunicationException if some rank does not connect in time or NCCL fails
          */
         public NcclBackend connect() {
             return open(env, timeout, chunkBytes, token == null ? JobToken.fromEnvironment(System.getenv(), env) : token,
-                    storePort(env, System.getenv()));
+                    RendezvousStore.port(env, System.getenv()));
         }
-    }
-
-    /**
-     * The port of the rendezvous store: {@value #STORE_PORT_VAR} if set; else {@code MASTER_PORT + 1}
-     * when torchrun's agent already serves its own store at {@code MASTER_PORT}
-     * ({@code TORCHELASTIC_USE_AGENT_STORE=True}, the default of recent torchrun versions); else
-     * {@code MASTER_PORT}.
-     *
-     * @param env the launch environment
-     * @param vars environment variables
-     * @return the port every rank uses
-     * @throws IllegalArgumentException if {@value #STORE_PORT_VAR} is not a port number
-     */
-    static int storePort(LaunchEnvironment env, Map<String, String> vars) {
-        String explicit = vars.get(STORE_PORT_VAR);
-        if (explicit != null && !explicit.isBlank()) {
-            int port;
-            try {
-                port = Integer.parseInt(explicit.trim());
-            } catch (NumberFormatException e) {
-                throw new IllegalArgumentException(STORE_PORT_VAR + "=" + explicit + " is not a port number", e);
-            }
-            if (port < 1 || port > 65535) {
-                throw new IllegalArgumentException(STORE_PORT_VAR + "=" + explicit + " is outside [1, 65535]");
-            }
-            return port;
-        }
-        if ("true".equalsIgnoreCase(vars.getOrDefault("TORCHELASTIC_USE_AGENT_STORE", "").trim())) {
-            if (env.masterPort() == 65535) {
-                throw new IllegalArgumentException("torchrun's store holds MASTER_PORT 65535 and there is no next port; set "
-                        + STORE_PORT_VAR);
-            }
-            return env.masterPort() + 1;
-        }
-        return env.masterPort();
     }
 
     private static NcclBackend open(LaunchEnvironment env, Duration timeout, long chunkBytes, JobToken token, int port) {
@@ -245,51 +208,19 @@ public final class NcclBackend implements Backend {
         if (System.getenv("NCCL_NVLS_ENABLE") == null) {
             LOG.warn("NCCL_NVLS_ENABLE is not set; the GPU hosts need NCCL_NVLS_ENABLE=0 (NVLink multicast off)");
         }
-        TcpStoreServer server = null;
-        TcpStore store = null;
+        RendezvousStore rendezvous = RendezvousStore.connect(env, port, token, timeout);
         NDManager manager = null;
         try {
-            if (env.rank() == 0) {
-                InetAddress master = resolve(env.masterAddr());
-                server = TcpStoreServer.start(master.isLoopbackAddress() ? master : InetAddress.getByAddress(new byte[4]), port, token);
-            }
-            try {
-                store = TcpStore.connect(env.masterAddr(), port, token, timeout);
-            } catch (StoreException e) {
-                throw new CommunicationException("world", "connect", List.of(0), "rank " + env.rank()
-                        + " could not reach rank 0's store at " + env.masterAddr() + ":" + port + ": " + e.getMessage(), e);
-            }
             manager = NDManager.newBaseManager(Device.gpu(env.localRank()));
-            NcclBackend backend = new NcclBackend(env, timeout, chunkBytes, server, store, manager, version);
+            NcclBackend backend = new NcclBackend(env, timeout, chunkBytes, rendezvous, manager, version);
             LOG.debug("rank {} of {} on {} connected (NCCL {}, store port {})", env.rank(), env.worldSize(),
                     backend.device, version, port);
             return backend;
-        } catch (RuntimeException | UnknownHostException e) {
+        } catch (RuntimeException e) {
             if (manager != null) {
                 manager.close();
             }
-            if (store != null) {
-                store.close();
-            }
-            if (server != null) {
-                server.close();
-            }
-            if (e instanceof StoreException s) {
-                throw new CommunicationException("world", "connect", List.of(0), "rank " + env.rank()
-                        + ": the rendezvous store of rank 0 failed: " + s.getMessage(), s);
-            }
-            if (e instanceof UnknownHostException) {
-                throw new IllegalStateException(e);
-            }
-            throw (RuntimeException) e;
-        }
-    }
-
-    private static InetAddress resolve(String host) {
-        try {
-            return InetAddress.getByName(host);
-        } catch (UnknownHostException e) {
-            throw new CommunicationException("world", "connect", List.of(0), "MASTER_ADDR " + host + " does not resolve", e);
+            throw rendezvous.closeAfter(e);
         }
     }
 
@@ -362,14 +293,7 @@ public final class NcclBackend implements Backend {
         if (closed) {
             throw new IllegalStateException("the NCCL backend of rank " + env.rank() + " is closed");
         }
-        if (group.globalRank(group.rank()) != env.rank()) {
-            throw new IllegalArgumentException("group " + group + " does not place rank " + env.rank() + " at index " + group.rank());
-        }
-        for (int r : group.ranks()) {
-            if (r >= env.worldSize()) {
-                throw new IllegalArgumentException("group " + group + " names rank " + r + " outside world size " + env.worldSize());
-            }
-        }
+        group.checkPlacement(env.rank(), env.worldSize());
         int instance = instances.merge(group.key(), 1, Integer::sum) - 1;
         return create(group, "nccl/" + group.key() + (instance == 0 ? "" : "#" + instance), groupChunkBytes);
     }
@@ -407,7 +331,7 @@ public final class NcclBackend implements Backend {
         manager.close();
         try {
             store.add(CLOSING_KEY, 1);
-            if (server != null) {
+            if (rendezvous.hostsServer()) {
                 long deadline = System.nanoTime() + Math.min(timeout.toMillis(), CLOSE_WAIT_MS) * 1_000_000;
                 while (store.add(CLOSING_KEY, 0) < env.worldSize() && System.nanoTime() < deadline) {
                     Thread.sleep(10);
@@ -418,10 +342,7 @@ public final class NcclBackend implements Backend {
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
-        store.close();
-        if (server != null) {
-            server.close();
-        }
+        rendezvous.close();
         if (failure != null) {
             throw failure;
         }

@@ -1,5 +1,7 @@
 package io.mcore4j.parallel.nccl;
 
+import static io.mcore4j.parallel.CollectiveResults.copyOwnedBy;
+import static io.mcore4j.parallel.CollectiveResults.withoutGrad;
 import static io.mcore4j.parallel.nccl.DevicePointers.address;
 import static io.mcore4j.parallel.nccl.DevicePointers.pointer;
 import static org.bytedeco.cuda.global.nccl.ncclAllGather;
@@ -15,8 +17,8 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
@@ -72,6 +74,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     private final Duration timeout;
     private final long chunkBytes;
     private final NDManager internal;
+    private final CollectiveArguments args;
     private final ArrayDeque<NDArray> sentToSelf = new ArrayDeque<>();
     private CommunicationException broken;
     private boolean closed;
@@ -98,6 +101,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         this.timeout = Objects.requireNonNull(timeout, "timeout");
         this.chunkBytes = chunkBytes;
         this.internal = Objects.requireNonNull(internal, "internal");
+        this.args = new CollectiveArguments(group, "NCCL", NcclCodes.SUPPORTED);
     }
 
     @Override
@@ -115,7 +119,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         String what = describe("all-reduce " + op, input);
         return run(what, () -> {
             if (comm == null) {
-                return copy(input, owner);
+                return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = DevicePointers.contiguous(input, temp);
@@ -149,11 +153,11 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     @Override
     public NDArray allGather(NDArray input, int dim, NDManager owner) {
-        int d = checkDim(input, dim);
+        int d = args.checkDim(input, dim);
         String what = describe("all-gather dim " + d, input);
         return run(what, () -> {
             if (comm == null) {
-                return copy(input, owner);
+                return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 Shape piece = input.getShape();
@@ -170,15 +174,11 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     @Override
     public NDArray reduceScatter(NDArray input, int dim, ReduceOp op, NDManager owner) {
-        int d = checkDim(input, dim);
-        if (input.getShape().get(d) % size() != 0) {
-            throw new IllegalArgumentException(group.key() + " reduce-scatter: dim " + d + " of shape " + input.getShape()
-                    + " is not divisible by the group size " + size());
-        }
+        int d = args.checkScatterDim(input, dim);
         String what = describe("reduce-scatter " + op + " dim " + d, input);
         return run(what, () -> {
             if (comm == null) {
-                return copy(input, owner);
+                return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = d == 0 ? DevicePointers.contiguous(input, temp) : RankMajorLayout.toScatterBuffer(input, d, size(), temp);
@@ -192,11 +192,11 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     @Override
     public NDArray broadcast(NDArray input, int root, NDManager owner) {
-        checkPeer(root, "broadcast root");
+        args.checkPeer(root, "broadcast root");
         String what = describe("broadcast from " + root, input);
         return run(what, () -> {
             if (comm == null) {
-                return copy(input, owner);
+                return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray out = temp.create(input.getShape(), input.getDataType());
@@ -219,40 +219,16 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     @Override
     public NDArray allToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
-        if (sendSplits.length != size() || recvSplits.length != size()) {
-            throw new IllegalArgumentException(group.key() + " all-to-all: " + sendSplits.length + " send and "
-                    + recvSplits.length + " receive splits for a group of " + size());
-        }
-        if (input.getShape().dimension() == 0) {
-            throw new IllegalArgumentException(group.key() + " all-to-all: the input needs at least one dim, got a scalar");
-        }
-        long rows = input.getShape().get(0);
-        long sent = 0;
-        long received = 0;
-        for (int j = 0; j < size(); j++) {
-            if (sendSplits[j] < 0 || recvSplits[j] < 0) {
-                throw new IllegalArgumentException(group.key() + " all-to-all: negative split in " + Arrays.toString(sendSplits)
-                        + " / " + Arrays.toString(recvSplits));
-            }
-            sent += sendSplits[j];
-            received += recvSplits[j];
-        }
-        if (sent != rows) {
-            throw new IllegalArgumentException(group.key() + " all-to-all: send splits " + Arrays.toString(sendSplits)
-                    + " sum to " + sent + " but the input has " + rows + " rows");
-        }
-        Shape rest = input.getShape().slice(1);
-        String what = "all-to-all " + input.getDataType() + " [*" + (rest.dimension() > 0 ? ", " : "")
-                + Arrays.toString(rest.getShape()).replaceAll("[\\[\\]]", "") + "]";
+        long totalRows = args.checkSplits(input, sendSplits, recvSplits);
+        String what = CollectiveArguments.describeAllToAll(input);
         checkTensor(what, input);
-        long totalRows = received;
+        Shape rest = input.getShape().slice(1);
         return run(what, () -> {
             if (comm == null) {
                 if (recvSplits[0] != sendSplits[0]) {
-                    throw new CommunicationException(group.key(), what, List.of(group.globalRank(0)), "rank "
-                            + group.globalRank(0) + " sends " + sendSplits[0] + " rows to itself but expects " + recvSplits[0], null);
+                    throw args.unexpectedRows(what, 0, sendSplits[0], recvSplits[0]);
                 }
-                return copy(input, owner);
+                return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = DevicePointers.contiguous(input, temp);
@@ -295,8 +271,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
      */
     @Override
     public void send(NDArray tensor, int peer) {
-        checkPeer(peer, "send destination");
-        String what = "send " + tensor.getDataType() + " " + tensor.getShape() + " to rank " + group.globalRank(peer);
+        String what = args.describeSend(tensor, peer);
         checkTensor(what, tensor);
         run(what, () -> {
             if (peer == rank()) {
@@ -315,9 +290,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     @Override
     public NDArray recv(Shape shape, DataType dtype, int peer, NDManager owner) {
-        checkPeer(peer, "receive source");
-        String what = "recv " + dtype + " " + shape + " from rank " + group.globalRank(peer);
-        checkDtype(what, dtype);
+        String what = args.describeRecv(shape, dtype, peer);
+        args.checkDtype(what, dtype);
         return run(what, () -> {
             if (peer == rank()) {
                 NDArray got = sentToSelf.poll();
@@ -325,10 +299,9 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                     throw new IllegalStateException(group.key() + " " + what + ": nothing was sent to this rank by itself");
                 }
                 if (!shape.equals(got.getShape()) || dtype != got.getDataType()) {
-                    String message = "rank " + group.globalRank(peer) + " sent " + got.getDataType() + " " + got.getShape()
-                            + " but " + dtype + " " + shape + " was expected";
+                    CommunicationException e = args.unexpectedTensor(what, peer, got.getDataType(), got.getShape(), dtype, shape);
                     got.close();
-                    throw new CommunicationException(group.key(), what, List.of(group.globalRank(peer)), message, null);
+                    throw e;
                 }
                 got.attach(owner);
                 return got;
@@ -509,63 +482,36 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             throw new CommunicationException(group.key(), what, broken.ranks(),
                     "the communicator is broken by an earlier failure: " + broken.getMessage(), broken);
         }
-        boolean previous = JniUtils.isGradMode();
-        JniUtils.setGradMode(false);
         try {
-            if (comm != null) {
-                comm.makeCurrent(what);
-            }
-            return Objects.requireNonNull(body.get());
+            return withoutGrad(() -> {
+                if (comm != null) {
+                    comm.makeCurrent(what);
+                }
+                return Objects.requireNonNull(body.get());
+            });
         } catch (CommunicationException e) {
             if (broken == null) {
                 broken = e;
             }
             throw e;
-        } finally {
-            JniUtils.setGradMode(previous);
         }
     }
 
-    private static NDArray copy(NDArray input, NDManager owner) {
-        NDArray out = input.duplicate();
-        out.attach(owner);
-        return out;
-    }
-
     private String describe(String op, NDArray t) {
-        String what = op + " " + t.getDataType() + " " + t.getShape();
-        checkTensor(what, t);
+        String what = args.describe(op, t);
+        checkDevice(what, t);
         return what;
     }
 
     private void checkTensor(String what, NDArray t) {
-        checkDtype(what, t.getDataType());
+        args.checkDtype(what, t.getDataType());
+        checkDevice(what, t);
+    }
+
+    private void checkDevice(String what, NDArray t) {
         if (comm != null && !device.equals(t.getDevice())) {
             throw new IllegalArgumentException(group.key() + " " + what + ": the tensor is on " + t.getDevice()
                     + " but this NCCL communicator works on " + device);
-        }
-    }
-
-    private void checkDtype(String what, DataType dtype) {
-        try {
-            NcclCodes.dataType(dtype);
-        } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException(group.key() + " " + what + ": " + e.getMessage(), e);
-        }
-    }
-
-    private int checkDim(NDArray t, int dim) {
-        int n = t.getShape().dimension();
-        int d = dim < 0 ? dim + n : dim;
-        if (d < 0 || d >= n) {
-            throw new IllegalArgumentException(group.key() + ": dim " + dim + " is out of range for shape " + t.getShape());
-        }
-        return d;
-    }
-
-    private void checkPeer(int peer, String what) {
-        if (peer < 0 || peer >= size()) {
-            throw new IllegalArgumentException(group.key() + ": " + what + " " + peer + " is outside [0, " + size() + ")");
         }
     }
 }

@@ -26,9 +26,7 @@ public final class InJvmBackend implements Backend {
 
     @Override
     public Communicator communicator(ProcessGroup group) {
-        if (group.globalRank(group.rank()) != rank) {
-            throw new IllegalArgumentException("group " + group + " does not place rank " + rank + " at index " + group.rank());
-        }
+        group.checkPlacement(rank, fabric.worldSize());
         return new InJvmCommunicator(fabric, group);
     }
 

@@ -1,13 +1,16 @@
 package io.mcore4j.parallel.inprocess;
 
+import static io.mcore4j.parallel.CollectiveResults.copyOwnedBy;
+import static io.mcore4j.parallel.CollectiveResults.withoutGrad;
+
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
@@ -20,7 +23,6 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
-import java.util.function.Supplier;
 
 /**
  * In-JVM collectives: members exchange references to their input tensors through a
@@ -36,12 +38,14 @@ final class InJvmCommunicator implements Communicator {
     private final ProcessGroup group;
     private final Rendezvous rendezvous;
     private final long timeoutNanos;
+    private final CollectiveArguments args;
 
     InJvmCommunicator(InJvmFabric fabric, ProcessGroup group) {
         this.fabric = fabric;
         this.group = group;
         this.rendezvous = fabric.rendezvous(group);
         this.timeoutNanos = fabric.timeout().toNanos();
+        this.args = new CollectiveArguments(group, "in-JVM", SUPPORTED);
     }
 
     @Override
@@ -56,26 +60,23 @@ final class InJvmCommunicator implements Communicator {
 
     @Override
     public NDArray allReduce(NDArray input, ReduceOp op, NDManager owner) {
-        String what = describe("all-reduce " + op, input);
+        String what = args.describe("all-reduce " + op, input);
         return collective(what, input, all -> RankOrderReduction.reduce(all, op, owner));
     }
 
     @Override
     public void allReduceInPlace(NDArray tensor, ReduceOp op) {
-        String what = describe("all-reduce " + op, tensor);
+        String what = args.describe("all-reduce " + op, tensor);
         try (NDManager temp = tensor.getManager().newSubManager()) {
             NDArray result = collective(what, tensor, all -> RankOrderReduction.reduce(all, op, temp));
-            noGrad(() -> {
-                Tensors.copyInto(tensor, result);
-                return null;
-            });
+            Tensors.copyInto(tensor, result);
         }
     }
 
     @Override
     public NDArray allGather(NDArray input, int dim, NDManager owner) {
-        int d = checkDim(input, dim);
-        String what = describe("all-gather dim " + d, input);
+        int d = args.checkDim(input, dim);
+        String what = args.describe("all-gather dim " + d, input);
         return collective(what, input, all -> {
             NDArray out = NDArrays.concat(new NDList(all), d);
             out.attach(owner);
@@ -85,12 +86,8 @@ final class InJvmCommunicator implements Communicator {
 
     @Override
     public NDArray reduceScatter(NDArray input, int dim, ReduceOp op, NDManager owner) {
-        int d = checkDim(input, dim);
-        if (input.getShape().get(d) % size() != 0) {
-            throw new IllegalArgumentException(group.key() + " reduce-scatter: dim " + d + " of shape " + input.getShape()
-                    + " is not divisible by the group size " + size());
-        }
-        String what = describe("reduce-scatter " + op + " dim " + d, input);
+        int d = args.checkScatterDim(input, dim);
+        String what = args.describe("reduce-scatter " + op + " dim " + d, input);
         return collective(what, input, all -> {
             try (NDManager temp = owner.newSubManager()) {
                 NDArray[] chunks = new NDArray[all.length];
@@ -105,28 +102,18 @@ final class InJvmCommunicator implements Communicator {
 
     @Override
     public NDArray broadcast(NDArray input, int root, NDManager owner) {
-        checkPeer(root, "broadcast root");
-        String what = describe("broadcast from " + root, input);
-        return collective(what, input, all -> copy(all[root], owner));
+        args.checkPeer(root, "broadcast root");
+        String what = args.describe("broadcast from " + root, input);
+        return collective(what, input, all -> copyOwnedBy(all[root], owner));
     }
 
     @Override
     public NDArray allToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
-        if (sendSplits.length != size() || recvSplits.length != size()) {
-            throw new IllegalArgumentException(group.key() + " all-to-all: " + sendSplits.length + " send and "
-                    + recvSplits.length + " receive splits for a group of " + size());
-        }
-        long rows = input.getShape().get(0);
-        if (Arrays.stream(sendSplits).sum() != rows) {
-            throw new IllegalArgumentException(group.key() + " all-to-all: send splits " + Arrays.toString(sendSplits)
-                    + " sum to " + Arrays.stream(sendSplits).sum() + " but the input has " + rows + " rows");
-        }
-        Shape rest = input.getShape().slice(1);
-        String what = "all-to-all " + input.getDataType() + " [*" + (rest.dimension() > 0 ? ", " : "")
-                + Arrays.toString(rest.getShape()).replaceAll("[\\[\\]]", "") + "]";
+        args.checkSplits(input, sendSplits, recvSplits);
+        String what = CollectiveArguments.describeAllToAll(input);
         Object[] posted = exchange(what, new Object[] {input, sendSplits.clone()});
         try {
-            return noGrad(() -> {
+            return withoutGrad(() -> {
                 try (NDManager temp = owner.newSubManager()) {
                     NDList pieces = new NDList();
                     for (int s = 0; s < size(); s++) {
@@ -138,9 +125,7 @@ final class InJvmCommunicator implements Communicator {
                         }
                         long len = theirSplits[rank()];
                         if (len != recvSplits[s]) {
-                            throw new CommunicationException(group.key(), what, List.of(group.globalRank(s)),
-                                    "rank " + group.globalRank(s) + " sends " + len + " rows to rank "
-                                            + group.globalRank(rank()) + ", which expects " + recvSplits[s], null);
+                            throw args.unexpectedRows(what, s, len, recvSplits[s]);
                         }
                         NDArray piece = ((NDArray) p[0]).get(offset + ":" + (offset + len));
                         piece.attach(temp);
@@ -158,17 +143,15 @@ final class InJvmCommunicator implements Communicator {
 
     @Override
     public void send(NDArray tensor, int peer) {
-        checkPeer(peer, "send destination");
-        checkAlive("send to " + peer);
-        NDArray copy = noGrad(tensor::duplicate);
+        checkAlive(args.describeSend(tensor, peer));
+        NDArray copy = withoutGrad(tensor::duplicate);
         copy.detach();
         fabric.mailbox(group, group.globalRank(rank()), group.globalRank(peer)).add(copy);
     }
 
     @Override
     public NDArray recv(Shape shape, DataType dtype, int peer, NDManager owner) {
-        checkPeer(peer, "receive source");
-        String what = "recv " + dtype + " " + shape + " from rank " + group.globalRank(peer);
+        String what = args.describeRecv(shape, dtype, peer);
         LinkedBlockingQueue<NDArray> box = fabric.mailbox(group, group.globalRank(peer), group.globalRank(rank()));
         long deadline = System.nanoTime() + timeoutNanos;
         NDArray got = null;
@@ -189,10 +172,9 @@ final class InJvmCommunicator implements Communicator {
             throw new CommunicationException(group.key(), what, List.of(), "interrupted", e);
         }
         if (!got.getShape().equals(shape) || got.getDataType() != dtype) {
-            String msg = "rank " + group.globalRank(peer) + " sent " + got.getDataType() + " " + got.getShape()
-                    + " but " + dtype + " " + shape + " was expected";
+            CommunicationException e = args.unexpectedTensor(what, peer, got.getDataType(), got.getShape(), dtype, shape);
             got.close();
-            throw new CommunicationException(group.key(), what, List.of(group.globalRank(peer)), msg, null);
+            throw e;
         }
         got.attach(owner);
         return got;
@@ -218,7 +200,7 @@ final class InJvmCommunicator implements Communicator {
         Object[] posted = exchange(what, input);
         NDArray[] all = Arrays.copyOf(posted, posted.length, NDArray[].class);
         try {
-            return noGrad(() -> compute.apply(all));
+            return withoutGrad(() -> compute.apply(all));
         } finally {
             exchange("release " + what, null);
         }
@@ -227,45 +209,6 @@ final class InJvmCommunicator implements Communicator {
     private Object[] exchange(String what, Object payload) {
         checkAlive(what);
         return rendezvous.exchange(rank(), what, payload, timeoutNanos);
-    }
-
-    private static NDArray copy(NDArray source, NDManager owner) {
-        NDArray c = source.duplicate();
-        c.attach(owner);
-        return c;
-    }
-
-    private static <T> T noGrad(Supplier<T> body) {
-        boolean previous = JniUtils.isGradMode();
-        JniUtils.setGradMode(false);
-        try {
-            return body.get();
-        } finally {
-            JniUtils.setGradMode(previous);
-        }
-    }
-
-    private String describe(String op, NDArray t) {
-        if (!SUPPORTED.contains(t.getDataType())) {
-            throw new IllegalArgumentException(group.key() + " " + op + ": dtype " + t.getDataType()
-                    + " is not supported; use one of " + SUPPORTED);
-        }
-        return op + " " + t.getDataType() + " " + t.getShape();
-    }
-
-    private int checkDim(NDArray t, int dim) {
-        int n = t.getShape().dimension();
-        int d = dim < 0 ? dim + n : dim;
-        if (d < 0 || d >= n) {
-            throw new IllegalArgumentException(group.key() + ": dim " + dim + " is out of range for shape " + t.getShape());
-        }
-        return d;
-    }
-
-    private void checkPeer(int peer, String what) {
-        if (peer < 0 || peer >= size()) {
-            throw new IllegalArgumentException(group.key() + ": " + what + " " + peer + " is outside [0, " + size() + ")");
-        }
     }
 
     private void checkAlive(String what) {

@@ -5,7 +5,6 @@ import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.ProcessGroup;
 
 import java.time.Duration;
-import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
@@ -94,9 +93,5 @@ public final class InJvmFabric {
                 a.close();
             }
         }
-    }
-
-    static List<Integer> none() {
-        return List.of();
     }
 }

@@ -7,7 +7,6 @@ import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
 
 import java.net.InetAddress;
-import java.net.UnknownHostException;
 import java.nio.ByteOrder;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -25,9 +24,9 @@ import org.slf4j.LoggerFactory;
  *
  * <p>{@link #connect(LaunchEnvironment, Duration)} (or {@link #builder}) does, on every rank:
  * <ol>
- *   <li>rank 0 starts a {@link TcpStoreServer} at {@code MASTER_ADDR:MASTER_PORT};</li>
- *   <li>every rank connects a {@link TcpStore} to it (retrying until rank 0 is up), proving the
- *       {@link JobToken};</li>
+ *   <li>rank 0 starts a {@link TcpStoreServer} at {@code MASTER_ADDR} and every rank connects a
+ *       {@link TcpStore} to it (retrying until rank 0 is up), proving the {@link JobToken}; the port
+ *       is {@code MASTER_PORT} unless torchrun's own store holds it (see {@link RendezvousStore#port});</li>
  *   <li>every rank listens on a free port, publishes {@code host:port} in the store and connects to
  *       every other rank, proving the token again (a full mesh: one connection per pair of ranks,
  *       shared by all groups; see {@link PeerMesh});</li>
@@ -42,9 +41,9 @@ import org.slf4j.LoggerFactory;
  * waiting for it fail at once (its socket closes), and a stalled peer makes them fail at the
  * timeout, each naming the group, the operation and the missing ranks.
  *
- * <p>The backend owns the sockets, threads, store (and, on rank 0, the store server) and every
- * communicator it made; {@link #close()} releases them. The store stays usable ({@link #store()})
- * until rank 0 closes its backend.
+ * <p>The backend owns the sockets, threads, store connection (on rank 0 the store server too) and
+ * every communicator it made; {@link #close()} releases them. The store stays usable
+ * ({@link #store()}) until rank 0 closes its backend.
  */
 public final class TcpBackend implements Backend {
     /** Default timeout of every blocking call and of connecting. */
@@ -58,17 +57,15 @@ public final class TcpBackend implements Backend {
 
     private final LaunchEnvironment env;
     private final Duration timeout;
-    private final TcpStoreServer server;
-    private final TcpStore store;
+    private final RendezvousStore rendezvous;
     private final PeerMesh mesh;
     private final Map<String, Integer> instances = new HashMap<>();
     private boolean closed;
 
-    private TcpBackend(LaunchEnvironment env, Duration timeout, TcpStoreServer server, TcpStore store, PeerMesh mesh) {
+    private TcpBackend(LaunchEnvironment env, Duration timeout, RendezvousStore rendezvous, PeerMesh mesh) {
         this.env = env;
         this.timeout = timeout;
-        this.server = server;
-        this.store = store;
+        this.rendezvous = rendezvous;
         this.mesh = mesh;
     }
 
@@ -145,13 +142,15 @@ public final class TcpBackend implements Backend {
         }
 
         /**
-         * Connects; blocks until every rank has joined.
+         * Connects; blocks until every rank has joined. The store port comes from
+         * {@link RendezvousStore#port} over {@link System#getenv()}.
          *
          * @return the connected backend, which the caller owns and must close
          * @throws CommunicationException if some rank does not connect in time
          */
         public TcpBackend connect() {
-            return TcpBackend.open(env, timeout, connectTimeout == null ? timeout : connectTimeout,
+            return TcpBackend.open(env, RendezvousStore.port(env, System.getenv()), timeout,
+                    connectTimeout == null ? timeout : connectTimeout,
                     token == null ? JobToken.fromEnvironment(System.getenv(), env) : token, advertiseHost);
         }
 
@@ -163,30 +162,19 @@ public final class TcpBackend implements Backend {
         }
     }
 
-    private static TcpBackend open(LaunchEnvironment env, Duration timeout, Duration connectTimeout, JobToken token,
+    private static TcpBackend open(LaunchEnvironment env, int port, Duration timeout, Duration connectTimeout, JobToken token,
                                    String advertiseHost) {
         if (ByteOrder.nativeOrder() != ByteOrder.LITTLE_ENDIAN) {
             throw new UnsupportedOperationException("the TCP backend sends tensors little-endian and needs a little-endian machine");
         }
         long deadline = System.nanoTime() + connectTimeout.toNanos();
         long connectMillis = connectTimeout.toMillis();
-        TcpStoreServer server = null;
-        TcpStore store = null;
+        RendezvousStore rendezvous = RendezvousStore.connect(env, port, token, timeout, deadline);
         try {
-            InetAddress master = resolve(env.masterAddr());
-            if (env.rank() == 0) {
-                InetAddress bind = master.isLoopbackAddress() ? master : wildcard();
-                server = TcpStoreServer.start(bind, env.masterPort(), token);
-            }
-            try {
-                store = TcpStore.connect(env.masterAddr(), env.masterPort(), token, env.rank(), timeout, deadline);
-            } catch (StoreException e) {
-                throw new CommunicationException("world", "connect", List.of(0), "rank " + env.rank()
-                        + " could not reach rank 0's store: " + e.getMessage(), e);
-            }
+            TcpStore store = rendezvous.client();
             InetAddress local = store.localAddress();
             String host = advertiseHost != null ? advertiseHost : local.getHostAddress();
-            InetAddress bind = local.isLoopbackAddress() && advertiseHost == null ? local : wildcard();
+            InetAddress bind = local.isLoopbackAddress() && advertiseHost == null ? local : RendezvousStore.wildcard();
             PeerMesh mesh = PeerMesh.establish(env.rank(), env.worldSize(), token, store, host, bind, deadline, connectMillis);
             try {
                 awaitEveryone(env, store, deadline, connectMillis);
@@ -195,19 +183,9 @@ public final class TcpBackend implements Backend {
                 throw e;
             }
             LOG.debug("rank {} of {} connected (token {})", env.rank(), env.worldSize(), token.origin());
-            return new TcpBackend(env, timeout, server, store, mesh);
+            return new TcpBackend(env, timeout, rendezvous, mesh);
         } catch (RuntimeException e) {
-            if (store != null) {
-                store.close();
-            }
-            if (server != null) {
-                server.close();
-            }
-            if (e instanceof StoreException) {
-                throw new CommunicationException("world", "connect", List.of(0), "rank " + env.rank()
-                        + ": the rendezvous store of rank 0 failed: " + e.getMessage(), e);
-            }
-            throw e;
+            throw rendezvous.closeAfter(e);
         }
     }
 
@@ -234,22 +212,6 @@ public final class TcpBackend implements Backend {
             }
             throw new CommunicationException("world", "connect", missing, "rank(s) " + missing
                     + " did not finish connecting within " + connectMillis + " ms", e);
-        }
-    }
-
-    private static InetAddress resolve(String host) {
-        try {
-            return InetAddress.getByName(host);
-        } catch (UnknownHostException e) {
-            throw new CommunicationException("world", "connect", List.of(0), "MASTER_ADDR " + host + " does not resolve", e);
-        }
-    }
-
-    private static InetAddress wildcard() {
-        try {
-            return InetAddress.getByAddress(new byte[4]);
-        } catch (UnknownHostException e) {
-            throw new IllegalStateException(e);
         }
     }
 
@@ -280,7 +242,7 @@ public final class TcpBackend implements Backend {
      * @return the store, owned by this backend
      */
     public TcpStore store() {
-        return store;
+        return rendezvous.client();
     }
 
     /**
@@ -297,14 +259,7 @@ public final class TcpBackend implements Backend {
         if (closed) {
             throw new IllegalStateException("the TCP backend of rank " + env.rank() + " is closed");
         }
-        if (group.globalRank(group.rank()) != env.rank()) {
-            throw new IllegalArgumentException("group " + group + " does not place rank " + env.rank() + " at index " + group.rank());
-        }
-        for (int r : group.ranks()) {
-            if (r >= env.worldSize()) {
-                throw new IllegalArgumentException("group " + group + " names rank " + r + " outside world size " + env.worldSize());
-            }
-        }
+        group.checkPlacement(env.rank(), env.worldSize());
         int instance = instances.merge(group.key(), 1, Integer::sum) - 1;
         return new TcpCommunicator(group, group.key() + "#" + instance, mesh, timeout);
     }
@@ -321,15 +276,12 @@ public final class TcpBackend implements Backend {
         }
         closed = true;
         mesh.close(Math.min(timeout.toMillis(), CLOSE_WAIT_MS));
-        store.close();
-        if (server != null) {
-            server.close();
-        }
+        rendezvous.close();
     }
 
     /** @return e.g. {@code TcpBackend[rank 1 of 4, store 127.0.0.1:29500]} */
     @Override
     public String toString() {
-        return "TcpBackend[rank " + env.rank() + " of " + env.worldSize() + ", store " + store.address() + "]";
+        return "TcpBackend[rank " + env.rank() + " of " + env.worldSize() + ", store " + rendezvous.client().address() + "]";
     }
 }

@@ -1,13 +1,16 @@
 package io.mcore4j.parallel.tcp;
 
+import static io.mcore4j.parallel.CollectiveResults.copyOwnedBy;
+import static io.mcore4j.parallel.CollectiveResults.withoutGrad;
+
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
@@ -20,9 +23,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import java.util.Objects;
 import java.util.function.IntFunction;
-import java.util.function.Supplier;
 
 /**
  * Collectives over TCP for one group. Every collective is one all-to-all exchange of frames over
@@ -45,14 +46,13 @@ import java.util.function.Supplier;
  * buffers ({@link NDArray#toByteBuffer()}, little-endian, and {@link NDManager#create(java.nio.Buffer, Shape, DataType)}).
  */
 final class TcpCommunicator implements Communicator {
-    private static final List<DataType> SUPPORTED = Frame.DTYPES;
-
     private final ProcessGroup group;
     private final String channel;
     private final PeerMesh mesh;
     private final Duration timeout;
     private final long timeoutNanos;
     private final int[] peers;
+    private final CollectiveArguments args;
     private long sequence;
     private CommunicationException broken;
 
@@ -66,6 +66,7 @@ final class TcpCommunicator implements Communicator {
         for (int i = 0; i < peers.length; i++) {
             peers[i] = i == group.rank() ? -1 : group.globalRank(i);
         }
+        this.args = new CollectiveArguments(group, "TCP", Frame.DTYPES);
     }
 
     @Override
@@ -80,10 +81,10 @@ final class TcpCommunicator implements Communicator {
 
     @Override
     public NDArray allReduce(NDArray input, ReduceOp op, NDManager owner) {
-        String what = describe("all-reduce " + op, input);
+        String what = args.describe("all-reduce " + op, input);
         byte[] bytes = bytesOf(input);
         Frame[] got = exchange(what, j -> tensorFrame(what, input, bytes));
-        return noGrad(() -> {
+        return withoutGrad(() -> {
             try (NDManager temp = owner.newSubManager(input.getDevice())) {
                 return RankOrderReduction.reduce(contributions(got, input, temp), op, owner);
             }
@@ -100,11 +101,11 @@ final class TcpCommunicator implements Communicator {
 
     @Override
     public NDArray allGather(NDArray input, int dim, NDManager owner) {
-        int d = checkDim(input, dim);
-        String what = describe("all-gather dim " + d, input);
+        int d = args.checkDim(input, dim);
+        String what = args.describe("all-gather dim " + d, input);
         byte[] bytes = bytesOf(input);
         Frame[] got = exchange(what, j -> tensorFrame(what, input, bytes));
-        return noGrad(() -> {
+        return withoutGrad(() -> {
             try (NDManager temp = owner.newSubManager(input.getDevice())) {
                 NDArray out = NDArrays.concat(new NDList(contributions(got, input, temp)), d);
                 out.attach(owner);
@@ -115,13 +116,9 @@ final class TcpCommunicator implements Communicator {
 
     @Override
     public NDArray reduceScatter(NDArray input, int dim, ReduceOp op, NDManager owner) {
-        int d = checkDim(input, dim);
-        if (input.getShape().get(d) % size() != 0) {
-            throw new IllegalArgumentException(group.key() + " reduce-scatter: dim " + d + " of shape " + input.getShape()
-                    + " is not divisible by the group size " + size());
-        }
-        String what = describe("reduce-scatter " + op + " dim " + d, input);
-        return noGrad(() -> {
+        int d = args.checkScatterDim(input, dim);
+        String what = args.describe("reduce-scatter " + op + " dim " + d, input);
+        return withoutGrad(() -> {
             try (NDManager temp = owner.newSubManager(input.getDevice())) {
                 NDArray[] chunks = new NDArray[size()];
                 for (int j = 0; j < size(); j++) {
@@ -136,40 +133,27 @@ final class TcpCommunicator implements Communicator {
 
     @Override
     public NDArray broadcast(NDArray input, int root, NDManager owner) {
-        checkPeer(root, "broadcast root");
-        String what = describe("broadcast from " + root, input);
+        args.checkPeer(root, "broadcast root");
+        String what = args.describe("broadcast from " + root, input);
         boolean isRoot = rank() == root;
         byte[] bytes = isRoot ? bytesOf(input) : Frame.empty();
         Frame[] got = exchange(what, j -> new Frame(Frame.COLLECTIVE, channel, sequence, what, input.getDataType(),
                 input.getShape(), 0, bytes));
-        return noGrad(() -> {
-            NDArray out;
+        return withoutGrad(() -> {
             if (isRoot) {
-                out = input.duplicate();
-            } else {
-                out = tensorOf(got[root], input.getShape(), input.getDataType(), owner);
+                return copyOwnedBy(input, owner);
             }
-            out.attach(owner);
-            return out;
+            return tensorOf(got[root], input.getShape(), input.getDataType(), owner);
         });
     }
 
     @Override
     public NDArray allToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
-        if (sendSplits.length != size() || recvSplits.length != size()) {
-            throw new IllegalArgumentException(group.key() + " all-to-all: " + sendSplits.length + " send and "
-                    + recvSplits.length + " receive splits for a group of " + size());
-        }
-        long rows = input.getShape().get(0);
-        if (Arrays.stream(sendSplits).sum() != rows) {
-            throw new IllegalArgumentException(group.key() + " all-to-all: send splits " + Arrays.toString(sendSplits)
-                    + " sum to " + Arrays.stream(sendSplits).sum() + " but the input has " + rows + " rows");
-        }
+        args.checkSplits(input, sendSplits, recvSplits);
+        String what = CollectiveArguments.describeAllToAll(input);
+        args.checkDtype(what, input.getDataType());
         Shape rest = input.getShape().slice(1);
-        String what = "all-to-all " + input.getDataType() + " [*" + (rest.dimension() > 0 ? ", " : "")
-                + Arrays.toString(rest.getShape()).replaceAll("[\\[\\]]", "") + "]";
-        checkDtype(what, input);
-        return noGrad(() -> {
+        return withoutGrad(() -> {
             try (NDManager temp = owner.newSubManager(input.getDevice())) {
                 NDArray[] slices = new NDArray[size()];
                 long offset = 0;
@@ -184,9 +168,7 @@ final class TcpCommunicator implements Communicator {
                 for (int s = 0; s < size(); s++) {
                     long len = s == rank() ? sendSplits[s] : got[s].count();
                     if (len != recvSplits[s]) {
-                        throw fail(new CommunicationException(group.key(), what, List.of(group.globalRank(s)),
-                                "rank " + group.globalRank(s) + " sends " + len + " rows to rank "
-                                        + group.globalRank(rank()) + ", which expects " + recvSplits[s], null));
+                        throw fail(args.unexpectedRows(what, s, len, recvSplits[s]));
                     }
                     if (len > 0) {
                         pieces.add(s == rank() ? slices[s] : tensorOf(got[s], new Shape(len).addAll(rest), input.getDataType(), temp));
@@ -203,9 +185,8 @@ final class TcpCommunicator implements Communicator {
 
     @Override
     public void send(NDArray tensor, int peer) {
-        checkPeer(peer, "send destination");
-        String what = "send " + tensor.getDataType() + " " + tensor.getShape() + " to rank " + group.globalRank(peer);
-        checkDtype(what, tensor);
+        String what = args.describeSend(tensor, peer);
+        args.checkDtype(what, tensor.getDataType());
         checkUsable(what);
         Frame f = new Frame(Frame.POINT_TO_POINT, channel, 0, what, tensor.getDataType(), tensor.getShape(), 0, bytesOf(tensor));
         try {
@@ -217,8 +198,7 @@ final class TcpCommunicator implements Communicator {
 
     @Override
     public NDArray recv(Shape shape, DataType dtype, int peer, NDManager owner) {
-        checkPeer(peer, "receive source");
-        String what = "recv " + dtype + " " + shape + " from rank " + group.globalRank(peer);
+        String what = args.describeRecv(shape, dtype, peer);
         checkUsable(what);
         int[] from = new int[size()];
         Arrays.fill(from, -1);
@@ -231,9 +211,7 @@ final class TcpCommunicator implements Communicator {
             throw fail(e);
         }
         if (!shape.equals(got.shape()) || dtype != got.dtype()) {
-            throw fail(new CommunicationException(group.key(), what, List.of(group.globalRank(peer)),
-                    "rank " + group.globalRank(peer) + " sent " + got.dtype() + " " + got.shape() + " but " + dtype + " "
-                            + shape + " was expected", null));
+            throw fail(args.unexpectedTensor(what, peer, got.dtype(), got.shape(), dtype, shape));
         }
         return tensorOf(got, shape, dtype, owner);
     }
@@ -346,43 +324,6 @@ final class TcpCommunicator implements Communicator {
         if (broken != null) {
             throw new CommunicationException(group.key(), what, broken.ranks(),
                     "the communicator is broken by an earlier failure: " + broken.getMessage(), broken);
-        }
-    }
-
-    private String describe(String op, NDArray t) {
-        checkDtype(op, t);
-        return op + " " + t.getDataType() + " " + t.getShape();
-    }
-
-    private void checkDtype(String op, NDArray t) {
-        if (!SUPPORTED.contains(t.getDataType())) {
-            throw new IllegalArgumentException(group.key() + " " + op + ": dtype " + t.getDataType()
-                    + " is not supported; use one of " + SUPPORTED);
-        }
-    }
-
-    private int checkDim(NDArray t, int dim) {
-        int n = t.getShape().dimension();
-        int d = dim < 0 ? dim + n : dim;
-        if (d < 0 || d >= n) {
-            throw new IllegalArgumentException(group.key() + ": dim " + dim + " is out of range for shape " + t.getShape());
-        }
-        return d;
-    }
-
-    private void checkPeer(int peer, String what) {
-        if (peer < 0 || peer >= size()) {
-            throw new IllegalArgumentException(group.key() + ": " + what + " " + peer + " is outside [0, " + size() + ")");
-        }
-    }
-
-    private static <T> T noGrad(Supplier<T> body) {
-        boolean previous = JniUtils.isGradMode();
-        JniUtils.setGradMode(false);
-        try {
-            return Objects.requireNonNull(body.get());
-        } finally {
-            JniUtils.setGradMode(previous);
         }
     }
 }

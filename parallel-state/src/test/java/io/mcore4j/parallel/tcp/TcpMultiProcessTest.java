@@ -9,6 +9,8 @@ import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 
 import java.io.IOException;
+import java.net.InetAddress;
+import java.net.ServerSocket;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -105,8 +107,26 @@ class TcpMultiProcessTest {
         }
     }
 
+    @Test
+    void underTorchrunsAgentStoreTheStoreTakesTheNextPort() throws Exception {
+        // torchrun's agent serves its own store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
+        // stand in for it with a socket that accepts and never answers
+        try (ServerSocket agentStore = new ServerSocket(0, 8, InetAddress.getLoopbackAddress())) {
+            int port = agentStore.getLocalPort();
+            List<Child> children = launch(2, null, port, Map.of(RendezvousStore.AGENT_STORE_VAR, "True"), "connect", "20000");
+            for (Child c : children) {
+                c.await();
+                assertEquals(0, c.exitCode(), c::output);
+                assertEquals(List.of("127.0.0.1:" + (port + 1)), c.lines("STORE "), c::output);
+            }
+        }
+    }
+
     private List<Child> launch(int world, String token, String... args) throws IOException {
-        int port = TcpThreads.freePort();
+        return launch(world, token, TcpThreads.freePort(), Map.of(), args);
+    }
+
+    private List<Child> launch(int world, String token, int port, Map<String, String> extraEnv, String... args) throws IOException {
         String java = Path.of(System.getProperty("java.home"), "bin", "java").toString();
         List<Child> children = new ArrayList<>();
         for (int r = 0; r < world; r++) {
@@ -119,7 +139,7 @@ class TcpMultiProcessTest {
             Map<String, String> env = pb.environment();
             env.keySet().removeIf(k -> k.startsWith("SLURM_") || k.startsWith("OMPI_") || k.startsWith("PMIX_")
                     || k.startsWith("TORCHELASTIC_") || k.startsWith("LOCAL_") || k.equals(JobToken.ENV_VAR)
-                    || k.equals("MCORE4J_JOB_ID"));
+                    || k.equals("MCORE4J_JOB_ID") || k.equals(RendezvousStore.PORT_VAR));
             env.put("RANK", Integer.toString(r));
             env.put("WORLD_SIZE", Integer.toString(world));
             env.put("MASTER_ADDR", "127.0.0.1");
@@ -127,6 +147,7 @@ class TcpMultiProcessTest {
             if (token != null) {
                 env.put(JobToken.ENV_VAR, token);
             }
+            env.putAll(extraEnv);
             Path log = logs.resolve(args[0] + "-rank" + r + ".log");
             pb.redirectErrorStream(true).redirectOutput(log.toFile());
             Process p = pb.start();

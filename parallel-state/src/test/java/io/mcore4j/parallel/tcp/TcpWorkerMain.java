@@ -23,6 +23,8 @@ import java.util.stream.IntStream;
  *   <li>{@code kill <rank>}: that rank halts right after connecting (exit 17, no goodbye); the others
  *       call an all-reduce, print {@code COMM-FAILURE ranks=... group=... millis=... message=...} and
  *       exit 3 when it fails with a {@link CommunicationException}; exit 0 if it wrongly succeeds.</li>
+ *   <li>{@code connect}: connects, prints {@code STORE <host:port>} of the rendezvous store, passes
+ *       a barrier and exits 0.</li>
  * </ul>
  * Argument 2 is the timeout in milliseconds.
  */
@@ -51,6 +53,11 @@ public final class TcpWorkerMain {
              TcpBackend backend = TcpBackend.connect(env, timeout)) {
             Communicator world = backend.communicator(
                     ProcessGroup.of("world", IntStream.range(0, env.worldSize()).toArray(), env.rank()));
+            if (mode.equals("connect")) {
+                System.out.println("STORE " + backend.store().address());
+                world.barrier();
+                return 0;
+            }
             if (mode.equals("collectives")) {
                 for (String line : CollectiveScript.run(world, manager)) {
                     System.out.println("RESULT " + line);
