@@ -79,9 +79,9 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         this.groups = groups;
         this.config = config;
         this.layout = layout;
-        this.rule = UpdateRule.of(config);
         this.scaler = config.fp16() ? DynamicLossScaler.from(config) : null;
         this.manager = ddp.manager().newSubManager();
+        this.rule = UpdateRule.of(config, manager);
         this.manager.setName("optimizer-state");
         try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
             for (GradientBucket bucket : ddp.buckets()) {

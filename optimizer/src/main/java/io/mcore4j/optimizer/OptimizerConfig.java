@@ -24,12 +24,14 @@ import java.util.Objects;
  * @param averageInCollective average with an AVG collective instead of pre-dividing by the group size and summing
  * @param gradReduceInFp32 reduce gradients in float32 even when parameters are float16
  * @param countZerosInGrad count zero gradient elements at each step ({@link StepResult#numZeros()}), one extra reduction
+ * @param fusedAdam run Adam/AdamW through libtorch's fused kernel (one pass over each bucket instead of
+ *     about a dozen), by way of a TorchScript module mcore4j ships; same state and checkpoints
  */
 public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, double beta2, double eps,
                               double weightDecay, double sgdMomentum, double clipGrad, boolean fp16,
                               double initialLossScale, double minLossScale, int lossScaleWindow, int hysteresis,
                               boolean useDistributedOptimizer, long bucketSizeBytes, boolean averageInCollective,
-                              boolean gradReduceInFp32, boolean countZerosInGrad) {
+                              boolean gradReduceInFp32, boolean countZerosInGrad, boolean fusedAdam) {
 
     /** The update rule. */
     public enum Algorithm {
@@ -109,7 +111,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
                 .minLossScale(minLossScale).lossScaleWindow(lossScaleWindow).hysteresis(hysteresis)
                 .useDistributedOptimizer(useDistributedOptimizer).bucketSizeBytes(bucketSizeBytes)
                 .averageInCollective(averageInCollective).gradReduceInFp32(gradReduceInFp32)
-                .countZerosInGrad(countZerosInGrad);
+                .countZerosInGrad(countZerosInGrad).fusedAdam(fusedAdam);
     }
 
     /** Mutable builder; {@link #build()} validates. */
@@ -132,8 +134,15 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         private boolean averageInCollective;
         private boolean gradReduceInFp32 = true;
         private boolean countZerosInGrad;
+        private boolean fusedAdam;
 
         private Builder() {}
+
+        /** @param v use the fused Adam kernel (default false) @return this */
+        public Builder fusedAdam(boolean v) {
+            fusedAdam = v;
+            return this;
+        }
 
         /** @param v the update rule @return this */
         public Builder algorithm(Algorithm v) {
@@ -252,7 +261,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         public OptimizerConfig build() {
             return new OptimizerConfig(algorithm, lr, beta1, beta2, eps, weightDecay, sgdMomentum, clipGrad, fp16,
                     initialLossScale, minLossScale, lossScaleWindow, hysteresis, useDistributedOptimizer,
-                    bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad);
+                    bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad, fusedAdam);
         }
     }
 }

@@ -33,12 +33,16 @@ interface UpdateRule {
      * The rule a configuration asks for.
      *
      * @param config the algorithm and its constants
+     * @param owner manager of anything the rule loads (the fused kernel's module)
      * @return the rule
      */
-    static UpdateRule of(OptimizerConfig config) {
+    static UpdateRule of(OptimizerConfig config, NDManager owner) {
+        boolean fused = config.fusedAdam();
         return switch (config.algorithm()) {
-            case ADAM -> new AdamUpdate(config.beta1(), config.beta2(), config.eps(), false);
-            case ADAMW -> new AdamUpdate(config.beta1(), config.beta2(), config.eps(), true);
+            case ADAM -> fused ? new FusedAdamUpdate(config.beta1(), config.beta2(), config.eps(), false, owner)
+                    : new AdamUpdate(config.beta1(), config.beta2(), config.eps(), false);
+            case ADAMW -> fused ? new FusedAdamUpdate(config.beta1(), config.beta2(), config.eps(), true, owner)
+                    : new AdamUpdate(config.beta1(), config.beta2(), config.eps(), true);
             case SGD -> new SgdUpdate(config.sgdMomentum());
         };
     }

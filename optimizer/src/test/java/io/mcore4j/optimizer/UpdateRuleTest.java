@@ -24,9 +24,19 @@ class UpdateRuleTest {
     @ParameterizedTest
     @EnumSource(OptimizerConfig.Algorithm.class)
     void matchesTheTorchFormulasElementByElement(OptimizerConfig.Algorithm algorithm) {
+        check(algorithm, false);
+    }
+
+    /** The fused kernel (through the shipped TorchScript module) against the same float64 formulas. */
+    @ParameterizedTest
+    @EnumSource(value = OptimizerConfig.Algorithm.class, names = {"ADAM", "ADAMW"})
+    void fusedAdamMatchesTheTorchFormulasElementByElement(OptimizerConfig.Algorithm algorithm) {
+        check(algorithm, true);
+    }
+
+    private void check(OptimizerConfig.Algorithm algorithm, boolean fused) {
         OptimizerConfig config = OptimizerConfig.builder().algorithm(algorithm).beta1(0.8).beta2(0.95).eps(1e-6)
-                .sgdMomentum(0.7).build();
-        UpdateRule rule = UpdateRule.of(config);
+                .sgdMomentum(0.7).fusedAdam(fused).build();
         DeterministicRandom random = new DeterministicRandom(5);
         float[] w0 = random.normal(N, 0, 1);
         boolean[] decays = new boolean[N];
@@ -40,6 +50,7 @@ class UpdateRuleTest {
             w[i] = w0[i];
         }
         try (NDManager manager = Mcore4j.newRootManager()) {
+            UpdateRule rule = UpdateRule.of(config, manager);
             NDArray master = manager.create(w0);
             NDArray[] state = new NDArray[rule.stateNames().size()];
             for (int i = 0; i < state.length; i++) {

@@ -2,18 +2,11 @@ package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
-import ai.djl.pytorch.engine.PtNDManager;
 import ai.djl.pytorch.engine.PtSymbolBlock;
-import ai.djl.pytorch.jni.JniUtils;
 import ai.djl.training.ParameterStore;
+import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.autograd.AutogradScope;
 
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.UncheckedIOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 
 /**
  * Causal attention through libtorch's fused {@code scaled_dot_product_attention} (flash or
@@ -42,8 +35,7 @@ public final class SdpaAttention implements CoreAttention {
             throw new IllegalArgumentException("fused attention has no dropout; attention dropout "
                     + ctx.config().attentionDropout() + " needs the composed attention (DotProductAttention)");
         }
-        this.module = JniUtils.loadModule((PtNDManager) ctx.parameters(), ExtractedModule.PATH, true,
-                new String[0], new String[0], false);
+        this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
         this.noParameters = new ParameterStore(ctx.parameters(), false);
     }
 
@@ -57,24 +49,5 @@ public final class SdpaAttention implements CoreAttention {
         NDArray context = module.forward(noParameters, in, scope.isGradEnabled()).singletonOrThrow();
         context.attach(scope.manager());
         return context.transpose(2, 0, 1, 3).reshape(s, b, np * d);
-    }
-
-    /** The archive copied once per JVM to a temporary file, since libtorch loads modules from paths. */
-    private static final class ExtractedModule {
-        static final Path PATH = extract();
-
-        private static Path extract() {
-            try (InputStream in = SdpaAttention.class.getResourceAsStream(RESOURCE)) {
-                if (in == null) {
-                    throw new IllegalStateException("resource " + RESOURCE + " is missing from the models jar");
-                }
-                Path file = Files.createTempFile("mcore4j-causal-sdpa", ".pt");
-                file.toFile().deleteOnExit();
-                Files.copy(in, file, StandardCopyOption.REPLACE_EXISTING);
-                return file;
-            } catch (IOException e) {
-                throw new UncheckedIOException("cannot extract " + RESOURCE, e);
-            }
-        }
     }
 }

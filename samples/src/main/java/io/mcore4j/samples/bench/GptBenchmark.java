@@ -30,6 +30,7 @@ import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.pipeline.LayerAssignment;
 import io.mcore4j.pipeline.ScheduleConfig;
 import io.mcore4j.pipeline.Schedules;
+import io.mcore4j.samples.launch.LaunchedRank;
 
 import java.lang.management.MemoryUsage;
 import java.time.Duration;
@@ -60,12 +61,13 @@ public final class GptBenchmark {
         Map<String, String> a = parse(argv);
         Mcore4j.ensureInitialized();
         int world = Integer.parseInt(System.getenv().getOrDefault("WORLD_SIZE", "1"));
-        int localRank = Integer.parseInt(System.getenv().getOrDefault("LOCAL_RANK", "0"));
         Duration timeout = Duration.ofSeconds(300);
-        Device device = Engine.getInstance().getGpuCount() > 0 ? Device.gpu(localRank) : Device.cpu();
-        Backend backend = world == 1 ? new InJvmFabric(1, timeout).backend(0) : GpuBackends.connect(timeout);
-        try (backend; NDManager root = NDManager.newBaseManager(device)) {
-            run(a, backend, root, device);
+        LaunchedRank rank = world == 1
+                ? new LaunchedRank(new InJvmFabric(1, timeout).backend(0),
+                        Engine.getInstance().getGpuCount() > 0 ? Device.gpu() : Device.cpu())
+                : LaunchedRank.connect(timeout);
+        try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
+            run(a, backend, root, rank.device());
         }
     }
 
@@ -95,7 +97,8 @@ public final class GptBenchmark {
         List<Parameter> params = new ArrayList<>(model.parameters());
         OptimizerConfig oc = OptimizerConfig.builder().algorithm(OptimizerConfig.Algorithm.ADAM).lr(1e-4)
                 .fp16(config.dtype() == DataType.FLOAT16)
-                .useDistributedOptimizer(Boolean.parseBoolean(a.get("--use-distributed-optimizer"))).build();
+                .useDistributedOptimizer(Boolean.parseBoolean(a.get("--use-distributed-optimizer")))
+                .fusedAdam(Boolean.parseBoolean(a.get("--fused-adam"))).build();
         DistributedDataParallel ddp = new DistributedDataParallel(params, groups, oc, model.sharedEmbeddingParameters());
         MegatronOptimizer optimizer = Optimizers.create(params, ddp, groups, oc);
         DeterministicRandom tokens = new SeedScheme(99).generator("benchmark-tokens", groups.dataParallelRank());
@@ -205,6 +208,7 @@ public final class GptBenchmark {
         a.put("--cpu-initialization", "false");
         a.put("--peak-tflops", "989");
         a.put("--phases", "false");
+        a.put("--fused-adam", "true");
         for (int i = 0; i < argv.length; i++) {
             if (!a.containsKey(argv[i]) && !argv[i].equals("--seq-length")) {
                 throw new IllegalArgumentException("unknown flag " + argv[i] + "; flags: " + a.keySet() + " --seq-length");

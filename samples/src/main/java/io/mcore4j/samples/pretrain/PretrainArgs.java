@@ -67,6 +67,7 @@ import java.util.Set;
  * @param moeAuxLossCoeff --moe-aux-loss-coeff
  * @param moeDispatcher --moe-token-dispatcher-type (allgather, alltoall)
  * @param expertParallel --expert-model-parallel-size
+ * @param fusedAdam Adam through libtorch's fused kernel (default; {@code --no-fused-adam} turns it off)
  */
 public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, int layersPerVirtualStage,
                            boolean sequenceParallel, int numLayers, int hiddenSize, int numAttentionHeads,
@@ -79,10 +80,11 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
                            int vocabSize, int vocabDivisor, String split, Path save, Path load, int saveInterval, int evalInterval,
                            int evalIters, int logInterval, long seed, Path metricsDir, double peakTflops,
                            int timeoutSeconds, int numExperts, int moeTopK, int moeFfnHiddenSize,
-                           int moeLayerFrequency, double moeAuxLossCoeff, String moeDispatcher, int expertParallel) {
+                           int moeLayerFrequency, double moeAuxLossCoeff, String moeDispatcher, int expertParallel,
+                           boolean fusedAdam) {
 
     private static final Set<String> SWITCHES = Set.of("--sequence-parallel", "--fp16", "--use-distributed-optimizer",
-            "--swiglu", "--untie-embeddings-and-output-weights", "--mock-data");
+            "--swiglu", "--untie-embeddings-and-output-weights", "--mock-data", "--no-fused-adam");
 
     /** Cross-checks the values. */
     public PretrainArgs {
@@ -214,7 +216,7 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
                 f.real("--peak-tflops"), f.integer("--distributed-timeout-seconds"), f.integer("--num-experts"),
                 f.integer("--moe-router-topk"), f.integer("--moe-ffn-hidden-size"), f.integer("--moe-layer-freq"),
                 f.real("--moe-aux-loss-coeff"), f.text("--moe-token-dispatcher-type"),
-                f.integer("--expert-model-parallel-size"));
+                f.integer("--expert-model-parallel-size"), !f.bool("--no-fused-adam"));
     }
 
     private static final Map<String, String> DEFAULTS = defaults();
@@ -274,6 +276,7 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
         d.put("--moe-aux-loss-coeff", "0.0");
         d.put("--moe-token-dispatcher-type", "allgather");
         d.put("--expert-model-parallel-size", "1");
+        d.put("--no-fused-adam", "false");
         return d;
     }
 

@@ -1,15 +1,14 @@
 package io.mcore4j.samples.pretrain;
 
+import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
-import io.mcore4j.parallel.tcp.TcpBackend;
-
-import ai.djl.ndarray.NDManager;
-import io.mcore4j.core.Mcore4j;
+import io.mcore4j.samples.launch.LaunchedRank;
 
 import java.io.PrintStream;
 import java.nio.file.Path;
@@ -21,7 +20,8 @@ import java.util.List;
  *
  * <p>Ranks: with {@code --nproc N} (and no launcher variables) N threads of this JVM are the ranks,
  * on CPU. Under torchrun ({@code torchrun --no-python java ...}), srun or mpirun, each process is one
- * rank and they meet over TCP at MASTER_ADDR:MASTER_PORT.
+ * rank: on its GPU over NCCL when CUDA devices are visible, otherwise on the CPU over TCP, meeting
+ * at MASTER_ADDR:MASTER_PORT (see {@link LaunchedRank}).
  */
 public final class PretrainGpt {
     private PretrainGpt() {}
@@ -66,8 +66,8 @@ public final class PretrainGpt {
             SampleDataset train = splits.train().orElseThrow(() -> new IllegalArgumentException("the data has no training split"));
             SampleDataset valid = splits.valid().orElse(null);
             if (launched) {
-                try (Backend backend = TcpBackend.connect(LaunchEnvironment.fromSystem(), timeout);
-                     NDManager root = Mcore4j.newRootManager()) {
+                LaunchedRank rank = LaunchedRank.connect(timeout);
+                try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
                     return new Trainer(args, backend, root, train, valid, out).run();
                 }
             }

@@ -103,7 +103,7 @@ final class Trainer {
         }
         OptimizerConfig optimizerConfig = OptimizerConfig.builder().algorithm(OptimizerConfig.Algorithm.ADAMW)
                 .lr(args.lr()).weightDecay(args.weightDecay()).clipGrad(args.clipGrad()).fp16(args.fp16())
-                .useDistributedOptimizer(args.useDistributedOptimizer()).build();
+                .useDistributedOptimizer(args.useDistributedOptimizer()).fusedAdam(args.fusedAdam()).build();
         this.ddp = new DistributedDataParallel(parameters, groups, optimizerConfig, shared);
         // optimizer state is keyed like the weights it belongs to, so checkpoints reshard across layouts
         Map<Parameter, String> keys = new IdentityHashMap<>();
@@ -217,7 +217,8 @@ final class Trainer {
             }
             if (logging) {
                 Path png = metrics.writeLossCurve();
-                out.println("metrics: " + metricsDir.resolve("metrics.jsonl") + ", loss curve: " + png);
+                out.println("metrics: " + metricsDir.resolve("metrics.jsonl") + ", loss curve: "
+                        + (png != null ? png : "not drawn (this Java runtime has no java.desktop module)"));
             }
         }
         return losses;
