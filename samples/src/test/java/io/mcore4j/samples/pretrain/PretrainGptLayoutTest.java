@@ -123,6 +123,34 @@ class PretrainGptLayoutTest {
         }
     }
 
+    /**
+     * Eight ranks: a checkpoint written at TP2 x PP2 x DP2 reloads at TP8 and at TP1 x DP8 and
+     * continues with the losses of an uninterrupted run at those layouts (8 heads; the vocabulary
+     * 500 pads to 512 at every tensor-parallel size).
+     */
+    @Test
+    void anEightRankCheckpointReloadsAtTp8AndDp8() throws Exception {
+        List<String> model = List.of("--num-attention-heads", "8", "--vocab-size", "500", "--global-batch-size", "16");
+        Path save = dir.resolve("eight");
+        List<String> first = common(8, 4);
+        first.addAll(model);
+        first.addAll(List.of("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                "--lr-decay-iters", "8", "--save", save.toString()));
+        train(first);
+        for (List<String> layout : List.of(List.of("--tensor-model-parallel-size", "8"), List.<String>of())) {
+            List<String> uninterrupted = common(8, 8);
+            uninterrupted.addAll(model);
+            uninterrupted.addAll(layout);
+            uninterrupted.addAll(List.of("--lr-decay-iters", "8"));
+            List<Double> reference = train(uninterrupted).subList(4, 8);
+            List<String> resumed = common(8, 8);
+            resumed.addAll(model);
+            resumed.addAll(layout);
+            resumed.addAll(List.of("--lr-decay-iters", "8", "--load", save.toString()));
+            assertSameLosses(reference, train(resumed), "saved at TP2 PP2 DP2, resumed with " + (layout.isEmpty() ? "TP1 DP8" : layout));
+        }
+    }
+
     @Test
     void inconsistentFlagsAreNamed() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
