@@ -66,6 +66,40 @@ class VocabParallelCrossEntropyTest {
     }
 
     /**
+     * Acceptance 5 as the issue states it: every rank's logits are [16, 32] (a local vocabulary of
+     * 32, the full one 128) holding 0..7 tiled along the vocabulary, targets 0, 2, ..., 30 (all in
+     * rank 0's shard). The loss of a token is {@code log(16 · Σ_{k<8} e^k) − (t mod 8)}: 10.2309,
+     * 8.2309, 6.2309, 4.2309 in turn, equal to the serial cross-entropy, with gradient softmax − onehot.
+     */
+    @Test
+    void theIssuesConfigurationGivesItsLosses() {
+        int localVocab = 32;
+        double[] cycle = {10.2309, 8.2309, 6.2309, 4.2309};
+        InJvmWorld.run(4, ctx -> {
+            Communicator tp = ctx.groups(ParallelDims.of(4, 4, 1)).tp();
+            int r = tp.rank();
+            try (AutogradScope scope = AutogradScope.open(ctx.manager())) {
+                NDManager m = scope.manager();
+                NDArray shard = m.arange(0f, 8f).tile(4).reshape(1, 1, localVocab).repeat(0, TOKENS);
+                NDArray logits = leaf(shard, m); // [16, 1, 32]
+                NDArray target = m.arange(0, 2 * TOKENS, 2, DataType.INT64).reshape(TOKENS, 1);
+                NDArray loss = VocabParallelCrossEntropy.lossPerToken(scope, tp, logits, target, 0.0);
+                float[] got = loss.toFloatArray();
+                for (int i = 0; i < TOKENS; i++) {
+                    assertEquals(cycle[i % 4], got[i], 1e-4, "token " + i + " target " + 2 * i);
+                }
+                NDArray full = shard.tile(new long[] {1, 1, 4}); // [16, 1, 128]
+                NDArray serial = full.logSoftmax(-1).gather(target.expandDims(-1), -1).squeeze(-1).neg();
+                assertClose("rank " + r + " equals the serial cross-entropy", loss, serial, 1e-5);
+                scope.backward(new NDArray[] {loss}, new NDArray[] {m.ones(loss.getShape())});
+                NDArray expected = full.softmax(-1).sub(target.oneHot(4 * localVocab).reshape(TOKENS, 1, 4 * localVocab));
+                assertClose("rank " + r + " gradient = softmax - onehot", grad(logits, m), chunk(expected, 2, 4, r, m), 1e-4);
+            }
+            return null;
+        });
+    }
+
+    /**
      * Label smoothing 0.1 gives the same per-token loss at TP1, TP2 and TP4 for logits that differ
      * across vocabulary shards (so a mean over the local shard would change it), equal to the serial
      * smoothed loss {@code (1 − ε)·nll + ε/(V − 1)·Σ_{k≠t} −log p_k}, with gradients {@code softmax − q}.
