@@ -98,7 +98,8 @@ public final class GptBenchmark {
         OptimizerConfig oc = OptimizerConfig.builder().algorithm(OptimizerConfig.Algorithm.ADAM).lr(1e-4)
                 .fp16(config.dtype() == DataType.FLOAT16)
                 .useDistributedOptimizer(Boolean.parseBoolean(a.get("--use-distributed-optimizer")))
-                .fusedAdam(Boolean.parseBoolean(a.get("--fused-adam"))).build();
+                .fusedAdam(Boolean.parseBoolean(a.get("--fused-adam")))
+                .gradReduceInFp32(Boolean.parseBoolean(a.get("--grad-reduce-in-fp32"))).build();
         DistributedDataParallel ddp = new DistributedDataParallel(params, groups, oc, model.sharedEmbeddingParameters());
         MegatronOptimizer optimizer = Optimizers.create(params, ddp, groups, oc);
         DeterministicRandom tokens = new SeedScheme(99).generator("benchmark-tokens", groups.dataParallelRank());
@@ -209,6 +210,7 @@ public final class GptBenchmark {
         a.put("--peak-tflops", "989");
         a.put("--phases", "false");
         a.put("--fused-adam", "true");
+        a.put("--grad-reduce-in-fp32", "true");
         for (int i = 0; i < argv.length; i++) {
             if (!a.containsKey(argv[i]) && !argv[i].equals("--seq-length")) {
                 throw new IllegalArgumentException("unknown flag " + argv[i] + "; flags: " + a.keySet() + " --seq-length");
