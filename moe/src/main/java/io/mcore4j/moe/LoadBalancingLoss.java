@@ -1,5 +1,6 @@
 package io.mcore4j.moe;
 
+import io.mcore4j.core.Tensors;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 
@@ -31,7 +32,7 @@ final class LoadBalancingLoss {
         double factor = numExperts * coeff / (topK * totalTokens * totalTokens);
         NDArray perExpert = LocalOps.own(scores.sum(new int[] {0}), owner);
         NDArray weighted = LocalOps.own(perExpert.mul(counts.toType(perExpert.getDataType(), false)).sum(), owner);
-        return LocalOps.scale(weighted, factor, owner);
+        return Tensors.scale(weighted, factor, owner);
     }
 
     /**
@@ -44,6 +45,6 @@ final class LoadBalancingLoss {
      */
     static NDArray zLoss(NDArray logits, double coeff, NDManager owner) {
         NDArray lse = LocalOps.logSumExp(logits, owner);
-        return LocalOps.scale(LocalOps.own(lse.mul(lse).mean(), owner), coeff, owner);
+        return Tensors.scale(LocalOps.own(lse.mul(lse).mean(), owner), coeff, owner);
     }
 }

@@ -1,5 +1,6 @@
 package io.mcore4j.moe;
 
+import io.mcore4j.core.autograd.Cast;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
@@ -146,7 +147,7 @@ public final class MoeLayer implements Module {
         TokenDispatcher.Dispatched dispatched = dispatcher.dispatch(scope, tokens, routing);
         NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert());
         NDArray combined = dispatched.combine(scope, expertOutput);
-        NDArray out = LocalOps.own(LocalOps.cast(scope, combined, hidden.getDataType()).reshape(seq, batch, hiddenSize), m);
+        NDArray out = LocalOps.own(Cast.apply(scope, combined, hidden.getDataType()).reshape(seq, batch, hiddenSize), m);
         if (splitHere) {
             out = Mappings.gatherFromSequenceParallelRegion(scope, tp, out, false);
         }

@@ -1,5 +1,6 @@
 package io.mcore4j.moe;
 
+import io.mcore4j.core.autograd.Cast;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
@@ -101,6 +102,6 @@ final class TokenPermutation {
         NDArray picked = LocalOps.rows(withZeroRow, rows.reshape(-1), owner).reshape(tokens, slots, hidden);
         NDArray weights = LocalOps.own(probs.gather(slotExperts, 1).mul(valid.toType(probs.getDataType(), false)), owner);
         NDArray weighted = LocalOps.own(picked.mul(weights.expandDims(2)), owner);
-        return LocalOps.cast(scope, LocalOps.own(weighted.sum(new int[] {1}), owner), expertOutput.getDataType());
+        return Cast.apply(scope, LocalOps.own(weighted.sum(new int[] {1}), owner), expertOutput.getDataType());
     }
 }

@@ -1,5 +1,7 @@
 package io.mcore4j.moe;
 
+import io.mcore4j.core.autograd.Cast;
+import io.mcore4j.core.Tensors;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
@@ -131,8 +133,8 @@ public final class TopKRouter implements Module {
         }
         NDArray w = weight.data();
         if (config.routerInFp32()) {
-            x = LocalOps.cast(scope, x, DataType.FLOAT32);
-            w = LocalOps.cast(scope, w, DataType.FLOAT32);
+            x = Cast.apply(scope, x, DataType.FLOAT32);
+            w = Cast.apply(scope, w, DataType.FLOAT32);
         }
         return LocalOps.linear(x, w, null, m);
     }
@@ -149,7 +151,7 @@ public final class TopKRouter implements Module {
         NDArray indices;
         NDArray probs;
         if (config.routerScore() == MoeConfig.RouterScore.SIGMOID) {
-            NDArray scores = LocalOps.own(Activation.sigmoid(LocalOps.cast(scope, logits, DataType.FLOAT32)), m);
+            NDArray scores = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
             indices = topIndices(m, withBias(m, scores), k);
             NDArray chosen = LocalOps.own(scores.gather(indices, 1), m);
             probs = k > 1 ? LocalOps.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
@@ -161,7 +163,7 @@ public final class TopKRouter implements Module {
             indices = topIndices(m, withBias(m, logits), k);
             probs = softmax(scope, LocalOps.own(logits.gather(indices, 1), m));
         }
-        return new NDArray[] {indices, LocalOps.cast(scope, probs, dtype)};
+        return new NDArray[] {indices, Cast.apply(scope, probs, dtype)};
     }
 
     private NDArray withBias(NDManager m, NDArray scores) {
@@ -179,7 +181,7 @@ public final class TopKRouter implements Module {
 
     /** Softmax over the last dim computed in float32. */
     private static NDArray softmax(AutogradScope scope, NDArray x) {
-        return LocalOps.own(LocalOps.cast(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
+        return LocalOps.own(Cast.apply(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
     }
 
     /** Adds every enabled load-balancing loss and attaches their sum to {@code probs}. */
@@ -208,7 +210,7 @@ public final class TopKRouter implements Module {
             NDArray counts = groups.allReduceTpCp(LocalOps.own(perSequenceSelected.sum(new int[] {0}), m), m);
             NDArray loss = LoadBalancingLoss.switchLoss(perSequenceScores, counts, (double) seq * groups.tpCpSize(), k,
                     experts, config.seqAuxLossCoeff(), m);
-            total = plus(m, total, LocalOps.scale(loss, 1.0 / batch, m));
+            total = plus(m, total, Tensors.scale(loss, 1.0 / batch, m));
         }
         if (config.globalAuxLossCoeff() > 0) {
             NDArray counts = groups.allReduceTpDpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
@@ -227,7 +229,7 @@ public final class TopKRouter implements Module {
         if (config.routerScore() == MoeConfig.RouterScore.SOFTMAX) {
             return softmax(scope, logits);
         }
-        NDArray s = LocalOps.own(Activation.sigmoid(LocalOps.cast(scope, logits, DataType.FLOAT32)), m);
+        NDArray s = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
         return LocalOps.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
     }
 

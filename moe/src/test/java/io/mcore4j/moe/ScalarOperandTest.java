@@ -31,7 +31,7 @@ class ScalarOperandTest {
                     NDManager s = scope.manager();
                     NDArray x = s.ones(new Shape(4));
                     x.setRequiresGradient(true);
-                    NDArray y = LocalOps.own(LocalOps.scale(x, 0.1, s).sum(), s);
+                    NDArray y = LocalOps.own(Tensors.scale(x, 0.1, s).sum(), s);
                     System.gc();
                     for (int k = 0; k < 50; k++) {
                         ByteBuffer junk = ByteBuffer.allocateDirect(64).order(ByteOrder.nativeOrder());
