@@ -33,13 +33,20 @@ public interface ParameterLayout {
     /**
      * Keys from a function; global shape and offsets from each parameter's {@link Parameter.Partition}.
      *
+     * <p>A strided parameter (a fused weight such as SwiGLU's [gate; up], partition stride above 1)
+     * holds several global row ranges, which a single rectangle cannot describe; its state is keyed
+     * with the tensor-parallel size ({@code key + "@tp" + size}), so it resumes at that size and a
+     * resume at another size fails on the missing key instead of mixing up rows.
+     *
      * @param keyOf the layout-independent key of a parameter, e.g. {@code "decoder.layers.3.mlp.fc1.weight"}
      * @return the layout
      */
     static ParameterLayout byKey(Function<Parameter, String> keyOf) {
         return p -> {
             ShardedTensor own = p.sharded("", 0);
-            return new ShardedTensor(keyOf.apply(p), own.data(), own.globalShape(), own.globalOffset(), 0);
+            Parameter.Partition partition = p.partition();
+            String key = keyOf.apply(p) + (partition.stride() > 1 ? "@tp" + partition.count() : "");
+            return new ShardedTensor(key, own.data(), own.globalShape(), own.globalOffset(), 0);
         };
     }
 

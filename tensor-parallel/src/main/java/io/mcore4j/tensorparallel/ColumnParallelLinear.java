@@ -55,7 +55,7 @@ public final class ColumnParallelLinear implements Module {
         this.manager = b.manager;
         this.partition = new StridedPartition(0, tp.rank(), tp.size(), b.stride);
         Shape weightShape = new Shape(outputSize, inputSize);
-        Parameter.Partition split = new Parameter.Partition(0, tp.rank(), tp.size());
+        Parameter.Partition split = new Parameter.Partition(0, tp.rank(), tp.size(), b.stride);
         this.weight = b.skipWeightAllocation ? null : new Parameter("weight",
                 b.initializer.createShard(manager, weightShape, b.dtype, partition), split, Parameter.Kind.DENSE);
         this.bias = b.bias ? new Parameter("bias",

@@ -38,15 +38,31 @@ public final class Parameter implements AutoCloseable {
      * @param dim the tensor dim along which the weight is split, or -1 when it is not split
      * @param index this rank's part
      * @param count number of parts (the tensor-parallel size for TP layers)
+     * @param stride 1 for a contiguous part; k when the weight fuses k tensors ([gate; up] of
+     *     SwiGLU: k = 2) and this rank holds its part of each, i.e. k separate global row ranges
      */
-    public record Partition(int dim, int index, int count) {
+    public record Partition(int dim, int index, int count, int stride) {
         /** A weight that every rank holds whole. */
         public static final Partition NONE = new Partition(-1, 0, 1);
+
+        /**
+         * A contiguous part.
+         *
+         * @param dim the split dim, or -1
+         * @param index this rank's part
+         * @param count number of parts
+         */
+        public Partition(int dim, int index, int count) {
+            this(dim, index, count, 1);
+        }
 
         /** Validates the indices. */
         public Partition {
             if (count < 1 || index < 0 || index >= count) {
                 throw new IllegalArgumentException("partition index " + index + " of " + count + " is invalid");
+            }
+            if (stride < 1) {
+                throw new IllegalArgumentException("partition stride " + stride + " must be at least 1");
             }
             if (dim < 0 && (dim != -1 || count != 1)) {
                 throw new IllegalArgumentException("a weight split into " + count + " parts needs a dim >= 0");

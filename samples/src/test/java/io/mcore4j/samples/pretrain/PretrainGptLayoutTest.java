@@ -151,6 +151,29 @@ class PretrainGptLayoutTest {
         }
     }
 
+    /**
+     * Fused SwiGLU weights are split in strides; their optimizer state resumes at the same
+     * tensor-parallel size, and a resume at another size is refused by name instead of mixing rows.
+     */
+    @Test
+    void stridedOptimizerStateRefusesAnotherTensorParallelSize() throws Exception {
+        Path save = dir.resolve("swiglu");
+        List<String> first = common(2, 3);
+        first.addAll(List.of("--tensor-model-parallel-size", "2", "--swiglu", "--save", save.toString()));
+        train(first);
+        List<String> same = common(2, 4);
+        same.addAll(List.of("--tensor-model-parallel-size", "2", "--swiglu", "--load", save.toString()));
+        assertEquals(1, train(same).size());
+        List<String> other = common(2, 4);
+        other.addAll(List.of("--swiglu", "--load", save.toString()));
+        Exception e = assertThrows(Exception.class, () -> train(other));
+        StringBuilder messages = new StringBuilder();
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            messages.append(t.getMessage()).append('\n');
+        }
+        assertTrue(messages.toString().contains("linear_fc1.weight@tp1"), messages.toString());
+    }
+
     @Test
     void inconsistentFlagsAreNamed() {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
