@@ -28,15 +28,17 @@ public final class RotaryEmbedding {
     }
 
     /**
-     * Rotates {@code x} [s, b, n, d] by the positions 0..s-1.
+     * Rotates queries and keys [s, b, n, d] by the positions 0..s-1; the cos/sin tables are built
+     * once for both.
      *
      * @param manager owner of temporaries
-     * @param x queries or keys
-     * @return the rotated tensor, same shape and dtype
+     * @param query queries
+     * @param key keys, same sequence length and dtype
+     * @return the rotated query and key, same shapes and dtype
      */
-    public NDArray apply(NDManager manager, NDArray x) {
-        long s = x.getShape().get(0);
-        DataType dtype = x.getDataType();
+    public NDArray[] apply(NDManager manager, NDArray query, NDArray key) {
+        long s = query.getShape().get(0);
+        DataType dtype = query.getDataType();
         int half = rotaryDims / 2;
         NDArray inv = manager.arange(0, half, 1, DataType.FLOAT64).mul(-2.0 / rotaryDims)
                 .mul(Math.log(base)).exp();
@@ -44,6 +46,11 @@ public final class RotaryEmbedding {
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
         NDArray cos = emb.cos().toType(dtype, false);
         NDArray sin = emb.sin().toType(dtype, false);
+        return new NDArray[] {rotate(query, cos, sin), rotate(key, cos, sin)};
+    }
+
+    private NDArray rotate(NDArray x, NDArray cos, NDArray sin) {
+        int half = rotaryDims / 2;
         long d = x.getShape().get(3);
         NDArray rot = rotaryDims == d ? x : x.get(new NDIndex("..., :{}", rotaryDims));
         NDArray x1 = rot.get(new NDIndex("..., :{}", half));

@@ -66,8 +66,9 @@ public final class SelfAttention implements Module {
         NDArray key = grouped.get(new NDIndex(":, :, :, {}, :", headsPerGroup));
         NDArray value = grouped.get(new NDIndex(":, :, :, {}, :", headsPerGroup + 1));
         if (rope != null) {
-            query = rope.apply(scope.manager(), query);
-            key = rope.apply(scope.manager(), key);
+            NDArray[] rotated = rope.apply(scope.manager(), query, key);
+            query = rotated[0];
+            key = rotated[1];
         }
         NDArray context;
         if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
