@@ -65,6 +65,36 @@ public interface Communicator {
     void allReduceInPlace(NDArray tensor, ReduceOp op);
 
     /**
+     * Starts {@link #allReduceInPlace}, letting it overlap the caller's later work where the backend
+     * can (NCCL: on a second CUDA stream, after the caller's work enqueued so far). The default runs
+     * the all-reduce at once. See {@link PendingCollective} for what the caller may do meanwhile.
+     *
+     * @param tensor this rank's contribution, contiguous, overwritten with the result; keep it open
+     *               and unmodified until {@link PendingCollective#await()}
+     * @param op the reduction
+     * @return the pending collective; its {@code await()} returns {@code tensor}
+     */
+    default PendingCollective startAllReduceInPlace(NDArray tensor, ReduceOp op) {
+        allReduceInPlace(tensor, op);
+        return () -> tensor;
+    }
+
+    /**
+     * Starts {@link #reduceScatter} along dim 0, letting it overlap the caller's later work where
+     * the backend can (see {@link #startAllReduceInPlace}). The default runs it at once.
+     *
+     * @param input this rank's contribution, contiguous; keep it open and unmodified until
+     *              {@link PendingCollective#await()}
+     * @param op the reduction
+     * @param owner manager that owns the result
+     * @return the pending collective; its {@code await()} returns chunk {@link #rank()} of the reduction
+     */
+    default PendingCollective startReduceScatter(NDArray input, ReduceOp op, NDManager owner) {
+        NDArray out = reduceScatter(input, 0, op, owner);
+        return () -> out;
+    }
+
+    /**
      * Concatenates every rank's {@code input} along {@code dim}, in rank order. Inputs must have
      * equal shapes.
      *

@@ -50,8 +50,10 @@ import org.slf4j.LoggerFactory;
  *       ({@code NDManager.newBaseManager(backend.device())}). Dtypes: float32, float16, float64,
  *       int32, int64, int8, uint8. Non-contiguous inputs are copied first.</li>
  *   <li>NCCL runs on the legacy default stream, the one DJL's libtorch ops use: it starts after the
- *       ops enqueued before the call and finishes before those enqueued after it. Every call then
- *       waits on the host until its work has finished (or fails), so results are complete on return.</li>
+ *       ops enqueued before the call and finishes before those enqueued after it. Collectives return
+ *       once enqueued, without a host wait (results are complete in stream order, for every later op
+ *       and host read); a watchdog thread per backend polls that work. Send, receive, barrier and
+ *       all-gather-bytes wait on the host until their work has finished.</li>
  *   <li>Sums are NCCL's (ring or tree order), not rank order, so floating results may differ from the
  *       CPU backends' in the last bits; every member gets the same result. AVG is {@code ncclAvg}
  *       (integers truncate toward zero).</li>
@@ -64,9 +66,11 @@ import org.slf4j.LoggerFactory;
  * </ul>
  *
  * <p>Failures: a rank that does not reach the creation of a communicator makes the others fail at
- * the timeout with a {@link CommunicationException} naming it; afterwards a stalled or dead peer makes
- * every member's next call fail at the timeout, naming the group and the operation (NCCL cannot say
- * which peer is missing), and that communicator is aborted.
+ * the timeout with a {@link CommunicationException} naming it; afterwards a stalled or dead peer gets
+ * the communicator aborted at the timeout (by the watchdog, or by the call waiting on the host) and
+ * every member's next call on it fails with an exception naming the group and the operation that
+ * did not complete (NCCL cannot say which peer is missing). Host reads of a result stalled behind
+ * such work return once the abort has stopped it; the next NCCL call then fails.
  *
  * <p>The backend owns the store connection (on rank 0 the store server too), every communicator it
  * made, and a device manager for its own temporaries; {@link #close()} releases them. Loading this
@@ -93,6 +97,7 @@ public final class NcclBackend implements Backend {
     private final String ncclVersion;
     private final List<NcclCommunicator> communicators = new ArrayList<>();
     private final Map<String, Integer> instances = new HashMap<>();
+    private final NcclWatchdog watchdog;
     private final Communicator world;
     private boolean closed;
 
@@ -106,11 +111,17 @@ public final class NcclBackend implements Backend {
         this.store = rendezvous.client();
         this.manager = manager;
         this.ncclVersion = ncclVersion;
+        this.watchdog = new NcclWatchdog(env.localRank(), "nccl-watchdog-rank" + env.rank());
         int[] all = new int[env.worldSize()];
         for (int r = 0; r < all.length; r++) {
             all[r] = r;
         }
-        this.world = create(ProcessGroup.of("world", all, env.rank()), WORLD_KEY, chunkBytes);
+        try {
+            this.world = create(ProcessGroup.of("world", all, env.rank()), WORLD_KEY, chunkBytes);
+        } catch (RuntimeException e) {
+            watchdog.close();
+            throw e;
+        }
     }
 
     /**
@@ -302,7 +313,8 @@ public final class NcclBackend implements Backend {
         NcclComm comm = null;
         if (group.size() > 1) {
             UniqueId id = CommIdExchange.exchange(store, key, group, NcclComm::newUniqueId, timeout);
-            comm = NcclComm.init(group, id, deviceIndex());
+            comm = NcclComm.init(group, id, deviceIndex(), timeout);
+            watchdog.watch(comm);
         }
         NcclCommunicator c = new NcclCommunicator(group, comm, device, timeout, groupChunkBytes, manager.newSubManager(device));
         communicators.add(c);
@@ -320,6 +332,7 @@ public final class NcclBackend implements Backend {
             return;
         }
         closed = true;
+        watchdog.close();
         RuntimeException failure = null;
         for (int i = communicators.size() - 1; i >= 0; i--) {
             try {

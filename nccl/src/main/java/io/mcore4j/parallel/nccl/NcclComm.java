@@ -9,6 +9,10 @@ import static org.bytedeco.cuda.global.cudart.cudaEventRecord;
 import static org.bytedeco.cuda.global.cudart.cudaGetDeviceCount;
 import static org.bytedeco.cuda.global.cudart.cudaGetErrorString;
 import static org.bytedeco.cuda.global.cudart.cudaSetDevice;
+import static org.bytedeco.cuda.global.cudart.cudaStreamCreateWithFlags;
+import static org.bytedeco.cuda.global.cudart.cudaStreamDestroy;
+import static org.bytedeco.cuda.global.cudart.cudaStreamNonBlocking;
+import static org.bytedeco.cuda.global.cudart.cudaStreamWaitEvent;
 import static org.bytedeco.cuda.global.cudart.cudaSuccess;
 import static org.bytedeco.cuda.global.nccl.ncclCommAbort;
 import static org.bytedeco.cuda.global.nccl.ncclCommDestroy;
@@ -27,9 +31,13 @@ import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.ProcessGroup;
 
 import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.Arrays;
 import java.util.List;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.LockSupport;
+import java.util.concurrent.locks.ReentrantLock;
 
 import org.bytedeco.cuda.cudart.CUevent_st;
 import org.bytedeco.cuda.cudart.CUstream_st;
@@ -40,21 +48,31 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * One NCCL communicator ({@code ncclComm_t}) of one group, with the CUDA event used to wait for
- * its work, and the failure handling around both. Everything here calls CUDA or NCCL; the class is
- * only loaded when an {@link NcclBackend} is created.
+ * One NCCL communicator ({@code ncclComm_t}) of one group, the CUDA events that track its work, and
+ * the failure handling around both. Everything here calls CUDA or NCCL; the class is only loaded
+ * when an {@link NcclBackend} is created.
  *
  * <p><b>Streams.</b> Every call is enqueued on the legacy default stream ({@code null}), the stream
  * DJL's libtorch ops run on: an NCCL call runs after the DJL ops enqueued before it and before
  * those enqueued after it, so inputs are ready and results are visible without extra
- * synchronisation.
+ * synchronisation. Collectives started to overlap later work run on a second, non-blocking stream
+ * of this communicator ({@link #sideStream}), after an event on the default stream; the default
+ * stream waits for them at {@link #joinSideStream}, and before this communicator's next
+ * default-stream call (NCCL needs one order of calls per communicator).
  *
- * <p><b>Waiting and failure.</b> {@link #await} records an event behind the enqueued work and polls
- * it ({@code cudaEventQuery}), and while it waits polls {@code ncclCommGetAsyncError}. On an NCCL
- * error, a CUDA error or the timeout it aborts the communicator ({@code ncclCommAbort}, which also
- * stops its kernels) and throws a {@link CommunicationException} naming the group and the
- * operation. A timeout cannot name the missing rank (NCCL does not know it): the message names the
- * group's ranks. After an abort every call fails at once. Not thread-safe: one thread per communicator.
+ * <p><b>Completion.</b> After enqueuing, a caller either returns at once and leaves the work to the
+ * {@link NcclWatchdog} ({@link #enqueued}: an event is recorded behind the work and queued here), or
+ * waits on the host ({@link #await}). The watchdog thread polls the oldest queued event of every
+ * communicator and {@code ncclCommGetAsyncError}.
+ *
+ * <p><b>Failure.</b> On an NCCL error, a CUDA error or when work is not done {@code timeout} after
+ * it was enqueued, whichever thread notices aborts the communicator ({@code ncclCommAbort}, which
+ * also stops its kernels, so a stream stalled behind them moves on) and records why. Every later
+ * call on the communicator then throws a {@link CommunicationException} naming the group and the
+ * operation that failed. A timeout cannot name the missing rank (NCCL does not know it): the message
+ * names the group's ranks. NCCL calls are made under a lock that the abort takes too (for at most
+ * a second: a call stuck inside NCCL is then aborted under it, which is what ncclCommAbort is for).
+ * One thread makes the calls; the watchdog only polls and aborts.
  */
 final class NcclComm implements AutoCloseable {
     /** Polls spent spinning before yielding, then parking, while waiting for an event. */
@@ -63,19 +81,37 @@ final class NcclComm implements AutoCloseable {
     private static final long PARK_NANOS = 50_000;
     private static final Logger LOG = LoggerFactory.getLogger(NcclComm.class);
 
+    /** How long an abort waits for the calling thread to leave an NCCL call before aborting under it. */
+    private static final long ABORT_LOCK_WAIT_MS = 1_000;
+
+    /** Work enqueued without a host wait: the event recorded behind it, what it was, when. */
+    private record Pending(CUevent_st event, String what, long enqueuedNanos) {}
+
     private final ProcessGroup group;
     private final int device;
     private final ncclComm comm;
     private final CUevent_st done;
+    private final Duration timeout;
     private final int[] asyncError = new int[1];
-    private String aborted;
-    private boolean closed;
+    private final int[] watchdogAsyncError = new int[1];
+    private final ReentrantLock calls = new ReentrantLock();
+    private final Object abortLock = new Object();
+    private final ConcurrentLinkedQueue<Pending> pending = new ConcurrentLinkedQueue<>();
+    private final ConcurrentLinkedQueue<CUevent_st> freeEvents = new ConcurrentLinkedQueue<>();
+    private final ArrayDeque<CUevent_st> handleEvents = new ArrayDeque<>();
+    private CUstream_st side;
+    private CUevent_st sideReady;
+    private CUevent_st sideTail;
+    private boolean sideUnordered;
+    private volatile String aborted;
+    private volatile boolean closed;
 
-    private NcclComm(ProcessGroup group, int device, ncclComm comm, CUevent_st done) {
+    private NcclComm(ProcessGroup group, int device, ncclComm comm, CUevent_st done, Duration timeout) {
         this.group = group;
         this.device = device;
         this.comm = comm;
         this.done = done;
+        this.timeout = timeout;
     }
 
     /**
@@ -131,10 +167,11 @@ final class NcclComm implements AutoCloseable {
      * @param group the group
      * @param id the id group rank 0 made
      * @param device CUDA device of this process
+     * @param timeout how long enqueued work may take before the communicator is aborted
      * @return the communicator, which the caller owns and must close
      * @throws CommunicationException if NCCL fails
      */
-    static NcclComm init(ProcessGroup group, UniqueId id, int device) {
+    static NcclComm init(ProcessGroup group, UniqueId id, int device, Duration timeout) {
         selectDevice(device);
         ncclComm comm = new ncclComm();
         int r;
@@ -153,7 +190,7 @@ final class NcclComm implements AutoCloseable {
             throw new CommunicationException(group.key(), CommIdExchange.OPERATION, List.of(),
                     "cudaEventCreateWithFlags failed: " + cudaError(r), null);
         }
-        return new NcclComm(group, device, comm, done);
+        return new NcclComm(group, device, comm, done, timeout);
     }
 
     /** @return the NCCL handle to pass to collective calls */
@@ -167,20 +204,101 @@ final class NcclComm implements AutoCloseable {
     }
 
     /**
-     * Makes this communicator's device current on the calling thread (events and the default
-     * stream are per device), and fails at once if the communicator was aborted.
+     * Starts a section of NCCL calls: takes the call lock, fails at once if the communicator was
+     * aborted, and makes its device current on the calling thread (events and the default stream
+     * are per device). Close the returned section to release the lock.
      *
      * @param what the operation, for errors
+     * @return the open section
+     * @throws CommunicationException if the communicator was aborted
      */
-    void makeCurrent(String what) {
-        if (aborted != null) {
-            throw new CommunicationException(group.key(), what, List.of(),
-                    "the NCCL communicator was aborted after an earlier failure: " + aborted, null);
+    Section enter(String what) {
+        calls.lock();
+        try {
+            String why = aborted;
+            if (why != null) {
+                throw new CommunicationException(group.key(), what, List.of(),
+                        "the NCCL communicator was aborted after an earlier failure: " + why, null);
+            }
+            int r = cudaSetDevice(device);
+            if (r != cudaSuccess) {
+                throw fail(what, "cudaSetDevice(" + device + ") failed: " + cudaError(r), List.of());
+            }
+            if (sideUnordered) {
+                // work of this communicator on the side stream comes first: NCCL needs one order per communicator
+                sideUnordered = false;
+                check(cudaEventRecord(sideTail, side), "cudaEventRecord", what, true);
+                check(cudaStreamWaitEvent(stream(), sideTail, 0), "cudaStreamWaitEvent", what, true);
+            }
+            return calls::unlock;
+        } catch (RuntimeException e) {
+            calls.unlock();
+            throw e;
         }
-        int r = cudaSetDevice(device);
-        if (r != cudaSuccess) {
-            throw fail(what, "cudaSetDevice(" + device + ") failed: " + cudaError(r), List.of());
+    }
+
+    /**
+     * The second stream for collectives started to overlap later work (created on first use,
+     * non-blocking so that it does not synchronise with the legacy default stream), made to wait
+     * for everything enqueued on the default stream so far. Call inside an {@link #enter} section,
+     * then enqueue on the returned stream and finish with {@link #startedOnSideStream}.
+     *
+     * @param what the operation, for errors
+     * @return the side stream
+     */
+    CUstream_st sideStream(String what) {
+        if (side == null) {
+            CUstream_st created = new CUstream_st();
+            check(cudaStreamCreateWithFlags(created, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", what, true);
+            side = created;
+            sideReady = newEvent(what);
+            sideTail = newEvent(what);
         }
+        check(cudaEventRecord(sideReady, stream()), "cudaEventRecord", what, true);
+        check(cudaStreamWaitEvent(side, sideReady, 0), "cudaStreamWaitEvent", what, true);
+        return side;
+    }
+
+    /**
+     * Hands the work just enqueued on the side stream to the watchdog and returns an event behind
+     * it for {@link #joinSideStream}. Call inside the {@link #enter} section that enqueued it.
+     *
+     * @param what the operation, for errors
+     * @return the event; pass it to {@link #joinSideStream} exactly once
+     */
+    CUevent_st startedOnSideStream(String what) {
+        enqueued(what, side);
+        CUevent_st event = handleEvents.isEmpty() ? newEvent(what) : handleEvents.pop();
+        check(cudaEventRecord(event, side), "cudaEventRecord", what, true);
+        sideUnordered = true;
+        return event;
+    }
+
+    /**
+     * Makes the default stream wait for side-stream work (no host wait) and recycles its event.
+     *
+     * @param event what {@link #startedOnSideStream} returned
+     * @param what the operation, for errors
+     * @throws CommunicationException if the communicator was aborted
+     */
+    void joinSideStream(CUevent_st event, String what) {
+        try (Section s = enter(what)) {
+            check(cudaStreamWaitEvent(stream(), event, 0), "cudaStreamWaitEvent", what, true);
+            handleEvents.push(event);
+        }
+    }
+
+    private CUevent_st newEvent(String what) {
+        CUevent_st event = new CUevent_st();
+        check(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "cudaEventCreateWithFlags", what, true);
+        return event;
+    }
+
+    /** A section of NCCL calls; closing it releases the call lock. */
+    @FunctionalInterface
+    interface Section extends AutoCloseable {
+        @Override
+        void close();
     }
 
     /**
@@ -197,6 +315,13 @@ final class NcclComm implements AutoCloseable {
         }
     }
 
+    /** Checks the result of a CUDA runtime call ({@code cuda} true) made for operation {@code what}. */
+    private void check(int result, String call, String what, boolean cuda) {
+        if (result != cudaSuccess) {
+            throw fail(what, call + " failed: " + cudaError(result), List.of());
+        }
+    }
+
     /**
      * Starts an NCCL group ({@code ncclGroupStart}); closing the returned value ends it.
      *
@@ -209,12 +334,37 @@ final class NcclComm implements AutoCloseable {
     }
 
     /**
-     * Waits until everything enqueued so far on the default stream (in particular this
+     * Hands the work just enqueued to the watchdog: records an event behind it and returns without
+     * waiting. Call inside the {@link #enter} section that enqueued it.
+     *
+     * @param what the operation, for errors
+     * @throws CommunicationException (after aborting) if the event cannot be recorded
+     */
+    void enqueued(String what) {
+        enqueued(what, stream());
+    }
+
+    private void enqueued(String what, CUstream_st on) {
+        CUevent_st event = freeEvents.poll();
+        if (event == null) {
+            event = newEvent(what);
+        }
+        int r = cudaEventRecord(event, on);
+        if (r != cudaSuccess) {
+            freeEvents.add(event);
+            throw fail(what, "cudaEventRecord failed: " + cudaError(r), List.of());
+        }
+        pending.add(new Pending(event, what, System.nanoTime()));
+    }
+
+    /**
+     * Waits on the host until everything enqueued so far on the default stream (in particular this
      * communicator's last calls) has finished.
      *
      * @param what the operation, for errors
      * @param timeout how long to wait
-     * @throws CommunicationException (after aborting) on an NCCL or CUDA error or at the timeout
+     * @throws CommunicationException (after aborting) on an NCCL or CUDA error, at the timeout, or
+     *         if the watchdog aborts the communicator meanwhile
      */
     void await(String what, Duration timeout) {
         int r = cudaEventRecord(done, stream());
@@ -224,6 +374,11 @@ final class NcclComm implements AutoCloseable {
         long start = System.nanoTime();
         long limit = timeout.toNanos();
         for (int polls = 0; ; polls++) {
+            String why = aborted;
+            if (why != null) {
+                throw new CommunicationException(group.key(), what, List.of(),
+                        "the NCCL communicator was aborted while waiting: " + why, null);
+            }
             int q = cudaEventQuery(done);
             if (q == cudaSuccess) {
                 return;
@@ -237,9 +392,12 @@ final class NcclComm implements AutoCloseable {
                 throw fail(what, "NCCL reported " + ncclError(code) + lastError() + " while waiting for the operation", List.of());
             }
             if (System.nanoTime() - start > limit) {
-                throw fail(what, "timed out after " + timeout.toMillis() + " ms: the ranks of group " + group.key()
-                        + " (global " + Arrays.toString(group.ranks()) + ") did not all complete it; NCCL cannot tell"
-                        + " which rank is missing", List.of());
+                // the work stuck is the oldest unfinished operation, which this wait queued behind
+                Pending head = pending.peek();
+                if (head != null && cudaEventQuery(head.event()) == cudaErrorNotReady) {
+                    throw fail(head.what(), timedOut(timeout) + " (" + what + " was waiting behind it)", List.of());
+                }
+                throw fail(what, timedOut(timeout), List.of());
             }
             if (polls < SPIN_POLLS) {
                 Thread.onSpinWait();
@@ -251,24 +409,94 @@ final class NcclComm implements AutoCloseable {
         }
     }
 
-    /** @return whether the communicator was aborted (it then fails every call) */
-    boolean isAborted() {
-        return aborted != null;
+    /**
+     * One watchdog pass (on the watchdog's thread, with this communicator's device current):
+     * retires finished work in order and aborts the communicator on an NCCL or CUDA error or when
+     * the oldest unfinished work is older than the timeout.
+     *
+     * @param now {@link System#nanoTime()} of this pass
+     * @return whether work is still outstanding
+     */
+    boolean watch(long now) {
+        if (closed || aborted != null) {
+            return false;
+        }
+        Pending head;
+        while ((head = pending.peek()) != null) {
+            int q = cudaEventQuery(head.event());
+            if (q == cudaSuccess) {
+                pending.poll();
+                freeEvents.add(head.event());
+                continue;
+            }
+            if (q != cudaErrorNotReady) {
+                fail(head.what(), "CUDA reported " + cudaError(q) + " for the operation (noticed by the watchdog)", List.of());
+                return false;
+            }
+            int e = ncclCommGetAsyncError(comm, watchdogAsyncError);
+            if (e != ncclSuccess || (watchdogAsyncError[0] != ncclSuccess && watchdogAsyncError[0] != ncclInProgress)) {
+                int code = e != ncclSuccess ? e : watchdogAsyncError[0];
+                fail(head.what(), "NCCL reported " + ncclError(code) + " for the operation (noticed by the watchdog)", List.of());
+                return false;
+            }
+            if (now - head.enqueuedNanos() > timeout.toNanos()) {
+                fail(head.what(), timedOut(timeout) + " (noticed by the watchdog)", List.of());
+                return false;
+            }
+            return true;
+        }
+        return false;
     }
 
-    /** Destroys the communicator ({@code ncclCommDestroy}) unless it was aborted, and its event. Idempotent. */
+    /** @return the CUDA device of this communicator */
+    int device() {
+        return device;
+    }
+
+    private String timedOut(Duration limit) {
+        return "timed out after " + limit.toMillis() + " ms: the ranks of group " + group.key()
+                + " (global " + Arrays.toString(group.ranks()) + ") did not all complete it; NCCL cannot tell"
+                + " which rank is missing";
+    }
+
+    /**
+     * Destroys the communicator ({@code ncclCommDestroy}) unless it was aborted, and its events.
+     * Idempotent. Stop the watchdog first.
+     */
     @Override
     public void close() {
         if (closed) {
             return;
         }
-        closed = true;
-        cudaSetDevice(device);
-        if (aborted == null) {
-            aborted = "the communicator is closed";
-            ncclCommDestroy(comm);
+        calls.lock();
+        try {
+            closed = true;
+            cudaSetDevice(device);
+            synchronized (abortLock) {
+                if (aborted == null) {
+                    aborted = "the communicator is closed";
+                    ncclCommDestroy(comm);
+                }
+            }
+            cudaEventDestroy(done);
+            for (Pending p; (p = pending.poll()) != null; ) {
+                cudaEventDestroy(p.event());
+            }
+            for (CUevent_st e; (e = freeEvents.poll()) != null; ) {
+                cudaEventDestroy(e);
+            }
+            for (CUevent_st e : handleEvents) {
+                cudaEventDestroy(e);
+            }
+            handleEvents.clear();
+            if (side != null) {
+                cudaEventDestroy(sideReady);
+                cudaEventDestroy(sideTail);
+                cudaStreamDestroy(side);
+            }
+        } finally {
+            calls.unlock();
         }
-        cudaEventDestroy(done);
     }
 
     /** The calls of one NCCL group; {@link #close()} ends the group and reports the first failure. */
@@ -303,14 +531,32 @@ final class NcclComm implements AutoCloseable {
         }
     }
 
+    /** Aborts the communicator (once, from whichever thread gets here first) and describes the failure. */
     private CommunicationException fail(String what, String message, List<Integer> ranks) {
-        if (aborted == null) {
-            aborted = message;
-            LOG.warn("aborting the NCCL communicator of {} after {}: {}", group.key(), what, message);
-            long start = System.nanoTime();
-            int r = ncclCommAbort(comm);
-            LOG.warn("aborted the NCCL communicator of {} in {} ms (ncclCommAbort returned {})", group.key(),
-                    (System.nanoTime() - start) / 1_000_000, r);
+        synchronized (abortLock) {
+            if (aborted == null) {
+                aborted = what + ": " + message;
+                LOG.warn("aborting the NCCL communicator of {} after {}: {}", group.key(), what, message);
+                long start = System.nanoTime();
+                boolean heldHere = calls.isHeldByCurrentThread();
+                boolean locked = heldHere;
+                if (!heldHere) {
+                    try {
+                        locked = calls.tryLock(ABORT_LOCK_WAIT_MS, TimeUnit.MILLISECONDS);
+                    } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                    }
+                }
+                try {
+                    int r = ncclCommAbort(comm);
+                    LOG.warn("aborted the NCCL communicator of {} in {} ms (ncclCommAbort returned {}{})", group.key(),
+                            (System.nanoTime() - start) / 1_000_000, r, locked ? "" : ", with a call still inside NCCL");
+                } finally {
+                    if (locked && !heldHere) {
+                        calls.unlock();
+                    }
+                }
+            }
         }
         return new CommunicationException(group.key(), what, ranks, message + "; the NCCL communicator is aborted", null);
     }

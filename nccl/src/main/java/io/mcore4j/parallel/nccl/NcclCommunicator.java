@@ -21,6 +21,7 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.PendingCollective;
 import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.ReduceOp;
 
@@ -33,14 +34,21 @@ import java.util.List;
 import java.util.Objects;
 import java.util.function.Supplier;
 
+import org.bytedeco.cuda.cudart.CUevent_st;
+import org.bytedeco.cuda.cudart.CUstream_st;
+
 /**
  * Collectives of one group with NCCL on CUDA tensors of this process's device.
  *
  * <p>Every call enqueues NCCL work on the default stream behind the caller's DJL ops (see
- * {@link NcclComm}), then waits on the host until the work has finished or failed, so results are
- * complete on return and a stalled or dead peer surfaces as a {@link CommunicationException} at
- * {@link #timeout()}. (Returning before completion, relying on stream order alone, would save the
- * host wait; that is left for later, as an option per call.)
+ * {@link NcclComm}). Collectives (all-reduce, all-gather, reduce-scatter, broadcast, all-to-all)
+ * return as soon as the work is enqueued: their results are tensors whose contents become valid in
+ * stream order, so later DJL ops (and host reads, which synchronise) see them complete, while the
+ * host runs ahead. The backend's {@link NcclWatchdog} tracks that work: if it fails or is not done
+ * {@link #timeout()} after it was enqueued, the communicator is aborted and the next call on it
+ * throws a {@link CommunicationException} naming the group and the failed operation. Send,
+ * receive, barrier and all-gather-bytes wait on the host until their work has finished (or fail
+ * at the timeout), so a stalled or dead peer surfaces in them directly.
  * <ul>
  *   <li>all-reduce: {@code ncclAllReduce}; AVG is {@code ncclAvg}. Sums are NCCL's (ring or tree
  *       order), not the rank order of the CPU backends, so floating results may differ from theirs
@@ -124,7 +132,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = DevicePointers.contiguous(input, temp);
                 NDArray out = temp.create(input.getShape(), input.getDataType());
-                reduce(what, src, out, op);
+                reduce(what, src, out, op, false);
                 out.attach(owner);
                 return out;
             }
@@ -139,16 +147,78 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return tensor;
             }
             if (DevicePointers.isContiguous(tensor)) {
-                reduce(what, tensor, tensor, op);
+                reduce(what, tensor, tensor, op, false);
                 return tensor;
             }
             try (NDManager temp = tensor.getManager().newSubManager(device)) {
                 NDArray work = DevicePointers.contiguous(tensor, temp);
-                reduce(what, work, work, op);
+                reduce(what, work, work, op, false);
                 Tensors.copyInto(tensor, work);
             }
             return tensor;
         });
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: enqueued on this communicator's side stream after the caller's work so far; the
+     * caller's stream waits for it at {@link PendingCollective#await()}.
+     */
+    @Override
+    public PendingCollective startAllReduceInPlace(NDArray tensor, ReduceOp op) {
+        String what = describe("all-reduce " + op, tensor);
+        requireContiguous(what, tensor);
+        return run(what, () -> {
+            if (comm == null) {
+                return () -> tensor;
+            }
+            CUstream_st on = comm.sideStream(what);
+            enqueueAllReduce(what, tensor, tensor, op, on);
+            return joinLater(what, comm.startedOnSideStream(what), tensor);
+        });
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: as {@link #startAllReduceInPlace}; the result is allocated before the collective is
+     * enqueued.
+     */
+    @Override
+    public PendingCollective startReduceScatter(NDArray input, ReduceOp op, NDManager owner) {
+        int d = args.checkScatterDim(input, 0);
+        String what = describe("reduce-scatter " + op + " dim " + d, input);
+        requireContiguous(what, input);
+        return run(what, () -> {
+            if (comm == null) {
+                NDArray out = copyOwnedBy(input, owner);
+                return () -> out;
+            }
+            NDArray out = owner.create(RankMajorLayout.scattered(input.getShape(), 0, size()), input.getDataType());
+            CUstream_st on = comm.sideStream(what);
+            enqueueReduceScatter(what, input, out, op, on);
+            return joinLater(what, comm.startedOnSideStream(what), out);
+        });
+    }
+
+    private PendingCollective joinLater(String what, CUevent_st event, NDArray result) {
+        boolean[] joined = {false};
+        return () -> {
+            if (joined[0]) {
+                throw new IllegalStateException(group.key() + " " + what + ": await() was already called");
+            }
+            joined[0] = true;
+            comm.joinSideStream(event, what);
+            return result;
+        };
+    }
+
+    private void requireContiguous(String what, NDArray t) {
+        if (comm != null && !DevicePointers.isContiguous(t)) {
+            throw new IllegalArgumentException(group.key() + " " + what + ": a started collective needs a contiguous tensor"
+                    + " (it is read after the call returns, so no temporary copy can stand in for it)");
+        }
     }
 
     @Override
@@ -164,7 +234,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 NDArray src = DevicePointers.contiguous(input, temp);
                 NDArray buffer = temp.create(d == 0 ? RankMajorLayout.gathered(piece, 0, size())
                         : RankMajorLayout.gatherBuffer(piece, size()), input.getDataType());
-                gather(what, src, buffer);
+                gather(what, src, buffer, false);
                 NDArray out = d == 0 ? buffer : RankMajorLayout.fromGatherBuffer(buffer, piece, d, size(), temp);
                 out.attach(owner);
                 return out;
@@ -210,7 +280,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                     comm.check(ncclBroadcast(pointer(from + off), pointer(to + off), plan.length(c), dt, root, comm.handle(),
                             NcclComm.stream()), "ncclBroadcast", what);
                 }
-                comm.await(what, timeout);
+                comm.enqueued(what);
                 out.attach(owner);
                 return out;
             }
@@ -256,7 +326,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                         recvAt += incoming.count();
                     }
                 }
-                comm.await(what, timeout);
+                comm.enqueued(what);
                 out.attach(owner);
                 return out;
             }
@@ -326,7 +396,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             try (NDManager temp = internal.newSubManager(device)) {
                 NDArray length = temp.create(new long[] {mine.length});
                 NDArray lengths = temp.create(new Shape(size()), DataType.INT64);
-                gather(what, length, lengths);
+                gather(what, length, lengths, true);
                 long[] sizes = lengths.toLongArray();
                 int longest = 0;
                 for (long s : sizes) {
@@ -341,7 +411,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 }
                 NDArray padded = temp.create(ByteBuffer.wrap(Arrays.copyOf(mine, longest)), new Shape(longest), DataType.UINT8);
                 NDArray all = temp.create(new Shape((long) longest * size()), DataType.UINT8);
-                gather(what, padded, all);
+                gather(what, padded, all, true);
                 byte[] bytes = all.toByteArray();
                 for (int i = 0; i < size(); i++) {
                     out.add(Arrays.copyOfRange(bytes, i * longest, i * longest + (int) sizes[i]));
@@ -360,7 +430,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             }
             try (NDManager temp = internal.newSubManager(device)) {
                 NDArray token = temp.zeros(new Shape(1), DataType.INT32);
-                reduce(what, token, token, ReduceOp.SUM);
+                reduce(what, token, token, ReduceOp.SUM, true);
             }
             return what;
         });
@@ -385,9 +455,14 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         return "NcclCommunicator[" + group + ", " + device + (comm == null ? ", local" : "") + "]";
     }
 
-    // ---- NCCL calls; each enqueues, then waits for completion ----
+    // ---- NCCL calls: each enqueues, then hands the work to the watchdog or waits for it ----
 
-    private void reduce(String what, NDArray src, NDArray out, ReduceOp op) {
+    private void reduce(String what, NDArray src, NDArray out, ReduceOp op, boolean hostWait) {
+        enqueueAllReduce(what, src, out, op, NcclComm.stream());
+        finish(what, hostWait);
+    }
+
+    private void enqueueAllReduce(String what, NDArray src, NDArray out, ReduceOp op, CUstream_st on) {
         int dt = NcclCodes.dataType(src.getDataType());
         int es = src.getDataType().getNumOfBytes();
         long from = address(src);
@@ -396,13 +471,12 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         for (int c = 0; c < plan.chunks(); c++) {
             long off = plan.offset(c) * es;
             comm.check(ncclAllReduce(pointer(from + off), pointer(to + off), plan.length(c), dt, NcclCodes.reduceOp(op),
-                    comm.handle(), NcclComm.stream()), "ncclAllReduce", what);
+                    comm.handle(), on), "ncclAllReduce", what);
         }
-        comm.await(what, timeout);
     }
 
     /** Rank {@code r}'s {@code src} lands at elements {@code [r n, (r + 1) n)} of {@code buffer}. */
-    private void gather(String what, NDArray src, NDArray buffer) {
+    private void gather(String what, NDArray src, NDArray buffer, boolean hostWait) {
         int dt = NcclCodes.dataType(src.getDataType());
         int es = src.getDataType().getNumOfBytes();
         long n = src.size();
@@ -422,11 +496,16 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 }
             }
         }
-        comm.await(what, timeout);
+        finish(what, hostWait);
     }
 
     /** This rank gets the reduction of elements {@code [rank n, (rank + 1) n)} of every member's {@code src}. */
     private void scatter(String what, NDArray src, NDArray out, ReduceOp op) {
+        enqueueReduceScatter(what, src, out, op, NcclComm.stream());
+        finish(what, false);
+    }
+
+    private void enqueueReduceScatter(String what, NDArray src, NDArray out, ReduceOp op, CUstream_st on) {
         int dt = NcclCodes.dataType(src.getDataType());
         int redOp = NcclCodes.reduceOp(op);
         int es = src.getDataType().getNumOfBytes();
@@ -435,7 +514,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         long to = address(out);
         ChunkPlan plan = ChunkPlan.of(n, es, chunkBytes);
         if (plan.chunks() == 1) {
-            comm.check(ncclReduceScatter(pointer(from), pointer(to), n, dt, redOp, comm.handle(), NcclComm.stream()),
+            comm.check(ncclReduceScatter(pointer(from), pointer(to), n, dt, redOp, comm.handle(), on),
                     "ncclReduceScatter", what);
         } else {
             for (int c = 0; c < plan.chunks(); c++) {
@@ -443,12 +522,20 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 try (NcclComm.Group calls = comm.group(what)) {
                     for (int r = 0; r < size(); r++) {
                         calls.add(ncclReduce(pointer(from + (r * n + off) * es), pointer(to + off * es), plan.length(c), dt, redOp, r,
-                                comm.handle(), NcclComm.stream()), "ncclReduce");
+                                comm.handle(), on), "ncclReduce");
                     }
                 }
             }
         }
-        comm.await(what, timeout);
+    }
+
+    /** Returns at once, leaving the work to the watchdog, or waits for it on the host. */
+    private void finish(String what, boolean hostWait) {
+        if (hostWait) {
+            comm.await(what, timeout);
+        } else {
+            comm.enqueued(what);
+        }
     }
 
     /** Chunks go as separate calls, in order on the stream; the peer issues the same sequence. */
@@ -484,10 +571,12 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         }
         try {
             return withoutGrad(() -> {
-                if (comm != null) {
-                    comm.makeCurrent(what);
+                if (comm == null) {
+                    return Objects.requireNonNull(body.get());
                 }
-                return Objects.requireNonNull(body.get());
+                try (NcclComm.Section calls = comm.enter(what)) {
+                    return Objects.requireNonNull(body.get());
+                }
             });
         } catch (CommunicationException e) {
             if (broken == null) {
