@@ -31,18 +31,11 @@ final class AdamUpdate implements UpdateRule {
     }
 
     @Override
-    public void apply(NDArray master, NDArray grad, NDArray[] state, NDArray decayMask, double lr, double weightDecay,
-                      long step, NDManager temp) {
+    public void apply(NDArray master, NDArray grad, NDArray[] state, double lr, double weightDecay, long step,
+                      NDManager temp) {
         NDArray expAvg = state[0];
         NDArray expAvgSq = state[1];
-        NDArray g = grad;
-        if (weightDecay != 0) {
-            if (decoupled) {
-                master.subi(UpdateRule.decayTerm(master, decayMask, lr * weightDecay, temp));
-            } else {
-                g = own(g.add(UpdateRule.decayTerm(master, decayMask, weightDecay, temp)), temp);
-            }
-        }
+        NDArray g = UpdateRule.decay(master, grad, decoupled, lr, weightDecay, temp);
         expAvg.muli(beta1).addi(own(g.mul(1 - beta1), temp));
         expAvgSq.muli(beta2).addi(own(own(g.square(), temp).muli(1 - beta2), temp));
         double biasCorrection1 = 1 - Math.pow(beta1, step);

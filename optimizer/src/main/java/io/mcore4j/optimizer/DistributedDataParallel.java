@@ -4,15 +4,15 @@ import static io.mcore4j.optimizer.FlatTensors.own;
 import static io.mcore4j.optimizer.FlatTensors.range;
 
 import ai.djl.ndarray.NDArray;
-import ai.djl.ndarray.NDArrays;
-import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.PendingCollective;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.ReduceOp;
 
@@ -35,19 +35,37 @@ import org.slf4j.LoggerFactory;
  * <p>{@link #finishGradSync()} does, in this order:
  * <ol>
  *   <li>sums the gradients of {@link Parameter.Kind#SEQUENCE_PARALLEL} parameters over the
- *       tensor-parallel group, in one coalesced all-reduce;</li>
+ *       tensor-parallel group, in one coalesced in-place all-reduce;</li>
  *   <li>sums the gradients of the shared (tied) embedding parameters over
- *       {@link ProcessGroups#embedding()} (first and last pipeline stage), in one all-reduce;</li>
- *   <li>copies each bucket's gradients into a flat buffer (float32 unless
- *       {@link OptimizerConfig#gradReduceInFp32()} is off) and averages it with one collective per
- *       bucket over {@link ProcessGroups#dpCp()} (expert parameters: {@link ProcessGroups#expertDp()}):
- *       an all-reduce, or with the distributed optimizer a reduce-scatter that leaves this rank only
- *       its shard.</li>
+ *       {@link ProcessGroups#embedding()} (first and last pipeline stage), in one in-place all-reduce;</li>
+ *   <li>for each bucket in turn: allocates its flat buffer once (the bucket's gradient dtype,
+ *       float32 unless {@link OptimizerConfig#gradReduceInFp32()} is off; padded length), copies
+ *       each parameter's gradient (its sum from step 1 or 2 where it has one) straight into its
+ *       slice, casting in the same copy, writes zeros into the padding and the slices of parameters
+ *       that have no gradient, and averages the buffer with one collective over
+ *       {@link ProcessGroups#dpCp()} (expert parameters: {@link ProcessGroups#expertDp()}): an
+ *       in-place all-reduce, or with the distributed optimizer a reduce-scatter that leaves this
+ *       rank only its shard. The bucket's temporaries are released before the next bucket.</li>
  * </ol>
  * Steps 1 and 2 are sums and step 3 a mean, so doing the sums first gives Megatron's result
  * (which sums after averaging) and lets the reduce-scatter of step 3 stay the last word on each shard.
- * Without the distributed optimizer the averaged gradient is also written back into every
- * parameter's {@code .grad}; with it, {@code .grad} keeps the local sum and only the shard is reduced.
+ *
+ * <p>Without the distributed optimizer, every parameter's {@code .grad} holds the synchronised
+ * gradient afterwards: the buffer is written back into it, except where that would write the
+ * values {@code .grad} already holds, namely when the bucket's group and {@link ProcessGroups#dpCp()}
+ * both have one rank (nothing is averaged) and the parameter had no sum from step 1 or 2; those
+ * parameters are skipped (float16 and bfloat16 values pass through a float32 buffer unchanged).
+ * With the distributed optimizer, {@code .grad} keeps the local accumulation and only the shard is reduced.
+ *
+ * <p><b>Overlap with backward.</b> With {@link OptimizerConfig#overlapGradReduce()}, a step armed by
+ * {@link #expectBackwardPasses(int)} starts a bucket's step 3 as soon as every one of its
+ * parameters has been reported complete that many times through {@link #gradientsReady} (the
+ * model's backward reports each layer as it leaves it): the copies run on the caller's stream, the
+ * collective with {@link Communicator#startAllReduceInPlace} / {@link Communicator#startReduceScatter}
+ * (a second stream with NCCL) while backward goes on. {@link #finishGradSync()} then waits for the
+ * started buckets and runs the others as above. Buckets holding parameters with a sum from step 1 or
+ * 2 always wait for {@link #finishGradSync()}. The results are the same as without overlap; only
+ * the time at which the collectives run changes.
  *
  * <p><b>Ownership.</b> The synchronised buffers live in a manager that is a child of
  * the parent given to the constructor (by default the first parameter's manager); {@link #zeroGrad()}
@@ -55,7 +73,7 @@ import org.slf4j.LoggerFactory;
  * place) the synchronised buffers between {@link #finishGradSync()} and {@link #zeroGrad()}. All
  * ranks of each group must call {@link #finishGradSync()} together. One instance is used by one thread.
  */
-public final class DistributedDataParallel implements AutoCloseable {
+public final class DistributedDataParallel implements GradientReadyListener, AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(DistributedDataParallel.class);
 
     private final List<Parameter> params;
@@ -67,9 +85,20 @@ public final class DistributedDataParallel implements AutoCloseable {
     private final List<GradientBucket> buckets;
     private final NDManager manager;
     private final boolean ownsRoot;
+    private final Map<Parameter, GradientBucket> bucketOf = new IdentityHashMap<>();
+    private final boolean[] waitsForPreSums;
     private NDManager syncManager;
     private NDArray[] synced;
     private long syncCount;
+    // overlap state of the armed step: reports per parameter, parameters still incomplete per bucket
+    private int expectedPasses;
+    private final Map<Parameter, Integer> reports = new IdentityHashMap<>();
+    private int[] incomplete;
+    private InFlight[] inFlight;
+    private NDManager stepManager;
+
+    /** A bucket whose reduction was started: the buffers it uses and the pending collective. */
+    private record InFlight(NDManager buffers, NDArray flat, boolean scatter, PendingCollective pending) {}
 
     /**
      * Plans the buckets for {@code params}; state lives under the first parameter's manager.
@@ -122,7 +151,16 @@ public final class DistributedDataParallel implements AutoCloseable {
             }
             sharedEmbeddingSet.add(p);
         }
-        this.buckets = GradientBucket.plan(this.params, groups, config);
+        this.buckets = GradientBucket.plan(this.params, groups, config, sharedEmbeddingSet::contains);
+        this.waitsForPreSums = new boolean[buckets.size()];
+        for (GradientBucket bucket : buckets) {
+            for (GradientBucket.Slot slot : bucket.slots) {
+                bucketOf.put(slot.param(), bucket);
+                boolean preSummed = slot.param().kind() == Parameter.Kind.SEQUENCE_PARALLEL
+                        || sharedEmbeddingSet.contains(slot.param());
+                waitsForPreSums[bucket.index] |= preSummed;
+            }
+        }
         this.ownsRoot = parent == null && this.params.isEmpty();
         NDManager base = parent != null ? parent
                 : this.params.isEmpty() ? Mcore4j.newRootManager() : this.params.get(0).data().getManager();
@@ -134,7 +172,8 @@ public final class DistributedDataParallel implements AutoCloseable {
     }
 
     /**
-     * Synchronises the accumulated gradients (see the class comment). Every rank of each group
+     * Synchronises the accumulated gradients (see the class comment): per bucket, one cast-and-copy
+     * of each gradient into the bucket's buffer and one collective. Every rank of each group
      * involved must call it.
      *
      * @throws IllegalStateException if called twice without {@link #zeroGrad()} in between
@@ -143,14 +182,22 @@ public final class DistributedDataParallel implements AutoCloseable {
         if (synced != null) {
             throw new IllegalStateException("gradients are already synchronised; call zeroGrad() before the next step");
         }
-        NDManager owner = manager.newSubManager();
+        NDManager owner = stepManager != null ? stepManager : manager.newSubManager();
+        stepManager = null;
+        InFlight[] started = inFlight != null ? inFlight : new InFlight[buckets.size()];
+        disarm();
         NDArray[] result = new NDArray[buckets.size()];
         try (NoGrad off = NoGrad.enter(); NDManager temp = owner.newSubManager()) {
+            // the pre-sums live in temp until every bucket has copied them
             Map<Parameter, NDArray> summed = new IdentityHashMap<>();
             sumAcross(groups.tp(), sequenceParallel, summed, temp);
             sumAcross(groups.embedding(), sharedEmbedding, summed, temp);
             for (GradientBucket bucket : buckets) {
-                result[bucket.index] = reduce(bucket, summed, owner, temp);
+                InFlight f = started[bucket.index];
+                if (f == null) {
+                    f = launch(bucket, summed, owner);
+                }
+                result[bucket.index] = complete(bucket, f, summed, owner);
             }
         } catch (RuntimeException e) {
             owner.close();
@@ -159,6 +206,86 @@ public final class DistributedDataParallel implements AutoCloseable {
         syncManager = owner;
         synced = result;
         syncCount++;
+    }
+
+    /**
+     * Arms the overlap of gradient reduction with backward for the coming step (no-op unless
+     * {@link OptimizerConfig#overlapGradReduce()}): each bucket's reduction starts once every
+     * parameter in it has been reported {@code passes} times through {@link #gradientsReady}. Pass
+     * the number of backward passes each parameter takes part in this step: the number of
+     * micro-batches. Call it before the step's first backward, on every rank of the data-parallel
+     * group. {@link #finishGradSync()} ends the armed step.
+     *
+     * @param passes backward passes per parameter in this step, at least 1
+     * @throws IllegalArgumentException if {@code passes < 1}
+     * @throws IllegalStateException if the gradients of the previous step are still synchronised
+     *         (call {@link #zeroGrad()} first)
+     */
+    public void expectBackwardPasses(int passes) {
+        if (passes < 1) {
+            throw new IllegalArgumentException("backward passes per step must be at least 1, got " + passes);
+        }
+        if (synced != null) {
+            throw new IllegalStateException("gradients of the last step are still synchronised; call zeroGrad() first");
+        }
+        if (!config.overlapGradReduce()) {
+            return;
+        }
+        if (inFlight != null) {
+            for (InFlight f : inFlight) {
+                if (f != null) {
+                    throw new IllegalStateException("a bucket reduction of this step has already started;"
+                            + " call finishGradSync() before arming the next step");
+                }
+            }
+        }
+        expectedPasses = passes;
+        reports.clear();
+        incomplete = new int[buckets.size()];
+        for (GradientBucket bucket : buckets) {
+            incomplete[bucket.index] = bucket.slots.size();
+        }
+        inFlight = new InFlight[buckets.size()];
+    }
+
+    /**
+     * Counts a report that {@code parameters}' gradients from one backward pass are complete, and
+     * starts the reduction of every bucket that this completes (see {@link #expectBackwardPasses}).
+     * Ignored when no step is armed; parameters this object does not hold are ignored.
+     *
+     * @throws IllegalStateException if a parameter is reported more often than the armed passes
+     */
+    @Override
+    public void gradientsReady(List<Parameter> parameters) {
+        if (expectedPasses == 0) {
+            return;
+        }
+        for (Parameter p : parameters) {
+            GradientBucket bucket = bucketOf.get(p);
+            if (bucket == null) {
+                continue;
+            }
+            int n = reports.merge(p, 1, Integer::sum);
+            if (n > expectedPasses) {
+                throw new IllegalStateException("parameter " + p + " was reported ready " + n + " times, but the step was"
+                        + " armed for " + expectedPasses + " backward passes (expectBackwardPasses)");
+            }
+            if (n == expectedPasses && --incomplete[bucket.index] == 0 && !waitsForPreSums[bucket.index]) {
+                if (stepManager == null) {
+                    stepManager = manager.newSubManager();
+                }
+                try (NoGrad off = NoGrad.enter()) {
+                    inFlight[bucket.index] = launch(bucket, Map.of(), stepManager);
+                }
+            }
+        }
+    }
+
+    private void disarm() {
+        expectedPasses = 0;
+        reports.clear();
+        incomplete = null;
+        inFlight = null;
     }
 
     /** Zeroes every parameter's {@code .grad} and releases the synchronised buffers. */
@@ -209,11 +336,6 @@ public final class DistributedDataParallel implements AutoCloseable {
         return buckets;
     }
 
-    /** @return whether {@code p} is a shared embedding parameter */
-    boolean isSharedEmbedding(Parameter p) {
-        return sharedEmbeddingSet.contains(p);
-    }
-
     /**
      * This rank's synchronised gradient shard of a bucket (the whole bucket without the distributed
      * optimizer), 1-D, owned by this object until {@link #zeroGrad()}.
@@ -247,6 +369,17 @@ public final class DistributedDataParallel implements AutoCloseable {
     }
 
     private void releaseSynced() {
+        if (stepManager != null) {
+            // an armed step abandoned before finishGradSync: wait for what it started, then drop it
+            for (InFlight f : inFlight) {
+                if (f != null) {
+                    f.pending().await();
+                }
+            }
+            stepManager.close();
+            stepManager = null;
+        }
+        disarm();
         if (syncManager != null) {
             syncManager.close();
             syncManager = null;
@@ -254,22 +387,30 @@ public final class DistributedDataParallel implements AutoCloseable {
         synced = null;
     }
 
-    /** Sums the flattened gradients of {@code members} over {@code group} in one all-reduce. */
+    /**
+     * Sums the gradients of {@code members} over {@code group} in one in-place all-reduce of a flat
+     * buffer in {@code temp}, and records a view of each parameter's sum in {@code summed}.
+     */
     private void sumAcross(Communicator group, List<Parameter> members, Map<Parameter, NDArray> summed, NDManager temp) {
         if (group.size() == 1 || members.isEmpty()) {
             return;
         }
-        DataType dtype = reductionDtype(members);
-        NDList pieces = new NDList();
+        long total = 0;
         for (Parameter p : members) {
-            pieces.add(flatGradient(p, summed, dtype, temp));
+            total += p.data().getShape().size();
         }
-        NDArray flat = own(NDArrays.concat(pieces), temp);
-        NDArray sum = group.allReduce(flat, ReduceOp.SUM, temp);
+        NDArray flat = temp.create(new Shape(total), reductionDtype(members));
         long offset = 0;
         for (Parameter p : members) {
             long n = p.data().getShape().size();
-            summed.put(p, range(sum, offset, offset + n, temp));
+            copyGradient(p, summed, flat, offset, temp);
+            offset += n;
+        }
+        group.allReduceInPlace(flat, ReduceOp.SUM);
+        offset = 0;
+        for (Parameter p : members) {
+            long n = p.data().getShape().size();
+            summed.put(p, range(flat, offset, offset + n, temp));
             offset += n;
         }
     }
@@ -287,58 +428,93 @@ public final class DistributedDataParallel implements AutoCloseable {
         return first;
     }
 
-    /** The gradient of {@code p} as a flat tensor of {@code dtype} in {@code temp}: pre-summed, accumulated, or zeros. */
-    private static NDArray flatGradient(Parameter p, Map<Parameter, NDArray> summed, DataType dtype, NDManager temp) {
+    /**
+     * Writes {@code p}'s gradient (its pre-sum if it has one, else its accumulated {@code .grad},
+     * else zeros) into {@code flat} at {@code offset}, cast to {@code flat}'s dtype in the same copy.
+     */
+    private static void copyGradient(Parameter p, Map<Parameter, NDArray> summed, NDArray flat, long offset,
+                                     NDManager temp) {
+        long n = p.data().getShape().size();
+        NDArray slice = range(flat, offset, offset + n, temp);
         NDArray g = summed.get(p);
         if (g == null) {
             g = p.gradient(temp);
         }
         if (g == null) {
-            return temp.zeros(new Shape(p.data().getShape().size()), dtype);
+            FlatTensors.fillZero(slice);
+        } else {
+            FlatTensors.copyCast(slice, own(g.reshape(-1), temp));
         }
-        return own(own(g.reshape(-1), temp).toType(dtype, false), temp);
     }
 
-    private NDArray reduce(GradientBucket bucket, Map<Parameter, NDArray> summed, NDManager owner, NDManager temp) {
-        NDList pieces = new NDList();
-        for (GradientBucket.Slot slot : bucket.slots) {
-            pieces.add(flatGradient(slot.param(), summed, bucket.gradDtype, temp));
-        }
-        if (bucket.padding() > 0) {
-            pieces.add(temp.zeros(new Shape(bucket.padding()), bucket.gradDtype));
-        }
-        // a fresh buffer even for a single piece, which may be a view of .grad
-        NDArray flat = own(pieces.size() == 1 ? pieces.get(0).duplicate() : NDArrays.concat(pieces), temp);
+    /**
+     * Reduces one bucket: one cast-and-copy of each gradient into a flat buffer of the bucket's
+     * gradient dtype and padded length, one collective, and (without the distributed optimizer) the
+     * write-back into each {@code .grad}. Temporaries are released before returning.
+     *
+     * @return the synchronised shard (the whole buffer without the distributed optimizer), owned by {@code owner}
+     */
+    /**
+     * Fills a bucket's flat buffer with the gradients (pre-sums where {@code summed} has them),
+     * scales it for the mean, and starts its collective.
+     */
+    private InFlight launch(GradientBucket bucket, Map<Parameter, NDArray> summed, NDManager owner) {
         Communicator group = bucket.group;
+        boolean scatter = config.useDistributedOptimizer() && group.size() > 1;
+        // the buffer is the result unless a reduce-scatter leaves only a shard of it
+        NDManager buffers = scatter ? owner.newSubManager() : owner;
+        NDArray flat = buffers.create(new Shape(bucket.paddedNumel), bucket.gradDtype);
+        try (NDManager temp = owner.newSubManager()) {
+            for (GradientBucket.Slot slot : bucket.slots) {
+                copyGradient(slot.param(), summed, flat, slot.offset(), temp);
+            }
+            if (bucket.padding() > 0) {
+                FlatTensors.fillZero(range(flat, bucket.numel, bucket.paddedNumel, temp));
+            }
+        }
         // the loss is a mean over the global batch, which is split over the DP x CP ranks: every
         // gradient, an expert's too, is divided by that count; expert buckets are only summed over
         // the smaller expert-DP group because the other ranks' tokens already reached the expert
         int dataParallel = groups.dpCp().size();
-        NDArray result;
         if (group.size() == 1) {
             if (dataParallel > 1) {
                 flat.divi(dataParallel);
             }
-            result = own(flat, owner);
-        } else {
-            boolean average = config.averageInCollective();
-            if (!average) {
-                flat.divi(dataParallel);
-            }
-            ReduceOp op = average ? ReduceOp.AVG : ReduceOp.SUM;
-            result = config.useDistributedOptimizer()
-                    ? group.reduceScatter(flat, 0, op, owner)
-                    : group.allReduce(flat, op, owner);
-            if (average && group.size() != dataParallel) {
-                result.muli((double) group.size() / dataParallel);
-            }
+            return new InFlight(buffers, flat, false, () -> flat);
+        }
+        boolean average = config.averageInCollective();
+        if (!average) {
+            flat.divi(dataParallel);
+        }
+        ReduceOp op = average ? ReduceOp.AVG : ReduceOp.SUM;
+        PendingCollective pending = scatter ? group.startReduceScatter(flat, op, owner) : group.startAllReduceInPlace(flat, op);
+        return new InFlight(buffers, flat, scatter, pending);
+    }
+
+    /** Waits for a started bucket, finishes the mean, and writes the result back into {@code .grad} where needed. */
+    private NDArray complete(GradientBucket bucket, InFlight f, Map<Parameter, NDArray> summed, NDManager parent) {
+        Communicator group = bucket.group;
+        int dataParallel = groups.dpCp().size();
+        NDArray result = f.pending().await();
+        if (f.scatter()) {
+            f.buffers().close(); // the full buffer; the stream now waits for the collective that read it
+        }
+        if (group.size() > 1 && config.averageInCollective() && group.size() != dataParallel) {
+            result.muli((double) group.size() / dataParallel);
         }
         if (!config.useDistributedOptimizer()) {
-            for (GradientBucket.Slot slot : bucket.slots) {
-                NDArray grad = slot.param().gradient(temp);
-                if (grad != null) {
-                    NDArray view = range(result, slot.offset(), slot.offset() + slot.numel(), temp);
-                    Tensors.copyInto(grad, own(view.reshape(grad.getShape()), temp));
+            // with nothing to reduce the buffer holds each .grad's own values, except pre-sums
+            boolean identity = group.size() == 1 && dataParallel == 1;
+            try (NDManager temp = parent.newSubManager()) {
+                for (GradientBucket.Slot slot : bucket.slots) {
+                    if (identity && !summed.containsKey(slot.param())) {
+                        continue;
+                    }
+                    NDArray grad = slot.param().gradient(temp);
+                    if (grad != null) {
+                        NDArray view = range(result, slot.offset(), slot.offset() + slot.numel(), temp);
+                        FlatTensors.copyCast(grad, own(view.reshape(grad.getShape()), temp));
+                    }
                 }
             }
         }

@@ -16,9 +16,10 @@ import java.util.List;
  * Adam or AdamW through libtorch's fused kernel: one pass over a bucket's master weights,
  * gradients and moments instead of about a dozen elementwise passes. DJL has no API for the kernel;
  * a TorchScript module that mcore4j generates ({@code scripts/make_fused_adam_module.py}) calls it.
- * The math is torch.optim.Adam's with the same bias corrections; weight decay is applied here, per
- * the bucket's decay mask, exactly as {@link AdamUpdate} does, and the kernel runs without it. State
- * names match {@link AdamUpdate}, so checkpoints move freely between the two.
+ * The math is torch.optim.Adam's with the same bias corrections; weight decay (one value per call,
+ * 0 for a bucket that does not decay) is applied here exactly as {@link AdamUpdate} applies it, and
+ * the kernel runs without it. State names match {@link AdamUpdate}, so checkpoints move freely
+ * between the two.
  */
 final class FusedAdamUpdate implements UpdateRule {
     static final String RESOURCE = "/io/mcore4j/optimizer/fused_adam.pt";
@@ -45,16 +46,10 @@ final class FusedAdamUpdate implements UpdateRule {
     }
 
     @Override
-    public void apply(NDArray master, NDArray grad, NDArray[] state, NDArray decayMask, double lr, double weightDecay,
-                      long step, NDManager temp) {
+    public void apply(NDArray master, NDArray grad, NDArray[] state, double lr, double weightDecay, long step,
+                      NDManager temp) {
         NDArray g = grad.getDataType() == master.getDataType() ? grad : FlatTensors.own(grad.toType(master.getDataType(), true), temp);
-        if (weightDecay != 0) {
-            if (decoupled) {
-                master.subi(UpdateRule.decayTerm(master, decayMask, lr * weightDecay, temp));
-            } else {
-                g = FlatTensors.own(g.add(UpdateRule.decayTerm(master, decayMask, weightDecay, temp)), temp);
-            }
-        }
+        g = UpdateRule.decay(master, g, decoupled, lr, weightDecay, temp);
         NDArray stepCount = temp.full(new Shape(), step, DataType.FLOAT32, master.getDevice());
         try (NDManager host = temp.newSubManager(Device.cpu())) {
             NDArray hyper = host.create(new double[] {lr, beta1, beta2, eps});

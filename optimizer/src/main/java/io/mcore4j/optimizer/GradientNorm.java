@@ -107,7 +107,9 @@ public final class GradientNorm {
     }
 
     /**
-     * Whether this rank's copy of {@code p}'s gradient counts in the global norm (see the class comment).
+     * Whether this rank's copy of {@code p}'s gradient counts in the global norm (see the class
+     * comment). This is the one definition of the rule: the optimizer, its buckets and its
+     * checkpoint replica ids all ask it.
      *
      * @param p a parameter of this rank
      * @param sharedEmbedding whether it is tied across the first and last stage
@@ -116,14 +118,32 @@ public final class GradientNorm {
      * @return true if it counts here
      */
     static boolean counts(Parameter p, boolean sharedEmbedding, boolean dataParallelReplica, ProcessGroups groups) {
+        if (!countsOnModelParallelRank(p, sharedEmbedding, groups)) {
+            return false;
+        }
+        boolean expert = p.kind() == Parameter.Kind.EXPERT;
+        return !dataParallelReplica || (expert ? groups.expertDp() : groups.dpCp()).rank() == 0;
+    }
+
+    /**
+     * The part of {@link #counts} that ignores data-parallel replicas: whether this rank's copy
+     * counts among the tensor-parallel ranks and pipeline stages that hold {@code p}. It is the
+     * same on every rank of {@code p}'s reduction group (dp-cp, or expert-dp for experts), whose
+     * members differ only in their data-parallel coordinate. {@link #counts} adds only a condition
+     * on the data-parallel rank, which holds for all of this rank's parameters of one reduction
+     * group or for none of them.
+     *
+     * @param p a parameter of this rank
+     * @param sharedEmbedding whether it is tied across the first and last stage
+     * @param groups this rank's groups
+     * @return true if it counts on this tensor-parallel rank and pipeline stage
+     */
+    static boolean countsOnModelParallelRank(Parameter p, boolean sharedEmbedding, ProcessGroups groups) {
         boolean expert = p.kind() == Parameter.Kind.EXPERT;
         if (!p.partition().isSplit() && (expert ? groups.expertTp() : groups.tp()).rank() != 0) {
             return false;
         }
-        if (sharedEmbedding && !groups.isFirstStage()) {
-            return false;
-        }
-        return !dataParallelReplica || (expert ? groups.expertDp() : groups.dpCp()).rank() == 0;
+        return !sharedEmbedding || groups.isFirstStage();
     }
 
     /**

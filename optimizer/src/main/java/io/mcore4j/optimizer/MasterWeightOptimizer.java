@@ -19,7 +19,6 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.function.Predicate;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -27,9 +26,14 @@ import org.slf4j.LoggerFactory;
 /**
  * {@link MegatronOptimizer} over the shards of the DDP wrapper's gradient buckets: for each bucket
  * a flat float32 master copy of this rank's shard (the whole bucket without the distributed
- * optimizer), the update rule's moments of the same length, and boolean masks saying which
- * elements decay and which count in the gradient norm. Every update is a handful of whole-shard
- * tensor operations.
+ * optimizer) and the update rule's moments of the same length. Buckets are uniform in weight decay
+ * and in norm counting ({@link GradientBucket#decays}, {@link GradientBucket#countsInNorm}), so
+ * every update is a handful of whole-shard tensor operations with no per-element masks.
+ *
+ * <p>A step makes these passes over each shard's gradient: the float16-to-float32 conversion where
+ * the bucket reduces in float16; one read for the sum of squares (and one for the zero count when
+ * configured), taken on the still loss-scaled values; one in-place multiply by
+ * {@code clipCoefficient / lossScale}, skipped when that factor is exactly 1; the update rule.
  */
 final class MasterWeightOptimizer implements MegatronOptimizer {
     private static final Logger LOG = LoggerFactory.getLogger(MasterWeightOptimizer.class);
@@ -40,25 +44,18 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     /** A parameter's flat range {@code [paramStart, paramEnd)} held at {@code shardStart} of a shard. */
     private record Piece(Parameter param, long paramStart, long paramEnd, long shardStart) {}
 
-    /** A mask over a shard: {@code mask} null means all elements (when {@code any}) or none. */
-    private record Mask(NDArray mask, boolean any) {}
-
     /** Optimizer state of one bucket shard. */
     private static final class Shard {
         final GradientBucket bucket;
         final List<Piece> pieces;
         final NDArray master;
         final NDArray[] state;
-        final Mask decay;
-        final Mask counted;
 
-        Shard(GradientBucket bucket, List<Piece> pieces, NDArray master, NDArray[] state, Mask decay, Mask counted) {
+        Shard(GradientBucket bucket, List<Piece> pieces, NDArray master, NDArray[] state) {
             this.bucket = bucket;
             this.pieces = pieces;
             this.master = master;
             this.state = state;
-            this.decay = decay;
-            this.counted = counted;
         }
     }
 
@@ -91,10 +88,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 for (int i = 0; i < state.length; i++) {
                     state[i] = manager.zeros(new Shape(bucket.shardNumel), DataType.FLOAT32);
                 }
-                Mask decay = mask(bucket, pieces, p -> p.data().getShape().dimension() > 1);
-                Mask counted = mask(bucket, pieces,
-                        p -> GradientNorm.counts(p, ddp.isSharedEmbedding(p), !config.useDistributedOptimizer(), groups));
-                shards.add(new Shard(bucket, pieces, master, state, decay, counted));
+                shards.add(new Shard(bucket, pieces, master, state));
             }
         }
     }
@@ -121,11 +115,10 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 if (g.getDataType() != DataType.FLOAT32) {
                     g = own(g.toType(DataType.FLOAT32, true), temp);
                 }
-                if (scale != 1) {
-                    g.muli(1 / scale);
-                }
                 grads[i] = g;
             }
+            // statistics of the still scaled gradients: the squares shrink by scale^2 afterwards,
+            // and a gradient is finite exactly when its scaled value is
             double[] stats = GradientNorm.sumOverWorld(localStatistics(grads, temp), groups, temp);
             boolean foundInf = !Double.isFinite(stats[0]);
             if (scaler != null) {
@@ -138,48 +131,45 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 }
                 return new StepResult(true, Double.NaN, lossScale(), -1);
             }
-            double norm = Math.sqrt(stats[0]);
-            if (config.clipGrad() > 0) {
-                double coefficient = GradientNorm.clipCoefficient(config.clipGrad(), norm);
-                if (coefficient < 1) {
-                    for (NDArray g : grads) {
-                        g.muli(coefficient);
-                    }
+            double norm = Math.sqrt(stats[0]) / scale;
+            double coefficient = config.clipGrad() > 0
+                    ? Math.min(1, GradientNorm.clipCoefficient(config.clipGrad(), norm)) : 1;
+            // unscale and clip in one pass
+            double factor = coefficient / scale;
+            if (factor != 1) {
+                for (NDArray g : grads) {
+                    g.muli(factor);
                 }
             }
             stepCount++;
             for (int i = 0; i < grads.length; i++) {
                 Shard s = shards.get(i);
-                double wd = s.decay.any() ? weightDecay : 0;
-                rule.apply(s.master, grads[i], s.state, s.decay.mask(), learningRate, wd, stepCount, temp);
+                rule.apply(s.master, grads[i], s.state, learningRate, s.bucket.decays ? weightDecay : 0, stepCount, temp);
             }
             publish(temp);
             return new StepResult(false, norm, lossScale(), config.countZerosInGrad() ? Math.round(stats[1]) : -1);
         }
     }
 
-    /** {sum of squares of counted elements (NaN if any element is not finite), zeros among counted elements}. */
+    /**
+     * {sum of squares of the counted shards' elements (inf or NaN if any element of any shard is
+     * not finite), zeros among them}, of the gradients as given (still loss-scaled).
+     */
     private double[] localStatistics(NDArray[] grads, NDManager temp) {
         List<NDArray> squares = new ArrayList<>();
         List<NDArray> zeros = new ArrayList<>();
         for (int i = 0; i < grads.length; i++) {
             NDArray g = grads[i];
-            Mask counted = shards.get(i).counted;
-            if (!counted.any()) {
-                // nothing counts here, but inf/NaN must still be noticed: x * 0 is NaN only for those
-                squares.add(own(own(g.mul(0), temp).sum(), temp));
-            } else if (counted.mask() == null) {
+            if (shards.get(i).bucket.countsInNorm) {
                 squares.add(own(g.dot(g), temp));
-            } else {
-                // an inf masked out still yields NaN (inf * 0), so the check covers every element
-                squares.add(own(own(g.mul(counted.mask()), temp).dot(g), temp));
-            }
-            if (config.countZerosInGrad() && counted.any()) {
-                NDArray isZero = own(g.eq(0), temp);
-                if (counted.mask() != null) {
-                    isZero = own(isZero.logicalAnd(counted.mask()), temp);
+                if (config.countZerosInGrad()) {
+                    zeros.add(own(own(g.eq(0), temp).sum(), temp));
                 }
-                zeros.add(own(isZero.sum(), temp));
+            } else {
+                // nothing counts here, but inf/NaN must still be noticed: times 0, the plain sum
+                // is NaN when one is present and 0 otherwise (a finite sum could overflow only for
+                // values whose counted copy on another rank overflows the sum of squares first)
+                squares.add(own(own(g.sum(), temp).mul(0), temp));
             }
         }
         return new double[] {GradientNorm.sumOnHost(squares, temp), GradientNorm.sumOnHost(zeros, temp)};
@@ -198,7 +188,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             for (GradientBucket.Slot slot : bucket.slots) {
                 NDArray view = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
                 NDArray data = slot.param().data();
-                Tensors.copyInto(data, own(view.reshape(data.getShape()), temp));
+                FlatTensors.copyCast(data, own(view.reshape(data.getShape()), temp));
             }
         }
     }
@@ -231,8 +221,6 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             for (NDArray t : s.state) {
                 bytes += bytes(t);
             }
-            bytes += s.decay.mask() == null ? 0 : bytes(s.decay.mask());
-            bytes += s.counted.mask() == null ? 0 : bytes(s.counted.mask());
         }
         return bytes;
     }
@@ -269,7 +257,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 tensors[0] = s.master;
                 System.arraycopy(s.state, 0, tensors, 1, s.state.length);
                 for (Piece piece : s.pieces) {
-                    describe(prefix, layout, piece, names, tensors, owner, out);
+                    describe(prefix, layout, piece, !s.bucket.countsInNorm, names, tensors, owner, out);
                 }
             }
             int replica = groups.worldRank() == 0 ? 0 : 1;
@@ -283,9 +271,12 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         return out;
     }
 
-    /** Appends the rectangles of one parameter piece, for every state tensor. */
-    private void describe(String prefix, ParameterLayout layout, Piece piece, List<String> names, NDArray[] tensors,
-                          NDManager owner, List<ShardedTensor> out) {
+    /**
+     * Appends the rectangles of one parameter piece, for every state tensor; {@code replicated}
+     * (the piece's gradient does not count in the norm here) marks them as held by another rank too.
+     */
+    private static void describe(String prefix, ParameterLayout layout, Piece piece, boolean replicated,
+                                 List<String> names, NDArray[] tensors, NDManager owner, List<ShardedTensor> out) {
         Parameter p = piece.param();
         ShardedTensor d = layout.describe(p);
         long[] localShape = d.data().getShape().getShape();
@@ -293,7 +284,6 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             throw new IllegalArgumentException("checkpoint description " + d + " of parameter " + p
                     + " does not have the parameter's " + p.data().getShape().size() + " elements");
         }
-        boolean replicated = !GradientNorm.counts(p, ddp.isSharedEmbedding(p), !config.useDistributedOptimizer(), groups);
         int replica = d.replicaId() != 0 ? d.replicaId() : replicated ? 1 : 0;
         long[] base = d.globalOffset();
         for (FlatRangeBlocks.Block block : FlatRangeBlocks.decompose(localShape, piece.paramStart(), piece.paramEnd())) {
@@ -405,31 +395,5 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             parts.add(temp.zeros(new Shape(padding), DataType.FLOAT32));
         }
         return own(parts.size() == 1 ? parts.get(0).duplicate() : NDArrays.concat(parts), temp);
-    }
-
-    /** A boolean mask over the shard, true where {@code test} holds for the owning parameter (padding counts as either). */
-    private Mask mask(GradientBucket bucket, List<Piece> pieces, Predicate<Parameter> test) {
-        boolean all = true;
-        boolean any = false;
-        for (Piece piece : pieces) {
-            boolean t = test.test(piece.param());
-            all &= t;
-            any |= t;
-        }
-        if (all || !any) {
-            return new Mask(null, any);
-        }
-        try (NDManager temp = manager.newSubManager()) {
-            NDList parts = new NDList();
-            for (Piece piece : pieces) {
-                Shape shape = new Shape(piece.paramEnd() - piece.paramStart());
-                parts.add(test.test(piece.param()) ? temp.ones(shape, DataType.BOOLEAN) : temp.zeros(shape, DataType.BOOLEAN));
-            }
-            long padding = paddingInShard(bucket);
-            if (padding > 0) {
-                parts.add(temp.zeros(new Shape(padding), DataType.BOOLEAN));
-            }
-            return new Mask(own(NDArrays.concat(parts), manager), true);
-        }
     }
 }

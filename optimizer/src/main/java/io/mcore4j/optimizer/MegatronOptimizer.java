@@ -10,14 +10,16 @@ import java.util.List;
  * scaling, global-norm clipping, and an update rule, stepped after
  * {@link DistributedDataParallel#finishGradSync()}. Built by {@link Optimizers#create}.
  *
- * <p>A step, on every rank together: divide the synchronised gradients by the loss scale; add the
- * squares of the gradient elements this rank counts (see {@link GradientNorm}) over the world group;
- * if the sum is not finite on any rank (inf/NaN), skip the step on every rank and back the loss
- * scale off; otherwise clip by the global norm, update the master weights and copy them into the
- * model parameters in place (after an all-gather over the data-parallel group with the
- * distributed optimizer, where each rank owns only its shard of masters and moments).
+ * <p>A step, on every rank together: add the squares of the (still loss-scaled) gradient elements
+ * this rank counts (see {@link GradientNorm}) over the world group; if the sum is not finite on any
+ * rank (inf/NaN), skip the step on every rank and back the loss scale off; otherwise divide the
+ * sum by the squared loss scale to get the global norm, multiply the synchronised gradients in
+ * place, once, by the clipping coefficient over the loss scale, update the master weights (weight
+ * decay only for parameters of two or more dims) and copy them into the model parameters in place
+ * (after an all-gather over the data-parallel group with the distributed optimizer, where each rank
+ * owns only its shard of masters and moments).
  *
- * <p>The optimizer owns its state (master weights, moments, masks) in a child of the DDP wrapper's
+ * <p>The optimizer owns its state (master weights, moments) in a child of the DDP wrapper's
  * manager: close the optimizer before the wrapper. One instance is used by one thread.
  */
 public interface MegatronOptimizer extends AutoCloseable {
@@ -55,7 +57,7 @@ public interface MegatronOptimizer extends AutoCloseable {
     /** @return number of steps taken, skipped steps excluded (Adam's step count) */
     long stepCount();
 
-    /** @return bytes of optimizer state this rank holds: master weights, moments and masks */
+    /** @return bytes of optimizer state this rank holds: master weights and moments */
     long stateBytes();
 
     /**

@@ -26,12 +26,15 @@ import java.util.Objects;
  * @param countZerosInGrad count zero gradient elements at each step ({@link StepResult#numZeros()}), one extra reduction
  * @param fusedAdam run Adam/AdamW through libtorch's fused kernel (one pass over each bucket instead of
  *     about a dozen), by way of a TorchScript module mcore4j ships; same state and checkpoints
+ * @param overlapGradReduce start each gradient bucket's data-parallel reduction during the step's last
+ *     backward, as soon as the model reports its parameters' gradients complete (Megatron's
+ *     {@code --overlap-grad-reduce}); see {@link DistributedDataParallel#expectBackwardPasses}
  */
 public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, double beta2, double eps,
                               double weightDecay, double sgdMomentum, double clipGrad, boolean fp16,
                               double initialLossScale, double minLossScale, int lossScaleWindow, int hysteresis,
                               boolean useDistributedOptimizer, long bucketSizeBytes, boolean averageInCollective,
-                              boolean gradReduceInFp32, boolean countZerosInGrad, boolean fusedAdam) {
+                              boolean gradReduceInFp32, boolean countZerosInGrad, boolean fusedAdam, boolean overlapGradReduce) {
 
     /** The update rule. */
     public enum Algorithm {
@@ -111,7 +114,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
                 .minLossScale(minLossScale).lossScaleWindow(lossScaleWindow).hysteresis(hysteresis)
                 .useDistributedOptimizer(useDistributedOptimizer).bucketSizeBytes(bucketSizeBytes)
                 .averageInCollective(averageInCollective).gradReduceInFp32(gradReduceInFp32)
-                .countZerosInGrad(countZerosInGrad).fusedAdam(fusedAdam);
+                .countZerosInGrad(countZerosInGrad).fusedAdam(fusedAdam).overlapGradReduce(overlapGradReduce);
     }
 
     /** Mutable builder; {@link #build()} validates. */
@@ -135,12 +138,19 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         private boolean gradReduceInFp32 = true;
         private boolean countZerosInGrad;
         private boolean fusedAdam;
+        private boolean overlapGradReduce;
 
         private Builder() {}
 
         /** @param v use the fused Adam kernel (default false) @return this */
         public Builder fusedAdam(boolean v) {
             fusedAdam = v;
+            return this;
+        }
+
+        /** @param v start bucket reductions during the last backward of a step @return this */
+        public Builder overlapGradReduce(boolean v) {
+            overlapGradReduce = v;
             return this;
         }
 
@@ -261,7 +271,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         public OptimizerConfig build() {
             return new OptimizerConfig(algorithm, lr, beta1, beta2, eps, weightDecay, sgdMomentum, clipGrad, fp16,
                     initialLossScale, minLossScale, lossScaleWindow, hysteresis, useDistributedOptimizer,
-                    bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad, fusedAdam);
+                    bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad, fusedAdam, overlapGradReduce);
         }
     }
 }

@@ -25,12 +25,9 @@ final class SgdUpdate implements UpdateRule {
     }
 
     @Override
-    public void apply(NDArray master, NDArray grad, NDArray[] state, NDArray decayMask, double lr, double weightDecay,
-                      long step, NDManager temp) {
-        NDArray g = grad;
-        if (weightDecay != 0) {
-            g = own(g.add(UpdateRule.decayTerm(master, decayMask, weightDecay, temp)), temp);
-        }
+    public void apply(NDArray master, NDArray grad, NDArray[] state, double lr, double weightDecay, long step,
+                      NDManager temp) {
+        NDArray g = UpdateRule.decay(master, grad, false, lr, weightDecay, temp);
         if (momentum != 0) {
             NDArray buffer = state[0];
             buffer.muli(momentum).addi(g);

@@ -59,6 +59,43 @@ class DataParallelTest {
     }
 
     @Test
+    void overlappingTheReductionWithBackwardGivesExactlyTheSameTraining() {
+        for (boolean distributed : new boolean[] {false, true}) {
+            OptimizerConfig plain = ADAMW.toBuilder().bucketSizeBytes(48).useDistributedOptimizer(distributed).build();
+            OptimizerConfig overlapped = plain.toBuilder().overlapGradReduce(true).build();
+            List<DataParallelTraining.Outcome> reference = DataParallelTraining.run(4, plain, 3, 8, 2, DataType.FLOAT32, 1e-2);
+            List<DataParallelTraining.Outcome> dp4 = DataParallelTraining.run(4, overlapped, 3, 8, 2, DataType.FLOAT32, 1e-2);
+            for (int r = 0; r < 4; r++) {
+                double d = DataParallelTraining.maxAbsDiff(dp4.get(r).params(), reference.get(r).params());
+                assertEquals(0.0, d, "overlapped reduction (distributed optimizer " + distributed + ") differs on rank " + r);
+                assertEquals(reference.get(r).losses(), dp4.get(r).losses());
+            }
+        }
+    }
+
+    @Test
+    void reportingMorePassesThanArmedIsRefused() {
+        OptimizerConfig overlapped = ADAMW.toBuilder().overlapGradReduce(true).build();
+        InJvmWorld.run(2, rank -> {
+            ProcessGroups groups = rank.groups(ParallelDims.of(2, 1, 1));
+            Parameter p = Parameter.replicated("w", rank.manager().zeros(new ai.djl.ndarray.types.Shape(3)));
+            DistributedDataParallel ddp = new DistributedDataParallel(List.of(p), groups, overlapped, List.of());
+            assertThrows(IllegalArgumentException.class, () -> ddp.expectBackwardPasses(0));
+            ddp.expectBackwardPasses(1);
+            SplitModel.addGradient(p, new float[] {1, 2, 3}, rank.manager());
+            ddp.gradientsReady(List.of(p)); // completes the only bucket: its all-reduce starts here
+            IllegalStateException twice = assertThrows(IllegalStateException.class, () -> ddp.gradientsReady(List.of(p)));
+            assertTrue(twice.getMessage().contains("armed for 1"), twice.getMessage());
+            ddp.finishGradSync();
+            assertTrue(java.util.Arrays.equals(new float[] {1, 2, 3}, p.gradient(rank.manager()).toFloatArray()));
+            ddp.zeroGrad();
+            ddp.close();
+            p.close();
+            return null;
+        });
+    }
+
+    @Test
     void afterSyncEveryGradHoldsTheDataParallelAverageAndMisuseIsRefused() {
         InJvmWorld.run(2, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.of(2, 1, 1));

@@ -33,11 +33,16 @@ final class DataParallelTraining {
             for (int step = 0; step < steps; step++) {
                 float[][] batch = TinyMlp.batch(step, globalBatch);
                 double loss = 0;
+                ddp.expectBackwardPasses(microBatches); // no-op unless the config overlaps
                 for (int mb = 0; mb < microBatches; mb++) {
                     int from = groups.dataParallelRank() * perRank + mb * perMicro;
                     float[] x = TinyMlp.rows(batch[0], TinyMlp.IN, from, perMicro);
                     float[] y = TinyMlp.rows(batch[1], TinyMlp.OUT, from, perMicro);
                     loss += model.forwardBackward(rank.manager(), x, y, perMicro, optimizer.lossScale() / microBatches);
+                    // report as a model's backward would: the last parameters first, one at a time
+                    for (int i = model.params.size() - 1; i >= 0; i--) {
+                        ddp.gradientsReady(List.of(model.params.get(i)));
+                    }
                 }
                 losses.add(loss / microBatches);
                 ddp.finishGradSync();

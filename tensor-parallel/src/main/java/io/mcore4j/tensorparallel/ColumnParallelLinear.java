@@ -23,7 +23,9 @@ import java.util.Objects;
  * <p>The input is replicated over the group ({@link Mappings#copyToTensorParallelRegion}: its
  * gradient is all-reduced in backward) or, with sequence parallelism, split along the sequence and
  * all-gathered first ({@link Mappings#gatherFromSequenceParallelRegion} with a reduce-scattered
- * gradient). With {@code gatherOutput} the output slices are all-gathered into the full output.
+ * gradient). When training with more than one rank and no sequence parallelism, the copy and the
+ * linear run as one Function whose backward overlaps the input gradient's all-reduce with the
+ * weight-gradient GEMM (same result). With {@code gatherOutput} the output slices are all-gathered into the full output.
  * All communication is over the {@code tp} communicator given to the builder.
  *
  * <p>The layer owns its parameters (in the builder's manager) and closes them in {@link #close()}.
@@ -115,14 +117,24 @@ public final class ColumnParallelLinear implements Module {
                     + weight.data().getShape() + " but this layer's weight shard is " + expected);
         }
         LocalOps.checkLastDim(input, inputSize, name, "the input size");
+        NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
+        if (!sequenceParallel && tp.size() > 1 && scope.isGradEnabled()) {
+            // copy-to-region and the linear as one Function: backward all-reduces the input gradient
+            // while it computes the weight gradient
+            NDArray local = addedBias == null
+                    ? scope.apply1(new OverlappedColumnLinear(tp), input, weight.data())
+                    : scope.apply1(new OverlappedColumnLinear(tp), input, weight.data(), addedBias);
+            NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
+            return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
+        }
         NDArray x = sequenceParallel
                 ? Mappings.gatherFromSequenceParallelRegion(scope, tp, input, true)
                 : Mappings.copyToTensorParallelRegion(scope, tp, input);
-        NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
-        NDArray out = LocalOps.linear(scope, x, weight.data(), addedBias);
-        if (gatherOutput) {
-            out = Mappings.gatherFromTensorParallelRegion(scope, tp, out);
-        }
+        NDArray local = LocalOps.linear(scope, x, weight.data(), addedBias);
+        NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
+        // without grad, a gathered input or a gathered-from output is dead here; with grad the scope
+        // keeps what the mappings' Functions refer to, and at TP1 the mappings return what they got
+        scope.release(x == input ? null : x, local == out ? null : local);
         return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
     }
 

@@ -93,12 +93,16 @@ public final class RowParallelLinear implements Module {
             Mappings.checkSequenceLength(x.getShape().get(0), tp);
         }
         NDArray partial = LocalOps.linear(scope, x, weight.data(), null);
-        NDArray out = sequenceParallel
+        NDArray reduced = sequenceParallel
                 ? Mappings.reduceScatterToSequenceParallelRegion(scope, tp, partial)
                 : Mappings.reduceFromTensorParallelRegion(scope, tp, partial);
+        NDArray out = reduced;
         if (bias != null && !skipBiasAdd) {
-            out = LocalOps.add(scope, out, bias.data());
+            out = LocalOps.add(scope, reduced, bias.data());
         }
+        // the pre-bias sum and the partial product are dead once consumed (at TP1 they are one
+        // tensor); the scope keeps them while the reduction's Function refers to them
+        scope.release(partial == out ? null : partial, reduced == out ? null : reduced);
         return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
     }
 

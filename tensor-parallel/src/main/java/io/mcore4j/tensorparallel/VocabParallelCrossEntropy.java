@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
@@ -71,7 +72,17 @@ public final class VocabParallelCrossEntropy {
         return scope.apply1(new CrossEntropy(tp, labelSmoothing), logits, target);
     }
 
-    /** The Function; its context keeps the softmax, the local target index and its in-range mask. */
+    /**
+     * The Function; its context keeps the softmax, the local target index and its in-range mask.
+     *
+     * <p>Memory: the logits are [tokens, V/t], the largest activation of a GPT, and their float32
+     * copies dominate the peak. Forward holds at most two full-size float32 tensors at once (the
+     * shifted copy of the logits and its exponentials, which become the saved softmax in place);
+     * backward turns the saved softmax into the gradient in place and writes the target entries
+     * through a flat index, so it adds only the gradient in the logits' dtype (none for float32).
+     * Backward therefore consumes what forward saved and refuses to run twice; the scope runs each
+     * recorded node's backward once.
+     */
     private record CrossEntropy(Communicator tp, double labelSmoothing) implements Function {
 
         @Override
@@ -82,24 +93,28 @@ public final class VocabParallelCrossEntropy {
             long vocab = local * tp.size();
             long start = local * tp.rank();
             try (NDManager temp = owner.newSubManager()) {
-                // a temp-owned first operand keeps every intermediate in temp
-                NDArray z = Tensors.detach(inputs[0], temp).toType(DataType.FLOAT32, false);
-                NDArray max = z.max(new int[] {last}, true);
+                // a temp-owned first operand keeps every intermediate in temp; the copy is written
+                // in place, so float32 logits are cloned (DJL's toType aliases a same-dtype "copy")
+                NDArray logits = Tensors.detach(inputs[0], temp);
+                NDArray shifted = logits.getDataType() == DataType.FLOAT32
+                        ? logits.duplicate() : logits.toType(DataType.FLOAT32, false);
+                NDArray max = shifted.max(new int[] {last}, true);
                 if (tp.size() > 1) {
                     max = tp.allReduce(max, ReduceOp.MAX, temp);
                 }
-                NDArray shifted = z.sub(max);
+                shifted.subi(max);
 
                 NDArray ids = Tensors.detach(inputs[1], temp).toType(DataType.INT64, false);
                 NDArray inRange = ids.gte(start).logicalAnd(ids.lt(start + local));
                 NDArray localIds = ids.sub(start).mul(inRange.toType(DataType.INT64, false));
                 NDArray inRangeF = inRange.toType(DataType.FLOAT32, false);
                 NDArray targetLogit = shifted.gather(localIds.expandDims(last), last).squeeze(last).mul(inRangeF);
+                NDArray shiftedSum = labelSmoothing > 0 ? shifted.sum(new int[] {last}) : null;
                 NDArray exp = shifted.exp();
-
+                shifted.close();
                 NDList sums = new NDList(targetLogit, exp.sum(new int[] {last}));
-                if (labelSmoothing > 0) {
-                    sums.add(shifted.sum(new int[] {last}));
+                if (shiftedSum != null) {
+                    sums.add(shiftedSum);
                 }
                 NDArray reduced = NDArrays.stack(sums, 0);
                 if (tp.size() > 1) {
@@ -114,7 +129,7 @@ public final class VocabParallelCrossEntropy {
                     loss = loss.mul(1 - sigma).sub(meanLogProb.mul(sigma));
                 }
                 if (ctx.needsInputGrad(0)) {
-                    NDArray softmax = exp.div(reduced.get(1).expandDims(last));
+                    NDArray softmax = exp.divi(reduced.get(1).expandDims(last));
                     softmax.attach(owner);
                     localIds.attach(owner);
                     inRangeF.attach(owner);
@@ -126,22 +141,44 @@ public final class VocabParallelCrossEntropy {
             }
         }
 
+        /**
+         * {@code (softmax − q)·g}, computed as {@code (softmax − u)·g} everywhere and
+         * {@code ((softmax − w·inRange) − u)·g} at each token's target, where {@code q} puts
+         * {@code w} on the target (when this rank owns it) and {@code u} on every id.
+         */
         @Override
         public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
             Saved s = ctx.state(Saved.class);
+            s.consume();
             NDManager owner = ctx.manager();
             try (NDManager temp = owner.newSubManager()) {
-                NDArray softmax = Tensors.detach(ctx.saved(0), temp);
-                NDArray onTarget = Tensors.detach(ctx.saved(1), temp).oneHot(s.localVocab(), DataType.FLOAT32);
+                NDArray grad = Tensors.detach(ctx.saved(0), temp);
+                NDArray ids = Tensors.detach(ctx.saved(1), temp).expandDims(s.lastDim());
                 NDArray inRange = Tensors.detach(ctx.saved(2), temp).expandDims(s.lastDim());
-                NDArray q = onTarget.mul(inRange).mul(s.targetWeight());
-                NDArray diff = softmax.sub(q);
-                if (s.uniformWeight() > 0) {
-                    diff = diff.sub(s.uniformWeight());
-                }
+                // from here on the only handle to the softmax's memory is grad, which becomes the gradient
+                ctx.saved(0).close();
+                ctx.saveForBackward();
                 NDArray g = Tensors.detach(grads[0], temp).toType(DataType.FLOAT32, false).expandDims(s.lastDim());
-                NDArray gradLogits = diff.mul(g).toType(s.logitsType(), false);
+
+                NDArray atTarget = grad.gather(ids, s.lastDim()).sub(inRange.mul(s.targetWeight()));
+                if (s.uniformWeight() > 0) {
+                    atTarget = atTarget.sub(s.uniformWeight());
+                    grad.subi(s.uniformWeight());
+                }
+                atTarget = atTarget.mul(g);
+                grad.muli(g);
+                // one entry per token: row · V/t + local id (an out-of-range token rewrites its entry
+                // 0 with the value it already holds, since its target weight is zero there)
+                // (grad is the contiguous buffer forward allocated, so the flat reshape is a view)
+                int rows = Math.toIntExact(grad.getShape().size() / s.localVocab());
+                NDArray flatIds = temp.arange(0, rows, 1, DataType.INT64).mul(s.localVocab()).add(ids.reshape(-1));
+                grad.reshape(-1).set(new NDIndex("{}", flatIds), atTarget.reshape(-1));
+
+                NDArray gradLogits = grad.toType(s.logitsType(), false);
                 gradLogits.attach(owner);
+                if (gradLogits != grad) {
+                    grad.close();
+                }
                 return new NDArray[] {gradLogits, null};
             }
         }
@@ -157,7 +194,52 @@ public final class VocabParallelCrossEntropy {
     }
 
     /**
-     * What backward needs besides tensors: {@code q = targetWeight·onehot + uniformWeight}.
+     * What backward needs besides tensors: {@code q = targetWeight·onehot + uniformWeight}, and
+     * whether backward has consumed the saved softmax.
      */
-    private record Saved(DataType logitsType, int lastDim, int localVocab, double uniformWeight, double targetWeight) {}
+    private static final class Saved {
+        private final DataType logitsType;
+        private final int lastDim;
+        private final int localVocab;
+        private final double uniformWeight;
+        private final double targetWeight;
+        private boolean consumed;
+
+        Saved(DataType logitsType, int lastDim, int localVocab, double uniformWeight, double targetWeight) {
+            this.logitsType = logitsType;
+            this.lastDim = lastDim;
+            this.localVocab = localVocab;
+            this.uniformWeight = uniformWeight;
+            this.targetWeight = targetWeight;
+        }
+
+        DataType logitsType() {
+            return logitsType;
+        }
+
+        int lastDim() {
+            return lastDim;
+        }
+
+        int localVocab() {
+            return localVocab;
+        }
+
+        double uniformWeight() {
+            return uniformWeight;
+        }
+
+        double targetWeight() {
+            return targetWeight;
+        }
+
+        /** Marks the saved softmax as turned into a gradient; a second backward is a defect. */
+        void consume() {
+            if (consumed) {
+                throw new IllegalStateException("vocab-parallel-cross-entropy: backward ran twice for one forward;"
+                        + " the first consumed the saved softmax");
+            }
+            consumed = true;
+        }
+    }
 }

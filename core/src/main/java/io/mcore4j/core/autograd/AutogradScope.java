@@ -8,9 +8,11 @@ import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 
 /**
  * One forward/backward pass (a step or a micro-batch): owns every tensor created inside it, records
@@ -26,6 +28,8 @@ import java.util.Map;
  * connections) therefore accumulate by linearity before its producer's backward runs; parameters
  * reached from several segments accumulate in their {@code .grad} as usual. The graph is kept
  * ({@code retain_graph}) until the scope closes, because one segment can be entered more than once.
+ * The Java backward of each recorded application runs at most once (the tape is dropped after the
+ * walk), so a Function may consume what its forward saved.
  *
  * <p><b>Threads.</b> libtorch's grad mode is per thread: a scope sets it for the opening thread and
  * restores it on {@link #close()}. Scopes on different threads are independent, so several ranks
@@ -34,7 +38,9 @@ import java.util.Map;
  *
  * <p><b>Memory.</b> {@link #manager()} is a child of the manager given to {@link #open}; closing the
  * scope closes it and so releases every tensor of the pass. Parameters live in a longer-lived
- * manager and keep their accumulated gradients.
+ * manager and keep their accumulated gradients. A tensor that the pass no longer needs can be freed
+ * earlier with {@link #release}: libtorch frees an intermediate as soon as nothing refers to it,
+ * but a DJL handle is such a reference and lives until its manager closes.
  */
 public final class AutogradScope implements AutoCloseable {
     private final NDManager manager;
@@ -42,6 +48,8 @@ public final class AutogradScope implements AutoCloseable {
     private final boolean previousGradMode;
     private final Thread owner = Thread.currentThread();
     private final List<Node> tape = new ArrayList<>();
+    /** Every tensor object a recorded node refers to (inputs, outputs); {@link #release} leaves them open. */
+    private final Set<NDArray> referenced = Collections.newSetFromMap(new IdentityHashMap<>());
     private boolean closed;
 
     private AutogradScope(NDManager parent, boolean gradEnabled) {
@@ -152,7 +160,65 @@ public final class AutogradScope implements AutoCloseable {
             }
         }
         tape.add(new Node(function, ctx, inputs.clone(), leaves));
+        Collections.addAll(referenced, inputs);
+        // integer outputs too: the function may have saved the very object it returned
+        Collections.addAll(referenced, result);
         return result;
+    }
+
+    /**
+     * Closes handles to tensors of this pass that the caller will not use again, so that their
+     * memory goes back to the allocator now instead of when the scope closes (libtorch frees
+     * a tensor when its last reference goes; a DJL handle is one and otherwise lives as long as its
+     * manager). Closing a handle never changes results: tensors that libtorch's autograd saved for
+     * backward, and storage shared with views, stay alive through libtorch's own references, so
+     * memory is freed only where nothing else refers to it.
+     *
+     * <p>Each argument is closed unless it is one of these, which are left open:
+     * <ul>
+     *   <li>{@code null}, or already closed;</li>
+     *   <li>a tensor this scope still refers to: an input or output of a {@link Function} applied
+     *       through {@link #apply} and not yet back-propagated ({@link #backward} routes gradients
+     *       through exactly those objects);</li>
+     *   <li>a tensor owned by neither this scope's manager nor one of its sub-managers, such as a
+     *       parameter or a caller's tensor from a longer-lived manager.</li>
+     * </ul>
+     *
+     * <p>The caller must not pass a tensor it still uses or returns under another name. One object
+     * can travel under two names: {@link Cast} to the same dtype, a tensor-parallel mapping at
+     * tensor-parallel size 1 and a Function applied with grad off may each return their input
+     * itself. Releasing a tensor that a view was taken from does not invalidate the view.
+     *
+     * <p>Cost: one identity-set lookup and one walk up the manager chain per argument.
+     *
+     * @param tensors tensors the caller is done with; entries may be null or repeat
+     * @return the number of handles closed by this call
+     * @throws IllegalStateException if the scope is closed or used from another thread
+     */
+    public int release(NDArray... tensors) {
+        checkUsable();
+        int count = 0;
+        for (NDArray t : tensors) {
+            if (t == null || t.isReleased() || referenced.contains(t) || !ownedHere(t)) {
+                continue;
+            }
+            t.close();
+            count++;
+        }
+        return count;
+    }
+
+    /** Whether {@code tensor}'s manager is this scope's manager or lies below it. */
+    private boolean ownedHere(NDArray tensor) {
+        NDManager m = tensor.getManager();
+        while (m != null) {
+            if (m == manager) {
+                return true;
+            }
+            NDManager parent = m.getParentManager();
+            m = parent == m ? null : parent;
+        }
+        return false;
     }
 
     /**
@@ -241,6 +307,7 @@ public final class AutogradScope implements AutoCloseable {
         }
         pending.flush();
         tape.clear();
+        referenced.clear();
     }
 
     /** Closes every tensor of the pass and restores the thread's previous grad mode. */
@@ -255,6 +322,7 @@ public final class AutogradScope implements AutoCloseable {
         }
         closed = true;
         tape.clear();
+        referenced.clear();
         manager.close();
         JniUtils.setGradMode(previousGradMode);
     }

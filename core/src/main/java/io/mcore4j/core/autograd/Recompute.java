@@ -13,6 +13,10 @@ import io.mcore4j.core.Tensors;
  * restores (for example a dropout generator's position). It may apply communicating Functions
  * (tensor-parallel mappings): every rank reruns the same body in backward, so collectives stay
  * matched. Parameters used by the body accumulate their gradients during the second run.
+ *
+ * <p>Both runs give the body inputs owned by a scope of its own, closed when the run ends: whatever
+ * the body creates and does not return is freed then, and the body may {@link AutogradScope#release}
+ * its intermediates earlier. The body must not release its inputs.
  */
 public final class Recompute implements Function {
 
@@ -83,7 +87,13 @@ public final class Recompute implements Function {
         ctx.saveForBackward(kept);
         ctx.setState(before);
         try (AutogradScope inner = AutogradScope.openNoGrad(ctx.manager())) {
-            NDArray[] out = body.run(inner, inputs);
+            // DJL gives a result the manager of its first operand: handles owned by the inner scope
+            // keep the body's intermediates there, freed when it closes (and releasable in the body)
+            NDArray[] local = new NDArray[inputs.length];
+            for (int i = 0; i < inputs.length; i++) {
+                local[i] = Tensors.detach(inputs[i], inner.manager());
+            }
+            NDArray[] out = body.run(inner, local);
             for (NDArray o : out) {
                 o.attach(ctx.manager());
             }

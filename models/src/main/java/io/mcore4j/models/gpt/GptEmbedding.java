@@ -72,12 +72,18 @@ public final class GptEmbedding implements Module {
             rows.attach(scope.manager());
             NDArray column = rows.expandDims(1);
             column.attach(scope.manager());
-            x = x.add(column);
+            NDArray words = x;
+            x = words.add(column);
+            // the sum saves nothing for backward: the word embeddings die here unless a Function refers to them
+            scope.release(words, rows, column);
         }
         double p = ctx.config().hiddenDropout();
         if (p > 0 && scope.isGradEnabled()) {
             NDArray keep = ctx.hiddenDropout().keepMask(scope.manager(), x.getShape(), p, x.getDataType());
-            x = Tensors.scale(x.mul(keep), 1 / (1 - p), scope.manager());
+            NDArray undropped = x;
+            NDArray dropped = undropped.mul(keep);
+            x = Tensors.scale(dropped, 1 / (1 - p), scope.manager());
+            scope.release(undropped, keep, dropped);
         }
         return x;
     }

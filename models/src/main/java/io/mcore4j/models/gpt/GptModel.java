@@ -6,6 +6,7 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -21,6 +22,8 @@ import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CopyOnWriteArrayList;
 
 /**
  * One pipeline chunk of a GPT: the embedding if it is the first chunk of the model, a run of
@@ -35,7 +38,7 @@ import java.util.Map;
  */
 public final class GptModel implements Module {
     private static final String OUTPUT_KEY = "output_layer.";
-    private static final Function LAYER_BOUNDARY = new LayerBoundary();
+    private static final Function LAYER_BOUNDARY = new LayerBoundary(List.of(), List.of());
 
     private final ModelContext ctx;
     private final GptEmbedding embedding;
@@ -43,6 +46,7 @@ public final class GptModel implements Module {
     private final Norm finalNorm;
     private final ColumnParallelLinear output;
     private final boolean outputIsEmbeddingCopy;
+    private final List<GradientReadyListener> gradientListeners = new CopyOnWriteArrayList<>();
 
     private GptModel(ModelContext ctx, LayerSpec spec, int[] layerNumbers, boolean preProcess, boolean postProcess) {
         TransformerConfig c = ctx.config();
@@ -111,26 +115,43 @@ public final class GptModel implements Module {
         } else {
             throw new IllegalArgumentException("a chunk without the embedding needs the previous stage's hidden states");
         }
-        boolean cut = ctx.config().recompute() != TransformerConfig.Recompute.FULL;
+        boolean cut = ctx.config().recompute() != TransformerConfig.Recompute.FULL && scope.isGradEnabled();
         for (TransformerLayer layer : layers) {
-            if (cut && scope.isGradEnabled() && hidden != input) {
-                // a cut per layer keeps each backward segment to one layer instead of the whole residual chain
-                hidden = scope.apply1(LAYER_BOUNDARY, hidden);
+            if (cut && hidden != input) {
+                // a cut per layer keeps each backward segment to one layer instead of the whole residual chain;
+                // when backward reaches it, the layer after it is done
+                hidden = scope.apply1(boundary(layer.parameters()), hidden);
             }
-            hidden = layer.forward(scope, hidden);
+            NDArray layerInput = hidden;
+            hidden = layer.forward(scope, layerInput);
+            // the caller's input stays: a pipeline schedule reads its gradient after backward
+            scope.release(layerInput == input ? null : layerInput);
         }
         if (finalNorm == null) {
             return hidden;
         }
-        hidden = finalNorm.forward(scope, hidden);
+        if (cut && !gradientListeners.isEmpty() && hidden != input) {
+            // the same for the final norm and the output layer, for listeners
+            List<Parameter> head = new ArrayList<>(finalNorm.parameters());
+            if (output != null) {
+                head.addAll(output.parameters());
+            }
+            hidden = scope.apply1(boundary(head), hidden);
+        }
+        NDArray normed = finalNorm.forward(scope, hidden);
         NDArray logits = output == null
-                ? ColumnParallelLinearOverEmbedding.logits(scope, ctx, hidden, embedding.wordWeight())
-                : output.forward(scope, hidden).output();
+                ? ColumnParallelLinearOverEmbedding.logits(scope, ctx, normed, embedding.wordWeight())
+                : output.forward(scope, normed).output();
+        scope.release(hidden == input ? null : hidden, normed);
         if (labels == null) {
             return logits;
         }
         NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0);
-        return Cast.apply(scope, losses, DataType.FLOAT32).mean();
+        NDArray loss = Cast.apply(scope, losses, DataType.FLOAT32).mean();
+        // without grad nothing refers to the logits any more; with grad the cross-entropy's
+        // Function does until backward, and the scope leaves them open
+        scope.release(logits);
+        return loss;
     }
 
     /** @return parameters whose gradients are summed over the embedding group (tied weights split across stages) */
@@ -233,8 +254,30 @@ public final class GptModel implements Module {
         }
     }
 
-    /** Identity whose only effect is to cut the graph: backward segments stay one layer long. */
-    private static final class LayerBoundary implements Function {
+    /**
+     * Adds a listener told during backward, per pass, when the parameters of each layer (and of the
+     * final norm and output layer together) have their gradients from that pass complete: when
+     * backward leaves the layer. Parameters of a chunk's first layer fed by a previous pipeline
+     * stage, of the embedding, and every parameter under full recompute are not reported (their
+     * gradients are complete when the pass's backward returns). Data-parallel wrappers use this to
+     * start gradient reduction during backward.
+     *
+     * @param listener the listener; called on the thread running backward
+     */
+    public void addGradientReadyListener(GradientReadyListener listener) {
+        gradientListeners.add(Objects.requireNonNull(listener, "listener"));
+    }
+
+    private Function boundary(List<Parameter> completed) {
+        return gradientListeners.isEmpty() || completed.isEmpty() ? LAYER_BOUNDARY
+                : new LayerBoundary(List.copyOf(completed), gradientListeners);
+    }
+
+    /**
+     * Identity whose only effect is to cut the graph: backward segments stay one layer long. Its
+     * backward runs once the segment after it is done, so it reports that segment's parameters.
+     */
+    private record LayerBoundary(List<Parameter> completed, List<GradientReadyListener> listeners) implements Function {
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
             return inputs.clone();
@@ -242,6 +285,9 @@ public final class GptModel implements Module {
 
         @Override
         public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
+            for (GradientReadyListener listener : listeners) {
+                listener.gradientsReady(completed);
+            }
             return gradOutputs.clone();
         }
 

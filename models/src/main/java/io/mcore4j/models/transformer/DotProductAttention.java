@@ -27,30 +27,59 @@ public final class DotProductAttention implements CoreAttention {
         long np = query.getShape().get(2);
         long d = query.getShape().get(3);
         long ng = key.getShape().get(2);
-        if (ng != np) {
-            // each key/value group serves np/ng consecutive query heads
-            key = key.repeat(2, np / ng);
-            value = value.repeat(2, np / ng);
-        }
+        // each key/value group serves np/ng consecutive query heads
+        NDArray keys = ng != np ? key.repeat(2, np / ng) : key;
+        NDArray values = ng != np ? value.repeat(2, np / ng) : value;
         DataType dtype = query.getDataType();
-        NDArray q = query.transpose(1, 2, 0, 3).reshape(b * np, s, d);
-        NDArray k = key.transpose(1, 2, 3, 0).reshape(b * np, d, s);
-        NDArray v = value.transpose(1, 2, 0, 3).reshape(b * np, s, d);
-        NDArray scores = Tensors.scale(Cast.apply(scope, q.matMul(k), DataType.FLOAT32), 1.0 / Math.sqrt(d), scope.manager());
-        NDArray probs = Cast.apply(scope, scores.add(causalMask(scope.manager(), s)).softmax(-1), dtype);
+        NDArray qT = query.transpose(1, 2, 0, 3);
+        NDArray kT = keys.transpose(1, 2, 3, 0);
+        NDArray vT = values.transpose(1, 2, 0, 3);
+        NDArray q = qT.reshape(b * np, s, d);
+        NDArray k = kT.reshape(b * np, d, s);
+        NDArray v = vT.reshape(b * np, s, d);
+        NDArray rawScores = q.matMul(k);
+        NDArray scores32 = Cast.apply(scope, rawScores, DataType.FLOAT32);
+        NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), scope.manager());
+        NDArray mask = causalMask(scope, s);
+        NDArray masked = scores.add(mask);
+        NDArray probs32 = masked.softmax(-1);
+        NDArray probs = Cast.apply(scope, probs32, dtype);
+        // [b·np, s, s] float32 intermediates that backward does not need (softmax keeps its output);
+        // a cast to the dtype it already has returns its input, so probs32 may live on as probs
+        scope.release(qT, kT, vT, rawScores, scores32, scores, mask, masked, probs32 == probs ? null : probs32);
+        if (keys != key) {
+            scope.release(keys, values);
+        }
         double p = ctx.config().attentionDropout();
+        NDArray kept = probs;
         if (p > 0 && scope.isGradEnabled()) {
             NDArray keep = ctx.attentionDropout().keepMask(scope.manager(), probs.getShape(), p, dtype);
-            probs = Tensors.scale(probs.mul(keep), 1 / (1 - p), scope.manager());
+            NDArray dropped = probs.mul(keep);
+            kept = Tensors.scale(dropped, 1 / (1 - p), scope.manager());
+            scope.release(probs, keep, dropped);
         }
-        NDArray context = probs.matMul(v).reshape(b, np, s, d).transpose(2, 0, 1, 3);
-        return context.reshape(s, b, np * d);
+        NDArray merged = kept.matMul(v);
+        NDArray perHead = merged.reshape(b, np, s, d);
+        NDArray sequenceFirst = perHead.transpose(2, 0, 1, 3);
+        NDArray context = sequenceFirst.reshape(s, b, np * d);
+        scope.release(q, k, v, kept, merged, perHead, sequenceFirst);
+        return context;
     }
 
-    /** Additive mask: 0 where a query may attend (key position ≤ query position), -10000 elsewhere. */
-    private static NDArray causalMask(NDManager manager, long s) {
+    /**
+     * Additive mask [1, s, s]: 0 where a query may attend (key position ≤ query position), -10000
+     * elsewhere; owned by the scope, its temporaries closed.
+     */
+    private static NDArray causalMask(AutogradScope scope, long s) {
+        NDManager manager = scope.manager();
         NDArray pos = manager.arange(0, (int) s, 1, DataType.INT64);
-        NDArray future = pos.reshape(1, s).gt(pos.reshape(s, 1));
-        return future.toType(DataType.FLOAT32, false).mul(-10000.0f).reshape(new Shape(1, s, s));
+        NDArray row = pos.reshape(1, s);
+        NDArray column = pos.reshape(s, 1);
+        NDArray future = row.gt(column);
+        NDArray future32 = future.toType(DataType.FLOAT32, false);
+        NDArray scaled = future32.mul(-10000.0f);
+        NDArray mask = scaled.reshape(new Shape(1, s, s));
+        scope.release(pos, row, column, future, future32, scaled);
+        return mask;
     }
 }

@@ -45,15 +45,23 @@ public final class Mlp implements Module {
      * @return the MLP output, same shape as {@code x}
      */
     public NDArray forward(AutogradScope scope, NDArray x) {
-        NDArray h = fc1.forward(scope, x).output();
+        NDArray pre = fc1.forward(scope, x).output();
+        NDArray h;
         if (activation == TransformerConfig.Activation.SWIGLU) {
-            NDList parts = h.split(2, h.getShape().dimension() - 1);
+            NDList parts = pre.split(2, pre.getShape().dimension() - 1);
             NDArray gate = parts.get(0);
-            h = gate.mul(Activation.sigmoid(gate)).mul(parts.get(1));
+            NDArray sigmoid = Activation.sigmoid(gate);
+            NDArray silu = gate.mul(sigmoid);
+            h = silu.mul(parts.get(1));
+            // libtorch keeps what the products' backward needs; the handles go now
+            scope.release(sigmoid, silu, parts.get(0), parts.get(1));
         } else {
-            h = Activation.gelu(h);
+            h = Activation.gelu(pre);
         }
-        return fc2.forward(scope, h).output();
+        scope.release(pre);
+        NDArray out = fc2.forward(scope, h).output();
+        scope.release(h);
+        return out;
     }
 
     @Override

@@ -57,9 +57,19 @@ public final class Norm implements Module {
         // RMSNorm from elementary ops: square and mean in float32, where x^2 cannot overflow
         DataType dtype = x.getDataType();
         NDArray x32 = Cast.apply(scope, x, DataType.FLOAT32);
-        NDArray rms = x32.square().mean(new int[] {-1}, true).add(epsilon).sqrt();
-        NDArray y = x32.div(rms).mul(Cast.apply(scope, weight.data(), DataType.FLOAT32));
-        return Cast.apply(scope, y, dtype);
+        NDArray square = x32.square();
+        NDArray meanSquare = square.mean(new int[] {-1}, true);
+        NDArray shifted = meanSquare.add(epsilon);
+        NDArray rms = shifted.sqrt();
+        NDArray normalized = x32.div(rms);
+        NDArray w32 = Cast.apply(scope, weight.data(), DataType.FLOAT32);
+        NDArray y = normalized.mul(w32);
+        NDArray out = Cast.apply(scope, y, dtype);
+        // a cast to the dtype a tensor already has returns it: x (the caller's), the weight and the
+        // result itself are never released; the scope also keeps what its recorded casts refer to
+        scope.release(x32 == x ? null : x32, square, meanSquare, shifted, rms, normalized,
+                w32 == weight.data() ? null : w32, y == out ? null : y);
+        return out;
     }
 
     @Override

@@ -46,8 +46,17 @@ public final class SdpaAttention implements CoreAttention {
         long np = query.getShape().get(2);
         long d = query.getShape().get(3);
         NDList in = new NDList(query.transpose(1, 2, 0, 3), key.transpose(1, 2, 0, 3), value.transpose(1, 2, 0, 3));
-        NDArray context = module.forward(noParameters, in, scope.isGradEnabled()).singletonOrThrow();
+        // always the training entry point: DJL runs an evaluation call under libtorch's inference
+        // mode, whose outputs can never join autograd, yet recompute's first run is a no-grad scope
+        // whose output must become a leaf. The module has no dropout, so both modes compute the
+        // same; the scope's grad mode decides whether a graph is recorded.
+        NDArray context = module.forward(noParameters, in, true).singletonOrThrow();
         context.attach(scope.manager());
-        return context.transpose(2, 0, 1, 3).reshape(s, b, np * d);
+        scope.release(in.toArray(new NDArray[0]));
+        NDArray heads = context.transpose(2, 0, 1, 3);
+        NDArray out = heads.reshape(s, b, np * d);
+        // the fused kernel's backward keeps its own output where it needs it; without grad it dies here
+        scope.release(context, heads);
+        return out;
     }
 }

@@ -62,24 +62,32 @@ public final class SelfAttention implements Module {
         long b = mixed.getShape().get(1);
         long groups = mixed.getShape().get(2) / ((headsPerGroup + 2L) * headDim);
         NDArray grouped = mixed.reshape(s, b, groups, headsPerGroup + 2, headDim);
-        NDArray query = grouped.get(new NDIndex(":, :, :, :{}, :", headsPerGroup)).reshape(s, b, groups * headsPerGroup, headDim);
+        NDArray queryGroups = grouped.get(new NDIndex(":, :, :, :{}, :", headsPerGroup));
+        NDArray query = queryGroups.reshape(s, b, groups * headsPerGroup, headDim);
         NDArray key = grouped.get(new NDIndex(":, :, :, {}, :", headsPerGroup));
         NDArray value = grouped.get(new NDIndex(":, :, :, {}, :", headsPerGroup + 1));
+        NDArray rotatedQuery = query;
+        NDArray rotatedKey = key;
         if (rope != null) {
             NDArray[] rotated = rope.apply(scope.manager(), query, key);
-            query = rotated[0];
-            key = rotated[1];
+            rotatedQuery = rotated[0];
+            rotatedKey = rotated[1];
         }
         NDArray context;
         if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
             Recompute recompute = new Recompute("recompute(core attention)",
                     (inner, in) -> new NDArray[] {core.forward(inner, in[0], in[1], in[2])},
                     new DropoutReplay(ctx.attentionDropout()));
-            context = scope.apply1(recompute, query, key, value);
+            context = scope.apply1(recompute, rotatedQuery, rotatedKey, value);
         } else {
-            context = core.forward(scope, query, key, value);
+            context = core.forward(scope, rotatedQuery, rotatedKey, value);
         }
-        return proj.forward(scope, context).output();
+        // the fused QKV output and its views were consumed by the core attention, which keeps
+        // (through libtorch or the scope) whatever its backward needs
+        scope.release(mixed, grouped, queryGroups, query, key, value, rotatedQuery, rotatedKey);
+        NDArray out = proj.forward(scope, context).output();
+        scope.release(context);
+        return out;
     }
 
     @Override

@@ -96,11 +96,19 @@ public final class TransformerLayer implements Module {
 
     private NDArray compute(AutogradScope scope, NDArray x) {
         double p = ctx.config().hiddenDropout();
-        NDArray attn = attention.forward(scope, inputNorm.forward(scope, x));
-        NDArray h = x.add(Dropout.apply(scope, attn, p, ctx.hiddenDropout()));
-        NDArray normed = preMlpNorm.forward(scope, h);
-        NDArray m = moe != null ? moe.forward(scope, normed) : mlp.forward(scope, normed);
-        return h.add(Dropout.apply(scope, m, p, ctx.hiddenDropout()));
+        NDArray attnIn = inputNorm.forward(scope, x);
+        NDArray attn = attention.forward(scope, attnIn);
+        NDArray attnOut = Dropout.apply(scope, attn, p, ctx.hiddenDropout());
+        NDArray h = x.add(attnOut);
+        // a residual add saves nothing for backward: the branch's output dies here (the scope
+        // keeps whatever a Function still refers to, libtorch whatever its graph saved)
+        scope.release(attnIn, attn, attnOut);
+        NDArray mlpIn = preMlpNorm.forward(scope, h);
+        NDArray m = moe != null ? moe.forward(scope, mlpIn) : mlp.forward(scope, mlpIn);
+        NDArray mlpOut = Dropout.apply(scope, m, p, ctx.hiddenDropout());
+        NDArray out = h.add(mlpOut);
+        scope.release(h, mlpIn, m, mlpOut);
+        return out;
     }
 
     @Override

@@ -39,6 +39,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.locks.LockSupport;
 
 /**
  * GPT training throughput on the default device (the GPU of LOCAL_RANK when CUDA is present).
@@ -48,7 +49,10 @@ import java.util.Map;
  * One process per GPU; several processes need a GPU communication backend (launched with
  * torchrun); a single process uses an in-JVM world of one rank. Step time excludes the warm-up
  * steps; memory is what the CUDA driver reports in use on the device (libtorch's caching allocator
- * included), sampled after each step.
+ * included), sampled after each step ({@code --sample-memory}: every millisecond, see
+ * {@code MemorySampler}). {@code --overlap-grad-reduce} starts data-parallel bucket reductions
+ * during the last backward; {@code --phases} synchronises the device between the phases of a step
+ * and prints their times.
  */
 public final class GptBenchmark {
     private GptBenchmark() {}
@@ -99,8 +103,12 @@ public final class GptBenchmark {
                 .fp16(config.dtype() == DataType.FLOAT16)
                 .useDistributedOptimizer(Boolean.parseBoolean(a.get("--use-distributed-optimizer")))
                 .fusedAdam(Boolean.parseBoolean(a.get("--fused-adam")))
-                .gradReduceInFp32(Boolean.parseBoolean(a.get("--grad-reduce-in-fp32"))).build();
+                .gradReduceInFp32(Boolean.parseBoolean(a.get("--grad-reduce-in-fp32")))
+                .overlapGradReduce(Boolean.parseBoolean(a.get("--overlap-grad-reduce"))).build();
         DistributedDataParallel ddp = new DistributedDataParallel(params, groups, oc, model.sharedEmbeddingParameters());
+        if (oc.overlapGradReduce()) {
+            model.addGradientReadyListener(ddp);
+        }
         MegatronOptimizer optimizer = Optimizers.create(params, ddp, groups, oc);
         DeterministicRandom tokens = new SeedScheme(99).generator("benchmark-tokens", groups.dataParallelRank());
         long local = config.sequenceParallel() ? seq / tp : seq;
@@ -111,11 +119,13 @@ public final class GptBenchmark {
         StepResult last = null;
         boolean phases = Boolean.parseBoolean(a.get("--phases"));
         double[] phaseSeconds = new double[4];
+        MemorySampler sampler = device.isGpu() && Boolean.parseBoolean(a.get("--sample-memory")) ? MemorySampler.start(device) : null;
         for (int step = 0; step < warmup + steps; step++) {
             long start = System.nanoTime();
             long[] marks = new long[5];
             marks[0] = start;
             double scale = optimizer.lossScale();
+            ddp.expectBackwardPasses(micro);
             Schedules.forwardBackward((scope, chunk, mb, input) -> {
                 NDArray ids = null;
                 if (model.isPreProcess() || model.isPostProcess()) {
@@ -148,6 +158,9 @@ public final class GptBenchmark {
                 peakGiB = Math.max(peakGiB, endGiB);
             }
         }
+        if (sampler != null) {
+            peakGiB = Math.max(peakGiB, sampler.stop());
+        }
         double stepTime = times.stream().mapToDouble(Double::doubleValue).average().orElse(Double.NaN);
         double tokensPerStep = (double) mbs * micro * dims.dataParallel() * seq;
         double tokensPerGpu = tokensPerStep / stepTime / dims.worldSize();
@@ -169,6 +182,45 @@ public final class GptBenchmark {
         optimizer.close();
         ddp.close();
         model.close();
+    }
+
+    /**
+     * Samples the device memory in use every millisecond on a daemon thread. With libtorch's
+     * caching allocator the figure only grows, so sampling adds nothing; with caching off
+     * ({@code PYTORCH_NO_CUDA_MEMORY_CACHING=1}, slow) it follows the allocated bytes and its maximum
+     * approximates the allocator's peak, the figure PyTorch reports as {@code max_memory_allocated}.
+     */
+    private static final class MemorySampler {
+        private final Thread thread;
+        private volatile boolean running = true;
+        private volatile long peak;
+
+        private MemorySampler(Device device) {
+            thread = new Thread(() -> {
+                while (running) {
+                    peak = Math.max(peak, CudaUtils.getGpuMemory(device).getCommitted());
+                    LockSupport.parkNanos(1_000_000);
+                }
+            }, "memory-sampler");
+            thread.setDaemon(true);
+        }
+
+        static MemorySampler start(Device device) {
+            MemorySampler s = new MemorySampler(device);
+            s.thread.start();
+            return s;
+        }
+
+        /** @return the peak in GiB */
+        double stop() {
+            running = false;
+            try {
+                thread.join();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+            return peak / (double) (1L << 30);
+        }
     }
 
     /** Waits for the device's queued work (a device-to-host read on the default stream) and returns the time. */
@@ -211,11 +263,14 @@ public final class GptBenchmark {
         a.put("--phases", "false");
         a.put("--fused-adam", "true");
         a.put("--grad-reduce-in-fp32", "true");
+        a.put("--sample-memory", "false");
+        a.put("--overlap-grad-reduce", "false");
         for (int i = 0; i < argv.length; i++) {
             if (!a.containsKey(argv[i]) && !argv[i].equals("--seq-length")) {
                 throw new IllegalArgumentException("unknown flag " + argv[i] + "; flags: " + a.keySet() + " --seq-length");
             }
-            boolean isSwitch = List.of("--sequence-parallel", "--use-distributed-optimizer", "--cpu-initialization", "--phases").contains(argv[i]);
+            boolean isSwitch = List.of("--sequence-parallel", "--use-distributed-optimizer", "--cpu-initialization", "--phases",
+                    "--sample-memory", "--overlap-grad-reduce").contains(argv[i]);
             if (isSwitch) {
                 a.put(argv[i], "true");
             } else if (i + 1 < argv.length) {

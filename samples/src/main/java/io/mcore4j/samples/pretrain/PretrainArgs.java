@@ -68,6 +68,9 @@ import java.util.Set;
  * @param moeDispatcher --moe-token-dispatcher-type (allgather, alltoall)
  * @param expertParallel --expert-model-parallel-size
  * @param fusedAdam Adam through libtorch's fused kernel (default; {@code --no-fused-adam} turns it off)
+ * @param overlapGradReduce --overlap-grad-reduce: start data-parallel gradient reduction during the last backward
+ * @param ddpBucketSize --ddp-bucket-size: parameters per data-parallel gradient bucket (default 10,000,000,
+ *     i.e. the optimizer's 40 MB of float32 gradients)
  */
 public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, int layersPerVirtualStage,
                            boolean sequenceParallel, int numLayers, int hiddenSize, int numAttentionHeads,
@@ -81,10 +84,10 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
                            int evalIters, int logInterval, long seed, Path metricsDir, double peakTflops,
                            int timeoutSeconds, int numExperts, int moeTopK, int moeFfnHiddenSize,
                            int moeLayerFrequency, double moeAuxLossCoeff, String moeDispatcher, int expertParallel,
-                           boolean fusedAdam) {
+                           boolean fusedAdam, boolean overlapGradReduce, long ddpBucketSize) {
 
     private static final Set<String> SWITCHES = Set.of("--sequence-parallel", "--fp16", "--use-distributed-optimizer",
-            "--swiglu", "--untie-embeddings-and-output-weights", "--mock-data", "--no-fused-adam");
+            "--swiglu", "--untie-embeddings-and-output-weights", "--mock-data", "--no-fused-adam", "--overlap-grad-reduce");
 
     /** Cross-checks the values. */
     public PretrainArgs {
@@ -113,6 +116,9 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
         }
         if (logInterval < 1) {
             throw new IllegalArgumentException("--log-interval " + logInterval + " must be positive");
+        }
+        if (ddpBucketSize < 1) {
+            throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " must be positive");
         }
     }
 
@@ -216,7 +222,8 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
                 f.real("--peak-tflops"), f.integer("--distributed-timeout-seconds"), f.integer("--num-experts"),
                 f.integer("--moe-router-topk"), f.integer("--moe-ffn-hidden-size"), f.integer("--moe-layer-freq"),
                 f.real("--moe-aux-loss-coeff"), f.text("--moe-token-dispatcher-type"),
-                f.integer("--expert-model-parallel-size"), !f.bool("--no-fused-adam"));
+                f.integer("--expert-model-parallel-size"), !f.bool("--no-fused-adam"), f.bool("--overlap-grad-reduce"),
+                f.longInteger("--ddp-bucket-size"));
     }
 
     private static final Map<String, String> DEFAULTS = defaults();
@@ -277,6 +284,8 @@ public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, 
         d.put("--moe-token-dispatcher-type", "allgather");
         d.put("--expert-model-parallel-size", "1");
         d.put("--no-fused-adam", "false");
+        d.put("--overlap-grad-reduce", "false");
+        d.put("--ddp-bucket-size", "10000000");
         return d;
     }
 

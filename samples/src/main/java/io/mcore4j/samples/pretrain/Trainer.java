@@ -103,8 +103,14 @@ final class Trainer {
         }
         OptimizerConfig optimizerConfig = OptimizerConfig.builder().algorithm(OptimizerConfig.Algorithm.ADAMW)
                 .lr(args.lr()).weightDecay(args.weightDecay()).clipGrad(args.clipGrad()).fp16(args.fp16())
-                .useDistributedOptimizer(args.useDistributedOptimizer()).fusedAdam(args.fusedAdam()).build();
+                .useDistributedOptimizer(args.useDistributedOptimizer()).fusedAdam(args.fusedAdam())
+                .overlapGradReduce(args.overlapGradReduce()).bucketSizeBytes(4 * args.ddpBucketSize()).build();
         this.ddp = new DistributedDataParallel(parameters, groups, optimizerConfig, shared);
+        if (optimizerConfig.overlapGradReduce()) {
+            for (GptModel chunk : chunks) {
+                chunk.addGradientReadyListener(ddp);
+            }
+        }
         // optimizer state is keyed like the weights it belongs to, so checkpoints reshard across layouts
         Map<Parameter, String> keys = new IdentityHashMap<>();
         for (GptModel chunk : chunks) {
@@ -177,6 +183,7 @@ final class Trainer {
                 double lr = schedule.lr(iteration);
                 // MoE auxiliary losses get the same upstream gradient as the main loss's micro-batches
                 ctx.auxLossScale().set(optimizer.lossScale() / microBatches);
+                ddp.expectBackwardPasses(microBatches); // bucket reductions start during the last backward
                 ScheduleResult result = runSchedule(train, consumedSamples, false);
                 for (GptModel chunk : chunks) {
                     chunk.finishStep();

@@ -57,6 +57,15 @@ class PretrainGptLayoutTest {
         sp.add("--sequence-parallel");
         sp.add("--use-distributed-optimizer");
         assertSameLosses(serial, train(sp), "TP2 PP2 DP2 + SP + distributed optimizer");
+        List<String> overlapped = new ArrayList<>(tp2pp2dp2);
+        overlapped.addAll(List.of("--overlap-grad-reduce", "--ddp-bucket-size", "2000"));
+        assertSameLosses(serial, train(overlapped), "TP2 PP2 DP2 + overlapped gradient reduction");
+        List<String> dp4 = common(4, 20);
+        dp4.addAll(List.of("--use-distributed-optimizer", "--overlap-grad-reduce", "--ddp-bucket-size", "2000",
+                "--untie-embeddings-and-output-weights"));
+        List<String> serialUntied = common(1, 20);
+        serialUntied.add("--untie-embeddings-and-output-weights");
+        assertSameLosses(train(serialUntied), train(dp4), "DP4 + distributed optimizer + overlapped gradient reduction");
         List<String> vp = common(4, 20);
         vp.addAll(List.of("--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"));
         assertSameLosses(serial, train(vp), "PP2 VP2 DP2");
