@@ -4,7 +4,9 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import ai.djl.ndarray.types.SparseFormat;
 import ai.djl.pytorch.engine.PtNDArray;
+import ai.djl.pytorch.engine.PtNDManager;
 import ai.djl.pytorch.jni.JniUtils;
 
 import java.util.Arrays;
@@ -87,7 +89,8 @@ public final class Tensors {
      * <p>DJL's {@code mul(Number)} and {@code div(Number)} wrap the number in a tensor over a Java
      * buffer and close it at once, but libtorch keeps that operand for the backward of the product:
      * after a garbage collection the backward reads freed memory and the gradient is silently
-     * wrong. Here the scalar is a libtorch-owned tensor that {@code owner} keeps until it closes.
+     * wrong. Here the scalar is a libtorch-owned tensor that {@code owner} keeps until it closes
+     * ({@link #scalar}, which also spares the host-to-device copy a number operand costs on a GPU).
      *
      * @param x any floating tensor
      * @param factor the scale
@@ -95,10 +98,26 @@ public final class Tensors {
      * @return the scaled tensor
      */
     public static NDArray scale(NDArray x, double factor, NDManager owner) {
-        NDArray scalar = owner.full(new Shape(), (float) factor, x.getDataType(), x.getDevice());
-        NDArray out = x.mul(scalar);
+        NDArray out = x.mul(scalar(factor, x, owner));
         out.attach(owner);
         return out;
+    }
+
+    /**
+     * A 0-dim tensor holding {@code value} in {@code like}'s dtype, filled on {@code like}'s device:
+     * the operand to use instead of a Java number. DJL's number overloads ({@code mul(Number)},
+     * {@code gte(Number)}, {@code sub(Number)}, ...) wrap the number in a tensor copied from host
+     * memory; on a GPU that pageable copy waits for every kernel queued before it, a host
+     * synchronisation per call. This one is a fill kernel, queued like any other op.
+     *
+     * @param value the number (rounded to {@code like}'s dtype)
+     * @param like a tensor whose dtype and device the scalar takes
+     * @param owner the manager that owns the scalar (a PyTorch-engine manager)
+     * @return the scalar
+     */
+    public static NDArray scalar(double value, NDArray like, NDManager owner) {
+        return JniUtils.full((PtNDManager) owner, new Shape(), value, like.getDataType(), like.getDevice(),
+                SparseFormat.DENSE);
     }
 
     /**

@@ -475,16 +475,17 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         // the loss is a mean over the global batch, which is split over the DP x CP ranks: every
         // gradient, an expert's too, is divided by that count; expert buckets are only summed over
         // the smaller expert-DP group because the other ranks' tokens already reached the expert
+        // (divisors are device scalars: a Java number is a synchronising host copy on a GPU, mid-backward here)
         int dataParallel = groups.dpCp().size();
         if (group.size() == 1) {
             if (dataParallel > 1) {
-                flat.divi(dataParallel);
+                flat.divi(Tensors.scalar(dataParallel, flat, buffers));
             }
             return new InFlight(buffers, flat, false, () -> flat);
         }
         boolean average = config.averageInCollective();
         if (!average) {
-            flat.divi(dataParallel);
+            flat.divi(Tensors.scalar(dataParallel, flat, buffers));
         }
         ReduceOp op = average ? ReduceOp.AVG : ReduceOp.SUM;
         PendingCollective pending = scatter ? group.startReduceScatter(flat, op, owner) : group.startAllReduceInPlace(flat, op);
@@ -500,7 +501,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             f.buffers().close(); // the full buffer; the stream now waits for the collective that read it
         }
         if (group.size() > 1 && config.averageInCollective() && group.size() != dataParallel) {
-            result.muli((double) group.size() / dataParallel);
+            result.muli(Tensors.scalar((double) group.size() / dataParallel, result, parent));
         }
         if (!config.useDistributedOptimizer()) {
             // with nothing to reduce the buffer holds each .grad's own values, except pre-sums

@@ -2,21 +2,24 @@ package io.mcore4j.optimizer;
 
 import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
-import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import ai.djl.pytorch.engine.PtNDArray;
 import ai.djl.pytorch.engine.PtSymbolBlock;
-import ai.djl.training.ParameterStore;
+import ai.djl.pytorch.jni.IValue;
 import io.mcore4j.core.TorchScriptModules;
 
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 
 /**
- * Adam or AdamW through libtorch's fused kernel: one pass over a bucket's master weights,
- * gradients and moments instead of about a dozen elementwise passes. DJL has no API for the kernel;
- * a TorchScript module that mcore4j generates ({@code scripts/make_fused_adam_module.py}) calls it.
- * The math is torch.optim.Adam's with the same bias corrections; weight decay (one value per call,
+ * Adam or AdamW through libtorch's fused multi-tensor kernel: one pass over the master weights,
+ * gradients and moments instead of about a dozen elementwise passes, and one kernel call for all
+ * the shards of a step ({@link #applyAll}). DJL has no API for the kernel; a TorchScript module
+ * that mcore4j generates ({@code scripts/make_fused_adam_module.py}) calls it on lists of tensors.
+ * The math is torch.optim.Adam's with the same bias corrections; weight decay (one value per shard,
  * 0 for a bucket that does not decay) is applied here exactly as {@link AdamUpdate} applies it, and
  * the kernel runs without it. State names match {@link AdamUpdate}, so checkpoints move freely
  * between the two.
@@ -29,7 +32,6 @@ final class FusedAdamUpdate implements UpdateRule {
     private final double eps;
     private final boolean decoupled;
     private final PtSymbolBlock kernel;
-    private final ParameterStore noParameters;
 
     FusedAdamUpdate(double beta1, double beta2, double eps, boolean decoupled, NDManager owner) {
         this.beta1 = beta1;
@@ -37,7 +39,6 @@ final class FusedAdamUpdate implements UpdateRule {
         this.eps = eps;
         this.decoupled = decoupled;
         this.kernel = TorchScriptModules.load(owner, FusedAdamUpdate.class, RESOURCE);
-        this.noParameters = new ParameterStore(owner, false);
     }
 
     @Override
@@ -48,24 +49,57 @@ final class FusedAdamUpdate implements UpdateRule {
     @Override
     public void apply(NDArray master, NDArray grad, NDArray[] state, double lr, double weightDecay, long step,
                       NDManager temp) {
-        NDArray g = grad.getDataType() == master.getDataType() ? grad : FlatTensors.own(grad.toType(master.getDataType(), true), temp);
-        g = UpdateRule.decay(master, g, decoupled, lr, weightDecay, temp);
-        NDArray stepCount = temp.full(new Shape(), step, DataType.FLOAT32, master.getDevice());
-        try (NDManager host = temp.newSubManager(Device.cpu())) {
-            NDArray hyper = host.create(new double[] {lr, beta1, beta2, eps});
-            // DJL passes arrays named "x[]" as one list argument; new handles keep the state's own names
-            NDList in = new NDList(listItem(master, "params[]", temp), listItem(g, "grads[]", temp),
-                    listItem(state[0], "exp_avgs[]", temp), listItem(state[1], "exp_avg_sqs[]", temp),
-                    listItem(stepCount, "steps[]", temp), hyper);
-            kernel.forward(noParameters, in, false).close();
-        }
+        applyAll(List.of(new ShardUpdate(master, grad, List.of(state), weightDecay)), lr, step, temp);
     }
 
-    /** A second handle to {@code tensor}'s storage, named as an element of a list argument. */
-    private static NDArray listItem(NDArray tensor, String listName, NDManager temp) {
-        NDArray handle = tensor.reshape(tensor.getShape());
-        handle.attach(temp);
-        handle.setName(listName);
-        return handle;
+    /**
+     * Applies weight decay shard by shard (one device scalar per distinct weight decay), then
+     * launches the kernel once for all shards. The shards must share one device and dtype.
+     *
+     * @throws IllegalArgumentException if a shard does not have two state tensors
+     */
+    @Override
+    public void applyAll(List<ShardUpdate> shards, double lr, long step, NDManager temp) {
+        if (shards.isEmpty()) {
+            return;
+        }
+        UpdateRule.requireStateCount(shards, stateNames());
+        int n = shards.size();
+        PtNDArray[] params = new PtNDArray[n];
+        PtNDArray[] grads = new PtNDArray[n];
+        PtNDArray[] expAvgs = new PtNDArray[n];
+        PtNDArray[] expAvgSqs = new PtNDArray[n];
+        PtNDArray[] steps = new PtNDArray[n];
+        NDArray first = shards.get(0).master();
+        // the kernel only reads a shard's step count (for the bias corrections), so one tensor serves all
+        PtNDArray stepCount = (PtNDArray) temp.full(new Shape(), step, DataType.FLOAT32, first.getDevice());
+        Map<Double, NDArray> decayFactors = new HashMap<>();
+        for (int i = 0; i < n; i++) {
+            ShardUpdate s = shards.get(i);
+            NDArray master = s.master();
+            NDArray g = s.grad().getDataType() == master.getDataType() ? s.grad()
+                    : FlatTensors.own(s.grad().toType(master.getDataType(), true), temp);
+            if (s.weightDecay() != 0) {
+                NDArray factor = decayFactors.computeIfAbsent(s.weightDecay(),
+                        wd -> UpdateRule.decayFactor(master, decoupled, lr, wd, temp));
+                g = UpdateRule.decay(master, g, decoupled, factor, temp);
+            }
+            params[i] = (PtNDArray) master;
+            grads[i] = (PtNDArray) g;
+            expAvgs[i] = (PtNDArray) s.state().get(0);
+            expAvgSqs[i] = (PtNDArray) s.state().get(1);
+            steps[i] = stepCount;
+        }
+        try (NDManager host = temp.newSubManager(Device.cpu());
+             IValue paramList = IValue.listFrom(params);
+             IValue gradList = IValue.listFrom(grads);
+             IValue expAvgList = IValue.listFrom(expAvgs);
+             IValue expAvgSqList = IValue.listFrom(expAvgSqs);
+             IValue stepList = IValue.listFrom(steps);
+             IValue hyper = IValue.from((PtNDArray) host.create(new double[] {lr, beta1, beta2, eps}))) {
+            // lists built here straight from the tensors' handles: no renamed handle per tensor, as
+            // DJL's NDList route ("x[]" names) would need
+            kernel.forward(paramList, gradList, expAvgList, expAvgSqList, stepList, hyper).close();
+        }
     }
 }

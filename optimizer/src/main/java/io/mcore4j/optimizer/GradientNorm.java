@@ -172,7 +172,9 @@ public final class GradientNorm {
     }
 
     /**
-     * Adds scalar tensors in float64 and reads the result with one device-to-host copy.
+     * Adds scalar tensors in float64 and reads the result with one device-to-host copy. Scalars of
+     * one dtype are stacked first and widened in one cast (the optimizer's case: one per shard);
+     * widening is exact, so the float64 sum sees the same values as with a cast per scalar.
      *
      * @param scalars scalar tensors of any numeric dtype
      * @param temp manager for temporaries
@@ -182,12 +184,25 @@ public final class GradientNorm {
         if (scalars.isEmpty()) {
             return 0;
         }
-        NDList wide = new NDList();
+        DataType dtype = scalars.get(0).getDataType();
+        boolean uniform = true;
         for (NDArray s : scalars) {
-            wide.add(FlatTensors.own(s.toType(DataType.FLOAT64, false), temp));
+            uniform &= s.getDataType() == dtype;
         }
-        NDArray stacked = FlatTensors.own(NDArrays.stack(wide), temp);
-        return FlatTensors.own(stacked.sum(), temp).getDouble();
+        NDArray wide;
+        if (uniform) {
+            wide = FlatTensors.own(NDArrays.stack(new NDList(scalars)), temp);
+            if (dtype != DataType.FLOAT64) {
+                wide = FlatTensors.own(wide.toType(DataType.FLOAT64, false), temp);
+            }
+        } else {
+            NDList widened = new NDList();
+            for (NDArray s : scalars) {
+                widened.add(FlatTensors.own(s.toType(DataType.FLOAT64, false), temp));
+            }
+            wide = FlatTensors.own(NDArrays.stack(widened), temp);
+        }
+        return FlatTensors.own(wide.sum(), temp).getDouble();
     }
 
     private static Set<Parameter> identitySet(Collection<Parameter> params) {

@@ -33,7 +33,11 @@ import org.slf4j.LoggerFactory;
  * <p>A step makes these passes over each shard's gradient: the float16-to-float32 conversion where
  * the bucket reduces in float16; one read for the sum of squares (and one for the zero count when
  * configured), taken on the still loss-scaled values; one in-place multiply by
- * {@code clipCoefficient / lossScale}, skipped when that factor is exactly 1; the update rule.
+ * {@code clipCoefficient / lossScale}, skipped when that factor is exactly 1; the update rule,
+ * which receives every shard in one {@link UpdateRule#applyAll} call (one launch of the fused Adam
+ * kernel). Numbers enter these passes as 0-dim device tensors made once per step
+ * ({@link Tensors#scalar}): a Java number operand would cost a host-to-device copy per shard,
+ * each waiting for the queued kernels.
  */
 final class MasterWeightOptimizer implements MegatronOptimizer {
     private static final Logger LOG = LoggerFactory.getLogger(MasterWeightOptimizer.class);
@@ -49,13 +53,13 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         final GradientBucket bucket;
         final List<Piece> pieces;
         final NDArray master;
-        final NDArray[] state;
+        final List<NDArray> state;
 
-        Shard(GradientBucket bucket, List<Piece> pieces, NDArray master, NDArray[] state) {
+        Shard(GradientBucket bucket, List<Piece> pieces, NDArray master, List<NDArray> state) {
             this.bucket = bucket;
             this.pieces = pieces;
             this.master = master;
-            this.state = state;
+            this.state = List.copyOf(state);
         }
     }
 
@@ -88,7 +92,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 for (int i = 0; i < state.length; i++) {
                     state[i] = manager.zeros(new Shape(bucket.shardNumel), DataType.FLOAT32);
                 }
-                shards.add(new Shard(bucket, pieces, master, state));
+                shards.add(new Shard(bucket, pieces, master, Arrays.asList(state)));
             }
         }
     }
@@ -136,16 +140,19 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                     ? Math.min(1, GradientNorm.clipCoefficient(config.clipGrad(), norm)) : 1;
             // unscale and clip in one pass
             double factor = coefficient / scale;
-            if (factor != 1) {
+            if (factor != 1 && grads.length > 0) {
+                NDArray f = Tensors.scalar(factor, grads[0], temp);
                 for (NDArray g : grads) {
-                    g.muli(factor);
+                    g.muli(f);
                 }
             }
             stepCount++;
+            List<UpdateRule.ShardUpdate> updates = new ArrayList<>(grads.length);
             for (int i = 0; i < grads.length; i++) {
                 Shard s = shards.get(i);
-                rule.apply(s.master, grads[i], s.state, learningRate, s.bucket.decays ? weightDecay : 0, stepCount, temp);
+                updates.add(new UpdateRule.ShardUpdate(s.master, grads[i], s.state, s.bucket.decays ? weightDecay : 0));
             }
+            rule.applyAll(updates, learningRate, stepCount, temp);
             publish(temp);
             return new StepResult(false, norm, lossScale(), config.countZerosInGrad() ? Math.round(stats[1]) : -1);
         }
@@ -158,6 +165,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     private double[] localStatistics(NDArray[] grads, NDManager temp) {
         List<NDArray> squares = new ArrayList<>();
         List<NDArray> zeros = new ArrayList<>();
+        NDArray zero = null;
         for (int i = 0; i < grads.length; i++) {
             NDArray g = grads[i];
             if (shards.get(i).bucket.countsInNorm) {
@@ -169,7 +177,10 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 // nothing counts here, but inf/NaN must still be noticed: times 0, the plain sum
                 // is NaN when one is present and 0 otherwise (a finite sum could overflow only for
                 // values whose counted copy on another rank overflows the sum of squares first)
-                squares.add(own(own(g.sum(), temp).mul(0), temp));
+                if (zero == null) {
+                    zero = Tensors.scalar(0, g, temp);
+                }
+                squares.add(own(g.sum(), temp).muli(zero));
             }
         }
         return new double[] {GradientNorm.sumOnHost(squares, temp), GradientNorm.sumOnHost(zeros, temp)};
@@ -255,7 +266,9 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             for (Shard s : shards) {
                 NDArray[] tensors = new NDArray[names.size()];
                 tensors[0] = s.master;
-                System.arraycopy(s.state, 0, tensors, 1, s.state.length);
+                for (int t = 0; t < s.state.size(); t++) {
+                    tensors[t + 1] = s.state.get(t);
+                }
                 for (Piece piece : s.pieces) {
                     describe(prefix, layout, piece, !s.bucket.countsInNorm, names, tensors, owner, out);
                 }

@@ -2,17 +2,44 @@ package io.mcore4j.optimizer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
 
 import java.util.List;
+import java.util.Objects;
 
 /**
  * An elementwise optimizer update on flat float32 tensors: master weights, gradient and the
- * per-element state (moments) of one shard, updated in place with whole-tensor operations. Weight
- * decay is one value for the whole call: the optimizer's buckets are uniform in
- * {@link #decays(Parameter)}, so a bucket that does not decay is updated with weight decay 0.
+ * per-element state (moments) of a shard, updated in place with whole-tensor operations. Weight
+ * decay is one value per shard: the optimizer's buckets are uniform in {@link #decays(Parameter)},
+ * so a bucket that does not decay is updated with weight decay 0. {@link #applyAll} updates every
+ * shard of a step in one call, which a rule with a multi-tensor kernel turns into one launch.
  */
 interface UpdateRule {
+
+    /**
+     * One shard's part of an {@link #applyAll} call. The record holds references only: the caller
+     * keeps owning the tensors, which the update changes in place.
+     *
+     * @param master fp32 master weights of the shard, updated in place
+     * @param grad its unscaled, clipped gradient, of {@code master}'s shape (may be modified in place)
+     * @param state the state tensors, in {@link #stateNames()} order, updated in place
+     * @param weightDecay weight decay applied to every element of the shard; 0 turns it off
+     */
+    record ShardUpdate(NDArray master, NDArray grad, List<NDArray> state, double weightDecay) {
+        /**
+         * @throws NullPointerException if a tensor or the state list is null
+         * @throws IllegalArgumentException if {@code weightDecay} is negative, infinite or NaN
+         */
+        public ShardUpdate {
+            Objects.requireNonNull(master, "master");
+            Objects.requireNonNull(grad, "grad");
+            state = List.copyOf(state);
+            if (!(weightDecay >= 0) || Double.isInfinite(weightDecay)) {
+                throw new IllegalArgumentException("weight decay " + weightDecay + " must be finite and >= 0");
+            }
+        }
+    }
 
     /** @return names of the per-element state tensors, e.g. {@code exp_avg}; also their checkpoint key suffixes */
     List<String> stateNames();
@@ -29,6 +56,43 @@ interface UpdateRule {
      * @param temp manager for temporaries
      */
     void apply(NDArray master, NDArray grad, NDArray[] state, double lr, double weightDecay, long step, NDManager temp);
+
+    /**
+     * Updates every shard in {@code shards} in place with one learning rate and step number. The
+     * result is exactly that of calling {@link #apply} for each shard in list order, which is
+     * what this default does; a rule with a multi-tensor kernel overrides it to launch the kernel
+     * once for all shards.
+     *
+     * @param shards the shards, each with its own weight decay; all on one device with one dtype
+     *     where the rule launches one kernel for them; may be empty
+     * @param lr learning rate
+     * @param step the step number, from 1
+     * @param temp manager for temporaries
+     * @throws IllegalArgumentException if a shard does not have one state tensor per {@link #stateNames()} entry
+     */
+    default void applyAll(List<ShardUpdate> shards, double lr, long step, NDManager temp) {
+        requireStateCount(shards, stateNames());
+        for (ShardUpdate s : shards) {
+            apply(s.master(), s.grad(), s.state().toArray(new NDArray[0]), lr, s.weightDecay(), step, temp);
+        }
+    }
+
+    /**
+     * Checks, before any shard is touched, that every shard carries one state tensor per name.
+     *
+     * @param shards the shards of an {@link #applyAll} call
+     * @param stateNames the rule's {@link #stateNames()}
+     * @throws IllegalArgumentException naming the first shard whose state count differs
+     */
+    static void requireStateCount(List<ShardUpdate> shards, List<String> stateNames) {
+        for (int i = 0; i < shards.size(); i++) {
+            int count = shards.get(i).state().size();
+            if (count != stateNames.size()) {
+                throw new IllegalArgumentException("shard " + i + " has " + count + " state tensors; the rule keeps "
+                        + stateNames.size() + " " + stateNames);
+            }
+        }
+    }
 
     /**
      * Whether weight decay applies to a parameter: to tensors of two or more dims (matrices,
@@ -76,10 +140,41 @@ interface UpdateRule {
         if (weightDecay == 0) {
             return grad;
         }
+        return decay(master, grad, decoupled, decayFactor(master, decoupled, lr, weightDecay, temp), temp);
+    }
+
+    /**
+     * The number {@link #decay} multiplies by, as a 0-dim tensor on {@code master}'s device
+     * ({@link Tensors#scalar}): {@code 1 - lr * weightDecay} when decoupled, else
+     * {@code weightDecay}. One factor serves every shard that shares the weight decay.
+     *
+     * @param master a master tensor, whose dtype and device the factor takes
+     * @param decoupled AdamW's decoupled decay instead of the L2 term
+     * @param lr learning rate
+     * @param weightDecay weight decay
+     * @param temp manager that owns the factor
+     * @return the factor
+     */
+    static NDArray decayFactor(NDArray master, boolean decoupled, double lr, double weightDecay, NDManager temp) {
+        return Tensors.scalar(decoupled ? 1 - lr * weightDecay : weightDecay, master, temp);
+    }
+
+    /**
+     * {@link #decay} with a factor from {@link #decayFactor}: decoupled multiplies {@code master}
+     * in place by it; coupled adds {@code factor * master} to {@code grad} in place.
+     *
+     * @param master fp32 master weights, shrunk in place when decoupled
+     * @param grad the gradient, modified in place when coupled
+     * @param decoupled whether {@code factor} was made for decoupled decay
+     * @param factor the factor from {@link #decayFactor}
+     * @param temp manager for temporaries
+     * @return {@code grad}, the gradient the update continues with
+     */
+    static NDArray decay(NDArray master, NDArray grad, boolean decoupled, NDArray factor, NDManager temp) {
         if (decoupled) {
-            master.muli(1 - lr * weightDecay);
+            master.muli(factor);
             return grad;
         }
-        return grad.addi(FlatTensors.own(master.mul(weightDecay), temp));
+        return grad.addi(FlatTensors.own(master.mul(factor), temp));
     }
 }

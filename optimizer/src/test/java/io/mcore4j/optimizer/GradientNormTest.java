@@ -4,7 +4,9 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
@@ -119,5 +121,20 @@ class GradientNormTest {
             params.forEach(Parameter::close);
             return null;
         });
+    }
+
+    /**
+     * Scalars are added in float64 whether they share a dtype (stacked, then widened once) or not
+     * (widened one by one): float32 addition would lose the 1 next to 1e8.
+     */
+    @Test
+    void sumOnHostAddsInFloat64() {
+        try (NDManager m = Mcore4j.newRootManager()) {
+            List<NDArray> floats = List.of(m.create(1e8f), m.create(1f), m.create(-1e8f), m.create(0.5f));
+            assertEquals(1.5, GradientNorm.sumOnHost(floats, m));
+            List<NDArray> mixed = List.of(m.create(1e8f), m.create(3L), m.create(-1e8f), m.create(0.25));
+            assertEquals(3.25, GradientNorm.sumOnHost(mixed, m));
+            assertEquals(0, GradientNorm.sumOnHost(List.of(), m));
+        }
     }
 }

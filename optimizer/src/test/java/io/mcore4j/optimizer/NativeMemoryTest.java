@@ -17,10 +17,13 @@ import org.junit.jupiter.params.provider.CsvSource;
 class NativeMemoryTest {
 
     @ParameterizedTest
-    @CsvSource({"false, false, ADAMW", "true, true, ADAMW", "true, false, SGD", "false, true, ADAM"})
-    void fiftyStepsKeepTheLiveArrayCountConstant(boolean distributed, boolean fp16, OptimizerConfig.Algorithm algorithm) {
+    @CsvSource({"false, false, ADAMW, false", "true, true, ADAMW, false", "true, false, SGD, false",
+            "false, true, ADAM, false", "false, false, ADAMW, true", "true, true, ADAM, true"})
+    void fiftyStepsKeepTheLiveArrayCountConstant(boolean distributed, boolean fp16, OptimizerConfig.Algorithm algorithm,
+                                                 boolean fused) {
         OptimizerConfig config = OptimizerConfig.builder().algorithm(algorithm).fp16(fp16).initialLossScale(1024)
-                .lossScaleWindow(7).useDistributedOptimizer(distributed).bucketSizeBytes(96).countZerosInGrad(true).build();
+                .lossScaleWindow(7).useDistributedOptimizer(distributed).bucketSizeBytes(96).countZerosInGrad(true)
+                .fusedAdam(fused).build();
         InJvmWorld.run(2, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.of(2, 1, 1));
             TinyMlp model = new TinyMlp(rank.manager(), fp16 ? DataType.FLOAT16 : DataType.FLOAT32);

@@ -105,8 +105,10 @@ public final class VocabParallelCrossEntropy {
                 shifted.subi(max);
 
                 NDArray ids = Tensors.detach(inputs[1], temp).toType(DataType.INT64, false);
-                NDArray inRange = ids.gte(start).logicalAnd(ids.lt(start + local));
-                NDArray localIds = ids.sub(start).mul(inRange.toType(DataType.INT64, false));
+                // number operands as device scalars: a Java number is a synchronising host copy on a GPU
+                NDArray first = Tensors.scalar(start, ids, temp);
+                NDArray inRange = ids.gte(first).logicalAnd(ids.lt(Tensors.scalar(start + local, ids, temp)));
+                NDArray localIds = ids.sub(first).mul(inRange.toType(DataType.INT64, false));
                 NDArray inRangeF = inRange.toType(DataType.FLOAT32, false);
                 NDArray targetLogit = shifted.gather(localIds.expandDims(last), last).squeeze(last).mul(inRangeF);
                 NDArray shiftedSum = labelSmoothing > 0 ? shifted.sum(new int[] {last}) : null;
@@ -125,8 +127,8 @@ public final class VocabParallelCrossEntropy {
                 double sigma = smoothingWeight(vocab);
                 if (labelSmoothing > 0) {
                     // mean over the full vocabulary of log p = sum(shifted) / V - log sum exp
-                    NDArray meanLogProb = reduced.get(2).div(vocab).sub(logSumExp);
-                    loss = loss.mul(1 - sigma).sub(meanLogProb.mul(sigma));
+                    NDArray meanLogProb = reduced.get(2).div(Tensors.scalar(vocab, reduced, temp)).sub(logSumExp);
+                    loss = loss.mul(Tensors.scalar(1 - sigma, loss, temp)).sub(meanLogProb.mul(Tensors.scalar(sigma, loss, temp)));
                 }
                 if (ctx.needsInputGrad(0)) {
                     NDArray softmax = exp.divi(reduced.get(1).expandDims(last));
@@ -160,10 +162,11 @@ public final class VocabParallelCrossEntropy {
                 ctx.saveForBackward();
                 NDArray g = Tensors.detach(grads[0], temp).toType(DataType.FLOAT32, false).expandDims(s.lastDim());
 
-                NDArray atTarget = grad.gather(ids, s.lastDim()).sub(inRange.mul(s.targetWeight()));
+                NDArray atTarget = grad.gather(ids, s.lastDim()).sub(inRange.mul(Tensors.scalar(s.targetWeight(), inRange, temp)));
                 if (s.uniformWeight() > 0) {
-                    atTarget = atTarget.sub(s.uniformWeight());
-                    grad.subi(s.uniformWeight());
+                    NDArray uniform = Tensors.scalar(s.uniformWeight(), grad, temp);
+                    atTarget = atTarget.sub(uniform);
+                    grad.subi(uniform);
                 }
                 atTarget = atTarget.mul(g);
                 grad.muli(g);
@@ -171,7 +174,8 @@ public final class VocabParallelCrossEntropy {
                 // 0 with the value it already holds, since its target weight is zero there)
                 // (grad is the contiguous buffer forward allocated, so the flat reshape is a view)
                 int rows = Math.toIntExact(grad.getShape().size() / s.localVocab());
-                NDArray flatIds = temp.arange(0, rows, 1, DataType.INT64).mul(s.localVocab()).add(ids.reshape(-1));
+                NDArray rowIds = temp.arange(0, rows, 1, DataType.INT64);
+                NDArray flatIds = rowIds.mul(Tensors.scalar(s.localVocab(), rowIds, temp)).add(ids.reshape(-1));
                 grad.reshape(-1).set(new NDIndex("{}", flatIds), atTarget.reshape(-1));
 
                 NDArray gradLogits = grad.toType(s.logitsType(), false);

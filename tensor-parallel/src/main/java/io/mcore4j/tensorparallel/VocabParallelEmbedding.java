@@ -6,6 +6,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.pytorch.engine.PtNDArray;
 import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -91,9 +92,11 @@ public final class VocabParallelEmbedding implements Module {
             try (NDManager temp = owner.newSubManager()) {
                 NDArray all = tokenIds.toType(DataType.INT64, true);
                 all.attach(temp);
-                NDArray inRange = all.gte(start).logicalAnd(all.lt(end));
+                // number operands as device scalars: a Java number is a synchronising host copy on a GPU
+                NDArray first = Tensors.scalar(start, all, temp);
+                NDArray inRange = all.gte(first).logicalAnd(all.lt(Tensors.scalar(end, all, temp)));
                 inRange.attach(temp);
-                ids = all.sub(start).mul(inRange.toType(DataType.INT64, false));
+                ids = all.sub(first).mul(inRange.toType(DataType.INT64, false));
                 ids.attach(owner);
                 keep = inRange.expandDims(-1).toType(weight.data().getDataType(), false);
                 keep.attach(owner);

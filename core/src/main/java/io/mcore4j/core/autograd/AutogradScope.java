@@ -31,6 +31,17 @@ import java.util.Set;
  * The Java backward of each recorded application runs at most once (the tape is dropped after the
  * walk), so a Function may consume what its forward saved.
  *
+ * <p><b>Training and grad mode.</b> Two separate properties. <em>Grad mode</em> says whether
+ * autograd is recorded in this scope; <em>training</em> says whether the pass is a training pass,
+ * in which stochastic layers (dropout) are active and draw their masks from generators that
+ * {@link Recompute} can replay. A scope opened by {@link #open} is both; one opened by
+ * {@link #openNoGrad} (evaluation, forward-only schedules) is neither. A {@link Function} that runs
+ * a body in a scope of its own passes training on ({@link FunctionContext#isTraining()}): the
+ * first run of a {@link Recompute} is a training scope without grad, its backward rerun a training
+ * scope with grad, so both runs draw the same masks and the loss and the gradients see the same
+ * dropout. Code deciding whether to drop must therefore ask {@link #isTraining()}; code deciding
+ * whether to keep activations for backward (recompute, graph cuts) asks {@link #isGradEnabled()}.
+ *
  * <p><b>Threads.</b> libtorch's grad mode is per thread: a scope sets it for the opening thread and
  * restores it on {@link #close()}. Scopes on different threads are independent, so several ranks
  * in one JVM run forward and backward concurrently. A scope must be used and closed by the thread
@@ -45,6 +56,7 @@ import java.util.Set;
 public final class AutogradScope implements AutoCloseable {
     private final NDManager manager;
     private final boolean gradEnabled;
+    private final boolean training;
     private final boolean previousGradMode;
     private final Thread owner = Thread.currentThread();
     private final List<Node> tape = new ArrayList<>();
@@ -52,33 +64,50 @@ public final class AutogradScope implements AutoCloseable {
     private final Set<NDArray> referenced = Collections.newSetFromMap(new IdentityHashMap<>());
     private boolean closed;
 
-    private AutogradScope(NDManager parent, boolean gradEnabled) {
+    private AutogradScope(NDManager parent, boolean gradEnabled, boolean training) {
         Mcore4j.ensureInitialized();
         this.manager = parent.newSubManager();
         this.gradEnabled = gradEnabled;
+        this.training = training;
         this.previousGradMode = JniUtils.isGradMode();
         JniUtils.setGradMode(gradEnabled);
     }
 
     /**
-     * Opens a scope that records autograd (training).
+     * Opens a training scope that records autograd: {@link #isGradEnabled()} and
+     * {@link #isTraining()} are both true.
      *
      * @param parent the manager whose child will own this pass's tensors
      * @return the scope; close it on the same thread
      */
     public static AutogradScope open(NDManager parent) {
-        return new AutogradScope(parent, true);
+        return new AutogradScope(parent, true, true);
     }
 
     /**
-     * Opens a scope with grad mode off (evaluation, forward-only schedules): functions run their
-     * forward only and nothing is recorded; {@link #backward} is refused.
+     * Opens an evaluation scope (evaluation, forward-only schedules): grad mode is off, functions
+     * run their forward only and nothing is recorded, {@link #backward} is refused, and
+     * {@link #isTraining()} is false, so dropout is the identity.
      *
      * @param parent the manager whose child will own this pass's tensors
      * @return the scope; close it on the same thread
      */
     public static AutogradScope openNoGrad(NDManager parent) {
-        return new AutogradScope(parent, false);
+        return new AutogradScope(parent, false, false);
+    }
+
+    /**
+     * Opens the scope in which a {@link Function} of this package runs a body of its own
+     * ({@link Recompute}): grad mode as given, training inherited from the scope that applied the
+     * function.
+     *
+     * @param parent the manager whose child will own the body's tensors
+     * @param gradEnabled whether the body's run records autograd
+     * @param training the applying scope's {@link #isTraining()}
+     * @return the scope; close it on the same thread
+     */
+    static AutogradScope openNested(NDManager parent, boolean gradEnabled, boolean training) {
+        return new AutogradScope(parent, gradEnabled, training);
     }
 
     /**
@@ -97,6 +126,18 @@ public final class AutogradScope implements AutoCloseable {
      */
     public boolean isGradEnabled() {
         return gradEnabled;
+    }
+
+    /**
+     * Whether this is a training pass: dropout and other stochastic layers are active. Independent
+     * of {@link #isGradEnabled()}: the first, no-grad run of a {@link Recompute} inside a training
+     * scope is training too, so that it draws the masks its backward rerun replays.
+     *
+     * @return true for {@link #open} scopes and the scopes a recomputed body runs in under them;
+     *     false for {@link #openNoGrad} scopes and those under them
+     */
+    public boolean isTraining() {
+        return training;
     }
 
     /**
@@ -129,7 +170,7 @@ public final class AutogradScope implements AutoCloseable {
             needs[i] = gradEnabled && Tensors.requiresGrad(inputs[i]);
             any |= needs[i];
         }
-        FunctionContext ctx = new FunctionContext(manager, needs);
+        FunctionContext ctx = new FunctionContext(manager, needs, training);
         NDArray[] outputs;
         JniUtils.setGradMode(false);
         try {

@@ -8,18 +8,20 @@ import java.util.List;
 
 /**
  * Per-application state of a {@link Function}: the tensors it saved for backward, which inputs
- * need gradients, and the manager that owns its temporaries (the scope's manager). Not thread-safe;
- * used by the thread that owns the scope.
+ * need gradients, the manager that owns its temporaries (the scope's manager), and whether the
+ * applying scope is training. Not thread-safe; used by the thread that owns the scope.
  */
 public final class FunctionContext {
     private final NDManager manager;
     private final boolean[] needsInputGrad;
+    private final boolean training;
     private List<NDArray> saved = List.of();
     private Object state;
 
-    FunctionContext(NDManager manager, boolean[] needsInputGrad) {
+    FunctionContext(NDManager manager, boolean[] needsInputGrad, boolean training) {
         this.manager = manager;
         this.needsInputGrad = needsInputGrad;
+        this.training = training;
     }
 
     /**
@@ -29,6 +31,16 @@ public final class FunctionContext {
      */
     public NDManager manager() {
         return manager;
+    }
+
+    /**
+     * Whether the scope that applied the function is training ({@link AutogradScope#isTraining()});
+     * the same in forward and backward. A function that runs code in a scope of its own passes it on.
+     *
+     * @return the applying scope's training flag
+     */
+    public boolean isTraining() {
+        return training;
     }
 
     /**

@@ -10,9 +10,12 @@ import io.mcore4j.core.Tensors;
  * body directly; activation memory drops to the inputs.
  *
  * <p>The body must be a deterministic function of its inputs and of state that {@link Replay}
- * restores (for example a dropout generator's position). It may apply communicating Functions
- * (tensor-parallel mappings): every rank reruns the same body in backward, so collectives stay
- * matched. Parameters used by the body accumulate their gradients during the second run.
+ * restores (for example a dropout generator's position). Both runs see the applying scope's
+ * {@link AutogradScope#isTraining()}; only grad mode differs (off in the first run, on in the
+ * rerun). A body that draws random masks must gate them on training, never on grad mode, or the
+ * loss (first run) and the gradients (rerun) would see different masks. It may apply
+ * communicating Functions (tensor-parallel mappings): every rank reruns the same body in backward,
+ * so collectives stay matched. Parameters used by the body accumulate their gradients during the second run.
  *
  * <p>Both runs give the body inputs owned by a scope of its own, closed when the run ends: whatever
  * the body creates and does not return is freed then, and the body may {@link AutogradScope#release}
@@ -86,7 +89,8 @@ public final class Recompute implements Function {
         }
         ctx.saveForBackward(kept);
         ctx.setState(before);
-        try (AutogradScope inner = AutogradScope.openNoGrad(ctx.manager())) {
+        // grad off but training as the applying scope: dropout draws here the masks the rerun replays
+        try (AutogradScope inner = AutogradScope.openNested(ctx.manager(), false, ctx.isTraining())) {
             // DJL gives a result the manager of its first operand: handles owned by the inner scope
             // keep the body's intermediates there, freed when it closes (and releasable in the body)
             NDArray[] local = new NDArray[inputs.length];
@@ -107,7 +111,7 @@ public final class Recompute implements Function {
         replay.restore(ctx.state(Object.class));
         int n = ctx.inputCount();
         NDArray[] gradInputs = new NDArray[n];
-        try (AutogradScope inner = AutogradScope.open(ctx.manager())) {
+        try (AutogradScope inner = AutogradScope.openNested(ctx.manager(), true, ctx.isTraining())) {
             NDArray[] inputs = new NDArray[n];
             for (int i = 0; i < n; i++) {
                 inputs[i] = Tensors.detach(ctx.saved(i), inner.manager());

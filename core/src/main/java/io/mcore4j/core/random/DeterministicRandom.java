@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
 
 /**
  * A seeded generator with a fully specified algorithm: SplitMix64 for Java-side streams, and a
@@ -119,15 +120,19 @@ public final class DeterministicRandom {
             boolean previous = JniUtils.isGradMode();
             JniUtils.setGradMode(false);
             try {
-                NDArray x = temp.arange(0, shape.size(), 1, DataType.INT64).mod(MODULUS);
+                // every number operand is a device scalar: a Java number is a synchronising host copy on a GPU
+                NDArray x = temp.arange(0, shape.size(), 1, DataType.INT64);
+                NDArray modulus = Tensors.scalar(MODULUS, x, temp);
+                x = x.mod(modulus);
                 for (int round = 0; round < 3; round++) {
                     long a = 1 + Long.remainderUnsigned(SplitMix64.mix(key + 3L * round), MODULUS - 1);
                     long c = Long.remainderUnsigned(SplitMix64.mix(key + 3L * round + 1), MODULUS);
                     long d = Long.remainderUnsigned(SplitMix64.mix(key + 3L * round + 2), MODULUS);
-                    x = x.mul(a).add(c).mod(MODULUS);
-                    x = x.mul(x).add(d).mod(MODULUS);
+                    x = x.mul(Tensors.scalar(a, x, temp)).add(Tensors.scalar(c, x, temp)).mod(modulus);
+                    x = x.mul(x).add(Tensors.scalar(d, x, temp)).mod(modulus);
                 }
-                NDArray u = x.toType(DataType.FLOAT64, false).div((double) MODULUS).toType(dtype, false).reshape(shape);
+                NDArray x64 = x.toType(DataType.FLOAT64, false);
+                NDArray u = x64.div(Tensors.scalar(MODULUS, x64, temp)).toType(dtype, false).reshape(shape);
                 u.attach(manager);
                 return u;
             } finally {
@@ -151,7 +156,7 @@ public final class DeterministicRandom {
         }
         try (NDManager temp = manager.newSubManager()) {
             NDArray u = uniform(temp, shape, DataType.FLOAT32);
-            NDArray mask = u.gte(dropProbability).toType(dtype, false);
+            NDArray mask = u.gte(Tensors.scalar(dropProbability, u, temp)).toType(dtype, false);
             mask.attach(manager);
             return mask;
         }

@@ -294,6 +294,38 @@ class AutogradScopeTest {
         }
     }
 
+    /**
+     * Training is a property of the pass, apart from grad mode: a training scope's recomputed body
+     * runs as training without grad, then as training with grad; under an evaluation scope it runs
+     * once, neither.
+     */
+    @Test
+    void recomputedRunsInheritTrainingNotGradMode() {
+        try (NDManager m = root.newSubManager()) {
+            List<String> seen = new ArrayList<>();
+            Recompute.Body body = (scope, in) -> {
+                seen.add("grad=" + scope.isGradEnabled() + " training=" + scope.isTraining());
+                return new NDArray[] {in[0].mul(in[0])};
+            };
+            NDArray x = m.create(new double[] {1, 2, 3});
+            x.setRequiresGradient(true);
+            try (AutogradScope scope = AutogradScope.open(m)) {
+                assertTrue(scope.isGradEnabled() && scope.isTraining());
+                NDArray y = scope.apply1(new Recompute("recompute", body, Recompute.Replay.NONE), x);
+                assertEquals(List.of("grad=false training=true"), seen, "first run");
+                scope.backward(y.sum());
+            }
+            assertEquals(List.of("grad=false training=true", "grad=true training=true"), seen, "first run and rerun");
+            assertClose("gradient of sum(x * x)", x.getGradient(), m.create(new double[] {2, 4, 6}), 0);
+            seen.clear();
+            try (AutogradScope scope = AutogradScope.openNoGrad(m)) {
+                assertTrue(!scope.isGradEnabled() && !scope.isTraining());
+                scope.apply1(new Recompute("recompute", body, Recompute.Replay.NONE), x);
+            }
+            assertEquals(List.of("grad=false training=false"), seen, "evaluation");
+        }
+    }
+
     /** Recompute gives the same gradients as running the body directly, with a Function and a dropout mask inside. */
     @Test
     void recomputeGivesIdenticalGradients() {

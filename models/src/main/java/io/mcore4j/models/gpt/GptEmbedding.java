@@ -2,12 +2,12 @@ package io.mcore4j.models.gpt;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.Shape;
-import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.Dropout;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.tensorparallel.VocabParallelEmbedding;
 
@@ -77,15 +77,11 @@ public final class GptEmbedding implements Module {
             // the sum saves nothing for backward: the word embeddings die here unless a Function refers to them
             scope.release(words, rows, column);
         }
-        double p = ctx.config().hiddenDropout();
-        if (p > 0 && scope.isGradEnabled()) {
-            NDArray keep = ctx.hiddenDropout().keepMask(scope.manager(), x.getShape(), p, x.getDataType());
-            NDArray undropped = x;
-            NDArray dropped = undropped.mul(keep);
-            x = Tensors.scale(dropped, 1 / (1 - p), scope.manager());
-            scope.release(undropped, keep, dropped);
+        NDArray dropped = Dropout.apply(scope, x, ctx.config().hiddenDropout(), ctx.hiddenDropout());
+        if (dropped != x) {
+            scope.release(x);
         }
-        return x;
+        return dropped;
     }
 
     @Override

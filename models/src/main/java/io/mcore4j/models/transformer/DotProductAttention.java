@@ -50,13 +50,9 @@ public final class DotProductAttention implements CoreAttention {
         if (keys != key) {
             scope.release(keys, values);
         }
-        double p = ctx.config().attentionDropout();
-        NDArray kept = probs;
-        if (p > 0 && scope.isGradEnabled()) {
-            NDArray keep = ctx.attentionDropout().keepMask(scope.manager(), probs.getShape(), p, dtype);
-            NDArray dropped = probs.mul(keep);
-            kept = Tensors.scale(dropped, 1 / (1 - p), scope.manager());
-            scope.release(probs, keep, dropped);
+        NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());
+        if (kept != probs) {
+            scope.release(probs);
         }
         NDArray merged = kept.matMul(v);
         NDArray perHead = merged.reshape(b, np, s, d);
@@ -77,7 +73,7 @@ public final class DotProductAttention implements CoreAttention {
         NDArray column = pos.reshape(s, 1);
         NDArray future = row.gt(column);
         NDArray future32 = future.toType(DataType.FLOAT32, false);
-        NDArray scaled = future32.mul(-10000.0f);
+        NDArray scaled = future32.mul(Tensors.scalar(-10000.0, future32, manager));
         NDArray mask = scaled.reshape(new Shape(1, s, s));
         scope.release(pos, row, column, future, future32, scaled);
         return mask;

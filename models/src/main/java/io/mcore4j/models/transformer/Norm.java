@@ -3,6 +3,7 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.nn.Module;
@@ -59,7 +60,7 @@ public final class Norm implements Module {
         NDArray x32 = Cast.apply(scope, x, DataType.FLOAT32);
         NDArray square = x32.square();
         NDArray meanSquare = square.mean(new int[] {-1}, true);
-        NDArray shifted = meanSquare.add(epsilon);
+        NDArray shifted = meanSquare.add(Tensors.scalar(epsilon, meanSquare, scope.manager()));
         NDArray rms = shifted.sqrt();
         NDArray normalized = x32.div(rms);
         NDArray w32 = Cast.apply(scope, weight.data(), DataType.FLOAT32);

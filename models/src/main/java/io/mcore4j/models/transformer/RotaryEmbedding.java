@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.Tensors;
 
 /**
  * Rotary position embeddings (RoFormer) in the "rotate half" layout Megatron-Core uses by default:
@@ -40,8 +41,10 @@ public final class RotaryEmbedding {
         long s = query.getShape().get(0);
         DataType dtype = query.getDataType();
         int half = rotaryDims / 2;
-        NDArray inv = manager.arange(0, half, 1, DataType.FLOAT64).mul(-2.0 / rotaryDims)
-                .mul(Math.log(base)).exp();
+        // number operands as device scalars: a Java number is a synchronising host copy on a GPU
+        NDArray steps = manager.arange(0, half, 1, DataType.FLOAT64);
+        NDArray inv = steps.mul(Tensors.scalar(-2.0 / rotaryDims, steps, manager))
+                .mul(Tensors.scalar(Math.log(base), steps, manager)).exp();
         NDArray angles = manager.arange(0, (int) s, 1, DataType.FLOAT64).reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
         NDArray cos = emb.cos().toType(dtype, false);

@@ -85,6 +85,8 @@ public final class TransformerLayer implements Module {
      * @return the layer's output, same shape
      */
     public NDArray forward(AutogradScope scope, NDArray x) {
+        // recompute saves activations for backward, so it follows grad mode; the dropout inside
+        // follows training, which the recomputed runs inherit from this scope
         if (ctx.config().recompute() == TransformerConfig.Recompute.FULL && scope.isGradEnabled()) {
             Recompute recompute = new Recompute("recompute(layer " + layerNumber + ")",
                     (inner, in) -> new NDArray[] {compute(inner, in[0])},

@@ -129,8 +129,8 @@ public final class GptBenchmark {
             Schedules.forwardBackward((scope, chunk, mb, input) -> {
                 NDArray ids = null;
                 if (model.isPreProcess() || model.isPostProcess()) {
-                    ids = tokens.uniform(scope.manager(), new Shape(seq + 1, mbs), DataType.FLOAT32)
-                            .mul(config.vocabSize()).floor().toType(DataType.INT64, false);
+                    NDArray u = tokens.uniform(scope.manager(), new Shape(seq + 1, mbs), DataType.FLOAT32);
+                    ids = Tensors.scale(u, config.vocabSize(), scope.manager()).floor().toType(DataType.INT64, false);
                 }
                 NDArray out = model.forward(scope, ids == null ? null : ids.get("0:" + seq), input,
                         ids == null ? null : ids.get("1:" + (seq + 1)));
