@@ -54,12 +54,15 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         final List<Piece> pieces;
         final NDArray master;
         final List<NDArray> state;
+        /** Per slot, the master's range shaped like the parameter; empty when the master is a shard. */
+        final List<NDArray> slotViews;
 
-        Shard(GradientBucket bucket, List<Piece> pieces, NDArray master, List<NDArray> state) {
+        Shard(GradientBucket bucket, List<Piece> pieces, NDArray master, List<NDArray> state, List<NDArray> slotViews) {
             this.bucket = bucket;
             this.pieces = pieces;
             this.master = master;
             this.state = List.copyOf(state);
+            this.slotViews = List.copyOf(slotViews);
         }
     }
 
@@ -92,7 +95,15 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 for (int i = 0; i < state.length; i++) {
                     state[i] = manager.zeros(new Shape(bucket.shardNumel), DataType.FLOAT32);
                 }
-                shards.add(new Shard(bucket, pieces, master, Arrays.asList(state)));
+                // the master never moves (updates and loads write into it), so views made once stay valid
+                List<NDArray> slotViews = new ArrayList<>();
+                if (!sharded(bucket)) {
+                    for (GradientBucket.Slot slot : bucket.slots) {
+                        NDArray view = range(master, slot.offset(), slot.offset() + slot.numel(), manager);
+                        slotViews.add(own(view.reshape(slot.param().data().getShape()), manager));
+                    }
+                }
+                shards.add(new Shard(bucket, pieces, master, Arrays.asList(state), slotViews));
             }
         }
     }
@@ -190,18 +201,27 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     private void publish(NDManager temp) {
         for (Shard s : shards) {
             GradientBucket bucket = s.bucket;
-            NDArray full = s.master;
-            if (config.useDistributedOptimizer() && bucket.group.size() > 1) {
-                NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
-                        : own(s.master.toType(bucket.paramDtype, false), temp);
-                full = bucket.group.allGather(local, 0, temp);
+            if (!sharded(bucket)) {
+                // one copy per parameter from its ready-made view (the step's host time is mostly these calls)
+                for (int i = 0; i < bucket.slots.size(); i++) {
+                    FlatTensors.copyCast(bucket.slots.get(i).param().data(), s.slotViews.get(i));
+                }
+                continue;
             }
+            NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
+                    : own(s.master.toType(bucket.paramDtype, false), temp);
+            NDArray full = bucket.group.allGather(local, 0, temp);
             for (GradientBucket.Slot slot : bucket.slots) {
                 NDArray view = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
                 NDArray data = slot.param().data();
                 FlatTensors.copyCast(data, own(view.reshape(data.getShape()), temp));
             }
         }
+    }
+
+    /** @return whether this rank holds only a shard of the bucket's master weights (distributed optimizer) */
+    private boolean sharded(GradientBucket bucket) {
+        return config.useDistributedOptimizer() && bucket.group.size() > 1;
     }
 
     @Override

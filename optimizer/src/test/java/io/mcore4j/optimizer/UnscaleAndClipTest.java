@@ -1,12 +1,11 @@
 package io.mcore4j.optimizer;
 
+import static io.mcore4j.optimizer.HalfPrecision.half;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 
-import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
-import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
@@ -82,12 +81,5 @@ class UnscaleAndClipTest {
             params.forEach(Parameter::close);
             return null;
         });
-    }
-
-    private static NDArray half(NDManager m, float[] values, long... shape) {
-        NDArray f = m.create(values, new Shape(shape));
-        NDArray h = f.toType(DataType.FLOAT16, false);
-        f.close();
-        return h;
     }
 }

@@ -45,6 +45,7 @@ public final class GptModel implements Module {
     private final List<TransformerLayer> layers = new ArrayList<>();
     private final Norm finalNorm;
     private final ColumnParallelLinear output;
+    private final ColumnParallelLinear tiedOutput;
     private final boolean outputIsEmbeddingCopy;
     private final List<GradientReadyListener> gradientListeners = new CopyOnWriteArrayList<>();
 
@@ -60,14 +61,16 @@ public final class GptModel implements Module {
             boolean reuseEmbedding = c.tiedEmbeddings() && preProcess;
             this.outputIsEmbeddingCopy = c.tiedEmbeddings() && !preProcess;
             String key = c.tiedEmbeddings() ? GptEmbedding.WORD_KEY : OUTPUT_KEY;
-            this.output = reuseEmbedding ? null
-                    : ColumnParallelLinear.builder(c.hiddenSize(), c.vocabSize(), ctx.groups().tp())
-                            .bias(false).gatherOutput(false).sequenceParallel(c.sequenceParallel())
-                            .initializer(ctx.initializer(key + "weight", c.initStd()))
-                            .dtype(c.dtype()).manager(ctx.parameters()).name(key).build();
+            ColumnParallelLinear.Builder head = ColumnParallelLinear.builder(c.hiddenSize(), c.vocabSize(), ctx.groups().tp())
+                    .bias(false).gatherOutput(false).sequenceParallel(c.sequenceParallel()).dtype(c.dtype())
+                    .manager(ctx.parameters()).name(key);
+            // with the embedding on this chunk the output layer has no weight of its own: it is given the embedding's
+            this.output = reuseEmbedding ? null : head.initializer(ctx.initializer(key + "weight", c.initStd())).build();
+            this.tiedOutput = reuseEmbedding ? head.skipWeightAllocation(true).build() : null;
         } else {
             this.finalNorm = null;
             this.output = null;
+            this.tiedOutput = null;
             this.outputIsEmbeddingCopy = false;
         }
     }
@@ -140,7 +143,7 @@ public final class GptModel implements Module {
         }
         NDArray normed = finalNorm.forward(scope, hidden);
         NDArray logits = output == null
-                ? ColumnParallelLinearOverEmbedding.logits(scope, ctx, normed, embedding.wordWeight())
+                ? tiedOutput.forward(scope, normed, embedding.wordWeight()).output()
                 : output.forward(scope, normed).output();
         scope.release(hidden == input ? null : hidden, normed);
         if (labels == null) {

@@ -5,8 +5,6 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.ndarray.types.DataType;
-import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Parameter;
@@ -68,7 +66,7 @@ class ActivationReleaseTest {
         List<Integer> perRank = InJvmWorld.run(tp, rank -> {
             GptModel model = build(config, rank.groups(ParallelDims.of(tp, tp, 1)), rank.manager(), sdpa);
             try (AutogradScope scope = AutogradScope.openNoGrad(rank.manager())) {
-                NDArray[] data = batch(scope.manager(), config.vocabSize());
+                NDArray[] data = TokenBatches.shifted(scope.manager(), config.vocabSize(), SEQ, BATCH, 5, 1);
                 int before = nonScalars(scope.manager());
                 model.forward(scope, data[0], null, data[1]);
                 return nonScalars(scope.manager()) - before;
@@ -88,7 +86,7 @@ class ActivationReleaseTest {
             GptModel model = build(config, rank.groups(ParallelDims.of(tp, tp, 1)), m, true);
             List<Float> out = new ArrayList<>();
             try (AutogradScope scope = AutogradScope.open(m)) {
-                NDArray[] data = batch(scope.manager(), config.vocabSize());
+                NDArray[] data = TokenBatches.shifted(scope.manager(), config.vocabSize(), SEQ, BATCH, 5, 1);
                 scope.backward(model.forward(scope, data[0], null, data[1]));
                 for (Parameter p : model.parameters()) {
                     for (float v : Tensors.gradientOrZeros(p.data(), scope.manager()).toFloatArray()) {
@@ -106,14 +104,5 @@ class ActivationReleaseTest {
         LayerSpec spec = sdpa ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
         int[] layers = IntStream.range(0, config.numLayers()).toArray();
         return GptModel.build(ModelContext.create(config, groups, m, new SeedScheme(42)), spec, layers, true, true);
-    }
-
-    private static NDArray[] batch(NDManager m, int vocab) {
-        int[] ids = new int[(SEQ + 1) * BATCH];
-        for (int i = 0; i < ids.length; i++) {
-            ids[i] = (i * 5 + 1) % vocab;
-        }
-        NDArray all = m.create(ids, new Shape(SEQ + 1, BATCH)).toType(DataType.INT64, false);
-        return new NDArray[] {all.get("0:" + SEQ), all.get("1:" + (SEQ + 1))};
     }
 }

@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
-import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Parameter;
@@ -114,7 +113,7 @@ class DropoutRecomputeTest {
                     LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
             double loss;
             try (AutogradScope scope = training ? AutogradScope.open(m) : AutogradScope.openNoGrad(m)) {
-                NDArray[] data = batch(scope.manager(), config.vocabSize());
+                NDArray[] data = TokenBatches.shifted(scope.manager(), config.vocabSize(), SEQ, BATCH, 7, 3);
                 NDArray l = model.forward(scope, data[0], null, data[1]);
                 loss = l.toType(DataType.FLOAT64, false).getDouble();
                 if (training) {
@@ -131,14 +130,5 @@ class DropoutRecomputeTest {
             }
             return new Result(loss, gradients);
         });
-    }
-
-    private static NDArray[] batch(NDManager m, int vocab) {
-        int[] ids = new int[(SEQ + 1) * BATCH];
-        for (int i = 0; i < ids.length; i++) {
-            ids[i] = (i * 7 + 3) % vocab;
-        }
-        NDArray all = m.create(ids, new Shape(SEQ + 1, BATCH)).toType(DataType.INT64, false);
-        return new NDArray[] {all.get("0:" + SEQ), all.get("1:" + (SEQ + 1))};
     }
 }

@@ -6,7 +6,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
-import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Parameter;
@@ -20,7 +19,6 @@ import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 
-import java.util.ArrayList;
 import java.util.IdentityHashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -117,7 +115,7 @@ class GptModelTest {
                 int baseline = -1;
                 for (int step = 0; step < 30; step++) {
                     try (AutogradScope scope = AutogradScope.open(params)) {
-                        NDArray[] data = batch(scope.manager(), c.vocabSize());
+                        NDArray[] data = TokenBatches.shifted(scope.manager(), c.vocabSize(), SEQ, BATCH, 7, 3);
                         scope.backward(model.forward(scope, data[0], null, data[1]));
                     }
                     model.parameters().forEach(Parameter::zeroGradient);
@@ -146,7 +144,7 @@ class GptModelTest {
                     LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
             double loss;
             try (AutogradScope scope = AutogradScope.open(m)) {
-                NDArray[] data = batch(scope.manager(), config.vocabSize());
+                NDArray[] data = TokenBatches.shifted(scope.manager(), config.vocabSize(), SEQ, BATCH, 7, 3);
                 NDArray l = model.forward(scope, data[0], null, data[1]);
                 loss = l.toType(DataType.FLOAT64, false).getDouble();
                 scope.backward(l);
@@ -186,14 +184,4 @@ class GptModelTest {
         }
         return grad;
     }
-
-    private static NDArray[] batch(NDManager m, int vocab) {
-        int[] ids = new int[(SEQ + 1) * BATCH];
-        for (int i = 0; i < ids.length; i++) {
-            ids[i] = (i * 7 + 3) % vocab;
-        }
-        NDArray all = m.create(ids, new Shape(SEQ + 1, BATCH)).toType(DataType.INT64, false);
-        return new NDArray[] {all.get("0:" + SEQ), all.get("1:" + (SEQ + 1))};
-    }
-
 }
