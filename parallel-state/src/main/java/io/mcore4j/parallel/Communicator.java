@@ -23,7 +23,9 @@ import java.util.List;
  *       accumulated in rank order, so every member gets bitwise identical results.</li>
  *   <li>Every blocking call gives up after {@link #timeout()} with a {@link CommunicationException}
  *       naming the group, the operation and the ranks that did not arrive; after any failure the
- *       communicator is broken and every later call fails at once.</li>
+ *       communicator is broken and every later call fails at once. A GPU backend may return from a
+ *       collective once its work is queued on the device (results are then complete in stream
+ *       order); a failure of such work surfaces, naming it, at a later call.</li>
  *   <li>Ranks in arguments ({@code root}, {@code peer}) are indices within the group, not global
  *       ranks. A communicator is used by one thread at a time.</li>
  * </ul>
