@@ -1,5 +1,6 @@
 package io.mcore4j.parallel.nccl;
 
+import static org.bytedeco.cuda.global.cudart.cudaDeviceGetStreamPriorityRange;
 import static org.bytedeco.cuda.global.cudart.cudaErrorNotReady;
 import static org.bytedeco.cuda.global.cudart.cudaEventCreateWithFlags;
 import static org.bytedeco.cuda.global.cudart.cudaEventDestroy;
@@ -9,7 +10,7 @@ import static org.bytedeco.cuda.global.cudart.cudaEventRecord;
 import static org.bytedeco.cuda.global.cudart.cudaGetDeviceCount;
 import static org.bytedeco.cuda.global.cudart.cudaGetErrorString;
 import static org.bytedeco.cuda.global.cudart.cudaSetDevice;
-import static org.bytedeco.cuda.global.cudart.cudaStreamCreateWithFlags;
+import static org.bytedeco.cuda.global.cudart.cudaStreamCreateWithPriority;
 import static org.bytedeco.cuda.global.cudart.cudaStreamDestroy;
 import static org.bytedeco.cuda.global.cudart.cudaStreamNonBlocking;
 import static org.bytedeco.cuda.global.cudart.cudaStreamWaitEvent;
@@ -55,9 +56,9 @@ import org.slf4j.LoggerFactory;
  * <p><b>Streams.</b> Every call is enqueued on the legacy default stream ({@code null}), the stream
  * DJL's libtorch ops run on: an NCCL call runs after the DJL ops enqueued before it and before
  * those enqueued after it, so inputs are ready and results are visible without extra
- * synchronisation. Collectives started to overlap later work run on a second, non-blocking stream
- * of this communicator ({@link #sideStream}), after an event on the default stream; the default
- * stream waits for them at {@link #joinSideStream}, and before this communicator's next
+ * synchronisation. Collectives started to overlap later work run on a second, non-blocking,
+ * highest-priority stream of this communicator ({@link #sideStream}), after an event on the default
+ * stream; the default stream waits for them at {@link #joinSideStream}, and before this communicator's next
  * default-stream call (NCCL needs one order of calls per communicator).
  *
  * <p><b>Completion.</b> After enqueuing, a caller either returns at once and leaves the work to the
@@ -248,8 +249,13 @@ final class NcclComm implements AutoCloseable {
      */
     CUstream_st sideStream(String what) {
         if (side == null) {
+            // highest priority: as the default stream's kernels retire, the collective's blocks get the SMs first
+            int[] least = new int[1];
+            int[] greatest = new int[1];
+            check(cudaDeviceGetStreamPriorityRange(least, greatest), "cudaDeviceGetStreamPriorityRange", what, true);
             CUstream_st created = new CUstream_st();
-            check(cudaStreamCreateWithFlags(created, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", what, true);
+            check(cudaStreamCreateWithPriority(created, cudaStreamNonBlocking, greatest[0]), "cudaStreamCreateWithPriority",
+                    what, true);
             side = created;
             sideReady = newEvent(what);
             sideTail = newEvent(what);
