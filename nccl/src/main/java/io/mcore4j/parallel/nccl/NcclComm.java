@@ -97,6 +97,7 @@ final class NcclComm implements AutoCloseable {
     private final int[] watchdogAsyncError = new int[1];
     private final ReentrantLock calls = new ReentrantLock();
     private final Object abortLock = new Object();
+    private final Object watchLock = new Object();
     private final ConcurrentLinkedQueue<Pending> pending = new ConcurrentLinkedQueue<>();
     private final ConcurrentLinkedQueue<CUevent_st> freeEvents = new ConcurrentLinkedQueue<>();
     private final ArrayDeque<CUevent_st> handleEvents = new ArrayDeque<>();
@@ -424,6 +425,12 @@ final class NcclComm implements AutoCloseable {
      * @return whether work is still outstanding
      */
     boolean watch(long now) {
+        synchronized (watchLock) { // close() waits for a pass in progress before destroying the events
+            return watchLocked(now);
+        }
+    }
+
+    private boolean watchLocked(long now) {
         if (closed || aborted != null) {
             return false;
         }
@@ -477,31 +484,38 @@ final class NcclComm implements AutoCloseable {
         calls.lock();
         try {
             closed = true;
-            cudaSetDevice(device);
-            synchronized (abortLock) {
-                if (aborted == null) {
-                    aborted = "the communicator is closed";
-                    ncclCommDestroy(comm);
-                }
-            }
-            cudaEventDestroy(done);
-            for (Pending p; (p = pending.poll()) != null; ) {
-                cudaEventDestroy(p.event());
-            }
-            for (CUevent_st e; (e = freeEvents.poll()) != null; ) {
-                cudaEventDestroy(e);
-            }
-            for (CUevent_st e : handleEvents) {
-                cudaEventDestroy(e);
-            }
-            handleEvents.clear();
-            if (side != null) {
-                cudaEventDestroy(sideReady);
-                cudaEventDestroy(sideTail);
-                cudaStreamDestroy(side);
+            synchronized (watchLock) {
+                destroy();
             }
         } finally {
             calls.unlock();
+        }
+    }
+
+    /** Destroys the communicator and its events; called once, by {@link #close()}. */
+    private void destroy() {
+        cudaSetDevice(device);
+        synchronized (abortLock) {
+            if (aborted == null) {
+                aborted = "the communicator is closed";
+                ncclCommDestroy(comm);
+            }
+        }
+        cudaEventDestroy(done);
+        for (Pending p; (p = pending.poll()) != null; ) {
+            cudaEventDestroy(p.event());
+        }
+        for (CUevent_st e; (e = freeEvents.poll()) != null; ) {
+            cudaEventDestroy(e);
+        }
+        for (CUevent_st e : handleEvents) {
+            cudaEventDestroy(e);
+        }
+        handleEvents.clear();
+        if (side != null) {
+            cudaEventDestroy(sideReady);
+            cudaEventDestroy(sideTail);
+            cudaStreamDestroy(side);
         }
     }
 
