@@ -9,6 +9,8 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import ai.djl.pytorch.engine.PtNDArray;
+import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -19,6 +21,7 @@ import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -305,33 +308,57 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     }
 
     /**
-     * Appends the rectangles of one parameter piece, for every state tensor; {@code replicated}
-     * (the piece's gradient does not count in the norm here) marks them as held by another rank too.
+     * Appends the rectangles of one parameter piece, for every state tensor: the piece's flat range
+     * is cut into rectangles of the parameter ({@link FlatRangeBlocks}), and each is cut again by the
+     * regions of the parameter's placement (one region unless the parameter is strided), which give
+     * the global offsets. {@code replicated} (the piece's gradient does not count in the norm here)
+     * marks them as held by another rank too.
      */
     private static void describe(String prefix, ParameterLayout layout, Piece piece, boolean replicated,
                                  List<String> names, NDArray[] tensors, NDManager owner, List<ShardedTensor> out) {
         Parameter p = piece.param();
-        ShardedTensor d = layout.describe(p);
-        long[] localShape = d.data().getShape().getShape();
-        if (d.data().getShape().size() != p.data().getShape().size()) {
-            throw new IllegalArgumentException("checkpoint description " + d + " of parameter " + p
+        ParameterPlacement d = layout.describe(p);
+        if (d.numel() != p.data().getShape().size()) {
+            throw new IllegalArgumentException("checkpoint placement " + d + " of parameter " + p
                     + " does not have the parameter's " + p.data().getShape().size() + " elements");
         }
         int replica = d.replicaId() != 0 ? d.replicaId() : replicated ? 1 : 0;
-        long[] base = d.globalOffset();
-        for (FlatRangeBlocks.Block block : FlatRangeBlocks.decompose(localShape, piece.paramStart(), piece.paramEnd())) {
+        for (FlatRangeBlocks.Block block : FlatRangeBlocks.decompose(d.localShape(), piece.paramStart(), piece.paramEnd())) {
             long start = piece.shardStart() + block.flatStart() - piece.paramStart();
-            long[] offset = new long[base.length];
-            for (int k = 0; k < offset.length; k++) {
-                offset[k] = base[k] + block.offset()[k];
-            }
-            for (int t = 0; t < tensors.length; t++) {
-                NDArray flat = range(tensors[t], start, start + block.numel(), owner);
-                NDArray view = own(flat.reshape(block.extent()), owner);
-                flat.close();
-                out.add(new ShardedTensor(prefix + d.key() + "." + names.get(t), view, d.globalShape(), offset, replica));
+            for (ParameterPlacement.Region region : d.regions()) {
+                Optional<ParameterPlacement.Region> part = region.within(block.offset(), block.extent());
+                if (part.isEmpty()) {
+                    continue;
+                }
+                for (int t = 0; t < tensors.length; t++) {
+                    NDArray flat = range(tensors[t], start, start + block.numel(), owner);
+                    NDArray view = narrow(own(flat.reshape(block.extent()), owner), block, part.get(), owner);
+                    flat.close();
+                    out.add(new ShardedTensor(prefix + d.key() + "." + names.get(t), view, d.globalShape(),
+                            part.get().globalOffset(), replica));
+                }
             }
         }
+    }
+
+    /**
+     * The view of {@code part} within {@code blockView}, the view of {@code block}; the block's own
+     * view where the part is the whole block (always so for a parameter of one region).
+     */
+    private static NDArray narrow(NDArray blockView, FlatRangeBlocks.Block block, ParameterPlacement.Region part,
+                                  NDManager owner) {
+        NDArray view = blockView;
+        for (int k = 0; k < block.extent().length; k++) {
+            long from = part.localOffset()[k] - block.offset()[k];
+            if (from == 0 && part.extent()[k] == block.extent()[k]) {
+                continue;
+            }
+            NDArray narrowed = JniUtils.slice((PtNDArray) view, k, from, from + part.extent()[k], 1);
+            narrowed.attach(owner);
+            view.close();
+            view = narrowed;
+        }
+        return view;
     }
 
     @Override

@@ -82,8 +82,9 @@ public interface MegatronOptimizer extends AutoCloseable {
      * {@code .exp_avg_sq} for Adam, {@code .momentum_buffer} for SGD with momentum), with the
      * parameter's global shape and the global offsets of the piece (the distributed optimizer owns
      * flat ranges of parameters; each range is described as at most {@code 2 * dims - 1}
-     * rectangles). Plus {@code prefix + "step"} (int64 [1]) and, with fp16,
-     * {@code prefix + "loss_scaler"} (float32 [3]: scale, growth tracker, hysteresis tracker).
+     * rectangles, each cut again at the stride chunks of a strided parameter, whose part is one
+     * rectangle of the global tensor per chunk). Plus {@code prefix + "step"} (int64 [1]) and,
+     * with fp16, {@code prefix + "loss_scaler"} (float32 [3]: scale, growth tracker, hysteresis tracker).
      * Pieces held identically by another rank have a non-zero replica id. The data are views of
      * the live state (copy them before the next step if you save asynchronously).
      *

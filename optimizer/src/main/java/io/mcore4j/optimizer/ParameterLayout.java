@@ -10,56 +10,52 @@ import java.util.Map;
 import java.util.function.Function;
 
 /**
- * Where each parameter sits in the checkpoint: its layout-independent key, global shape and
- * offset, as the model describes its own weights. The optimizer keys its state for a parameter as
- * {@code prefix + key + ".exp_avg"} (and {@code .exp_avg_sq}, {@code .fp32_param},
- * {@code .momentum_buffer}) with the same global shape and offsets, so optimizer state saved under one
- * parallel layout loads under another.
+ * Where each parameter sits in the checkpoint: its layout-independent key, global shape and the
+ * global offsets of its local elements, as the model describes its own weights. The optimizer keys
+ * its state for a parameter as {@code prefix + key + ".exp_avg"} (and {@code .exp_avg_sq},
+ * {@code .fp32_param}, {@code .momentum_buffer}) with the same global shape and offsets, so
+ * optimizer state saved under one parallel layout loads under another.
  */
 @FunctionalInterface
 public interface ParameterLayout {
 
     /**
-     * The checkpoint description of {@code param}: its data must have the parameter's number of
-     * elements (a reshape such as a leading stacking dim of 1 is fine); a non-zero replica id marks
-     * the parameter as held whole elsewhere too.
+     * The checkpoint placement of {@code param}: its local shape must have the parameter's number
+     * of elements (a reshape such as a leading stacking dim of 1 is fine); a non-zero replica id
+     * marks the parameter as held whole elsewhere too.
      *
      * @param param one of the optimizer's parameters
-     * @return its description, never null
+     * @return its placement, never null
      * @throws IllegalArgumentException if the parameter is unknown to this layout
      */
-    ShardedTensor describe(Parameter param);
+    ParameterPlacement describe(Parameter param);
 
     /**
-     * Keys from a function; global shape and offsets from each parameter's {@link Parameter.Partition}.
-     *
-     * <p>A strided parameter (a fused weight such as SwiGLU's [gate; up], partition stride above 1)
-     * holds several global row ranges, which a single rectangle cannot describe; its state is keyed
-     * with the tensor-parallel size ({@code key + "@tp" + size}), so it resumes at that size and a
-     * resume at another size fails on the missing key instead of mixing up rows.
+     * Keys from a function; global shape and offsets from each parameter's {@link Parameter.Partition}
+     * ({@link ParameterPlacement#of(String, Parameter)}). A strided parameter (a fused weight such as
+     * SwiGLU's [gate; up], partition stride above 1) is placed as one rectangle per stride chunk,
+     * under its plain key, so its state too loads at any tensor-parallel size.
      *
      * @param keyOf the layout-independent key of a parameter, e.g. {@code "decoder.layers.3.mlp.fc1.weight"}
      * @return the layout
      */
     static ParameterLayout byKey(Function<Parameter, String> keyOf) {
-        return p -> {
-            ShardedTensor own = p.sharded("", 0);
-            Parameter.Partition partition = p.partition();
-            String key = keyOf.apply(p) + (partition.stride() > 1 ? "@tp" + partition.count() : "");
-            return new ShardedTensor(key, own.data(), own.globalShape(), own.globalOffset(), 0);
-        };
+        return p -> ParameterPlacement.of(keyOf.apply(p), p);
     }
 
     /**
-     * Descriptions given up front, e.g. collected from the model's {@code shardedState}.
+     * Descriptions given up front, e.g. collected from the model's {@code shardedState}: one
+     * rectangle per parameter ({@link ParameterPlacement#of(ShardedTensor)}), so a strided
+     * parameter, which a model describes as several pieces, needs {@link #byKey} instead.
      *
      * @param descriptions one per parameter (matched by identity)
      * @return the layout
      */
     static ParameterLayout of(Map<Parameter, ShardedTensor> descriptions) {
-        Map<Parameter, ShardedTensor> copy = new IdentityHashMap<>(descriptions);
+        Map<Parameter, ParameterPlacement> copy = new IdentityHashMap<>();
+        descriptions.forEach((p, d) -> copy.put(p, ParameterPlacement.of(d)));
         return p -> {
-            ShardedTensor d = copy.get(p);
+            ParameterPlacement d = copy.get(p);
             if (d == null) {
                 throw new IllegalArgumentException("no checkpoint description for parameter " + p);
             }

@@ -55,6 +55,12 @@ final class InMemoryCheckpoint {
         }
     }
 
+    /** The saved global tensor of {@code key} in row-major order, or null if nothing was saved under it. */
+    synchronized double[] values(String key) {
+        double[] v = values.get(key);
+        return v == null ? null : v.clone();
+    }
+
     synchronized List<String> keys() {
         return new ArrayList<>(values.keySet());
     }

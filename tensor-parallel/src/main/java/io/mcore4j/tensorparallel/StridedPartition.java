@@ -8,6 +8,7 @@ import ai.djl.ndarray.types.Shape;
 import ai.djl.pytorch.engine.PtNDArray;
 import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 
 import java.util.ArrayList;
@@ -100,12 +101,12 @@ public record StridedPartition(int dim, int index, int count, int stride) {
      * @return a new contiguous tensor of {@link #localShape}, owned by {@code owner}
      */
     public NDArray slice(NDArray full, NDManager owner) {
-        long len = chunkSize(full.getShape());
+        long localSize = chunkSize(full.getShape()) * stride;
         try (NDManager temp = owner.newSubManager()) {
             NDList pieces = new NDList();
-            for (int j = 0; j < stride; j++) {
-                long start = (long) (j * count + index) * len;
-                NDArray piece = JniUtils.slice((PtNDArray) full, dim, start, start + len, 1);
+            for (Parameter.Run run : runs(localSize)) {
+                long start = run.globalStart();
+                NDArray piece = JniUtils.slice((PtNDArray) full, dim, start, start + run.length(), 1);
                 piece.attach(temp);
                 pieces.add(piece);
             }
@@ -145,19 +146,35 @@ public record StridedPartition(int dim, int index, int count, int stride) {
         long[] global = localShape.clone();
         global[dim] *= count;
         List<ShardedTensor> out = new ArrayList<>(stride);
-        long len = localShape[dim] / stride;
         // views of a detached handle: they share the parameter's storage but not its autograd history
         NDArray base = stride > 1 ? Tensors.detach(local, owner) : local;
-        for (int j = 0; j < stride; j++) {
+        for (Parameter.Run run : runs(localShape[dim])) {
             NDArray data = local;
             if (stride > 1) {
-                data = JniUtils.slice((PtNDArray) base, dim, j * len, (j + 1) * len, 1);
+                data = JniUtils.slice((PtNDArray) base, dim, run.localStart(), run.localStart() + run.length(), 1);
                 data.attach(owner);
             }
             long[] offset = new long[localShape.length];
-            offset[dim] = (long) (j * count + index) * len;
+            offset[dim] = run.globalStart();
             out.add(new ShardedTensor(key, data, global, offset, replicaId));
         }
         return out;
+    }
+
+    /**
+     * @return the same split as the {@link Parameter.Partition} a parameter holding this part
+     *     carries ({@link Parameter.Partition#NONE} for a single part), which the optimizer uses to
+     *     place its state
+     */
+    public Parameter.Partition parameterPartition() {
+        return count == 1 ? Parameter.Partition.NONE : new Parameter.Partition(dim, index, count, stride);
+    }
+
+    /**
+     * The runs of a part of {@code localSize} along {@link #dim()}, as {@link Parameter.Partition#runs}
+     * defines them for the parameters built from this partition.
+     */
+    private List<Parameter.Run> runs(long localSize) {
+        return new Parameter.Partition(dim, index, count, stride).runs(localSize);
     }
 }

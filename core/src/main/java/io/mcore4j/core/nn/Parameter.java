@@ -5,7 +5,9 @@ import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.shard.ShardedTensor;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import java.util.Objects;
 
 /**
@@ -76,6 +78,53 @@ public final class Parameter implements AutoCloseable {
          */
         public boolean isSplit() {
             return dim >= 0;
+        }
+
+        /**
+         * Where this rank's part sits along {@link #dim()} in the global weight. The global weight is
+         * cut along the dim into {@code count * stride} equal chunks, and part {@code index} is chunks
+         * {@code index, index + count, ..., index + (stride - 1) * count}, concatenated in that order.
+         * So a part of {@code localSize} yields {@code stride} runs of {@code len = localSize / stride}:
+         * run {@code j} holds local indices from {@code j * len} and global indices from
+         * {@code (j * count + index) * len}. With stride 1 that is the single run at
+         * {@code index * localSize}; a weight that is not split yields the single run at 0.
+         *
+         * <p>This is the one definition of the strided layout: tensor-parallel layers cut their
+         * shards by it and the optimizer places its state by it.
+         *
+         * @param localSize this rank's size along {@link #dim()} (any size when not split)
+         * @return {@code stride} runs in local order, never empty
+         * @throws IllegalArgumentException if {@code localSize} is negative or not divisible by the stride
+         */
+        public List<Run> runs(long localSize) {
+            if (localSize < 0 || localSize % stride != 0) {
+                throw new IllegalArgumentException("stride " + stride + " does not divide the local size " + localSize
+                        + " along dim " + dim);
+            }
+            long len = localSize / stride;
+            List<Run> out = new ArrayList<>(stride);
+            for (int j = 0; j < stride; j++) {
+                out.add(new Run(j * len, len, ((long) j * count + index) * len));
+            }
+            return List.copyOf(out);
+        }
+    }
+
+    /**
+     * One contiguous run of a part along its split dim: local indices
+     * {@code [localStart, localStart + length)} are global indices {@code [globalStart, globalStart + length)}.
+     *
+     * @param localStart first local index
+     * @param length number of indices
+     * @param globalStart first global index
+     */
+    public record Run(long localStart, long length, long globalStart) {
+        /** Validates that the run is not negative. */
+        public Run {
+            if (localStart < 0 || length < 0 || globalStart < 0) {
+                throw new IllegalArgumentException("run of " + length + " from local " + localStart + " to global "
+                        + globalStart + " must not be negative");
+            }
         }
     }
 
@@ -166,12 +215,18 @@ public final class Parameter implements AutoCloseable {
      * @param prefix the module path, e.g. {@code "decoder.layers.3.mlp.fc1."}
      * @param replicaId 0 if this rank writes the piece
      * @return the description
+     * @throws IllegalStateException if the parameter is strided ({@link Partition#stride()} above 1):
+     *     its part is {@link Partition#runs several rectangles} of the global weight, not one
      */
     public ShardedTensor sharded(String prefix, int replicaId) {
+        if (partition.stride() > 1) {
+            throw new IllegalStateException("parameter " + name + " is strided (stride " + partition.stride()
+                    + "): its part is " + partition.stride() + " rectangles of the global weight, not one");
+        }
         long[] local = data.getShape().getShape();
         long[] offset = new long[local.length];
         if (partition.isSplit()) {
-            offset[partition.dim()] = local[partition.dim()] * partition.index();
+            offset[partition.dim()] = partition.runs(local[partition.dim()]).get(0).globalStart();
         }
         return new ShardedTensor(prefix + name, data, globalShape(), offset, replicaId);
     }
