@@ -68,8 +68,10 @@ final class LocalExperts implements Module {
         int fc1Out = glu ? 2 * config.ffnHiddenSize() : config.ffnHiddenSize();
         StridedPartition rows = new StridedPartition(0, etpRank, etp, glu ? 2 : 1);
         StridedPartition columns = new StridedPartition(1, etpRank, etp, 1);
-        Parameter.Partition rowSplit = etp > 1 ? new Parameter.Partition(0, etpRank, etp) : Parameter.Partition.NONE;
-        Parameter.Partition columnSplit = etp > 1 ? new Parameter.Partition(1, etpRank, etp) : Parameter.Partition.NONE;
+        // SwiGLU's fused [gate; up] rows are strided: the parameter's partition must say so, or the
+        // optimizer would place its state for these rows as one contiguous block
+        Parameter.Partition rowSplit = rows.parameterPartition();
+        Parameter.Partition columnSplit = columns.parameterPartition();
         int expertDpRank = groups.expertDp().rank();
         // the fc2 bias is whole on every expert-TP rank: one main copy per expert
         int biasReplica = etpRank + etp * expertDpRank;

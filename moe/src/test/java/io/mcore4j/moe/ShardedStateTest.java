@@ -2,11 +2,13 @@ package io.mcore4j.moe;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.ParallelDims;
@@ -80,6 +82,46 @@ class ShardedStateTest {
             }
             assertArrayEquals(expected.get(key), assembled.get(key), 0f, key + " values");
         }
+    }
+
+    /**
+     * Each parameter's own partition (which the optimizer uses to place its state) puts the rank's
+     * rows where the layer's checkpoint pieces say they are: for SwiGLU's fused fc1 under expert-TP
+     * that takes the stride.
+     */
+    @ParameterizedTest(name = "world {0}: TP{1} EP{2} expert-TP{3}")
+    @CsvSource({"4, 2, 2, 2", "2, 1, 1, 2"})
+    void parameterPartitionsPlaceRowsWhereThePiecesAre(int world, int tp, int ep, int etp) {
+        MoeConfig config = MoeConfig.builder(4, 2, 8).activation(MoeConfig.Activation.SWIGLU).addBias(true).build();
+        ParallelDims dims = ParallelDims.builder(world).tensorParallel(tp).expertParallel(ep).expertTensorParallel(etp)
+                .build();
+        InJvmWorld.run(world, ctx -> {
+            ProcessGroups groups = ctx.groups(dims);
+            try (NDManager m = ctx.manager().newSubManager();
+                 MoeLayer layer = MoeLayer.build(config, 8, groups, m, new SeedScheme(21), PREFIX, new AuxLossScale())) {
+                Map<String, List<Long>> pieceStarts = new TreeMap<>();
+                Map<String, Parameter> named = layer.namedParameters(PREFIX);
+                for (ShardedTensor t : layer.shardedState(PREFIX)) {
+                    Parameter p = named.get(t.key());
+                    if (p != null && p.partition().count() > 1) {
+                        pieceStarts.computeIfAbsent(t.key(), k -> new ArrayList<>()).add(t.globalOffset()[p.partition().dim()]);
+                    }
+                }
+                assertFalse(pieceStarts.isEmpty(), "some expert weights are split");
+                for (Map.Entry<String, List<Long>> e : pieceStarts.entrySet()) {
+                    Parameter.Partition partition = named.get(e.getKey()).partition();
+                    long local = named.get(e.getKey()).data().getShape().get(partition.dim());
+                    List<Long> runStarts = new ArrayList<>();
+                    for (Parameter.Run run : partition.runs(local)) {
+                        runStarts.add(run.globalStart());
+                    }
+                    List<Long> expected = new ArrayList<>(e.getValue());
+                    java.util.Collections.sort(expected);
+                    assertEquals(expected, runStarts, e.getKey());
+                }
+            }
+            return null;
+        });
     }
 
     private static List<List<Piece>> describe(int world, ParallelDims dims, MoeConfig config) {
