@@ -169,7 +169,9 @@ public final class Tensors {
 
     /**
      * Copies {@code source}'s values into {@code target} in place, keeping {@code target}'s
-     * identity (and its requires-grad flag). Shapes must match; dtypes are converted.
+     * identity (and its requires-grad flag). Shapes must match; dtypes are converted in the same
+     * copy (libtorch's {@code copy_}), with no converted temporary: a float16 gradient reaches a
+     * float32 buffer, or a float32 master a float16 parameter, in one pass.
      *
      * @param target destination, written in place
      * @param source values to copy
@@ -179,13 +181,18 @@ public final class Tensors {
             throw new IllegalArgumentException("cannot copy a tensor of shape " + source.getShape()
                     + " into one of shape " + target.getShape());
         }
+        // an ellipsis index writes every element in place, keeping the target's storage; grad mode
+        // goes off for the write (a leaf that requires grad refuses it otherwise), only if it is on
         boolean previous = JniUtils.isGradMode();
-        JniUtils.setGradMode(false);
+        if (previous) {
+            JniUtils.setGradMode(false);
+        }
         try {
-            // an ellipsis index writes every element in place, keeping the target's storage
-            target.set(new ai.djl.ndarray.index.NDIndex("..."), source.toType(target.getDataType(), false));
+            target.set(new ai.djl.ndarray.index.NDIndex("..."), source);
         } finally {
-            JniUtils.setGradMode(previous);
+            if (previous) {
+                JniUtils.setGradMode(true);
+            }
         }
     }
 

@@ -441,9 +441,9 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             g = p.gradient(temp);
         }
         if (g == null) {
-            FlatTensors.fillZero(slice);
+            FlatTensors.fillZero(slice, temp);
         } else {
-            FlatTensors.copyCast(slice, own(g.reshape(-1), temp));
+            Tensors.copyInto(slice, own(g.reshape(-1), temp));
         }
     }
 
@@ -469,7 +469,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
                 copyGradient(slot.param(), summed, flat, slot.offset(), temp);
             }
             if (bucket.padding() > 0) {
-                FlatTensors.fillZero(range(flat, bucket.numel, bucket.paddedNumel, temp));
+                FlatTensors.fillZero(range(flat, bucket.numel, bucket.paddedNumel, temp), temp);
             }
         }
         // the loss is a mean over the global batch, which is split over the DP x CP ranks: every
@@ -514,7 +514,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
                     NDArray grad = slot.param().gradient(temp);
                     if (grad != null) {
                         NDArray view = range(result, slot.offset(), slot.offset() + slot.numel(), temp);
-                        FlatTensors.copyCast(grad, own(view.reshape(grad.getShape()), temp));
+                        Tensors.copyInto(grad, own(view.reshape(grad.getShape()), temp));
                     }
                 }
             }

@@ -3,11 +3,9 @@ package io.mcore4j.optimizer;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
-import ai.djl.ndarray.types.Shape;
-import ai.djl.ndarray.types.SparseFormat;
 import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.engine.PtNDManager;
 import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
 
 /**
  * Views into flat (1-D) buffers, in-place writes through them, and ownership of new results, as the
@@ -46,28 +44,13 @@ final class FlatTensors {
     }
 
     /**
-     * Copies {@code source} into {@code target} in place, converting to {@code target}'s dtype in
-     * the same copy (libtorch's {@code copy_}): a float16 gradient reaches a float32 buffer, or a
-     * float32 master a float16 parameter, in one pass and with no converted temporary.
-     *
-     * @param target the tensor written, e.g. a {@link #range} view of a flat buffer
-     * @param source the values, of {@code target}'s shape and any floating dtype
-     * @throws IllegalArgumentException if the shapes differ
-     */
-    static void copyCast(NDArray target, NDArray source) {
-        if (!target.getShape().equals(source.getShape())) {
-            throw new IllegalArgumentException("cannot copy a tensor of shape " + source.getShape()
-                    + " into one of shape " + target.getShape());
-        }
-        target.set(new NDIndex("..."), source);
-    }
-
-    /**
-     * Sets every element of {@code target} to zero in place.
+     * Sets every element of {@code target} to zero in place, from a device scalar (a Java number
+     * would be a synchronising host copy on a GPU).
      *
      * @param target the tensor written, e.g. a {@link #range} view of an uninitialised buffer
+     * @param owner the manager that owns the scalar
      */
-    static void fillZero(NDArray target) {
-        target.set(new NDIndex("..."), 0);
+    static void fillZero(NDArray target, NDManager owner) {
+        target.set(new NDIndex("..."), Tensors.scalar(0, target, owner));
     }
 }

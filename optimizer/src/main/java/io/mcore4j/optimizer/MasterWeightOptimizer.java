@@ -207,7 +207,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             if (!sharded(bucket)) {
                 // one copy per parameter from its ready-made view (the step's host time is mostly these calls)
                 for (int i = 0; i < bucket.slots.size(); i++) {
-                    FlatTensors.copyCast(bucket.slots.get(i).param().data(), s.slotViews.get(i));
+                    Tensors.copyInto(bucket.slots.get(i).param().data(), s.slotViews.get(i));
                 }
                 continue;
             }
@@ -217,7 +217,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             for (GradientBucket.Slot slot : bucket.slots) {
                 NDArray view = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
                 NDArray data = slot.param().data();
-                FlatTensors.copyCast(data, own(view.reshape(data.getShape()), temp));
+                Tensors.copyInto(data, own(view.reshape(data.getShape()), temp));
             }
         }
     }
