@@ -121,6 +121,38 @@ public final class Tensors {
     }
 
     /**
+     * {@code x · wᵀ + b} over the last dim of {@code x}, computed as one 2-D product so that the
+     * bias is added inside the matrix multiply. libtorch's {@code linear} adds the bias of an n-d
+     * input ({@code [s, b, h]}) as a separate broadcast add unless it can flatten the input itself;
+     * for a 2-D input it always calls {@code addmm}, whose CUDA path adds a contiguous 1-d bias in
+     * the GEMM epilogue (cuBLASLt). The flattening here is a view whenever {@code x} is contiguous.
+     *
+     * @param x input {@code [.., in]}
+     * @param w weight {@code [out, in]}
+     * @param b bias {@code [out]}, or null
+     * @param owner the manager that owns the result
+     * @return {@code [.., out]}, recorded by autograd like libtorch's linear
+     */
+    public static NDArray linear(NDArray x, NDArray w, NDArray b, NDManager owner) {
+        Shape shape = x.getShape();
+        int n = shape.dimension();
+        if (n <= 2 || b == null) {
+            NDArray out = JniUtils.linear((PtNDArray) x, (PtNDArray) w, (PtNDArray) b);
+            out.attach(owner);
+            return out;
+        }
+        try (NDManager temp = owner.newSubManager()) {
+            NDArray flat = x.reshape(-1, shape.get(n - 1));
+            flat.attach(temp);
+            NDArray product = JniUtils.linear((PtNDArray) flat, (PtNDArray) w, (PtNDArray) b);
+            product.attach(temp);
+            NDArray out = product.reshape(shape.slice(0, n - 1).add(w.getShape().get(0)));
+            out.attach(owner);
+            return out;
+        }
+    }
+
+    /**
      * A new handle to the same storage, detached from the autograd graph, owned by {@code owner}.
      *
      * @param array any tensor

@@ -56,4 +56,44 @@ class TensorsTest {
             assertFalse(Tensors.requiresGrad(m.create(new int[] {1})));
         }
     }
+
+    /** The flattened product gives libtorch's composed {@code x·wᵀ + b} and its gradients, for 3-d input with and without bias. */
+    @Test
+    void linearMatchesTheComposedProductAndItsGradients() {
+        for (boolean withBias : new boolean[] {true, false}) {
+            try (NDManager m = Mcore4j.newRootManager()) {
+                NDArray x = m.randomNormal(new ai.djl.ndarray.types.Shape(3, 2, 5));
+                NDArray w = m.randomNormal(new ai.djl.ndarray.types.Shape(4, 5));
+                NDArray b = withBias ? m.randomNormal(new ai.djl.ndarray.types.Shape(4)) : null;
+                NDArray upstream = m.randomNormal(new ai.djl.ndarray.types.Shape(3, 2, 4));
+                float[][] fused = run(m, x, w, b, upstream, true);
+                float[][] composed = run(m, x, w, b, upstream, false);
+                for (int i = 0; i < fused.length; i++) {
+                    assertArrayEquals(composed[i], fused[i], 1e-5f, "bias " + withBias + ", tensor " + i);
+                }
+            }
+        }
+    }
+
+    /** {output, dx, dw, db} of one linear. */
+    private static float[][] run(NDManager m, NDArray x0, NDArray w0, NDArray b0, NDArray upstream, boolean fused) {
+        try (AutogradScope scope = AutogradScope.open(m)) {
+            NDManager s = scope.manager();
+            NDArray x = Tensors.detach(x0, s);
+            NDArray w = Tensors.detach(w0, s);
+            NDArray b = b0 == null ? null : Tensors.detach(b0, s);
+            for (NDArray t : new NDArray[] {x, w, b}) {
+                if (t != null) {
+                    t.setRequiresGradient(true);
+                }
+            }
+            NDArray y = fused ? Tensors.linear(x, w, b, s) : x.matMul(w.transpose());
+            if (!fused && b != null) {
+                y = y.add(b);
+            }
+            scope.backward(new NDArray[] {y}, new NDArray[] {upstream});
+            return new float[][] {y.toFloatArray(), x.getGradient().toFloatArray(), w.getGradient().toFloatArray(),
+                    b == null ? new float[0] : b.getGradient().toFloatArray()};
+        }
+    }
 }

@@ -4,8 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
 
 /**
  * Communication-free tensor operations of the MoE layer. DJL attaches an op's result to its first
@@ -23,7 +22,7 @@ final class LocalOps {
 
     /** {@code x · wᵀ + b} ({@code b} may be null), owned by {@code owner}. */
     static NDArray linear(NDArray x, NDArray w, NDArray b, NDManager owner) {
-        return own(JniUtils.linear((PtNDArray) x, (PtNDArray) w, (PtNDArray) b), owner);
+        return Tensors.linear(x, w, b, owner);
     }
 
     /** Rows {@code rows} (int64 indices) of {@code x}, differentiable (index-select), owned by {@code owner}. */

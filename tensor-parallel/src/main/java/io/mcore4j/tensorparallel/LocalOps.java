@@ -2,8 +2,7 @@ package io.mcore4j.tensorparallel;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 
 /**
@@ -14,18 +13,9 @@ import io.mcore4j.core.autograd.AutogradScope;
 final class LocalOps {
     private LocalOps() {}
 
-    /** {@code x · wᵀ + b} ({@code b} may be null), owned by the scope. */
+    /** {@code x · wᵀ + b} ({@code b} may be null, else added inside the GEMM, see {@link Tensors#linear}), owned by the scope. */
     static NDArray linear(AutogradScope scope, NDArray x, NDArray w, NDArray b) {
-        NDArray out = JniUtils.linear((PtNDArray) x, (PtNDArray) w, (PtNDArray) b);
-        out.attach(scope.manager());
-        return out;
-    }
-
-    /** {@code a + b}, owned by the scope. */
-    static NDArray add(AutogradScope scope, NDArray a, NDArray b) {
-        NDArray out = a.add(b);
-        out.attach(scope.manager());
-        return out;
+        return Tensors.linear(x, w, b, scope.manager());
     }
 
     /** Refuses an activation whose last dim is not {@code expected}. */

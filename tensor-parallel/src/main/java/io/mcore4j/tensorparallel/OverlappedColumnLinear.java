@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.pytorch.engine.PtNDArray;
 import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.parallel.Communicator;
@@ -38,8 +39,7 @@ final class OverlappedColumnLinear implements Function {
         NDArray x = inputs[0];
         NDArray w = inputs[1];
         NDArray b = inputs.length > 2 ? inputs[2] : null;
-        NDArray out = JniUtils.linear((PtNDArray) x, (PtNDArray) w, (PtNDArray) b);
-        out.attach(ctx.manager());
+        NDArray out = Tensors.linear(x, w, b, ctx.manager());
         ctx.saveForBackward(inputs);
         return new NDArray[] {out};
     }

@@ -4,7 +4,10 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -20,7 +23,12 @@ import java.util.Objects;
  * weight, multiplies its slice of the input's last dim, and the partial results are summed over
  * the group ({@link Mappings#reduceFromTensorParallelRegion}) or, with sequence parallelism,
  * reduce-scattered along the sequence ({@link Mappings#reduceScatterToSequenceParallelRegion}).
- * The bias is replicated and added once, after the reduction.
+ * The bias is replicated and enters the sum once: each of the {@code t} ranks adds {@code b/t}
+ * inside its GEMM (the epilogue, no separate broadcast add). Without sequence parallelism the
+ * backward of that share passes the gradient through unscaled, so every rank's bias gradient is
+ * {@code Σ dy}, as if {@code b} had been added after the reduction; with it, each rank's gradient
+ * is {@code Σ dy / t}, and the group sum that sequence-parallel gradients get before use is
+ * {@code Σ dy}. At {@code t = 1} the bias goes into the GEMM as it is.
  *
  * <p>All communication is over the {@code tp} communicator given to the builder. The layer owns its
  * parameters (in the builder's manager). The weight is split along dim 1; the bias is whole on
@@ -92,18 +100,47 @@ public final class RowParallelLinear implements Module {
         if (sequenceParallel) {
             Mappings.checkSequenceLength(x.getShape().get(0), tp);
         }
-        NDArray partial = LocalOps.linear(scope, x, weight.data(), null);
-        NDArray reduced = sequenceParallel
+        NDArray share = null;
+        if (bias != null && !skipBiasAdd) {
+            if (tp.size() == 1) {
+                share = bias.data();
+            } else if (sequenceParallel) {
+                // each rank's gradient is then the group sum over t: a sequence-parallel bias's
+                // gradients are summed over the group before use, which makes it Σ dy
+                share = Tensors.scale(bias.data(), 1.0 / tp.size(), scope.manager());
+            } else {
+                share = scope.apply1(new BiasShare(tp.size()), bias.data());
+            }
+        }
+        NDArray partial = LocalOps.linear(scope, x, weight.data(), share);
+        NDArray out = sequenceParallel
                 ? Mappings.reduceScatterToSequenceParallelRegion(scope, tp, partial)
                 : Mappings.reduceFromTensorParallelRegion(scope, tp, partial);
-        NDArray out = reduced;
-        if (bias != null && !skipBiasAdd) {
-            out = LocalOps.add(scope, reduced, bias.data());
-        }
-        // the pre-bias sum and the partial product are dead once consumed (at TP1 they are one
-        // tensor); the scope keeps them while the reduction's Function refers to them
-        scope.release(partial == out ? null : partial, reduced == out ? null : reduced);
+        // the partial product is dead once reduced (at TP1 it is the output), the bias share once
+        // multiplied; the scope keeps either while a Function refers to it
+        scope.release(partial == out ? null : partial, bias != null && share == bias.data() ? null : share);
         return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
+    }
+
+    /**
+     * One rank's share {@code b/t} of the bias in forward; the gradient passes through unscaled in
+     * backward, because the sum over the {@code t} ranks depends on {@code b} with weight one.
+     */
+    private record BiasShare(int parts) implements Function {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            return new NDArray[] {Tensors.scale(inputs[0], 1.0 / parts, ctx.manager())};
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            return new NDArray[] {grads[0]};
+        }
+
+        @Override
+        public String name() {
+            return "row-parallel-bias-share";
+        }
     }
 
     /** @return this rank's weight shard {@code [out, in/t]} */

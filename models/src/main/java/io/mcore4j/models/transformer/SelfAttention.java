@@ -1,7 +1,9 @@
 package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
-import ai.djl.ndarray.index.NDIndex;
+import ai.djl.ndarray.NDList;
+import ai.djl.pytorch.engine.PtNDArray;
+import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.nn.Module;
@@ -62,10 +64,15 @@ public final class SelfAttention implements Module {
         long b = mixed.getShape().get(1);
         long groups = mixed.getShape().get(2) / ((headsPerGroup + 2L) * headDim);
         NDArray grouped = mixed.reshape(s, b, groups, headsPerGroup + 2, headDim);
-        NDArray queryGroups = grouped.get(new NDIndex(":, :, :, :{}, :", headsPerGroup));
+        // one split rather than three slices: its backward writes the three gradients into one
+        // tensor (a concatenation), where each slice's backward would fill a zero tensor of the
+        // full size and the three would then be summed
+        NDList parts = JniUtils.split((PtNDArray) grouped, new long[] {headsPerGroup, 1, 1}, 3);
+        parts.attach(scope.manager());
+        NDArray queryGroups = parts.get(0);
         NDArray query = queryGroups.reshape(s, b, groups * headsPerGroup, headDim);
-        NDArray key = grouped.get(new NDIndex(":, :, :, {}, :", headsPerGroup));
-        NDArray value = grouped.get(new NDIndex(":, :, :, {}, :", headsPerGroup + 1));
+        NDArray key = parts.get(1).reshape(s, b, groups, headDim);
+        NDArray value = parts.get(2).reshape(s, b, groups, headDim);
         NDArray rotatedQuery = query;
         NDArray rotatedKey = key;
         if (rope != null) {
@@ -84,7 +91,7 @@ public final class SelfAttention implements Module {
         }
         // the fused QKV output and its views were consumed by the core attention, which keeps
         // (through libtorch or the scope) whatever its backward needs
-        scope.release(mixed, grouped, queryGroups, query, key, value, rotatedQuery, rotatedKey);
+        scope.release(mixed, grouped, queryGroups, parts.get(1), parts.get(2), query, key, value, rotatedQuery, rotatedKey);
         NDArray out = proj.forward(scope, context).output();
         scope.release(context);
         return out;
