@@ -10,19 +10,21 @@ import ai.djl.pytorch.engine.PtSymbolBlock;
 import ai.djl.pytorch.jni.IValue;
 import io.mcore4j.core.TorchScriptModules;
 
-import java.util.HashMap;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
 /**
- * Adam or AdamW through libtorch's fused multi-tensor kernel: one pass over the master weights,
- * gradients and moments instead of about a dozen elementwise passes, and one kernel call for all
- * the shards of a step ({@link #applyAll}). DJL has no API for the kernel; a TorchScript module
- * that mcore4j generates ({@code scripts/make_fused_adam_module.py}) calls it on lists of tensors.
- * The math is torch.optim.Adam's with the same bias corrections; weight decay (one value per shard,
- * 0 for a bucket that does not decay) is applied here exactly as {@link AdamUpdate} applies it, and
- * the kernel runs without it. State names match {@link AdamUpdate}, so checkpoints move freely
- * between the two.
+ * Adam or AdamW through libtorch's fused multi-tensor kernels ({@code _fused_adam_},
+ * {@code _fused_adamw_}): one pass over the master weights, gradients and moments that also
+ * unscales the gradients (the kernel's {@code grad_scale}) and applies the weight decay, instead
+ * of about a dozen elementwise passes. {@link #applyAll} launches the kernel once per distinct
+ * weight decay (the optimizer's buckets are uniform in it: usually two launches per step). DJL has
+ * no API for the kernels; a TorchScript module that mcore4j generates
+ * ({@code scripts/make_fused_adam_module.py}) calls them on lists of tensors. The math is
+ * torch.optim.Adam's and AdamW's with the same bias corrections, so weights and moments agree with
+ * {@link AdamUpdate} to rounding; state names match it, so checkpoints move freely between the two.
  */
 final class FusedAdamUpdate implements UpdateRule {
     static final String RESOURCE = "/io/mcore4j/optimizer/fused_adam.pt";
@@ -49,57 +51,67 @@ final class FusedAdamUpdate implements UpdateRule {
     @Override
     public void apply(NDArray master, NDArray grad, NDArray[] state, double lr, double weightDecay, long step,
                       NDManager temp) {
-        applyAll(List.of(new ShardUpdate(master, grad, List.of(state), weightDecay)), lr, step, temp);
+        applyAll(List.of(new ShardUpdate(master, grad, List.of(state), weightDecay)), lr, step, 1, temp);
     }
 
     /**
-     * Applies weight decay shard by shard (one device scalar per distinct weight decay), then
-     * launches the kernel once for all shards. The shards must share one device and dtype.
+     * Launches the kernel once per distinct weight decay, in order of first appearance. The shards
+     * must share one device and dtype; a gradient of another dtype is converted first.
      *
-     * @throws IllegalArgumentException if a shard does not have two state tensors
+     * @throws IllegalArgumentException if a shard does not have two state tensors, or the divisor
+     *     is not positive and finite
      */
     @Override
-    public void applyAll(List<ShardUpdate> shards, double lr, long step, NDManager temp) {
+    public void applyAll(List<ShardUpdate> shards, double lr, long step, double gradDivisor, NDManager temp) {
+        UpdateRule.requireStateCount(shards, stateNames());
+        UpdateRule.requireDivisor(gradDivisor);
         if (shards.isEmpty()) {
             return;
         }
-        UpdateRule.requireStateCount(shards, stateNames());
+        NDArray first = shards.get(0).master();
+        // the kernel only reads a shard's step count (for the bias corrections), so one tensor serves all
+        PtNDArray stepCount = (PtNDArray) temp.full(new Shape(), step, DataType.FLOAT32, first.getDevice());
+        PtNDArray divisor = (PtNDArray) temp.full(new Shape(), (float) gradDivisor, DataType.FLOAT32, first.getDevice());
+        Map<Double, List<ShardUpdate>> byDecay = new LinkedHashMap<>();
+        for (ShardUpdate s : shards) {
+            byDecay.computeIfAbsent(s.weightDecay(), wd -> new ArrayList<>()).add(s);
+        }
+        for (Map.Entry<Double, List<ShardUpdate>> group : byDecay.entrySet()) {
+            launch(group.getValue(), lr, group.getKey(), stepCount, divisor, temp);
+        }
+    }
+
+    private void launch(List<ShardUpdate> shards, double lr, double weightDecay, PtNDArray stepCount, PtNDArray divisor,
+                        NDManager temp) {
         int n = shards.size();
         PtNDArray[] params = new PtNDArray[n];
         PtNDArray[] grads = new PtNDArray[n];
         PtNDArray[] expAvgs = new PtNDArray[n];
         PtNDArray[] expAvgSqs = new PtNDArray[n];
         PtNDArray[] steps = new PtNDArray[n];
-        NDArray first = shards.get(0).master();
-        // the kernel only reads a shard's step count (for the bias corrections), so one tensor serves all
-        PtNDArray stepCount = (PtNDArray) temp.full(new Shape(), step, DataType.FLOAT32, first.getDevice());
-        Map<Double, NDArray> decayFactors = new HashMap<>();
         for (int i = 0; i < n; i++) {
             ShardUpdate s = shards.get(i);
             NDArray master = s.master();
             NDArray g = s.grad().getDataType() == master.getDataType() ? s.grad()
                     : FlatTensors.own(s.grad().toType(master.getDataType(), true), temp);
-            if (s.weightDecay() != 0) {
-                NDArray factor = decayFactors.computeIfAbsent(s.weightDecay(),
-                        wd -> UpdateRule.decayFactor(master, decoupled, lr, wd, temp));
-                g = UpdateRule.decay(master, g, decoupled, factor, temp);
-            }
             params[i] = (PtNDArray) master;
             grads[i] = (PtNDArray) g;
             expAvgs[i] = (PtNDArray) s.state().get(0);
             expAvgSqs[i] = (PtNDArray) s.state().get(1);
             steps[i] = stepCount;
         }
+        double[] hyper = {lr, beta1, beta2, eps, weightDecay, decoupled ? 1 : 0};
         try (NDManager host = temp.newSubManager(Device.cpu());
              IValue paramList = IValue.listFrom(params);
              IValue gradList = IValue.listFrom(grads);
              IValue expAvgList = IValue.listFrom(expAvgs);
              IValue expAvgSqList = IValue.listFrom(expAvgSqs);
              IValue stepList = IValue.listFrom(steps);
-             IValue hyper = IValue.from((PtNDArray) host.create(new double[] {lr, beta1, beta2, eps}))) {
+             IValue hyperValue = IValue.from((PtNDArray) host.create(hyper));
+             IValue divisorValue = IValue.from(divisor)) {
             // lists built here straight from the tensors' handles: no renamed handle per tensor, as
             // DJL's NDList route ("x[]" names) would need
-            kernel.forward(paramList, gradList, expAvgList, expAvgSqList, stepList, hyper).close();
+            kernel.forward(paramList, gradList, expAvgList, expAvgSqList, stepList, hyperValue, divisorValue).close();
         }
     }
 }

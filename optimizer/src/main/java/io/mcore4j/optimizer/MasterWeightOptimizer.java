@@ -35,10 +35,10 @@ import org.slf4j.LoggerFactory;
  *
  * <p>A step makes these passes over each shard's gradient: the float16-to-float32 conversion where
  * the bucket reduces in float16; one read for the sum of squares (and one for the zero count when
- * configured), taken on the still loss-scaled values; one in-place multiply by
- * {@code clipCoefficient / lossScale}, skipped when that factor is exactly 1; the update rule,
- * which receives every shard in one {@link UpdateRule#applyAll} call (one launch of the fused Adam
- * kernel). Numbers enter these passes as 0-dim device tensors made once per step
+ * configured), taken on the still loss-scaled values; the update rule, which receives every
+ * shard in one {@link UpdateRule#applyAll} call with the divisor {@code lossScale / clipCoefficient}:
+ * the fused Adam kernel unscales, clips and decays inside its one pass (two launches, one per
+ * weight decay), other rules multiply first. Numbers enter these passes as 0-dim device tensors made once per step
  * ({@link Tensors#scalar}): a Java number operand would cost a host-to-device copy per shard,
  * each waiting for the queued kernels.
  */
@@ -152,21 +152,14 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             double norm = Math.sqrt(stats[0]) / scale;
             double coefficient = config.clipGrad() > 0
                     ? Math.min(1, GradientNorm.clipCoefficient(config.clipGrad(), norm)) : 1;
-            // unscale and clip in one pass
-            double factor = coefficient / scale;
-            if (factor != 1 && grads.length > 0) {
-                NDArray f = Tensors.scalar(factor, grads[0], temp);
-                for (NDArray g : grads) {
-                    g.muli(f);
-                }
-            }
             stepCount++;
             List<UpdateRule.ShardUpdate> updates = new ArrayList<>(grads.length);
             for (int i = 0; i < grads.length; i++) {
                 Shard s = shards.get(i);
                 updates.add(new UpdateRule.ShardUpdate(s.master, grads[i], s.state, s.bucket.decays ? weightDecay : 0));
             }
-            rule.applyAll(updates, learningRate, stepCount, temp);
+            // unscaling and clipping are one division, which the rule makes (the fused kernel inside its pass)
+            rule.applyAll(updates, learningRate, stepCount, scale / coefficient, temp);
             publish(temp);
             return new StepResult(false, norm, lossScale(), config.countZerosInGrad() ? Math.round(stats[1]) : -1);
         }

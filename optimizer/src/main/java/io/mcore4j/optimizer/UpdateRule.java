@@ -22,7 +22,8 @@ interface UpdateRule {
      * keeps owning the tensors, which the update changes in place.
      *
      * @param master fp32 master weights of the shard, updated in place
-     * @param grad its unscaled, clipped gradient, of {@code master}'s shape (may be modified in place)
+     * @param grad its gradient, of {@code master}'s shape, still to be divided by the call's divisor
+     *     (may be modified in place)
      * @param state the state tensors, in {@link #stateNames()} order, updated in place
      * @param weightDecay weight decay applied to every element of the shard; 0 turns it off
      */
@@ -58,22 +59,45 @@ interface UpdateRule {
     void apply(NDArray master, NDArray grad, NDArray[] state, double lr, double weightDecay, long step, NDManager temp);
 
     /**
-     * Updates every shard in {@code shards} in place with one learning rate and step number. The
-     * result is exactly that of calling {@link #apply} for each shard in list order, which is
-     * what this default does; a rule with a multi-tensor kernel overrides it to launch the kernel
-     * once for all shards.
+     * Updates every shard in {@code shards} in place with one learning rate and step number, after
+     * dividing every gradient by {@code gradDivisor} (the loss scale over the clipping coefficient:
+     * the optimizer hands over the gradients as reduced and lets the rule unscale them, which a
+     * fused kernel does inside its one pass). The result is that of dividing each gradient and
+     * calling {@link #apply} for each shard in list order, which is what this default does; a rule
+     * with a multi-tensor kernel overrides it to launch the kernel once for all shards.
      *
      * @param shards the shards, each with its own weight decay; all on one device with one dtype
      *     where the rule launches one kernel for them; may be empty
      * @param lr learning rate
      * @param step the step number, from 1
+     * @param gradDivisor what every gradient is divided by first; 1 leaves them as they are
      * @param temp manager for temporaries
-     * @throws IllegalArgumentException if a shard does not have one state tensor per {@link #stateNames()} entry
+     * @throws IllegalArgumentException if a shard does not have one state tensor per {@link #stateNames()}
+     *     entry, or {@code gradDivisor} is not positive and finite
      */
-    default void applyAll(List<ShardUpdate> shards, double lr, long step, NDManager temp) {
+    default void applyAll(List<ShardUpdate> shards, double lr, long step, double gradDivisor, NDManager temp) {
         requireStateCount(shards, stateNames());
+        requireDivisor(gradDivisor);
+        NDArray factor = null;
         for (ShardUpdate s : shards) {
-            apply(s.master(), s.grad(), s.state().toArray(new NDArray[0]), lr, s.weightDecay(), step, temp);
+            NDArray g = s.grad();
+            if (gradDivisor != 1) {
+                if (factor == null) {
+                    factor = Tensors.scalar(1 / gradDivisor, g, temp);
+                }
+                g.muli(factor);
+            }
+            apply(s.master(), g, s.state().toArray(new NDArray[0]), lr, s.weightDecay(), step, temp);
+        }
+    }
+
+    /**
+     * @param gradDivisor a gradient divisor of {@link #applyAll}
+     * @throws IllegalArgumentException if it is not positive and finite
+     */
+    static void requireDivisor(double gradDivisor) {
+        if (!(gradDivisor > 0) || Double.isInfinite(gradDivisor)) {
+            throw new IllegalArgumentException("gradient divisor " + gradDivisor + " must be positive and finite");
         }
     }
 

@@ -89,9 +89,10 @@ class UpdateRuleTest {
 
     /**
      * Four shards of different lengths, two decaying at different rates and two not, go through
-     * one {@link UpdateRule#applyAll} call per step for five steps. A second copy of the same
-     * shards is updated with one {@link UpdateRule#apply} call per shard: weights and state must
-     * agree bit for bit, and both must match the float64 formulas.
+     * one {@link UpdateRule#applyAll} call per step for five steps, given their gradients times 4
+     * and the divisor 4. A second copy of the same shards is updated with one
+     * {@link UpdateRule#apply} call per shard: weights and state must agree bit for bit, and both
+     * must match the float64 formulas.
      */
     @ParameterizedTest
     @CsvSource({"ADAM, true", "ADAMW, true", "ADAM, false", "ADAMW, false", "SGD, false"})
@@ -132,12 +133,14 @@ class UpdateRuleTest {
                     List<UpdateRule.ShardUpdate> updates = new ArrayList<>();
                     for (int s = 0; s < shards; s++) {
                         float[] g = random.normal(lengths[s], 0, 1);
-                        updates.add(new UpdateRule.ShardUpdate(batchedMaster[s], temp.create(g),
+                        // the batched call gets the gradient times 4 and divides it back (exact in float32)
+                        NDArray scaled = temp.create(g).mul(4);
+                        updates.add(new UpdateRule.ShardUpdate(batchedMaster[s], scaled,
                                 Arrays.asList(batchedState[s]), decay[s]));
                         rule.apply(singleMaster[s], temp.create(g), singleState[s], LR, decay[s], step, temp);
                         reference(algorithm, w[s], m[s], v[s], g, decay[s], step);
                     }
-                    rule.applyAll(updates, LR, step, temp);
+                    rule.applyAll(updates, LR, step, 4, temp);
                 }
             }
             for (int s = 0; s < shards; s++) {
@@ -158,11 +161,12 @@ class UpdateRuleTest {
         OptimizerConfig config = OptimizerConfig.builder().algorithm(OptimizerConfig.Algorithm.ADAMW).fusedAdam(true).build();
         try (NDManager manager = Mcore4j.newRootManager(); NDManager temp = manager.newSubManager()) {
             UpdateRule rule = UpdateRule.of(config, manager);
-            rule.applyAll(List.of(), LR, 1, temp);
+            rule.applyAll(List.of(), LR, 1, 1, temp);
             NDArray master = manager.create(new float[] {1, 2});
             UpdateRule.ShardUpdate wrong = new UpdateRule.ShardUpdate(master, temp.create(new float[] {1, 1}),
                     List.of(manager.zeros(new Shape(2))), WD);
-            assertThrows(IllegalArgumentException.class, () -> rule.applyAll(List.of(wrong), LR, 1, temp));
+            assertThrows(IllegalArgumentException.class, () -> rule.applyAll(List.of(wrong), LR, 1, 1, temp));
+            assertThrows(IllegalArgumentException.class, () -> rule.applyAll(List.of(), LR, 1, 0, temp));
             assertArrayEquals(new float[] {1, 2}, master.toFloatArray());
             assertThrows(IllegalArgumentException.class, () -> new UpdateRule.ShardUpdate(master, master, List.of(), -1));
         }
