@@ -1,0 +1,128 @@
+"""Summarises a trace written by cupti_trace.cpp (gzipped or not) over the last N training steps.
+
+Steps are delimited by the fused Adam kernel, which runs once (per weight decay) at the end of each
+optimizer step. Prints: wall time per step; kernel time per category and per kernel name; compute
+time (every kernel but NCCL's) and time with any kernel running, both as unions over streams, so
+that "any - compute" is communication that nothing overlapped; idle gaps; long host calls (waits).
+With --sequence PATTERN K, prints instead the kernels around the K-th kernel whose name contains
+PATTERN in the first summarised step (e.g. one layer's forward around `sdpa_sm90_flash_fprop`).
+
+Usage: python3 scripts/profile/summarize.py TRACE [--steps 3] [--sequence PATTERN K [--before 30 --count 80]]
+"""
+import argparse
+import collections
+import gzip
+import re
+
+
+def read(path):
+    kernels, calls = [], []
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        for line in f:
+            kind, start, end, where, _corr, name = line.rstrip("\n").split(" ", 5)
+            (calls if kind == "A" else kernels).append((int(start), int(end), int(where), name))
+    kernels.sort()
+    calls.sort()
+    return kernels, calls
+
+
+def step_ends(kernels):
+    ends, last = [], None
+    for s, e, _, n in kernels:
+        if "fused_adam" not in n:
+            continue
+        if last is None or s - last > 20e6:
+            ends.append(e)
+        else:
+            ends[-1] = e
+        last = e
+    return ends
+
+
+def category(name):
+    n = name.lower()
+    for key, cat in [("nccl", "nccl"), ("nvjet", "gemm"), ("gemm", "gemm"), ("cutlass", "gemm"), ("sdpa", "attention"),
+                     ("cudnn", "attention"), ("layer_norm", "layernorm"), ("fused_adam", "adam"),
+                     ("memset", "memset"), ("fill", "fill"), ("cublas", "cublas-small"), ("reduce_kernel", "reduce"),
+                     ("copy", "copy")]:
+        if key in n:
+            return cat
+    if re.match(r"kind\d+_", name):
+        return "memcpy"
+    return "elementwise/other"
+
+
+def union(intervals):
+    total, cur = 0, None
+    for s, e in sorted(intervals):
+        if cur is None or s > cur[1]:
+            if cur:
+                total += cur[1] - cur[0]
+            cur = [s, e]
+        else:
+            cur[1] = max(cur[1], e)
+    return total + (cur[1] - cur[0] if cur else 0)
+
+
+def short(name):
+    m = re.search(r"(nccl\w+|nvjet\w+|sdpa\w{0,30}|layer_norm\w{0,60}|Functor_?\w{0,30}|\w{0,30}_kernel_cuda|reduce_kernel"
+                  r"|memset_\d+|kind\d+_\d+)", name)
+    kind = "vec " if "vectorized" in name else "gen " if "elementwise_kernelILi128" in name else ""
+    return kind + (m.group(0) if m else name[:80])
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("trace")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--sequence", nargs=2, metavar=("PATTERN", "K"))
+    p.add_argument("--before", type=int, default=30)
+    p.add_argument("--count", type=int, default=80)
+    a = p.parse_args()
+    kernels, calls = read(a.trace)
+    ends = step_ends(kernels)
+    if len(ends) < a.steps + 1:
+        raise SystemExit(f"{len(ends)} optimizer steps in the trace; need {a.steps + 1}")
+    w0, w1 = ends[-a.steps - 1], ends[-1]
+    window = [k for k in kernels if k[0] >= w0 and k[1] <= w1]
+    per = 1e6 * a.steps
+    if a.sequence:
+        pattern, nth = a.sequence[0], int(a.sequence[1])
+        hits = [i for i, k in enumerate(kernels) if k[0] >= w0 and pattern in k[3]]
+        if len(hits) < nth:
+            raise SystemExit(f"{len(hits)} kernels match {pattern}")
+        i = hits[nth - 1]
+        base = kernels[i][0]
+        for s, e, stream, n in kernels[max(0, i - a.before):i - a.before + a.count]:
+            print(f"{(s - base) / 1e3:10.1f} us {(e - s) / 1e3:8.1f} us  stream {stream:<4} {short(n)}")
+        return
+    print(f"wall {(w1 - w0) / per:.1f} ms per step over the last {a.steps} steps")
+    cats = collections.defaultdict(lambda: [0, 0])
+    names = collections.defaultdict(lambda: [0, 0])
+    for s, e, _, n in window:
+        cats[category(n)][0] += e - s
+        cats[category(n)][1] += 1
+        names[short(n)][0] += e - s
+        names[short(n)][1] += 1
+    for c, (t, k) in sorted(cats.items(), key=lambda x: -x[1][0]):
+        print(f"  {c:18s} {t / per:8.2f} ms  {k / a.steps:7.0f} kernels")
+    compute = union([(s, e) for s, e, _, n in window if category(n) != "nccl"])
+    busy = union([(s, e) for s, e, _, _ in window])
+    print(f"compute {compute / per:.1f} ms, any kernel {busy / per:.1f} ms (communication nothing overlapped: "
+          f"{(busy - compute) / per:.1f} ms), idle {(w1 - w0 - busy) / per:.1f} ms per step")
+    print("top kernels (ms per step, count per step):")
+    for n, (t, k) in sorted(names.items(), key=lambda x: -x[1][0])[:20]:
+        print(f"  {t / per:7.2f} {k / a.steps:6.0f}  {n}")
+    waits = collections.defaultdict(lambda: [0, 0])
+    for s, e, _, n in calls:
+        if w0 <= s < w1:
+            waits[n][0] += e - s
+            waits[n][1] += 1
+    print("host calls over 20 us (ms per step, count per step):")
+    for n, (t, k) in sorted(waits.items(), key=lambda x: -x[1][0])[:8]:
+        print(f"  {t / per:7.2f} {k / a.steps:6.1f}  {n}")
+
+
+if __name__ == "__main__":
+    main()
