@@ -164,37 +164,8 @@ interface UpdateRule {
         if (weightDecay == 0) {
             return grad;
         }
-        return decay(master, grad, decoupled, decayFactor(master, decoupled, lr, weightDecay, temp), temp);
-    }
-
-    /**
-     * The number {@link #decay} multiplies by, as a 0-dim tensor on {@code master}'s device
-     * ({@link Tensors#scalar}): {@code 1 - lr * weightDecay} when decoupled, else
-     * {@code weightDecay}. One factor serves every shard that shares the weight decay.
-     *
-     * @param master a master tensor, whose dtype and device the factor takes
-     * @param decoupled AdamW's decoupled decay instead of the L2 term
-     * @param lr learning rate
-     * @param weightDecay weight decay
-     * @param temp manager that owns the factor
-     * @return the factor
-     */
-    static NDArray decayFactor(NDArray master, boolean decoupled, double lr, double weightDecay, NDManager temp) {
-        return Tensors.scalar(decoupled ? 1 - lr * weightDecay : weightDecay, master, temp);
-    }
-
-    /**
-     * {@link #decay} with a factor from {@link #decayFactor}: decoupled multiplies {@code master}
-     * in place by it; coupled adds {@code factor * master} to {@code grad} in place.
-     *
-     * @param master fp32 master weights, shrunk in place when decoupled
-     * @param grad the gradient, modified in place when coupled
-     * @param decoupled whether {@code factor} was made for decoupled decay
-     * @param factor the factor from {@link #decayFactor}
-     * @param temp manager for temporaries
-     * @return {@code grad}, the gradient the update continues with
-     */
-    static NDArray decay(NDArray master, NDArray grad, boolean decoupled, NDArray factor, NDManager temp) {
+        // the factor is a 0-dim device tensor (Tensors.scalar): a Java number would be a synchronising host copy
+        NDArray factor = Tensors.scalar(decoupled ? 1 - lr * weightDecay : weightDecay, master, temp);
         if (decoupled) {
             master.muli(factor);
             return grad;
