@@ -175,8 +175,14 @@ public final class PretrainGpt {
                             rankOptions(args, out, loop, rank.device()), timePhases);
                 }
             }
-            List<TrainingSummary> perRank = InJvmWorld.run(world, timeout, rank -> GptPretraining.run(setup,
-                    rank.backend(), rank.manager(), train, valid, rankOptions(args, out, loop, Device.cpu()), timePhases));
+            List<TrainingSummary> perRank;
+            try {
+                perRank = InJvmWorld.run(world, timeout, rank -> GptPretraining.run(setup, rank.backend(), rank.manager(),
+                        train, valid, rankOptions(args, out, loop, Device.cpu()), timePhases));
+            } catch (InJvmWorld.RankFailedException e) {
+                IllegalArgumentException bad = badInput(e);
+                throw bad != null ? bad : e; // a bad value the ranks found is the caller's error, not a crash
+            }
             return perRank.stream().filter(s -> !s.losses().isEmpty()).findFirst().orElse(perRank.get(0));
         }
     }
