@@ -246,7 +246,39 @@ public final class PretrainGpt {
 
         @Override
         public void begin(long startIteration, long trainIterations) {
+            keepOneRun(directory.resolve("metrics.jsonl"), startIteration);
             log = new MetricsLog(directory);
+        }
+
+        /**
+         * One run per file: a fresh run moves another run's records aside (to metrics.jsonl.N, nothing
+         * is lost); a resumed run drops the records past the iteration it resumes after (the stopped
+         * run's iterations that the checkpoint does not hold, which this run does again).
+         */
+        private void keepOneRun(java.nio.file.Path file, long startIteration) {
+            try {
+                if (!java.nio.file.Files.exists(file) || java.nio.file.Files.size(file) == 0) {
+                    return;
+                }
+                if (startIteration == 0) {
+                    int n = 1;
+                    while (java.nio.file.Files.exists(file.resolveSibling("metrics.jsonl." + n))) {
+                        n++;
+                    }
+                    java.nio.file.Path aside = file.resolveSibling("metrics.jsonl." + n);
+                    java.nio.file.Files.move(file, aside);
+                    out.println("metrics: another run's records moved to " + aside);
+                    return;
+                }
+                java.util.regex.Pattern it = java.util.regex.Pattern.compile("\"iteration\": *(\\d+)");
+                List<String> kept = java.nio.file.Files.readAllLines(file).stream().filter(line -> {
+                    java.util.regex.Matcher m = it.matcher(line);
+                    return !m.find() || Long.parseLong(m.group(1)) <= startIteration;
+                }).toList();
+                java.nio.file.Files.write(file, kept);
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException("cannot prepare " + file, e);
+            }
         }
 
         @Override

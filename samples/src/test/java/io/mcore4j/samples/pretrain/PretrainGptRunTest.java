@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -85,6 +86,27 @@ class PretrainGptRunTest {
         assertEquals(2, train(flags(2, "--load", empty.toString(), "--save", empty.toString())).size());
         Path none = dir.resolve("none");
         assertThrows(IllegalArgumentException.class, () -> train(flags(2, "--load", none.toString(), "--exit-on-missing-checkpoint")));
+    }
+
+    @Test
+    void aMetricsFileHoldsOneRun() throws Exception {
+        Path metrics = dir.resolve("one-run");
+        Path save = dir.resolve("one-run-ckpt");
+        List<String> first = flags(4, "--save", save.toString());
+        first.addAll(List.of("--metrics-dir", metrics.toString()));
+        train(first);
+        String firstRun = Files.readString(metrics.resolve("metrics.jsonl"));
+        assertEquals(2, firstRun.lines().filter(l -> l.contains("\"loss\"")).count(), firstRun);
+        List<String> fresh = flags(4);
+        fresh.addAll(List.of("--metrics-dir", metrics.toString()));
+        train(fresh);
+        assertEquals(firstRun, Files.readString(metrics.resolve("metrics.jsonl.1")), "the first run's records, moved aside");
+        assertEquals(2, Files.readString(metrics.resolve("metrics.jsonl")).lines().filter(l -> l.contains("\"loss\"")).count());
+        List<String> resumed = flags(6, "--load", save.toString(), "--lr-decay-iters", "4");
+        resumed.addAll(List.of("--metrics-dir", dir.resolve("one-run-ckpt").toString()));
+        train(resumed);
+        List<String> lines = Files.readAllLines(save.resolve("metrics.jsonl"));
+        assertEquals(1, lines.stream().filter(l -> l.contains("\"loss\"")).count(), "resumed at 4: only iteration 6 logged");
     }
 
     @Test
