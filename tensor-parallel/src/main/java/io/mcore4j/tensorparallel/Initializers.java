@@ -1,10 +1,10 @@
 package io.mcore4j.tensorparallel;
 
+import io.mcore4j.core.autograd.NoGrad;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.random.SeedScheme;
 
@@ -80,9 +80,7 @@ public final class Initializers {
 
     private static NDArray deviceNormal(NDManager manager, DeterministicRandom random, Shape shape, double std,
                                         DataType dtype) {
-        boolean previous = JniUtils.isGradMode();
-        JniUtils.setGradMode(false);
-        try (NDManager temp = manager.newSubManager()) {
+        try (NoGrad ignored = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
             NDArray u1 = random.uniform(temp, shape, DataType.FLOAT64);
             NDArray u2 = random.uniform(temp, shape, DataType.FLOAT64);
             // 1 - u1 lies in (0, 1], so the logarithm is finite
@@ -90,8 +88,6 @@ public final class Initializers {
             NDArray samples = radius.mul(u2.mul(2 * Math.PI).cos()).mul(std).toType(dtype, true);
             samples.attach(manager);
             return samples;
-        } finally {
-            JniUtils.setGradMode(previous);
         }
     }
 

@@ -4,8 +4,6 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
@@ -84,7 +82,7 @@ public final class VocabParallelEmbedding implements Module {
         NDManager owner = scope.manager();
         NDArray partial;
         if (tp.size() == 1) {
-            partial = JniUtils.embedding((PtNDArray) tokenIds, (PtNDArray) weight.data(), false);
+            partial = Tensors.embedding(tokenIds, weight.data());
             partial.attach(owner);
         } else {
             NDArray ids;
@@ -101,7 +99,7 @@ public final class VocabParallelEmbedding implements Module {
                 keep = inRange.expandDims(-1).toType(weight.data().getDataType(), false);
                 keep.attach(owner);
             }
-            NDArray looked = JniUtils.embedding((PtNDArray) ids, (PtNDArray) weight.data(), false);
+            NDArray looked = Tensors.embedding(ids, weight.data());
             looked.attach(owner);
             partial = looked.mul(keep);
             partial.attach(owner);
