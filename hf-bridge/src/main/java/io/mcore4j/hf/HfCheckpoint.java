@@ -290,6 +290,23 @@ public final class HfCheckpoint implements AutoCloseable {
         return out;
     }
 
+    /** @return the stored dtype of every tensor, by name */
+    Map<String, HfDtype> tensorDtypes() {
+        Map<String, HfDtype> out = new TreeMap<>();
+        fileOf.forEach((name, f) -> out.put(name, f.entries().get(name).dtype()));
+        return out;
+    }
+
+    /** @return every tensor whole, as float32 (small checkpoints: tests) */
+    Map<String, float[]> readAll() {
+        Map<String, float[]> out = new TreeMap<>();
+        fileOf.forEach((name, f) -> {
+            SafetensorsFile.Entry e = f.entries().get(name);
+            out.put(name, f.read(name, 0, e.rows(), 0, e.columns()));
+        });
+        return out;
+    }
+
     /** Closes the checkpoint's files. */
     @Override
     public void close() {

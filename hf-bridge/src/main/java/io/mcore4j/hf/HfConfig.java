@@ -218,6 +218,90 @@ public final class HfConfig {
         return r.build(b);
     }
 
+    /**
+     * The Hugging Face config of a model mcore4j built itself (for {@link HfExport}): LLaMA for
+     * RMSNorm + SwiGLU + RoPE (Qwen2 with QKV biases only, Mixtral with experts in every layer),
+     * GPT-2 for LayerNorm + GELU + learned positions with biases and a tied head.
+     *
+     * @param c the model's config
+     * @param vocabSize the tokenizer's vocabulary (at most the model's padded one)
+     * @return the config
+     * @throws HfCheckpointException if no supported architecture has the model's shape
+     */
+    public static HfConfig forModel(TransformerConfig c, int vocabSize) {
+        JsonObject j = new JsonObject();
+        HfArchitecture arch;
+        if (c.normalization() == TransformerConfig.Normalization.LAYER_NORM) {
+            arch = HfArchitecture.GPT2;
+            j.addProperty("n_embd", c.hiddenSize());
+            j.addProperty("n_layer", c.numLayers());
+            j.addProperty("n_head", c.numAttentionHeads());
+            j.addProperty("n_inner", c.ffnHiddenSize());
+            j.addProperty("n_positions", c.maxSequenceLength());
+            j.addProperty("activation_function", c.activation() == TransformerConfig.Activation.GELU ? "gelu" : "gelu_new");
+            j.addProperty("layer_norm_epsilon", c.normEpsilon());
+            j.addProperty("resid_pdrop", c.hiddenDropout());
+            j.addProperty("embd_pdrop", c.hiddenDropout());
+            j.addProperty("attn_pdrop", c.attentionDropout());
+            j.addProperty("tie_word_embeddings", c.tiedEmbeddings());
+            if (c.activation() == TransformerConfig.Activation.SWIGLU || !c.addBiasLinear() || c.usesRope()) {
+                throw new HfCheckpointException("a LayerNorm model maps to GPT2LMHeadModel, which needs GELU, biases and "
+                        + "learned positions; got " + c.activation() + ", bias " + c.addBiasLinear() + ", " + c.positionEmbedding());
+            }
+        } else {
+            arch = c.moe() != null ? HfArchitecture.MIXTRAL
+                    : c.addQkvBias() && !c.addBiasLinear() ? HfArchitecture.QWEN2 : HfArchitecture.LLAMA;
+            j.addProperty("hidden_size", c.hiddenSize());
+            j.addProperty("num_hidden_layers", c.numLayers());
+            j.addProperty("num_attention_heads", c.numAttentionHeads());
+            j.addProperty("num_key_value_heads", c.numQueryGroups());
+            j.addProperty("head_dim", c.kvChannels());
+            j.addProperty("intermediate_size", c.moe() != null ? c.moe().ffnHiddenSize() : c.ffnHiddenSize());
+            j.addProperty("hidden_act", "silu");
+            j.addProperty("max_position_embeddings", c.maxSequenceLength());
+            j.addProperty("rms_norm_eps", c.normEpsilon());
+            j.addProperty("attention_dropout", c.attentionDropout());
+            j.addProperty("tie_word_embeddings", c.tiedEmbeddings());
+            if (arch == HfArchitecture.LLAMA) {
+                j.addProperty("attention_bias", c.addBiasLinear());
+                j.addProperty("mlp_bias", c.addBiasLinear());
+            }
+            JsonObject rope = new JsonObject();
+            rope.addProperty("rope_theta", c.rotaryBase());
+            TransformerConfig.RopeScaling s = c.ropeScaling();
+            rope.addProperty("rope_type", s == null ? "default" : "llama3");
+            if (s != null) {
+                rope.addProperty("factor", s.factor());
+                rope.addProperty("low_freq_factor", s.lowFreqFactor());
+                rope.addProperty("high_freq_factor", s.highFreqFactor());
+                rope.addProperty("original_max_position_embeddings", s.originalMaxPositions());
+            }
+            j.add("rope_parameters", rope);
+            if (c.moe() != null) {
+                j.addProperty("num_local_experts", c.moe().numExperts());
+                j.addProperty("num_experts_per_tok", c.moe().topK());
+                j.addProperty("output_router_logits", c.moe().auxLossCoeff() > 0);
+                j.addProperty("router_aux_loss_coef", c.moe().auxLossCoeff());
+            }
+            if (c.activation() != TransformerConfig.Activation.SWIGLU || !c.usesRope() || c.rotaryPercent() != 1
+                    || c.moe() != null && c.moe().layerFrequency() != 1) {
+                throw new HfCheckpointException("an RMSNorm model maps to " + arch.className() + ", which needs SwiGLU and "
+                        + "full rotary embeddings (and experts in every layer); got " + c);
+            }
+        }
+        j.add("architectures", new com.google.gson.JsonArray());
+        j.getAsJsonArray("architectures").add(arch.className());
+        j.addProperty("model_type", arch.modelType());
+        j.addProperty("vocab_size", vocabSize);
+        j.addProperty("initializer_range", c.initStd());
+        HfConfig parsed = parse("the config of " + arch.className() + " made from the model", j, Set.of());
+        TransformerConfig back = withVocab(parsed.transformerConfig(), c.vocabSize());
+        if (back.numLayers() != c.numLayers() || back.kvChannels() != c.kvChannels() || back.tiedEmbeddings() != c.tiedEmbeddings()) {
+            throw new HfCheckpointException("the model does not round-trip through " + arch.className() + "'s config: " + c);
+        }
+        return parsed;
+    }
+
     /** @return the architecture */
     public HfArchitecture architecture() {
         return architecture;
