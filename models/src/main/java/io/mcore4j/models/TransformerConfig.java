@@ -1,6 +1,7 @@
 package io.mcore4j.models;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
 
@@ -32,6 +33,8 @@ import io.mcore4j.parallel.ParallelDims;
  * @param sequenceParallel shard norms, dropout and residuals along the sequence over TP
  * @param dtype parameter and compute dtype (FLOAT32 or FLOAT16)
  * @param moe mixture-of-experts settings, or null for dense MLPs
+ * @param cpCommType how attention exchanges keys and values across the context-parallel group
+ *     (Megatron's {@code cp_comm_type}); unused when the context-parallel size is 1
  * @param addQkvBias biases on the fused QKV projection even without {@code addBiasLinear}
  *     (Megatron's {@code add_qkv_bias}; Qwen2)
  * @param ropeScaling frequency scaling of the rotary embedding (LLaMA 3.1's), or null for none
@@ -43,7 +46,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 Activation activation, boolean addBiasLinear, boolean tiedEmbeddings,
                                 double hiddenDropout, double attentionDropout, double initStd,
                                 Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe,
-                                boolean addQkvBias, RopeScaling ropeScaling) {
+                                CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -142,6 +145,9 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
         if (!(initStd > 0)) {
             throw new IllegalArgumentException("init std " + initStd + " must be positive");
+        }
+        if (cpCommType == null) {
+            throw new IllegalArgumentException("the context-parallel communication type must be given (ALL_GATHER or P2P)");
         }
     }
 
@@ -249,6 +255,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.sp = sequenceParallel;
         b.type = dtype;
         b.moeSettings = moe;
+        b.cpComm = cpCommType;
         b.qkvBias = addQkvBias;
         b.scaling = ropeScaling;
         return b;
@@ -285,6 +292,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private boolean sp;
         private DataType type = DataType.FLOAT32;
         private MoeSettings moeSettings;
+        private CpCommType cpComm = CpCommType.P2P;
         private boolean qkvBias;
         private RopeScaling scaling;
 
@@ -394,6 +402,16 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param type how attention exchanges keys and values across the context-parallel group
+         *     (default {@link CpCommType#P2P}, Megatron's default)
+         * @return this
+         */
+        public Builder cpCommType(CpCommType type) {
+            this.cpComm = type;
+            return this;
+        }
+
         /** @param enabled biases on the QKV projection whatever {@link #addBiasLinear} says @return this */
         public Builder addQkvBias(boolean enabled) {
             this.qkvBias = enabled;
@@ -417,7 +435,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             int channels = kv < 0 ? hidden / heads : kv;
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, sp,
-                    type, moeSettings, qkvBias, scaling);
+                    type, moeSettings, cpComm, qkvBias, scaling);
         }
     }
 }
