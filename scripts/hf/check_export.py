@@ -34,7 +34,7 @@ def stored_dtype(directory):
 def check(export_dir, fixture_dir, tolerance):
     with open(os.path.join(fixture_dir, "logits.json")) as f:
         reference = json.load(f)
-    model = AutoModelForCausalLM.from_pretrained(export_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(os.path.abspath(export_dir), dtype=torch.float32).eval()
     with torch.no_grad():
         logits = model(torch.tensor([reference["input_ids"]])).logits[0]
     expected = torch.tensor(reference["logits"])

@@ -353,6 +353,22 @@ public final class HfConfig {
         return withVocab(model, padded).toBuilder().dtype(dtype).build();
     }
 
+    /**
+     * The model with its vocabulary padded to a given size, e.g. the size a checkpoint saved under
+     * another tensor-parallel size has.
+     *
+     * @param paddedVocab the padded vocabulary, at least {@link #vocabSize()}
+     * @param dtype the parameter dtype, FLOAT32 or FLOAT16
+     * @return the config
+     */
+    public TransformerConfig transformerConfigPaddedTo(int paddedVocab, DataType dtype) {
+        if (paddedVocab < model.vocabSize()) {
+            throw new IllegalArgumentException("padded vocabulary " + paddedVocab + " is smaller than the checkpoint's "
+                    + model.vocabSize());
+        }
+        return withVocab(model, paddedVocab).toBuilder().dtype(dtype).build();
+    }
+
     /** The same config with another vocabulary size (the builder takes the vocabulary up front). */
     static TransformerConfig withVocab(TransformerConfig c, int vocab) {
         return TransformerConfig.builder(c.numLayers(), c.hiddenSize(), c.numAttentionHeads(), vocab)
