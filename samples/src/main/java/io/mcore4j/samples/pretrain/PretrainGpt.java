@@ -7,6 +7,7 @@ import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
 import io.mcore4j.data.gpt.SampleDataset;
+import io.mcore4j.data.indexed.CorruptDatasetException;
 import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
@@ -116,6 +117,10 @@ public final class PretrainGpt {
             IllegalArgumentException bad = badInput(e);
             if (bad != null) {
                 err.println(name + ": " + bad.getMessage());
+                return 2;
+            }
+            if (e instanceof CorruptDatasetException corrupt) {
+                err.println(name + ": " + corrupt.getMessage());
                 return 2;
             }
             err.println(name + " failed: " + e);
@@ -231,6 +236,12 @@ public final class PretrainGpt {
                 .split(args.splitWeights()).samples(trainSamples, validSamples, 0);
         if (args.mockData) {
             builder.mock(args.vocabSize);
+        } else {
+            // token ids at or above --vocab-size would train silently at TP > 1 (no rank owns their row)
+            builder.vocabSize(args.vocabSize);
+        }
+        if (args.mockData) {
+            // mock tokens are drawn below --vocab-size
         } else if (args.corpus != null) {
             Path prefix = Path.of("runs", "corpus", "sources_text_document");
             int documents = SourceCorpus.build(args.corpus, prefix);
