@@ -174,7 +174,8 @@ public final class TcpBackend implements Backend {
         }
         long deadline = System.nanoTime() + connectTimeout.toNanos();
         long connectMillis = connectTimeout.toMillis();
-        RendezvousStore rendezvous = RendezvousStore.connect(env, port, token, timeout, deadline);
+        RendezvousStore rendezvous = RendezvousStore.connect(env, port, token, timeout, deadline,
+                RendezvousStore.rankZeroHosts(System.getenv()));
         try {
             TcpStore store = rendezvous.client();
             InetAddress local = store.localAddress();
