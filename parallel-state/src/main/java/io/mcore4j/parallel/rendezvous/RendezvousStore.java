@@ -106,7 +106,9 @@ public final class RendezvousStore implements AutoCloseable {
      * @param timeout how long to wait for the store, and the default timeout of the client's blocking calls
      * @return the connection, which the caller owns and must close
      * @throws CommunicationException if {@code MASTER_ADDR} does not resolve, rank 0 cannot start the
-     *         store, or the store stays unreachable
+     *         store, or the store stays unreachable, refuses the token or does not prove it
+     * @throws IllegalStateException if rank 0 would listen on a non-loopback address with a derived
+     *         token ({@link JobToken#checkMayListen})
      */
     public static RendezvousStore connect(LaunchEnvironment env, int port, JobToken token, Duration timeout) {
         return connect(env, port, token, timeout, System.nanoTime() + timeout.toNanos(), rankZeroHosts(System.getenv()));
@@ -132,7 +134,9 @@ public final class RendezvousStore implements AutoCloseable {
         TcpStoreServer server = null;
         try {
             if (env.rank() == 0 && rankZeroHosts) {
-                server = TcpStoreServer.start(master.isLoopbackAddress() ? master : wildcard(), port, token);
+                InetAddress bind = master.isLoopbackAddress() ? master : wildcard();
+                token.checkMayListen(bind, "rank 0's rendezvous store");
+                server = TcpStoreServer.start(bind, port, token);
             }
             TcpStore client;
             try {
