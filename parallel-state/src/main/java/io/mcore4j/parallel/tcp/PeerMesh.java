@@ -66,7 +66,7 @@ final class PeerMesh {
      */
     static PeerMesh establish(int rank, int worldSize, JobToken token, TcpStore store, String advertiseHost,
                               InetAddress bindAddress, long deadlineNanos, long timeoutMillis) {
-        Inbox inbox = new Inbox();
+        Inbox inbox = new Inbox(rank);
         PeerLink[] links = new PeerLink[worldSize];
         SecureRandom random = new SecureRandom();
         token.checkMayListen(bindAddress, "rank " + rank + "'s peer port");
@@ -305,7 +305,7 @@ final class PeerMesh {
     void close(long waitMillis) {
         for (PeerLink l : links) {
             if (l != null) {
-                l.finish();
+                l.finish(Frame.goodbye());
             }
         }
         long deadline = System.nanoTime() + waitMillis * 1_000_000;
@@ -314,6 +314,31 @@ final class PeerMesh {
                 LOG.debug("rank {}: a peer did not close its side within {} ms", rank, waitMillis);
             }
         }
+        abortAll();
+    }
+
+    /**
+     * Closes after a failure: tells every peer what failed and whom it blamed (waiting at most
+     * {@code sendMillis} for those goodbyes to be written), but waits for no peer's goodbye, since a
+     * stalled peer would never send one.
+     */
+    void closeAfterFailure(String cause, List<Integer> blamed, long sendMillis) {
+        Frame goodbye = Frame.goodbye(cause, blamed);
+        for (PeerLink l : links) {
+            if (l != null) {
+                l.finish(goodbye);
+            }
+        }
+        long deadline = System.nanoTime() + sendMillis * 1_000_000;
+        for (PeerLink l : links) {
+            if (l != null && !l.awaitSent((deadline - System.nanoTime()) / 1_000_000)) {
+                LOG.debug("rank {}: a goodbye was not written within {} ms", rank, sendMillis);
+            }
+        }
+        abortAll();
+    }
+
+    private void abortAll() {
         for (PeerLink l : links) {
             if (l != null) {
                 l.abort();
