@@ -120,7 +120,7 @@ public final class GptBenchmark {
                 memory[1] = CudaUtils.getGpuMemory(device).getCommitted() / (double) (1L << 30);
                 memory[0] = Math.max(memory[0], memory[1]);
             }
-        }), phases);
+        }), phases, false);
         if (sampler != null) {
             memory[0] = Math.max(memory[0], sampler.stop());
         }
