@@ -2,6 +2,8 @@ package io.mcore4j.samples.pretrain;
 
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.data.gpt.SplitWeights;
+import io.mcore4j.hf.HfConfig;
+import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.moe.MoeConfig;
@@ -18,6 +20,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Set;
 
 /**
  * The flags of {@code pretrain-gpt}, named and defaulted as in Megatron-LM where Megatron has them,
@@ -170,6 +173,15 @@ public final class PretrainArgs {
     Path save;
     @Option(names = "--load", description = "Resume from the latest checkpoint here (a missing or empty directory starts from scratch).")
     Path load;
+    @Option(names = "--load-hf", description = "Start from this Hugging Face checkpoint (config.json + safetensors): its "
+            + "config gives the model's shape, norms, positions, dropout and vocabulary (the model-shape flags and "
+            + "--vocab-size are not used); --load, when it holds a checkpoint, still takes precedence.")
+    Path loadHf;
+    @Option(names = "--save-hf", description = "After training, write the model here as a Hugging Face directory "
+            + "(config.json + model.safetensors) that transformers loads.")
+    Path saveHf;
+    @Option(names = "--save-hf-dtype", description = "dtype of --save-hf: bf16, f16 or f32. Default: ${DEFAULT-VALUE}.")
+    String saveHfDtype = "bf16";
     @Option(names = "--save-interval", description = "Iterations between checkpoints (0: only at the end). Default: ${DEFAULT-VALUE}.")
     int saveInterval = 0;
     @Option(names = "--override-opt-param-scheduler", description = "On resume, use the schedule flags even where they differ from the checkpoint's.")
@@ -278,6 +290,11 @@ public final class PretrainArgs {
         positive("--vocab-size", vocabSize);
         positive("--make-vocab-size-divisible-by", vocabDivisor);
         positive("--log-interval", logInterval);
+        try {
+            HfDtype.parse(saveHfDtype);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--save-hf-dtype: " + e.getMessage(), e);
+        }
         atLeastZero("--num-query-groups", numQueryGroups);
         atLeastZero("--ffn-hidden-size", ffnHiddenSize);
         atLeastZero("--max-position-embeddings", maxPositionEmbeddings);
@@ -391,7 +408,23 @@ public final class PretrainArgs {
         }
     }
 
+    /** @return the Hugging Face config of {@code --load-hf}, or null without it */
+    HfConfig hfConfig() {
+        return loadHf == null ? null : HfConfig.read(loadHf, Set.of());
+    }
+
+    /** @return the vocabulary of the tokens (the Hugging Face checkpoint's with {@code --load-hf}) */
+    int tokenVocabSize() {
+        return loadHf == null ? vocabSize : hfConfig().vocabSize();
+    }
+
     private TransformerConfig model() {
+        if (loadHf != null) {
+            // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
+            return hfConfig().transformerConfig(vocabDivisor, tensorParallel, fp16 ? DataType.FLOAT16 : DataType.FLOAT32)
+                    .toBuilder().sequenceParallel(sequenceParallel)
+                    .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT))).build();
+        }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(vocabSize, vocabDivisor, tensorParallel);
         TransformerConfig.Builder b = TransformerConfig.builder(numLayers, hiddenSize, numAttentionHeads, vocab)
