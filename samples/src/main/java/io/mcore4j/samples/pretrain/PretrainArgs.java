@@ -1,6 +1,7 @@
 package io.mcore4j.samples.pretrain;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.data.gpt.SplitWeights;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
@@ -65,6 +66,12 @@ public final class PretrainArgs {
     boolean sequenceParallel;
     @Option(names = "--expert-model-parallel-size", description = "Default: ${DEFAULT-VALUE}.")
     int expertParallel = 1;
+    @Option(names = "--context-parallel-size", description = "Split each sequence over this many ranks (2 x size chunks,"
+            + " load-balanced for causal attention). Default: ${DEFAULT-VALUE}.")
+    int contextParallel = 1;
+    @Option(names = "--cp-comm-type", description = "How attention exchanges keys and values across the context-parallel"
+            + " group: p2p (a ring) or allgather. Default: ${DEFAULT-VALUE}.")
+    String cpCommType = "p2p";
 
     // model
     @Option(names = "--num-layers", description = "Default: ${DEFAULT-VALUE}.")
@@ -237,9 +244,9 @@ public final class PretrainArgs {
         return microBatchSize;
     }
 
-    /** @return --tensor-model-parallel-size x --pipeline-model-parallel-size */
+    /** @return --tensor-model-parallel-size x --context-parallel-size x --pipeline-model-parallel-size */
     public int modelParallelSize() {
-        return tensorParallel * pipelineParallel;
+        return tensorParallel * contextParallel * pipelineParallel;
     }
 
     /** @return --seq-length */
@@ -281,6 +288,7 @@ public final class PretrainArgs {
         positive("--tensor-model-parallel-size", tensorParallel);
         positive("--pipeline-model-parallel-size", pipelineParallel);
         positive("--expert-model-parallel-size", expertParallel);
+        positive("--context-parallel-size", contextParallel);
         positive("--num-layers", numLayers);
         positive("--hidden-size", hiddenSize);
         positive("--num-attention-heads", numAttentionHeads);
@@ -364,7 +372,7 @@ public final class PretrainArgs {
         AttentionBackend attention = AttentionBackend.valueOf(attentionBackend.name().toUpperCase(Locale.ROOT));
         checkAttentionMemory(model, attention);
         return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
-                optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization);
+                contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization);
     }
 
     /**
@@ -433,7 +441,8 @@ public final class PretrainArgs {
                 .sequenceParallel(sequenceParallel)
                 .tiedEmbeddings(!untieEmbeddings)
                 .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT)))
-                .dtype(fp16 ? DataType.FLOAT16 : DataType.FLOAT32);
+                .dtype(fp16 ? DataType.FLOAT16 : DataType.FLOAT32)
+                .cpCommType(CpCommType.fromFlag(cpCommType));
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);
         }

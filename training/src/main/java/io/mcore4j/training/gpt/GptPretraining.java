@@ -1,6 +1,7 @@
 package io.mcore4j.training.gpt;
 
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.models.gpt.GptModel;
@@ -95,10 +96,11 @@ public final class GptPretraining {
                          .globalBatchSize(setup.globalBatchSize()).timePhases(timePhases).build()) {
                 int dpRank = groups.dataParallelRank();
                 int dp = dims.dataParallel();
+                ContextParallelSplit cp = ContextParallelSplit.of(groups.cp());
                 TrainingLoop.Builder b = TrainingLoop.builder(step, setup.training(),
-                        new GptBatches(train, setup.microBatchSize(), dpRank, dp));
+                        new GptBatches(train, setup.microBatchSize(), dpRank, dp, cp));
                 if (valid != null) {
-                    b.valid(new GptBatches(valid, setup.microBatchSize(), dpRank, dp));
+                    b.valid(new GptBatches(valid, setup.microBatchSize(), dpRank, dp, cp));
                 }
                 loop.accept(b);
                 TrainingSummary summary = b.build().run();
