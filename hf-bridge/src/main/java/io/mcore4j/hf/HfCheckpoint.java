@@ -306,6 +306,21 @@ public final class HfCheckpoint implements AutoCloseable {
         return out;
     }
 
+    /** @return bytes of tensor data this checkpoint object has read (positional reads; headers not counted) */
+    long bytesRead() {
+        return files.stream().mapToLong(SafetensorsFile::bytesRead).sum();
+    }
+
+    /** @return bytes of all tensor data in the checkpoint */
+    long tensorBytes() {
+        long total = 0;
+        for (Map.Entry<String, SafetensorsFile> e : fileOf.entrySet()) {
+            SafetensorsFile.Entry t = e.getValue().entries().get(e.getKey());
+            total += t.end() - t.begin();
+        }
+        return total;
+    }
+
     /** @return the names of the checkpoint's tensors, sorted */
     public java.util.SortedSet<String> tensorNames() {
         return new java.util.TreeSet<>(fileOf.keySet());
