@@ -38,6 +38,20 @@ public final class RotaryEmbedding {
      * @return the rotated query and key, same shapes and dtype
      */
     public NDArray[] apply(NDManager manager, NDArray query, NDArray key) {
+        return apply(manager, query, key, 0);
+    }
+
+    /**
+     * Rotates queries and keys [s, b, n, d] by the positions {@code offset..offset+s-1}: the tokens of a
+     * generation step that continue a cached sequence.
+     *
+     * @param manager owner of temporaries
+     * @param query queries
+     * @param key keys, same sequence length and dtype
+     * @param offset position of the first token
+     * @return the rotated query and key, same shapes and dtype
+     */
+    public NDArray[] apply(NDManager manager, NDArray query, NDArray key, long offset) {
         long s = query.getShape().get(0);
         DataType dtype = query.getDataType();
         int half = rotaryDims / 2;
@@ -45,7 +59,7 @@ public final class RotaryEmbedding {
         NDArray steps = manager.arange(0, half, 1, DataType.FLOAT64);
         NDArray inv = steps.mul(Tensors.scalar(-2.0 / rotaryDims, steps, manager))
                 .mul(Tensors.scalar(Math.log(base), steps, manager)).exp();
-        NDArray angles = manager.arange(0, (int) s, 1, DataType.FLOAT64).reshape(s, 1).mul(inv.reshape(1, half));
+        NDArray angles = manager.arange((int) offset, (int) (offset + s), 1, DataType.FLOAT64).reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
         NDArray cos = emb.cos().toType(dtype, false);
         NDArray sin = emb.sin().toType(dtype, false);
