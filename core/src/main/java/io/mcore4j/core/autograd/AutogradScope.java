@@ -2,8 +2,6 @@ package io.mcore4j.core.autograd;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 
@@ -69,8 +67,8 @@ public final class AutogradScope implements AutoCloseable {
         this.manager = parent.newSubManager();
         this.gradEnabled = gradEnabled;
         this.training = training;
-        this.previousGradMode = JniUtils.isGradMode();
-        JniUtils.setGradMode(gradEnabled);
+        this.previousGradMode = GradMode.isEnabled();
+        GradMode.set(gradEnabled);
     }
 
     /**
@@ -172,11 +170,11 @@ public final class AutogradScope implements AutoCloseable {
         }
         FunctionContext ctx = new FunctionContext(manager, needs, training);
         NDArray[] outputs;
-        JniUtils.setGradMode(false);
+        GradMode.set(false);
         try {
             outputs = function.forward(ctx, inputs);
         } finally {
-            JniUtils.setGradMode(gradEnabled);
+            GradMode.set(gradEnabled);
         }
         if (outputs == null || outputs.length == 0) {
             throw new IllegalStateException(function.name() + ".forward returned no outputs");
@@ -322,11 +320,11 @@ public final class AutogradScope implements AutoCloseable {
                 gradOutputs[i] = leaf == null ? null : Tensors.gradientOrZeros(leaf, manager);
             }
             NDArray[] gradInputs;
-            JniUtils.setGradMode(false);
+            GradMode.set(false);
             try {
                 gradInputs = node.function.backward(node.ctx, gradOutputs);
             } finally {
-                JniUtils.setGradMode(true);
+                GradMode.set(true);
             }
             if (gradInputs == null || gradInputs.length != node.inputs.length) {
                 throw new IllegalStateException(node.function.name() + ".backward returned "
@@ -365,7 +363,7 @@ public final class AutogradScope implements AutoCloseable {
         tape.clear();
         referenced.clear();
         manager.close();
-        JniUtils.setGradMode(previousGradMode);
+        GradMode.set(previousGradMode);
     }
 
     private void checkUsable() {
@@ -451,7 +449,7 @@ public final class AutogradScope implements AutoCloseable {
         }
 
         private void runBackward(NDArray root, NDArray grad) {
-            JniUtils.backward((PtNDArray) root, (PtNDArray) grad, true, false);
+            Tensors.backward(root, grad, true);
         }
     }
 

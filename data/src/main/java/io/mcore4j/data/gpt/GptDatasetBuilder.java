@@ -38,6 +38,7 @@ import java.util.Objects;
 public final class GptDatasetBuilder {
     private DataBlend blend;
     private int mockVocabularySize;
+    private long vocabularySize;
     private int sequenceLength;
     private long seed = 1234;
     private SplitWeights split = SplitWeights.DEFAULT;
@@ -91,6 +92,23 @@ public final class GptDatasetBuilder {
         }
         this.mockVocabularySize = vocabularySize;
         this.blend = null;
+        return this;
+    }
+
+    /**
+     * Checks at {@link #build()} that every token id of every dataset of the blend lies in
+     * {@code [0, vocabularySize)} ({@link IndexedDatasetReader#checkTokenIds}: one pass over each
+     * memory-mapped {@code .bin}), so data made for another tokenizer fails before training instead of
+     * training on ids the embedding has no row for. Off by default. Megatron-LM's {@code --vocab-size}.
+     *
+     * @param vocabularySize the model's vocabulary size, at least 1
+     * @return this builder
+     */
+    public GptDatasetBuilder vocabSize(long vocabularySize) {
+        if (vocabularySize < 1) {
+            throw new IllegalArgumentException("vocabulary size " + vocabularySize + " must be at least 1");
+        }
+        this.vocabularySize = vocabularySize;
         return this;
     }
 
@@ -196,6 +214,8 @@ public final class GptDatasetBuilder {
      *
      * @return the splits, owning the opened readers
      * @throws IOException if a dataset cannot be opened or is corrupt
+     * @throws io.mcore4j.data.indexed.CorruptDatasetException if {@link #vocabSize} was set and a token
+     *     id lies outside the vocabulary (naming the file, document, position and id)
      * @throws IllegalStateException if neither data nor mock was chosen, or no sequence length was set
      * @throws IllegalArgumentException if a split with samples requested has no documents in some dataset
      */
@@ -205,6 +225,10 @@ public final class GptDatasetBuilder {
         }
         Map<DatasetSplit, SampleDataset> datasets = new EnumMap<>(DatasetSplit.class);
         if (mockVocabularySize > 0) {
+            if (vocabularySize > 0 && mockVocabularySize > vocabularySize) {
+                throw new IllegalArgumentException("mock vocabulary size " + mockVocabularySize
+                        + " exceeds the vocabulary size " + vocabularySize);
+            }
             for (DatasetSplit s : DatasetSplit.values()) {
                 if (samples[s.ordinal()] > 0) {
                     datasets.put(s, new MockGptDataset(samples[s.ordinal()], sequenceLength, mockVocabularySize,
@@ -220,6 +244,11 @@ public final class GptDatasetBuilder {
         try {
             for (Path prefix : blend.prefixes()) {
                 readers.add(IndexedDatasetReader.open(prefix, readerOptions));
+            }
+            if (vocabularySize > 0) {
+                for (IndexedDatasetReader r : readers) {
+                    r.checkTokenIds(vocabularySize);
+                }
             }
             for (DatasetSplit s : DatasetSplit.values()) {
                 long n = samples[s.ordinal()];

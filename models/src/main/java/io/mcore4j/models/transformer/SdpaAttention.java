@@ -2,8 +2,7 @@ package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
-import ai.djl.pytorch.engine.PtSymbolBlock;
-import ai.djl.training.ParameterStore;
+import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.autograd.AutogradScope;
 
@@ -22,8 +21,7 @@ public final class SdpaAttention implements CoreAttention {
     /** Resource path of the TorchScript archive. */
     public static final String RESOURCE = "/io/mcore4j/models/torchscript/causal_sdpa.pt";
 
-    private final PtSymbolBlock module;
-    private final ParameterStore noParameters;
+    private final TorchScriptModule module;
 
     /**
      * @param ctx the model context; its parameter manager owns the loaded module
@@ -36,7 +34,6 @@ public final class SdpaAttention implements CoreAttention {
                     + ctx.config().attentionDropout() + " needs the composed attention (DotProductAttention)");
         }
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
-        this.noParameters = new ParameterStore(ctx.parameters(), false);
     }
 
     @Override
@@ -46,11 +43,9 @@ public final class SdpaAttention implements CoreAttention {
         long np = query.getShape().get(2);
         long d = query.getShape().get(3);
         NDList in = new NDList(query.transpose(1, 2, 0, 3), key.transpose(1, 2, 0, 3), value.transpose(1, 2, 0, 3));
-        // always the training entry point: DJL runs an evaluation call under libtorch's inference
-        // mode, whose outputs can never join autograd, yet recompute's first run is a no-grad scope
-        // whose output must become a leaf. The module has no dropout, so both modes compute the
-        // same; the scope's grad mode decides whether a graph is recorded.
-        NDArray context = module.forward(noParameters, in, true).singletonOrThrow();
+        // the scope's grad mode decides whether a graph is recorded (recompute's first run is a
+        // no-grad scope whose output must become a leaf); the module has no dropout
+        NDArray context = module.forward(in).singletonOrThrow();
         context.attach(scope.manager());
         scope.release(in.toArray(new NDArray[0]));
         NDArray heads = context.transpose(2, 0, 1, 3);

@@ -2,8 +2,7 @@ package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.nn.Module;
@@ -81,7 +80,7 @@ public final class SelfAttention implements Module {
         // one split rather than three slices: its backward writes the three gradients into one
         // tensor (a concatenation), where each slice's backward would fill a zero tensor of the
         // full size and the three would then be summed
-        NDList parts = JniUtils.split((PtNDArray) grouped, new long[] {headsPerGroup, 1, 1}, 3);
+        NDList parts = Tensors.split(grouped, new long[] {headsPerGroup, 1, 1}, 3);
         parts.attach(scope.manager());
         NDArray queryGroups = parts.get(0);
         NDArray query = queryGroups.reshape(s, b, groups * headsPerGroup, headDim);

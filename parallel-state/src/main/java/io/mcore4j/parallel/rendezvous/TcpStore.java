@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.tcp;
+package io.mcore4j.parallel.rendezvous;
 
 import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
@@ -106,7 +106,7 @@ public final class TcpStore implements AutoCloseable {
     }
 
     /** @return this end's local address, which is the interface that routes to the store */
-    InetAddress localAddress() {
+    public InetAddress localAddress() {
         return socket.getLocalAddress();
     }
 

@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.tcp;
+package io.mcore4j.parallel.rendezvous;
 
 /**
  * A rendezvous store operation failed: the store could not be reached, refused this client's job

@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.tcp;
+package io.mcore4j.parallel.rendezvous;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -48,7 +48,7 @@ class RendezvousStoreTest {
 
     @Test
     void rankZeroHostsTheStoreAndEveryRankSharesIt() {
-        int port = TcpThreads.freePort();
+        int port = freePort();
         try (RendezvousStore zero = RendezvousStore.connect(LaunchEnvironment.loopback(0, 2, port), port, TOKEN, Duration.ofSeconds(5));
              RendezvousStore one = RendezvousStore.connect(LaunchEnvironment.loopback(1, 2, port), port, TOKEN, Duration.ofSeconds(5))) {
             assertTrue(zero.hostsServer());
@@ -61,7 +61,7 @@ class RendezvousStoreTest {
 
     @Test
     void anUnreachableStoreNamesItsAddress() throws Exception {
-        int port = TcpThreads.freePort();
+        int port = freePort();
         CommunicationException e = assertThrows(CommunicationException.class,
                 () -> RendezvousStore.connect(LaunchEnvironment.loopback(1, 2, port), port, TOKEN, Duration.ofMillis(300)));
         assertEquals(List.of(0), e.ranks());
@@ -82,7 +82,7 @@ class RendezvousStoreTest {
 
     @Test
     void closingAfterAFailureClosesTheStoreAndTranslatesStoreFailures() {
-        int port = TcpThreads.freePort();
+        int port = freePort();
         RendezvousStore zero = RendezvousStore.connect(LaunchEnvironment.loopback(0, 1, port), port, TOKEN, Duration.ofSeconds(5));
         RuntimeException other = new IllegalStateException("not a store failure");
         assertSame(other, zero.closeAfter(other));
@@ -90,5 +90,13 @@ class RendezvousStoreTest {
         RuntimeException translated = zero.closeAfter(new StoreException("gone", null));
         assertTrue(translated instanceof CommunicationException
                 && translated.getMessage().contains("rank 0: the rendezvous store of rank 0 failed: gone"), translated.getMessage());
+    }
+
+    private static int freePort() {
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            return s.getLocalPort();
+        } catch (java.io.IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
     }
 }

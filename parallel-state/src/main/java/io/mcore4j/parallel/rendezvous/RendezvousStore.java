@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.tcp;
+package io.mcore4j.parallel.rendezvous;
 
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
@@ -93,7 +93,7 @@ public final class RendezvousStore implements AutoCloseable {
     }
 
     /** {@link #connect(LaunchEnvironment, int, JobToken, Duration)}, waiting for the store until {@code deadlineNanos}. */
-    static RendezvousStore connect(LaunchEnvironment env, int port, JobToken token, Duration timeout, long deadlineNanos) {
+    public static RendezvousStore connect(LaunchEnvironment env, int port, JobToken token, Duration timeout, long deadlineNanos) {
         Objects.requireNonNull(token, "token");
         InetAddress master = resolve(env.masterAddr());
         TcpStoreServer server = null;
@@ -155,8 +155,8 @@ public final class RendezvousStore implements AutoCloseable {
         return "RendezvousStore[rank " + rank + " of " + client.address() + (server != null ? ", hosting" : "") + "]";
     }
 
-    /** The wildcard IPv4 address, to listen on every interface. */
-    static InetAddress wildcard() {
+    /** @return the wildcard IPv4 address, to listen on every interface */
+    public static InetAddress wildcard() {
         try {
             return InetAddress.getByAddress(new byte[4]);
         } catch (UnknownHostException e) {

@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.tcp;
+package io.mcore4j.parallel.rendezvous;
 
 import java.io.DataInputStream;
 import java.io.DataOutputStream;

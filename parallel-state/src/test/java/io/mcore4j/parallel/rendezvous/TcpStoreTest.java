@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.tcp;
+package io.mcore4j.parallel.rendezvous;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;

@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.tcp;
+package io.mcore4j.parallel.rendezvous;
 
 import java.io.ByteArrayOutputStream;
 import java.io.DataInputStream;
@@ -13,11 +13,13 @@ import java.security.SecureRandom;
  * it; the accepting side replies with a status byte and a reason. Anything else (a port scanner, a
  * process of another job, an older protocol) is rejected before it can send a request.
  */
-final class Handshake {
+public final class Handshake {
     /** "M4J1": mcore4j wire protocol, version 1. */
-    static final int MAGIC = 0x4D344A31;
-    static final byte STORE = 1;
-    static final byte PEER = 2;
+    public static final int MAGIC = 0x4D344A31;
+    /** Purpose byte of a connection to the rendezvous store. */
+    public static final byte STORE = 1;
+    /** Purpose byte of a connection between two ranks. */
+    public static final byte PEER = 2;
     private static final int NONCE_BYTES = 16;
     private static final int PROOF_BYTES = 32;
     private static final byte OK = 0;
@@ -26,13 +28,14 @@ final class Handshake {
     private Handshake() {}
 
     /** What a connecting side claims to be, after its token proof has been checked. */
-    record Hello(int rank, int worldSize) {}
+    public record Hello(int rank, int worldSize) {}
 
     /** The other side refused this connection or did not speak the protocol. */
-    static final class RejectedException extends IOException {
+    public static final class RejectedException extends IOException {
         private static final long serialVersionUID = 1L;
 
-        RejectedException(String message) {
+        /** @param message why */
+        public RejectedException(String message) {
             super(message);
         }
     }
@@ -42,7 +45,7 @@ final class Handshake {
      * protocol it writes a rejection and throws; otherwise the caller checks the hello and calls
      * {@link #reply}.
      */
-    static Hello challenge(DataInputStream in, DataOutputStream out, JobToken token, byte purpose, int myRank, int worldSize,
+    public static Hello challenge(DataInputStream in, DataOutputStream out, JobToken token, byte purpose, int myRank, int worldSize,
                            SecureRandom random) throws IOException {
         byte[] nonce = new byte[NONCE_BYTES];
         random.nextBytes(nonce);
@@ -75,7 +78,7 @@ final class Handshake {
     }
 
     /** Accepting side, second half: accepts or rejects with a reason. */
-    static void reply(DataOutputStream out, boolean ok, String reason) throws IOException {
+    public static void reply(DataOutputStream out, boolean ok, String reason) throws IOException {
         out.writeByte(ok ? OK : REJECTED);
         out.writeUTF(reason);
         out.flush();
@@ -87,7 +90,7 @@ final class Handshake {
      * @param expectedServerRank the rank the caller meant to reach, or -1 for the store
      * @throws RejectedException if the server refused or is not who it should be
      */
-    static void respond(DataInputStream in, DataOutputStream out, JobToken token, byte purpose, int myRank, int worldSize,
+    public static void respond(DataInputStream in, DataOutputStream out, JobToken token, byte purpose, int myRank, int worldSize,
                         int expectedServerRank) throws IOException {
         int magic = in.readInt();
         if (magic != MAGIC) {

@@ -1,0 +1,98 @@
+package io.mcore4j.core;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.pytorch.engine.PtNDArray;
+import ai.djl.pytorch.engine.PtSymbolBlock;
+import ai.djl.pytorch.jni.IValue;
+import ai.djl.training.ParameterStore;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * A loaded TorchScript module without trainable parameters of its own (obtained from
+ * {@link TorchScriptModules#load}); it belongs to the manager it was loaded on and is closed with it.
+ * Two ways to call it: {@link #forward} for a module that maps tensors to tensors under autograd,
+ * and {@link #call} for a kernel that works in place on tensors and lists of tensors.
+ */
+public final class TorchScriptModule {
+    private final PtSymbolBlock block;
+    private final ParameterStore noParameters;
+
+    TorchScriptModule(PtSymbolBlock block, NDManager owner) {
+        this.block = block;
+        this.noParameters = new ParameterStore(owner, false);
+    }
+
+    /**
+     * Runs the module's {@code forward} on tensors. Always DJL's training entry point: DJL runs an
+     * evaluation call under libtorch's inference mode, whose outputs can never join autograd; the
+     * thread's grad mode alone decides whether a graph is recorded.
+     *
+     * @param inputs the module's tensor arguments, in order
+     * @return the outputs, owned by the inputs' manager; attach them where they belong
+     */
+    public NDList forward(NDList inputs) {
+        return block.forward(noParameters, inputs, true);
+    }
+
+    /**
+     * Runs the module's {@code forward} for its effect (a kernel that updates its arguments in
+     * place) and discards its result. Each argument is a tensor or a list of tensors; the lists are
+     * built straight from the tensors' handles.
+     *
+     * @param args the arguments, in order
+     */
+    public void call(Arg... args) {
+        List<IValue> values = new ArrayList<>(args.length);
+        try {
+            for (Arg a : args) {
+                values.add(toValue(a));
+            }
+            block.forward(values.toArray(new IValue[0])).close();
+        } finally {
+            for (IValue v : values) {
+                v.close();
+            }
+        }
+    }
+
+    /** One argument of {@link #call}: a tensor, or a list of tensors. */
+    public sealed interface Arg {
+        /**
+         * @param tensor a PyTorch-engine tensor
+         * @return the argument
+         */
+        static Arg tensor(NDArray tensor) {
+            return new Single(Objects.requireNonNull(tensor, "tensor"));
+        }
+
+        /**
+         * @param tensors PyTorch-engine tensors, in order
+         * @return the argument, a TorchScript {@code List[Tensor]}
+         */
+        static Arg list(List<? extends NDArray> tensors) {
+            return new Many(List.copyOf(tensors));
+        }
+    }
+
+    private record Single(NDArray tensor) implements Arg {}
+
+    private record Many(List<NDArray> tensors) implements Arg {}
+
+    /** The native value of an argument; the caller closes it. */
+    private static IValue toValue(Arg arg) {
+        if (arg instanceof Single single) {
+            return IValue.from((PtNDArray) single.tensor());
+        }
+        List<NDArray> tensors = ((Many) arg).tensors();
+        PtNDArray[] array = new PtNDArray[tensors.size()];
+        for (int i = 0; i < array.length; i++) {
+            array[i] = (PtNDArray) tensors.get(i);
+        }
+        return IValue.listFrom(array);
+    }
+}
