@@ -3,8 +3,7 @@ package io.mcore4j.inference;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
-import ai.djl.nn.Block;
-import ai.djl.training.ParameterStore;
+import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
 
 /**
@@ -19,8 +18,7 @@ final class CachedAttention {
     /** Resource path of the TorchScript archive. */
     static final String RESOURCE = "/io/mcore4j/inference/torchscript/cached_sdpa.pt";
 
-    private final Block module;
-    private final ParameterStore noParameters;
+    private final TorchScriptModule module;
 
     /**
      * @param owner manager that owns the loaded module (closed with it) and picks its device
@@ -28,7 +26,6 @@ final class CachedAttention {
      */
     CachedAttention(NDManager owner) {
         this.module = TorchScriptModules.load(owner, CachedAttention.class, RESOURCE);
-        this.noParameters = new ParameterStore(owner, false);
     }
 
     /**
@@ -40,9 +37,7 @@ final class CachedAttention {
      * @return context [s, b, np * d], owned by the caller
      */
     NDArray attend(NDArray query, NDArray key, NDArray value, NDArray keyCache, NDArray valueCache) {
-        // the training entry point, as in models' SdpaAttention: DJL runs an evaluation call under
-        // libtorch's inference mode, whose tensors cannot be written in place afterwards; the caller's
-        // no-grad scope keeps autograd from recording anything
-        return module.forward(noParameters, new NDList(query, key, value, keyCache, valueCache), true).singletonOrThrow();
+        // the caller's no-grad scope keeps autograd from recording anything
+        return module.forward(new NDList(query, key, value, keyCache, valueCache)).singletonOrThrow();
     }
 }
