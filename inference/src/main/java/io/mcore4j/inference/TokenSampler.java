@@ -7,8 +7,8 @@ import java.util.Arrays;
 /**
  * Picks one request's next token from a row of logits on the Java side, with the request's own seeded
  * generator, so that every rank holding the same logits picks the same token. The order of candidates is
- * fixed (probability descending, then id ascending), so a draw depends only on the logits and the
- * generator's position. Not thread-safe: one sampler per request.
+ * fixed (logit descending, then id ascending), so a draw depends only on the logits and the generator's
+ * position. Not thread-safe: one sampler per request.
  */
 final class TokenSampler {
     private final SamplingParams params;
@@ -28,17 +28,13 @@ final class TokenSampler {
         if (params.isGreedy()) {
             return argmax(logits, vocabulary);
         }
-        Integer[] order = new Integer[vocabulary];
-        for (int i = 0; i < vocabulary; i++) {
-            order[i] = i;
-        }
-        Arrays.sort(order, (a, b) -> logits[a] != logits[b] ? Float.compare(logits[b], logits[a]) : Integer.compare(a, b));
+        long[] order = descending(logits, vocabulary);
         int kept = params.topK() > 0 ? Math.min(params.topK(), vocabulary) : vocabulary;
-        double max = logits[order[0]] / params.temperature();
+        double max = logits[id(order[0])] / params.temperature();
         double[] weights = new double[kept];
         double total = 0;
         for (int i = 0; i < kept; i++) {
-            weights[i] = Math.exp(logits[order[i]] / params.temperature() - max);
+            weights[i] = Math.exp(logits[id(order[i])] / params.temperature() - max);
             total += weights[i];
         }
         if (params.topP() > 0) {
@@ -63,10 +59,29 @@ final class TokenSampler {
         for (int i = 0; i < kept; i++) {
             cumulative += weights[i];
             if (u < cumulative) {
-                return order[i];
+                return id(order[i]);
             }
         }
-        return order[kept - 1];
+        return id(order[kept - 1]);
+    }
+
+    /**
+     * Ids sorted by logit descending, then id ascending, each packed with its sort key into a long (a
+     * primitive sort: no boxing of a whole vocabulary per token).
+     */
+    private static long[] descending(float[] logits, int vocabulary) {
+        long[] keys = new long[vocabulary];
+        for (int i = 0; i < vocabulary; i++) {
+            int bits = Float.floatToIntBits(logits[i]);
+            int ascending = bits ^ ((bits >> 31) & 0x7fffffff); // orders as the float does, as a signed int
+            keys[i] = ((long) ~ascending << 32) | i;
+        }
+        Arrays.sort(keys);
+        return keys;
+    }
+
+    private static int id(long key) {
+        return (int) key;
     }
 
     /** @return the id of the largest of the first {@code vocabulary} logits, the lowest id among equals */
