@@ -91,21 +91,25 @@ def hf(work):
     except TypeError:
         model = LlamaForCausalLM.from_pretrained(os.path.join(work, "hf"), torch_dtype=DTYPE)
     model = model.to(DEVICE).eval()
+    # no end-of-sequence token on either side: both generate exactly NEW_TOKENS and nothing is suppressed
+    model.generation_config.eos_token_id = None
+    model.config.eos_token_id = None
     with open(os.path.join(work, "prompts.json")) as f:
         prompts = torch.tensor(json.load(f), dtype=torch.long)
     generated = {}
     for b in (1, PROMPTS):
         ids = prompts[:b].to(DEVICE)
         mask = torch.ones_like(ids)
-        kwargs = dict(attention_mask=mask, do_sample=False, eos_token_id=None, pad_token_id=0)
+        kwargs = dict(attention_mask=mask, do_sample=False, pad_token_id=0)
         with torch.inference_mode():
-            model.generate(ids, max_new_tokens=16, min_new_tokens=16, **kwargs)
+            model.generate(ids, max_new_tokens=16, **kwargs)
             sync()
             start = time.perf_counter()
-            out = model.generate(ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, **kwargs)
+            out = model.generate(ids, max_new_tokens=NEW_TOKENS, **kwargs)
             sync()
             seconds = time.perf_counter() - start
         new = out[:, PROMPT_LENGTH:]
+        assert new.shape[1] == NEW_TOKENS, f"transformers stopped after {new.shape[1]} tokens"
         generated[str(b)] = new.tolist()
         print(f"transformers generate: batch {b}, prompt {PROMPT_LENGTH}, {NEW_TOKENS} new tokens: "
               f"{new.numel() / seconds:.1f} tokens/s ({1000 * seconds / NEW_TOKENS:.2f} ms per step, {seconds:.2f} s)"
