@@ -54,7 +54,7 @@ class GenerateGptTest {
                 .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build();
         for (TransformerConfig c : List.of(gpt, llama)) {
             Path run = dir.resolve(c.positionEmbedding().name());
-            List<String> expected = saveAndGenerate(c, run);
+            List<String> expected = saveAndGenerate(c, run, SamplingParams.greedy(6));
             for (String[] layout : List.of(new String[] {"1", "1"}, new String[] {"2", "1"}, new String[] {"1", "2"})) {
                 Output o = run("--load", run.toString(), "--prompts", PROMPTS.get(0), PROMPTS.get(1), "--greedy",
                         "--num-tokens-to-generate", "6", "--seq-length", "32", "--tensor-model-parallel-size", layout[0],
@@ -69,8 +69,24 @@ class GenerateGptTest {
         }
     }
 
+    /** Sampling draws among the tokenizer's 257 ids only, though the model's vocabulary is padded to 384. */
+    @Test
+    void samplesWithTheGivenSeedAtAnyLayout(@TempDir Path dir) {
+        TransformerConfig c = TransformerConfig.builder(2, 32, 4, 384).maxSequenceLength(32).dropout(0, 0).initStd(0.1).build();
+        List<String> expected = saveAndGenerate(c, dir, SamplingParams.sample(0.9, 20, 0.95, 6, 5));
+        for (String tp : List.of("1", "2")) {
+            Output o = run("--load", dir.toString(), "--prompts", PROMPTS.get(0), PROMPTS.get(1), "--temperature", "0.9",
+                    "--top_k", "20", "--top_p", "0.95", "--seed", "5", "--num-tokens-to-generate", "6",
+                    "--tensor-model-parallel-size", tp);
+            assertEquals(0, o.code, o.text);
+            for (int i = 0; i < PROMPTS.size(); i++) {
+                assertTrue(o.text.contains(expected.get(i)), "TP" + tp + ": expected\n" + expected.get(i) + "\nin\n" + o.text);
+            }
+        }
+    }
+
     /** Saves the model at TP2 under {@code run} and returns the completion lines the in-memory model gives. */
-    private static List<String> saveAndGenerate(TransformerConfig c, Path run) {
+    private static List<String> saveAndGenerate(TransformerConfig c, Path run, SamplingParams params) {
         ByteLevelTokenizer tokenizer = new ByteLevelTokenizer();
         List<int[]> prompts = new ArrayList<>();
         PROMPTS.forEach(p -> prompts.add(tokenizer.encode(p)));
@@ -80,7 +96,7 @@ class GenerateGptTest {
                     LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
             new CheckpointManager(run, 2).save(3, model.shardedState("model."), Map.of("iteration", 3), groups.world());
             List<Completion> completions = new Generator(model, ByteLevelTokenizer.VOCABULARY_SIZE, ByteLevelTokenizer.END_OF_DOCUMENT)
-                    .generate(prompts, SamplingParams.greedy(6));
+                    .generate(prompts, params);
             List<String> lines = new ArrayList<>();
             for (int i = 0; i < completions.size(); i++) {
                 Completion k = completions.get(i);
