@@ -84,6 +84,29 @@ public final class MoeAuxLossTracker implements AutoCloseable {
     }
 
     /**
+     * Makes sure a loss is reported even on a rank whose layers record nothing (a pipeline stage without MoE
+     * layers, Megatron's {@code force_initialize}): {@link #report} all-reduces the same losses, in the same
+     * order, on every rank, so every rank declares the model's losses up front, in the same order.
+     *
+     * @param name the loss name
+     * @param numLayers layers of the model
+     * @param reduction how the value is combined over ranks
+     * @throws IllegalArgumentException if the name is known with another size or reduction
+     */
+    public void expect(String name, int numLayers, Reduction reduction) {
+        Objects.requireNonNull(reduction, "reduction");
+        if (numLayers < 1) {
+            throw new IllegalArgumentException("a model of " + numLayers + " layers for " + name);
+        }
+        Entry entry = entries.computeIfAbsent(Objects.requireNonNull(name, "name"), n -> new Entry(numLayers));
+        if (entry.values.length != numLayers || (entry.reduction != null && entry.reduction != reduction)) {
+            throw new IllegalArgumentException(name + " is known for " + entry.values.length + " layers with reduction "
+                    + entry.reduction + ", not " + numLayers + " with " + reduction);
+        }
+        entry.reduction = reduction;
+    }
+
+    /**
      * Adds one layer's value for the current step (summed over micro-batches until {@link #report}).
      *
      * @param name the loss name, e.g. {@code "load_balancing_loss"}

@@ -108,6 +108,27 @@ class MoeAuxLossTrackerTest {
     }
 
     @Test
+    void aPipelineStageWithoutMoeLayersStillTakesPartAndGetsTheModelsValues() {
+        List<double[]> results = InJvmWorld.run(2, ctx -> {
+            ProcessGroups groups = ctx.groups(ParallelDims.builder(2).pipelineParallel(2).build());
+            try (NDManager m = ctx.manager().newSubManager(); MoeAuxLossTracker tracker = new MoeAuxLossTracker(m)) {
+                tracker.expect("z_loss", 4, MoeAuxLossTracker.Reduction.AVERAGE_TP_DP_CP);
+                tracker.expect("load_balancing_loss", 4, MoeAuxLossTracker.Reduction.SUM_TP_CP);
+                if (groups.pipelineRank() == 0) { // layers 1 and 2 are MoE layers on the first stage only
+                    tracker.record("load_balancing_loss", 1, 4, m.create(1.5f), MoeAuxLossTracker.Reduction.SUM_TP_CP);
+                    tracker.record("load_balancing_loss", 2, 4, m.create(2.5f), MoeAuxLossTracker.Reduction.SUM_TP_CP);
+                }
+                MoeAuxLossTracker.Report r = tracker.report(1.0, 2, groups);
+                return new double[] {r.averages().get("load_balancing_loss"), r.averages().get("z_loss"),
+                        r.perLayer().get("load_balancing_loss")[1]};
+            }
+        });
+        for (double[] r : results) {
+            assertArrayEquals(new double[] {2.0, 0.0, 2.5}, r, 1e-7);
+        }
+    }
+
+    @Test
     void misuseIsNamed() {
         try (NDManager m = NDManager.newBaseManager(); MoeAuxLossTracker tracker = new MoeAuxLossTracker(m)) {
             NDArray one = m.create(1f);
