@@ -14,10 +14,12 @@ import ai.djl.ndarray.NDManager;
  * that share the counts gives the loss of the whole token set, which is why each rank back-propagates
  * only its own part.
  */
-final class LoadBalancingLoss {
+public final class LoadBalancingLoss {
     private LoadBalancingLoss() {}
 
     /**
+     * Megatron-Core's {@code switch_load_balancing_loss_func}.
+     *
      * @param scores {@code [T_local, E']} scores (grad flows through them)
      * @param counts {@code [E']} token counts over the whole token set (constant)
      * @param totalTokens the size of the whole token set
@@ -27,7 +29,7 @@ final class LoadBalancingLoss {
      * @param owner owner of the result
      * @return the scalar loss
      */
-    static NDArray switchLoss(NDArray scores, NDArray counts, double totalTokens, int topK, int numExperts,
+    public static NDArray switchLoss(NDArray scores, NDArray counts, double totalTokens, int topK, int numExperts,
                               double coeff, NDManager owner) {
         double factor = numExperts * coeff / (topK * totalTokens * totalTokens);
         NDArray perExpert = LocalOps.own(scores.sum(new int[] {0}), owner);
@@ -36,14 +38,14 @@ final class LoadBalancingLoss {
     }
 
     /**
-     * ST-MoE's z-loss on this rank's tokens: {@code coeff · mean_t (logsumexp_e logits_te)²}.
+     * ST-MoE's z-loss on this rank's tokens (Megatron-Core's {@code z_loss_func}): {@code coeff · mean_t (logsumexp_e logits_te)²}.
      *
      * @param logits {@code [T, E]}
      * @param coeff the coefficient (already divided by the number of ranks sharing a micro-batch)
      * @param owner owner of the result
      * @return the scalar loss
      */
-    static NDArray zLoss(NDArray logits, double coeff, NDManager owner) {
+    public static NDArray zLoss(NDArray logits, double coeff, NDManager owner) {
         NDArray lse = LocalOps.logSumExp(logits, owner);
         return Tensors.scale(LocalOps.own(lse.mul(lse).mean(), owner), coeff, owner);
     }

@@ -126,6 +126,8 @@ public final class PretrainArgs {
     double moeAuxLossCoeff = 0.0;
     @Option(names = "--moe-token-dispatcher-type", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
     DispatcherKind moeDispatcher = DispatcherKind.allgather;
+    @Option(names = "--moe-per-layer-logging", description = "Also log each MoE layer's auxiliary losses (moe/<name>_layer_<i>).")
+    boolean moePerLayerLogging;
 
     // optimizer and schedule
     @Option(names = "--optimizer", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")

@@ -43,6 +43,30 @@ class PretrainGptRunTest {
     }
 
     @Test
+    void moeAuxiliaryLossesAreLoggedPerIntervalAndPerLayer() throws Exception {
+        Path metrics = dir.resolve("moe-metrics");
+        List<String> f = flags(4, "--num-experts", "4", "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.01",
+                "--moe-per-layer-logging");
+        f.set(f.indexOf("--metrics-dir") + 1, metrics.toString());
+        ByteArrayOutputStream console = new ByteArrayOutputStream();
+        PretrainGpt.run(PretrainArgs.parse(f.toArray(String[]::new)), new PrintStream(console, true, StandardCharsets.UTF_8));
+        String text = console.toString(StandardCharsets.UTF_8);
+        // loss / coeff of a balanced router is about 1 (E experts, top-k: E * sum_e f_e P_e with f_e = P_e = 1/E)
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| load_balancing_loss ([0-9.E+-]+)").matcher(text);
+        int lines = 0;
+        while (m.find()) {
+            double value = Double.parseDouble(m.group(1));
+            assertTrue(value > 0.9 && value < 2.0, "load_balancing_loss " + value + " in\n" + text);
+            lines++;
+        }
+        assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
+        String records = java.nio.file.Files.readString(metrics.resolve("metrics.jsonl"));
+        // the metrics file writes Megatron's moe/<name>_layer_<i> with its separator as an underscore
+        assertTrue(records.contains("\"load_balancing_loss\"") && records.contains("\"moe_load_balancing_loss_layer_0\"")
+                && records.contains("\"moe_load_balancing_loss_layer_1\""), records);
+    }
+
+    @Test
     void fusedAttentionGivesTheComposedAttentionsLosses() throws Exception {
         List<Double> composed = train(flags(6, "--attention-backend", "unfused"));
         List<Double> fused = train(flags(6, "--attention-backend", "flash"));
