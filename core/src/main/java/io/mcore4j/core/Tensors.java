@@ -1,6 +1,7 @@
 package io.mcore4j.core;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
@@ -9,9 +10,16 @@ import ai.djl.pytorch.engine.PtNDArray;
 import ai.djl.pytorch.engine.PtNDManager;
 import ai.djl.pytorch.jni.JniUtils;
 
+import io.mcore4j.core.autograd.NoGrad;
+
 import java.util.Arrays;
 
-/** Small tensor operations DJL lacks or spells awkwardly; each states which manager owns its result. */
+/**
+ * Small tensor operations DJL lacks or spells awkwardly; each states which manager owns its result.
+ * With {@link io.mcore4j.core.autograd.GradMode}, {@link TorchScriptModules} and
+ * {@link TensorMemory} this is the facade over DJL's PyTorch-engine internals
+ * ({@code ai.djl.pytorch.*}): no other mcore4j module imports them.
+ */
 public final class Tensors {
     private Tensors() {}
 
@@ -41,7 +49,7 @@ public final class Tensors {
      */
     public static NDArray gradientOrZeros(NDArray array, NDManager owner) {
         NDArray grad = gradientOrNull(array, owner);
-        return grad != null ? grad : owner.zeros(array.getShape(), array.getDataType(), array.getDevice());
+        return grad != null ? grad : DataTypes.zeros(owner, array.getShape(), DataTypes.of(array), array.getDevice());
     }
 
     /**
@@ -67,7 +75,7 @@ public final class Tensors {
      * @return true if gradients flow through it
      */
     public static boolean requiresGrad(NDArray array) {
-        if (!isFloating(array.getDataType())) {
+        if (!isFloating(DataTypes.of(array))) {
             return false;
         }
         PtNDArray pt = (PtNDArray) array;
@@ -116,8 +124,14 @@ public final class Tensors {
      * @return the scalar
      */
     public static NDArray scalar(double value, NDArray like, NDManager owner) {
-        return JniUtils.full((PtNDManager) owner, new Shape(), value, like.getDataType(), like.getDevice(),
-                SparseFormat.DENSE);
+        DataType dtype = like.getDataType();
+        if (dtype == DataType.UNKNOWN && DataTypes.of(like) == DataType.BFLOAT16) {
+            // DJL cannot create a bfloat16 scalar; a 0-dim float32 operand leaves a bfloat16 tensor's
+            // dtype as it is under libtorch's type promotion (a dimensioned operand of the same
+            // category decides), and the op rounds it to bfloat16 as a bfloat16 scalar would be
+            dtype = DataType.FLOAT32;
+        }
+        return JniUtils.full((PtNDManager) owner, new Shape(), value, dtype, like.getDevice(), SparseFormat.DENSE);
     }
 
     /**
@@ -201,6 +215,69 @@ public final class Tensors {
     }
 
     /**
+     * The view of {@code array} along {@code dim} from {@code start} (inclusive) to {@code end}
+     * (exclusive): libtorch's {@code narrow}/{@code slice}, shared storage, no copy, recorded by
+     * autograd. Owned by {@code array}'s manager.
+     *
+     * @param array the tensor
+     * @param dim the tensor dim (non-negative)
+     * @param start first index
+     * @param end one past the last index
+     * @return the view
+     */
+    public static NDArray narrow(NDArray array, int dim, long start, long end) {
+        return JniUtils.slice((PtNDArray) array, dim, start, end, 1);
+    }
+
+    /**
+     * Splits {@code array} along {@code dim} into consecutive views of the given sizes (libtorch's
+     * {@code split_with_sizes}), owned by {@code array}'s manager and recorded by autograd.
+     *
+     * @param array the tensor
+     * @param sizes the size of each part along {@code dim}; they must add up to the dim's size
+     * @param dim the tensor dim
+     * @return one view per size, in order
+     */
+    public static NDList split(NDArray array, long[] sizes, int dim) {
+        return JniUtils.split((PtNDArray) array, sizes, dim);
+    }
+
+    /**
+     * Rows of {@code weight} picked by {@code ids} (libtorch's {@code embedding}, dense gradient),
+     * owned by {@code ids}' manager.
+     *
+     * @param ids integer indices of any shape
+     * @param weight the table {@code [rows, dim]}
+     * @return {@code ids.shape + [dim]}
+     */
+    public static NDArray embedding(NDArray ids, NDArray weight) {
+        return JniUtils.embedding((PtNDArray) ids, (PtNDArray) weight, false);
+    }
+
+    /**
+     * Runs libtorch's backward from {@code root} with the upstream gradient {@code grad},
+     * accumulating into the {@code .grad} of every leaf reached.
+     *
+     * @param root a tensor recorded by autograd (or a leaf that requires grad)
+     * @param grad the gradient of the loss with respect to {@code root}, same shape
+     * @param keepGraph whether the graph stays usable for another backward
+     */
+    public static void backward(NDArray root, NDArray grad, boolean keepGraph) {
+        JniUtils.backward((PtNDArray) root, (PtNDArray) grad, keepGraph, false);
+    }
+
+    /**
+     * Adds {@code grad} to the accumulated gradient of the leaf {@code leaf}, exactly as autograd
+     * would at the end of a backward that reaches it (a backward from the leaf itself).
+     *
+     * @param leaf a leaf tensor that requires grad
+     * @param grad a gradient of the leaf's shape
+     */
+    public static void accumulateGradient(NDArray leaf, NDArray grad) {
+        backward(leaf, grad, false);
+    }
+
+    /**
      * Copies {@code source}'s values into {@code target} in place, keeping {@code target}'s
      * identity (and its requires-grad flag). Shapes must match; dtypes are converted in the same
      * copy (libtorch's {@code copy_}), with no converted temporary: a float16 gradient reaches a
@@ -216,16 +293,8 @@ public final class Tensors {
         }
         // an ellipsis index writes every element in place, keeping the target's storage; grad mode
         // goes off for the write (a leaf that requires grad refuses it otherwise), only if it is on
-        boolean previous = JniUtils.isGradMode();
-        if (previous) {
-            JniUtils.setGradMode(false);
-        }
-        try {
+        try (NoGrad ignored = NoGrad.enter()) {
             target.set(new ai.djl.ndarray.index.NDIndex("..."), source);
-        } finally {
-            if (previous) {
-                JniUtils.setGradMode(true);
-            }
         }
     }
 

@@ -29,11 +29,12 @@ public final class TorchScriptModules {
      * @return the module, in evaluation mode
      * @throws IllegalStateException if the resource is missing
      */
-    public static PtSymbolBlock load(NDManager owner, Class<?> anchor, String resource) {
+    public static TorchScriptModule load(NDManager owner, Class<?> anchor, String resource) {
         Mcore4j.ensureInitialized();
         Path file = extract(anchor, resource);
         try {
-            return JniUtils.loadModule((PtNDManager) owner, file, true, new String[0], new String[0], false);
+            PtSymbolBlock block = JniUtils.loadModule((PtNDManager) owner, file, true, new String[0], new String[0], false);
+            return new TorchScriptModule(block, owner);
         } finally {
             try {
                 Files.deleteIfExists(file);

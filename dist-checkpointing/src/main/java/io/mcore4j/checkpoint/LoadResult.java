@@ -19,4 +19,32 @@ public record LoadResult(Map<String, Object> common, List<String> missingKeys, L
         missingKeys = List.copyOf(missingKeys);
         unexpectedKeys = List.copyOf(unexpectedKeys);
     }
+
+    /**
+     * An integer entry of {@link #common()} that the caller cannot resume without (e.g.
+     * {@code iteration}, {@code consumed_samples}).
+     *
+     * @param key the entry's name
+     * @return its value
+     * @throws CorruptCheckpointException naming the key if it is absent, not a number, or not a whole
+     *         number that fits a {@code long}
+     */
+    public long requireLong(String key) {
+        Object value = common.get(key);
+        if (value == null) {
+            throw new CorruptCheckpointException("the checkpoint's common state has no '" + key + "' (its keys: "
+                    + new java.util.TreeSet<>(common.keySet()) + ")");
+        }
+        if (value instanceof Long || value instanceof Integer || value instanceof Short || value instanceof Byte) {
+            return ((Number) value).longValue();
+        }
+        if (value instanceof Number n) {
+            double d = n.doubleValue();
+            if (d == Math.rint(d) && Math.abs(d) < 0x1p63) {
+                return (long) d;
+            }
+        }
+        throw new CorruptCheckpointException("the checkpoint's common state holds " + key + " = " + value
+                + ", not an integer");
+    }
 }

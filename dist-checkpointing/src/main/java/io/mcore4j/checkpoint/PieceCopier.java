@@ -1,10 +1,10 @@
 package io.mcore4j.checkpoint;
 
+import io.mcore4j.core.autograd.NoGrad;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.jni.JniUtils;
 
 import java.io.IOException;
 import java.nio.ByteBuffer;
@@ -80,12 +80,8 @@ final class PieceCopier implements AutoCloseable {
                 values.close();
                 values = moved;
             }
-            boolean previous = JniUtils.isGradMode();
-            JniUtils.setGradMode(false);
-            try {
+            try (NoGrad ignored = NoGrad.enter()) {
                 target.set(index(slab, targetBox), values);
-            } finally {
-                JniUtils.setGradMode(previous);
             }
         } finally {
             values.close(); // it shares the staging buffer, which the next slab overwrites

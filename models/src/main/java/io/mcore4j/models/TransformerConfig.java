@@ -1,6 +1,7 @@
 package io.mcore4j.models;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
 
@@ -32,6 +33,8 @@ import io.mcore4j.parallel.ParallelDims;
  * @param sequenceParallel shard norms, dropout and residuals along the sequence over TP
  * @param dtype parameter and compute dtype (FLOAT32 or FLOAT16)
  * @param moe mixture-of-experts settings, or null for dense MLPs
+ * @param cpCommType how attention exchanges keys and values across the context-parallel group
+ *     (Megatron's {@code cp_comm_type}); unused when the context-parallel size is 1
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -39,7 +42,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 PositionEmbedding positionEmbedding, double rotaryBase, double rotaryPercent,
                                 Activation activation, boolean addBiasLinear, boolean tiedEmbeddings,
                                 double hiddenDropout, double attentionDropout, double initStd,
-                                Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe) {
+                                Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe,
+                                CpCommType cpCommType) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -110,6 +114,9 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
         if (!(initStd > 0)) {
             throw new IllegalArgumentException("init std " + initStd + " must be positive");
+        }
+        if (cpCommType == null) {
+            throw new IllegalArgumentException("the context-parallel communication type must be given (ALL_GATHER or P2P)");
         }
     }
 
@@ -217,6 +224,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.sp = sequenceParallel;
         b.type = dtype;
         b.moeSettings = moe;
+        b.cpComm = cpCommType;
         return b;
     }
 
@@ -251,6 +259,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private boolean sp;
         private DataType type = DataType.FLOAT32;
         private MoeSettings moeSettings;
+        private CpCommType cpComm = CpCommType.P2P;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -358,6 +367,16 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param type how attention exchanges keys and values across the context-parallel group
+         *     (default {@link CpCommType#P2P}, Megatron's default)
+         * @return this
+         */
+        public Builder cpCommType(CpCommType type) {
+            this.cpComm = type;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -369,7 +388,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             int channels = kv < 0 ? hidden / heads : kv;
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, sp,
-                    type, moeSettings);
+                    type, moeSettings, cpComm);
         }
     }
 }

@@ -1,5 +1,6 @@
 package io.mcore4j.moe;
 
+import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.Tensors;
 import ai.djl.ndarray.NDArray;
@@ -8,7 +9,6 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -248,17 +248,11 @@ public final class TopKRouter implements Module {
         if (expertBias == null) {
             return;
         }
-        try (NDManager temp = stateManager.newSubManager()) {
-            boolean previous = JniUtils.isGradMode();
-            JniUtils.setGradMode(false);
-            try {
-                NDArray counts = groups.allReduceTpDpCp(LocalOps.own(localTokenCounts.duplicate(), temp), temp);
-                NDArray offset = LocalOps.own(counts.mean().sub(counts), temp);
-                expertBias.addi(LocalOps.own(offset.sign().mul(config.biasUpdateRate()), temp));
-                localTokenCounts.muli(0);
-            } finally {
-                JniUtils.setGradMode(previous);
-            }
+        try (NDManager temp = stateManager.newSubManager(); NoGrad ignored = NoGrad.enter()) {
+            NDArray counts = groups.allReduceTpDpCp(LocalOps.own(localTokenCounts.duplicate(), temp), temp);
+            NDArray offset = LocalOps.own(counts.mean().sub(counts), temp);
+            expertBias.addi(LocalOps.own(offset.sign().mul(config.biasUpdateRate()), temp));
+            localTokenCounts.muli(0);
         }
     }
 

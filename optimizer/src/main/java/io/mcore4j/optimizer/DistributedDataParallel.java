@@ -7,6 +7,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.GradientReadyListener;

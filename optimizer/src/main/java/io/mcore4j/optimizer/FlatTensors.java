@@ -3,8 +3,7 @@ package io.mcore4j.optimizer;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.Tensors;
 
 /**
@@ -25,7 +24,7 @@ final class FlatTensors {
      * @return the view
      */
     static NDArray range(NDArray flat, long start, long end, NDManager owner) {
-        NDArray view = JniUtils.slice((PtNDArray) flat, 0, start, end, 1);
+        NDArray view = Tensors.narrow(flat, 0, start, end);
         view.attach(owner);
         return view;
     }

@@ -5,9 +5,8 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.engine.PtSymbolBlock;
-import ai.djl.pytorch.jni.IValue;
+import io.mcore4j.core.TorchScriptModule;
+import io.mcore4j.core.TorchScriptModule.Arg;
 import io.mcore4j.core.TorchScriptModules;
 
 import java.util.ArrayList;
@@ -33,7 +32,7 @@ final class FusedAdamUpdate implements UpdateRule {
     private final double beta2;
     private final double eps;
     private final boolean decoupled;
-    private final PtSymbolBlock kernel;
+    private final TorchScriptModule kernel;
 
     FusedAdamUpdate(double beta1, double beta2, double eps, boolean decoupled, NDManager owner) {
         this.beta1 = beta1;
@@ -70,8 +69,8 @@ final class FusedAdamUpdate implements UpdateRule {
         }
         NDArray first = shards.get(0).master();
         // the kernel only reads a shard's step count (for the bias corrections), so one tensor serves all
-        PtNDArray stepCount = (PtNDArray) temp.full(new Shape(), step, DataType.FLOAT32, first.getDevice());
-        PtNDArray divisor = (PtNDArray) temp.full(new Shape(), (float) gradDivisor, DataType.FLOAT32, first.getDevice());
+        NDArray stepCount = temp.full(new Shape(), step, DataType.FLOAT32, first.getDevice());
+        NDArray divisor = temp.full(new Shape(), (float) gradDivisor, DataType.FLOAT32, first.getDevice());
         Map<Double, List<ShardUpdate>> byDecay = new LinkedHashMap<>();
         for (ShardUpdate s : shards) {
             byDecay.computeIfAbsent(s.weightDecay(), wd -> new ArrayList<>()).add(s);
@@ -81,37 +80,30 @@ final class FusedAdamUpdate implements UpdateRule {
         }
     }
 
-    private void launch(List<ShardUpdate> shards, double lr, double weightDecay, PtNDArray stepCount, PtNDArray divisor,
+    private void launch(List<ShardUpdate> shards, double lr, double weightDecay, NDArray stepCount, NDArray divisor,
                         NDManager temp) {
         int n = shards.size();
-        PtNDArray[] params = new PtNDArray[n];
-        PtNDArray[] grads = new PtNDArray[n];
-        PtNDArray[] expAvgs = new PtNDArray[n];
-        PtNDArray[] expAvgSqs = new PtNDArray[n];
-        PtNDArray[] steps = new PtNDArray[n];
-        for (int i = 0; i < n; i++) {
-            ShardUpdate s = shards.get(i);
+        List<NDArray> params = new ArrayList<>(n);
+        List<NDArray> grads = new ArrayList<>(n);
+        List<NDArray> expAvgs = new ArrayList<>(n);
+        List<NDArray> expAvgSqs = new ArrayList<>(n);
+        List<NDArray> steps = new ArrayList<>(n);
+        for (ShardUpdate s : shards) {
             NDArray master = s.master();
             NDArray g = s.grad().getDataType() == master.getDataType() ? s.grad()
                     : FlatTensors.own(s.grad().toType(master.getDataType(), true), temp);
-            params[i] = (PtNDArray) master;
-            grads[i] = (PtNDArray) g;
-            expAvgs[i] = (PtNDArray) s.state().get(0);
-            expAvgSqs[i] = (PtNDArray) s.state().get(1);
-            steps[i] = stepCount;
+            params.add(master);
+            grads.add(g);
+            expAvgs.add(s.state().get(0));
+            expAvgSqs.add(s.state().get(1));
+            steps.add(stepCount);
         }
         double[] hyper = {lr, beta1, beta2, eps, weightDecay, decoupled ? 1 : 0};
-        try (NDManager host = temp.newSubManager(Device.cpu());
-             IValue paramList = IValue.listFrom(params);
-             IValue gradList = IValue.listFrom(grads);
-             IValue expAvgList = IValue.listFrom(expAvgs);
-             IValue expAvgSqList = IValue.listFrom(expAvgSqs);
-             IValue stepList = IValue.listFrom(steps);
-             IValue hyperValue = IValue.from((PtNDArray) host.create(hyper));
-             IValue divisorValue = IValue.from(divisor)) {
-            // lists built here straight from the tensors' handles: no renamed handle per tensor, as
-            // DJL's NDList route ("x[]" names) would need
-            kernel.forward(paramList, gradList, expAvgList, expAvgSqList, stepList, hyperValue, divisorValue).close();
+        try (NDManager host = temp.newSubManager(Device.cpu())) {
+            // lists built straight from the tensors' handles: no renamed handle per tensor, as DJL's
+            // NDList route ("x[]" names) would need
+            kernel.call(Arg.list(params), Arg.list(grads), Arg.list(expAvgs), Arg.list(expAvgSqs), Arg.list(steps),
+                    Arg.tensor(host.create(hyper)), Arg.tensor(divisor));
         }
     }
 }

@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.ReduceOp;

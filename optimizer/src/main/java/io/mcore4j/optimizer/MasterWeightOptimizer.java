@@ -9,8 +9,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -346,7 +345,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             if (from == 0 && part.extent()[k] == block.extent()[k]) {
                 continue;
             }
-            NDArray narrowed = JniUtils.slice((PtNDArray) view, k, from, from + part.extent()[k], 1);
+            NDArray narrowed = Tensors.narrow(view, k, from, from + part.extent()[k]);
             narrowed.attach(owner);
             view.close();
             view = narrowed;

@@ -1,8 +1,8 @@
 package io.mcore4j.parallel;
 
+import io.mcore4j.core.autograd.NoGrad;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.pytorch.jni.JniUtils;
 
 import java.util.function.Supplier;
 
@@ -23,12 +23,8 @@ public final class CollectiveResults {
      * @return what {@code body} returns
      */
     public static <T> T withoutGrad(Supplier<T> body) {
-        boolean previous = JniUtils.isGradMode();
-        JniUtils.setGradMode(false);
-        try {
+        try (NoGrad ignored = NoGrad.enter()) {
             return body.get();
-        } finally {
-            JniUtils.setGradMode(previous);
         }
     }
 

@@ -5,7 +5,7 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
-import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.autograd.GradMode;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 
@@ -62,7 +62,7 @@ final class ScheduleRun {
     }
 
     ScheduleResult run() {
-        boolean gradMode = JniUtils.isGradMode();
+        boolean gradMode = GradMode.isEnabled();
         try (NDManager outbox = manager.newSubManager()) {
             Throwable failure = null;
             try {
@@ -77,7 +77,7 @@ final class ScheduleRun {
                 closeAll(failure);
             }
         } finally {
-            JniUtils.setGradMode(gradMode);
+            GradMode.set(gradMode);
         }
         return new ScheduleResult(losses, peak);
     }
@@ -121,7 +121,7 @@ final class ScheduleRun {
 
     private void forward(int c, int m, NDManager outbox) {
         AutogradScope scope = scope(c, m);
-        JniUtils.setGradMode(scope.isGradEnabled());
+        GradMode.set(scope.isGradEnabled());
         NDArray out = step.forward(scope, c, m, inputs[c][m]);
         if (out == null) {
             throw new IllegalStateException(subject(c, m) + " on pipeline stage " + stage + ": the forward step returned null");
@@ -136,7 +136,7 @@ final class ScheduleRun {
             kept.attach(outbox);
             lossTensors[m] = kept;
             if (!config.forwardOnly()) {
-                JniUtils.setGradMode(true);
+                GradMode.set(true);
                 NDArray scaled = Tensors.scale(out, 1.0 / config.numMicrobatches(), scope.manager());
                 scaled.attach(scope.manager());
                 outputs[c][m] = scaled;

@@ -2,8 +2,6 @@ package io.mcore4j.tensorparallel;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
@@ -65,12 +63,12 @@ final class OverlappedColumnLinear implements Function {
                 x2.attach(temp);
                 NDArray dw = dy2.transpose().matMul(x2);
                 dw.attach(temp);
-                JniUtils.backward((PtNDArray) w, (PtNDArray) dw, false, false);
+                Tensors.accumulateGradient(w, dw);
             }
             if (b != null && ctx.needsInputGrad(2)) {
                 NDArray db = dy2.sum(new int[] {0});
                 db.attach(temp);
-                JniUtils.backward((PtNDArray) b, (PtNDArray) db, false, false);
+                Tensors.accumulateGradient(b, db);
             }
         }
         NDArray dxReduced = reduced.await();

@@ -5,8 +5,6 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -106,7 +104,7 @@ public record StridedPartition(int dim, int index, int count, int stride) {
             NDList pieces = new NDList();
             for (Parameter.Run run : runs(localSize)) {
                 long start = run.globalStart();
-                NDArray piece = JniUtils.slice((PtNDArray) full, dim, start, start + run.length(), 1);
+                NDArray piece = Tensors.narrow(full, dim, start, start + run.length());
                 piece.attach(temp);
                 pieces.add(piece);
             }
@@ -151,7 +149,7 @@ public record StridedPartition(int dim, int index, int count, int stride) {
         for (Parameter.Run run : runs(localShape[dim])) {
             NDArray data = local;
             if (stride > 1) {
-                data = JniUtils.slice((PtNDArray) base, dim, run.localStart(), run.localStart() + run.length(), 1);
+                data = Tensors.narrow(base, dim, run.localStart(), run.localStart() + run.length());
                 data.attach(owner);
             }
             long[] offset = new long[localShape.length];

@@ -2,9 +2,8 @@ package io.mcore4j.core.autograd;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 
 import java.util.ArrayList;
@@ -69,8 +68,8 @@ public final class AutogradScope implements AutoCloseable {
         this.manager = parent.newSubManager();
         this.gradEnabled = gradEnabled;
         this.training = training;
-        this.previousGradMode = JniUtils.isGradMode();
-        JniUtils.setGradMode(gradEnabled);
+        this.previousGradMode = GradMode.isEnabled();
+        GradMode.set(gradEnabled);
     }
 
     /**
@@ -172,11 +171,11 @@ public final class AutogradScope implements AutoCloseable {
         }
         FunctionContext ctx = new FunctionContext(manager, needs, training);
         NDArray[] outputs;
-        JniUtils.setGradMode(false);
+        GradMode.set(false);
         try {
             outputs = function.forward(ctx, inputs);
         } finally {
-            JniUtils.setGradMode(gradEnabled);
+            GradMode.set(gradEnabled);
         }
         if (outputs == null || outputs.length == 0) {
             throw new IllegalStateException(function.name() + ".forward returned no outputs");
@@ -191,7 +190,7 @@ public final class AutogradScope implements AutoCloseable {
             if (out == null) {
                 throw new IllegalStateException(function.name() + ".forward returned null output " + i);
             }
-            if (Tensors.isFloating(out.getDataType())) {
+            if (Tensors.isFloating(DataTypes.of(out))) {
                 NDArray leaf = Tensors.detach(out, manager);
                 leaf.setRequiresGradient(true);
                 leaves[i] = leaf;
@@ -283,7 +282,7 @@ public final class AutogradScope implements AutoCloseable {
      * @param loss a tensor that requires grad
      */
     public void backward(NDArray loss) {
-        NDArray ones = manager.ones(loss.getShape(), loss.getDataType(), loss.getDevice());
+        NDArray ones = DataTypes.ones(manager, loss.getShape(), DataTypes.of(loss), loss.getDevice());
         backward(new NDArray[] {loss}, new NDArray[] {ones});
     }
 
@@ -322,11 +321,11 @@ public final class AutogradScope implements AutoCloseable {
                 gradOutputs[i] = leaf == null ? null : Tensors.gradientOrZeros(leaf, manager);
             }
             NDArray[] gradInputs;
-            JniUtils.setGradMode(false);
+            GradMode.set(false);
             try {
                 gradInputs = node.function.backward(node.ctx, gradOutputs);
             } finally {
-                JniUtils.setGradMode(true);
+                GradMode.set(true);
             }
             if (gradInputs == null || gradInputs.length != node.inputs.length) {
                 throw new IllegalStateException(node.function.name() + ".backward returned "
@@ -365,7 +364,7 @@ public final class AutogradScope implements AutoCloseable {
         tape.clear();
         referenced.clear();
         manager.close();
-        JniUtils.setGradMode(previousGradMode);
+        GradMode.set(previousGradMode);
     }
 
     private void checkUsable() {
@@ -404,7 +403,7 @@ public final class AutogradScope implements AutoCloseable {
                 entries.add(entry);
                 return;
             }
-            NDArray sum = entry.grad.add(grad.toType(entry.grad.getDataType(), false));
+            NDArray sum = entry.grad.add(DataTypes.toType(grad, DataTypes.of(entry.grad), false));
             sum.attach(manager);
             entry.release();
             if (scopeOwnsGrad) {
@@ -429,18 +428,18 @@ public final class AutogradScope implements AutoCloseable {
             }
             if (entries.size() == 1) {
                 Entry e = entries.get(0);
-                runBackward(e.tensor, e.grad.toType(e.tensor.getDataType(), false));
+                runBackward(e.tensor, DataTypes.toType(e.grad, DataTypes.of(e.tensor), false));
             } else {
                 // one traversal for all roots: d/dt of sum((t * g).sum()) is exactly g
                 try (NDManager temp = manager.newSubManager()) {
                     NDArray total = null;
                     for (Entry e : entries) {
-                        NDArray term = e.tensor.mul(e.grad.toType(e.tensor.getDataType(), false)).sum();
+                        NDArray term = e.tensor.mul(DataTypes.toType(e.grad, DataTypes.of(e.tensor), false)).sum();
                         term.attach(temp);
                         total = total == null ? term : total.add(term);
                         total.attach(temp);
                     }
-                    runBackward(total, temp.ones(total.getShape(), total.getDataType(), total.getDevice()));
+                    runBackward(total, DataTypes.ones(temp, total.getShape(), DataTypes.of(total), total.getDevice()));
                 }
             }
             for (Entry e : entries) {
@@ -451,7 +450,7 @@ public final class AutogradScope implements AutoCloseable {
         }
 
         private void runBackward(NDArray root, NDArray grad) {
-            JniUtils.backward((PtNDArray) root, (PtNDArray) grad, true, false);
+            Tensors.backward(root, grad, true);
         }
     }
 

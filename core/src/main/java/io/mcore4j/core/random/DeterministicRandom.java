@@ -1,10 +1,11 @@
 package io.mcore4j.core.random;
 
+import io.mcore4j.core.autograd.NoGrad;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 
 /**
@@ -97,7 +98,7 @@ public final class DeterministicRandom {
         }
         NDArray out = manager.create(normal((int) n, mean, std), shape);
         if (dtype != DataType.FLOAT32) {
-            NDArray cast = out.toType(dtype, false);
+            NDArray cast = DataTypes.toType(out, dtype, false);
             out.close();
             return cast;
         }
@@ -116,28 +117,22 @@ public final class DeterministicRandom {
      */
     public NDArray uniform(NDManager manager, Shape shape, DataType dtype) {
         long key = nextLong();
-        try (NDManager temp = manager.newSubManager()) {
-            boolean previous = JniUtils.isGradMode();
-            JniUtils.setGradMode(false);
-            try {
-                // every number operand is a device scalar: a Java number is a synchronising host copy on a GPU
-                NDArray x = temp.arange(0, shape.size(), 1, DataType.INT64);
-                NDArray modulus = Tensors.scalar(MODULUS, x, temp);
-                x = x.mod(modulus);
-                for (int round = 0; round < 3; round++) {
-                    long a = 1 + Long.remainderUnsigned(SplitMix64.mix(key + 3L * round), MODULUS - 1);
-                    long c = Long.remainderUnsigned(SplitMix64.mix(key + 3L * round + 1), MODULUS);
-                    long d = Long.remainderUnsigned(SplitMix64.mix(key + 3L * round + 2), MODULUS);
-                    x = x.mul(Tensors.scalar(a, x, temp)).add(Tensors.scalar(c, x, temp)).mod(modulus);
-                    x = x.mul(x).add(Tensors.scalar(d, x, temp)).mod(modulus);
-                }
-                NDArray x64 = x.toType(DataType.FLOAT64, false);
-                NDArray u = x64.div(Tensors.scalar(MODULUS, x64, temp)).toType(dtype, false).reshape(shape);
-                u.attach(manager);
-                return u;
-            } finally {
-                JniUtils.setGradMode(previous);
+        try (NDManager temp = manager.newSubManager(); NoGrad ignored = NoGrad.enter()) {
+            // every number operand is a device scalar: a Java number is a synchronising host copy on a GPU
+            NDArray x = temp.arange(0, shape.size(), 1, DataType.INT64);
+            NDArray modulus = Tensors.scalar(MODULUS, x, temp);
+            x = x.mod(modulus);
+            for (int round = 0; round < 3; round++) {
+                long a = 1 + Long.remainderUnsigned(SplitMix64.mix(key + 3L * round), MODULUS - 1);
+                long c = Long.remainderUnsigned(SplitMix64.mix(key + 3L * round + 1), MODULUS);
+                long d = Long.remainderUnsigned(SplitMix64.mix(key + 3L * round + 2), MODULUS);
+                x = x.mul(Tensors.scalar(a, x, temp)).add(Tensors.scalar(c, x, temp)).mod(modulus);
+                x = x.mul(x).add(Tensors.scalar(d, x, temp)).mod(modulus);
             }
+            NDArray x64 = x.toType(DataType.FLOAT64, false);
+            NDArray u = DataTypes.toType(x64.div(Tensors.scalar(MODULUS, x64, temp)), dtype, false).reshape(shape);
+            u.attach(manager);
+            return u;
         }
     }
 
@@ -156,7 +151,7 @@ public final class DeterministicRandom {
         }
         try (NDManager temp = manager.newSubManager()) {
             NDArray u = uniform(temp, shape, DataType.FLOAT32);
-            NDArray mask = u.gte(Tensors.scalar(dropProbability, u, temp)).toType(dtype, false);
+            NDArray mask = DataTypes.toType(u.gte(Tensors.scalar(dropProbability, u, temp)), dtype, false);
             mask.attach(manager);
             return mask;
         }

@@ -38,14 +38,34 @@ public final class RotaryEmbedding {
      * @return the rotated query and key, same shapes and dtype
      */
     public NDArray[] apply(NDManager manager, NDArray query, NDArray key) {
+        return apply(manager, query, key, null);
+    }
+
+    /**
+     * Rotates queries and keys [s, b, n, d] by the given global positions of their tokens (a
+     * context-parallel rank holds two separate chunks of the sequence).
+     *
+     * @param manager owner of temporaries
+     * @param query queries
+     * @param key keys, same sequence length and dtype
+     * @param positions the {@code s} positions of the tokens, or null for 0..s-1
+     * @return the rotated query and key, same shapes and dtype
+     * @throws IllegalArgumentException if {@code positions} does not have {@code s} entries
+     */
+    public NDArray[] apply(NDManager manager, NDArray query, NDArray key, long[] positions) {
         long s = query.getShape().get(0);
+        if (positions != null && positions.length != s) {
+            throw new IllegalArgumentException(positions.length + " positions for a sequence of " + s + " tokens");
+        }
         DataType dtype = query.getDataType();
         int half = rotaryDims / 2;
         // number operands as device scalars: a Java number is a synchronising host copy on a GPU
         NDArray steps = manager.arange(0, half, 1, DataType.FLOAT64);
         NDArray inv = steps.mul(Tensors.scalar(-2.0 / rotaryDims, steps, manager))
                 .mul(Tensors.scalar(Math.log(base), steps, manager)).exp();
-        NDArray angles = manager.arange(0, (int) s, 1, DataType.FLOAT64).reshape(s, 1).mul(inv.reshape(1, half));
+        NDArray at = positions == null ? manager.arange(0, (int) s, 1, DataType.FLOAT64)
+                : manager.create(positions).toType(DataType.FLOAT64, false);
+        NDArray angles = at.reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
         NDArray cos = emb.cos().toType(dtype, false);
         NDArray sin = emb.sin().toType(dtype, false);

@@ -2,8 +2,7 @@ package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
-import ai.djl.pytorch.engine.PtSymbolBlock;
-import ai.djl.training.ParameterStore;
+import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.autograd.AutogradScope;
 
@@ -16,18 +15,19 @@ import io.mcore4j.core.autograd.AutogradScope;
  * in the pass's scope, so its backward is libtorch's fused backward.
  *
  * <p>The module has no dropout: a config with attention dropout is refused rather than silently
- * trained without it.
+ * trained without it. It attends a whole sequence with a causal mask, so a context-parallel group
+ * of more than one rank is refused too (its split needs {@link DotProductAttention}).
  */
 public final class SdpaAttention implements CoreAttention {
     /** Resource path of the TorchScript archive. */
     public static final String RESOURCE = "/io/mcore4j/models/torchscript/causal_sdpa.pt";
 
-    private final PtSymbolBlock module;
-    private final ParameterStore noParameters;
+    private final TorchScriptModule module;
 
     /**
      * @param ctx the model context; its parameter manager owns the loaded module
-     * @throws IllegalArgumentException if the config asks for attention dropout
+     * @throws IllegalArgumentException if the config asks for attention dropout, or the
+     *     context-parallel group has more than one rank
      * @throws IllegalStateException if the module cannot be loaded
      */
     public SdpaAttention(ModelContext ctx) {
@@ -35,8 +35,11 @@ public final class SdpaAttention implements CoreAttention {
             throw new IllegalArgumentException("fused attention has no dropout; attention dropout "
                     + ctx.config().attentionDropout() + " needs the composed attention (DotProductAttention)");
         }
+        if (ctx.groups().cp().size() > 1) {
+            throw new IllegalArgumentException("fused attention attends whole sequences; context parallel size "
+                    + ctx.groups().cp().size() + " needs the composed attention (DotProductAttention)");
+        }
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
-        this.noParameters = new ParameterStore(ctx.parameters(), false);
     }
 
     @Override
@@ -46,11 +49,9 @@ public final class SdpaAttention implements CoreAttention {
         long np = query.getShape().get(2);
         long d = query.getShape().get(3);
         NDList in = new NDList(query.transpose(1, 2, 0, 3), key.transpose(1, 2, 0, 3), value.transpose(1, 2, 0, 3));
-        // always the training entry point: DJL runs an evaluation call under libtorch's inference
-        // mode, whose outputs can never join autograd, yet recompute's first run is a no-grad scope
-        // whose output must become a leaf. The module has no dropout, so both modes compute the
-        // same; the scope's grad mode decides whether a graph is recorded.
-        NDArray context = module.forward(noParameters, in, true).singletonOrThrow();
+        // the scope's grad mode decides whether a graph is recorded (recompute's first run is a
+        // no-grad scope whose output must become a leaf); the module has no dropout
+        NDArray context = module.forward(in).singletonOrThrow();
         context.attach(scope.manager());
         scope.release(in.toArray(new NDArray[0]));
         NDArray heads = context.transpose(2, 0, 1, 3);

@@ -2,8 +2,8 @@ package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.jni.JniUtils;
+import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.nn.Module;
@@ -30,6 +30,7 @@ public final class SelfAttention implements Module {
     private final Linear proj;
     private final CoreAttention core;
     private final RotaryEmbedding rope;
+    private final ContextParallelSplit contextParallel;
     private final int headsPerGroup;
     private final int headDim;
 
@@ -51,11 +52,13 @@ public final class SelfAttention implements Module {
                 projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1));
         this.core = spec.coreAttention().create(ctx);
         this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase()) : null;
+        this.contextParallel = ContextParallelSplit.of(ctx.groups().cp());
     }
 
     /**
      * @param scope the pass's scope
-     * @param x normalised activations [s, b, h] (or [s/TP, b, h] with sequence parallelism)
+     * @param x normalised activations [s, b, h] (or [s/TP, b, h] with sequence parallelism), where
+     *     {@code s} is this rank's part of the sequence under context parallelism
      * @return the attention output, same shape as {@code x}
      */
     public NDArray forward(AutogradScope scope, NDArray x) {
@@ -67,7 +70,7 @@ public final class SelfAttention implements Module {
         // one split rather than three slices: its backward writes the three gradients into one
         // tensor (a concatenation), where each slice's backward would fill a zero tensor of the
         // full size and the three would then be summed
-        NDList parts = JniUtils.split((PtNDArray) grouped, new long[] {headsPerGroup, 1, 1}, 3);
+        NDList parts = Tensors.split(grouped, new long[] {headsPerGroup, 1, 1}, 3);
         parts.attach(scope.manager());
         NDArray queryGroups = parts.get(0);
         NDArray query = queryGroups.reshape(s, b, groups * headsPerGroup, headDim);
@@ -76,7 +79,9 @@ public final class SelfAttention implements Module {
         NDArray rotatedQuery = query;
         NDArray rotatedKey = key;
         if (rope != null) {
-            NDArray[] rotated = rope.apply(scope.manager(), query, key);
+            // a context-parallel rank's tokens sit at their global positions (two chunks of the sequence)
+            long[] positions = contextParallel.size() > 1 ? contextParallel.positions(contextParallel.sequenceLength(s)) : null;
+            NDArray[] rotated = rope.apply(scope.manager(), query, key, positions);
             rotatedQuery = rotated[0];
             rotatedKey = rotated[1];
         }

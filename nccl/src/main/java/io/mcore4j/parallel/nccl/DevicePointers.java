@@ -2,29 +2,15 @@ package io.mcore4j.parallel.nccl;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.pytorch.engine.PtNDArray;
-import ai.djl.pytorch.engine.PtNDManager;
-
-import java.lang.reflect.Field;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Method;
-import java.nio.ByteBuffer;
+import io.mcore4j.core.TensorMemory;
 
 import org.bytedeco.javacpp.Pointer;
 
 /**
- * Memory addresses of DJL PyTorch tensors, to hand to NCCL. DJL has no public API for a tensor's
- * {@code data_ptr()}; its package-private native {@code PyTorchLibrary.torchDirectByteBuffer(handle)}
- * (DJL 0.35.1) wraps {@code data_ptr()} of a contiguous tensor of fewer than 2^31 bytes in a direct
- * {@link ByteBuffer}, whose address JavaCPP reads ({@code new Pointer(buffer).address()}). That
- * buffer is never read from Java: for a CUDA tensor it points at device memory.
- *
- * <p>Access: the method and the {@code PyTorchLibrary.LIB} singleton are reached once by
- * reflection ({@code setAccessible(true)}). On the class path DJL is in the unnamed module, and on
- * the module path its jars are automatic modules, which open every package; either way no
- * {@code --add-opens} is needed. {@code torchIsContiguous} and {@code torchToContiguous} are reached
- * the same way. If DJL changes these internals, {@link #address} fails with an
- * {@link IllegalStateException} naming what is missing.
+ * Memory addresses of DJL PyTorch tensors, to hand to NCCL: the address of the direct buffer that
+ * core's {@link TensorMemory} wraps around a tensor's {@code data_ptr()}, read by JavaCPP
+ * ({@code new Pointer(buffer).address()}). That buffer is never read from Java: for a CUDA tensor
+ * it points at device memory.
  *
  * <p>Tensors of 2^31 bytes or more: the address comes from a one-element view of the tensor's first
  * element (a view shares the storage, and {@code data_ptr()} of a view includes its offset), so any
@@ -83,7 +69,7 @@ final class DevicePointers {
      * @return whether its memory is contiguous in row-major order
      */
     static boolean isContiguous(NDArray array) {
-        return (Boolean) invoke(Torch.access().isContiguous, handle(array));
+        return TensorMemory.isContiguous(array);
     }
 
     /**
@@ -95,14 +81,7 @@ final class DevicePointers {
      * @return a contiguous tensor with the same values
      */
     static NDArray contiguous(NDArray array, NDManager owner) {
-        if (isContiguous(array)) {
-            return array;
-        }
-        if (!(owner instanceof PtNDManager pt)) {
-            throw new IllegalArgumentException("manager " + owner.getClass().getName() + " is not a PyTorch-engine manager");
-        }
-        long copy = (Long) invoke(Torch.access().toContiguous, handle(array));
-        return new PtNDArray(pt, copy);
+        return TensorMemory.contiguous(array, owner);
     }
 
     /**
@@ -116,71 +95,13 @@ final class DevicePointers {
     }
 
     private static long directAddress(NDArray array) {
-        ByteBuffer buffer = (ByteBuffer) invoke(Torch.access().directBuffer, handle(array));
-        return new Pointer(buffer).address();
-    }
-
-    private static long handle(NDArray array) {
-        if (!(array instanceof PtNDArray pt)) {
-            throw new IllegalArgumentException("the NCCL backend needs PyTorch-engine tensors, got " + array.getClass().getName());
-        }
-        return pt.getHandle();
-    }
-
-    private static Object invoke(Method method, long handle) {
-        try {
-            return method.invoke(Torch.access().lib, handle);
-        } catch (InvocationTargetException e) {
-            Throwable cause = e.getCause();
-            if (cause instanceof RuntimeException r) {
-                throw r;
-            }
-            throw new IllegalStateException("PyTorchLibrary." + method.getName() + " failed: " + cause, cause);
-        } catch (IllegalAccessException e) {
-            throw new IllegalStateException("PyTorchLibrary." + method.getName() + " is not accessible: " + e.getMessage(), e);
-        }
+        return new Pointer(TensorMemory.dataBuffer(array)).address();
     }
 
     /** A pointer whose address is set from Java; JavaCPP deallocates only what it allocated, so this frees nothing. */
     private static final class AddressPointer extends Pointer {
         AddressPointer(long address) {
             this.address = address;
-        }
-    }
-
-    /** The reflective handles, looked up once (lazily, on first use) and never changed. */
-    private record Torch(Object lib, Method directBuffer, Method isContiguous, Method toContiguous) {
-        private static final Torch ACCESS;
-        private static final String FAILURE;
-
-        static {
-            Torch access = null;
-            String failure = null;
-            try {
-                Class<?> c = Class.forName("ai.djl.pytorch.jni.PyTorchLibrary");
-                Field lib = c.getDeclaredField("LIB");
-                lib.setAccessible(true);
-                access = new Torch(lib.get(null), method(c, "torchDirectByteBuffer"), method(c, "torchIsContiguous"),
-                        method(c, "torchToContiguous"));
-            } catch (ReflectiveOperationException | RuntimeException e) {
-                failure = e.toString();
-            }
-            ACCESS = access;
-            FAILURE = failure;
-        }
-
-        private static Method method(Class<?> c, String name) throws NoSuchMethodException {
-            Method m = c.getDeclaredMethod(name, long.class);
-            m.setAccessible(true);
-            return m;
-        }
-
-        static Torch access() {
-            if (ACCESS == null) {
-                throw new IllegalStateException("cannot reach DJL's ai.djl.pytorch.jni.PyTorchLibrary (torchDirectByteBuffer, "
-                        + "torchIsContiguous, torchToContiguous; DJL 0.35.1 has them): " + FAILURE);
-            }
-            return ACCESS;
         }
     }
 }

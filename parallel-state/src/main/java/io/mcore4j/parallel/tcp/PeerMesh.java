@@ -1,6 +1,10 @@
 package io.mcore4j.parallel.tcp;
 
 import io.mcore4j.parallel.CommunicationException;
+import io.mcore4j.parallel.rendezvous.Handshake;
+import io.mcore4j.parallel.rendezvous.JobToken;
+import io.mcore4j.parallel.rendezvous.StoreTimeoutException;
+import io.mcore4j.parallel.rendezvous.TcpStore;
 
 import java.io.DataInputStream;
 import java.io.DataOutputStream;

@@ -5,6 +5,11 @@ import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
+import io.mcore4j.parallel.rendezvous.JobToken;
+import io.mcore4j.parallel.rendezvous.RendezvousStore;
+import io.mcore4j.parallel.rendezvous.StoreTimeoutException;
+import io.mcore4j.parallel.rendezvous.TcpStore;
+import io.mcore4j.parallel.rendezvous.TcpStoreServer;
 
 import java.net.InetAddress;
 import java.nio.ByteOrder;

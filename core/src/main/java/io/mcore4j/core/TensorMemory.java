@@ -1,0 +1,127 @@
+package io.mcore4j.core;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.pytorch.engine.PtNDArray;
+import ai.djl.pytorch.engine.PtNDManager;
+
+import java.lang.reflect.Field;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.nio.ByteBuffer;
+
+/**
+ * The memory behind a tensor, for a native library (NCCL) that reads and writes it by address.
+ * DJL has no public API for a tensor's {@code data_ptr()}; its package-private native
+ * {@code PyTorchLibrary.torchDirectByteBuffer(handle)} (DJL 0.35.1) wraps {@code data_ptr()} of a
+ * contiguous tensor of fewer than 2^31 bytes in a direct {@link ByteBuffer}. That buffer must never
+ * be read from Java: for a CUDA tensor it points at device memory; only its address is meaningful.
+ *
+ * <p>Access: the methods and the {@code PyTorchLibrary.LIB} singleton are reached once by
+ * reflection ({@code setAccessible(true)}). On the class path DJL is in the unnamed module, and on
+ * the module path its jars are automatic modules, which open every package; either way no
+ * {@code --add-opens} is needed. If DJL changes these internals, the first call fails with an
+ * {@link IllegalStateException} naming what is missing.
+ */
+public final class TensorMemory {
+    private TensorMemory() {}
+
+    /**
+     * A direct buffer over the data of a contiguous tensor of fewer than 2^31 bytes; only its
+     * address may be used (for a CUDA tensor the memory is on the device).
+     *
+     * @param array a contiguous PyTorch-engine tensor with at least one element
+     * @return a buffer whose address is the tensor's {@code data_ptr()}
+     * @throws IllegalArgumentException if the tensor is not a PyTorch-engine tensor
+     */
+    public static ByteBuffer dataBuffer(NDArray array) {
+        return (ByteBuffer) invoke(Torch.access().directBuffer, handle(array));
+    }
+
+    /**
+     * @param array a PyTorch-engine tensor
+     * @return whether its memory is contiguous in row-major order
+     * @throws IllegalArgumentException if the tensor is not a PyTorch-engine tensor
+     */
+    public static boolean isContiguous(NDArray array) {
+        return (Boolean) invoke(Torch.access().isContiguous, handle(array));
+    }
+
+    /**
+     * {@code array} itself if it is contiguous, else a contiguous copy (on the same device) owned by
+     * {@code owner}.
+     *
+     * @param array a PyTorch-engine tensor
+     * @param owner manager that owns a copy, if one is made
+     * @return a contiguous tensor with the same values
+     * @throws IllegalArgumentException if the tensor or the manager is not of the PyTorch engine
+     */
+    public static NDArray contiguous(NDArray array, NDManager owner) {
+        if (isContiguous(array)) {
+            return array;
+        }
+        if (!(owner instanceof PtNDManager pt)) {
+            throw new IllegalArgumentException("manager " + owner.getClass().getName() + " is not a PyTorch-engine manager");
+        }
+        long copy = (Long) invoke(Torch.access().toContiguous, handle(array));
+        return new PtNDArray(pt, copy);
+    }
+
+    private static long handle(NDArray array) {
+        if (!(array instanceof PtNDArray pt)) {
+            throw new IllegalArgumentException("native memory access needs PyTorch-engine tensors, got "
+                    + array.getClass().getName());
+        }
+        return pt.getHandle();
+    }
+
+    private static Object invoke(Method method, long handle) {
+        try {
+            return method.invoke(Torch.access().lib, handle);
+        } catch (InvocationTargetException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof RuntimeException r) {
+                throw r;
+            }
+            throw new IllegalStateException("PyTorchLibrary." + method.getName() + " failed: " + cause, cause);
+        } catch (IllegalAccessException e) {
+            throw new IllegalStateException("PyTorchLibrary." + method.getName() + " is not accessible: " + e.getMessage(), e);
+        }
+    }
+
+    /** The reflective handles, looked up once (lazily, on first use) and never changed. */
+    private record Torch(Object lib, Method directBuffer, Method isContiguous, Method toContiguous) {
+        private static final Torch ACCESS;
+        private static final String FAILURE;
+
+        static {
+            Torch access = null;
+            String failure = null;
+            try {
+                Class<?> c = Class.forName("ai.djl.pytorch.jni.PyTorchLibrary");
+                Field lib = c.getDeclaredField("LIB");
+                lib.setAccessible(true);
+                access = new Torch(lib.get(null), method(c, "torchDirectByteBuffer"), method(c, "torchIsContiguous"),
+                        method(c, "torchToContiguous"));
+            } catch (ReflectiveOperationException | RuntimeException e) {
+                failure = e.toString();
+            }
+            ACCESS = access;
+            FAILURE = failure;
+        }
+
+        private static Method method(Class<?> c, String name) throws NoSuchMethodException {
+            Method m = c.getDeclaredMethod(name, long.class);
+            m.setAccessible(true);
+            return m;
+        }
+
+        static Torch access() {
+            if (ACCESS == null) {
+                throw new IllegalStateException("cannot reach DJL's ai.djl.pytorch.jni.PyTorchLibrary (torchDirectByteBuffer, "
+                        + "torchIsContiguous, torchToContiguous; DJL 0.35.1 has them): " + FAILURE);
+            }
+            return ACCESS;
+        }
+    }
+}
