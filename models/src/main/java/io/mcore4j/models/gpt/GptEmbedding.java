@@ -72,9 +72,11 @@ public final class GptEmbedding implements Module {
             }
             long local = x.getShape().get(0);
             long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
-            long[] positions = Arrays.copyOfRange(split.positions(s), (int) start, (int) (start + local));
+            // this rank's rows: one run without context parallelism, up to two (its chunks) with it
+            List<long[]> runs = split.size() == 1 ? List.<long[]>of(new long[] {start, start + local})
+                    : ContextParallelSplit.runs(Arrays.copyOfRange(split.positions(s), (int) start, (int) (start + local)));
             // slices of a parameter would attach to the parameter's manager: move them to the pass's scope
-            NDArray rows = ContextParallelSplit.slices(position.data(), 0, ContextParallelSplit.runs(positions));
+            NDArray rows = ContextParallelSplit.slices(position.data(), 0, runs);
             rows.attach(scope.manager());
             NDArray column = rows.expandDims(1);
             column.attach(scope.manager());

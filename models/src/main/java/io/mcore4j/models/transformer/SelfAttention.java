@@ -47,11 +47,11 @@ public final class SelfAttention implements Module {
         int qkvSize = (c.numAttentionHeads() + 2 * c.numQueryGroups()) * headDim;
         int projIn = c.numAttentionHeads() * headDim;
         this.qkv = spec.linearQkv().create(ctx, key + "linear_qkv.", new LayerSpec.LinearSettings(
-                c.hiddenSize(), qkvSize, c.addBiasLinear(), false, c.initStd(), 1));
+                c.hiddenSize(), qkvSize, c.addBiasLinear() || c.addQkvBias(), false, c.initStd(), 1));
         this.proj = spec.linearProj().create(ctx, key + "linear_proj.", new LayerSpec.LinearSettings(
                 projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1));
         this.core = spec.coreAttention().create(ctx);
-        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase()) : null;
+        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling()) : null;
         this.contextParallel = ContextParallelSplit.of(ctx.groups().cp());
     }
 
