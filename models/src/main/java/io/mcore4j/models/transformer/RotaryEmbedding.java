@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 
 /**
@@ -39,7 +40,7 @@ public final class RotaryEmbedding {
      */
     public NDArray[] apply(NDManager manager, NDArray query, NDArray key) {
         long s = query.getShape().get(0);
-        DataType dtype = query.getDataType();
+        DataType dtype = DataTypes.of(query);
         int half = rotaryDims / 2;
         // number operands as device scalars: a Java number is a synchronising host copy on a GPU
         NDArray steps = manager.arange(0, half, 1, DataType.FLOAT64);
@@ -47,8 +48,8 @@ public final class RotaryEmbedding {
                 .mul(Tensors.scalar(Math.log(base), steps, manager)).exp();
         NDArray angles = manager.arange(0, (int) s, 1, DataType.FLOAT64).reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
-        NDArray cos = emb.cos().toType(dtype, false);
-        NDArray sin = emb.sin().toType(dtype, false);
+        NDArray cos = DataTypes.toType(emb.cos(), dtype, false);
+        NDArray sin = DataTypes.toType(emb.sin(), dtype, false);
         return new NDArray[] {rotate(query, cos, sin), rotate(key, cos, sin)};
     }
 
