@@ -9,6 +9,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -100,7 +101,7 @@ public final class TopKRouter implements Module {
         NDArray[] selection = select(scope, logits);
         NDArray oneHot = LocalOps.own(selection[0].oneHot(experts), m); // [T, k, E]
         NDArray selected = LocalOps.own(oneHot.sum(new int[] {1}), m);
-        NDArray probs = LocalOps.own(oneHot.toType(selection[1].getDataType(), false)
+        NDArray probs = LocalOps.own(DataTypes.toType(oneHot, DataTypes.of(selection[1]), false)
                 .mul(selection[1].expandDims(2)).sum(new int[] {1}), m);
         NDArray kept = selected;
         NDArray dispatched = selected;
@@ -110,7 +111,7 @@ public final class TopKRouter implements Module {
             kept = TokenDropping.keep(selected, probs, capacity, config.dropPolicy(), m);
             dispatched = config.padToCapacity() ? TokenDropping.padToCapacity(kept, capacity, m) : kept;
             if (kept != selected) {
-                probs = LocalOps.own(probs.mul(kept.toType(probs.getDataType(), false)), m);
+                probs = LocalOps.own(probs.mul(DataTypes.toType(kept, DataTypes.of(probs), false)), m);
             }
         }
         if (training) {
@@ -128,7 +129,7 @@ public final class TopKRouter implements Module {
         NDArray x = tokens;
         if (jitter != null) {
             double eps = config.inputJitter();
-            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), x.getDataType()).mul(2 * eps).add(1 - eps), m);
+            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), DataTypes.of(x)).mul(2 * eps).add(1 - eps), m);
             x = LocalOps.own(x.mul(noise), m);
         }
         NDArray w = weight.data();
@@ -147,7 +148,7 @@ public final class TopKRouter implements Module {
     private NDArray[] select(AutogradScope scope, NDArray logits) {
         NDManager m = scope.manager();
         int k = config.topK();
-        DataType dtype = logits.getDataType();
+        DataType dtype = DataTypes.of(logits);
         NDArray indices;
         NDArray probs;
         if (config.routerScore() == MoeConfig.RouterScore.SIGMOID) {

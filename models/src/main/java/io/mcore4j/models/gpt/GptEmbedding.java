@@ -2,6 +2,7 @@ package io.mcore4j.models.gpt;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -12,6 +13,7 @@ import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.tensorparallel.VocabParallelEmbedding;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -19,7 +21,9 @@ import java.util.Map;
 /**
  * Word embeddings (vocab-parallel) plus learned absolute position embeddings, then dropout.
  * Output [s, b, h], or this rank's [s/TP, b, h] slice with sequence parallelism (the word
- * embedding reduce-scatters; the position embedding adds the matching rows).
+ * embedding reduce-scatters; the position embedding adds the matching rows). Under context
+ * parallelism {@code s} is this rank's part of the sequence, and its learned position rows are
+ * those of its tokens' global positions ({@link ContextParallelSplit#positions}).
  */
 public final class GptEmbedding implements Module {
     /** Checkpoint key of the word embedding weight (shared with a tied output layer). */
@@ -60,15 +64,19 @@ public final class GptEmbedding implements Module {
     public NDArray forward(AutogradScope scope, NDArray tokens) {
         NDArray x = word.forward(scope, tokens);
         if (position != null) {
-            long s = tokens.getShape().get(0);
+            ContextParallelSplit split = ContextParallelSplit.of(ctx.groups().cp());
+            long s = split.sequenceLength(tokens.getShape().get(0));
             if (s > position.data().getShape().get(0)) {
                 throw new IllegalArgumentException("sequence length " + s + " exceeds the max sequence length "
                         + position.data().getShape().get(0));
             }
             long local = x.getShape().get(0);
             long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
+            // this rank's rows: one run without context parallelism, up to two (its chunks) with it
+            List<long[]> runs = split.size() == 1 ? List.<long[]>of(new long[] {start, start + local})
+                    : ContextParallelSplit.runs(Arrays.copyOfRange(split.positions(s), (int) start, (int) (start + local)));
             // slices of a parameter would attach to the parameter's manager: move them to the pass's scope
-            NDArray rows = position.data().get(start + ":" + (start + local));
+            NDArray rows = ContextParallelSplit.slices(position.data(), 0, runs);
             rows.attach(scope.manager());
             NDArray column = rows.expandDims(1);
             column.attach(scope.manager());

@@ -1,7 +1,9 @@
 package io.mcore4j.models.gpt;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.Function;
@@ -15,6 +17,8 @@ import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.models.transformer.Norm;
 import io.mcore4j.models.transformer.TransformerLayer;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ReduceOp;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
 import io.mcore4j.tensorparallel.VocabParallelCrossEntropy;
 
@@ -100,16 +104,39 @@ public final class GptModel implements Module {
     }
 
     /**
-     * Runs the chunk.
+     * Runs the chunk; the loss (on the last chunk) is the mean over every token.
      *
      * @param scope the micro-batch's scope
      * @param tokens token ids [s, b] (used by the first chunk)
      * @param input hidden states from the previous stage (chunks after the first), or null
      * @param labels target ids [s, b] (used by the last chunk), or null to return logits
-     * @return the mean loss over tokens (a float32 scalar) on the last chunk when labels are given;
-     *         logits [s, b, V/TP] on the last chunk without labels; hidden states elsewhere
+     * @return see {@link #forward(AutogradScope, NDArray, NDArray, NDArray, NDArray)}
      */
     public NDArray forward(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels) {
+        return forward(scope, tokens, input, labels, null);
+    }
+
+    /**
+     * Runs the chunk.
+     *
+     * <p>Under context parallelism every per-token tensor is this rank's part of the sequence
+     * ({@link io.mcore4j.contextparallel.ContextParallelSplit#split}), so {@code s} is
+     * {@code S / CP}. The loss returned by a rank is {@code CP · Σ(loss·mask) / Σ mask}, the mask
+     * summed over the whole sequence (one all-reduce over {@code cp}; without a mask every token
+     * counts and nothing is communicated): averaging it over the {@code dp-cp} group, as the
+     * gradient reduction does, gives the loss of the whole sequence exactly as without context
+     * parallelism (Megatron's loss function scales by the CP size the same way).
+     *
+     * @param scope the micro-batch's scope
+     * @param tokens token ids [s, b] (used by the first chunk)
+     * @param input hidden states from the previous stage (chunks after the first), or null
+     * @param labels target ids [s, b] (used by the last chunk), or null to return logits
+     * @param lossMask weights [s, b] of the tokens' losses (1 counts, 0 ignores), or null for all ones
+     * @return the loss above (a float32 scalar) on the last chunk when labels are given;
+     *         logits [s, b, V/TP] on the last chunk without labels; hidden states elsewhere
+     * @throws IllegalArgumentException if the mask's shape differs from the labels'
+     */
+    public NDArray forward(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels, NDArray lossMask) {
         NDArray hidden;
         if (embedding != null) {
             hidden = embedding.forward(scope, tokens);
@@ -150,10 +177,33 @@ public final class GptModel implements Module {
             return logits;
         }
         NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0);
-        NDArray loss = Cast.apply(scope, losses, DataType.FLOAT32).mean();
+        NDArray loss = lossMask == null ? Cast.apply(scope, losses, DataType.FLOAT32).mean() : maskedLoss(scope, losses, lossMask);
         // without grad nothing refers to the logits any more; with grad the cross-entropy's
         // Function does until backward, and the scope leaves them open
         scope.release(logits);
+        return loss;
+    }
+
+    /**
+     * {@code CP · Σ(loss·mask) / max(1, Σ mask)} with the mask summed over the context-parallel
+     * group; a micro-batch whose mask is all zeros contributes a zero loss.
+     */
+    private NDArray maskedLoss(AutogradScope scope, NDArray losses, NDArray lossMask) {
+        if (!lossMask.getShape().equals(losses.getShape())) {
+            throw new IllegalArgumentException("loss mask of shape " + lossMask.getShape()
+                    + " does not match the labels' shape " + losses.getShape());
+        }
+        NDManager m = scope.manager();
+        NDArray mask = lossMask.toType(DataType.FLOAT32, false);
+        NDArray count = mask.sum();
+        Communicator cp = ctx.groups().cp();
+        if (cp.size() > 1) {
+            count = cp.allReduce(count, ReduceOp.SUM, m);
+        }
+        NDArray divisor = count.maximum(Tensors.scalar(1.0, count, m)).div(Tensors.scalar(cp.size(), count, m));
+        NDArray weighted = Cast.apply(scope, losses, DataType.FLOAT32).mul(mask);
+        NDArray loss = weighted.sum().div(divisor);
+        scope.release(weighted, divisor, count, mask == lossMask ? null : mask);
         return loss;
     }
 
@@ -213,8 +263,9 @@ public final class GptModel implements Module {
     }
 
     /**
-     * This chunk's checkpoint pieces. Layers are keyed by global index; copies held by several
-     * data-parallel ranks are main replicas only on DP rank 0; the last stage's copy of a tied
+     * This chunk's checkpoint pieces, keyed independently of the layout (no TP, CP, PP or DP rank in
+     * a key). Layers are keyed by global index; copies held by several data- or context-parallel
+     * ranks are main replicas only on rank 0 of the {@code dp-cp} group; the last stage's copy of a tied
      * embedding is never a main replica.
      */
     @Override
@@ -232,7 +283,7 @@ public final class GptModel implements Module {
                 }
             }
         }
-        boolean dpReplica = ctx.groups().dataParallelRank() > 0;
+        boolean dpReplica = ctx.groups().dpCp().rank() > 0;
         List<ShardedTensor> result = new ArrayList<>(out.size());
         for (ShardedTensor t : out) {
             result.add(t.replicatedIf(dpReplica));

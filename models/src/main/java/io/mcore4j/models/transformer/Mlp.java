@@ -2,7 +2,9 @@ package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
 import ai.djl.nn.Activation;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -15,7 +17,7 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * The MLP block: linear_fc1 → GELU (or SwiGLU over a fused [gate; up] output) → linear_fc2.
+ * The MLP block: linear_fc1 → GELU, tanh GELU (or SwiGLU over a fused [gate; up] output) → linear_fc2.
  * Input and output are [s, b, h] (or [s/TP, b, h] with sequence parallelism).
  */
 public final class Mlp implements Module {
@@ -55,12 +57,29 @@ public final class Mlp implements Module {
             h = silu.mul(parts.get(1));
             // libtorch keeps what the products' backward needs; the handles go now
             scope.release(sigmoid, silu, parts.get(0), parts.get(1));
+        } else if (activation == TransformerConfig.Activation.GELU_TANH) {
+            h = geluTanh(scope, pre);
         } else {
             h = Activation.gelu(pre);
         }
         scope.release(pre);
         NDArray out = fc2.forward(scope, h).output();
         scope.release(h);
+        return out;
+    }
+
+    /** GPT-2's GELU: {@code 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))}, from elementary ops (autograd follows them). */
+    private static NDArray geluTanh(AutogradScope scope, NDArray x) {
+        // number operands as device scalars: a Java number is a synchronising host copy on a GPU
+        NDManager m = scope.manager();
+        NDArray square = x.mul(x);
+        NDArray cube = square.mul(x);
+        NDArray inner = x.add(cube.mul(Tensors.scalar(0.044715, x, m)));
+        NDArray t = inner.mul(Tensors.scalar(Math.sqrt(2 / Math.PI), x, m)).tanh();
+        NDArray onePlus = t.add(Tensors.scalar(1, x, m));
+        NDArray half = x.mul(Tensors.scalar(0.5, x, m));
+        NDArray out = half.mul(onePlus);
+        scope.release(square, cube, inner, t, onePlus, half);
         return out;
     }
 

@@ -133,8 +133,8 @@ public final class TransformerLayer implements Module {
     }
 
     /**
-     * The layer's checkpoint pieces. Dense parts held identically by every data-parallel rank are
-     * main replicas only on DP rank 0; a mixture of experts describes its own replicas (different
+     * The layer's checkpoint pieces. Dense parts held identically by every data- and
+     * context-parallel rank are main replicas only on rank 0 of the {@code dp-cp} group; a mixture of experts describes its own replicas (different
      * DP ranks hold different experts).
      */
     @Override
@@ -146,7 +146,7 @@ public final class TransformerLayer implements Module {
         if (mlp != null) {
             dense.addAll(mlp.shardedState(key + "mlp."));
         }
-        boolean dpReplica = ctx.groups().dataParallelRank() > 0;
+        boolean dpReplica = ctx.groups().dpCp().rank() > 0;
         List<ShardedTensor> out = new ArrayList<>();
         for (ShardedTensor t : dense) {
             out.add(t.replicatedIf(dpReplica));
