@@ -18,7 +18,7 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * Megatron's {@code --bf16} on a small GPT: bf16 parameters and activations, fp32 master weights
  * and Adam moments, fp32 gradient reduction, no loss scaling. At TP2 x PP2 it gives the serial bf16
- * losses (to bf16's resolution: tensor parallelism sums partial products in another order, in
+ * losses to bf16's unit roundoff (tensor parallelism sums partial products in another order, in
  * bf16), it tracks the fp32 run within 2% over 50 iterations, and its state (bf16 weights, fp32
  * masters and moments) round-trips through a checkpoint bit for bit.
  */
@@ -34,7 +34,7 @@ class Bf16TrainingTest {
     }
 
     private static OptimizerConfig optimizer(Precision precision) {
-        return OptimizerConfig.builder().lr(5e-3).clipGrad(1.0).precision(precision).build();
+        return OptimizerConfig.builder().lr(2e-3).clipGrad(1.0).precision(precision).build();
     }
 
     @Test
@@ -52,7 +52,8 @@ class Bf16TrainingTest {
         System.out.printf("bf16 over %d steps: loss %.4f -> %.4f (fp32 %.4f -> %.4f); TP2xPP2 vs serial bf16 worst %.3f%%,"
                         + " bf16 vs fp32 worst %.3f%%%n", STEPS, serial.get(0), serial.get(STEPS - 1), fp32.get(0),
                 fp32.get(STEPS - 1), worstLayout * 100, worstFp32 * 100);
-        assertTrue(worstLayout <= 0.01, "TP2 x PP2 bf16 deviates from serial bf16 by up to " + worstLayout * 100 + "%");
+        // bf16's unit roundoff, 2^-8: measured 0.034% (lr 2e-3; at 5e-3 the runs drift apart chaotically, 1.7%)
+        assertTrue(worstLayout <= 0x1p-8, "TP2 x PP2 bf16 deviates from serial bf16 by up to " + worstLayout * 100 + "%");
         assertTrue(worstFp32 <= 0.02, "bf16 deviates from fp32 by up to " + worstFp32 * 100 + "%");
     }
 
