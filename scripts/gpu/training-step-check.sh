@@ -10,7 +10,9 @@ steps=${STEPS:-10}; warmup=${WARMUP:-3}; extra=${EXTRA:-}
 java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 echo "== eager PyTorch + SDPA (reference)"
-python3 "$here/eager_gpt_bench.py" 2>&1 | grep -v Warning
+python3 "$here/eager_gpt_bench.py" 2>&1 | grep RESULT
+echo "== eager PyTorch + SDPA + torch.compile"
+python3 "$here/eager_gpt_bench.py" --compile 2>&1 | grep RESULT
 if [ -n "${OLD_CP:-}" ]; then
   echo "== GptBenchmark of the earlier commit"
   java $java_opts -cp "$OLD_CP" io.mcore4j.samples.bench.GptBenchmark --model 1.3b --attention sdpa --steps "$steps" --warmup "$warmup"

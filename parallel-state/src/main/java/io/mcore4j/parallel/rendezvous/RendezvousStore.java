@@ -16,8 +16,10 @@ import java.util.Objects;
  * {@code MASTER_ADDR:}{@link #port port}, and every rank, rank 0 included, connects a
  * {@link TcpStore} client to it, proving the {@link JobToken}.
  *
- * <p>The server listens on {@code MASTER_ADDR} itself when that is a loopback address (a job on one
- * machine stays off the network), else on every interface. Failures to connect are
+ * <p>A job whose ranks all run on this machine uses the loopback address whatever
+ * {@code MASTER_ADDR} says ({@link #storeHost}), so it stays off the network. Otherwise the server
+ * listens on {@code MASTER_ADDR} itself when that is a loopback address, else on every interface,
+ * which a job with a derived {@link JobToken} refuses without an explicit opt-in. Failures to connect are
  * {@link CommunicationException}s for group {@code world}, operation {@code connect}, naming rank 0.
  *
  * <p>Owns the client and, on rank 0, the server; {@link #close()} releases both (the client first).
@@ -26,6 +28,14 @@ import java.util.Objects;
 public final class RendezvousStore implements AutoCloseable {
     /** Variable naming the store port explicitly (wins over {@code MASTER_PORT}). */
     public static final String PORT_VAR = "MCORE4J_STORE_PORT";
+
+    /**
+     * Set to {@code 1} (or {@code true}) by a launcher that itself serves the mcore4j rendezvous store
+     * at {@code MASTER_ADDR:}{@link #port port} (e.g. {@code LocalLauncher}, which binds the port
+     * before any rank starts, so no other process can take it in between): rank 0 then connects as a
+     * client like every other rank and starts no server.
+     */
+    public static final String EXTERNAL_STORE_VAR = "MCORE4J_STORE_EXTERNAL";
 
     /** torchrun sets this to {@code True} when its agent serves its own store at {@code MASTER_PORT}. */
     public static final String AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE";
@@ -77,8 +87,20 @@ public final class RendezvousStore implements AutoCloseable {
     }
 
     /**
-     * Connects this rank to the store, starting it first on rank 0; the other ranks retry until rank
-     * 0's store is up or {@code timeout} has passed.
+     * Whether rank 0 must start the store: false when a launcher serves it ({@value #EXTERNAL_STORE_VAR}).
+     *
+     * @param vars environment variables (e.g. {@link System#getenv()})
+     * @return true unless {@value #EXTERNAL_STORE_VAR} is {@code 1} or {@code true}
+     */
+    public static boolean rankZeroHosts(Map<String, String> vars) {
+        String external = vars.getOrDefault(EXTERNAL_STORE_VAR, "").trim();
+        return !(external.equals("1") || external.equalsIgnoreCase("true"));
+    }
+
+    /**
+     * Connects this rank to the store, starting it first on rank 0 (unless a launcher serves it, see
+     * {@link #rankZeroHosts} over {@link System#getenv()}); the other ranks retry until the store is
+     * up or {@code timeout} has passed.
      *
      * @param env this process's launch environment (rank and {@code MASTER_ADDR})
      * @param port the store's port, see {@link #port}
@@ -86,27 +108,45 @@ public final class RendezvousStore implements AutoCloseable {
      * @param timeout how long to wait for the store, and the default timeout of the client's blocking calls
      * @return the connection, which the caller owns and must close
      * @throws CommunicationException if {@code MASTER_ADDR} does not resolve, rank 0 cannot start the
-     *         store, or the store stays unreachable
+     *         store, or the store stays unreachable, refuses the token or does not prove it
+     * @throws IllegalStateException if rank 0 would listen on a non-loopback address with a derived
+     *         token ({@link JobToken#checkMayListen})
      */
     public static RendezvousStore connect(LaunchEnvironment env, int port, JobToken token, Duration timeout) {
-        return connect(env, port, token, timeout, System.nanoTime() + timeout.toNanos());
+        return connect(env, port, token, timeout, System.nanoTime() + timeout.toNanos(), rankZeroHosts(System.getenv()));
     }
 
-    /** {@link #connect(LaunchEnvironment, int, JobToken, Duration)}, waiting for the store until {@code deadlineNanos}. */
-    public static RendezvousStore connect(LaunchEnvironment env, int port, JobToken token, Duration timeout, long deadlineNanos) {
+    /**
+     * {@link #connect(LaunchEnvironment, int, JobToken, Duration)}, waiting for the store until
+     * {@code deadlineNanos}.
+     *
+     * @param env this process's launch environment (rank and {@code MASTER_ADDR})
+     * @param port the store's port, see {@link #port}
+     * @param token the job token to prove
+     * @param timeout the default timeout of the client's blocking calls
+     * @param deadlineNanos {@link System#nanoTime()} until which to wait for the store
+     * @param rankZeroHosts whether rank 0 starts the store ({@link #rankZeroHosts(Map)})
+     * @return the connection, which the caller owns and must close
+     * @throws CommunicationException as for {@link #connect(LaunchEnvironment, int, JobToken, Duration)}
+     */
+    public static RendezvousStore connect(LaunchEnvironment env, int port, JobToken token, Duration timeout, long deadlineNanos,
+                                          boolean rankZeroHosts) {
         Objects.requireNonNull(token, "token");
-        InetAddress master = resolve(env.masterAddr());
+        String host = storeHost(env);
+        InetAddress master = resolve(host);
         TcpStoreServer server = null;
         try {
-            if (env.rank() == 0) {
-                server = TcpStoreServer.start(master.isLoopbackAddress() ? master : wildcard(), port, token);
+            if (env.rank() == 0 && rankZeroHosts) {
+                InetAddress bind = master.isLoopbackAddress() ? master : wildcard();
+                token.checkMayListen(bind, "rank 0's rendezvous store");
+                server = TcpStoreServer.start(bind, port, token);
             }
             TcpStore client;
             try {
-                client = TcpStore.connect(env.masterAddr(), port, token, env.rank(), timeout, deadlineNanos);
+                client = TcpStore.connect(host, port, token, env.rank(), timeout, deadlineNanos);
             } catch (StoreException e) {
                 throw new CommunicationException("world", "connect", List.of(0), "rank " + env.rank()
-                        + " could not reach rank 0's store at " + env.masterAddr() + ":" + port + ": " + e.getMessage(), e);
+                        + " could not reach rank 0's store at " + host + ":" + port + ": " + e.getMessage(), e);
             }
             return new RendezvousStore(env.rank(), server, client);
         } catch (RuntimeException e) {
@@ -115,6 +155,19 @@ public final class RendezvousStore implements AutoCloseable {
             }
             throw failure(env.rank(), e);
         }
+    }
+
+    /**
+     * Where the store is reached: the loopback address when every rank of the job runs on this
+     * machine ({@code LOCAL_WORLD_SIZE == WORLD_SIZE}), whatever {@code MASTER_ADDR} says (torchrun
+     * sets it to the host's name), so a single-machine job never listens on the network; else
+     * {@code MASTER_ADDR}.
+     *
+     * @param env the launch environment
+     * @return the store's host
+     */
+    public static String storeHost(LaunchEnvironment env) {
+        return env.localWorldSize() == env.worldSize() ? InetAddress.getLoopbackAddress().getHostAddress() : env.masterAddr();
     }
 
     /** @return the client of this rank, owned by this connection; keys are shared by the whole job */

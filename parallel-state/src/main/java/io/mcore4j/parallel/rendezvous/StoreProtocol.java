@@ -22,6 +22,9 @@ final class StoreProtocol {
     /** Largest value the store accepts: it holds addresses and small metadata, not tensors. */
     static final int MAX_VALUE_BYTES = 64 << 20;
 
+    /** Most keys one wait may name. */
+    static final int MAX_KEYS_PER_WAIT = 10_000;
+
     private StoreProtocol() {}
 
     static void writeBytes(DataOutputStream out, byte[] value) throws IOException {

@@ -9,6 +9,7 @@ import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.Socket;
 import java.net.SocketTimeoutException;
+import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -52,7 +53,8 @@ public final class TcpStore implements AutoCloseable {
      * @param token the job token to prove
      * @param timeout how long to keep trying, and the default timeout of blocking calls
      * @return the connected client, which the caller owns and must close
-     * @throws StoreException if the store stays unreachable or rejects the token
+     * @throws StoreException if the store stays unreachable, rejects the token, or does not prove
+     *         that it knows the token itself
      */
     public static TcpStore connect(String host, int port, JobToken token, Duration timeout) {
         return connect(host, port, token, -1, timeout, System.nanoTime() + timeout.toNanos());
@@ -75,7 +77,7 @@ public final class TcpStore implements AutoCloseable {
                 s.connect(new InetSocketAddress(host, port), (int) Math.min(remainingMs, 5_000));
                 s.setSoTimeout((int) Math.min(Math.max(remainingMs, 1_000), 30_000));
                 TcpStore store = new TcpStore(address, s, timeout);
-                Handshake.respond(store.in, store.out, token, Handshake.STORE, rank, -1, -1);
+                Handshake.respond(store.in, store.out, token, Handshake.STORE, rank, -1, -1, new SecureRandom());
                 s.setSoTimeout(0);
                 return store;
             } catch (Handshake.RejectedException e) {
@@ -199,8 +201,12 @@ public final class TcpStore implements AutoCloseable {
      * @param keys the keys
      * @param wait how long to wait
      * @throws StoreTimeoutException naming the keys still missing
+     * @throws IllegalArgumentException for more than 10,000 keys
      */
     public synchronized void waitFor(List<String> keys, Duration wait) {
+        if (keys.size() > StoreProtocol.MAX_KEYS_PER_WAIT) {
+            throw new IllegalArgumentException("a wait names at most " + StoreProtocol.MAX_KEYS_PER_WAIT + " keys, got " + keys.size());
+        }
         String what = "wait for " + keys.size() + " key(s)";
         call(what, wait.toMillis(), () -> {
             out.writeByte(StoreProtocol.WAIT);

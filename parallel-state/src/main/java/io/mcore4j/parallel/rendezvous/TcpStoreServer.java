@@ -20,6 +20,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.atomic.AtomicLong;
 
 import org.slf4j.Logger;
@@ -30,17 +31,37 @@ import org.slf4j.LoggerFactory;
  * {@code MASTER_ADDR:MASTER_PORT} and every rank reaches through a {@link TcpStore}.
  *
  * <p>One daemon thread accepts connections and one daemon thread serves each client. A client must
- * first prove it holds the job's {@link JobToken}; a connection that does not (wrong token, another
- * protocol) is answered with a rejection, closed, counted in {@link #rejectedConnections()} and
- * logged at WARN with its remote address. Blocking reads wait on the server with the client's
- * timeout, so a timed-out read leaves the connection usable.
+ * first prove it holds the job's {@link JobToken} (and the server proves it back, see
+ * {@link Handshake}); a connection that does not (wrong token, another protocol, silence for
+ * {@value #HANDSHAKE_TIMEOUT_MS} ms) is answered with a rejection, closed, counted in
+ * {@link #rejectedConnections()} and logged at WARN with its remote address (the first
+ * {@value #LOGGED_REJECTIONS} individually, then every {@value #REJECTION_LOG_EVERY}th with the count).
+ * Blocking reads wait on the server with the client's timeout, so a timed-out read leaves the
+ * connection usable.
+ *
+ * <p>Resources are bounded whatever clients send: at most {@value #MAX_HANDSHAKES} connections
+ * are in their handshake at once (more are closed at once, so a flood of unauthenticated
+ * connections costs no threads beyond that), at most {@value #MAX_CLIENTS} authenticated clients
+ * are served, a wait names at most 10,000 keys, a value holds at most 64 MiB and all values
+ * together at most
+ * {@value #MAX_STORED_BYTES} bytes. A request beyond a bound fails that client with a message
+ * naming the bound.
  *
  * <p>The server owns its socket, threads and data; {@link #close()} releases them and disconnects
  * every client. Values live until the server closes.
  */
 public final class TcpStoreServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(TcpStoreServer.class);
-    private static final int HANDSHAKE_TIMEOUT_MS = 10_000;
+    /** How long a connection may take to prove the token. */
+    public static final int HANDSHAKE_TIMEOUT_MS = 5_000;
+    /** Most connections in their handshake at once. */
+    public static final int MAX_HANDSHAKES = 128;
+    /** Most authenticated clients served at once. */
+    public static final int MAX_CLIENTS = 4096;
+    /** Most bytes all keys and values may hold together. */
+    public static final long MAX_STORED_BYTES = 256L << 20;
+    private static final int LOGGED_REJECTIONS = 10;
+    private static final int REJECTION_LOG_EVERY = 100;
 
     private final ServerSocket server;
     private final JobToken token;
@@ -48,6 +69,9 @@ public final class TcpStoreServer implements AutoCloseable {
     private final Map<String, byte[]> values = new HashMap<>();
     private final Set<Socket> clients = ConcurrentHashMap.newKeySet();
     private final AtomicLong rejected = new AtomicLong();
+    private final Semaphore handshakes = new Semaphore(MAX_HANDSHAKES);
+    private final Semaphore authenticated = new Semaphore(MAX_CLIENTS);
+    private long storedBytes;
     private volatile boolean closed;
 
     private TcpStoreServer(ServerSocket server, JobToken token) {
@@ -89,7 +113,7 @@ public final class TcpStoreServer implements AutoCloseable {
         return server.getLocalPort();
     }
 
-    /** @return how many connections were rejected (wrong token or protocol) so far */
+    /** @return how many connections were rejected (wrong token or protocol, silence, over a bound) so far */
     public long rejectedConnections() {
         return rejected.get();
     }
@@ -122,6 +146,11 @@ public final class TcpStoreServer implements AutoCloseable {
                 }
                 return;
             }
+            if (!handshakes.tryAcquire()) {
+                closeQuietly(client);
+                reject(client, MAX_HANDSHAKES + " connections are already in their handshake");
+                continue;
+            }
             clients.add(client);
             Thread t = new Thread(() -> serve(client), "mcore4j-store-client-" + client.getRemoteSocketAddress());
             t.setDaemon(true);
@@ -129,20 +158,35 @@ public final class TcpStoreServer implements AutoCloseable {
         }
     }
 
+    private void reject(Socket client, String why) {
+        long n = rejected.incrementAndGet();
+        if (n <= LOGGED_REJECTIONS || n % REJECTION_LOG_EVERY == 0) {
+            LOG.warn("rendezvous store on port {} rejected a connection from {}: {}{}", port(), client.getRemoteSocketAddress(),
+                    why, n == LOGGED_REJECTIONS ? " (further rejections are logged every " + REJECTION_LOG_EVERY + "th)"
+                            : n > LOGGED_REJECTIONS ? " (" + n + " rejected so far)" : "");
+        }
+    }
+
     private void serve(Socket client) {
+        boolean admitted = false;
         try (client) {
             client.setTcpNoDelay(true);
             client.setSoTimeout(HANDSHAKE_TIMEOUT_MS);
             DataInputStream in = new DataInputStream(new BufferedInputStream(client.getInputStream()));
             DataOutputStream out = new DataOutputStream(new BufferedOutputStream(client.getOutputStream()));
             try {
-                Handshake.challenge(in, out, token, Handshake.STORE, -1, -1, random);
-                Handshake.reply(out, true, "welcome");
+                Handshake.Hello hello = Handshake.challenge(in, out, token, Handshake.STORE, -1, -1, random);
+                if (!authenticated.tryAcquire()) {
+                    Handshake.reject(out, "the store already serves " + MAX_CLIENTS + " clients");
+                    throw new Handshake.RejectedException("the store already serves " + MAX_CLIENTS + " clients");
+                }
+                admitted = true;
+                Handshake.accept(out, hello);
             } catch (IOException e) {
-                rejected.incrementAndGet();
-                LOG.warn("rendezvous store on port {} rejected a connection from {}: {}",
-                        port(), client.getRemoteSocketAddress(), e.getMessage());
+                reject(client, e.getMessage());
                 return;
+            } finally {
+                handshakes.release();
             }
             client.setSoTimeout(0);
             while (!closed) {
@@ -162,6 +206,9 @@ public final class TcpStoreServer implements AutoCloseable {
                 LOG.warn("store client {} failed: {}", client.getRemoteSocketAddress(), e.toString());
             }
         } finally {
+            if (admitted) {
+                authenticated.release();
+            }
             clients.remove(client);
         }
     }
@@ -172,6 +219,15 @@ public final class TcpStoreServer implements AutoCloseable {
                 String key = in.readUTF();
                 byte[] value = StoreProtocol.readBytes(in);
                 synchronized (values) {
+                    byte[] old = values.get(key);
+                    long after = storedBytes - (old == null ? 0 : key.length() + old.length) + key.length() + value.length;
+                    if (after > MAX_STORED_BYTES) {
+                        out.writeByte(StoreProtocol.ERROR);
+                        out.writeUTF("setting '" + key + "' (" + value.length + " bytes) would make the store hold more than "
+                                + MAX_STORED_BYTES + " bytes");
+                        return;
+                    }
+                    storedBytes = after;
                     values.put(key, value);
                     values.notifyAll();
                 }
@@ -209,7 +265,9 @@ public final class TcpStoreServer implements AutoCloseable {
                         }
                     }
                     sum = current + delta;
-                    values.put(key, Long.toString(sum).getBytes(StandardCharsets.UTF_8));
+                    byte[] text = Long.toString(sum).getBytes(StandardCharsets.UTF_8);
+                    storedBytes += (old == null ? key.length() : -old.length) + text.length;
+                    values.put(key, text);
                     values.notifyAll();
                 }
                 out.writeByte(StoreProtocol.OK);
@@ -217,6 +275,13 @@ public final class TcpStoreServer implements AutoCloseable {
             }
             case StoreProtocol.WAIT -> {
                 int n = in.readInt();
+                if (n < 0 || n > StoreProtocol.MAX_KEYS_PER_WAIT) {
+                    String problem = "a wait for " + n + " keys is outside [0, " + StoreProtocol.MAX_KEYS_PER_WAIT + "]";
+                    out.writeByte(StoreProtocol.ERROR);
+                    out.writeUTF(problem);
+                    out.flush();
+                    throw new IOException(problem); // the keys were not read: the connection cannot continue
+                }
                 List<String> keys = new ArrayList<>(n);
                 for (int i = 0; i < n; i++) {
                     keys.add(in.readUTF());

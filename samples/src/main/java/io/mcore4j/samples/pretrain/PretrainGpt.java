@@ -7,7 +7,14 @@ import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
 import io.mcore4j.data.gpt.SampleDataset;
+import io.mcore4j.data.indexed.CorruptDatasetException;
+import io.mcore4j.hf.HfCheckpoint;
+import io.mcore4j.hf.HfConfig;
+import io.mcore4j.hf.HfDtype;
+import io.mcore4j.hf.HfExport;
+import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.parallel.Backend;
+import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
@@ -118,6 +125,10 @@ public final class PretrainGpt {
                 err.println(name + ": " + bad.getMessage());
                 return 2;
             }
+            if (e instanceof CorruptDatasetException corrupt) {
+                err.println(name + ": " + corrupt.getMessage());
+                return 2;
+            }
             err.println(name + " failed: " + e);
             e.printStackTrace(err);
             return 1;
@@ -157,7 +168,23 @@ public final class PretrainGpt {
      * @throws Exception if any rank fails
      */
     public static TrainingSummary run(PretrainArgs args, PrintStream out, Consumer<TrainingLoop.Builder> loop,
-                               boolean timePhases) throws Exception {
+                                      boolean timePhases) throws Exception {
+        return run(args, out, loop, timePhases, true);
+    }
+
+    /**
+     * Runs the job on every rank of this process.
+     *
+     * @param args parsed flags
+     * @param out where the logging rank prints
+     * @param loop further options of each rank's loop (a listener, more sinks)
+     * @param timePhases synchronise the device between a step's phases and report their times
+     * @param writeMetrics write metrics.jsonl and loss.png (the benchmark does not)
+     * @return what the logging rank's run did (the first rank's where none logs)
+     * @throws Exception if any rank fails
+     */
+    public static TrainingSummary run(PretrainArgs args, PrintStream out, Consumer<TrainingLoop.Builder> loop,
+                                      boolean timePhases, boolean writeMetrics) throws Exception {
         Mcore4j.ensureInitialized();
         GptTrainingSetup setup = args.setup();
         Duration timeout = Duration.ofMillis((long) (args.timeoutMinutes * 60_000));
@@ -172,13 +199,13 @@ public final class PretrainGpt {
                 LaunchedRank rank = launched ? LaunchedRank.connect(timeout) : singleRank(timeout);
                 try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
                     return GptPretraining.run(setup, backend, root, train, valid,
-                            rankOptions(args, out, loop, rank.device()), timePhases);
+                            rankOptions(args, out, loop, rank.device(), writeMetrics), timePhases, hfHooks(args, setup, out));
                 }
             }
             List<TrainingSummary> perRank;
             try {
                 perRank = InJvmWorld.run(world, timeout, rank -> GptPretraining.run(setup, rank.backend(), rank.manager(),
-                        train, valid, rankOptions(args, out, loop, Device.cpu()), timePhases));
+                        train, valid, rankOptions(args, out, loop, Device.cpu(), writeMetrics), timePhases, hfHooks(args, setup, out)));
             } catch (InJvmWorld.RankFailedException e) {
                 IllegalArgumentException bad = badInput(e);
                 throw bad != null ? bad : e; // a bad value the ranks found is the caller's error, not a crash
@@ -195,12 +222,58 @@ public final class PretrainGpt {
     }
 
     private static Consumer<TrainingLoop.Builder> rankOptions(PretrainArgs args, PrintStream out,
-                                                             Consumer<TrainingLoop.Builder> extra, Device device) {
+                                                             Consumer<TrainingLoop.Builder> extra, Device device,
+                                                             boolean writeMetrics) {
         Path metricsDir = args.metricsDir != null ? args.metricsDir : args.save != null ? args.save : Path.of("runs", "pretrain-gpt");
         Double peak = args.peakTflops != null ? args.peakTflops : device.isGpu() ? Double.valueOf(989) : null;
         return b -> {
-            b.out(out).peakTflops(peak).sink(new MetricsLogSink(metricsDir, out));
+            b.out(out).peakTflops(peak);
+            if (writeMetrics) {
+                b.sink(new MetricsLogSink(metricsDir, out));
+            }
             extra.accept(b);
+        };
+    }
+
+    /**
+     * {@code --load-hf} and {@code --save-hf}: the Hugging Face bridge around the loop. The weights
+     * are imported after the chunks are built and before the optimizer copies them (each rank reads
+     * only its own shards); the trained model is exported after the loop (collective), with the
+     * tokenizer files of {@code --load-hf}.
+     */
+    private static GptPretraining.ModelHooks hfHooks(PretrainArgs args, GptTrainingSetup setup, PrintStream out) {
+        return new GptPretraining.ModelHooks() {
+            @Override
+            public void beforeTraining(List<GptModel> chunks, ProcessGroups groups) {
+                if (args.loadHf == null) {
+                    return;
+                }
+                long start = System.nanoTime();
+                try (HfCheckpoint ck = HfCheckpoint.open(args.loadHf)) {
+                    ck.loadInto(chunks);
+                }
+                groups.world().barrier();
+                if (groups.worldRank() == 0) {
+                    out.printf(Locale.ROOT, " imported %s in %.2f s%n", args.loadHf, (System.nanoTime() - start) / 1e9);
+                }
+            }
+
+            @Override
+            public void afterTraining(List<GptModel> chunks, ProcessGroups groups) {
+                if (args.saveHf == null) {
+                    return;
+                }
+                long start = System.nanoTime();
+                HfConfig hf = args.loadHf != null ? args.hfConfig() : HfConfig.forModel(setup.model(), args.vocabSize);
+                HfExport.write(args.saveHf, hf, chunks, groups.world(), HfDtype.parse(args.saveHfDtype));
+                if (groups.worldRank() == 0) {
+                    if (args.loadHf != null) {
+                        HfExport.copyTokenizerFiles(args.loadHf, args.saveHf);
+                    }
+                    out.printf(Locale.ROOT, " exported %s (%s) in %.2f s%n", args.saveHf, args.saveHfDtype,
+                            (System.nanoTime() - start) / 1e9);
+                }
+            }
         };
     }
 
@@ -210,7 +283,13 @@ public final class PretrainGpt {
         GptDatasetBuilder builder = GptDatasetBuilder.create().sequenceLength(args.seqLength).seed(args.seed)
                 .split(args.splitWeights()).samples(trainSamples, validSamples, 0);
         if (args.mockData) {
-            builder.mock(args.vocabSize);
+            builder.mock(args.tokenVocabSize());
+        } else {
+            // token ids at or above --vocab-size would train silently at TP > 1 (no rank owns their row)
+            builder.vocabSize(args.tokenVocabSize());
+        }
+        if (args.mockData) {
+            // mock tokens are drawn below --vocab-size
         } else if (args.corpus != null) {
             Path prefix = Path.of("runs", "corpus", "sources_text_document");
             int documents = SourceCorpus.build(args.corpus, prefix);
@@ -308,9 +387,15 @@ public final class PretrainGpt {
         @Override
         public void close() {
             if (log != null) {
-                Path png = log.writeLossCurve();
-                out.println("metrics: " + directory.resolve("metrics.jsonl") + ", loss curve: "
-                        + (png != null ? png : "not drawn (this Java runtime has no java.desktop module)"));
+                String curve;
+                try {
+                    Path png = log.writeLossCurve();
+                    curve = png != null ? png.toString() : "not drawn (this Java runtime has no java.desktop module)";
+                } catch (RuntimeException | Error e) {
+                    // e.g. a runtime with Java2D but without fonts: the metrics are kept, the picture is not
+                    curve = "not drawn (" + e.getMessage() + ")";
+                }
+                out.println("metrics: " + directory.resolve("metrics.jsonl") + ", loss curve: " + curve);
                 log.close();
             }
         }

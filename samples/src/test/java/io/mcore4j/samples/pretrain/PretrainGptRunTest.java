@@ -12,6 +12,8 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 
+import io.mcore4j.data.indexed.DType;
+import io.mcore4j.data.indexed.IndexedDatasetWriter;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
@@ -147,6 +149,32 @@ class PretrainGptRunTest {
             assertTrue(first.startsWith("pretrain-gpt: ") && first.contains(names[i]), String.join(" ", cases[i]) + " -> " + text);
             assertTrue(!text.contains("\tat "), "no stack trace: " + text);
         }
+    }
+
+    @Test
+    void tokenIdsOutsideTheVocabularyStopTheRunAtTp2() throws Exception {
+        Path prefix = dir.resolve("corpus");
+        try (IndexedDatasetWriter w = IndexedDatasetWriter.create(prefix, DType.UINT16)) {
+            for (int d = 0; d < 8; d++) {
+                int[] tokens = new int[64];
+                for (int i = 0; i < tokens.length; i++) {
+                    tokens[i] = (d * 13 + i) % 200;
+                }
+                tokens[7] = d == 3 ? 300 : tokens[7];
+                w.addDocument(tokens);
+            }
+            w.finish();
+        }
+        List<String> argv = flags(2);
+        argv.remove("--mock-data");
+        argv.addAll(List.of("--data-path", prefix.toString(), "--split", "100,0,0"));
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        int code = PretrainGpt.execute("pretrain-gpt", argv.toArray(String[]::new),
+                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), PretrainGpt::run);
+        String text = err.toString(StandardCharsets.UTF_8);
+        assertEquals(2, code, text);
+        assertTrue(text.contains("token id 300 at position 7 of document 3"), text);
     }
 
     @Test
