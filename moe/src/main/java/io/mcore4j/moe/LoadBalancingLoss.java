@@ -3,6 +3,7 @@ package io.mcore4j.moe;
 import io.mcore4j.core.Tensors;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.DataTypes;
 
 /**
  * The auxiliary losses of the router, as differentiable scalars (recorded by libtorch autograd).
@@ -14,10 +15,12 @@ import ai.djl.ndarray.NDManager;
  * that share the counts gives the loss of the whole token set, which is why each rank back-propagates
  * only its own part.
  */
-final class LoadBalancingLoss {
+public final class LoadBalancingLoss {
     private LoadBalancingLoss() {}
 
     /**
+     * Megatron-Core's {@code switch_load_balancing_loss_func}.
+     *
      * @param scores {@code [T_local, E']} scores (grad flows through them)
      * @param counts {@code [E']} token counts over the whole token set (constant)
      * @param totalTokens the size of the whole token set
@@ -27,23 +30,23 @@ final class LoadBalancingLoss {
      * @param owner owner of the result
      * @return the scalar loss
      */
-    static NDArray switchLoss(NDArray scores, NDArray counts, double totalTokens, int topK, int numExperts,
+    public static NDArray switchLoss(NDArray scores, NDArray counts, double totalTokens, int topK, int numExperts,
                               double coeff, NDManager owner) {
         double factor = numExperts * coeff / (topK * totalTokens * totalTokens);
         NDArray perExpert = LocalOps.own(scores.sum(new int[] {0}), owner);
-        NDArray weighted = LocalOps.own(perExpert.mul(counts.toType(perExpert.getDataType(), false)).sum(), owner);
+        NDArray weighted = LocalOps.own(perExpert.mul(DataTypes.toType(counts, DataTypes.of(perExpert), false)).sum(), owner);
         return Tensors.scale(weighted, factor, owner);
     }
 
     /**
-     * ST-MoE's z-loss on this rank's tokens: {@code coeff · mean_t (logsumexp_e logits_te)²}.
+     * ST-MoE's z-loss on this rank's tokens (Megatron-Core's {@code z_loss_func}): {@code coeff · mean_t (logsumexp_e logits_te)²}.
      *
      * @param logits {@code [T, E]}
      * @param coeff the coefficient (already divided by the number of ranks sharing a micro-batch)
      * @param owner owner of the result
      * @return the scalar loss
      */
-    static NDArray zLoss(NDArray logits, double coeff, NDManager owner) {
+    public static NDArray zLoss(NDArray logits, double coeff, NDManager owner) {
         NDArray lse = LocalOps.logSumExp(logits, owner);
         return Tensors.scale(LocalOps.own(lse.mul(lse).mean(), owner), coeff, owner);
     }

@@ -1,20 +1,29 @@
 package io.mcore4j.moe;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 
 /**
- * Expert capacity: how many of the tokens routed to an expert it keeps, and the padding that gives
- * every expert exactly its capacity. Works on {@code [T, E]} float32 0/1 maps; no gradients flow
- * through the masks (the probabilities are masked by the caller).
+ * Expert capacity as Megatron-Core applies it ({@code apply_router_token_dropping}): which (token, expert)
+ * pairs each expert keeps, and with {@code --moe-pad-expert-input-to-capacity} which unrouted tokens pad it to
+ * exactly its capacity. Works on {@code [T, E]} maps; no gradients flow through the masks (the probabilities
+ * are masked by the caller).
+ *
+ * <p>The choice is libtorch's {@code topk(..., k = capacity, dim = 0, sorted = false)} over each expert's
+ * column, as in Megatron: of the probabilities (drop policy {@code probs}) or of the 0/1 routing map
+ * ({@code position}). Among equal values, and so among all routed tokens of the position policy and the
+ * padding tokens of both policies, the tokens chosen are the ones libtorch's top-k returns; they are not
+ * simply the earliest. Running the same libtorch call keeps the choice identical to Megatron's.
  */
-final class TokenDropping {
+public final class TokenDropping {
     private TokenDropping() {}
 
     /**
-     * {@code min(ceil(T * k / E * factor), T)} (Megatron-Core's {@code get_capacity} on the {@code T * k}
-     * routed pairs; an expert never holds more than every token).
+     * Tokens an expert may hold: Megatron's {@code get_capacity(T * k, E, factor)}, i.e.
+     * {@code ceil(T * k / E * factor)}, capped at {@code T} (an expert never holds more than every token;
+     * Megatron keeps every token then as well).
      *
      * @param tokens local tokens T, at least 1
      * @param topK experts per token
@@ -22,54 +31,37 @@ final class TokenDropping {
      * @param factor capacity factor, > 0
      * @return the capacity, in {@code [1, T]}
      */
-    static long capacity(long tokens, int topK, int experts, double factor) {
+    public static long capacity(long tokens, int topK, int experts, double factor) {
         long c = (long) Math.ceil((double) tokens * topK / experts * factor);
         return Math.max(1, Math.min(c, tokens));
     }
 
     /**
-     * The selected pairs each expert keeps: at most {@code capacity} per expert, chosen by
-     * probability (highest first) or by position (earliest first).
+     * The capacity mask: per expert, the {@code capacity} tokens libtorch's unsorted top-k picks by the
+     * policy's key. The kept pairs are {@code routingMap ∧ mask}; with padding the dispatched pairs are the
+     * mask itself, exactly {@code capacity} tokens per expert.
      *
-     * @param selected {@code [T, E]} 0/1 top-k map
-     * @param probs {@code [T, E]} probabilities of the selected pairs (values only are read)
-     * @param capacity tokens per expert
-     * @param policy which tokens to keep
+     * @param probs {@code [T, E]} routing probabilities, 0 off the routing map (values only are read; the
+     *              dtype is the router's, as in Megatron, since it decides ties)
+     * @param routingMap {@code [T, E]} 0/1 top-k map
+     * @param capacity tokens per expert, from {@link #capacity}
+     * @param policy which key the top-k ranks
      * @param owner owner of the result and temporaries
-     * @return {@code [T, E]} 0/1, a subset of {@code selected}
+     * @return {@code [T, E]} float32 0/1 with {@code min(capacity, T)} ones per column
      */
-    static NDArray keep(NDArray selected, NDArray probs, long capacity, MoeConfig.DropPolicy policy, NDManager owner) {
-        long tokens = selected.getShape().get(0);
+    public static NDArray capacityMask(NDArray probs, NDArray routingMap, long capacity, MoeConfig.DropPolicy policy,
+                                       NDManager owner) {
+        long tokens = routingMap.getShape().get(0);
         if (capacity >= tokens) {
-            return selected;
+            return owner.ones(routingMap.getShape(), DataType.FLOAT32);
         }
-        if (policy == MoeConfig.DropPolicy.POSITION) {
-            // 1-based rank of each selected token among the expert's selected tokens, in token order
-            NDArray rank = LocalOps.own(selected.cumSum(0), owner);
-            return LocalOps.own(rank.lte(capacity).toType(DataType.FLOAT32, false).mul(selected), owner);
-        }
-        // probabilities lie in [0, 1]: unselected pairs get -1 and are chosen last
-        NDArray key = LocalOps.own(probs.stopGradient().toType(DataType.FLOAT32, false).add(1).mul(selected).sub(1), owner);
-        NDArray top = LocalOps.own(key.topK((int) capacity, 0, true, false).get(1), owner);
-        NDArray chosen = LocalOps.own(owner.zeros(selected.getShape()).scatter(top,
-                owner.ones(top.getShape()), 0), owner);
-        return LocalOps.own(chosen.mul(selected), owner);
-    }
-
-    /**
-     * Adds to {@code kept} the earliest tokens not kept by each expert until it holds exactly
-     * {@code capacity} tokens.
-     *
-     * @param kept {@code [T, E]} 0/1 with at most {@code capacity} ones per column
-     * @param capacity tokens per expert, at most T
-     * @param owner owner of the result
-     * @return {@code [T, E]} 0/1 with exactly {@code capacity} ones per column, a superset of {@code kept}
-     */
-    static NDArray padToCapacity(NDArray kept, long capacity, NDManager owner) {
-        NDArray missing = LocalOps.own(kept.sum(new int[] {0}, true).neg().add(capacity), owner);
-        NDArray free = LocalOps.own(kept.neg().add(1), owner);
-        NDArray freeRank = LocalOps.own(free.cumSum(0), owner);
-        NDArray padding = LocalOps.own(freeRank.lte(missing).toType(DataType.FLOAT32, false).mul(free), owner);
-        return LocalOps.own(kept.add(padding), owner);
+        NDArray key = LocalOps.own(policy == MoeConfig.DropPolicy.PROBS
+                ? probs.stopGradient()
+                : routingMap.toType(DataType.INT32, false), owner);
+        NDList top = key.topK((int) capacity, 0, true, false);
+        top.attach(owner);
+        NDArray rows = top.get(1);
+        return LocalOps.own(owner.zeros(routingMap.getShape(), DataType.FLOAT32)
+                .scatter(rows, owner.ones(rows.getShape(), DataType.FLOAT32), 0), owner);
     }
 }

@@ -4,11 +4,10 @@ import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.Tensors;
 import ai.djl.ndarray.NDArray;
-import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.nn.Activation;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -50,6 +49,9 @@ public final class TopKRouter implements Module {
     private final NDManager stateManager;
     private final DeterministicRandom jitter;
     private int globalAuxLossSteps;
+    private MoeAuxLossTracker tracker;
+    private int layerNumber;
+    private int numLayers;
 
     TopKRouter(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters, long initSeed,
                DeterministicRandom jitter, AuxLossScale auxLossScale) {
@@ -87,31 +89,53 @@ public final class TopKRouter implements Module {
             throw new IllegalArgumentException("router: tokens of shape " + shape + " must be [s * b = "
                     + sequenceLength + " * " + batchSize + ", " + hiddenSize + "]");
         }
+        return routeLogits(scope, gatingLogits(scope, tokens), sequenceLength, batchSize);
+    }
+
+    /**
+     * Routes given gating logits as Megatron-Core's {@code TopKRouter.routing} does: z-loss (training),
+     * top-k under the score function ({@link TopKRouting#select}), the capacity limit and padding
+     * ({@link TokenDropping}), then the load-balancing losses (training), attached to the results through
+     * {@link AuxLossAutoScaler} and recorded in the layer's {@link MoeAuxLossTracker} when one is set.
+     *
+     * @param scope the pass's scope; owns every result. With grad recorded, attaches the auxiliary
+     *              losses and accumulates token counts
+     * @param logits {@code [T, E]} with {@code T = s · b} in sequence-major order
+     * @param sequenceLength the local sequence length {@code s} (for the per-sequence loss)
+     * @param batchSize the micro-batch size {@code b}
+     * @return the routing
+     * @throws IllegalArgumentException if the logits' shape does not match
+     */
+    public Routing routeLogits(AutogradScope scope, NDArray logits, long sequenceLength, long batchSize) {
+        Shape shape = logits.getShape();
+        int experts = config.numExperts();
+        if (shape.dimension() != 2 || shape.get(1) != experts || shape.get(0) != sequenceLength * batchSize) {
+            throw new IllegalArgumentException("router: logits of shape " + shape + " must be [s * b = "
+                    + sequenceLength + " * " + batchSize + ", " + experts + "]");
+        }
         NDManager m = scope.manager();
-        NDArray logits = gatingLogits(scope, tokens);
         boolean training = scope.isGradEnabled();
         if (training && config.zLossCoeff() > 0) {
-            NDArray z = LoadBalancingLoss.zLoss(logits, config.zLossCoeff() / groups.tpCpSize(), m);
+            double coeff = config.zLossCoeff() / groups.tpCpSize();
+            NDArray z = LoadBalancingLoss.zLoss(logits, coeff, m);
+            record("z_loss", z, coeff, MoeAuxLossTracker.Reduction.AVERAGE_TP_DP_CP, m);
             logits = AuxLossAutoScaler.attach(scope, auxLossScale, logits, z);
         }
         long numTokens = shape.get(0);
         int k = config.topK();
-        int experts = config.numExperts();
-        NDArray[] selection = select(scope, logits);
-        NDArray oneHot = LocalOps.own(selection[0].oneHot(experts), m); // [T, k, E]
-        NDArray selected = LocalOps.own(oneHot.sum(new int[] {1}), m);
-        NDArray probs = LocalOps.own(oneHot.toType(selection[1].getDataType(), false)
-                .mul(selection[1].expandDims(2)).sum(new int[] {1}), m);
+        TopKRouting.Selection selection = TopKRouting.select(scope, logits, k, config.routerScore(), config.preSoftmax(),
+                expertBias);
+        NDArray selected = selection.routingMap();
+        NDArray probs = selection.probs();
         NDArray kept = selected;
         NDArray dispatched = selected;
         long capacity = -1;
         if (config.hasCapacity()) {
             capacity = TokenDropping.capacity(numTokens, k, experts, config.capacityFactor());
-            kept = TokenDropping.keep(selected, probs, capacity, config.dropPolicy(), m);
-            dispatched = config.padToCapacity() ? TokenDropping.padToCapacity(kept, capacity, m) : kept;
-            if (kept != selected) {
-                probs = LocalOps.own(probs.mul(kept.toType(probs.getDataType(), false)), m);
-            }
+            NDArray mask = TokenDropping.capacityMask(probs, selected, capacity, config.dropPolicy(), m);
+            kept = LocalOps.own(selected.mul(mask), m);
+            dispatched = config.padToCapacity() ? mask : kept;
+            probs = LocalOps.own(probs.mul(DataTypes.toType(kept, DataTypes.of(probs), false)), m);
         }
         if (training) {
             probs = attachLoadBalancingLosses(scope, probs, logits, sequenceLength, batchSize);
@@ -122,13 +146,38 @@ public final class TopKRouter implements Module {
         return new Routing(probs, dispatched, kept, k, capacity);
     }
 
+    /**
+     * Records this router's auxiliary losses (each divided by its coefficient, as Megatron logs them) in
+     * {@code tracker} from now on, under layer {@code layerNumber} of {@code numLayers}.
+     *
+     * @param tracker the rank's tracker, or null to stop recording
+     * @param layerNumber this layer's 1-based number in the model
+     * @param numLayers layers of the model
+     * @throws IllegalArgumentException if the layer number is not in {@code [1, numLayers]}
+     */
+    public void trackAuxLosses(MoeAuxLossTracker tracker, int layerNumber, int numLayers) {
+        if (tracker != null && (layerNumber < 1 || layerNumber > numLayers)) {
+            throw new IllegalArgumentException("layer number " + layerNumber + " must be in [1, " + numLayers + "]");
+        }
+        this.tracker = tracker;
+        this.layerNumber = layerNumber;
+        this.numLayers = numLayers;
+    }
+
+    /** Records {@code loss / coeff} under {@code name} when a tracker is attached. */
+    private void record(String name, NDArray loss, double coeff, MoeAuxLossTracker.Reduction reduction, NDManager m) {
+        if (tracker != null) {
+            tracker.record(name, layerNumber, numLayers, Tensors.scale(loss, 1.0 / coeff, m), reduction);
+        }
+    }
+
     /** The gating linear, with input jitter, in float32 when configured. */
     private NDArray gatingLogits(AutogradScope scope, NDArray tokens) {
         NDManager m = scope.manager();
         NDArray x = tokens;
         if (jitter != null) {
             double eps = config.inputJitter();
-            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), x.getDataType()).mul(2 * eps).add(1 - eps), m);
+            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), DataTypes.of(x)).mul(2 * eps).add(1 - eps), m);
             x = LocalOps.own(x.mul(noise), m);
         }
         NDArray w = weight.data();
@@ -137,51 +186,6 @@ public final class TopKRouter implements Module {
             w = Cast.apply(scope, w, DataType.FLOAT32);
         }
         return LocalOps.linear(x, w, null, m);
-    }
-
-    /**
-     * Top-k selection under the score function.
-     *
-     * @return {selected expert indices [T, k] int64, their probabilities [T, k] in the logits' dtype}
-     */
-    private NDArray[] select(AutogradScope scope, NDArray logits) {
-        NDManager m = scope.manager();
-        int k = config.topK();
-        DataType dtype = logits.getDataType();
-        NDArray indices;
-        NDArray probs;
-        if (config.routerScore() == MoeConfig.RouterScore.SIGMOID) {
-            NDArray scores = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
-            indices = topIndices(m, withBias(m, scores), k);
-            NDArray chosen = LocalOps.own(scores.gather(indices, 1), m);
-            probs = k > 1 ? LocalOps.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
-        } else if (config.preSoftmax()) {
-            NDArray scores = softmax(scope, logits);
-            indices = topIndices(m, withBias(m, scores), k);
-            probs = LocalOps.own(scores.gather(indices, 1), m);
-        } else {
-            indices = topIndices(m, withBias(m, logits), k);
-            probs = softmax(scope, LocalOps.own(logits.gather(indices, 1), m));
-        }
-        return new NDArray[] {indices, Cast.apply(scope, probs, dtype)};
-    }
-
-    private NDArray withBias(NDManager m, NDArray scores) {
-        if (expertBias == null) {
-            return scores;
-        }
-        return LocalOps.own(scores.stopGradient().toType(DataType.FLOAT32, false).add(expertBias), m);
-    }
-
-    private static NDArray topIndices(NDManager m, NDArray scores, int k) {
-        NDList top = scores.topK(k, 1, true, true);
-        top.attach(m);
-        return top.get(1);
-    }
-
-    /** Softmax over the last dim computed in float32. */
-    private static NDArray softmax(AutogradScope scope, NDArray x) {
-        return LocalOps.own(Cast.apply(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
     }
 
     /** Adds every enabled load-balancing loss and attaches their sum to {@code probs}. */
@@ -193,15 +197,17 @@ public final class TopKRouter implements Module {
         NDManager m = scope.manager();
         int k = config.topK();
         int experts = config.numExperts();
-        NDArray scores = scoresForAuxLoss(scope, logits);
+        NDArray scores = TopKRouting.scoresForAuxLoss(scope, logits, config.routerScore());
         // the top-k of the plain scores (no bias, no capacity) decides the counts
-        NDArray selected = LocalOps.own(topIndices(m, scores, k).oneHot(experts).sum(new int[] {1}), m);
+        NDArray selected = TopKRouting.routingMapForAuxLoss(m, scores, k);
         long tokens = scores.getShape().get(0);
         NDArray total = null;
         if (config.auxLossCoeff() > 0) {
             NDArray counts = groups.allReduceTpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
-            total = plus(m, total, LoadBalancingLoss.switchLoss(scores, counts, (double) tokens * groups.tpCpSize(),
-                    k, experts, config.auxLossCoeff(), m));
+            NDArray loss = LoadBalancingLoss.switchLoss(scores, counts, (double) tokens * groups.tpCpSize(),
+                    k, experts, config.auxLossCoeff(), m);
+            record("load_balancing_loss", loss, config.auxLossCoeff(), MoeAuxLossTracker.Reduction.SUM_TP_CP, m);
+            total = plus(m, total, loss);
         }
         if (config.seqAuxLossCoeff() > 0) {
             // fold the batch into the expert dim: each (sequence, expert) pair is balanced on its own
@@ -210,27 +216,22 @@ public final class TopKRouter implements Module {
             NDArray counts = groups.allReduceTpCp(LocalOps.own(perSequenceSelected.sum(new int[] {0}), m), m);
             NDArray loss = LoadBalancingLoss.switchLoss(perSequenceScores, counts, (double) seq * groups.tpCpSize(), k,
                     experts, config.seqAuxLossCoeff(), m);
-            total = plus(m, total, Tensors.scale(loss, 1.0 / batch, m));
+            NDArray perBatch = Tensors.scale(loss, 1.0 / batch, m);
+            record("seq_load_balancing_loss", perBatch, config.seqAuxLossCoeff(), MoeAuxLossTracker.Reduction.SUM_TP_CP, m);
+            total = plus(m, total, perBatch);
         }
         if (config.globalAuxLossCoeff() > 0) {
             NDArray counts = groups.allReduceTpDpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
             globalTokenCounts.addi(counts);
             globalAuxLossSteps++;
             NDArray averaged = LocalOps.own(globalTokenCounts.div(globalAuxLossSteps), m);
-            total = plus(m, total, LoadBalancingLoss.switchLoss(scores, averaged, (double) tokens * groups.tpDpCpSize(),
-                    k, experts, config.globalAuxLossCoeff(), m));
+            NDArray loss = LoadBalancingLoss.switchLoss(scores, averaged, (double) tokens * groups.tpDpCpSize(),
+                    k, experts, config.globalAuxLossCoeff(), m);
+            record("global_load_balancing_loss", loss, config.globalAuxLossCoeff(),
+                    MoeAuxLossTracker.Reduction.SUM_TP_DP_CP, m);
+            total = plus(m, total, loss);
         }
         return AuxLossAutoScaler.attach(scope, auxLossScale, probs, total);
-    }
-
-    /** Softmax over all experts, or sigmoid normalised over all experts, in float32. */
-    private NDArray scoresForAuxLoss(AutogradScope scope, NDArray logits) {
-        NDManager m = scope.manager();
-        if (config.routerScore() == MoeConfig.RouterScore.SOFTMAX) {
-            return softmax(scope, logits);
-        }
-        NDArray s = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
-        return LocalOps.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
     }
 
     private static NDArray plus(NDManager m, NDArray total, NDArray term) {

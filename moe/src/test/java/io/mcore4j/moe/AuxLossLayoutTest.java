@@ -41,7 +41,7 @@ class AuxLossLayoutTest {
         MoeConfig config = MoeConfig.builder(4, 2, 8).initStd(0.3).auxLossCoeff(0.3).seqAuxLossCoeff(0.2)
                 .zLossCoeff(0.05).sequenceParallel(sp).dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL).build();
         List<float[]> grads = InJvmWorld.run(4, ctx -> {
-            ProcessGroups groups = ctx.groups(ParallelDims.builder(4).tensorParallel(tp).expertParallel(ep).build());
+            ProcessGroups groups = ctx.groups(ParallelDims.builder(4).tensorParallel(tp).expertParallel(ep).expertTensorParallel(1).build());
             try (NDManager m = ctx.manager().newSubManager()) {
                 MoeLayer layer = MoeLayer.build(config, HIDDEN, groups, m, new SeedScheme(4), "mlp.", new AuxLossScale());
                 MoeLayer reference = MoeLayer.build(config, HIDDEN, Fixtures.soloGroups(), m, new SeedScheme(4), "mlp.",
@@ -128,7 +128,7 @@ class AuxLossLayoutTest {
         MoeConfig config = MoeConfig.builder(4, 2, 8).initStd(0.3).globalAuxLossCoeff(0.4).sequenceParallel(true)
                 .build();
         InJvmWorld.run(4, ctx -> {
-            ProcessGroups groups = ctx.groups(ParallelDims.builder(4).tensorParallel(tp).expertParallel(2).build());
+            ProcessGroups groups = ctx.groups(ParallelDims.builder(4).tensorParallel(tp).expertParallel(2).expertTensorParallel(1).build());
             try (NDManager m = ctx.manager().newSubManager()) {
                 MoeLayer layer = MoeLayer.build(config, HIDDEN, groups, m, new SeedScheme(4), "mlp.", new AuxLossScale());
                 MoeLayer reference = MoeLayer.build(config, HIDDEN, Fixtures.soloGroups(), m, new SeedScheme(4), "mlp.",

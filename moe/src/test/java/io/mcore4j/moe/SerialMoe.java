@@ -83,7 +83,7 @@ final class SerialMoe {
         boolean[][] kept = selected;
         if (c.capacityFactor() > 0) {
             long capacity = Math.min((long) Math.ceil((double) tokens * k / experts * c.capacityFactor()), tokens);
-            kept = keep(selected, probs.toFloatArray(), tokens, experts, capacity, c.dropPolicy());
+            kept = keep(selected, probs, capacity, c.dropPolicy(), m);
             probs = own(probs.mul(m.create(toFloats(kept), new Shape(tokens, experts))), m);
         }
         NDArray out = null;
@@ -171,23 +171,19 @@ final class SerialMoe {
         return out;
     }
 
-    /** Per expert, the selected tokens it keeps: highest probability (then earliest) or earliest first. */
-    static boolean[][] keep(boolean[][] selected, float[] probs, int tokens, int experts, long capacity,
-                            MoeConfig.DropPolicy policy) {
+    /**
+     * Per expert, the selected tokens it keeps: Megatron's unsorted libtorch top-k of the probabilities or of
+     * the 0/1 map over each expert's column (the choice MegatronRoutingTest pins to Megatron's own output).
+     */
+    static boolean[][] keep(boolean[][] selected, NDArray probs, long capacity, MoeConfig.DropPolicy policy, NDManager m) {
+        int tokens = selected.length;
+        int experts = selected[0].length;
+        NDArray map = own(m.create(toFloats(selected), new Shape(tokens, experts)), m);
+        float[] mask = TokenDropping.capacityMask(probs, map, capacity, policy, m).toFloatArray();
         boolean[][] kept = new boolean[tokens][experts];
-        for (int e = 0; e < experts; e++) {
-            List<Integer> routed = new ArrayList<>();
-            for (int t = 0; t < tokens; t++) {
-                if (selected[t][e]) {
-                    routed.add(t);
-                }
-            }
-            if (policy == MoeConfig.DropPolicy.PROBS) {
-                final int col = e;
-                routed.sort(Comparator.comparingDouble((Integer t) -> -probs[t * experts + col]).thenComparingInt(t -> t));
-            }
-            for (int i = 0; i < Math.min(capacity, routed.size()); i++) {
-                kept[routed.get(i)][e] = true;
+        for (int t = 0; t < tokens; t++) {
+            for (int e = 0; e < experts; e++) {
+                kept[t][e] = selected[t][e] && mask[t * experts + e] > 0;
             }
         }
         return kept;

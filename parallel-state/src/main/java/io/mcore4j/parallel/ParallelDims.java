@@ -159,7 +159,7 @@ public record ParallelDims(int worldSize, int tensorParallel, int pipelineParall
                 + " order " + order;
     }
 
-    /** Builder for {@link ParallelDims}; every size defaults to 1. */
+    /** Builder for {@link ParallelDims}; every size defaults to 1, except expert-TP, which defaults to TP. */
     public static final class Builder {
         private final int worldSize;
         private int tp = 1;
@@ -204,7 +204,7 @@ public record ParallelDims(int worldSize, int tensorParallel, int pipelineParall
             return this;
         }
 
-        /** @param size expert-TP size (defaults to 1) @return this */
+        /** @param size expert-TP size (defaults to the TP size, as Megatron-Core's {@code expert_tensor_parallel_size}) @return this */
         public Builder expertTensorParallel(int size) {
             this.etp = size;
             return this;
@@ -218,7 +218,7 @@ public record ParallelDims(int worldSize, int tensorParallel, int pipelineParall
 
         /** @return the validated layout */
         public ParallelDims build() {
-            return new ParallelDims(worldSize, tp, pp, vp, cp, ep, etp < 0 ? 1 : etp, order);
+            return new ParallelDims(worldSize, tp, pp, vp, cp, ep, etp < 0 ? tp : etp, order);
         }
     }
 }

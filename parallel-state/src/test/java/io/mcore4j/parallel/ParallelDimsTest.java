@@ -3,6 +3,7 @@ package io.mcore4j.parallel;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.util.List;
 
@@ -45,7 +46,7 @@ class ParallelDimsTest {
 
     @Test
     void expertGroupsShareTheRanksOfDenseGroups() {
-        ParallelDims dims = ParallelDims.builder(8).tensorParallel(2).expertParallel(4).build();
+        ParallelDims dims = ParallelDims.builder(8).tensorParallel(2).expertParallel(4).expertTensorParallel(1).build();
         assertEquals(4, dims.dataParallel());
         assertEquals(2, dims.expertDataParallel());
         RankGrid expert = RankGrid.expert(dims);
@@ -53,6 +54,20 @@ class ParallelDimsTest {
         assertGroups(expert.groups("ep"), new int[][] {{0, 1, 2, 3}, {4, 5, 6, 7}});
         assertGroups(expert.groups("dp"), new int[][] {{0, 4}, {1, 5}, {2, 6}, {3, 7}});
         assertGroups(expert.groups("tp"), new int[][] {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}});
+    }
+
+    @Test
+    void expertTensorParallelDefaultsToTensorParallelAsInMegatron() {
+        ParallelDims dims = ParallelDims.builder(8).tensorParallel(2).expertParallel(2).build();
+        assertEquals(2, dims.expertTensorParallel());
+        assertEquals(2, dims.expertDataParallel());
+        assertEquals(1, ParallelDims.builder(8).expertParallel(2).build().expertTensorParallel());
+        assertEquals(1, ParallelDims.builder(8).tensorParallel(2).expertParallel(2).expertTensorParallel(1).build()
+                .expertTensorParallel());
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> ParallelDims.builder(4).tensorParallel(2).expertParallel(4).build());
+        assertTrue(e.getMessage().contains("expert tensor x expert x pipeline parallel size 2 x 4 x 1 = 8 does not divide world size 4"),
+                e.getMessage());
     }
 
     @Test

@@ -1,5 +1,7 @@
 package io.mcore4j.training;
 
+import io.mcore4j.moe.MoeAuxLossTracker;
+
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
@@ -51,6 +53,7 @@ public final class TrainStep implements AutoCloseable {
     private final int seqLength;
     private final int microBatches;
     private final boolean timePhases;
+    private MoeAuxLossTracker.Report lastAuxLosses = new MoeAuxLossTracker.Report(Map.of(), Map.of());
     private final DistributedDataParallel ddp;
     private final MegatronOptimizer optimizer;
     private final ScheduleConfig schedule;
@@ -87,6 +90,16 @@ public final class TrainStep implements AutoCloseable {
     }
 
     /**
+     * The MoE routers' auxiliary losses of the last {@link #run} (Megatron's {@code load_balancing_loss},
+     * {@code z_loss}, ... averaged over MoE layers, and per layer); empty for a model without them.
+     *
+     * @return the last step's report
+     */
+    public MoeAuxLossTracker.Report lastAuxLosses() {
+        return lastAuxLosses;
+    }
+
+    /**
      * Runs one training iteration (see the class comment).
      *
      * @param learningRate the learning rate of this iteration
@@ -117,6 +130,9 @@ public final class TrainStep implements AutoCloseable {
             marks[3] = mark();
             ddp.zeroGrad();
             marks[4] = mark();
+            // Megatron's MoE metrics: loss / coeff per layer, summed over the micro-batches, scaled by 1 / micro-batches
+            // (collective; after the step's own collectives so that every group sees the same order)
+            lastAuxLosses = model.reportAuxLosses(1.0 / microBatches);
             double seconds = (System.nanoTime() - start) / 1e9;
             TrainStepResult.PhaseTimes phases = timePhases ? new TrainStepResult.PhaseTimes(
                     marks[0] - start / 1e9, marks[1] - marks[0], (queued - start) / 1e9 - (marks[0] - start / 1e9),

@@ -1,5 +1,7 @@
 package io.mcore4j.training;
 
+import io.mcore4j.moe.MoeAuxLossTracker;
+
 import ai.djl.Device;
 import ai.djl.util.cuda.CudaUtils;
 import io.mcore4j.checkpoint.CheckpointManager;
@@ -46,6 +48,7 @@ public final class TrainingLoop {
     private final PrintStream out;
     private final List<MetricsSink> sinks;
     private final Double peakTflops;
+    private final boolean moePerLayerLogging;
     private final IterationListener listener;
     private final ProcessGroups groups;
     private final boolean logging;
@@ -71,6 +74,7 @@ public final class TrainingLoop {
         this.out = b.out;
         this.sinks = List.copyOf(b.sinks);
         this.peakTflops = b.peakTflops;
+        this.moePerLayerLogging = b.moePerLayerLogging;
         this.listener = b.listener;
         this.groups = step.groups();
         this.logging = groups.isLastStage() && groups.tensorParallelRank() == 0 && groups.dataParallelRank() == 0
@@ -137,6 +141,7 @@ public final class TrainingLoop {
             double lr = schedule.lr(iteration);
             TrainStepResult r = step.run(lr, config.weightDecay(), train, consumedSamples);
             consumedSamples += r.samples();
+            window.addAuxLosses(step.lastAuxLosses());
             if (listener != null) {
                 listener.iterationDone(iteration, r);
             }
@@ -281,6 +286,8 @@ public final class TrainingLoop {
             }
         }
         line.append(String.format(Locale.ROOT, " | %.1f ms/iter", 1000 * w.seconds / w.steps));
+        // Megatron prints each MoE loss averaged over the window's iterations
+        w.auxLosses.forEach((name, sum) -> line.append(String.format(Locale.ROOT, " | %s %.6E", name, sum / w.steps)));
         line.append(memoryGiB.map(g -> String.format(Locale.ROOT, " | device memory %.1f GiB", g))
                 .orElseGet(() -> String.format(Locale.ROOT, " | RSS %d MB", residentMegabytes())));
         out.println(line);
@@ -297,6 +304,15 @@ public final class TrainingLoop {
             scalars.put(MetricNames.TFLOPS_PER_RANK, tflopsPerRank);
         }
         memoryGiB.ifPresent(g -> scalars.put(MetricNames.MEMORY_GIB, g));
+        w.auxLosses.forEach((name, sum) -> scalars.put(name, sum / w.steps));
+        if (moePerLayerLogging) {
+            // Megatron's per-layer names, layers counted from 0: moe/<name>_layer_<i>
+            w.auxLossLayers.forEach((name, sums) -> {
+                for (int l = 0; l < sums.length; l++) {
+                    scalars.put("moe/" + name + "_layer_" + l, sums[l] / w.steps);
+                }
+            });
+        }
         for (MetricsSink sink : sinks) {
             sink.write(iteration, scalars);
         }
@@ -332,6 +348,20 @@ public final class TrainingLoop {
         int steps;
         int skipped;
 
+        /** Per MoE loss name: the sum over the window's steps of the layer average, and of each layer's value. */
+        final Map<String, Double> auxLosses = new LinkedHashMap<>();
+        final Map<String, double[]> auxLossLayers = new LinkedHashMap<>();
+
+        void addAuxLosses(MoeAuxLossTracker.Report report) {
+            report.averages().forEach((name, v) -> auxLosses.merge(name, v, Double::sum));
+            report.perLayer().forEach((name, v) -> {
+                double[] sum = auxLossLayers.computeIfAbsent(name, n -> new double[v.length]);
+                for (int l = 0; l < v.length; l++) {
+                    sum[l] += v[l];
+                }
+            });
+        }
+
         void add(TrainStepResult r) {
             loss += r.loss();
             seconds += r.seconds();
@@ -350,6 +380,7 @@ public final class TrainingLoop {
         private PrintStream out = System.out;
         private final List<MetricsSink> sinks = new ArrayList<>();
         private Double peakTflops;
+        private boolean moePerLayerLogging;
         private IterationListener listener;
 
         private Builder(TrainStep step, TrainingConfig config, BatchSource train) {
@@ -394,6 +425,16 @@ public final class TrainingLoop {
                 throw new IllegalArgumentException("--peak-tflops " + v + " must be positive");
             }
             peakTflops = v;
+            return this;
+        }
+
+        /**
+         * @param v also write each MoE layer's auxiliary losses to the sinks, as {@code moe/<name>_layer_<i>}
+         *          (Megatron's {@code --moe-per-layer-logging}); off by default
+         * @return this builder
+         */
+        public Builder moePerLayerLogging(boolean v) {
+            moePerLayerLogging = v;
             return this;
         }
 

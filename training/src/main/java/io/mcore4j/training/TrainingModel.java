@@ -1,5 +1,7 @@
 package io.mcore4j.training;
 
+import io.mcore4j.moe.MoeAuxLossTracker;
+
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
@@ -78,6 +80,19 @@ public interface TrainingModel extends AutoCloseable {
      * @param scale the factor
      */
     default void setAuxLossScale(double scale) {}
+
+    /**
+     * Reduces, scales and clears the auxiliary-loss values the model's MoE routers recorded during the
+     * step's forwards (Megatron's {@code MoEMetricsTracker.report}). Collective over the pipeline,
+     * tensor-, context- and data-parallel groups: every rank calls it once per step. Models without
+     * MoE layers return an empty report.
+     *
+     * @param lossScale the factor per recorded value, {@code 1 / micro-batches per step}
+     * @return per loss name, the value averaged over MoE layers, and the per-layer values
+     */
+    default MoeAuxLossTracker.Report reportAuxLosses(double lossScale) {
+        return new MoeAuxLossTracker.Report(Map.of(), Map.of());
+    }
 
     /**
      * Registers a listener told when parameters' gradients are complete during backward, so that

@@ -94,6 +94,11 @@ public final class GptModel implements Module {
         return new GptModel(ctx, spec, layerNumbers, preProcess, postProcess);
     }
 
+    /** @return this chunk's transformer layers, in order (read-only) */
+    public List<TransformerLayer> layers() {
+        return java.util.Collections.unmodifiableList(layers);
+    }
+
     /** @return whether this chunk holds the embedding */
     public boolean isPreProcess() {
         return embedding != null;

@@ -237,7 +237,7 @@ public final class PretrainGpt {
         Path metricsDir = args.metricsDir != null ? args.metricsDir : args.save != null ? args.save : Path.of("runs", "pretrain-gpt");
         Double peak = args.peakTflops != null ? args.peakTflops : device.isGpu() ? Double.valueOf(989) : null;
         return b -> {
-            b.out(out).peakTflops(peak);
+            b.out(out).peakTflops(peak).moePerLayerLogging(args.moePerLayerLogging);
             if (writeMetrics) {
                 b.sink(new MetricsLogSink(metricsDir, out));
             }

@@ -43,6 +43,30 @@ class PretrainGptRunTest {
     }
 
     @Test
+    void moeAuxiliaryLossesAreLoggedPerIntervalAndPerLayer() throws Exception {
+        Path metrics = dir.resolve("moe-metrics");
+        List<String> f = flags(4, "--num-experts", "4", "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.01",
+                "--moe-per-layer-logging");
+        f.set(f.indexOf("--metrics-dir") + 1, metrics.toString());
+        ByteArrayOutputStream console = new ByteArrayOutputStream();
+        PretrainGpt.run(PretrainArgs.parse(f.toArray(String[]::new)), new PrintStream(console, true, StandardCharsets.UTF_8));
+        String text = console.toString(StandardCharsets.UTF_8);
+        // loss / coeff of a balanced router is about 1 (E experts, top-k: E * sum_e f_e P_e with f_e = P_e = 1/E)
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| load_balancing_loss ([0-9.E+-]+)").matcher(text);
+        int lines = 0;
+        while (m.find()) {
+            double value = Double.parseDouble(m.group(1));
+            assertTrue(value > 0.9 && value < 2.0, "load_balancing_loss " + value + " in\n" + text);
+            lines++;
+        }
+        assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
+        String records = java.nio.file.Files.readString(metrics.resolve("metrics.jsonl"));
+        // the metrics file writes Megatron's moe/<name>_layer_<i> with its separator as an underscore
+        assertTrue(records.contains("\"load_balancing_loss\"") && records.contains("\"moe_load_balancing_loss_layer_0\"")
+                && records.contains("\"moe_load_balancing_loss_layer_1\""), records);
+    }
+
+    @Test
     void fusedAttentionGivesTheComposedAttentionsLosses() throws Exception {
         List<Double> composed = train(flags(6, "--attention-backend", "unfused"));
         List<Double> fused = train(flags(6, "--attention-backend", "flash"));
@@ -111,6 +135,18 @@ class PretrainGptRunTest {
         assertEquals(1, lines.stream().filter(l -> l.contains("\"loss\"")).count(), "resumed at 4: only iteration 6 logged");
     }
 
+    /** --bf16 end to end at TP2 through the training loop: the fp32 run's losses within 2%, loss scale 1. */
+    @Test
+    void bf16TracksFp32() throws Exception {
+        List<Double> fp32 = train(flags(6));
+        List<Double> bf16 = train(flags(6, "--bf16"));
+        assertEquals(fp32.size(), bf16.size());
+        for (int i = 0; i < fp32.size(); i++) {
+            double rel = Math.abs(bf16.get(i) - fp32.get(i)) / fp32.get(i);
+            assertTrue(rel <= 0.02, "iteration " + (i + 1) + ": bf16 " + bf16.get(i) + " vs fp32 " + fp32.get(i));
+        }
+    }
+
     @Test
     void badFlagsExitWithTwoAndOneLineNamingThem() {
         String[][] cases = {
@@ -119,11 +155,11 @@ class PretrainGptRunTest {
             {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"},
             {"--seq-length", "200000", "--attention-backend", "unfused", "--max-position-embeddings", "200000"},
             {"--global-batch-size", "1000000000"}, {"--split", "100,0,0", "--eval-interval", "5"},
-            {"--lr-decay-style", "square"}, {"--micro-batch-size", "abc"}, {"--frobnicate"},
+            {"--lr-decay-style", "square"}, {"--micro-batch-size", "abc"}, {"--frobnicate"}, {"--fp16", "--bf16"},
         };
         String[] names = {"--tensor-model-parallel-size 0", "--nproc 0", "--num-attention-heads 0", "--ffn-hidden-size -8",
             "--eval-iters 0", "--num-layers-per-virtual-pipeline-stage 3", "--seq-length 200000", "--global-batch-size 1000000000",
-            "--split 100,0,0", "--lr-decay-style", "--micro-batch-size", "--frobnicate"};
+            "--split 100,0,0", "--lr-decay-style", "--micro-batch-size", "--frobnicate", "--fp16 and --bf16"};
         for (int i = 0; i < cases.length; i++) {
             List<String> argv = new ArrayList<>(List.of("--mock-data"));
             argv.addAll(List.of(cases[i]));

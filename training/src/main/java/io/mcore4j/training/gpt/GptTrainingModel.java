@@ -1,5 +1,8 @@
 package io.mcore4j.training.gpt;
 
+import io.mcore4j.models.transformer.TransformerLayer;
+import io.mcore4j.moe.MoeAuxLossTracker;
+
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
@@ -32,10 +35,32 @@ import java.util.Map;
 public final class GptTrainingModel implements TrainingModel {
     private final ModelContext ctx;
     private final List<GptModel> chunks;
+    private final MoeAuxLossTracker auxLosses;
+    private final int moeLayers;
 
     private GptTrainingModel(ModelContext ctx, List<GptModel> chunks) {
         this.ctx = ctx;
         this.chunks = List.copyOf(chunks);
+        TransformerConfig c = ctx.config();
+        int count = 0;
+        for (int n = 0; n < c.numLayers(); n++) {
+            count += c.isMoeLayer(n) ? 1 : 0;
+        }
+        this.moeLayers = count;
+        this.auxLosses = count > 0 ? new MoeAuxLossTracker(ctx.parameters()) : null;
+        if (auxLosses != null) {
+            if (c.moe().auxLossCoeff() > 0) {
+                auxLosses.expect("load_balancing_loss", c.numLayers(), MoeAuxLossTracker.Reduction.SUM_TP_CP);
+            }
+            for (GptModel m : this.chunks) {
+                for (TransformerLayer layer : m.layers()) {
+                    if (layer.moe() != null) {
+                        // Megatron numbers layers from 1
+                        layer.moe().router().trackAuxLosses(auxLosses, layer.layerNumber() + 1, c.numLayers());
+                    }
+                }
+            }
+        }
     }
 
     /**
@@ -159,6 +184,15 @@ public final class GptTrainingModel implements TrainingModel {
         }
     }
 
+    /** Reports the routers' auxiliary losses over the MoE layers of the whole model (collective). */
+    @Override
+    public MoeAuxLossTracker.Report reportAuxLosses(double lossScale) {
+        if (auxLosses == null) {
+            return TrainingModel.super.reportAuxLosses(lossScale);
+        }
+        return auxLosses.report(lossScale, moeLayers, ctx.groups());
+    }
+
     @Override
     public double flopsPerToken(int seqLength) {
         return ctx.config().flopsPerToken(seqLength);
@@ -168,6 +202,9 @@ public final class GptTrainingModel implements TrainingModel {
     public void close() {
         for (GptModel m : chunks) {
             m.close();
+        }
+        if (auxLosses != null) {
+            auxLosses.close();
         }
     }
 }

@@ -1,0 +1,127 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.nn.Activation;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Cast;
+
+/**
+ * Megatron-Core's top-k routing functions ({@code topk_routing_with_score_function} and
+ * {@code compute_routing_scores_for_aux_loss} of {@code moe_utils}) on given logits, without a router
+ * module: {@link TopKRouter} routes with them, and callers may route their own logits the same way.
+ * Capacity and padding are in {@link TokenDropping}, the losses in {@link LoadBalancingLoss}.
+ *
+ * <p>Precision follows Megatron: scores are computed in float32 and the probabilities are returned in the
+ * logits' dtype. The top-k is libtorch's sorted top-k (Megatron's choice while gradients are recorded), so
+ * ties resolve as in Megatron's training step.
+ */
+public final class TopKRouting {
+    private TopKRouting() {}
+
+    /**
+     * The experts chosen for each token and their weights.
+     *
+     * @param indices {@code [T, k]} int64 expert indices
+     * @param topProbs {@code [T, k]} their routing probabilities, in the logits' dtype
+     * @param probs {@code [T, E]} the same probabilities scattered over all experts (0 elsewhere)
+     * @param routingMap {@code [T, E]} float32 0/1: 1 where an expert was chosen
+     */
+    public record Selection(NDArray indices, NDArray topProbs, NDArray probs, NDArray routingMap) {}
+
+    /**
+     * Top-k selection under a score function: softmax of the top-k logits, softmax over all experts before
+     * the top-k ({@code preSoftmax}), or sigmoid scores normalized over the top-k when {@code k > 1}. The
+     * expert bias of aux-loss-free balancing, when given, is added to the scores for the choice only.
+     *
+     * @param scope the pass's scope; owns every result (records gradients to the logits when it does)
+     * @param logits {@code [T, E]}
+     * @param topK experts per token, in {@code [1, E]}
+     * @param score the score function
+     * @param preSoftmax softmax before the top-k (softmax scores only)
+     * @param expertBias float32 {@code [E]} added to the scores for the choice, or null
+     * @return the selection
+     * @throws IllegalArgumentException if the logits are not 2-D or {@code topK} is out of range
+     */
+    public static Selection select(AutogradScope scope, NDArray logits, int topK, MoeConfig.RouterScore score,
+                                   boolean preSoftmax, NDArray expertBias) {
+        if (logits.getShape().dimension() != 2 || topK < 1 || topK > logits.getShape().get(1)) {
+            throw new IllegalArgumentException("top-" + topK + " routing of logits " + logits.getShape()
+                    + ": expected [tokens, experts] logits and 1 <= k <= experts");
+        }
+        NDManager m = scope.manager();
+        DataType dtype = DataTypes.of(logits);
+        NDArray indices;
+        NDArray probs;
+        if (score == MoeConfig.RouterScore.SIGMOID) {
+            NDArray scores = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
+            indices = topIndices(m, withBias(m, scores, expertBias), topK);
+            NDArray chosen = LocalOps.own(scores.gather(indices, 1), m);
+            probs = topK > 1 ? LocalOps.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
+        } else if (preSoftmax) {
+            NDArray scores = softmax(scope, logits);
+            indices = topIndices(m, withBias(m, scores, expertBias), topK);
+            probs = LocalOps.own(scores.gather(indices, 1), m);
+        } else {
+            indices = topIndices(m, withBias(m, logits, expertBias), topK);
+            probs = softmax(scope, LocalOps.own(logits.gather(indices, 1), m));
+        }
+        probs = Cast.apply(scope, probs, dtype);
+        int experts = (int) logits.getShape().get(1);
+        NDArray oneHot = LocalOps.own(indices.oneHot(experts), m); // [T, k, E]
+        NDArray routingMap = LocalOps.own(oneHot.sum(new int[] {1}), m);
+        NDArray scattered = LocalOps.own(DataTypes.toType(oneHot, dtype, false).mul(probs.expandDims(2)).sum(new int[] {1}), m);
+        return new Selection(indices, probs, scattered, routingMap);
+    }
+
+    /**
+     * The scores the load-balancing losses use: softmax over all experts, or sigmoid scores normalized over
+     * all experts, in float32 ({@code compute_routing_scores_for_aux_loss}).
+     *
+     * @param scope the pass's scope; owns the result
+     * @param logits {@code [T, E]}
+     * @param score the score function
+     * @return {@code [T, E]} float32 scores
+     */
+    public static NDArray scoresForAuxLoss(AutogradScope scope, NDArray logits, MoeConfig.RouterScore score) {
+        NDManager m = scope.manager();
+        if (score == MoeConfig.RouterScore.SOFTMAX) {
+            return softmax(scope, logits);
+        }
+        NDArray s = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
+        return LocalOps.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
+    }
+
+    /**
+     * The 0/1 top-k map of the plain scores (no bias, no capacity), which the load-balancing losses count.
+     *
+     * @param m owner of the result
+     * @param scores {@code [T, E]} scores from {@link #scoresForAuxLoss}
+     * @param topK experts per token
+     * @return {@code [T, E]} float32 0/1
+     */
+    public static NDArray routingMapForAuxLoss(NDManager m, NDArray scores, int topK) {
+        return LocalOps.own(topIndices(m, scores, topK).oneHot((int) scores.getShape().get(1)).sum(new int[] {1}), m);
+    }
+
+    private static NDArray withBias(NDManager m, NDArray scores, NDArray expertBias) {
+        if (expertBias == null) {
+            return scores;
+        }
+        return LocalOps.own(DataTypes.toType(scores.stopGradient(), DataType.FLOAT32, false).add(expertBias), m);
+    }
+
+    private static NDArray topIndices(NDManager m, NDArray scores, int k) {
+        NDList top = scores.topK(k, 1, true, true);
+        top.attach(m);
+        return top.get(1);
+    }
+
+    /** Softmax over the last dim computed in float32. */
+    private static NDArray softmax(AutogradScope scope, NDArray x) {
+        return LocalOps.own(Cast.apply(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
+    }
+}
