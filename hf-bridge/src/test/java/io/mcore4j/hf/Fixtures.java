@@ -89,11 +89,17 @@ final class Fixtures {
      */
     static float[][] logits(Path checkpoint, ParallelDims dims, int[] prompt,
                             BiConsumer<GptModel, ProcessGroups> after) {
+        return logits(checkpoint, dims, prompt, after, DataType.FLOAT32);
+    }
+
+    /** The same with the model's parameters in {@code dtype}. */
+    static float[][] logits(Path checkpoint, ParallelDims dims, int[] prompt,
+                            BiConsumer<GptModel, ProcessGroups> after, DataType dtype) {
         List<float[][]> perRank = InJvmWorld.run(dims.worldSize(), rank -> {
             ProcessGroups groups = rank.groups(dims);
             NDManager m = rank.manager();
             try (HfCheckpoint ck = HfCheckpoint.open(checkpoint)) {
-                TransformerConfig c = ck.config().transformerConfig(VOCAB_DIVISOR, dims.tensorParallel(), DataType.FLOAT32);
+                TransformerConfig c = ck.config().transformerConfig(VOCAB_DIVISOR, dims.tensorParallel(), dtype);
                 GptModel model = build(c, groups, m);
                 ck.loadInto(List.of(model));
                 float[][] out = forward(model, c, groups, m, prompt, ck.config().vocabSize());

@@ -30,6 +30,17 @@ class HfImportTest {
         return b.build();
     }
 
+    /** float16 parameters (bf16 weights converted in Java, then to fp16 in the copy): within fp16's precision. */
+    @org.junit.jupiter.api.Test
+    void float16ParametersAtTp2() {
+        float[][] expected = Fixtures.referenceLogits("llama");
+        float[][] actual = Fixtures.logits(Fixtures.dir("llama"), ParallelDims.of(2, 2, 1), Fixtures.prompt("llama"), null,
+                ai.djl.ndarray.types.DataType.FLOAT16);
+        double error = Fixtures.relativeError(actual, expected);
+        System.out.printf("llama at TP2 in float16: logits relative error %.3g%n", error);
+        assertTrue(error <= 1e-2, "float16: " + error);
+    }
+
     @ParameterizedTest(name = "{0} at {1}")
     @MethodSource("layouts")
     void logitsMatchTransformers(String name, String layout, ParallelDims dims) {
