@@ -62,18 +62,33 @@ public final class GptEmbedding implements Module {
      * @return embeddings [s, b, h] or [s/TP, b, h]
      */
     public NDArray forward(AutogradScope scope, NDArray tokens) {
+        return forward(scope, tokens, 0);
+    }
+
+    /**
+     * Embeds tokens that sit at positions {@code positionOffset..} of their sequences (generation
+     * continuing a cached sequence, without context parallelism).
+     *
+     * @param scope the pass's scope
+     * @param tokens token ids [s, b]
+     * @param positionOffset position of the first token
+     * @return embeddings [s, b, h] or [s/TP, b, h]
+     * @throws IllegalArgumentException if the positions run past the max sequence length
+     */
+    public NDArray forward(AutogradScope scope, NDArray tokens, long positionOffset) {
         NDArray x = word.forward(scope, tokens);
         if (position != null) {
             ContextParallelSplit split = ContextParallelSplit.of(ctx.groups().cp());
             long s = split.sequenceLength(tokens.getShape().get(0));
-            if (s > position.data().getShape().get(0)) {
-                throw new IllegalArgumentException("sequence length " + s + " exceeds the max sequence length "
+            if (positionOffset + s > position.data().getShape().get(0)) {
+                throw new IllegalArgumentException("sequence length " + (positionOffset + s) + " exceeds the max sequence length "
                         + position.data().getShape().get(0));
             }
             long local = x.getShape().get(0);
             long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
-            // this rank's rows: one run without context parallelism, up to two (its chunks) with it
-            List<long[]> runs = split.size() == 1 ? List.<long[]>of(new long[] {start, start + local})
+            // this rank's rows: one run without context parallelism (from the generation offset), up to two (its chunks) with it
+            long first = start + positionOffset;
+            List<long[]> runs = split.size() == 1 ? List.<long[]>of(new long[] {first, first + local})
                     : ContextParallelSplit.runs(Arrays.copyOfRange(split.positions(s), (int) start, (int) (start + local)));
             // slices of a parameter would attach to the parameter's manager: move them to the pass's scope
             NDArray rows = ContextParallelSplit.slices(position.data(), 0, runs);

@@ -13,6 +13,7 @@ import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.InferenceContext;
 import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.models.transformer.Norm;
@@ -142,9 +143,46 @@ public final class GptModel implements Module {
      * @throws IllegalArgumentException if the mask's shape differs from the labels'
      */
     public NDArray forward(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels, NDArray lossMask) {
+        return run(scope, tokens, input, labels, lossMask, null);
+    }
+
+    /**
+     * Runs the chunk for generation (a distinct name, so that {@code forward(scope, tokens, input, null)}
+     * stays unambiguous): the tokens continue sequences whose earlier keys and values sit in
+     * {@code inference}'s caches, at positions from its offset on; each layer appends to its cache.
+     *
+     * @param scope a no-grad scope ({@link AutogradScope#openNoGrad})
+     * @param tokens token ids [s, b] (used by the first chunk)
+     * @param input hidden states [s, b, h] from the previous stage (chunks after the first), or null
+     * @param inference the generation's caches and offset
+     * @return logits [s, b, V/TP] on the last chunk; hidden states [s, b, h] elsewhere
+     * @throws IllegalArgumentException if the scope records autograd, or the model uses sequence or
+     *     context parallelism
+     */
+    public NDArray inferenceForward(AutogradScope scope, NDArray tokens, NDArray input, InferenceContext inference) {
+        Objects.requireNonNull(inference, "inference");
+        if (scope.isGradEnabled()) {
+            throw new IllegalArgumentException("generation with a key/value cache runs in a no-grad scope"
+                    + " (AutogradScope.openNoGrad), got a scope that records autograd");
+        }
+        if (ctx.config().sequenceParallel() || ctx.groups().cp().size() > 1) {
+            throw new IllegalArgumentException("generation needs a model built without sequence or context parallelism"
+                    + " (its checkpoint loads into one): one new token per step cannot be split over the sequence");
+        }
+        return run(scope, tokens, input, null, null, inference);
+    }
+
+    /** @return the context this chunk was built with (config, groups, parameter manager) */
+    public ModelContext context() {
+        return ctx;
+    }
+
+    private NDArray run(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels, NDArray lossMask,
+                        InferenceContext inference) {
         NDArray hidden;
         if (embedding != null) {
-            hidden = embedding.forward(scope, tokens);
+            hidden = inference == null ? embedding.forward(scope, tokens)
+                    : embedding.forward(scope, tokens, inference.sequenceLengthOffset());
         } else if (input != null) {
             hidden = input;
         } else {
@@ -158,7 +196,7 @@ public final class GptModel implements Module {
                 hidden = scope.apply1(boundary(layer.parameters()), hidden);
             }
             NDArray layerInput = hidden;
-            hidden = layer.forward(scope, layerInput);
+            hidden = layer.forward(scope, layerInput, inference);
             // the caller's input stays: a pipeline schedule reads its gradient after backward
             scope.release(layerInput == input ? null : layerInput);
         }

@@ -93,6 +93,29 @@ public final class RotaryEmbedding {
         if (positions != null && positions.length != s) {
             throw new IllegalArgumentException(positions.length + " positions for a sequence of " + s + " tokens");
         }
+        NDArray at = positions == null ? manager.arange(0, (int) s, 1, DataType.FLOAT64)
+                : manager.create(positions).toType(DataType.FLOAT64, false);
+        return rotateBoth(manager, query, key, at);
+    }
+
+    /**
+     * Rotates queries and keys [s, b, n, d] by the positions {@code offset..offset+s-1}: the tokens of a
+     * generation step that continue a cached sequence. The positions are made on the device (no host copy).
+     *
+     * @param manager owner of temporaries
+     * @param query queries
+     * @param key keys, same sequence length and dtype
+     * @param offset position of the first token
+     * @return the rotated query and key, same shapes and dtype
+     */
+    public NDArray[] apply(NDManager manager, NDArray query, NDArray key, long offset) {
+        long s = query.getShape().get(0);
+        return rotateBoth(manager, query, key, manager.arange((int) offset, (int) (offset + s), 1, DataType.FLOAT64));
+    }
+
+    /** Rotates both by the positions {@code at} [s] (float64). */
+    private NDArray[] rotateBoth(NDManager manager, NDArray query, NDArray key, NDArray at) {
+        long s = query.getShape().get(0);
         DataType dtype = query.getDataType();
         int half = rotaryDims / 2;
         // number operands as device scalars: a Java number is a synchronising host copy on a GPU
@@ -104,8 +127,6 @@ public final class RotaryEmbedding {
             inv = steps.mul(Tensors.scalar(-2.0 / rotaryDims, steps, manager))
                     .mul(Tensors.scalar(Math.log(base), steps, manager)).exp();
         }
-        NDArray at = positions == null ? manager.arange(0, (int) s, 1, DataType.FLOAT64)
-                : manager.create(positions).toType(DataType.FLOAT64, false);
         NDArray angles = at.reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
         NDArray cos = emb.cos().toType(dtype, false);

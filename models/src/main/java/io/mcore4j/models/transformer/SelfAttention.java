@@ -62,6 +62,20 @@ public final class SelfAttention implements Module {
      * @return the attention output, same shape as {@code x}
      */
     public NDArray forward(AutogradScope scope, NDArray x) {
+        return forward(scope, x, 0, null);
+    }
+
+    /**
+     * Attention during generation: the queries attend over the cached keys and values of earlier
+     * tokens as well as the pass's own, and rotary embeddings start at the tokens' positions.
+     *
+     * @param scope the pass's scope
+     * @param x normalised activations [s, b, h]
+     * @param positionOffset position of the pass's first token in its sequences
+     * @param cache this layer's key/value cache, which replaces the core attention; null for the training path
+     * @return the attention output, same shape as {@code x}
+     */
+    public NDArray forward(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         NDArray mixed = qkv.forward(scope, x).output();
         long s = mixed.getShape().get(0);
         long b = mixed.getShape().get(1);
@@ -81,12 +95,15 @@ public final class SelfAttention implements Module {
         if (rope != null) {
             // a context-parallel rank's tokens sit at their global positions (two chunks of the sequence)
             long[] positions = contextParallel.size() > 1 ? contextParallel.positions(contextParallel.sequenceLength(s)) : null;
-            NDArray[] rotated = rope.apply(scope.manager(), query, key, positions);
+            NDArray[] rotated = cache != null ? rope.apply(scope.manager(), query, key, positionOffset)
+                    : rope.apply(scope.manager(), query, key, positions);
             rotatedQuery = rotated[0];
             rotatedKey = rotated[1];
         }
         NDArray context;
-        if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
+        if (cache != null) {
+            context = cache.attend(scope, rotatedQuery, rotatedKey, value);
+        } else if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
             Recompute recompute = new Recompute("recompute(core attention)",
                     (inner, in) -> new NDArray[] {core.forward(inner, in[0], in[1], in[2])},
                     new DropoutReplay(ctx.attentionDropout()));

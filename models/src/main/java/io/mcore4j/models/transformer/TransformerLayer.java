@@ -85,21 +85,37 @@ public final class TransformerLayer implements Module {
      * @return the layer's output, same shape
      */
     public NDArray forward(AutogradScope scope, NDArray x) {
+        return forward(scope, x, null);
+    }
+
+    /**
+     * Runs the layer, during generation with its key/value cache.
+     *
+     * @param scope the pass's scope
+     * @param x hidden states [s, b, h] (or [s/TP, b, h] with sequence parallelism)
+     * @param inference the generation's context, or null for the training path
+     * @return the layer's output, same shape
+     */
+    public NDArray forward(AutogradScope scope, NDArray x, InferenceContext inference) {
+        if (inference != null) {
+            return compute(scope, x, inference);
+        }
         // recompute saves activations for backward, so it follows grad mode; the dropout inside
         // follows training, which the recomputed runs inherit from this scope
         if (ctx.config().recompute() == TransformerConfig.Recompute.FULL && scope.isGradEnabled()) {
             Recompute recompute = new Recompute("recompute(layer " + layerNumber + ")",
-                    (inner, in) -> new NDArray[] {compute(inner, in[0])},
+                    (inner, in) -> new NDArray[] {compute(inner, in[0], null)},
                     new DropoutReplay(ctx.hiddenDropout(), ctx.attentionDropout()));
             return scope.apply1(recompute, x);
         }
-        return compute(scope, x);
+        return compute(scope, x, null);
     }
 
-    private NDArray compute(AutogradScope scope, NDArray x) {
+    private NDArray compute(AutogradScope scope, NDArray x, InferenceContext inference) {
         double p = ctx.config().hiddenDropout();
         NDArray attnIn = inputNorm.forward(scope, x);
-        NDArray attn = attention.forward(scope, attnIn);
+        NDArray attn = inference == null ? attention.forward(scope, attnIn)
+                : attention.forward(scope, attnIn, inference.sequenceLengthOffset(), inference.keyValueCache(layerNumber));
         NDArray attnOut = Dropout.apply(scope, attn, p, ctx.hiddenDropout());
         NDArray h = x.add(attnOut);
         // a residual add saves nothing for backward: the branch's output dies here (the scope

@@ -18,6 +18,7 @@ import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
+import io.mcore4j.samples.generate.GenerateGpt;
 import io.mcore4j.samples.launch.LaunchedRank;
 import io.mcore4j.training.TrainingLoop;
 import io.mcore4j.training.TrainingSummary;
@@ -51,7 +52,16 @@ public final class PretrainGpt {
      * @param argv Megatron-LM-style flags; {@code --help} lists them
      */
     public static void main(String[] argv) {
-        System.exit(execute("pretrain-gpt", argv, System.out, System.err, (args, out) -> run(args, out)));
+        System.exit(execute("pretrain-gpt", argv, System.out, System.err, (args, out) -> {
+            run(args, out);
+            // a byte-level run in this JVM ends with what its model learned: a completion from its last checkpoint
+            // (seeded sampling at a low temperature: greedy decoding of so small a model repeats one byte)
+            if (args.corpus != null && args.save != null && System.getenv("RANK") == null) {
+                GenerateGpt.run(out, "--load", args.save.toString(), "--prompts", "public final class ", "--temperature", "0.7",
+                        "--top_k", "20", "--seed", "1234", "--num-tokens-to-generate", "48",
+                        "--num-attention-heads", String.valueOf(args.numAttentionHeads));
+            }
+        }));
     }
 
     /** A front-end's job once its flags are parsed. */

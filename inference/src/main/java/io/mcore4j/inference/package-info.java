@@ -1,0 +1,8 @@
+/**
+ * Text generation from a GPT of mcore4j-models through the same layers it was trained with: per-layer
+ * key/value caches ({@link io.mcore4j.inference.KvCache}), a prefill and one-token decode steps at any
+ * tensor- and pipeline-parallel size, greedy and seeded temperature/top-k/top-p sampling, batches of
+ * prompts of different lengths, and stopping at an end-of-sequence token or a token budget
+ * ({@link io.mcore4j.inference.Generator}).
+ */
+package io.mcore4j.inference;

@@ -1,0 +1,136 @@
+package io.mcore4j.samples.generate;
+
+import ai.djl.ndarray.types.DataType;
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import io.mcore4j.checkpoint.CheckpointManager;
+import io.mcore4j.models.TransformerConfig;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.HashMap;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * A GPT's shape as a pretrain-gpt checkpoint records it: the global shapes and dtypes of its
+ * {@code model.} tensors in {@code metadata.json}. From them come the layer count, widths, (padded)
+ * vocabulary, MLP kind, norm kind, biases, tied or untied output layer, position embedding and query
+ * groups; the attention-head count, which no shape records, is given by the caller.
+ *
+ * @param directory the checkpoint directory read (an {@code iter_*} directory)
+ * @param shapes global shape by tensor key
+ * @param dtypes safetensors dtype name by tensor key
+ */
+record CheckpointShapes(Path directory, Map<String, long[]> shapes, Map<String, String> dtypes) {
+    private static final String PREFIX = "model.";
+    private static final Pattern LAYER = Pattern.compile("^model\\.decoder\\.layers\\.(\\d+)\\.");
+
+    /**
+     * Reads the newest complete checkpoint under {@code load} (a {@code --save} directory), or
+     * {@code load} itself if it is one checkpoint.
+     *
+     * @param load the directory
+     * @return the shapes
+     * @throws IllegalArgumentException if there is no complete checkpoint or it holds no GPT
+     */
+    static CheckpointShapes read(Path load) {
+        Path dir = Files.isRegularFile(load.resolve("metadata.json")) ? load
+                : new CheckpointManager(load, Integer.MAX_VALUE).latest()
+                        .orElseThrow(() -> new IllegalArgumentException("--load " + load + " holds no complete checkpoint"));
+        JsonObject root;
+        try {
+            root = JsonParser.parseString(Files.readString(dir.resolve("metadata.json"), StandardCharsets.UTF_8)).getAsJsonObject();
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot read " + dir.resolve("metadata.json"), e);
+        }
+        Map<String, long[]> shapes = new HashMap<>();
+        Map<String, String> dtypes = new HashMap<>();
+        for (Map.Entry<String, JsonElement> e : root.getAsJsonObject("tensors").entrySet()) {
+            if (!e.getKey().startsWith(PREFIX)) {
+                continue;
+            }
+            JsonObject t = e.getValue().getAsJsonObject();
+            long[] shape = new long[t.getAsJsonArray("shape").size()];
+            for (int i = 0; i < shape.length; i++) {
+                shape[i] = t.getAsJsonArray("shape").get(i).getAsLong();
+            }
+            shapes.put(e.getKey(), shape);
+            dtypes.put(e.getKey(), t.get("dtype").getAsString());
+        }
+        if (!shapes.containsKey(PREFIX + "embedding.word_embeddings.weight")) {
+            throw new IllegalArgumentException("checkpoint " + dir + " holds no model.embedding.word_embeddings.weight:"
+                    + " not a pretrain-gpt checkpoint");
+        }
+        return new CheckpointShapes(dir, shapes, dtypes);
+    }
+
+    /**
+     * The model config the checkpoint was trained with.
+     *
+     * @param heads attention heads
+     * @param maxSequenceLength positions for a rotary model (a learned table's size comes from the checkpoint)
+     * @param rotaryBase RoPE base
+     * @param normEpsilon norm epsilon
+     * @return the config, without dropout or sequence parallelism
+     * @throws IllegalArgumentException if the heads do not fit the stored widths
+     */
+    TransformerConfig config(int heads, int maxSequenceLength, double rotaryBase, double normEpsilon) {
+        long[] word = shape("embedding.word_embeddings.weight");
+        int vocab = (int) word[0];
+        int hidden = (int) word[1];
+        int layers = 0;
+        for (String key : shapes.keySet()) {
+            Matcher m = LAYER.matcher(key);
+            if (m.find()) {
+                layers = Math.max(layers, Integer.parseInt(m.group(1)) + 1);
+            }
+        }
+        if (layers == 0) {
+            throw new IllegalArgumentException("checkpoint " + directory + " holds no decoder layers");
+        }
+        if (hidden % heads != 0) {
+            throw new IllegalArgumentException("--num-attention-heads " + heads + " does not divide the checkpoint's hidden size " + hidden);
+        }
+        int kv = hidden / heads;
+        long qkvRows = shape("decoder.layers.0.self_attention.linear_qkv.weight")[0];
+        long groups2 = qkvRows / kv - heads;
+        if (qkvRows % kv != 0 || groups2 <= 0 || groups2 % 2 != 0) {
+            throw new IllegalArgumentException("--num-attention-heads " + heads + " does not match the checkpoint's fused QKV of "
+                    + qkvRows + " rows at hidden size " + hidden);
+        }
+        int ffn = (int) shape("decoder.layers.0.mlp.linear_fc2.weight")[1];
+        boolean swiglu = shape("decoder.layers.0.mlp.linear_fc1.weight")[0] == 2L * ffn;
+        boolean layerNorm = has("decoder.layers.0.input_layernorm.bias");
+        long[] position = shapes.get(PREFIX + "embedding.position_embeddings.weight");
+        TransformerConfig.Builder b = TransformerConfig.builder(layers, hidden, heads, vocab)
+                .queryGroups((int) (groups2 / 2)).ffnHiddenSize(ffn)
+                .maxSequenceLength(position != null ? (int) position[0] : maxSequenceLength)
+                .normalization(layerNorm ? TransformerConfig.Normalization.LAYER_NORM : TransformerConfig.Normalization.RMS_NORM, normEpsilon)
+                .positionEmbedding(position != null ? TransformerConfig.PositionEmbedding.LEARNED_ABSOLUTE : TransformerConfig.PositionEmbedding.ROPE)
+                .rotary(rotaryBase, 1.0)
+                .activation(swiglu ? TransformerConfig.Activation.SWIGLU : TransformerConfig.Activation.GELU)
+                .addBiasLinear(has("decoder.layers.0.self_attention.linear_qkv.bias"))
+                .tiedEmbeddings(!has("output_layer.weight"))
+                .dropout(0, 0)
+                .dtype("F16".equals(dtypes.get(PREFIX + "embedding.word_embeddings.weight")) ? DataType.FLOAT16 : DataType.FLOAT32);
+        return b.build();
+    }
+
+    private boolean has(String key) {
+        return shapes.containsKey(PREFIX + key);
+    }
+
+    private long[] shape(String key) {
+        long[] s = shapes.get(PREFIX + key);
+        if (s == null) {
+            throw new IllegalArgumentException("checkpoint " + directory + " has no " + PREFIX + key);
+        }
+        return s;
+    }
+}

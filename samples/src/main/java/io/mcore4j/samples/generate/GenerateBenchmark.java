@@ -1,0 +1,149 @@
+package io.mcore4j.samples.generate;
+
+import ai.djl.Device;
+import ai.djl.engine.Engine;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import com.google.gson.Gson;
+import com.google.gson.JsonArray;
+import com.google.gson.JsonParser;
+import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.inference.Completion;
+import io.mcore4j.inference.Generator;
+import io.mcore4j.inference.SamplingParams;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.inprocess.InJvmWorld;
+
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.concurrent.Callable;
+
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * Greedy-generation throughput of a LLaMA-shaped GPT on one device (a GPU when there is one): loads
+ * weights from a safetensors file in mcore4j's keys, generates a fixed number of tokens for batches of
+ * the given prompts with no early stop, and prints tokens/s per batch size. With
+ * {@code scripts/inference/gpu_generate_bench.sh} it runs beside transformers' {@code generate()} on the
+ * same weights and prompts.
+ */
+@Command(name = "generate-benchmark", mixinStandardHelpOptions = true, sortOptions = false,
+        description = "Prints greedy-generation tokens/s of a LLaMA-shaped GPT.")
+public final class GenerateBenchmark implements Callable<Integer> {
+    @Option(names = "--weights", required = true, description = "safetensors file in mcore4j's parameter keys")
+    Path weights;
+
+    @Option(names = "--prompts", required = true, description = "JSON array of prompts, each an array of token ids (equal lengths)")
+    Path prompts;
+
+    @Option(names = "--output", description = "write each batch size's generated ids of every request here (JSON)")
+    Path output;
+
+    @Option(names = "--batch-sizes", split = ",", defaultValue = "1,16", description = "(default: ${DEFAULT-VALUE})")
+    List<Integer> batchSizes;
+
+    @Option(names = "--num-tokens-to-generate", defaultValue = "256", description = "(default: ${DEFAULT-VALUE})")
+    int tokens;
+
+    @Option(names = "--warmup-tokens", defaultValue = "16", description = "tokens of the untimed run per batch size (default: ${DEFAULT-VALUE})")
+    int warmupTokens;
+
+    @Option(names = "--num-layers", defaultValue = "16") int layers;
+    @Option(names = "--hidden-size", defaultValue = "2048") int hidden;
+    @Option(names = "--num-attention-heads", defaultValue = "32") int heads;
+    @Option(names = "--num-query-groups", defaultValue = "8") int groups;
+    @Option(names = "--ffn-hidden-size", defaultValue = "8192") int ffn;
+    @Option(names = "--vocab-size", defaultValue = "32000") int vocab;
+    @Option(names = "--seq-length", defaultValue = "2048") int seqLength;
+    @Option(names = "--rotary-base", defaultValue = "10000") double rotaryBase;
+    @Option(names = "--norm-epsilon", defaultValue = "1e-5") double normEpsilon;
+    @Option(names = "--fp32", description = "run in float32 instead of float16") boolean fp32;
+
+    /**
+     * Runs the benchmark and exits with its code.
+     *
+     * @param argv flags; {@code --help} lists them
+     */
+    public static void main(String[] argv) {
+        System.exit(new CommandLine(new GenerateBenchmark()).execute(argv));
+    }
+
+    @Override
+    public Integer call() throws Exception {
+        Mcore4j.ensureInitialized();
+        TransformerConfig config = TransformerConfig.builder(layers, hidden, heads, vocab).queryGroups(groups)
+                .ffnHiddenSize(ffn).maxSequenceLength(seqLength)
+                .normalization(TransformerConfig.Normalization.RMS_NORM, normEpsilon)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).rotary(rotaryBase, 1.0)
+                .activation(TransformerConfig.Activation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
+                .dropout(0, 0).dtype(fp32 ? DataType.FLOAT32 : DataType.FLOAT16).build();
+        List<int[]> all = new ArrayList<>();
+        for (var p : JsonParser.parseString(Files.readString(prompts, StandardCharsets.UTF_8)).getAsJsonArray()) {
+            JsonArray ids = p.getAsJsonArray();
+            int[] row = new int[ids.size()];
+            for (int i = 0; i < row.length; i++) {
+                row[i] = ids.get(i).getAsInt();
+            }
+            all.add(row);
+        }
+        Device device = Engine.getInstance().getGpuCount() > 0 ? Device.gpu() : Device.cpu();
+        PrintStream out = System.out;
+        Map<String, List<int[]>> generated = new LinkedHashMap<>();
+        InJvmWorld.run(1, rank -> {
+            ProcessGroups pg = rank.groups(ParallelDims.of(1, 1, 1));
+            try (NDManager root = NDManager.newBaseManager(device); NDManager host = NDManager.newBaseManager(Device.cpu())) {
+                ModelContext ctx = ModelContext.create(config, pg, root, new SeedScheme(1)).withDeviceInitialization();
+                int[] layerNumbers = new int[layers];
+                for (int i = 0; i < layers; i++) {
+                    layerNumbers[i] = i;
+                }
+                GptModel model = GptModel.build(ctx, LayerSpec.tensorParallel(), layerNumbers, true, true);
+                long start = System.nanoTime();
+                SafetensorsWeights.load(weights, model.namedParameters(""), host);
+                out.printf(Locale.ROOT, "mcore4j generate: %s, %d layers, hidden %d, %d heads, %d query groups, ffn %d, vocab %d,"
+                        + " %s, weights loaded in %.1f s%n", device, layers, hidden, heads, groups, ffn, vocab,
+                        config.dtype(), (System.nanoTime() - start) / 1e9);
+                Generator generator = new Generator(model);
+                for (int b : batchSizes) {
+                    if (b > all.size()) {
+                        throw new IllegalArgumentException("batch size " + b + " needs " + b + " prompts, the file has " + all.size());
+                    }
+                    List<int[]> batch = all.subList(0, b);
+                    generator.generate(batch, SamplingParams.greedy(warmupTokens));
+                    long t0 = System.nanoTime();
+                    List<Completion> completions = generator.generate(batch, SamplingParams.greedy(tokens));
+                    double seconds = (System.nanoTime() - t0) / 1e9;
+                    List<int[]> ids = new ArrayList<>();
+                    long count = 0;
+                    for (Completion c : completions) {
+                        ids.add(c.tokens());
+                        count += c.tokens().length;
+                    }
+                    generated.put(String.valueOf(b), ids);
+                    out.printf(Locale.ROOT, "mcore4j generate: batch %d, prompt %d, %d new tokens: %.1f tokens/s (%.2f ms per step, %.2f s)%n",
+                            b, batch.get(0).length, tokens, count / seconds, 1000 * seconds / tokens, seconds);
+                }
+            }
+            return null;
+        });
+        if (output != null) {
+            Files.writeString(output, new Gson().toJson(generated), StandardCharsets.UTF_8);
+        }
+        return 0;
+    }
+}

@@ -1,0 +1,196 @@
+package io.mcore4j.samples.generate;
+
+import ai.djl.ndarray.NDManager;
+import io.mcore4j.checkpoint.DistCheckpointing;
+import io.mcore4j.checkpoint.LoadResult;
+import io.mcore4j.checkpoint.StrictMode;
+import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.data.tokenizer.ByteLevelTokenizer;
+import io.mcore4j.data.tokenizer.Tokenizer;
+import io.mcore4j.inference.Completion;
+import io.mcore4j.inference.Generator;
+import io.mcore4j.inference.SamplingParams;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.parallel.Backend;
+import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.inprocess.InJvmWorld;
+import io.mcore4j.pipeline.LayerAssignment;
+import io.mcore4j.samples.launch.LaunchedRank;
+
+import java.io.PrintStream;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Option;
+
+/**
+ * {@code generate-gpt}: loads the newest checkpoint of a pretrain-gpt run into a GPT at the requested
+ * tensor- and pipeline-parallel sizes (the checkpoint reshards on load; its layout does not matter) and
+ * prints a completion of each prompt. The model's shape comes from the checkpoint's tensor shapes; only
+ * the attention-head count is a flag. Ranks are threads of this JVM on CPU, or launched processes
+ * (torchrun, srun, mpirun) as for pretrain-gpt. Flags follow Megatron-LM's inference flags.
+ */
+@Command(name = "generate-gpt", mixinStandardHelpOptions = true, sortOptions = false,
+        description = "Prints completions of prompts from a pretrain-gpt checkpoint.")
+public final class GenerateGpt implements Callable<Integer> {
+    @Option(names = "--load", required = true, paramLabel = "DIR",
+            description = "a pretrain-gpt --save directory (its newest complete checkpoint) or one checkpoint directory")
+    Path load;
+
+    @Option(names = "--prompts", required = true, arity = "1..*", paramLabel = "TEXT", description = "prompts, completed as one batch")
+    List<String> prompts;
+
+    @Option(names = "--num-tokens-to-generate", defaultValue = "64", description = "most new tokens per prompt (default: ${DEFAULT-VALUE})")
+    int numTokensToGenerate;
+
+    @Option(names = "--greedy", description = "always pick the most likely token (same as --top_k 1)")
+    boolean greedy;
+
+    @Option(names = "--temperature", defaultValue = "1.0", description = "logits divisor when sampling (default: ${DEFAULT-VALUE})")
+    double temperature;
+
+    @Option(names = "--top_k", defaultValue = "0", description = "sample among the k most likely tokens; 0 = all (default: ${DEFAULT-VALUE})")
+    int topK;
+
+    @Option(names = "--top_p", defaultValue = "0.0", description = "nucleus threshold; 0 = off (default: ${DEFAULT-VALUE})")
+    double topP;
+
+    @Option(names = "--seed", defaultValue = "1234", description = "seed of prompt i's generator is seed + i (default: ${DEFAULT-VALUE})")
+    long seed;
+
+    @Option(names = "--num-attention-heads", defaultValue = "4", description = "attention heads of the model (default: ${DEFAULT-VALUE}, the README's main job)")
+    int heads;
+
+    @Option(names = "--seq-length", defaultValue = "2048",
+            description = "max positions of a rotary model; a learned position table's size is read from the checkpoint (default: ${DEFAULT-VALUE})")
+    int seqLength;
+
+    @Option(names = "--rotary-base", defaultValue = "10000", description = "RoPE base of a rotary model (default: ${DEFAULT-VALUE})")
+    double rotaryBase;
+
+    @Option(names = "--norm-epsilon", defaultValue = "1e-5", description = "norm epsilon (default: ${DEFAULT-VALUE})")
+    double normEpsilon;
+
+    @Option(names = "--tokenizer-model", paramLabel = "PATH",
+            description = "a Hugging Face tokenizer.json (or its directory), run by DJL's tokenizers, which must be on the class path;"
+                    + " default: the byte-level tokenizer of pretrain-gpt's corpus")
+    Path tokenizerModel;
+
+    @Option(names = "--tensor-model-parallel-size", defaultValue = "1", description = "(default: ${DEFAULT-VALUE})")
+    int tensorParallel;
+
+    @Option(names = "--pipeline-model-parallel-size", defaultValue = "1", description = "(default: ${DEFAULT-VALUE})")
+    int pipelineParallel;
+
+    @Option(names = "--distributed-timeout-seconds", defaultValue = "600", description = "(default: ${DEFAULT-VALUE})")
+    int timeoutSeconds;
+
+    private PrintStream out = System.out;
+
+    /**
+     * Runs the command and exits with its code.
+     *
+     * @param argv flags; {@code --help} lists them
+     */
+    public static void main(String[] argv) {
+        System.exit(new CommandLine(new GenerateGpt()).execute(argv));
+    }
+
+    /**
+     * Parses flags and runs, printing to {@code out}.
+     *
+     * @param out where completions go
+     * @param argv flags
+     * @return the exit code (0 on success, 2 for bad flags)
+     */
+    public static int run(PrintStream out, String... argv) {
+        GenerateGpt command = new GenerateGpt();
+        command.out = out;
+        return new CommandLine(command).setOut(new java.io.PrintWriter(out, true)).execute(argv);
+    }
+
+    @Override
+    public Integer call() throws Exception {
+        SamplingParams params = greedy ? SamplingParams.greedy(numTokensToGenerate)
+                : SamplingParams.sample(temperature, topK, topP, numTokensToGenerate, seed);
+        CheckpointShapes checkpoint = CheckpointShapes.read(load);
+        TransformerConfig config = checkpoint.config(heads, seqLength, rotaryBase, normEpsilon);
+        Mcore4j.ensureInitialized();
+        int world = tensorParallel * pipelineParallel;
+        boolean launched = System.getenv("RANK") != null || System.getenv("SLURM_PROCID") != null
+                || System.getenv("OMPI_COMM_WORLD_RANK") != null;
+        List<List<Completion>> perRank;
+        List<int[]> ids = new ArrayList<>();
+        try (Tokenizer tokenizer = tokenizer()) {
+            for (String p : prompts) {
+                ids.add(tokenizer.encode(p));
+            }
+            int vocabulary = Math.min(tokenizer.vocabularySize(), config.vocabSize());
+            int eod = tokenizer.endOfDocument().orElse(-1);
+            if (launched) {
+                LaunchedRank rank = LaunchedRank.connect(Duration.ofSeconds(timeoutSeconds));
+                try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
+                    perRank = new ArrayList<>();
+                    perRank.add(complete(config, checkpoint, backend, root, ids, vocabulary, eod, params));
+                }
+            } else {
+                perRank = InJvmWorld.run(world, Duration.ofSeconds(timeoutSeconds),
+                        rank -> complete(config, checkpoint, rank.backend(), rank.manager(), ids, vocabulary, eod, params));
+            }
+            List<Completion> completions = perRank.get(0);
+            if (completions == null) {
+                return 0; // launched, and not world rank 0: rank 0 prints
+            }
+            out.println("generate-gpt: " + checkpoint.directory() + ", " + config.numLayers() + " layers, hidden "
+                    + config.hiddenSize() + ", vocab " + config.vocabSize() + ", TP" + tensorParallel + " x PP" + pipelineParallel);
+            for (int i = 0; i < prompts.size(); i++) {
+                Completion c = completions.get(i);
+                out.println("prompt " + i + ": " + prompts.get(i));
+                out.println("completion " + i + " (" + c.tokens().length + " tokens, " + c.finishReason() + "): "
+                        + tokenizer.decode(c.tokens()));
+            }
+        }
+        return 0;
+    }
+
+    private Tokenizer tokenizer() throws Exception {
+        if (tokenizerModel == null) {
+            return new ByteLevelTokenizer();
+        }
+        try {
+            return io.mcore4j.data.preprocess.HuggingFaceTokenizerAdapter.load(tokenizerModel, null);
+        } catch (NoClassDefFoundError e) {
+            throw new IllegalArgumentException("--tokenizer-model needs DJL's ai.djl.huggingface:tokenizers on the class path", e);
+        }
+    }
+
+    private List<Completion> complete(TransformerConfig config, CheckpointShapes checkpoint, Backend backend, NDManager root,
+                                      List<int[]> ids, int vocabulary, int eod, SamplingParams params) {
+        ParallelDims dims = ParallelDims.of(backend.worldSize(), tensorParallel, pipelineParallel);
+        config.validate(dims, 0);
+        ProcessGroups groups = ProcessGroups.create(dims, backend);
+        int stage = groups.pipelineRank();
+        int[] layers = LayerAssignment.even(config.numLayers(), pipelineParallel, 1).layers(stage, 0);
+        // the weights are overwritten by the checkpoint: draw the initial ones on the device, per rank
+        ModelContext ctx = ModelContext.create(config, groups, root, new SeedScheme(seed)).withDeviceInitialization();
+        GptModel model = GptModel.build(ctx, LayerSpec.tensorParallel(), layers, stage == 0, stage == pipelineParallel - 1);
+        List<ShardedTensor> targets = model.shardedState("model.");
+        LoadResult loaded = DistCheckpointing.load(checkpoint.directory(), targets, groups.world(), StrictMode.RETURN_ALL);
+        if (!loaded.missingKeys().isEmpty()) {
+            throw new IllegalArgumentException("checkpoint " + checkpoint.directory() + " lacks " + loaded.missingKeys());
+        }
+        List<Completion> completions = new Generator(model, vocabulary, eod).generate(ids, params);
+        return groups.worldRank() == 0 ? completions : null;
+    }
+}

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Generation throughput on one GPU: mcore4j's Generator against transformers' generate() on the same
+# ~1.1B LLaMA-shaped weights and prompts, greedy, 256 new tokens, batch 1 and 16, in one call.
+#
+# Needs: python3 with torch (CUDA), transformers and safetensors; java; CP = the runtime class path of
+# mcore4j-samples (its jars and dependencies, DJL's JNI for the host's libtorch: see
+# ../shared/gpu/README.md and host-env.sh).
+#   CP=... scripts/inference/gpu_generate_bench.sh [WORK_DIR]
+# Prints one line per batch size from each side, then how many leading ids the two agree on.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+WORK="${1:-/tmp/mcore4j-generate-bench}"
+: "${CP:?set CP to the runtime class path of mcore4j-samples}"
+JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
+
+python3 "$HERE/gpu_generate_bench.py" make "$WORK"
+CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" "$JAVA" -Xmx16g -Dai.djl.offline=true -cp "$CP" \
+  io.mcore4j.samples.generate.GenerateBenchmark --weights "$WORK/mcore4j.safetensors" \
+  --prompts "$WORK/prompts.json" --output "$WORK/mcore4j_tokens.json" --batch-sizes 1,16 --num-tokens-to-generate 256
+CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" python3 "$HERE/gpu_generate_bench.py" hf "$WORK"
+python3 "$HERE/gpu_generate_bench.py" compare "$WORK"
