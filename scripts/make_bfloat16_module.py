@@ -7,6 +7,8 @@ steps inside libtorch instead. It has no parameters; each method is one libtorch
 - forward(x): a detached bfloat16 copy of x (rounded to nearest even), on x's device
 - dtype_code(x): x's c10::ScalarType code (15 is bfloat16)
 - to_device(x, like): x moved (or copied) to like's device, dtype unchanged
+- empty(like): an uninitialised bfloat16 tensor of like's shape on like's device (like may be an
+  expanded view: only its shape and device are read)
 
 Usage: python3 scripts/make_bfloat16_module.py core/src/main/resources/io/mcore4j/core/torchscript/bfloat16.pt
 """
@@ -28,6 +30,10 @@ class BFloat16Bridge(torch.nn.Module):
     def to_device(self, x: Tensor, like: Tensor) -> Tensor:
         return x.detach().to(like.device, copy=True)
 
+    @torch.jit.export
+    def empty(self, like: Tensor) -> Tensor:
+        return torch.empty(like.size(), dtype=torch.bfloat16, device=like.device)
+
 
 def check(module: torch.jit.ScriptModule) -> None:
     x = torch.tensor([1.0, -2.5, 0.1, 3.0e38, 1.0e-40])
@@ -38,6 +44,9 @@ def check(module: torch.jit.ScriptModule) -> None:
         raise SystemExit("the scripted dtype code is wrong")
     if not torch.equal(module.to_device(b, x), b):
         raise SystemExit("the scripted device move changed the values")
+    e = module.empty(torch.zeros(1).expand(2, 3))
+    if e.dtype != torch.bfloat16 or e.shape != (2, 3):
+        raise SystemExit(f"the scripted empty gave {e.dtype} {e.shape}")
 
 
 def main(path: str) -> None:

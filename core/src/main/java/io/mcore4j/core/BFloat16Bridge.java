@@ -21,6 +21,7 @@ final class BFloat16Bridge {
 
     private final TorchScriptModule module;
     private final NDArray toDeviceMethod;
+    private final NDArray emptyMethod;
 
     private BFloat16Bridge() {
         NDManager owner = Mcore4j.newRootManager();
@@ -29,6 +30,8 @@ final class BFloat16Bridge {
         NDManager host = owner.newSubManager(Device.cpu());
         this.toDeviceMethod = host.zeros(new Shape());
         toDeviceMethod.setName("module_method:to_device");
+        this.emptyMethod = host.zeros(new Shape());
+        emptyMethod.setName("module_method:empty");
     }
 
     /** @return the process's bridge, loaded on first use */
@@ -70,6 +73,30 @@ final class BFloat16Bridge {
             out.attach(owner);
             return out;
         }
+    }
+
+    /**
+     * @param owner the manager that owns the result
+     * @param shape the shape
+     * @param device the device
+     * @return an uninitialised bfloat16 tensor
+     */
+    NDArray empty(NDManager owner, Shape shape, Device device) {
+        try (NDManager temp = owner.newSubManager(device)) {
+            // only the template's shape and device are read: a broadcast view of one element
+            NDArray one = temp.zeros(new Shape(1), ai.djl.ndarray.types.DataType.INT8, device);
+            NDArray like = shape.dimension() == 0 ? one.reshape(new Shape()) : one.reshape(ones(shape.dimension())).broadcast(shape);
+            like.attach(temp);
+            NDArray out = module.forward(emptyMethod, like).singletonOrThrow();
+            out.attach(owner);
+            return out;
+        }
+    }
+
+    private static Shape ones(int dims) {
+        long[] d = new long[dims];
+        java.util.Arrays.fill(d, 1);
+        return new Shape(d);
     }
 
     /**

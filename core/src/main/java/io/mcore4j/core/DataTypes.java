@@ -135,6 +135,22 @@ public final class DataTypes {
     }
 
     /**
+     * An uninitialised tensor, like DJL's {@link NDManager#create(Shape, DataType, Device)}.
+     *
+     * @param owner the manager that owns the result
+     * @param shape the shape
+     * @param dtype any creatable dtype, bfloat16 included
+     * @param device the device
+     * @return the new tensor, contents undefined
+     */
+    public static NDArray empty(NDManager owner, Shape shape, DataType dtype, Device device) {
+        if (dtype == DataType.BFLOAT16) {
+            return BFloat16Bridge.get().empty(owner, shape, device);
+        }
+        return owner.create(shape, checked(dtype), device);
+    }
+
+    /**
      * @param owner the manager that owns the result
      * @param shape the shape
      * @param dtype any creatable dtype, bfloat16 included

@@ -107,6 +107,10 @@ class DataTypesTest {
             assertEquals(6, DataTypes.toType(o, DataType.FLOAT32, false).sum().getFloat());
             assertArrayEquals(new float[] {bf16Value(0.1f), bf16Value(0.1f), bf16Value(0.1f)},
                     DataTypes.toType(f, DataType.FLOAT32, false).toFloatArray(), 0f);
+            NDArray e = DataTypes.empty(m, new Shape(4, 5), DataType.BFLOAT16, Device.cpu());
+            assertEquals(DataType.BFLOAT16, DataTypes.of(e));
+            assertEquals(new Shape(4, 5), e.getShape());
+            assertEquals(new Shape(), DataTypes.empty(m, new Shape(), DataType.BFLOAT16, Device.cpu()).getShape());
             NDArray moved = DataTypes.toDevice(f, Device.cpu(), true);
             assertEquals(DataType.BFLOAT16, DataTypes.of(moved));
             assertArrayEquals(DataTypes.toBytes(f), DataTypes.toBytes(moved));

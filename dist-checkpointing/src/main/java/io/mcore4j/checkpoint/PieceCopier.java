@@ -30,6 +30,7 @@ final class PieceCopier implements AutoCloseable {
     private final NDManager scratch;
     private ByteBuffer staging;
     private ByteBuffer window;
+    private ByteBuffer wide;
 
     PieceCopier(int chunkBytes, NDManager scratch) {
         this.chunkBytes = chunkBytes;
@@ -73,7 +74,8 @@ final class PieceCopier implements AutoCloseable {
         }
         ByteBuffer dest = staging((int) bytes);
         readBox(file, label, dataStart, stored, dtype.bytes(), slab, dest);
-        NDArray values = scratch.create(dest, new Shape(slab.shape()), dtype.dataType());
+        NDArray values = dtype == SafetensorsDtype.BF16 ? widened(dest, new Shape(slab.shape()))
+                : scratch.create(dest, new Shape(slab.shape()), dtype.dataType());
         try {
             if (!target.getDevice().equals(values.getDevice())) {
                 NDArray moved = values.toDevice(target.getDevice(), true);
@@ -202,6 +204,25 @@ final class PieceCopier implements AutoCloseable {
         return staging.slice(0, bytes);
     }
 
+    /**
+     * bfloat16 values as a float32 array: DJL cannot create a bfloat16 tensor, but every bfloat16 is
+     * a float32 with the low 16 bits zero, and the copy into a bfloat16 target rounds each back to
+     * the same bits (NaN payloads aside).
+     */
+    private NDArray widened(ByteBuffer bf16, Shape shape) {
+        int n = Math.toIntExact(shape.size());
+        if (wide == null || wide.capacity() < 4 * n) {
+            wide = ByteBuffer.allocateDirect(Math.max(4 * n, 4 * (chunkBytes / 2))).order(java.nio.ByteOrder.nativeOrder());
+        }
+        ByteBuffer in = bf16.duplicate().order(java.nio.ByteOrder.LITTLE_ENDIAN);
+        wide.clear();
+        for (int i = 0; i < n; i++) {
+            wide.putInt((in.getShort() & 0xFFFF) << 16);
+        }
+        wide.flip();
+        return scratch.create(wide.asFloatBuffer(), shape, ai.djl.ndarray.types.DataType.FLOAT32);
+    }
+
     private ByteBuffer window() {
         if (window == null) {
             window = ByteBuffer.allocateDirect(WINDOW_BYTES);
@@ -213,5 +234,6 @@ final class PieceCopier implements AutoCloseable {
     public void close() {
         staging = null;
         window = null;
+        wide = null;
     }
 }

@@ -2,9 +2,13 @@ package io.mcore4j.checkpoint;
 
 import ai.djl.ndarray.types.DataType;
 
-/** The dtypes a checkpoint stores, under their safetensors names. bfloat16 is absent: DJL's PyTorch engine cannot create it. */
+/**
+ * The dtypes a checkpoint stores, under their safetensors names. bfloat16 is {@code BF16}, two bytes
+ * per element, bit for bit (its tensors are read and written through {@link io.mcore4j.core.DataTypes}).
+ */
 enum SafetensorsDtype {
     F16(DataType.FLOAT16, 2),
+    BF16(DataType.BFLOAT16, 2),
     F32(DataType.FLOAT32, 4),
     F64(DataType.FLOAT64, 8),
     I8(DataType.INT8, 1),
@@ -40,7 +44,7 @@ enum SafetensorsDtype {
                 return d;
             }
         }
-        throw new IllegalArgumentException("dtype " + type + " cannot be stored; supported: float16, float32, "
+        throw new IllegalArgumentException("dtype " + type + " cannot be stored; supported: float16, bfloat16, float32, "
                 + "float64, int8, uint8, int32, int64, boolean");
     }
 

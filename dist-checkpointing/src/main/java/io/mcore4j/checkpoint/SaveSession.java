@@ -10,6 +10,7 @@ import io.mcore4j.checkpoint.ShardFileWriter.PendingTensor;
 import io.mcore4j.checkpoint.json.Json;
 import io.mcore4j.checkpoint.json.JsonException;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.Communicator;
@@ -266,7 +267,7 @@ final class SaveSession {
         NDArray host = Tensors.detach(data, owner);
         boolean onHost = host.getDevice().equals(Device.cpu());
         if (!onHost) {
-            host = host.toDevice(Device.cpu(), true);
+            host = DataTypes.toDevice(host, Device.cpu(), true);
             host.attach(owner);
         }
         NDArray flat = host.flatten(); // a view of a contiguous tensor, a contiguous copy otherwise

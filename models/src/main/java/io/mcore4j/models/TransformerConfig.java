@@ -31,7 +31,7 @@ import io.mcore4j.parallel.ParallelDims;
  * @param initStd standard deviation of normal initialisation
  * @param recompute activation recompute granularity
  * @param sequenceParallel shard norms, dropout and residuals along the sequence over TP
- * @param dtype parameter and compute dtype (FLOAT32 or FLOAT16)
+ * @param dtype parameter and compute dtype (Megatron's params_dtype): FLOAT32, FLOAT16 or BFLOAT16
  * @param moe mixture-of-experts settings, or null for dense MLPs
  * @param cpCommType how attention exchanges keys and values across the context-parallel group
  *     (Megatron's {@code cp_comm_type}); unused when the context-parallel size is 1
@@ -133,9 +133,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         if (positionEmbedding == PositionEmbedding.ROPE && ((int) Math.round(kvChannels * rotaryPercent)) % 2 != 0) {
             throw new IllegalArgumentException("rotary dims " + kvChannels + " x " + rotaryPercent + " must be even");
         }
-        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16) {
-            throw new IllegalArgumentException("dtype " + dtype + " is not supported: use float32 or float16"
-                    + " (bfloat16 is unavailable through DJL's PyTorch engine)");
+        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16 && dtype != DataType.BFLOAT16) {
+            throw new IllegalArgumentException("dtype " + dtype + " is not supported: use float32, float16 or bfloat16");
         }
         if (ropeScaling != null && positionEmbedding != PositionEmbedding.ROPE) {
             throw new IllegalArgumentException("rope scaling needs rotary position embeddings, got " + positionEmbedding);

@@ -1,6 +1,7 @@
 package io.mcore4j.moe;
 
 import ai.djl.ndarray.NDArray;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
@@ -50,7 +51,7 @@ public final class AuxLossAutoScaler implements Function {
     @Override
     public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
         NDArray loss = ctx.state(NDArray.class);
-        NDArray lossGrad = ctx.manager().full(loss.getShape(), (float) scale.get(), loss.getDataType(), loss.getDevice());
+        NDArray lossGrad = DataTypes.full(ctx.manager(), loss.getShape(), scale.get(), DataTypes.of(loss), loss.getDevice());
         return new NDArray[] {gradOutputs[0], lossGrad};
     }
 

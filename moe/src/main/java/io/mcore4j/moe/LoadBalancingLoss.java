@@ -3,6 +3,7 @@ package io.mcore4j.moe;
 import io.mcore4j.core.Tensors;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.DataTypes;
 
 /**
  * The auxiliary losses of the router, as differentiable scalars (recorded by libtorch autograd).
@@ -33,7 +34,7 @@ public final class LoadBalancingLoss {
                               double coeff, NDManager owner) {
         double factor = numExperts * coeff / (topK * totalTokens * totalTokens);
         NDArray perExpert = LocalOps.own(scores.sum(new int[] {0}), owner);
-        NDArray weighted = LocalOps.own(perExpert.mul(counts.toType(perExpert.getDataType(), false)).sum(), owner);
+        NDArray weighted = LocalOps.own(perExpert.mul(DataTypes.toType(counts, DataTypes.of(perExpert), false)).sum(), owner);
         return Tensors.scale(weighted, factor, owner);
     }
 

@@ -127,9 +127,8 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, Activation 
         if (!(outputInitStd > 0) || Double.isInfinite(outputInitStd)) {
             throw new IllegalArgumentException("output init std " + outputInitStd + " must be finite and > 0");
         }
-        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16) {
-            throw new IllegalArgumentException("dtype " + dtype + " is not supported: use FLOAT32 or FLOAT16"
-                    + " (bfloat16 is unavailable through DJL's PyTorch engine)");
+        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16 && dtype != DataType.BFLOAT16) {
+            throw new IllegalArgumentException("dtype " + dtype + " is not supported: use FLOAT32, FLOAT16 or BFLOAT16");
         }
     }
 

@@ -4,6 +4,7 @@ import io.mcore4j.core.autograd.Cast;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.nn.Module;
@@ -147,7 +148,7 @@ public final class MoeLayer implements Module {
         TokenDispatcher.Dispatched dispatched = dispatcher.dispatch(scope, tokens, routing);
         NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert());
         NDArray combined = dispatched.combine(scope, expertOutput);
-        NDArray out = LocalOps.own(Cast.apply(scope, combined, hidden.getDataType()).reshape(seq, batch, hiddenSize), m);
+        NDArray out = LocalOps.own(Cast.apply(scope, combined, DataTypes.of(hidden)).reshape(seq, batch, hiddenSize), m);
         if (splitHere) {
             out = Mappings.gatherFromSequenceParallelRegion(scope, tp, out, false);
         }

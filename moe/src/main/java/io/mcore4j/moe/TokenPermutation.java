@@ -7,6 +7,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
 
 /**
@@ -98,10 +99,10 @@ final class TokenPermutation {
         NDArray validRow = LocalOps.own(valid.toType(DataType.INT64, false), owner);
         NDArray rows = LocalOps.own(slotPosition.mul(validRow).add(validRow.neg().add(1).mul(pairs)), owner);
         NDArray withZeroRow = LocalOps.own(NDArrays.concat(new NDList(expertOutput,
-                owner.zeros(new Shape(1, hidden), expertOutput.getDataType())), 0), owner);
+                DataTypes.zeros(owner, new Shape(1, hidden), DataTypes.of(expertOutput))), 0), owner);
         NDArray picked = LocalOps.rows(withZeroRow, rows.reshape(-1), owner).reshape(tokens, slots, hidden);
-        NDArray weights = LocalOps.own(probs.gather(slotExperts, 1).mul(valid.toType(probs.getDataType(), false)), owner);
+        NDArray weights = LocalOps.own(probs.gather(slotExperts, 1).mul(DataTypes.toType(valid, DataTypes.of(probs), false)), owner);
         NDArray weighted = LocalOps.own(picked.mul(weights.expandDims(2)), owner);
-        return Cast.apply(scope, LocalOps.own(weighted.sum(new int[] {1}), owner), expertOutput.getDataType());
+        return Cast.apply(scope, LocalOps.own(weighted.sum(new int[] {1}), owner), DataTypes.of(expertOutput));
     }
 }

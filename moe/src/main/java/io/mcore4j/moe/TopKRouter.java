@@ -7,6 +7,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -134,7 +135,7 @@ public final class TopKRouter implements Module {
             NDArray mask = TokenDropping.capacityMask(probs, selected, capacity, config.dropPolicy(), m);
             kept = LocalOps.own(selected.mul(mask), m);
             dispatched = config.padToCapacity() ? mask : kept;
-            probs = LocalOps.own(probs.mul(kept.toType(probs.getDataType(), false)), m);
+            probs = LocalOps.own(probs.mul(DataTypes.toType(kept, DataTypes.of(probs), false)), m);
         }
         if (training) {
             probs = attachLoadBalancingLosses(scope, probs, logits, sequenceLength, batchSize);
@@ -176,7 +177,7 @@ public final class TopKRouter implements Module {
         NDArray x = tokens;
         if (jitter != null) {
             double eps = config.inputJitter();
-            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), x.getDataType()).mul(2 * eps).add(1 - eps), m);
+            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), DataTypes.of(x)).mul(2 * eps).add(1 - eps), m);
             x = LocalOps.own(x.mul(noise), m);
         }
         NDArray w = weight.data();

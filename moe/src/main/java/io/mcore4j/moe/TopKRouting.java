@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.nn.Activation;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 
@@ -52,7 +53,7 @@ public final class TopKRouting {
                     + ": expected [tokens, experts] logits and 1 <= k <= experts");
         }
         NDManager m = scope.manager();
-        DataType dtype = logits.getDataType();
+        DataType dtype = DataTypes.of(logits);
         NDArray indices;
         NDArray probs;
         if (score == MoeConfig.RouterScore.SIGMOID) {
@@ -72,7 +73,7 @@ public final class TopKRouting {
         int experts = (int) logits.getShape().get(1);
         NDArray oneHot = LocalOps.own(indices.oneHot(experts), m); // [T, k, E]
         NDArray routingMap = LocalOps.own(oneHot.sum(new int[] {1}), m);
-        NDArray scattered = LocalOps.own(oneHot.toType(dtype, false).mul(probs.expandDims(2)).sum(new int[] {1}), m);
+        NDArray scattered = LocalOps.own(DataTypes.toType(oneHot, dtype, false).mul(probs.expandDims(2)).sum(new int[] {1}), m);
         return new Selection(indices, probs, scattered, routingMap);
     }
 
@@ -110,7 +111,7 @@ public final class TopKRouting {
         if (expertBias == null) {
             return scores;
         }
-        return LocalOps.own(scores.stopGradient().toType(DataType.FLOAT32, false).add(expertBias), m);
+        return LocalOps.own(DataTypes.toType(scores.stopGradient(), DataType.FLOAT32, false).add(expertBias), m);
     }
 
     private static NDArray topIndices(NDManager m, NDArray scores, int k) {

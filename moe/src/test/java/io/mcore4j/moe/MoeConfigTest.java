@@ -36,7 +36,7 @@ class MoeConfigTest {
         refused("shared expert ffn hidden size must be >= 0 (0 = none), got -1",
                 () -> MoeConfig.builder(4, 2, 8).sharedExpertFfnHiddenSize(-1).build());
         refused("init std 0.0 must be finite and > 0", () -> MoeConfig.builder(4, 2, 8).initStd(0).build());
-        refused("dtype int32 is not supported: use FLOAT32 or FLOAT16 (bfloat16 is unavailable through DJL's PyTorch engine)",
+        refused("dtype int32 is not supported: use FLOAT32, FLOAT16 or BFLOAT16",
                 () -> MoeConfig.builder(4, 2, 8).dtype(DataType.INT32).build());
     }
 

@@ -7,6 +7,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
@@ -136,7 +137,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             if (!all.add(p)) {
                 throw new IllegalArgumentException("parameter " + p + " is listed twice");
             }
-            DataType dtype = p.data().getDataType();
+            DataType dtype = DataTypes.of(p.data());
             if (!Tensors.isFloating(dtype)) {
                 throw new IllegalArgumentException("parameter " + p + " has dtype " + dtype + "; expected a floating type");
             }
@@ -400,7 +401,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         for (Parameter p : members) {
             total += p.data().getShape().size();
         }
-        NDArray flat = temp.create(new Shape(total), reductionDtype(members));
+        NDArray flat = DataTypes.empty(temp, new Shape(total), reductionDtype(members), temp.getDevice());
         long offset = 0;
         for (Parameter p : members) {
             long n = p.data().getShape().size();
@@ -417,12 +418,12 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     }
 
     private DataType reductionDtype(List<Parameter> members) {
-        DataType first = members.get(0).data().getDataType();
+        DataType first = DataTypes.of(members.get(0).data());
         if (config.gradReduceInFp32()) {
             return DataType.FLOAT32;
         }
         for (Parameter p : members) {
-            if (p.data().getDataType() != first) {
+            if (DataTypes.of(p.data()) != first) {
                 return DataType.FLOAT32;
             }
         }
@@ -464,7 +465,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         boolean scatter = config.useDistributedOptimizer() && group.size() > 1;
         // the buffer is the result unless a reduce-scatter leaves only a shard of it
         NDManager buffers = scatter ? owner.newSubManager() : owner;
-        NDArray flat = buffers.create(new Shape(bucket.paddedNumel), bucket.gradDtype);
+        NDArray flat = DataTypes.empty(buffers, new Shape(bucket.paddedNumel), bucket.gradDtype, buffers.getDevice());
         try (NDManager temp = owner.newSubManager()) {
             for (GradientBucket.Slot slot : bucket.slots) {
                 copyGradient(slot.param(), summed, flat, slot.offset(), temp);

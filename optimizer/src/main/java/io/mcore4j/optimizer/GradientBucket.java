@@ -1,6 +1,7 @@
 package io.mcore4j.optimizer;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroups;
@@ -105,7 +106,7 @@ final class GradientBucket {
         for (Parameter p : params) {
             // grouping by the full norm predicate would give data-parallel rank 0 other buckets
             // than its peers; its data-parallel factor is the same for the whole group anyway
-            Kind kind = new Kind(p.kind() == Parameter.Kind.EXPERT, p.data().getDataType(), UpdateRule.decays(p),
+            Kind kind = new Kind(p.kind() == Parameter.Kind.EXPERT, DataTypes.of(p.data()), UpdateRule.decays(p),
                     GradientNorm.countsOnModelParallelRank(p, sharedEmbedding.test(p), groups));
             byKind.computeIfAbsent(kind, k -> new ArrayList<>()).add(p);
         }

@@ -9,6 +9,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
@@ -85,6 +86,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         this.groups = groups;
         this.config = config;
         this.layout = layout;
+        requireHalfPrecisionMatches(ddp.buckets(), config);
         this.scaler = config.fp16() ? DynamicLossScaler.from(config) : null;
         this.manager = ddp.manager().newSubManager();
         this.rule = UpdateRule.of(config, manager);
@@ -204,7 +206,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 continue;
             }
             NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
-                    : own(s.master.toType(bucket.paramDtype, false), temp);
+                    : own(DataTypes.toType(s.master, bucket.paramDtype, false), temp);
             NDArray full = bucket.group.allGather(local, 0, temp);
             for (GradientBucket.Slot slot : bucket.slots) {
                 NDArray view = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
@@ -217,6 +219,24 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     /** @return whether this rank holds only a shard of the bucket's master weights (distributed optimizer) */
     private boolean sharded(GradientBucket bucket) {
         return config.useDistributedOptimizer() && bucket.group.size() > 1;
+    }
+
+    /**
+     * A half-precision parameter must match the configured precision: float16 needs the loss scaling
+     * of {@code fp16}, and a bfloat16 model run with {@code fp16} would scale a loss that never
+     * needed it (and one with neither flag would be stepped as if float32 was the plan).
+     */
+    private static void requireHalfPrecisionMatches(List<GradientBucket> buckets, OptimizerConfig config) {
+        for (GradientBucket bucket : buckets) {
+            DataType dtype = bucket.paramDtype;
+            boolean ok = dtype == DataType.FLOAT32 || dtype == DataType.FLOAT64
+                    || (dtype == DataType.FLOAT16 && config.fp16()) || (dtype == DataType.BFLOAT16 && config.bf16());
+            if (!ok) {
+                throw new IllegalArgumentException("parameters of dtype " + dtype + " (" + bucket.slots.get(0).param()
+                        + ", ...) do not match the optimizer's precision " + config.precision() + ": use "
+                        + (dtype == DataType.FLOAT16 ? "fp16(true)" : "bf16(true)") + " for " + dtype + " parameters");
+            }
+        }
     }
 
     @Override
@@ -252,7 +272,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     }
 
     private static long bytes(NDArray t) {
-        return t.getShape().size() * t.getDataType().getNumOfBytes();
+        return t.getShape().size() * DataTypes.of(t).getNumOfBytes();
     }
 
     @Override

@@ -1,5 +1,7 @@
 package io.mcore4j.optimizer;
 
+import io.mcore4j.core.Precision;
+
 import java.util.Objects;
 
 /**
@@ -15,6 +17,8 @@ import java.util.Objects;
  * @param sgdMomentum SGD momentum (0 = plain SGD)
  * @param clipGrad maximum global L2 norm of the gradients; 0 turns clipping off
  * @param fp16 whether model parameters are float16 (fp32 master weights and dynamic loss scaling)
+ * @param bf16 whether model parameters are bfloat16 (fp32 master weights and optimizer state, no loss
+ *     scaling); exclusive with {@code fp16}
  * @param initialLossScale first loss scale when {@code fp16}
  * @param minLossScale the scale never backs off below this
  * @param lossScaleWindow steps without inf/NaN after which the scale doubles (growth interval)
@@ -22,7 +26,8 @@ import java.util.Objects;
  * @param useDistributedOptimizer shard master weights and optimizer moments over data-parallel ranks (ZeRO-1)
  * @param bucketSizeBytes target size of one gradient bucket, in bytes of the reduction dtype
  * @param averageInCollective average with an AVG collective instead of pre-dividing by the group size and summing
- * @param gradReduceInFp32 reduce gradients in float32 even when parameters are float16
+ * @param gradReduceInFp32 reduce gradients in float32 even when parameters are float16 or bfloat16
+ *     (Megatron's {@code --accumulate-allreduce-grads-in-fp32}; on by default here)
  * @param countZerosInGrad count zero gradient elements at each step ({@link StepResult#numZeros()}), one extra reduction
  * @param fusedAdam run Adam/AdamW through libtorch's fused kernel (one pass over each bucket instead of
  *     about a dozen), by way of a TorchScript module mcore4j ships; same state and checkpoints
@@ -31,7 +36,7 @@ import java.util.Objects;
  *     {@code --overlap-grad-reduce}); see {@link DistributedDataParallel#expectBackwardPasses}
  */
 public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, double beta2, double eps,
-                              double weightDecay, double sgdMomentum, double clipGrad, boolean fp16,
+                              double weightDecay, double sgdMomentum, double clipGrad, boolean fp16, boolean bf16,
                               double initialLossScale, double minLossScale, int lossScaleWindow, int hysteresis,
                               boolean useDistributedOptimizer, long bucketSizeBytes, boolean averageInCollective,
                               boolean gradReduceInFp32, boolean countZerosInGrad, boolean fusedAdam, boolean overlapGradReduce) {
@@ -62,6 +67,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         atLeast("weight decay", weightDecay, 0);
         unitInterval("SGD momentum", sgdMomentum);
         atLeast("gradient clipping norm", clipGrad, 0);
+        Precision.of(fp16, bf16); // refuses both
         if (!(initialLossScale > 0) || Double.isInfinite(initialLossScale)) {
             throw new IllegalArgumentException("initial loss scale " + initialLossScale + " must be finite and > 0");
         }
@@ -78,6 +84,13 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         if (bucketSizeBytes < 1) {
             throw new IllegalArgumentException("bucket size " + bucketSizeBytes + " bytes must be >= 1");
         }
+    }
+
+    /**
+     * @return the training precision these flags select
+     */
+    public Precision precision() {
+        return Precision.of(fp16, bf16);
     }
 
     private static void atLeast(String what, double value, double min) {
@@ -110,7 +123,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
      */
     public Builder toBuilder() {
         return new Builder().algorithm(algorithm).lr(lr).beta1(beta1).beta2(beta2).eps(eps).weightDecay(weightDecay)
-                .sgdMomentum(sgdMomentum).clipGrad(clipGrad).fp16(fp16).initialLossScale(initialLossScale)
+                .sgdMomentum(sgdMomentum).clipGrad(clipGrad).fp16(fp16).bf16(bf16).initialLossScale(initialLossScale)
                 .minLossScale(minLossScale).lossScaleWindow(lossScaleWindow).hysteresis(hysteresis)
                 .useDistributedOptimizer(useDistributedOptimizer).bucketSizeBytes(bucketSizeBytes)
                 .averageInCollective(averageInCollective).gradReduceInFp32(gradReduceInFp32)
@@ -128,6 +141,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         private double sgdMomentum = 0.9;
         private double clipGrad = 1.0;
         private boolean fp16;
+        private boolean bf16;
         private double initialLossScale = 65536;
         private double minLossScale = 1;
         private int lossScaleWindow = 1000;
@@ -208,6 +222,24 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
             return this;
         }
 
+        /** @param v bfloat16 parameters: fp32 master weights and optimizer state, no loss scaling @return this */
+        public Builder bf16(boolean v) {
+            bf16 = v;
+            return this;
+        }
+
+        /**
+         * Sets {@code fp16} and {@code bf16} from a precision.
+         *
+         * @param p the training precision
+         * @return this
+         */
+        public Builder precision(Precision p) {
+            fp16 = p == Precision.FP16;
+            bf16 = p == Precision.BF16;
+            return this;
+        }
+
         /** @param v initial loss scale @return this */
         public Builder initialLossScale(double v) {
             initialLossScale = v;
@@ -269,7 +301,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
          * @throws IllegalArgumentException if an option is out of range
          */
         public OptimizerConfig build() {
-            return new OptimizerConfig(algorithm, lr, beta1, beta2, eps, weightDecay, sgdMomentum, clipGrad, fp16,
+            return new OptimizerConfig(algorithm, lr, beta1, beta2, eps, weightDecay, sgdMomentum, clipGrad, fp16, bf16,
                     initialLossScale, minLossScale, lossScaleWindow, hysteresis, useDistributedOptimizer,
                     bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad, fusedAdam, overlapGradReduce);
         }

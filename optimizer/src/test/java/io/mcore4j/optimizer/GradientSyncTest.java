@@ -8,6 +8,8 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.Precision;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
@@ -16,17 +18,17 @@ import io.mcore4j.parallel.inprocess.InJvmWorld;
 import java.util.List;
 
 import org.junit.jupiter.params.ParameterizedTest;
-import org.junit.jupiter.params.provider.ValueSource;
+import org.junit.jupiter.params.provider.CsvSource;
 
 /**
  * {@link DistributedDataParallel#finishGradSync()} at TP2 x DP1, where the data-parallel reduction
- * changes nothing: float16 gradients land cast in the bucket buffers, a parameter without a
+ * changes nothing: float16 and bfloat16 gradients land cast in the bucket buffers, a parameter without a
  * gradient contributes zeros, and the sequence-parallel gradient is summed over TP both in the
  * buffer and in its {@code .grad} (the one write-back that is not skipped).
  */
 class GradientSyncTest {
 
-    /** Small multiples of 1/8: exact in float16, and so are their sums. */
+    /** Small multiples of 1/8: exact in float16 and bfloat16, and so are their sums. */
     private static float[] values(int seed, int n) {
         float[] out = new float[n];
         for (int i = 0; i < n; i++) {
@@ -36,19 +38,20 @@ class GradientSyncTest {
     }
 
     @ParameterizedTest
-    @ValueSource(booleans = {true, false})
-    void float16GradientsAreCopiedCastAndOnlyPreSummedOnesAreWrittenBack(boolean reduceInFp32) {
-        OptimizerConfig config = OptimizerConfig.builder().fp16(true).gradReduceInFp32(reduceInFp32).build();
+    @CsvSource({"FLOAT16, true", "FLOAT16, false", "BFLOAT16, true", "BFLOAT16, false"})
+    void halfPrecisionGradientsAreCopiedCastAndOnlyPreSummedOnesAreWrittenBack(DataType dtype, boolean reduceInFp32) {
+        OptimizerConfig config = OptimizerConfig.builder().precision(Precision.ofParamDtype(dtype))
+                .gradReduceInFp32(reduceInFp32).build();
         InJvmWorld.run(2, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.of(2, 2, 1));
             NDManager m = rank.manager();
             int tp = groups.tensorParallelRank();
-            Parameter weight = new Parameter("weight", half(m, values(tp, 6), 2, 3), new Parameter.Partition(0, tp, 2),
+            Parameter weight = new Parameter("weight", half(m, dtype, values(tp, 6), 2, 3), new Parameter.Partition(0, tp, 2),
                     Parameter.Kind.DENSE);
-            Parameter bias = Parameter.replicated("bias", half(m, values(5, 3), 3));
-            Parameter norm = new Parameter("norm", half(m, values(6, 3), 3), Parameter.Partition.NONE,
+            Parameter bias = Parameter.replicated("bias", half(m, dtype, values(5, 3), 3));
+            Parameter norm = new Parameter("norm", half(m, dtype, values(6, 3), 3), Parameter.Partition.NONE,
                     Parameter.Kind.SEQUENCE_PARALLEL);
-            Parameter unused = Parameter.replicated("unused", half(m, values(7, 4), 2, 2));
+            Parameter unused = Parameter.replicated("unused", half(m, dtype, values(7, 4), 2, 2));
             List<Parameter> params = List.of(weight, bias, norm, unused);
             DistributedDataParallel ddp = new DistributedDataParallel(params, groups, config, List.of());
             float[] weightGrad = values(10 + tp, 6);
@@ -61,8 +64,8 @@ class GradientSyncTest {
             ddp.finishGradSync();
             for (GradientBucket bucket : ddp.buckets()) {
                 NDArray synced = ddp.syncedShard(bucket.index);
-                assertEquals(reduceInFp32 ? DataType.FLOAT32 : DataType.FLOAT16, synced.getDataType());
-                float[] flat = synced.toType(DataType.FLOAT32, false).toFloatArray();
+                assertEquals(reduceInFp32 ? DataType.FLOAT32 : dtype, DataTypes.of(synced));
+                float[] flat = DataTypes.toType(synced, DataType.FLOAT32, false).toFloatArray();
                 assertEquals(bucket.paddedNumel, flat.length);
                 for (GradientBucket.Slot slot : bucket.slots) {
                     Parameter p = slot.param();
@@ -85,6 +88,6 @@ class GradientSyncTest {
     }
 
     private static float[] grad(Parameter p, NDManager m) {
-        return p.gradient(m).toType(DataType.FLOAT32, false).toFloatArray();
+        return DataTypes.toType(p.gradient(m), DataType.FLOAT32, false).toFloatArray();
     }
 }

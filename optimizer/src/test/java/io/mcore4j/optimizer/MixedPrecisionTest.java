@@ -3,11 +3,13 @@ package io.mcore4j.optimizer;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.parallel.inprocess.InJvmWorld.RankFailedException;
 import ai.djl.pytorch.jni.JniUtils;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
@@ -110,5 +112,38 @@ class MixedPrecisionTest {
         }
         System.out.printf("fp16 vs fp32 over %d steps: loss %.4f -> %.4f, worst relative deviation %.3f%%%n", steps, first, last, worst * 100);
         assertTrue(worst <= 0.02, "fp16 loss deviates from fp32 by up to " + worst * 100 + "%");
+    }
+
+    /** bf16 parameters, fp32 masters and moments sharded over DP2, no loss scaling: the loss tracks fp32 within 2%. */
+    @Test
+    void bf16TrainingWithTheDistributedOptimizerTracksFp32LossWithinTwoPercent() {
+        int steps = 50;
+        OptimizerConfig fp32 = OptimizerConfig.builder().lr(5e-3).build();
+        OptimizerConfig bf16 = fp32.toBuilder().bf16(true).useDistributedOptimizer(true).build();
+        List<DataParallelTraining.Outcome> reference = DataParallelTraining.run(1, fp32, steps, 8, 1, DataType.FLOAT32, 5e-3);
+        List<DataParallelTraining.Outcome> half = DataParallelTraining.run(2, bf16, steps, 8, 1, DataType.BFLOAT16, 5e-3);
+        double worst = 0;
+        for (int s = 0; s < steps; s++) {
+            double lossBf16 = (half.get(0).losses().get(s) + half.get(1).losses().get(s)) / 2;
+            double lossFp32 = reference.get(0).losses().get(s);
+            worst = Math.max(worst, Math.abs(lossBf16 - lossFp32) / lossFp32);
+            assertFalse(half.get(0).steps().get(s).skipped(), "step " + s + " skipped");
+            assertEquals(1.0, half.get(0).steps().get(s).lossScale(), "bf16 has no loss scaling");
+        }
+        System.out.printf("bf16 vs fp32 over %d steps: loss %.4f -> %.4f, worst relative deviation %.3f%%%n", steps,
+                reference.get(0).losses().get(0), reference.get(0).losses().get(steps - 1), worst * 100);
+        assertTrue(worst <= 0.02, "bf16 loss deviates from fp32 by up to " + worst * 100 + "%");
+        // both ranks hold the same bf16 parameters after the all-gather of the master shards
+        assertEquals(0, DataParallelTraining.maxAbsDiff(half.get(0).params(), half.get(1).params()));
+    }
+
+    @Test
+    void halfPrecisionParametersMustMatchTheOptimizersPrecision() {
+        OptimizerConfig fp16 = OptimizerConfig.builder().fp16(true).build();
+        RankFailedException e = assertThrows(RankFailedException.class,
+                () -> DataParallelTraining.run(1, fp16, 1, 8, 1, DataType.BFLOAT16, 5e-3));
+        assertTrue(e.getCause() instanceof IllegalArgumentException && e.getCause().getMessage().contains("bf16(true)"),
+                String.valueOf(e.getCause()));
+        assertThrows(IllegalArgumentException.class, () -> OptimizerConfig.builder().fp16(true).bf16(true).build());
     }
 }

@@ -6,6 +6,8 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
 import ai.djl.nn.core.Linear;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.DeterministicRandom;
@@ -38,7 +40,7 @@ final class TinyMlp {
         for (int i = 0; i < NAMES.size(); i++) {
             NDArray data = manager.create(values.get(i), new Shape(SHAPES.get(i)));
             if (dtype != DataType.FLOAT32) {
-                NDArray cast = data.toType(dtype, false);
+                NDArray cast = DataTypes.toType(data, dtype, false);
                 data.close();
                 data = cast;
             }
@@ -64,12 +66,12 @@ final class TinyMlp {
     double forwardBackward(NDManager parent, float[] x, float[] y, int rows, double scale) {
         try (AutogradScope scope = AutogradScope.open(parent)) {
             NDManager m = scope.manager();
-            DataType dtype = params.get(0).data().getDataType();
-            NDArray input = m.create(x, new Shape(rows, IN)).toType(dtype, false);
+            DataType dtype = DataTypes.of(params.get(0).data());
+            NDArray input = DataTypes.toType(m.create(x, new Shape(rows, IN)), dtype, false);
             NDArray target = m.create(y, new Shape(rows, OUT));
             NDArray h = Activation.gelu(Linear.linear(input, params.get(0).data(), params.get(1).data()).get(0));
             NDArray out = Linear.linear(h, params.get(2).data(), params.get(3).data()).get(0);
-            NDArray out32 = dtype == DataType.FLOAT32 ? out : scope.apply1(new CastFunction(DataType.FLOAT32), out);
+            NDArray out32 = Cast.apply(scope, out, DataType.FLOAT32);
             NDArray loss = out32.sub(target).square().mean();
             double value = loss.getFloat();
             scope.backward(scale == 1 ? loss : loss.mul(scale));

@@ -3,6 +3,7 @@ package io.mcore4j.parallel;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 
 import java.util.Arrays;
 import java.util.List;
@@ -50,8 +51,9 @@ public final class CollectiveArguments {
      * @throws IllegalArgumentException if the backend cannot move the dtype
      */
     public String describe(String op, NDArray t) {
-        String what = op + " " + t.getDataType() + " " + t.getShape();
-        checkDtype(what, t.getDataType());
+        DataType dtype = DataTypes.of(t);
+        String what = op + " " + dtype + " " + t.getShape();
+        checkDtype(what, dtype);
         return what;
     }
 
@@ -157,7 +159,7 @@ public final class CollectiveArguments {
      */
     public static String describeAllToAll(NDArray input) {
         long[] rest = input.getShape().slice(1).getShape();
-        StringBuilder b = new StringBuilder("all-to-all ").append(input.getDataType()).append(" [*");
+        StringBuilder b = new StringBuilder("all-to-all ").append(DataTypes.of(input)).append(" [*");
         for (long d : rest) {
             b.append(", ").append(d);
         }
@@ -174,7 +176,7 @@ public final class CollectiveArguments {
      */
     public String describeSend(NDArray t, int peer) {
         checkPeer(peer, "send destination");
-        return "send " + t.getDataType() + " " + t.getShape() + " to rank " + group.globalRank(peer);
+        return "send " + DataTypes.of(t) + " " + t.getShape() + " to rank " + group.globalRank(peer);
     }
 
     /**

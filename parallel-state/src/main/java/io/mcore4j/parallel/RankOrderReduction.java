@@ -3,6 +3,7 @@ package io.mcore4j.parallel;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 
 /**
@@ -32,16 +33,16 @@ public final class RankOrderReduction {
             }
         }
         if (op == ReduceOp.AVG && inputs.length > 1) {
-            if (Tensors.isFloating(acc.getDataType())) {
+            if (Tensors.isFloating(DataTypes.of(acc))) {
                 acc.divi(inputs.length);
             } else {
-                DataType t = acc.getDataType();
+                DataType t = DataTypes.of(acc);
                 try (NDManager temp = owner.newSubManager()) {
                     NDArray wide = acc.toType(DataType.FLOAT64, false);
                     wide.attach(temp);
                     NDArray quotient = wide.div(inputs.length);
                     quotient.attach(temp);
-                    NDArray truncated = quotient.toType(t, false);
+                    NDArray truncated = DataTypes.toType(quotient, t, false);
                     acc = replace(acc, truncated, owner);
                 }
             }

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
@@ -188,8 +189,9 @@ public final class P2pCommunication {
     }
 
     void sendGradient(NDArray inputGrad, int peer, String subject) {
-        if (inputGrad.getDataType() != dtype) {
-            throw new IllegalArgumentException(prefix(subject) + "an input gradient of dtype " + inputGrad.getDataType()
+        DataType gradType = DataTypes.of(inputGrad);
+        if (gradType != dtype) {
+            throw new IllegalArgumentException(prefix(subject) + "an input gradient of dtype " + gradType
                     + " cannot be sent: the pipeline transfers " + dtype);
         }
         String what = "sending a gradient " + Tensors.describe(inputGrad.getShape()) + " to stage " + peer;
@@ -207,8 +209,9 @@ public final class P2pCommunication {
     private void checkActivation(NDArray output, String subject) {
         Shape shape = output.getShape();
         boolean shapeOk = variableSeqLengths ? shape.dimension() == tensorShape.dimension() : shape.equals(tensorShape);
-        if (!shapeOk || output.getDataType() != dtype) {
-            throw new IllegalArgumentException(prefix(subject) + "the activation to send is " + output.getDataType() + " "
+        DataType outputType = DataTypes.of(output);
+        if (!shapeOk || outputType != dtype) {
+            throw new IllegalArgumentException(prefix(subject) + "the activation to send is " + outputType + " "
                     + Tensors.describe(shape) + " but the pipeline transfers " + dtype + " "
                     + (variableSeqLengths ? "tensors of " + tensorShape.dimension() + " dims" : Tensors.describe(tensorShape))
                     + " (ScheduleConfig.tensorShape and dtype)");

@@ -40,9 +40,9 @@ public record ScheduleConfig(int numMicrobatches, Shape tensorShape, DataType dt
                         + " has a dim below 1");
             }
         }
-        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16 && dtype != DataType.FLOAT64) {
-            throw new IllegalArgumentException("activations sent between stages must be float32, float16 or"
-                    + " float64, got " + dtype);
+        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16 && dtype != DataType.BFLOAT16 && dtype != DataType.FLOAT64) {
+            throw new IllegalArgumentException("activations sent between stages must be float32, float16, bfloat16"
+                    + " or float64, got " + dtype);
         }
         if (microBatchGroupSize < 0) {
             throw new IllegalArgumentException("micro-batch group size must be >= 0 (0 = pipeline size), got "

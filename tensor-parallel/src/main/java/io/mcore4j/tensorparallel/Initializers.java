@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.random.SeedScheme;
 
@@ -58,7 +59,7 @@ public final class Initializers {
      * @return the initializer
      */
     public static Initializer zeros() {
-        return (manager, shape, dtype) -> manager.zeros(shape, dtype);
+        return (manager, shape, dtype) -> DataTypes.zeros(manager, shape, dtype);
     }
 
     /**
@@ -68,7 +69,7 @@ public final class Initializers {
      * @return the initializer
      */
     public static Initializer constant(double value) {
-        return (manager, shape, dtype) -> manager.full(shape, (float) value, dtype);
+        return (manager, shape, dtype) -> DataTypes.full(manager, shape, value, dtype, manager.getDevice());
     }
 
     /**
@@ -109,7 +110,7 @@ public final class Initializers {
             NDArray u2 = random.uniform(temp, shape, DataType.FLOAT64);
             // 1 - u1 lies in (0, 1], so the logarithm is finite
             NDArray radius = u1.neg().add(1.0).log().mul(-2.0).sqrt();
-            NDArray samples = radius.mul(u2.mul(2 * Math.PI).cos()).mul(std).toType(dtype, true);
+            NDArray samples = DataTypes.toType(radius.mul(u2.mul(2 * Math.PI).cos()).mul(std), dtype, true);
             samples.attach(manager);
             return samples;
         }

@@ -40,8 +40,8 @@ final class LocalOps {
 
     /** Refuses dtypes a layer cannot hold as trainable parameters. */
     static DataType checkFloating(DataType dtype) {
-        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16 && dtype != DataType.FLOAT64) {
-            throw new IllegalArgumentException("parameter dtype " + dtype + " is not supported; use float32 or float16");
+        if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16 && dtype != DataType.BFLOAT16 && dtype != DataType.FLOAT64) {
+            throw new IllegalArgumentException("parameter dtype " + dtype + " is not supported; use float32, float16 or bfloat16");
         }
         return dtype;
     }

@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
@@ -53,8 +54,9 @@ public final class VocabParallelCrossEntropy {
         if (!(labelSmoothing >= 0 && labelSmoothing < 1)) {
             throw new IllegalArgumentException("label smoothing " + labelSmoothing + " is outside [0, 1)");
         }
-        if (!Tensors.isFloating(logits.getDataType())) {
-            throw new IllegalArgumentException("logits must be floating point, got " + logits.getDataType());
+        DataType logitsType = DataTypes.of(logits);
+        if (!Tensors.isFloating(logitsType)) {
+            throw new IllegalArgumentException("logits must be floating point, got " + logitsType);
         }
         DataType t = target.getDataType();
         if (t != DataType.INT32 && t != DataType.INT64) {
@@ -136,7 +138,7 @@ public final class VocabParallelCrossEntropy {
                     localIds.attach(owner);
                     inRangeF.attach(owner);
                     ctx.saveForBackward(softmax, localIds, inRangeF);
-                    ctx.setState(new Saved(inputs[0].getDataType(), last, (int) local, sigma / vocab, 1 - sigma));
+                    ctx.setState(new Saved(DataTypes.of(inputs[0]), last, (int) local, sigma / vocab, 1 - sigma));
                 }
                 loss.attach(owner);
                 return new NDArray[] {loss};
@@ -178,7 +180,7 @@ public final class VocabParallelCrossEntropy {
                 NDArray flatIds = rowIds.mul(Tensors.scalar(s.localVocab(), rowIds, temp)).add(ids.reshape(-1));
                 grad.reshape(-1).set(new NDIndex("{}", flatIds), atTarget.reshape(-1));
 
-                NDArray gradLogits = grad.toType(s.logitsType(), false);
+                NDArray gradLogits = DataTypes.toType(grad, s.logitsType(), false);
                 gradLogits.attach(owner);
                 if (gradLogits != grad) {
                     grad.close();

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
@@ -96,7 +97,7 @@ public final class VocabParallelEmbedding implements Module {
                 inRange.attach(temp);
                 ids = all.sub(first).mul(inRange.toType(DataType.INT64, false));
                 ids.attach(owner);
-                keep = inRange.expandDims(-1).toType(weight.data().getDataType(), false);
+                keep = DataTypes.toType(inRange.expandDims(-1), DataTypes.of(weight.data()), false);
                 keep.attach(owner);
             }
             NDArray looked = Tensors.embedding(ids, weight.data());

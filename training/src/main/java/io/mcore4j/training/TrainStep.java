@@ -115,8 +115,10 @@ public final class TrainStep implements AutoCloseable {
         try (NDManager step = manager.newSubManager()) {
             List<MicroBatch> batches = read(step, data, consumedSamples);
             marks[0] = mark();
-            // the auxiliary losses get the upstream gradient each micro-batch's main loss gets
-            model.setAuxLossScale(scale / microBatches);
+            // the auxiliary losses get the upstream gradient each micro-batch's main loss gets; under
+            // context parallelism each rank's part is a share of the whole sequences' loss whose
+            // gradient the dp-cp average divides by CP, so it is scaled by CP like the main loss (Megatron's)
+            model.setAuxLossScale(scale * groups.cp().size() / microBatches);
             ddp.expectBackwardPasses(microBatches);
             ScheduleResult result = schedule(batches, scale, false);
             long queued = System.nanoTime();

@@ -2,6 +2,7 @@ package io.mcore4j.data.preprocess;
 
 import io.mcore4j.data.indexed.DType;
 import io.mcore4j.data.indexed.IndexedDatasetWriter;
+import io.mcore4j.data.progress.ProgressBar;
 import io.mcore4j.data.tokenizer.ByteLevelTokenizer;
 import io.mcore4j.data.tokenizer.Tokenizer;
 import org.slf4j.Logger;
@@ -133,8 +134,10 @@ public final class Preprocess {
             for (String key : options.jsonKeys()) {
                 writers.add(IndexedDatasetWriter.create(options.outputPrefix(key), dtype));
             }
-            ProgressBar bar = options.progress() && console != null
-                    ? new ProgressBar(console, Files.size(options.input()), 500_000_000L) : null;
+            // the bar only on an interactive terminal; elsewhere the result line is the record
+            ProgressBar bar = options.progress() && console != null && System.console() != null
+                    ? new ProgressBar(console, "MB", 500_000_000L) : null;
+            long totalMegabytes = Math.max(1, Files.size(options.input()) / 1_000_000);
             Counts counts = new Counts();
             int finalEod = eod;
             try (InputStream in = new BufferedInputStream(Files.newInputStream(options.input()), 1 << 20)) {
@@ -146,10 +149,12 @@ public final class Preprocess {
                     inFlight.add(pool.submit(() -> tokenize(b, options.jsonKeys(), perThread.get(), finalEod)));
                     while (inFlight.size() >= maxInFlight) {
                         write(await(inFlight.poll()), writers, options, console, counts, bar);
+                        progress(bar, counts, totalMegabytes);
                     }
                 }
                 while (!inFlight.isEmpty()) {
                     write(await(inFlight.poll()), writers, options, console, counts, bar);
+                    progress(bar, counts, totalMegabytes);
                 }
             }
             List<Path> outputs = new ArrayList<>();
@@ -158,7 +163,7 @@ public final class Preprocess {
                 outputs.add(options.outputPrefix(options.jsonKeys().get(k)));
             }
             if (bar != null) {
-                bar.finish(counts.documents, counts.bytes);
+                bar.finish();
             }
             return new PreprocessResult(counts.documents, counts.skipped, counts.blank, counts.tokens, counts.bytes,
                     (System.nanoTime() - start) / 1e9, dtype, outputs);
@@ -261,7 +266,10 @@ public final class Preprocess {
                 counts.skipped++;
                 String report = "file " + options.input() + " line " + lineNumber + ": " + result.problems()[i] + " (skipped)";
                 if (console != null) {
-                    console.println((bar != null ? "\n" : "") + report);
+                    if (bar != null) {
+                        bar.clear();
+                    }
+                    console.println(report);
                 } else {
                     LOG.warn(report);
                 }
@@ -283,8 +291,11 @@ public final class Preprocess {
             counts.documents++;
         }
         counts.bytes += result.bytes();
+    }
+
+    private static void progress(ProgressBar bar, Counts counts, long totalMegabytes) {
         if (bar != null) {
-            bar.update(counts.documents, counts.bytes);
+            bar.update(counts.bytes / 1_000_000, totalMegabytes, String.format(java.util.Locale.ROOT, "%,d docs", counts.documents));
         }
     }
 }

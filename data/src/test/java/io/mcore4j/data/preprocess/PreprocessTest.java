@@ -117,8 +117,8 @@ class PreprocessTest {
         assertEquals(2, r.skippedLines());
         assertEquals(1, r.blankLines());
         String report = console.toString(StandardCharsets.UTF_8);
-        assertTrue(report.contains("bad.jsonl line 5: expected ',' or '}' in object, found end of input at column 14 (skipped)"), report);
-        assertTrue(report.contains("bad.jsonl line 7: field \"text\" is not a string at column 2 (skipped)"), report);
+        assertTrue(report.contains("bad.jsonl line 5: End of input at column 14 (skipped)"), report);
+        assertTrue(report.contains("bad.jsonl line 7: field \"text\" is not a string but a number at column 11 (skipped)"), report);
 
         BadInputLineException e = assertThrows(BadInputLineException.class, () -> run("--input", input.toString(),
                 "--output-prefix", dir.resolve("fail").toString(), "--tokenizer-type", "ByteLevel", "--no-progress"));

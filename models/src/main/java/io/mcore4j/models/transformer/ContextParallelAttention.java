@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.contextparallel.ContextParallelMappings;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.contextparallel.CpCommType;
@@ -105,8 +106,9 @@ final class ContextParallelAttention {
             scope.release(block);
         }
         scope.release(kv, gathered, queries[0], queries[1]);
-        NDArray first = merge(scope, parts.get(0), query.getDataType());
-        NDArray second = merge(scope, parts.get(1), query.getDataType());
+        DataType dtype = DataTypes.of(query);
+        NDArray first = merge(scope, parts.get(0), dtype);
+        NDArray second = merge(scope, parts.get(1), dtype);
         NDArray context = NDArrays.concat(new NDList(first, second), 0);
         scope.release(first, second);
         return context;
@@ -150,7 +152,7 @@ final class ContextParallelAttention {
         NDArray shifted = scores.sub(max);
         NDArray lse = shifted.exp().sum(new int[] {-1}, true).log().add(max);
         NDArray probs32 = scores.sub(lse).exp();
-        NDArray probs = Cast.apply(scope, probs32, query.getDataType());
+        NDArray probs = Cast.apply(scope, probs32, DataTypes.of(query));
         NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());
         NDArray out = kept.matMul(v);
         NDArray output = out.reshape(b, np, c, d).transpose(2, 0, 1, 3);

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
@@ -39,7 +40,7 @@ public final class DotProductAttention implements CoreAttention {
         // each key/value group serves np/ng consecutive query heads
         NDArray keys = ng != np ? key.repeat(2, np / ng) : key;
         NDArray values = ng != np ? value.repeat(2, np / ng) : value;
-        DataType dtype = query.getDataType();
+        DataType dtype = DataTypes.of(query);
         NDArray qT = query.transpose(1, 2, 0, 3);
         NDArray kT = keys.transpose(1, 2, 3, 0);
         NDArray vT = values.transpose(1, 2, 0, 3);

@@ -1,6 +1,7 @@
 package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.random.DeterministicRandom;
@@ -33,7 +34,7 @@ public final class Dropout {
         if (p == 0 || !scope.isTraining()) {
             return x;
         }
-        NDArray keep = generator.keepMask(scope.manager(), x.getShape(), p, x.getDataType());
+        NDArray keep = generator.keepMask(scope.manager(), x.getShape(), p, DataTypes.of(x));
         NDArray dropped = x.mul(keep);
         NDArray out = Tensors.scale(dropped, 1 / (1 - p), scope.manager());
         // the product's backward keeps the mask through libtorch's own reference

@@ -29,7 +29,7 @@ import java.util.Arrays;
  * @param hiddenDropout generator of hidden-state dropout masks
  * @param attentionDropout generator of attention-probability dropout masks
  * @param auxLossScale upstream gradient of MoE auxiliary losses, set by the training loop each step
- *     to (loss scale / micro-batches); one per rank
+ *     to (loss scale x context-parallel size / micro-batches, as Megatron); one per rank
  * @param cpuInitialization build each weight whole on the Java side and keep this rank's part, so
  *     every layout gets bitwise the same global weights (Megatron's {@code --use-cpu-initialization});
  *     false draws each rank's part directly on its device (fast for large models, layout-dependent)

@@ -3,6 +3,7 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
@@ -37,10 +38,10 @@ public final class Norm implements Module {
         this.epsilon = c.normEpsilon();
         this.tpRank = ctx.groups().tensorParallelRank();
         Parameter.Kind paramKind = c.sequenceParallel() ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE;
-        this.weight = new Parameter("weight", ctx.parameters().ones(new Shape(size), c.dtype()),
+        this.weight = new Parameter("weight", DataTypes.ones(ctx.parameters(), new Shape(size), c.dtype(), ctx.parameters().getDevice()),
                 Parameter.Partition.NONE, paramKind);
         this.bias = kind == TransformerConfig.Normalization.LAYER_NORM
-                ? new Parameter("bias", ctx.parameters().zeros(new Shape(size), c.dtype()), Parameter.Partition.NONE, paramKind)
+                ? new Parameter("bias", DataTypes.zeros(ctx.parameters(), new Shape(size), c.dtype()), Parameter.Partition.NONE, paramKind)
                 : null;
     }
 
@@ -56,7 +57,7 @@ public final class Norm implements Module {
             return ai.djl.nn.norm.LayerNorm.layerNorm(x, new Shape(width), weight.data(), bias.data(), (float) epsilon).get(0);
         }
         // RMSNorm from elementary ops: square and mean in float32, where x^2 cannot overflow
-        DataType dtype = x.getDataType();
+        DataType dtype = DataTypes.of(x);
         NDArray x32 = Cast.apply(scope, x, DataType.FLOAT32);
         NDArray square = x32.square();
         NDArray meanSquare = square.mean(new int[] {-1}, true);

@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.models.TransformerConfig;
 
@@ -116,7 +117,7 @@ public final class RotaryEmbedding {
     /** Rotates both by the positions {@code at} [s] (float64). */
     private NDArray[] rotateBoth(NDManager manager, NDArray query, NDArray key, NDArray at) {
         long s = query.getShape().get(0);
-        DataType dtype = query.getDataType();
+        DataType dtype = DataTypes.of(query);
         int half = rotaryDims / 2;
         // number operands as device scalars: a Java number is a synchronising host copy on a GPU
         NDArray inv;
@@ -129,8 +130,8 @@ public final class RotaryEmbedding {
         }
         NDArray angles = at.reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
-        NDArray cos = emb.cos().toType(dtype, false);
-        NDArray sin = emb.sin().toType(dtype, false);
+        NDArray cos = DataTypes.toType(emb.cos(), dtype, false);
+        NDArray sin = DataTypes.toType(emb.sin(), dtype, false);
         return new NDArray[] {rotate(query, cos, sin), rotate(key, cos, sin)};
     }
 

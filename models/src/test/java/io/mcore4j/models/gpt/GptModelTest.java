@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Parameter;
@@ -85,22 +86,35 @@ class GptModelTest {
     /** fp16 parameters and compute, fp32 norms, softmax and loss: every gradient reaches the weights and tracks fp32. */
     @Test
     void fp16TracksFp32() {
-        Result fp32 = run(base().build(), 2);
-        Result fp16 = run(base().dtype(DataType.FLOAT16).build(), 2);
-        assertEquals(fp32.loss, fp16.loss, 1e-2 * Math.abs(fp32.loss));
-        for (String key : fp16.gradients.keySet()) {
+        assertTracks(run(base().build(), 2), run(base().dtype(DataType.FLOAT16).build(), 2), 2e-2, "fp16");
+    }
+
+    /**
+     * bf16 parameters and compute (fp32 norm statistics, softmax and loss) at TP2 against fp32 at TP1:
+     * every gradient reaches the weights and tracks fp32 within bf16's resolution (8 significant bits).
+     */
+    @Test
+    void bf16TracksFp32() {
+        assertTracks(run(base().build(), 1), run(base().dtype(DataType.BFLOAT16).build(), 2), 6e-2, "bf16");
+    }
+
+    /** The loss within 1% and each gradient within {@code tolerance} of its largest fp32 element. */
+    private static void assertTracks(Result fp32, Result half, double tolerance, String precision) {
+        assertEquals(fp32.loss, half.loss, 1e-2 * Math.abs(fp32.loss));
+        for (String key : half.gradients.keySet()) {
             double[] a = fp32.gradients.get(key);
-            double[] b = fp16.gradients.get(key);
+            double[] b = half.gradients.get(key);
             double scale = 0;
             double diff = 0;
-            double norm16 = 0;
+            double norm = 0;
             for (int i = 0; i < a.length; i++) {
                 scale = Math.max(scale, Math.abs(a[i]));
                 diff = Math.max(diff, Math.abs(a[i] - b[i]));
-                norm16 += b[i] * b[i];
+                norm += b[i] * b[i];
             }
-            assertTrue(norm16 > 0, key + " got no gradient in fp16: the graph was cut");
-            assertTrue(diff <= 2e-2 * Math.max(scale, 1e-3), key + ": fp16 gradient differs by " + diff + " (scale " + scale + ")");
+            assertTrue(norm > 0, key + " got no gradient in " + precision + ": the graph was cut");
+            assertTrue(diff <= tolerance * Math.max(scale, 1e-3), key + ": " + precision + " gradient differs by " + diff
+                    + " (scale " + scale + ")");
         }
     }
 
@@ -146,7 +160,7 @@ class GptModelTest {
             try (AutogradScope scope = AutogradScope.open(m)) {
                 NDArray[] data = TokenBatches.shifted(scope.manager(), config.vocabSize(), SEQ, BATCH, 7, 3);
                 NDArray l = model.forward(scope, data[0], null, data[1]);
-                loss = l.toType(DataType.FLOAT64, false).getDouble();
+                loss = DataTypes.toType(l, DataType.FLOAT64, false).getDouble();
                 scope.backward(l);
             }
             // sequence-parallel weights see part of the sequence on each rank: sum their gradients over TP
@@ -166,7 +180,7 @@ class GptModelTest {
                     continue;
                 }
                 NDArray full = GlobalGradients.gatherTensorParallel(groups, t, g, m);
-                global.put(t.key(), full.toType(DataType.FLOAT64, false).toDoubleArray());
+                global.put(t.key(), DataTypes.toType(full, DataType.FLOAT64, false).toDoubleArray());
             }
             return new Result(loss, global);
         });

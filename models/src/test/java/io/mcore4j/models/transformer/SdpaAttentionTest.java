@@ -15,7 +15,8 @@ import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 
-import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
 
 /**
  * The fused attention (the shipped TorchScript module, run by this CPU libtorch) against the
@@ -24,8 +25,10 @@ import org.junit.jupiter.api.Test;
  */
 class SdpaAttentionTest {
 
-    @Test
-    void fusedAttentionMatchesComposedAttention() {
+    /** float32 to 1e-5; bfloat16 (the module takes any floating dtype) to a few bfloat16 ulps of values near 1. */
+    @ParameterizedTest
+    @CsvSource({"FLOAT32, 1e-5", "BFLOAT16, 4e-2"})
+    void fusedAttentionMatchesComposedAttention(DataType dtype, double tolerance) {
         TransformerConfig config = TransformerConfig.builder(1, 64, 8, 128).queryGroups(2).dropout(0, 0).build();
         InJvmWorld.run(1, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.of(1, 1, 1));
@@ -34,10 +37,10 @@ class SdpaAttentionTest {
             CoreAttention fused = new SdpaAttention(ctx);
             CoreAttention composed = new DotProductAttention(ctx);
             DeterministicRandom r = new DeterministicRandom(5);
-            NDArray q = r.normal(m, new Shape(12, 2, 8, 8), 0, 1, DataType.FLOAT32);
-            NDArray k = r.normal(m, new Shape(12, 2, 2, 8), 0, 1, DataType.FLOAT32);
-            NDArray v = r.normal(m, new Shape(12, 2, 2, 8), 0, 1, DataType.FLOAT32);
-            NDArray weights = r.normal(m, new Shape(12, 2, 64), 0, 1, DataType.FLOAT32);
+            NDArray q = r.normal(m, new Shape(12, 2, 8, 8), 0, 1, dtype);
+            NDArray k = r.normal(m, new Shape(12, 2, 2, 8), 0, 1, dtype);
+            NDArray v = r.normal(m, new Shape(12, 2, 2, 8), 0, 1, dtype);
+            NDArray weights = r.normal(m, new Shape(12, 2, 64), 0, 1, dtype);
             NDArray[][] results = new NDArray[2][];
             CoreAttention[] impls = {composed, fused};
             for (int i = 0; i < 2; i++) {
@@ -56,7 +59,7 @@ class SdpaAttentionTest {
             }
             String[] names = {"output", "query gradient", "key gradient", "value gradient"};
             for (int j = 0; j < 4; j++) {
-                assertClose(names[j], results[1][j], results[0][j], 1e-5);
+                assertClose(names[j] + " " + dtype, results[1][j], results[0][j], tolerance);
             }
             return null;
         });

@@ -2,6 +2,7 @@ package io.mcore4j.parallel.nccl;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 
 import org.bytedeco.javacpp.Pointer;
@@ -28,7 +29,7 @@ final class DevicePointers {
      * @return its size in bytes
      */
     static long bytes(NDArray array) {
-        return Math.multiplyExact(array.size(), (long) array.getDataType().getNumOfBytes());
+        return Math.multiplyExact(array.size(), (long) DataTypes.of(array).getNumOfBytes());
     }
 
     /**
@@ -49,7 +50,7 @@ final class DevicePointers {
             return 0;
         }
         if (!isContiguous(array)) {
-            throw new IllegalArgumentException("tensor " + array.getShape() + " " + array.getDataType()
+            throw new IllegalArgumentException("tensor " + array.getShape() + " " + DataTypes.of(array)
                     + " is not contiguous; NCCL needs contiguous memory");
         }
         if (bytes <= directLimitBytes) {

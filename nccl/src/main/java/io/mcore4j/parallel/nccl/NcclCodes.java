@@ -13,8 +13,8 @@ import org.bytedeco.cuda.global.nccl;
  * this class loads (and is unit-tested) without CUDA.
  */
 final class NcclCodes {
-    /** Dtypes this backend moves; bf16 is absent because DJL's PyTorch JNI cannot create it. */
-    static final List<DataType> SUPPORTED = List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.FLOAT64,
+    /** Dtypes this backend moves (bfloat16 tensors are made and named through {@link io.mcore4j.core.DataTypes}). */
+    static final List<DataType> SUPPORTED = List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16, DataType.FLOAT64,
             DataType.INT32, DataType.INT64, DataType.INT8, DataType.UINT8);
 
     private NcclCodes() {}
@@ -28,6 +28,7 @@ final class NcclCodes {
         return switch (dtype) {
             case FLOAT32 -> nccl.ncclFloat32;
             case FLOAT16 -> nccl.ncclFloat16;
+            case BFLOAT16 -> nccl.ncclBfloat16;
             case FLOAT64 -> nccl.ncclFloat64;
             case INT32 -> nccl.ncclInt32;
             case INT64 -> nccl.ncclInt64;

@@ -17,6 +17,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
@@ -131,7 +132,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = DevicePointers.contiguous(input, temp);
-                NDArray out = temp.create(input.getShape(), input.getDataType());
+                NDArray out = DataTypes.empty(temp, input.getShape(), DataTypes.of(input), temp.getDevice());
                 reduce(what, src, out, op, false);
                 out.attach(owner);
                 return out;
@@ -195,7 +196,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 NDArray out = copyOwnedBy(input, owner);
                 return () -> out;
             }
-            NDArray out = owner.create(RankMajorLayout.scattered(input.getShape(), 0, size()), input.getDataType());
+            NDArray out = DataTypes.empty(owner, RankMajorLayout.scattered(input.getShape(), 0, size()), DataTypes.of(input), owner.getDevice());
             CUstream_st on = comm.sideStream(what);
             enqueueReduceScatter(what, input, out, op, on);
             return joinLater(what, comm.startedOnSideStream(what), out);
@@ -232,8 +233,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             try (NDManager temp = owner.newSubManager(device)) {
                 Shape piece = input.getShape();
                 NDArray src = DevicePointers.contiguous(input, temp);
-                NDArray buffer = temp.create(d == 0 ? RankMajorLayout.gathered(piece, 0, size())
-                        : RankMajorLayout.gatherBuffer(piece, size()), input.getDataType());
+                NDArray buffer = DataTypes.empty(temp, d == 0 ? RankMajorLayout.gathered(piece, 0, size())
+                        : RankMajorLayout.gatherBuffer(piece, size()), DataTypes.of(input), temp.getDevice());
                 gather(what, src, buffer, false);
                 NDArray out = d == 0 ? buffer : RankMajorLayout.fromGatherBuffer(buffer, piece, d, size(), temp);
                 out.attach(owner);
@@ -252,7 +253,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = d == 0 ? DevicePointers.contiguous(input, temp) : RankMajorLayout.toScatterBuffer(input, d, size(), temp);
-                NDArray out = temp.create(RankMajorLayout.scattered(input.getShape(), d, size()), input.getDataType());
+                NDArray out = DataTypes.empty(temp, RankMajorLayout.scattered(input.getShape(), d, size()), DataTypes.of(input), temp.getDevice());
                 scatter(what, src, out, op);
                 out.attach(owner);
                 return out;
@@ -269,11 +270,11 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
-                NDArray out = temp.create(input.getShape(), input.getDataType());
+                NDArray out = DataTypes.empty(temp, input.getShape(), DataTypes.of(input), temp.getDevice());
                 long to = address(out);
                 long from = rank() == root ? address(DevicePointers.contiguous(input, temp)) : to;
-                int dt = NcclCodes.dataType(input.getDataType());
-                int es = input.getDataType().getNumOfBytes();
+                int dt = NcclCodes.dataType(DataTypes.of(input));
+                int es = DataTypes.of(input).getNumOfBytes();
                 ChunkPlan plan = ChunkPlan.of(input.size(), es, chunkBytes);
                 for (int c = 0; c < plan.chunks(); c++) {
                     long off = plan.offset(c) * es;
@@ -302,12 +303,12 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = DevicePointers.contiguous(input, temp);
-                NDArray out = temp.create(new Shape(totalRows).addAll(rest), input.getDataType());
+                NDArray out = DataTypes.empty(temp, new Shape(totalRows).addAll(rest), DataTypes.of(input), temp.getDevice());
                 long from = address(src);
                 long to = address(out);
                 long rowElements = rest.size();
-                int dt = NcclCodes.dataType(input.getDataType());
-                int es = input.getDataType().getNumOfBytes();
+                int dt = NcclCodes.dataType(DataTypes.of(input));
+                int es = DataTypes.of(input).getNumOfBytes();
                 try (NcclComm.Group calls = comm.group(what)) {
                     long sendAt = 0;
                     long recvAt = 0;
@@ -368,8 +369,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 if (got == null) {
                     throw new IllegalStateException(group.key() + " " + what + ": nothing was sent to this rank by itself");
                 }
-                if (!shape.equals(got.getShape()) || dtype != got.getDataType()) {
-                    CommunicationException e = args.unexpectedTensor(what, peer, got.getDataType(), got.getShape(), dtype, shape);
+                if (!shape.equals(got.getShape()) || dtype != DataTypes.of(got)) {
+                    CommunicationException e = args.unexpectedTensor(what, peer, DataTypes.of(got), got.getShape(), dtype, shape);
                     got.close();
                     throw e;
                 }
@@ -377,7 +378,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return got;
             }
             try (NDManager temp = owner.newSubManager(device)) {
-                NDArray out = temp.create(shape, dtype);
+                NDArray out = DataTypes.empty(temp, shape, dtype, temp.getDevice());
                 pointToPoint(what, out, peer, false);
                 out.attach(owner);
                 return out;
@@ -463,8 +464,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     }
 
     private void enqueueAllReduce(String what, NDArray src, NDArray out, ReduceOp op, CUstream_st on) {
-        int dt = NcclCodes.dataType(src.getDataType());
-        int es = src.getDataType().getNumOfBytes();
+        int dt = NcclCodes.dataType(DataTypes.of(src));
+        int es = DataTypes.of(src).getNumOfBytes();
         long from = address(src);
         long to = address(out);
         ChunkPlan plan = ChunkPlan.of(src.size(), es, chunkBytes);
@@ -477,8 +478,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     /** Rank {@code r}'s {@code src} lands at elements {@code [r n, (r + 1) n)} of {@code buffer}. */
     private void gather(String what, NDArray src, NDArray buffer, boolean hostWait) {
-        int dt = NcclCodes.dataType(src.getDataType());
-        int es = src.getDataType().getNumOfBytes();
+        int dt = NcclCodes.dataType(DataTypes.of(src));
+        int es = DataTypes.of(src).getNumOfBytes();
         long n = src.size();
         long from = address(src);
         long to = address(buffer);
@@ -506,9 +507,9 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     }
 
     private void enqueueReduceScatter(String what, NDArray src, NDArray out, ReduceOp op, CUstream_st on) {
-        int dt = NcclCodes.dataType(src.getDataType());
+        int dt = NcclCodes.dataType(DataTypes.of(src));
         int redOp = NcclCodes.reduceOp(op);
-        int es = src.getDataType().getNumOfBytes();
+        int es = DataTypes.of(src).getNumOfBytes();
         long n = out.size();
         long from = address(src);
         long to = address(out);
@@ -540,8 +541,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     /** Chunks go as separate calls, in order on the stream; the peer issues the same sequence. */
     private void pointToPoint(String what, NDArray data, int peer, boolean send) {
-        int dt = NcclCodes.dataType(data.getDataType());
-        int es = data.getDataType().getNumOfBytes();
+        int dt = NcclCodes.dataType(DataTypes.of(data));
+        int es = DataTypes.of(data).getNumOfBytes();
         long at = address(data);
         ChunkPlan plan = ChunkPlan.of(data.size(), es, chunkBytes);
         for (int c = 0; c < plan.chunks(); c++) {
@@ -593,7 +594,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     }
 
     private void checkTensor(String what, NDArray t) {
-        args.checkDtype(what, t.getDataType());
+        args.checkDtype(what, DataTypes.of(t));
         checkDevice(what, t);
     }
 

@@ -9,6 +9,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
@@ -32,7 +33,7 @@ import java.util.concurrent.TimeUnit;
  */
 final class InJvmCommunicator implements Communicator {
     private static final List<DataType> SUPPORTED =
-            List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.FLOAT64, DataType.INT32, DataType.INT64);
+            List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.BFLOAT16, DataType.FLOAT64, DataType.INT32, DataType.INT64);
 
     private final InJvmFabric fabric;
     private final ProcessGroup group;
@@ -171,8 +172,9 @@ final class InJvmCommunicator implements Communicator {
             Thread.currentThread().interrupt();
             throw new CommunicationException(group.key(), what, List.of(), "interrupted", e);
         }
-        if (!got.getShape().equals(shape) || got.getDataType() != dtype) {
-            CommunicationException e = args.unexpectedTensor(what, peer, got.getDataType(), got.getShape(), dtype, shape);
+        DataType gotType = DataTypes.of(got);
+        if (!got.getShape().equals(shape) || gotType != dtype) {
+            CommunicationException e = args.unexpectedTensor(what, peer, gotType, got.getShape(), dtype, shape);
             got.close();
             throw e;
         }

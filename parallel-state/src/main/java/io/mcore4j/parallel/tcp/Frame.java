@@ -32,7 +32,7 @@ record Frame(byte kind, String channel, long sequence, String operation, DataTyp
 
     /** Wire codes of the dtypes a frame can carry (the index in this list). */
     static final List<DataType> DTYPES =
-            List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.FLOAT64, DataType.INT32, DataType.INT64);
+            List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.FLOAT64, DataType.INT32, DataType.INT64, DataType.BFLOAT16);
 
     private static final byte[] EMPTY = new byte[0];
 

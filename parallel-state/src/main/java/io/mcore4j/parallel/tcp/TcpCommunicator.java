@@ -9,6 +9,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
@@ -142,13 +143,13 @@ final class TcpCommunicator implements Communicator {
         String what = args.describe("broadcast from " + root, input);
         boolean isRoot = rank() == root;
         byte[] bytes = isRoot ? bytesOf(input) : Frame.empty();
-        Frame[] got = exchange(what, j -> new Frame(Frame.COLLECTIVE, channel, sequence, what, input.getDataType(),
+        Frame[] got = exchange(what, j -> new Frame(Frame.COLLECTIVE, channel, sequence, what, DataTypes.of(input),
                 input.getShape(), 0, bytes));
         return withoutGrad(() -> {
             if (isRoot) {
                 return copyOwnedBy(input, owner);
             }
-            return tensorOf(got[root], input.getShape(), input.getDataType(), owner);
+            return tensorOf(got[root], input.getShape(), DataTypes.of(input), owner);
         });
     }
 
@@ -156,7 +157,7 @@ final class TcpCommunicator implements Communicator {
     public NDArray allToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
         args.checkSplits(input, sendSplits, recvSplits);
         String what = CollectiveArguments.describeAllToAll(input);
-        args.checkDtype(what, input.getDataType());
+        args.checkDtype(what, DataTypes.of(input));
         Shape rest = input.getShape().slice(1);
         return withoutGrad(() -> {
             try (NDManager temp = owner.newSubManager(input.getDevice())) {
@@ -167,7 +168,7 @@ final class TcpCommunicator implements Communicator {
                     slices[j].attach(temp);
                     offset += sendSplits[j];
                 }
-                Frame[] got = exchange(what, j -> new Frame(Frame.COLLECTIVE, channel, sequence, what, input.getDataType(),
+                Frame[] got = exchange(what, j -> new Frame(Frame.COLLECTIVE, channel, sequence, what, DataTypes.of(input),
                         slices[j].getShape(), sendSplits[j], bytesOf(slices[j])));
                 NDList pieces = new NDList();
                 for (int s = 0; s < size(); s++) {
@@ -176,11 +177,11 @@ final class TcpCommunicator implements Communicator {
                         throw fail(args.unexpectedRows(what, s, len, recvSplits[s]));
                     }
                     if (len > 0) {
-                        pieces.add(s == rank() ? slices[s] : tensorOf(got[s], new Shape(len).addAll(rest), input.getDataType(), temp));
+                        pieces.add(s == rank() ? slices[s] : tensorOf(got[s], new Shape(len).addAll(rest), DataTypes.of(input), temp));
                     }
                 }
                 NDArray out = pieces.isEmpty()
-                        ? owner.create(ByteBuffer.allocate(0), new Shape(0).addAll(rest), input.getDataType())
+                        ? DataTypes.zeros(owner, new Shape(0).addAll(rest), DataTypes.of(input), owner.getDevice())
                         : NDArrays.concat(pieces, 0);
                 out.attach(owner);
                 return out;
@@ -191,9 +192,9 @@ final class TcpCommunicator implements Communicator {
     @Override
     public void send(NDArray tensor, int peer) {
         String what = args.describeSend(tensor, peer);
-        args.checkDtype(what, tensor.getDataType());
+        args.checkDtype(what, DataTypes.of(tensor));
         checkUsable(what);
-        Frame f = new Frame(Frame.POINT_TO_POINT, channel, 0, what, tensor.getDataType(), tensor.getShape(), 0, bytesOf(tensor));
+        Frame f = new Frame(Frame.POINT_TO_POINT, channel, 0, what, DataTypes.of(tensor), tensor.getShape(), 0, bytesOf(tensor));
         try {
             mesh.send(group.globalRank(peer), f, group.key(), what);
         } catch (CommunicationException e) {
@@ -289,19 +290,22 @@ final class TcpCommunicator implements Communicator {
     }
 
     private Frame tensorFrame(String what, NDArray t, byte[] bytes) {
-        return new Frame(Frame.COLLECTIVE, channel, sequence, what, t.getDataType(), t.getShape(), 0, bytes);
+        return new Frame(Frame.COLLECTIVE, channel, sequence, what, DataTypes.of(t), t.getShape(), 0, bytes);
     }
 
     /** Every member's contribution in rank order: this rank's own tensor, the others decoded into {@code temp}. */
     private NDArray[] contributions(Frame[] got, NDArray mine, NDManager temp) {
         NDArray[] all = new NDArray[size()];
         for (int i = 0; i < size(); i++) {
-            all[i] = i == rank() ? mine : tensorOf(got[i], mine.getShape(), mine.getDataType(), temp);
+            all[i] = i == rank() ? mine : tensorOf(got[i], mine.getShape(), DataTypes.of(mine), temp);
         }
         return all;
     }
 
     private static byte[] bytesOf(NDArray t) {
+        if (DataTypes.of(t) == DataType.BFLOAT16) {
+            return DataTypes.toBytes(t);
+        }
         ByteBuffer b = t.toByteBuffer();
         if (b.order() != ByteOrder.LITTLE_ENDIAN) {
             throw new UnsupportedOperationException("tensor bytes are " + b.order() + "; the TCP backend sends little-endian");
@@ -315,6 +319,9 @@ final class TcpCommunicator implements Communicator {
     }
 
     private static NDArray tensorOf(Frame f, Shape shape, DataType dtype, NDManager owner) {
+        if (dtype == DataType.BFLOAT16) {
+            return DataTypes.fromBytes(owner, ByteBuffer.wrap(f.payload()), shape, dtype, owner.getDevice());
+        }
         return owner.create(ByteBuffer.wrap(f.payload()).order(ByteOrder.LITTLE_ENDIAN), shape, dtype);
     }
 

@@ -50,7 +50,9 @@ public final class TcpWorkerMain {
         LaunchEnvironment env = LaunchEnvironment.fromSystem();
         Mcore4j.ensureInitialized();
         try (NDManager manager = Mcore4j.newRootManager();
-             TcpBackend backend = TcpBackend.connect(env, timeout)) {
+             // ranks start as separate JVMs loading libtorch: on a loaded machine they may be seconds apart,
+             // so connecting gets its own generous timeout; collectives keep the one under test
+             TcpBackend backend = TcpBackend.builder(env).timeout(timeout).connectTimeout(Duration.ofSeconds(60)).connect()) {
             Communicator world = backend.communicator(
                     ProcessGroup.of("world", IntStream.range(0, env.worldSize()).toArray(), env.rank()));
             if (mode.equals("connect")) {

@@ -62,7 +62,11 @@ public final class GptBenchmark {
         PretrainArgs args = new PretrainArgs();
         // the preset is parsed first so that every flag given on the command line overrides it
         String preset = presetName(argv);
-        return PretrainGpt.execute("gpt-benchmark", args, bench, presetFlags(preset), argv, out, err,
+        List<String> presetFlags = presetFlags(preset);
+        if (List.of(argv).contains("--bf16")) {
+            presetFlags.remove("--fp16"); // the presets train in fp16 unless bf16 is asked for
+        }
+        return PretrainGpt.execute("gpt-benchmark", args, bench, presetFlags, argv, out, err,
                 (a, o) -> bench.run(a, o));
     }
 

@@ -1,7 +1,7 @@
 package io.mcore4j.samples.pretrain;
 
-import ai.djl.ndarray.types.DataType;
 import io.mcore4j.contextparallel.CpCommType;
+import io.mcore4j.core.Precision;
 import io.mcore4j.data.gpt.SplitWeights;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
@@ -112,6 +112,8 @@ public final class PretrainArgs {
     RecomputeGranularity recompute = RecomputeGranularity.none;
     @Option(names = "--fp16", description = "float16 parameters and activations, float32 master weights, dynamic loss scaling.")
     boolean fp16;
+    @Option(names = "--bf16", description = "bfloat16 parameters and activations, float32 master weights and optimizer state, no loss scaling.")
+    boolean bf16;
 
     // mixture of experts
     @Option(names = "--num-experts", description = "Experts per MoE layer (0: dense MLPs). Default: ${DEFAULT-VALUE}.")
@@ -160,7 +162,7 @@ public final class PretrainArgs {
     long ddpBucketSize = 10_000_000L;
     @Option(names = "--fused-adam", negatable = true, description = "Adam through libtorch's fused kernel (--no-fused-adam: one op at a time). Default: ${DEFAULT-VALUE}.")
     boolean fusedAdam = true;
-    @Option(names = "--accumulate-allreduce-grads-in-fp32", negatable = true, description = "Reduce gradients in float32 under --fp16 (mcore4j's default; Megatron's is off). Default: ${DEFAULT-VALUE}.")
+    @Option(names = "--accumulate-allreduce-grads-in-fp32", negatable = true, description = "Reduce gradients in float32 under --fp16 and --bf16 (mcore4j's default; Megatron's is off). Default: ${DEFAULT-VALUE}.")
     boolean gradReduceInFp32 = true;
 
     // iterations, data, checkpoints, logging
@@ -353,7 +355,7 @@ public final class PretrainArgs {
         OptimizerConfig optimizerConfig = OptimizerConfig.builder()
                 .algorithm(optimizer == OptimizerKind.sgd ? OptimizerConfig.Algorithm.SGD : OptimizerConfig.Algorithm.ADAMW)
                 .lr(lr).beta1(adamBeta1).beta2(adamBeta2).eps(adamEps).weightDecay(weightDecay).clipGrad(clipGrad)
-                .fp16(fp16).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
+                .precision(Precision.of(fp16, bf16)).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
                 .gradReduceInFp32(gradReduceInFp32).overlapGradReduce(overlapGradReduce)
                 .bucketSizeBytes(4 * ddpBucketSize).build();
         long decay = lrDecayIters > 0 ? lrDecayIters : trainIters;
@@ -431,7 +433,7 @@ public final class PretrainArgs {
     private TransformerConfig model() {
         if (loadHf != null) {
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
-            return hfConfig().transformerConfig(vocabDivisor, tensorParallel, fp16 ? DataType.FLOAT16 : DataType.FLOAT32)
+            return hfConfig().transformerConfig(vocabDivisor, tensorParallel, Precision.of(fp16, bf16).paramDtype())
                     .toBuilder().sequenceParallel(sequenceParallel)
                     .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT))).build();
         }
@@ -443,7 +445,7 @@ public final class PretrainArgs {
                 .sequenceParallel(sequenceParallel)
                 .tiedEmbeddings(!untieEmbeddings)
                 .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT)))
-                .dtype(fp16 ? DataType.FLOAT16 : DataType.FLOAT32)
+                .dtype(Precision.of(fp16, bf16).paramDtype())
                 .cpCommType(CpCommType.fromFlag(cpCommType));
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);

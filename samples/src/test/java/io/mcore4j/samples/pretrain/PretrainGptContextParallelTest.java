@@ -66,6 +66,16 @@ class PretrainGptContextParallelTest {
                 "--overlap-grad-reduce", "--ddp-bucket-size", "2000")), "DP2 CP2 + distributed optimizer, overlapped");
     }
 
+    /** Mixture-of-experts layers under context parallelism: the router's load-balancing statistics span the group. */
+    @Test
+    void expertLayersWithContextParallelismGiveTheSerialLosses() throws Exception {
+        String[] moe = {"--num-experts", "4", "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.01"};
+        List<Double> serial = train(common(1, 6, moe));
+        List<String> cp2ep2 = common(4, 6, moe);
+        cp2ep2.addAll(List.of("--context-parallel-size", "2", "--expert-model-parallel-size", "2"));
+        assertSameLosses(serial, train(cp2ep2), "CP2 DP2 EP2");
+    }
+
     /**
      * A checkpoint written at CP2 x DP2 with the distributed optimizer (model and optimizer state,
      * the latter sharded over the four dp-cp ranks) resumes at CP1 x DP4 and at CP4 x DP1 with the

@@ -135,6 +135,18 @@ class PretrainGptRunTest {
         assertEquals(1, lines.stream().filter(l -> l.contains("\"loss\"")).count(), "resumed at 4: only iteration 6 logged");
     }
 
+    /** --bf16 end to end at TP2 through the training loop: the fp32 run's losses within 2%, loss scale 1. */
+    @Test
+    void bf16TracksFp32() throws Exception {
+        List<Double> fp32 = train(flags(6));
+        List<Double> bf16 = train(flags(6, "--bf16"));
+        assertEquals(fp32.size(), bf16.size());
+        for (int i = 0; i < fp32.size(); i++) {
+            double rel = Math.abs(bf16.get(i) - fp32.get(i)) / fp32.get(i);
+            assertTrue(rel <= 0.02, "iteration " + (i + 1) + ": bf16 " + bf16.get(i) + " vs fp32 " + fp32.get(i));
+        }
+    }
+
     @Test
     void badFlagsExitWithTwoAndOneLineNamingThem() {
         String[][] cases = {
@@ -143,11 +155,11 @@ class PretrainGptRunTest {
             {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"},
             {"--seq-length", "200000", "--attention-backend", "unfused", "--max-position-embeddings", "200000"},
             {"--global-batch-size", "1000000000"}, {"--split", "100,0,0", "--eval-interval", "5"},
-            {"--lr-decay-style", "square"}, {"--micro-batch-size", "abc"}, {"--frobnicate"},
+            {"--lr-decay-style", "square"}, {"--micro-batch-size", "abc"}, {"--frobnicate"}, {"--fp16", "--bf16"},
         };
         String[] names = {"--tensor-model-parallel-size 0", "--nproc 0", "--num-attention-heads 0", "--ffn-hidden-size -8",
             "--eval-iters 0", "--num-layers-per-virtual-pipeline-stage 3", "--seq-length 200000", "--global-batch-size 1000000000",
-            "--split 100,0,0", "--lr-decay-style", "--micro-batch-size", "--frobnicate"};
+            "--split 100,0,0", "--lr-decay-style", "--micro-batch-size", "--frobnicate", "--fp16 and --bf16"};
         for (int i = 0; i < cases.length; i++) {
             List<String> argv = new ArrayList<>(List.of("--mock-data"));
             argv.addAll(List.of(cases[i]));

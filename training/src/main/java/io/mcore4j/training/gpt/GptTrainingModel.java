@@ -28,7 +28,9 @@ import java.util.Map;
 /**
  * This rank's chunks of a GPT: one per virtual pipeline stage, with the layers
  * {@link LayerAssignment#even} gives this pipeline stage. The first chunk of the first stage embeds
- * the tokens; the last chunk of the last stage returns the mean cross-entropy over the labels.
+ * the tokens; the last chunk of the last stage returns the mean cross-entropy over the labels
+ * (weighted by the micro-batch's loss mask when it has one, see {@link GptModel#forward(AutogradScope,
+ * NDArray, NDArray, NDArray, NDArray)}).
  */
 public final class GptTrainingModel implements TrainingModel {
     private final ModelContext ctx;
@@ -107,7 +109,8 @@ public final class GptTrainingModel implements TrainingModel {
     @Override
     public NDArray forward(AutogradScope scope, int chunk, NDArray input, MicroBatch batch) {
         GptModel m = chunks.get(chunk);
-        return m.forward(scope, m.isPreProcess() ? batch.tokens() : null, input, m.isPostProcess() ? batch.labels() : null);
+        return m.forward(scope, m.isPreProcess() ? batch.tokens() : null, input, m.isPostProcess() ? batch.labels() : null,
+                m.isPostProcess() ? batch.lossMask() : null);
     }
 
     @Override

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The GPU host's prologue, copied to .gpu/run-on-host.sh by scripts/gpu/stage.sh. Either
+#   source .gpu/run-on-host.sh && java $MCORE4J_JAVA_OPTS -cp "$CP" MAIN ARGS      (sets the environment here)
+#   bash .gpu/run-on-host.sh 'java $MCORE4J_JAVA_OPTS -cp "$CP" MAIN ARGS'         (runs the quoted command)
+# It unpacks the staged Java runtime, builds DJL's JNI against the host's Python torch (once per
+# torch version, kept in $DJL_CACHE_DIR), sources host-env.sh and exports JAVA_HOME, PATH and CP
+# (the staged jars). MCORE4J_HOST_DIR (default /tmp/mcore4j-host) keeps the runtime between calls.
+_mc4j_host() {
+  local gpu
+  gpu=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd) || return 1
+  local host=${MCORE4J_HOST_DIR:-/tmp/mcore4j-host}
+  mkdir -p "$host" || return 1
+  if [ ! -x "$host/jre/bin/java" ] || [ "$gpu/jre.tgz" -nt "$host/jre/bin/java" ]; then
+    rm -rf "$host/jre" && tar xzf "$gpu/jre.tgz" -C "$host" && touch "$host/jre/bin/java" || return 1
+  fi
+  export JAVA_HOME=$host/jre
+  export PATH=$JAVA_HOME/bin:$PATH
+  export CP="$gpu/lib/*"
+  source "$gpu/scripts/host-env.sh" || return 1
+  if [ ! -f "$DJL_JNI_PATH" ]; then
+    local log=$host/djl-jni-build.log
+    echo "building DJL's JNI against $PYTORCH_LIBRARY_PATH (log: $log)"
+    JNI_INCLUDE_DIRS="$gpu/jni-include" DJL_JNI_HEADER_DIR="$gpu/jni-include" \
+      bash "$gpu/scripts/build-djl-jni.sh" "$gpu/djl-src" "$(dirname "$PYTORCH_LIBRARY_PATH")" "$DJL_JNI_PATH" >"$log" 2>&1 \
+      || { tail -30 "$log" >&2; echo "run-on-host: the JNI build failed (log: $log)" >&2; return 1; }
+    tail -1 "$log"
+  fi
+  echo "java: $(java -version 2>&1 | head -1); CP=$CP"
+}
+if [ "${BASH_SOURCE[0]}" != "$0" ]; then
+  _mc4j_host
+else
+  set -e
+  _mc4j_host
+  [ $# -eq 0 ] || exec bash -c "$*"
+fi
