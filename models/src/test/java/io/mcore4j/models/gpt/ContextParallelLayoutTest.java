@@ -57,6 +57,8 @@ class ContextParallelLayoutTest {
         assertMatches(serial, run(gqaRope().cpCommType(CpCommType.ALL_GATHER).build(), 1, 2, 1, 2), "CP2 DP2 allgather");
         assertMatches(serial, run(gqaRope().sequenceParallel(true).build(), 2, 2, 2, 1), "TP2 SP CP2 PP2 p2p");
         assertMatches(serial, run(gqaRope().build(), 1, 4, 2, 1), "CP4 PP2 p2p");
+        assertMatches(serial, run(gqaRope().cpCommType(CpCommType.ALL_GATHER).build(), 2, 4, 1, 1), "TP2 CP4 allgather");
+        assertMatches(serial, run(gqaRope().build(), 1, 4, 1, 2), "CP4 DP2 p2p");
     }
 
     private static void assertMatches(Step expected, Step actual, String what) {
