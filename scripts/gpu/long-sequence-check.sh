@@ -25,7 +25,7 @@ bench() { # classpath, flags...
   out=$(java $java_opts -cp "$cp" io.mcore4j.samples.bench.GptBenchmark --model 1.3b --steps "$steps" \
     --warmup "$warmup" "$@" $extra 2>&1)
   local line
-  line=$(grep "^gpt-benchmark" <<<"$out")
+  line=$(grep "^gpt-benchmark model=" <<<"$out")
   if [ -n "$line" ]; then echo "$line"; return 0; fi
   echo "FAILED: $(grep -iE "out of memory|error|exception" <<<"$out" | tail -1)"
   return 1

@@ -61,10 +61,17 @@ t = time.time()
 m = AutoModelForCausalLM.from_pretrained(w + "/hf-out", dtype=torch.float32).eval()
 with torch.no_grad():
     logits = m(ids).logits[0]
+print(f"hf-out: {type(m).__name__} loaded in {time.time()-t:.1f} s")
+# the reference is the original checkpoint loaded the same way (the in-memory model of step 1 was cast
+# with .to(bfloat16) and back, which is not what from_pretrained computes with)
+orig = AutoModelForCausalLM.from_pretrained(w + "/hf-in", dtype=torch.float32).eval()
+with torch.no_grad():
+    original = orig(ids).logits[0]
+err = float((logits - original).abs().max() / original.abs().max())
+same = all(torch.equal(a, b) for a, b in zip(orig.state_dict().values(), m.state_dict().values()))
+print(f"hf-out vs hf-in, both loaded by transformers in float32: logits relative error {err:.3g}, weights identical: {same}"
+      f" (bf16 -> fp32 import -> bf16 export is lossless: expect 0 and True)")
 expected = torch.tensor(ref["logits"])
-err = float((logits - expected).abs().max() / expected.abs().max())
-print(f"hf-out: {type(m).__name__} loaded in {time.time()-t:.1f} s; logits vs the original: relative error {err:.3g}"
-      f" (bf16 -> fp32 import -> bf16 export is lossless: expect 0)")
 if tuned:
     m = AutoModelForCausalLM.from_pretrained(tuned, dtype=torch.float32).eval()
     with torch.no_grad():

@@ -20,9 +20,14 @@ public record LoadResult(Map<String, Object> common, List<String> missingKeys, L
         unexpectedKeys = List.copyOf(unexpectedKeys);
     }
 
+    /** @return the common state with typed getters ({@code getLong("iteration")}, ...) */
+    public CommonState commonState() {
+        return new CommonState(common);
+    }
+
     /**
      * An integer entry of {@link #common()} that the caller cannot resume without (e.g.
-     * {@code iteration}, {@code consumed_samples}).
+     * {@code iteration}, {@code consumed_samples}); {@code commonState().getLong(key)}.
      *
      * @param key the entry's name
      * @return its value
@@ -30,21 +35,6 @@ public record LoadResult(Map<String, Object> common, List<String> missingKeys, L
      *         number that fits a {@code long}
      */
     public long requireLong(String key) {
-        Object value = common.get(key);
-        if (value == null) {
-            throw new CorruptCheckpointException("the checkpoint's common state has no '" + key + "' (its keys: "
-                    + new java.util.TreeSet<>(common.keySet()) + ")");
-        }
-        if (value instanceof Long || value instanceof Integer || value instanceof Short || value instanceof Byte) {
-            return ((Number) value).longValue();
-        }
-        if (value instanceof Number n) {
-            double d = n.doubleValue();
-            if (d == Math.rint(d) && Math.abs(d) < 0x1p63) {
-                return (long) d;
-            }
-        }
-        throw new CorruptCheckpointException("the checkpoint's common state holds " + key + " = " + value
-                + ", not an integer");
+        return commonState().getLong(key);
     }
 }
