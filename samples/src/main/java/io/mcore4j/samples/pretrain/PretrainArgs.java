@@ -211,6 +211,8 @@ public final class PretrainArgs {
     long seed = 1234;
     @Option(names = "--metrics-dir", description = "metrics.jsonl and loss.png (default: --save, else runs/pretrain-gpt).")
     Path metricsDir;
+    @Option(names = "--tensorboard-dir", description = "Also write TensorBoard event files here (Megatron's scalar names).")
+    Path tensorboardDir;
     @Option(names = "--peak-tflops", description = "The device's peak TFLOP/s per rank, for MFU (default: 989 on CUDA devices, none on the CPU).")
     Double peakTflops;
     @Option(names = "--distributed-timeout-minutes", description = "How long a collective or a peer may stall before the run fails. Default: ${DEFAULT-VALUE}.")

@@ -22,6 +22,10 @@ import io.mcore4j.samples.generate.GenerateGpt;
 import io.mcore4j.samples.launch.LaunchedRank;
 import io.mcore4j.training.TrainingLoop;
 import io.mcore4j.training.TrainingSummary;
+import io.mcore4j.training.metrics.JsonlMetricsSink;
+import io.mcore4j.training.metrics.LossCurveSink;
+import io.mcore4j.training.metrics.MetricsSink;
+import io.mcore4j.training.metrics.TensorBoardSink;
 import io.mcore4j.training.gpt.GptPretraining;
 import io.mcore4j.training.gpt.GptTrainingSetup;
 import picocli.CommandLine;
@@ -239,7 +243,24 @@ public final class PretrainGpt {
         return b -> {
             b.out(out).peakTflops(peak).moePerLayerLogging(args.moePerLayerLogging);
             if (writeMetrics) {
-                b.sink(new MetricsLogSink(metricsDir, out));
+                Path jsonl = metricsDir.resolve("metrics.jsonl");
+                LossCurveSink curve = new LossCurveSink(metricsDir.resolve("loss.png"), jsonl, "pretrain-gpt");
+                b.sink(new JsonlMetricsSink(jsonl));
+                if (args.tensorboardDir != null) {
+                    b.sink(new TensorBoardSink(args.tensorboardDir));
+                }
+                b.sink(curve); // closed after the JSONL file, which it draws from
+                b.sink(new MetricsSink() {
+                    @Override
+                    public void write(long iteration, java.util.Map<String, Double> scalars) {}
+
+                    @Override
+                    public void close() {
+                        out.println("metrics: " + jsonl + (args.tensorboardDir != null ? ", TensorBoard: "
+                                + args.tensorboardDir : "") + ", loss curve: "
+                                + (curve.drawn() ? curve.png().toString() : "not drawn (" + curve.failure() + ")"));
+                    }
+                });
             }
             extra.accept(b);
         };
@@ -319,95 +340,6 @@ public final class PretrainGpt {
         static String get() {
             String v = PretrainGpt.class.getPackage().getImplementationVersion();
             return v != null ? v : "(development build)";
-        }
-    }
-
-    /** Bridges the loop's metrics to the run's metrics.jsonl, loss curve and progress bar. */
-    private static final class MetricsLogSink implements io.mcore4j.training.metrics.MetricsSink {
-        private final Path directory;
-        private final PrintStream out;
-        private MetricsLog log;
-
-        MetricsLogSink(Path directory, PrintStream out) {
-            this.directory = directory;
-            this.out = out;
-        }
-
-        @Override
-        public void begin(long startIteration, long trainIterations) {
-            keepOneRun(directory.resolve("metrics.jsonl"), startIteration);
-            log = new MetricsLog(directory);
-        }
-
-        /**
-         * One run per file: a fresh run moves another run's records aside (to metrics.jsonl.N, nothing
-         * is lost); a resumed run drops the records past the iteration it resumes after (the stopped
-         * run's iterations that the checkpoint does not hold, which this run does again).
-         */
-        private void keepOneRun(java.nio.file.Path file, long startIteration) {
-            try {
-                if (!java.nio.file.Files.exists(file) || java.nio.file.Files.size(file) == 0) {
-                    return;
-                }
-                if (startIteration == 0) {
-                    int n = 1;
-                    while (java.nio.file.Files.exists(file.resolveSibling("metrics.jsonl." + n))) {
-                        n++;
-                    }
-                    java.nio.file.Path aside = file.resolveSibling("metrics.jsonl." + n);
-                    java.nio.file.Files.move(file, aside);
-                    out.println("metrics: another run's records moved to " + aside);
-                    return;
-                }
-                java.util.regex.Pattern it = java.util.regex.Pattern.compile("\"iteration\": *(\\d+)");
-                List<String> kept = java.nio.file.Files.readAllLines(file).stream().filter(line -> {
-                    java.util.regex.Matcher m = it.matcher(line);
-                    return !m.find() || Long.parseLong(m.group(1)) <= startIteration;
-                }).toList();
-                java.nio.file.Files.write(file, kept);
-            } catch (java.io.IOException e) {
-                throw new java.io.UncheckedIOException("cannot prepare " + file, e);
-            }
-        }
-
-        @Override
-        public void iterationDone(long iteration, long trainIterations) {
-            Progress.show(iteration, trainIterations);
-        }
-
-        @Override
-        public void write(long iteration, java.util.Map<String, Double> scalars) {
-            Progress.clear();
-            Object[] fields = new Object[2 * scalars.size() + 2];
-            fields[0] = "iteration";
-            fields[1] = iteration;
-            int i = 2;
-            for (var e : scalars.entrySet()) {
-                String key = switch (e.getKey()) {
-                    case io.mcore4j.training.metrics.MetricNames.LOSS -> "loss";
-                    case io.mcore4j.training.metrics.MetricNames.VALID_LOSS -> "valid_loss";
-                    default -> e.getKey().replaceAll("[^A-Za-z0-9]+", "_").toLowerCase(Locale.ROOT);
-                };
-                fields[i++] = key;
-                fields[i++] = e.getValue();
-            }
-            log.record(fields);
-        }
-
-        @Override
-        public void close() {
-            if (log != null) {
-                String curve;
-                try {
-                    Path png = log.writeLossCurve();
-                    curve = png != null ? png.toString() : "not drawn (this Java runtime has no java.desktop module)";
-                } catch (RuntimeException | Error e) {
-                    // e.g. a runtime with Java2D but without fonts: the metrics are kept, the picture is not
-                    curve = "not drawn (" + e.getMessage() + ")";
-                }
-                out.println("metrics: " + directory.resolve("metrics.jsonl") + ", loss curve: " + curve);
-                log.close();
-            }
         }
     }
 }

@@ -61,9 +61,9 @@ class PretrainGptRunTest {
         }
         assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
         String records = java.nio.file.Files.readString(metrics.resolve("metrics.jsonl"));
-        // the metrics file writes Megatron's moe/<name>_layer_<i> with its separator as an underscore
-        assertTrue(records.contains("\"load_balancing_loss\"") && records.contains("\"moe_load_balancing_loss_layer_0\"")
-                && records.contains("\"moe_load_balancing_loss_layer_1\""), records);
+        // the metrics file writes Megatron's names: moe/<name>_layer_<i>
+        assertTrue(records.contains("\"load_balancing_loss\"") && records.contains("\"moe/load_balancing_loss_layer_0\"")
+                && records.contains("\"moe/load_balancing_loss_layer_1\""), records);
     }
 
     @Test
@@ -122,17 +122,17 @@ class PretrainGptRunTest {
         first.addAll(List.of("--metrics-dir", metrics.toString()));
         train(first);
         String firstRun = Files.readString(metrics.resolve("metrics.jsonl"));
-        assertEquals(2, firstRun.lines().filter(l -> l.contains("\"loss\"")).count(), firstRun);
+        assertEquals(2, firstRun.lines().filter(l -> l.contains("\"lm loss\"")).count(), firstRun);
         List<String> fresh = flags(4);
         fresh.addAll(List.of("--metrics-dir", metrics.toString()));
         train(fresh);
         assertEquals(firstRun, Files.readString(metrics.resolve("metrics.jsonl.1")), "the first run's records, moved aside");
-        assertEquals(2, Files.readString(metrics.resolve("metrics.jsonl")).lines().filter(l -> l.contains("\"loss\"")).count());
+        assertEquals(2, Files.readString(metrics.resolve("metrics.jsonl")).lines().filter(l -> l.contains("\"lm loss\"")).count());
         List<String> resumed = flags(6, "--load", save.toString(), "--lr-decay-iters", "4");
         resumed.addAll(List.of("--metrics-dir", dir.resolve("one-run-ckpt").toString()));
         train(resumed);
         List<String> lines = Files.readAllLines(save.resolve("metrics.jsonl"));
-        assertEquals(1, lines.stream().filter(l -> l.contains("\"loss\"")).count(), "resumed at 4: only iteration 6 logged");
+        assertEquals(1, lines.stream().filter(l -> l.contains("\"lm loss\"")).count(), "resumed at 4: only iteration 6 logged");
     }
 
     /** --bf16 end to end at TP2 through the training loop: the fp32 run's losses within 2%, loss scale 1. */

@@ -19,6 +19,7 @@ public final class LossCurveSink implements MetricsSink {
     private final List<double[]> train = new ArrayList<>();
     private final List<double[]> valid = new ArrayList<>();
     private boolean drawn;
+    private String failure;
 
     /**
      * @param png the image to write
@@ -53,6 +54,11 @@ public final class LossCurveSink implements MetricsSink {
         return drawn;
     }
 
+    /** @return why the last {@link #close()} drew nothing (no Java2D, no fonts, ...), or null */
+    public String failure() {
+        return failure;
+    }
+
     /** @return the image this sink writes */
     public Path png() {
         return png;
@@ -68,9 +74,17 @@ public final class LossCurveSink implements MetricsSink {
             }
         }
         drawn = false;
-        if (ModuleLayer.boot().findModule("java.desktop").isPresent() && (!train.isEmpty() || !valid.isEmpty())) {
-            LossCurvePlot.draw(title, train, valid, png);
-            drawn = true;
+        failure = null;
+        if (ModuleLayer.boot().findModule("java.desktop").isEmpty()) {
+            failure = "this Java runtime has no java.desktop module";
+        } else if (!train.isEmpty() || !valid.isEmpty()) {
+            try {
+                LossCurvePlot.draw(title, train, valid, png);
+                drawn = true;
+            } catch (RuntimeException | Error e) {
+                // e.g. a runtime with Java2D but no fonts: the metrics are kept, the picture is not
+                failure = String.valueOf(e.getMessage());
+            }
         }
     }
 }
