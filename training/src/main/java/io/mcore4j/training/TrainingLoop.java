@@ -10,6 +10,7 @@ import io.mcore4j.checkpoint.StrictMode;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.training.metrics.MetricFormat;
 import io.mcore4j.training.metrics.MetricNames;
 import io.mcore4j.training.metrics.MetricsSink;
 
@@ -278,9 +279,9 @@ public final class TrainingLoop {
         StringBuilder line = new StringBuilder(String.format(Locale.ROOT,
                 " iteration %6d/%6d | loss %.4f | lr %.3e | grad norm %.3f | loss scale %.0f | skipped %d | %s tokens/s",
                 iteration, config.trainIters(), w.loss / w.steps, lr, last.gradNorm(), last.lossScale(), w.skipped,
-                Numbers.compact(tokensPerSecond)));
+                MetricFormat.significant(tokensPerSecond, 4)));
         if (Double.isFinite(tflopsPerRank)) {
-            line.append(" | ").append(Numbers.compact(tflopsPerRank)).append(" TFLOP/s/rank");
+            line.append(" | ").append(MetricFormat.significant(tflopsPerRank, 4)).append(" TFLOP/s/rank");
             if (peakTflops != null) {
                 line.append(String.format(Locale.ROOT, " | MFU %.1f%%", 100 * tflopsPerRank / peakTflops));
             }
