@@ -45,7 +45,9 @@ final class ActivationModel {
         double h = c.hiddenSize();
         double kept = 2 * tokens * h / sp * bytes;               // input_layernorm and pre_mlp_layernorm inputs
         if (c.normalization() == TransformerConfig.Normalization.RMS_NORM) {
-            kept += 2 * tokens * h / sp * 4;                     // the float32 copy RMSNorm's backward reads
+            // RMSNorm from elementary ops keeps its float32 normalised values, and in half precision the
+            // recorded casts keep the float32 input and the float32 result too
+            kept += 2 * tokens * h / sp * 4 * (bytes == 4 ? 1 : 3);
         }
         double p = c.hiddenDropout();
         if (p > 0) {
@@ -64,31 +66,57 @@ final class ActivationModel {
         double sp = c.sequenceParallel() ? tp : 1;
         double h = c.hiddenSize();
         if (c.recompute() == TransformerConfig.Recompute.FULL) {
-            return tokens * h / sp * bytes;                      // the layer's input, for the recomputation
+            // the layer's input, kept for the recomputation, and the gradient of its output leaf, which
+            // the pass keeps until it ends
+            return 2 * tokens * h / sp * bytes;
         }
         double n = (double) c.numAttentionHeads() / tp;
         double g = (double) c.numQueryGroups() / tp;
         double d = c.kvChannels();
+        boolean selective = c.recompute() == TransformerConfig.Recompute.SELECTIVE;
         double kept = replicatedTerms(tokens);
         kept += 2 * tokens * h * bytes;                          // linear_qkv and linear_fc1 inputs (gathered)
         kept += tokens * (n + 2 * g) * d * bytes;                // the fused QKV output
-        kept += tokens * n * d * bytes;                          // queries (rotated, or a contiguous copy)
         if (c.usesRope()) {
-            kept += tokens * g * d * bytes;                      // rotated keys
+            kept += tokens * (n + g) * d * bytes;                // rotated queries and keys
+            // the rotation's intermediates (x cos, the rotated halves and their negation, their product with
+            // sin) for queries and keys: handles the pass's manager holds until it closes
+            kept += 3.5 * tokens * (n + g) * d * bytes;
         }
         if (g < n) {
+            if (!c.usesRope()) {
+                kept += tokens * n * d * bytes;                  // queries: a copy (a view only with one head per group)
+            }
             kept += 2 * tokens * n * d * bytes;                  // keys and values repeated per query head
         }
         kept += tokens * n * d * bytes;                          // attention output = linear_proj input
-        boolean selective = c.recompute() == TransformerConfig.Recompute.SELECTIVE;
         if (fusedAttention) {
             kept += selective ? 0 : tokens * n * 4;              // log-sum-exp per query, float32
         } else if (!selective) {
             double keys = (double) seqLength;                    // each query attends over the whole sequence under CP
-            kept += microBatch * n * ((double) seqLength / cp) * keys * bytes; // softmax probabilities
+            // the recorded casts keep the raw scores and their float32 copy, softmax its float32 output,
+            // and in half precision the cast back keeps the probabilities again (a same-dtype cast is none)
+            double perScore = bytes == 4 ? 8 : 12;
+            kept += microBatch * n * ((double) seqLength / cp) * keys * perScore;
+            if (cp > 1) {
+                kept += 2.0 * microBatch * seqLength * g * d * bytes; // the whole sequence's keys and values
+            }
             if (c.attentionDropout() > 0) {
                 kept += microBatch * n * ((double) seqLength / cp) * keys * (1 + bytes); // mask, dropped probabilities
             }
+        }
+        // a recorded function's output is a leaf whose gradient the pass keeps until it ends: at TP > 1
+        // the tensor-parallel mappings' (two before the column-parallel linears, two after the
+        // row-parallel ones)
+        if (selective) {
+            kept += tokens * n * d * bytes;                      // the recomputed attention's output leaf
+        }
+        if (tp > 1) {
+            // the recorded functions also keep their inputs and outputs: the row-parallel linears'
+            // partial sums and their reductions (with sequence parallelism the reduce-scatter's shard
+            // and the all-gathers' shards)
+            kept += 2 * tokens * h * bytes * (c.sequenceParallel() ? 1 + 2.0 / tp : 2);
+            kept += 2 * tokens * h * bytes * (c.sequenceParallel() ? 1 + 1.0 / tp : 2);
         }
         double f = (double) mlpWidth() / tp;
         if (c.activation() == TransformerConfig.Activation.SWIGLU) {
@@ -142,6 +170,20 @@ final class ActivationModel {
         double tokens = (double) seqLength / cp * microBatch;
         double sp = c.sequenceParallel() ? tp : 1;
         return tokens * c.hiddenSize() / sp * bytes + 2 * tokens * 8;
+    }
+
+    /**
+     * @param microBatch samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return bytes the first stage's vocabulary-parallel embedding keeps beyond its output at TP > 1:
+     *     its recorded reduction's partial lookup and the gradient of the reduced output
+     */
+    double embedding(int microBatch, int seqLength) {
+        if (tp == 1) {
+            return 0;
+        }
+        double tokens = (double) seqLength / cp * microBatch;
+        return 2 * tokens * c.hiddenSize() * bytes;
     }
 
     private int mlpWidth() {
