@@ -11,7 +11,8 @@ import java.lang.reflect.Method;
 import java.nio.ByteBuffer;
 
 /**
- * The memory behind a tensor, for a native library (NCCL) that reads and writes it by address.
+ * The memory behind a tensor: its address for a native library (NCCL) that reads and writes it, and
+ * whether it borrows a Java buffer ({@link #borrowsHostMemory}).
  * DJL has no public API for a tensor's {@code data_ptr()}; its package-private native
  * {@code PyTorchLibrary.torchDirectByteBuffer(handle)} (DJL 0.35.1) wraps {@code data_ptr()} of a
  * contiguous tensor of fewer than 2^31 bytes in a direct {@link ByteBuffer}. That buffer must never
@@ -67,6 +68,27 @@ public final class TensorMemory {
         return new PtNDArray(pt, copy);
     }
 
+    /**
+     * Whether {@code array} borrows host memory from a Java buffer: on CPU, DJL creates a tensor from
+     * Java data ({@code manager.create(long[])}, ...) over a direct buffer that only the DJL handle
+     * keeps alive. Closing that handle lets the buffer be collected while libtorch may still read
+     * the memory (autograd saves index tensors for backward), so such a handle must live until the
+     * pass ends; {@link io.mcore4j.core.autograd.AutogradScope} never closes one early.
+     *
+     * @param array any tensor
+     * @return true if closing the handle could free memory that libtorch still refers to
+     */
+    public static boolean borrowsHostMemory(NDArray array) {
+        if (!(array instanceof PtNDArray)) {
+            return false;
+        }
+        try {
+            return HostBuffer.field().get(array) != null;
+        } catch (IllegalAccessException e) {
+            throw new IllegalStateException("PtNDArray.dataRef is not accessible: " + e.getMessage(), e);
+        }
+    }
+
     private static long handle(NDArray array) {
         if (!(array instanceof PtNDArray pt)) {
             throw new IllegalArgumentException("native memory access needs PyTorch-engine tensors, got "
@@ -86,6 +108,32 @@ public final class TensorMemory {
             throw new IllegalStateException("PyTorchLibrary." + method.getName() + " failed: " + cause, cause);
         } catch (IllegalAccessException e) {
             throw new IllegalStateException("PyTorchLibrary." + method.getName() + " is not accessible: " + e.getMessage(), e);
+        }
+    }
+
+    /** DJL's {@code PtNDArray.dataRef}, the Java buffer a tensor created from Java data borrows; looked up once. */
+    private static final class HostBuffer {
+        private static final Field FIELD;
+        private static final String FAILURE;
+
+        static {
+            Field field = null;
+            String failure = null;
+            try {
+                field = PtNDArray.class.getDeclaredField("dataRef");
+                field.setAccessible(true);
+            } catch (ReflectiveOperationException | RuntimeException e) {
+                failure = e.toString();
+            }
+            FIELD = field;
+            FAILURE = failure;
+        }
+
+        static Field field() {
+            if (FIELD == null) {
+                throw new IllegalStateException("cannot reach DJL's PtNDArray.dataRef (DJL 0.35.1 has it): " + FAILURE);
+            }
+            return FIELD;
         }
     }
 

@@ -92,6 +92,20 @@ public final class Tensors {
     }
 
     /**
+     * Moves {@code array} into {@code owner} and returns it. DJL attaches an op's result to its
+     * first operand's manager, which may be long-lived (a parameter's, a caller's); code that
+     * creates a temporary this way hands it to the manager that should free it.
+     *
+     * @param array a tensor
+     * @param owner the manager that will own it
+     * @return {@code array}
+     */
+    public static NDArray own(NDArray array, NDManager owner) {
+        array.attach(owner);
+        return array;
+    }
+
+    /**
      * {@code x * factor}, safe under autograd.
      *
      * <p>DJL's {@code mul(Number)} and {@code div(Number)} wrap the number in a tensor over a Java

@@ -149,6 +149,18 @@ public final class DistCheckpointing {
     }
 
     /**
+     * {@link #loadCommon} with typed getters.
+     *
+     * @param dir a checkpoint directory
+     * @return the common state
+     * @throws CorruptCheckpointException if {@code metadata.json} is absent or malformed
+     * @throws IncompatibleCheckpointException if it was written by a newer format version
+     */
+    public static CommonState loadCommonState(Path dir) {
+        return new CommonState(loadCommon(dir));
+    }
+
+    /**
      * Whether {@code dir} holds a complete checkpoint (its {@code metadata.json} exists); reads nothing else.
      *
      * @param dir a directory

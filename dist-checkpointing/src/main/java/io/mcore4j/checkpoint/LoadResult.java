@@ -19,4 +19,9 @@ public record LoadResult(Map<String, Object> common, List<String> missingKeys, L
         missingKeys = List.copyOf(missingKeys);
         unexpectedKeys = List.copyOf(unexpectedKeys);
     }
+
+    /** @return the common state with typed getters ({@code getLong("iteration")}, ...) */
+    public CommonState commonState() {
+        return new CommonState(common);
+    }
 }

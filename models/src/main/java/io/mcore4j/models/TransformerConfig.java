@@ -3,9 +3,10 @@ package io.mcore4j.models;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 /**
- * The shape and numerics of a decoder-only transformer, validated once. {@link #validate} checks it
+ * The shape and numerics of a decoder-only transformer, validated once. {@link #validate(ParallelDims)} checks it
  * against a parallel layout (heads divisible by TP, query groups compatible with TP, layers split
  * across pipeline stages) and names the offending numbers.
  *
@@ -37,7 +38,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
                                 Normalization normalization, double normEpsilon,
                                 PositionEmbedding positionEmbedding, double rotaryBase, double rotaryPercent,
-                                Activation activation, boolean addBiasLinear, boolean tiedEmbeddings,
+                                MlpActivation activation, boolean addBiasLinear, boolean tiedEmbeddings,
                                 double hiddenDropout, double attentionDropout, double initStd,
                                 Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe) {
 
@@ -46,9 +47,6 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
 
     /** Position encoding. */
     public enum PositionEmbedding { LEARNED_ABSOLUTE, ROPE }
-
-    /** MLP activation. */
-    public enum Activation { GELU, SWIGLU }
 
     /** Activation recompute granularity: none, core attention only, or whole layers. */
     public enum Recompute { NONE, SELECTIVE, FULL }
@@ -114,13 +112,35 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
-     * Checks the model against a layout.
+     * Checks the model against a layout, including how its layers split over pipeline stages.
      *
      * @param dims the parallel layout
      * @param layersPerVirtualStage layers per virtual stage when interleaving (0 = not interleaved)
      * @throws IllegalArgumentException naming the numbers
      */
     public void validate(ParallelDims dims, int layersPerVirtualStage) {
+        validate(dims);
+        int pp = dims.pipelineParallel();
+        int vp = dims.virtualPipelineParallel();
+        if (numLayers % (pp * vp) != 0) {
+            throw new IllegalArgumentException(numLayers + " layers do not split evenly over " + pp
+                    + " pipeline stages x " + vp + " virtual stages");
+        }
+        if (layersPerVirtualStage > 0 && layersPerVirtualStage * pp * vp != numLayers) {
+            throw new IllegalArgumentException(layersPerVirtualStage + " layers per virtual stage x " + pp + " stages x "
+                    + vp + " virtual stages != " + numLayers + " layers");
+        }
+    }
+
+    /**
+     * Checks the widths against the tensor- and expert-parallel sizes of a layout (what every
+     * model chunk needs; {@code GptModel.build} calls it). How layers split over pipeline stages is
+     * the caller's choice and checked by {@link #validate(ParallelDims, int)}.
+     *
+     * @param dims the parallel layout
+     * @throws IllegalArgumentException naming the numbers
+     */
+    public void validate(ParallelDims dims) {
         int tp = dims.tensorParallel();
         if (numAttentionHeads % tp != 0) {
             throw new IllegalArgumentException(numAttentionHeads + " attention heads are not divisible by tensor parallel size " + tp);
@@ -136,16 +156,6 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
         if (sequenceParallel && tp == 1) {
             throw new IllegalArgumentException("sequence parallelism needs tensor parallel size > 1, got 1");
-        }
-        int pp = dims.pipelineParallel();
-        int vp = dims.virtualPipelineParallel();
-        if (numLayers % (pp * vp) != 0) {
-            throw new IllegalArgumentException(numLayers + " layers do not split evenly over " + pp
-                    + " pipeline stages x " + vp + " virtual stages");
-        }
-        if (layersPerVirtualStage > 0 && layersPerVirtualStage * pp * vp != numLayers) {
-            throw new IllegalArgumentException(layersPerVirtualStage + " layers per virtual stage x " + pp + " stages x "
-                    + vp + " virtual stages != " + numLayers + " layers");
         }
         if (moe != null && moe.numExperts() % dims.expertParallel() != 0) {
             throw new IllegalArgumentException(moe.numExperts() + " experts are not divisible by expert parallel size "
@@ -241,7 +251,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private PositionEmbedding position = PositionEmbedding.LEARNED_ABSOLUTE;
         private double ropeBase = 10000;
         private double ropePercent = 1.0;
-        private Activation act = Activation.GELU;
+        private MlpActivation act = MlpActivation.GELU;
         private boolean bias = true;
         private boolean tied = true;
         private double hiddenDrop = 0.1;
@@ -304,7 +314,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
 
         /** @param activation MLP activation @return this */
-        public Builder activation(Activation activation) {
+        public Builder activation(MlpActivation activation) {
             this.act = activation;
             return this;
         }

@@ -30,8 +30,8 @@ final class LoadBalancingLoss {
     static NDArray switchLoss(NDArray scores, NDArray counts, double totalTokens, int topK, int numExperts,
                               double coeff, NDManager owner) {
         double factor = numExperts * coeff / (topK * totalTokens * totalTokens);
-        NDArray perExpert = LocalOps.own(scores.sum(new int[] {0}), owner);
-        NDArray weighted = LocalOps.own(perExpert.mul(counts.toType(perExpert.getDataType(), false)).sum(), owner);
+        NDArray perExpert = Tensors.own(scores.sum(new int[] {0}), owner);
+        NDArray weighted = Tensors.own(perExpert.mul(counts.toType(perExpert.getDataType(), false)).sum(), owner);
         return Tensors.scale(weighted, factor, owner);
     }
 
@@ -44,7 +44,14 @@ final class LoadBalancingLoss {
      * @return the scalar loss
      */
     static NDArray zLoss(NDArray logits, double coeff, NDManager owner) {
-        NDArray lse = LocalOps.logSumExp(logits, owner);
-        return Tensors.scale(LocalOps.own(lse.mul(lse).mean(), owner), coeff, owner);
+        NDArray lse = logSumExp(logits, owner);
+        return Tensors.scale(Tensors.own(lse.mul(lse).mean(), owner), coeff, owner);
+    }
+
+    /** {@code log Σ exp(x)} over the last dim, stabilised by the (constant) row maximum. */
+    private static NDArray logSumExp(NDArray x, NDManager owner) {
+        int last = x.getShape().dimension() - 1;
+        NDArray max = Tensors.own(x.max(new int[] {last}, true).stopGradient(), owner);
+        return Tensors.own(x.sub(max).exp().sum(new int[] {last}).log().add(max.squeeze(last)), owner);
     }
 }

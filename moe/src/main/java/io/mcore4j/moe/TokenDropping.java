@@ -3,6 +3,7 @@ package io.mcore4j.moe;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.Tensors;
 
 /**
  * Expert capacity: how many of the tokens routed to an expert it keeps, and the padding that gives
@@ -45,15 +46,15 @@ final class TokenDropping {
         }
         if (policy == MoeConfig.DropPolicy.POSITION) {
             // 1-based rank of each selected token among the expert's selected tokens, in token order
-            NDArray rank = LocalOps.own(selected.cumSum(0), owner);
-            return LocalOps.own(rank.lte(capacity).toType(DataType.FLOAT32, false).mul(selected), owner);
+            NDArray rank = Tensors.own(selected.cumSum(0), owner);
+            return Tensors.own(rank.lte(capacity).toType(DataType.FLOAT32, false).mul(selected), owner);
         }
         // probabilities lie in [0, 1]: unselected pairs get -1 and are chosen last
-        NDArray key = LocalOps.own(probs.stopGradient().toType(DataType.FLOAT32, false).add(1).mul(selected).sub(1), owner);
-        NDArray top = LocalOps.own(key.topK((int) capacity, 0, true, false).get(1), owner);
-        NDArray chosen = LocalOps.own(owner.zeros(selected.getShape()).scatter(top,
+        NDArray key = Tensors.own(probs.stopGradient().toType(DataType.FLOAT32, false).add(1).mul(selected).sub(1), owner);
+        NDArray top = Tensors.own(key.topK((int) capacity, 0, true, false).get(1), owner);
+        NDArray chosen = Tensors.own(owner.zeros(selected.getShape()).scatter(top,
                 owner.ones(top.getShape()), 0), owner);
-        return LocalOps.own(chosen.mul(selected), owner);
+        return Tensors.own(chosen.mul(selected), owner);
     }
 
     /**
@@ -66,10 +67,10 @@ final class TokenDropping {
      * @return {@code [T, E]} 0/1 with exactly {@code capacity} ones per column, a superset of {@code kept}
      */
     static NDArray padToCapacity(NDArray kept, long capacity, NDManager owner) {
-        NDArray missing = LocalOps.own(kept.sum(new int[] {0}, true).neg().add(capacity), owner);
-        NDArray free = LocalOps.own(kept.neg().add(1), owner);
-        NDArray freeRank = LocalOps.own(free.cumSum(0), owner);
-        NDArray padding = LocalOps.own(freeRank.lte(missing).toType(DataType.FLOAT32, false).mul(free), owner);
-        return LocalOps.own(kept.add(padding), owner);
+        NDArray missing = Tensors.own(kept.sum(new int[] {0}, true).neg().add(capacity), owner);
+        NDArray free = Tensors.own(kept.neg().add(1), owner);
+        NDArray freeRank = Tensors.own(free.cumSum(0), owner);
+        NDArray padding = Tensors.own(freeRank.lte(missing).toType(DataType.FLOAT32, false).mul(free), owner);
+        return Tensors.own(kept.add(padding), owner);
     }
 }

@@ -10,7 +10,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -38,7 +38,7 @@ import java.util.Objects;
  * scopes that record gradients, so the no-grad first run of a recomputed segment does not count
  * twice. Not thread-safe: one router per rank.
  */
-public final class TopKRouter implements Module {
+public final class TopKRouter extends AbstractModule {
     private final MoeConfig config;
     private final int hiddenSize;
     private final MoeGroups groups;
@@ -61,8 +61,10 @@ public final class TopKRouter implements Module {
         int experts = config.numExperts();
         NDArray w = Initializers.normal(config.initStd(), initSeed).create(parameters, new Shape(experts, hiddenSize),
                 config.dtype());
-        this.weight = new Parameter("weight", w, Parameter.Partition.NONE,
-                groups.tp().size() > 1 ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE);
+        // the copies are identical over TP, DP and CP: only the rank with TP, DP and CP rank 0 writes it
+        boolean replica = groups.tp().rank() != 0 || groups.isDenseDataParallelReplica();
+        this.weight = registerParameter("", new Parameter("weight", w, Parameter.Partition.NONE,
+                groups.tp().size() > 1 ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE), replica ? 1 : 0);
         this.stateManager = parameters.newSubManager();
         this.expertBias = config.auxLossFree() ? stateManager.zeros(new Shape(experts), DataType.FLOAT32) : null;
         this.localTokenCounts = config.auxLossFree() ? stateManager.zeros(new Shape(experts), DataType.FLOAT32) : null;
@@ -98,9 +100,9 @@ public final class TopKRouter implements Module {
         int k = config.topK();
         int experts = config.numExperts();
         NDArray[] selection = select(scope, logits);
-        NDArray oneHot = LocalOps.own(selection[0].oneHot(experts), m); // [T, k, E]
-        NDArray selected = LocalOps.own(oneHot.sum(new int[] {1}), m);
-        NDArray probs = LocalOps.own(oneHot.toType(selection[1].getDataType(), false)
+        NDArray oneHot = Tensors.own(selection[0].oneHot(experts), m); // [T, k, E]
+        NDArray selected = Tensors.own(oneHot.sum(new int[] {1}), m);
+        NDArray probs = Tensors.own(oneHot.toType(selection[1].getDataType(), false)
                 .mul(selection[1].expandDims(2)).sum(new int[] {1}), m);
         NDArray kept = selected;
         NDArray dispatched = selected;
@@ -110,7 +112,7 @@ public final class TopKRouter implements Module {
             kept = TokenDropping.keep(selected, probs, capacity, config.dropPolicy(), m);
             dispatched = config.padToCapacity() ? TokenDropping.padToCapacity(kept, capacity, m) : kept;
             if (kept != selected) {
-                probs = LocalOps.own(probs.mul(kept.toType(probs.getDataType(), false)), m);
+                probs = Tensors.own(probs.mul(kept.toType(probs.getDataType(), false)), m);
             }
         }
         if (training) {
@@ -128,15 +130,15 @@ public final class TopKRouter implements Module {
         NDArray x = tokens;
         if (jitter != null) {
             double eps = config.inputJitter();
-            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), x.getDataType()).mul(2 * eps).add(1 - eps), m);
-            x = LocalOps.own(x.mul(noise), m);
+            NDArray noise = Tensors.own(jitter.uniform(m, x.getShape(), x.getDataType()).mul(2 * eps).add(1 - eps), m);
+            x = Tensors.own(x.mul(noise), m);
         }
         NDArray w = weight.data();
         if (config.routerInFp32()) {
             x = Cast.apply(scope, x, DataType.FLOAT32);
             w = Cast.apply(scope, w, DataType.FLOAT32);
         }
-        return LocalOps.linear(x, w, null, m);
+        return Tensors.linear(x, w, null, m);
     }
 
     /**
@@ -151,17 +153,17 @@ public final class TopKRouter implements Module {
         NDArray indices;
         NDArray probs;
         if (config.routerScore() == MoeConfig.RouterScore.SIGMOID) {
-            NDArray scores = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
+            NDArray scores = Tensors.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
             indices = topIndices(m, withBias(m, scores), k);
-            NDArray chosen = LocalOps.own(scores.gather(indices, 1), m);
-            probs = k > 1 ? LocalOps.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
+            NDArray chosen = Tensors.own(scores.gather(indices, 1), m);
+            probs = k > 1 ? Tensors.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
         } else if (config.preSoftmax()) {
             NDArray scores = softmax(scope, logits);
             indices = topIndices(m, withBias(m, scores), k);
-            probs = LocalOps.own(scores.gather(indices, 1), m);
+            probs = Tensors.own(scores.gather(indices, 1), m);
         } else {
             indices = topIndices(m, withBias(m, logits), k);
-            probs = softmax(scope, LocalOps.own(logits.gather(indices, 1), m));
+            probs = softmax(scope, Tensors.own(logits.gather(indices, 1), m));
         }
         return new NDArray[] {indices, Cast.apply(scope, probs, dtype)};
     }
@@ -170,7 +172,7 @@ public final class TopKRouter implements Module {
         if (expertBias == null) {
             return scores;
         }
-        return LocalOps.own(scores.stopGradient().toType(DataType.FLOAT32, false).add(expertBias), m);
+        return Tensors.own(scores.stopGradient().toType(DataType.FLOAT32, false).add(expertBias), m);
     }
 
     private static NDArray topIndices(NDManager m, NDArray scores, int k) {
@@ -181,7 +183,7 @@ public final class TopKRouter implements Module {
 
     /** Softmax over the last dim computed in float32. */
     private static NDArray softmax(AutogradScope scope, NDArray x) {
-        return LocalOps.own(Cast.apply(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
+        return Tensors.own(Cast.apply(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
     }
 
     /** Adds every enabled load-balancing loss and attaches their sum to {@code probs}. */
@@ -195,28 +197,28 @@ public final class TopKRouter implements Module {
         int experts = config.numExperts();
         NDArray scores = scoresForAuxLoss(scope, logits);
         // the top-k of the plain scores (no bias, no capacity) decides the counts
-        NDArray selected = LocalOps.own(topIndices(m, scores, k).oneHot(experts).sum(new int[] {1}), m);
+        NDArray selected = Tensors.own(topIndices(m, scores, k).oneHot(experts).sum(new int[] {1}), m);
         long tokens = scores.getShape().get(0);
         NDArray total = null;
         if (config.auxLossCoeff() > 0) {
-            NDArray counts = groups.allReduceTpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
+            NDArray counts = groups.allReduceTpCp(Tensors.own(selected.sum(new int[] {0}), m), m);
             total = plus(m, total, LoadBalancingLoss.switchLoss(scores, counts, (double) tokens * groups.tpCpSize(),
                     k, experts, config.auxLossCoeff(), m));
         }
         if (config.seqAuxLossCoeff() > 0) {
             // fold the batch into the expert dim: each (sequence, expert) pair is balanced on its own
-            NDArray perSequenceScores = LocalOps.own(scores.reshape(seq, batch * experts), m);
-            NDArray perSequenceSelected = LocalOps.own(selected.reshape(seq, batch * experts), m);
-            NDArray counts = groups.allReduceTpCp(LocalOps.own(perSequenceSelected.sum(new int[] {0}), m), m);
+            NDArray perSequenceScores = Tensors.own(scores.reshape(seq, batch * experts), m);
+            NDArray perSequenceSelected = Tensors.own(selected.reshape(seq, batch * experts), m);
+            NDArray counts = groups.allReduceTpCp(Tensors.own(perSequenceSelected.sum(new int[] {0}), m), m);
             NDArray loss = LoadBalancingLoss.switchLoss(perSequenceScores, counts, (double) seq * groups.tpCpSize(), k,
                     experts, config.seqAuxLossCoeff(), m);
             total = plus(m, total, Tensors.scale(loss, 1.0 / batch, m));
         }
         if (config.globalAuxLossCoeff() > 0) {
-            NDArray counts = groups.allReduceTpDpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
+            NDArray counts = groups.allReduceTpDpCp(Tensors.own(selected.sum(new int[] {0}), m), m);
             globalTokenCounts.addi(counts);
             globalAuxLossSteps++;
-            NDArray averaged = LocalOps.own(globalTokenCounts.div(globalAuxLossSteps), m);
+            NDArray averaged = Tensors.own(globalTokenCounts.div(globalAuxLossSteps), m);
             total = plus(m, total, LoadBalancingLoss.switchLoss(scores, averaged, (double) tokens * groups.tpDpCpSize(),
                     k, experts, config.globalAuxLossCoeff(), m));
         }
@@ -229,12 +231,12 @@ public final class TopKRouter implements Module {
         if (config.routerScore() == MoeConfig.RouterScore.SOFTMAX) {
             return softmax(scope, logits);
         }
-        NDArray s = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
-        return LocalOps.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
+        NDArray s = Tensors.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
+        return Tensors.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
     }
 
     private static NDArray plus(NDManager m, NDArray total, NDArray term) {
-        return total == null ? term : LocalOps.own(total.add(term), m);
+        return total == null ? term : Tensors.own(total.add(term), m);
     }
 
     /**
@@ -249,9 +251,9 @@ public final class TopKRouter implements Module {
             return;
         }
         try (NDManager temp = stateManager.newSubManager(); NoGrad ignored = NoGrad.enter()) {
-            NDArray counts = groups.allReduceTpDpCp(LocalOps.own(localTokenCounts.duplicate(), temp), temp);
-            NDArray offset = LocalOps.own(counts.mean().sub(counts), temp);
-            expertBias.addi(LocalOps.own(offset.sign().mul(config.biasUpdateRate()), temp));
+            NDArray counts = groups.allReduceTpDpCp(Tensors.own(localTokenCounts.duplicate(), temp), temp);
+            NDArray offset = Tensors.own(counts.mean().sub(counts), temp);
+            expertBias.addi(Tensors.own(offset.sign().mul(config.biasUpdateRate()), temp));
             localTokenCounts.muli(0);
         }
     }
@@ -287,11 +289,6 @@ public final class TopKRouter implements Module {
         return localTokenCounts;
     }
 
-    @Override
-    public List<Parameter> parameters() {
-        return List.of(weight);
-    }
-
     /**
      * The weight (and the expert bias) under {@code prefix + "weight"} ({@code "expert_bias"}); the
      * copies are identical over TP, DP and CP, so only the rank with TP, DP and CP rank 0 holds the
@@ -299,10 +296,9 @@ public final class TopKRouter implements Module {
      */
     @Override
     public List<ShardedTensor> shardedState(String prefix) {
-        boolean replica = groups.tp().rank() != 0 || groups.isDenseDataParallelReplica();
-        List<ShardedTensor> out = new ArrayList<>(2);
-        out.add(weight.sharded(prefix, 0).replicatedIf(replica));
+        List<ShardedTensor> out = new ArrayList<>(super.shardedState(prefix));
         if (expertBias != null) {
+            boolean replica = groups.tp().rank() != 0 || groups.isDenseDataParallelReplica();
             out.add(ShardedTensor.whole(prefix + "expert_bias", expertBias).replicatedIf(replica));
         }
         return out;
@@ -311,7 +307,7 @@ public final class TopKRouter implements Module {
     /** Closes the weight and the router's state tensors. */
     @Override
     public void close() {
-        weight.close();
+        super.close();
         stateManager.close();
     }
 

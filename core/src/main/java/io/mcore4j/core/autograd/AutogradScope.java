@@ -3,6 +3,7 @@ package io.mcore4j.core.autograd;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 
 import java.util.ArrayList;
@@ -11,6 +12,8 @@ import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Supplier;
+import java.util.function.UnaryOperator;
 
 /**
  * One forward/backward pass (a step or a micro-batch): owns every tensor created inside it, records
@@ -49,7 +52,9 @@ import java.util.Set;
  * scope closes it and so releases every tensor of the pass. Parameters live in a longer-lived
  * manager and keep their accumulated gradients. A tensor that the pass no longer needs can be freed
  * earlier with {@link #release}: libtorch frees an intermediate as soon as nothing refers to it,
- * but a DJL handle is such a reference and lives until its manager closes.
+ * but a DJL handle is such a reference and lives until its manager closes. A block of the pass
+ * runs in a {@link Frame} ({@link #frame(NDArray, UnaryOperator)}) to have everything it created and
+ * does not return or hand to a recorded function freed when it ends, without naming the tensors.
  */
 public final class AutogradScope implements AutoCloseable {
     private final NDManager manager;
@@ -58,6 +63,8 @@ public final class AutogradScope implements AutoCloseable {
     private final boolean previousGradMode;
     private final Thread owner = Thread.currentThread();
     private final List<Node> tape = new ArrayList<>();
+    /** The innermost open frame, or null. */
+    private Frame frame;
     /** Every tensor object a recorded node refers to (inputs, outputs); {@link #release} leaves them open. */
     private final Set<NDArray> referenced = Collections.newSetFromMap(new IdentityHashMap<>());
     private boolean closed;
@@ -109,12 +116,69 @@ public final class AutogradScope implements AutoCloseable {
     }
 
     /**
-     * The manager owning this pass's tensors; closed with the scope.
+     * The manager owning the tensors this pass creates now: the innermost open {@link Frame}'s, else
+     * the scope's own; closed with the frame or the scope.
      *
      * @return never null
      */
     public NDManager manager() {
+        return frame == null ? manager : frame.manager();
+    }
+
+    /**
+     * Opens a frame: until it is closed, {@link #manager()} is the frame's, and closing it frees
+     * what the block created except what it {@link Frame#keep keeps} and what recorded functions
+     * refer to.
+     *
+     * @return the frame; close it (innermost first) on this scope's thread
+     * @throws IllegalStateException if the scope is closed or used from another thread
+     */
+    public Frame openFrame() {
+        checkUsable();
+        frame = new Frame(this, frame, manager());
+        return frame;
+    }
+
+    /**
+     * Runs a block of one input in a frame: {@code body} gets a frame-owned view of {@code input}
+     * ({@link Frame#input}), and what it returns is all that outlives the block (besides what
+     * recorded functions refer to).
+     *
+     * @param input the block's input; the caller still owns it
+     * @param body the block
+     * @return what {@code body} returns, owned by the enclosing frame or the scope
+     */
+    public NDArray frame(NDArray input, UnaryOperator<NDArray> body) {
+        try (Frame f = openFrame()) {
+            return f.keep(body.apply(f.input(input)));
+        }
+    }
+
+    /**
+     * Runs a block in a frame; see {@link #frame(NDArray, UnaryOperator)}. The block should compute
+     * on {@link Frame#input} views of tensors it did not create, or its first results land outside
+     * the frame.
+     *
+     * @param body the block
+     * @return what {@code body} returns, owned by the enclosing frame or the scope
+     */
+    public NDArray frame(Supplier<NDArray> body) {
+        try (Frame f = openFrame()) {
+            return f.keep(body.get());
+        }
+    }
+
+    /** The scope's own manager, below every frame. */
+    NDManager rootManager() {
         return manager;
+    }
+
+    /** Pops {@code f}, which must be the innermost open frame. */
+    void exitFrame(Frame f) {
+        if (frame != f) {
+            throw new IllegalStateException("frames must close innermost first");
+        }
+        frame = f.parent();
     }
 
     /**
@@ -168,7 +232,9 @@ public final class AutogradScope implements AutoCloseable {
             needs[i] = gradEnabled && Tensors.requiresGrad(inputs[i]);
             any |= needs[i];
         }
-        FunctionContext ctx = new FunctionContext(manager, needs, training);
+        // a recorded application's tensors must live until backward: they belong to the scope, not
+        // to the frame the function is applied in
+        FunctionContext ctx = new FunctionContext(any ? manager : manager(), needs, training);
         NDArray[] outputs;
         GradMode.set(false);
         try {
@@ -200,6 +266,9 @@ public final class AutogradScope implements AutoCloseable {
         }
         tape.add(new Node(function, ctx, inputs.clone(), leaves));
         Collections.addAll(referenced, inputs);
+        if (frame != null) {
+            frame.noteReferenced(inputs);
+        }
         // integer outputs too: the function may have saved the very object it returned
         Collections.addAll(referenced, result);
         return result;
@@ -220,7 +289,9 @@ public final class AutogradScope implements AutoCloseable {
      *       through {@link #apply} and not yet back-propagated ({@link #backward} routes gradients
      *       through exactly those objects);</li>
      *   <li>a tensor owned by neither this scope's manager nor one of its sub-managers, such as a
-     *       parameter or a caller's tensor from a longer-lived manager.</li>
+     *       parameter or a caller's tensor from a longer-lived manager;</li>
+     *   <li>a tensor over a Java buffer ({@link TensorMemory#borrowsHostMemory}), which backward may
+     *       still read.</li>
      * </ul>
      *
      * <p>The caller must not pass a tensor it still uses or returns under another name. One object
@@ -238,7 +309,7 @@ public final class AutogradScope implements AutoCloseable {
         checkUsable();
         int count = 0;
         for (NDArray t : tensors) {
-            if (t == null || t.isReleased() || referenced.contains(t) || !ownedHere(t)) {
+            if (t == null || t.isReleased() || referenced.contains(t) || !ownedHere(t) || TensorMemory.borrowsHostMemory(t)) {
                 continue;
             }
             t.close();
@@ -249,9 +320,14 @@ public final class AutogradScope implements AutoCloseable {
 
     /** Whether {@code tensor}'s manager is this scope's manager or lies below it. */
     private boolean ownedHere(NDArray tensor) {
+        return ownedBy(tensor, manager);
+    }
+
+    /** Whether {@code tensor}'s manager is {@code owner} or lies below it. */
+    static boolean ownedBy(NDArray tensor, NDManager owner) {
         NDManager m = tensor.getManager();
         while (m != null) {
-            if (m == manager) {
+            if (m == owner) {
                 return true;
             }
             NDManager parent = m.getParentManager();
@@ -296,6 +372,9 @@ public final class AutogradScope implements AutoCloseable {
      */
     public void backward(NDArray[] outputs, NDArray[] grads) {
         checkUsable();
+        if (frame != null) {
+            throw new IllegalStateException("backward called while a frame is open");
+        }
         if (!gradEnabled) {
             throw new IllegalStateException("backward called on a no-grad scope");
         }
@@ -360,6 +439,7 @@ public final class AutogradScope implements AutoCloseable {
                     + Thread.currentThread().getName());
         }
         closed = true;
+        frame = null;
         tape.clear();
         referenced.clear();
         manager.close();

@@ -5,15 +5,10 @@ import ai.djl.ndarray.NDList;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
-import io.mcore4j.core.nn.Module;
-import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.core.nn.AbstractModule;
+import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
-
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
-import java.util.List;
-import java.util.Map;
+import io.mcore4j.tensorparallel.ParallelLinear;
 
 /**
  * Causal self-attention with grouped queries: linear_qkv → (RoPE) → core attention → linear_proj.
@@ -23,10 +18,10 @@ import java.util.Map;
  * dim into equal contiguous parts gives every tensor-parallel rank whole groups. With selective
  * recompute the core attention is recomputed in backward instead of keeping its activations.
  */
-public final class SelfAttention implements Module {
+public final class SelfAttention extends AbstractModule implements UnaryModule {
     private final ModelContext ctx;
-    private final Linear qkv;
-    private final Linear proj;
+    private final ParallelLinear qkv;
+    private final ParallelLinear proj;
     private final CoreAttention core;
     private final RotaryEmbedding rope;
     private final int headsPerGroup;
@@ -44,10 +39,10 @@ public final class SelfAttention implements Module {
         this.headDim = c.kvChannels();
         int qkvSize = (c.numAttentionHeads() + 2 * c.numQueryGroups()) * headDim;
         int projIn = c.numAttentionHeads() * headDim;
-        this.qkv = spec.linearQkv().create(ctx, key + "linear_qkv.", new LayerSpec.LinearSettings(
-                c.hiddenSize(), qkvSize, c.addBiasLinear(), false, c.initStd(), 1));
-        this.proj = spec.linearProj().create(ctx, key + "linear_proj.", new LayerSpec.LinearSettings(
-                projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1));
+        this.qkv = registerModule("linear_qkv.", spec.linearQkv().create(ctx, key + "linear_qkv.",
+                new LayerSpec.LinearSettings(c.hiddenSize(), qkvSize, c.addBiasLinear(), false, c.initStd(), 1)));
+        this.proj = registerModule("linear_proj.", spec.linearProj().create(ctx, key + "linear_proj.",
+                new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)));
         this.core = spec.coreAttention().create(ctx);
         this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase()) : null;
     }
@@ -57,7 +52,14 @@ public final class SelfAttention implements Module {
      * @param x normalised activations [s, b, h] (or [s/TP, b, h] with sequence parallelism)
      * @return the attention output, same shape as {@code x}
      */
+    @Override
     public NDArray forward(AutogradScope scope, NDArray x) {
+        // the fused QKV output and its views die with the inner frame, consumed by the core
+        // attention, which keeps (through libtorch or the scope) whatever its backward needs
+        return scope.frame(() -> proj.forward(scope, scope.frame(() -> attend(scope, x))).output());
+    }
+
+    private NDArray attend(AutogradScope scope, NDArray x) {
         NDArray mixed = qkv.forward(scope, x).output();
         long s = mixed.getShape().get(0);
         long b = mixed.getShape().get(1);
@@ -79,41 +81,12 @@ public final class SelfAttention implements Module {
             rotatedQuery = rotated[0];
             rotatedKey = rotated[1];
         }
-        NDArray context;
         if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
             Recompute recompute = new Recompute("recompute(core attention)",
                     (inner, in) -> new NDArray[] {core.forward(inner, in[0], in[1], in[2])},
                     new DropoutReplay(ctx.attentionDropout()));
-            context = scope.apply1(recompute, rotatedQuery, rotatedKey, value);
-        } else {
-            context = core.forward(scope, rotatedQuery, rotatedKey, value);
+            return scope.apply1(recompute, rotatedQuery, rotatedKey, value);
         }
-        // the fused QKV output and its views were consumed by the core attention, which keeps
-        // (through libtorch or the scope) whatever its backward needs
-        scope.release(mixed, grouped, queryGroups, parts.get(1), parts.get(2), query, key, value, rotatedQuery, rotatedKey);
-        NDArray out = proj.forward(scope, context).output();
-        scope.release(context);
-        return out;
-    }
-
-    @Override
-    public List<Parameter> parameters() {
-        List<Parameter> out = new ArrayList<>(qkv.parameters());
-        out.addAll(proj.parameters());
-        return out;
-    }
-
-    @Override
-    public Map<String, Parameter> namedParameters(String prefix) {
-        Map<String, Parameter> out = new LinkedHashMap<>(qkv.namedParameters(prefix + "linear_qkv."));
-        out.putAll(proj.namedParameters(prefix + "linear_proj."));
-        return out;
-    }
-
-    @Override
-    public List<ShardedTensor> shardedState(String prefix) {
-        List<ShardedTensor> out = new ArrayList<>(qkv.shardedState(prefix + "linear_qkv."));
-        out.addAll(proj.shardedState(prefix + "linear_proj."));
-        return out;
+        return core.forward(scope, rotatedQuery, rotatedKey, value);
     }
 }

@@ -35,6 +35,7 @@ import io.mcore4j.pipeline.LayerAssignment;
 import io.mcore4j.pipeline.ScheduleConfig;
 import io.mcore4j.pipeline.ScheduleResult;
 import io.mcore4j.pipeline.Schedules;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.Vocab;
 
 import java.io.IOException;
@@ -142,7 +143,7 @@ final class Trainer {
             b.ffnHiddenSize(a.ffnHiddenSize());
         }
         if (a.swiglu()) {
-            b.activation(TransformerConfig.Activation.SWIGLU);
+            b.activation(MlpActivation.SWIGLU);
         }
         if (a.rmsNorm()) {
             b.normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5);
