@@ -49,7 +49,7 @@ public final class Tensors {
      */
     public static NDArray gradientOrZeros(NDArray array, NDManager owner) {
         NDArray grad = gradientOrNull(array, owner);
-        return grad != null ? grad : owner.zeros(array.getShape(), array.getDataType(), array.getDevice());
+        return grad != null ? grad : DataTypes.zeros(owner, array.getShape(), DataTypes.of(array), array.getDevice());
     }
 
     /**
@@ -75,7 +75,7 @@ public final class Tensors {
      * @return true if gradients flow through it
      */
     public static boolean requiresGrad(NDArray array) {
-        if (!isFloating(array.getDataType())) {
+        if (!isFloating(DataTypes.of(array))) {
             return false;
         }
         PtNDArray pt = (PtNDArray) array;
@@ -138,8 +138,14 @@ public final class Tensors {
      * @return the scalar
      */
     public static NDArray scalar(double value, NDArray like, NDManager owner) {
-        return JniUtils.full((PtNDManager) owner, new Shape(), value, like.getDataType(), like.getDevice(),
-                SparseFormat.DENSE);
+        DataType dtype = like.getDataType();
+        if (dtype == DataType.UNKNOWN && DataTypes.of(like) == DataType.BFLOAT16) {
+            // DJL cannot create a bfloat16 scalar; a 0-dim float32 operand leaves a bfloat16 tensor's
+            // dtype as it is under libtorch's type promotion (a dimensioned operand of the same
+            // category decides), and the op rounds it to bfloat16 as a bfloat16 scalar would be
+            dtype = DataType.FLOAT32;
+        }
+        return JniUtils.full((PtNDManager) owner, new Shape(), value, dtype, like.getDevice(), SparseFormat.DENSE);
     }
 
     /**

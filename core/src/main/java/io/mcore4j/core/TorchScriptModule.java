@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.pytorch.engine.PtNDArray;
 import ai.djl.pytorch.engine.PtSymbolBlock;
 import ai.djl.pytorch.jni.IValue;
+import ai.djl.pytorch.jni.IValueUtils;
 import ai.djl.training.ParameterStore;
 
 import java.util.ArrayList;
@@ -57,6 +58,40 @@ public final class TorchScriptModule {
             for (IValue v : values) {
                 v.close();
             }
+        }
+    }
+
+    /**
+     * Runs the exported method {@code method} on tensors through DJL's training entry point (the
+     * thread's grad mode decides whether a graph is recorded), like {@link #forward}.
+     *
+     * @param method the exported method's name
+     * @param marker a tensor named {@code "module_method:" + method}, which DJL reads to pick the
+     *     method and passes no further
+     * @param inputs the method's tensor arguments, in order
+     * @return the outputs, owned by the first input's manager
+     */
+    NDList forward(NDArray marker, NDArray... inputs) {
+        NDList list = new NDList(inputs.length + 1);
+        for (NDArray in : inputs) {
+            list.add(in);
+        }
+        list.add(marker);
+        return block.forward(noParameters, list, true);
+    }
+
+    /**
+     * Runs the exported method {@code method} on one tensor and returns its integer result. The call
+     * runs under libtorch's inference mode: use it for methods that only inspect their argument.
+     *
+     * @param method the exported method's name
+     * @param tensor its argument
+     * @return the method's {@code int} result
+     */
+    long callForLong(String method, NDArray tensor) {
+        try (IValue in = IValue.from((PtNDArray) tensor);
+             IValue out = IValueUtils.runMethod(block, method, in)) {
+            return out.toLong();
         }
     }
 

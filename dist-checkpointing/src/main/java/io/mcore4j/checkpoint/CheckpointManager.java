@@ -9,6 +9,7 @@ import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -26,11 +27,18 @@ import org.slf4j.LoggerFactory;
  * ({@code root/iter_0000100}), a {@code latest} marker naming the newest complete one, and
  * keep-last-N rotation.
  *
- * <p>The marker holds the iteration number as text. Rank 0 rewrites it atomically (temporary file,
- * fsync, rename) only after a checkpoint is complete, then deletes iteration directories older than
- * the {@code keepLast} newest complete ones (their {@code metadata.json} first, so a half-deleted
- * directory never looks complete). A process killed during a save therefore leaves the marker on the
- * previous checkpoint, which stays loadable.
+ * <p>A save writes into a staging directory ({@code root/iter_0000100.saving}), never into the
+ * iteration's own directory, so re-saving an iteration that already has a complete checkpoint (e.g.
+ * the one just loaded) leaves that checkpoint untouched until the new one is complete. Committing
+ * then moves the staging directory into place (the old one, if any, is first renamed to
+ * {@code iter_0000100.replaced} and deleted after the move), rewrites the marker atomically
+ * (temporary file, fsync, rename) and deletes iteration directories older than the {@code keepLast}
+ * newest complete ones (their {@code metadata.json} first, so a half-deleted directory never looks
+ * complete), plus staging leftovers of interrupted saves. The marker holds the iteration number as
+ * text. A process killed or a disk filling up during a save therefore leaves the marker on the
+ * previous checkpoint, which stays loadable; if the marker ever names a directory that is not
+ * complete (a kill between the two renames of a re-save), {@link #latestIteration()} falls back to
+ * the newest older complete checkpoint and says so at WARN.
  *
  * <p>Create one manager per rank over the same root. The save methods and {@link #commit} are
  * collectives over {@code world} (see {@link DistCheckpointing}); the rest only read the file
@@ -43,6 +51,11 @@ public final class CheckpointManager {
 
     private static final Logger LOG = LoggerFactory.getLogger(CheckpointManager.class);
     private static final Pattern ITERATION_DIR = Pattern.compile("iter_(\\d+)");
+    /** Suffix of the directory a save writes before it is committed. */
+    static final String STAGING_SUFFIX = ".saving";
+    /** Suffix of a complete checkpoint being replaced by a re-save of the same iteration. */
+    static final String REPLACED_SUFFIX = ".replaced";
+    private static final Pattern LEFTOVER_DIR = Pattern.compile("(iter_\\d+)(\\.saving|\\.replaced)");
 
     private final Path root;
     private final int keepLast;
@@ -83,12 +96,26 @@ public final class CheckpointManager {
     }
 
     /**
+     * The directory a save of {@code iteration} writes before {@link #commit} moves it to
+     * {@link #directoryFor}{@code (iteration)}.
+     *
+     * @param iteration a training iteration, non-negative
+     * @return {@code root/iter_NNNNNNN.saving}
+     */
+    public Path stagingDirectoryFor(long iteration) {
+        Path dir = directoryFor(iteration);
+        return dir.resolveSibling(dir.getFileName() + STAGING_SUFFIX);
+    }
+
+    /**
      * The newest complete checkpoint: the one the {@code latest} marker names or, when there is no
      * marker (checkpoints saved with {@link DistCheckpointing} directly into
      * {@link #directoryFor} directories), the complete iteration directory with the highest iteration.
+     * If the marker names an incomplete directory, the newest complete one older than it (with a WARN).
      *
      * @return its directory, or empty if there is none
-     * @throws CorruptCheckpointException if the marker is unreadable or names an incomplete directory
+     * @throws CorruptCheckpointException if the marker is unreadable, or names an incomplete
+     *         directory and no older complete checkpoint exists
      */
     public Optional<Path> latest() {
         OptionalLong iteration = latestIteration();
@@ -117,10 +144,21 @@ public final class CheckpointManager {
             throw new CorruptCheckpointException("the marker " + marker + " holds \"" + text
                     + "\", not an iteration number", e);
         }
+        if (iteration < 0) {
+            throw new CorruptCheckpointException("the marker " + marker + " holds the negative iteration " + iteration);
+        }
         Path dir = directoryFor(iteration);
         if (!DistCheckpointing.isComplete(dir)) {
-            throw new CorruptCheckpointException("the marker " + marker + " names iteration " + iteration + " but "
-                    + dir + " holds no complete checkpoint (no " + CheckpointMetadata.FILE_NAME + ")");
+            String problem = "the marker " + marker + " names iteration " + iteration + " but " + dir
+                    + " holds no complete checkpoint (no " + CheckpointMetadata.FILE_NAME + ")";
+            List<Long> complete = completeIterations();
+            for (int i = complete.size() - 1; i >= 0; i--) {
+                if (complete.get(i) < iteration) {
+                    LOG.warn("{}; using the newest older complete checkpoint, iteration {}", problem, complete.get(i));
+                    return OptionalLong.of(complete.get(i));
+                }
+            }
+            throw new CorruptCheckpointException(problem + ", and no older complete checkpoint exists under " + root);
         }
         return OptionalLong.of(iteration);
     }
@@ -160,7 +198,7 @@ public final class CheckpointManager {
     public void save(long iteration, List<ShardedTensor> state, Map<String, Object> common, Communicator world,
                      SaveOptions options) {
         finishPending();
-        DistCheckpointing.save(directoryFor(iteration), state, common, world, options);
+        DistCheckpointing.save(stagingDirectoryFor(iteration), state, common, world, options);
         commit(iteration, world);
     }
 
@@ -191,7 +229,7 @@ public final class CheckpointManager {
     public AsyncSave saveAsync(long iteration, List<ShardedTensor> state, Map<String, Object> common,
                                Communicator world, SaveOptions options) {
         finishPending();
-        AsyncSave save = DistCheckpointing.saveAsync(directoryFor(iteration), state, common, world, options);
+        AsyncSave save = DistCheckpointing.saveAsync(stagingDirectoryFor(iteration), state, common, world, options);
         save.afterCommit(() -> commit(iteration, world));
         pending = save;
         return save;
@@ -212,11 +250,12 @@ public final class CheckpointManager {
     }
 
     /**
-     * Marks the complete checkpoint of {@code iteration} as latest and rotates old ones. Collective:
-     * rank 0 writes and deletes, and every rank returns once it has. Use it after saving with
-     * {@link DistCheckpointing} into {@link #directoryFor(long)} yourself.
+     * Moves a complete staged save of {@code iteration} into place, marks it as latest and rotates
+     * old checkpoints. Collective: rank 0 renames, writes and deletes, and every rank returns once it
+     * has. Use it after saving with {@link DistCheckpointing} into {@link #stagingDirectoryFor(long)}
+     * (or {@link #directoryFor(long)}) yourself.
      *
-     * @param iteration an iteration whose checkpoint is complete
+     * @param iteration an iteration whose checkpoint is complete (staged or in place)
      * @param world communicator over all ranks
      * @throws CheckpointException on every rank if the directory is incomplete or the marker cannot be written
      */
@@ -225,6 +264,7 @@ public final class CheckpointManager {
         if (world.rank() == 0) {
             try {
                 Path dir = directoryFor(iteration);
+                moveStagedIntoPlace(iteration);
                 if (!DistCheckpointing.isComplete(dir)) {
                     throw new CorruptCheckpointException("cannot mark " + dir + " as latest: it holds no "
                             + CheckpointMetadata.FILE_NAME);
@@ -253,6 +293,31 @@ public final class CheckpointManager {
         return dir.map(d -> DistCheckpointing.load(d, targets, world, strict));
     }
 
+    /**
+     * If a complete staged save of {@code iteration} exists, puts it at {@link #directoryFor}: an
+     * existing directory there is renamed aside first and deleted only after the move, so a complete
+     * checkpoint of this iteration exists under one of the two names at every moment.
+     */
+    private void moveStagedIntoPlace(long iteration) throws IOException {
+        Path staged = stagingDirectoryFor(iteration);
+        if (!DistCheckpointing.isComplete(staged)) {
+            return;
+        }
+        Path dir = directoryFor(iteration);
+        Path replaced = dir.resolveSibling(dir.getFileName() + REPLACED_SUFFIX);
+        DurableFiles.deleteTree(replaced);
+        boolean hadOld = Files.exists(dir);
+        if (hadOld) {
+            Files.move(dir, replaced, StandardCopyOption.ATOMIC_MOVE);
+        }
+        Files.move(staged, dir, StandardCopyOption.ATOMIC_MOVE);
+        DurableFiles.fsyncDirectory(root);
+        if (hadOld) {
+            Files.deleteIfExists(replaced.resolve(CheckpointMetadata.FILE_NAME));
+            DurableFiles.deleteTree(replaced);
+        }
+    }
+
     /** Deletes every iteration directory older than the {@code keepLast} newest complete ones up to {@code latest}. */
     private void rotate(long latest) {
         List<Long> kept = new ArrayList<>();
@@ -275,6 +340,33 @@ public final class CheckpointManager {
             } catch (IOException e) {
                 LOG.warn("keep-last-{} rotation could not delete {}: {}", keepLast, dir, e.toString());
             }
+        }
+        deleteLeftovers();
+    }
+
+    /** Deletes the staging and replaced directories of interrupted saves (no save is running during a commit). */
+    private void deleteLeftovers() {
+        try (DirectoryStream<Path> entries = Files.newDirectoryStream(root)) {
+            for (Path p : entries) {
+                Matcher m = LEFTOVER_DIR.matcher(p.getFileName().toString());
+                if (!m.matches() || !Files.isDirectory(p)) {
+                    continue;
+                }
+                if (m.group(2).equals(REPLACED_SUFFIX) && !DistCheckpointing.isComplete(root.resolve(m.group(1)))
+                        && DistCheckpointing.isComplete(p)) {
+                    LOG.warn("{} is the only complete copy of {} (a re-save was interrupted between its renames); "
+                            + "keeping it: rename it back to recover that iteration", p, m.group(1));
+                    continue;
+                }
+                try {
+                    Files.deleteIfExists(p.resolve(CheckpointMetadata.FILE_NAME));
+                    DurableFiles.deleteTree(p);
+                } catch (IOException e) {
+                    LOG.warn("could not delete the leftover {} of an interrupted save: {}", p, e.toString());
+                }
+            }
+        } catch (IOException e) {
+            LOG.warn("could not list {} for leftovers of interrupted saves: {}", root, e.toString());
         }
     }
 

@@ -3,12 +3,14 @@ package io.mcore4j.checkpoint;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.TreeSet;
 
 /**
  * Typed reads of a checkpoint's common (non-tensor) state: iteration, consumed samples, loss scale,
  * scheduler position. The state is stored as JSON, so numbers come back as {@code Long} (integers)
- * or {@code Double}; these getters convert where no information is lost and otherwise name the key,
- * the value found and the type expected, instead of leaving a {@code (Number)} cast to every caller.
+ * or {@code Double}; these getters convert where no information is lost and otherwise throw a
+ * {@link CorruptCheckpointException} naming the key and the value found (or the keys there are),
+ * instead of leaving a {@code (Number)} cast to every caller.
  *
  * @param values the parsed state, as {@link LoadResult#common()} and
  *     {@link DistCheckpointing#loadCommon} return it
@@ -30,7 +32,7 @@ public record CommonState(Map<String, Object> values) {
     /**
      * @param key a key holding an integer
      * @return its value
-     * @throws IllegalArgumentException if the key is missing or holds something else (a decimal
+     * @throws CorruptCheckpointException if the key is missing or holds something else (a decimal
      *     with a fraction, text, ...)
      */
     public long getLong(String key) {
@@ -38,8 +40,8 @@ public record CommonState(Map<String, Object> values) {
         if (v instanceof Long || v instanceof Integer || v instanceof Short || v instanceof Byte) {
             return ((Number) v).longValue();
         }
-        if (v instanceof Double d && d == Math.rint(d) && Math.abs(d) <= 0x1p53) {
-            return d.longValue();
+        if (v instanceof Number n && n.doubleValue() == Math.rint(n.doubleValue()) && Math.abs(n.doubleValue()) < 0x1p63) {
+            return (long) n.doubleValue();
         }
         throw wrongType(key, v, "an integer");
     }
@@ -47,12 +49,13 @@ public record CommonState(Map<String, Object> values) {
     /**
      * @param key a key holding an integer that fits an {@code int}
      * @return its value
-     * @throws IllegalArgumentException if the key is missing, holds something else, or is out of range
+     * @throws CorruptCheckpointException if the key is missing, holds something else, or is out of range
      */
     public int getInt(String key) {
         long v = getLong(key);
         if (v < Integer.MIN_VALUE || v > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException("common state '" + key + "' is " + v + ", out of int range");
+            throw new CorruptCheckpointException("the checkpoint's common state holds " + key + " = " + v
+                    + ", out of int range");
         }
         return (int) v;
     }
@@ -60,7 +63,7 @@ public record CommonState(Map<String, Object> values) {
     /**
      * @param key a key holding a number
      * @return its value as a double
-     * @throws IllegalArgumentException if the key is missing or holds something other than a number
+     * @throws CorruptCheckpointException if the key is missing or holds something other than a number
      */
     public double getDouble(String key) {
         Object v = require(key);
@@ -73,7 +76,7 @@ public record CommonState(Map<String, Object> values) {
     /**
      * @param key a key holding text
      * @return its value
-     * @throws IllegalArgumentException if the key is missing or holds something other than text
+     * @throws CorruptCheckpointException if the key is missing or holds something other than text
      */
     public String getString(String key) {
         Object v = require(key);
@@ -86,7 +89,7 @@ public record CommonState(Map<String, Object> values) {
     /**
      * @param key a key holding a boolean
      * @return its value
-     * @throws IllegalArgumentException if the key is missing or holds something other than a boolean
+     * @throws CorruptCheckpointException if the key is missing or holds something other than a boolean
      */
     public boolean getBoolean(String key) {
         Object v = require(key);
@@ -99,7 +102,7 @@ public record CommonState(Map<String, Object> values) {
     /**
      * @param key a key holding a JSON array
      * @return its elements, as JSON values
-     * @throws IllegalArgumentException if the key is missing or holds something other than an array
+     * @throws CorruptCheckpointException if the key is missing or holds something other than an array
      */
     public List<?> getList(String key) {
         Object v = require(key);
@@ -112,14 +115,17 @@ public record CommonState(Map<String, Object> values) {
     private Object require(String key) {
         Object v = values.get(key);
         if (v == null) {
-            throw new IllegalArgumentException("common state has no '" + key + "'"
-                    + (values.containsKey(key) ? " (it is null)" : "; keys are " + values.keySet()));
+            if (values.containsKey(key)) {
+                throw new CorruptCheckpointException("the checkpoint's common state holds " + key + " = null");
+            }
+            throw new CorruptCheckpointException("the checkpoint's common state has no '" + key + "' (its keys: "
+                    + new TreeSet<>(values.keySet()) + ")");
         }
         return v;
     }
 
-    private static IllegalArgumentException wrongType(String key, Object v, String expected) {
-        return new IllegalArgumentException("common state '" + key + "' is " + v + " (" + v.getClass().getSimpleName()
-                + "), expected " + expected);
+    private static CorruptCheckpointException wrongType(String key, Object v, String expected) {
+        return new CorruptCheckpointException("the checkpoint's common state holds " + key + " = " + v + ", not "
+                + expected);
     }
 }

@@ -24,4 +24,17 @@ public record LoadResult(Map<String, Object> common, List<String> missingKeys, L
     public CommonState commonState() {
         return new CommonState(common);
     }
+
+    /**
+     * An integer entry of {@link #common()} that the caller cannot resume without (e.g.
+     * {@code iteration}, {@code consumed_samples}); {@code commonState().getLong(key)}.
+     *
+     * @param key the entry's name
+     * @return its value
+     * @throws CorruptCheckpointException naming the key if it is absent, not a number, or not a whole
+     *         number that fits a {@code long}
+     */
+    public long requireLong(String key) {
+        return commonState().getLong(key);
+    }
 }

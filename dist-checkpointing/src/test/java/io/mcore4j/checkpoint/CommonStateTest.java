@@ -42,13 +42,13 @@ class CommonStateTest {
 
     @Test
     void namesTheKeyAndTheValueWhenTheTypeIsWrong() {
-        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> state.getLong("lr"));
-        assertEquals("common state 'lr' is 1.5E-4 (Double), expected an integer", e.getMessage());
-        assertThrows(IllegalArgumentException.class, () -> state.getDouble("name"));
-        assertTrue(assertThrows(IllegalArgumentException.class, () -> state.getLong("absent")).getMessage()
-                .startsWith("common state has no 'absent'; keys are"));
-        assertEquals("common state has no 'nothing' (it is null)",
-                assertThrows(IllegalArgumentException.class, () -> state.getString("nothing")).getMessage());
+        CorruptCheckpointException e = assertThrows(CorruptCheckpointException.class, () -> state.getLong("lr"));
+        assertEquals("the checkpoint's common state holds lr = 1.5E-4, not an integer", e.getMessage());
+        assertThrows(CorruptCheckpointException.class, () -> state.getDouble("name"));
+        assertEquals("the checkpoint's common state has no 'absent' (its keys: [fp16, iteration, loss_scale, lr, name,"
+                + " nothing, seeds])", assertThrows(CorruptCheckpointException.class, () -> state.getLong("absent")).getMessage());
+        assertEquals("the checkpoint's common state holds nothing = null",
+                assertThrows(CorruptCheckpointException.class, () -> state.getString("nothing")).getMessage());
     }
 
     @Test

@@ -48,8 +48,10 @@ class CrashSafetyTest {
         Path iterationB = manager.directoryFor(2);
         assertEquals(manager.directoryFor(1), manager.latest().orElseThrow());
         assertFalse(DistCheckpointing.isComplete(iterationB), "B must not look complete");
-        assertTrue(names(iterationB).stream().anyMatch(n -> n.endsWith(".tmp")),
-                "the halted writer's partial file stays under its temporary name: " + names(iterationB));
+        Path stagedB = manager.stagingDirectoryFor(2);
+        assertFalse(DistCheckpointing.isComplete(stagedB), "B's staging directory must not look complete");
+        assertTrue(names(stagedB).stream().anyMatch(n -> n.endsWith(".tmp")),
+                "the halted writer's partial file stays under its temporary name: " + names(stagedB));
 
         // A is intact: load it at another layout (one rank) and compare with the values A was built from
         InJvmWorld.run(1, rank -> {
@@ -62,7 +64,7 @@ class CrashSafetyTest {
             return null;
         });
 
-        // the restarted job saves B again into the same directory; stale files are cleared first
+        // the restarted job saves B again; the interrupted attempt's staging directory is cleared first
         InJvmWorld.run(2, rank -> {
             CheckpointManager m = new CheckpointManager(root, 3);
             m.save(2, CrashingSave.state(rank, "B"), Map.of("name", "B"), rank.groups(ParallelDims.of(2, 1, 1)).world());

@@ -1,6 +1,7 @@
 package io.mcore4j.models;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -33,6 +34,11 @@ import io.mcore4j.tensorparallel.MlpActivation;
  * @param sequenceParallel shard norms, dropout and residuals along the sequence over TP
  * @param dtype parameter and compute dtype (FLOAT32 or FLOAT16)
  * @param moe mixture-of-experts settings, or null for dense MLPs
+ * @param cpCommType how attention exchanges keys and values across the context-parallel group
+ *     (Megatron's {@code cp_comm_type}); unused when the context-parallel size is 1
+ * @param addQkvBias biases on the fused QKV projection even without {@code addBiasLinear}
+ *     (Megatron's {@code add_qkv_bias}; Qwen2)
+ * @param ropeScaling frequency scaling of the rotary embedding (LLaMA 3.1's), or null for none
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -40,7 +46,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 PositionEmbedding positionEmbedding, double rotaryBase, double rotaryPercent,
                                 MlpActivation activation, boolean addBiasLinear, boolean tiedEmbeddings,
                                 double hiddenDropout, double attentionDropout, double initStd,
-                                Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe) {
+                                Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe,
+                                CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -78,6 +85,28 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
     }
 
+    /**
+     * LLaMA 3.1's rotary frequency scaling ({@code rope_scaling} of type {@code llama3}): with
+     * wavelength {@code w = 2 pi / f} of each inverse frequency f, frequencies with
+     * {@code w > originalMaxPositions / lowFreqFactor} are divided by {@code factor}, those with
+     * {@code w < originalMaxPositions / highFreqFactor} are kept, and those between are interpolated.
+     *
+     * @param factor the scale of low frequencies, above 0
+     * @param lowFreqFactor the low-frequency bound's divisor
+     * @param highFreqFactor the high-frequency bound's divisor, above {@code lowFreqFactor}
+     * @param originalMaxPositions the context length the model was pre-trained with
+     */
+    public record RopeScaling(double factor, double lowFreqFactor, double highFreqFactor, int originalMaxPositions) {
+        /** Validates the factors. */
+        public RopeScaling {
+            if (!(factor > 0) || !(lowFreqFactor > 0) || !(highFreqFactor > lowFreqFactor) || originalMaxPositions < 1) {
+                throw new IllegalArgumentException("rope scaling factor " + factor + ", low/high frequency factors "
+                        + lowFreqFactor + "/" + highFreqFactor + " and original max positions " + originalMaxPositions
+                        + " must be positive with high > low");
+            }
+        }
+    }
+
     /** Validates everything that does not depend on the parallel layout. */
     public TransformerConfig {
         positive("number of layers", numLayers);
@@ -106,8 +135,14 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException("dtype " + dtype + " is not supported: use float32 or float16"
                     + " (bfloat16 is unavailable through DJL's PyTorch engine)");
         }
+        if (ropeScaling != null && positionEmbedding != PositionEmbedding.ROPE) {
+            throw new IllegalArgumentException("rope scaling needs rotary position embeddings, got " + positionEmbedding);
+        }
         if (!(initStd > 0)) {
             throw new IllegalArgumentException("init std " + initStd + " must be positive");
+        }
+        if (cpCommType == null) {
+            throw new IllegalArgumentException("the context-parallel communication type must be given (ALL_GATHER or P2P)");
         }
     }
 
@@ -227,6 +262,9 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.sp = sequenceParallel;
         b.type = dtype;
         b.moeSettings = moe;
+        b.cpComm = cpCommType;
+        b.qkvBias = addQkvBias;
+        b.scaling = ropeScaling;
         return b;
     }
 
@@ -261,6 +299,9 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private boolean sp;
         private DataType type = DataType.FLOAT32;
         private MoeSettings moeSettings;
+        private CpCommType cpComm = CpCommType.P2P;
+        private boolean qkvBias;
+        private RopeScaling scaling;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -368,6 +409,28 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param type how attention exchanges keys and values across the context-parallel group
+         *     (default {@link CpCommType#P2P}, Megatron's default)
+         * @return this
+         */
+        public Builder cpCommType(CpCommType type) {
+            this.cpComm = type;
+            return this;
+        }
+
+        /** @param enabled biases on the QKV projection whatever {@link #addBiasLinear} says @return this */
+        public Builder addQkvBias(boolean enabled) {
+            this.qkvBias = enabled;
+            return this;
+        }
+
+        /** @param value rotary frequency scaling, or null for none @return this */
+        public Builder ropeScaling(RopeScaling value) {
+            this.scaling = value;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -379,7 +442,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             int channels = kv < 0 ? hidden / heads : kv;
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, sp,
-                    type, moeSettings);
+                    type, moeSettings, cpComm, qkvBias, scaling);
         }
     }
 }

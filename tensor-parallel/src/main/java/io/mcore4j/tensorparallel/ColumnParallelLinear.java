@@ -59,7 +59,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
         Shape weightShape = new Shape(outputSize, inputSize);
         Parameter.Partition split = new Parameter.Partition(0, tp.rank(), tp.size(), b.stride);
         this.weight = b.skipWeightAllocation ? null : new Parameter("weight",
-                b.initializer.createShard(manager, weightShape, b.dtype, partition), split, Parameter.Kind.DENSE);
+                b.weightInitializer().createShard(manager, weightShape, b.dtype, partition), split, Parameter.Kind.DENSE);
         this.bias = b.bias ? new Parameter("bias",
                 b.biasInitializer.createShard(manager, new Shape(outputSize), b.dtype, partition), split,
                 Parameter.Kind.DENSE) : null;
@@ -234,7 +234,8 @@ public final class ColumnParallelLinear implements ParallelLinear {
         private boolean skipBiasAdd;
         private boolean sequenceParallel;
         private boolean skipWeightAllocation;
-        private Initializer initializer = Initializers.normal(0.02, 0);
+        private Initializer initializer;
+        private long seed = Initializers.DEFAULT_SEED;
         private Initializer biasInitializer = Initializers.zeros();
         private int stride = 1;
         private DataType dtype = DataType.FLOAT32;
@@ -281,10 +282,27 @@ public final class ColumnParallelLinear implements ParallelLinear {
             return this;
         }
 
-        /** @param value how the full weight is created (default {@code normal(0.02, 0)}) @return this */
+        /** @param value how the full weight is created (default: {@link #seed(long) per-layer normal(0.02)}) @return this */
         public Builder initializer(Initializer value) {
             this.initializer = Objects.requireNonNull(value, "initializer");
             return this;
+        }
+
+        /**
+         * @param value the base seed of the default weight initializer,
+         *              {@link Initializers#normalForKey}{@code (name + ".weight", 0.02, seed)}: layers
+         *              with different {@link #name names} get different weights, identical at every
+         *              tensor-parallel size (default {@value Initializers#DEFAULT_SEED}, Megatron-LM's
+         *              {@code --seed}); ignored when an {@link #initializer} is given
+         * @return this
+         */
+        public Builder seed(long value) {
+            this.seed = value;
+            return this;
+        }
+
+        private Initializer weightInitializer() {
+            return initializer != null ? initializer : Initializers.normalForKey(name + ".weight", Initializers.DEFAULT_STD, seed);
         }
 
         /** @param value how the full bias is created (default zeros) @return this */

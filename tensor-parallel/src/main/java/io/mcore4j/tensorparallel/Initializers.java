@@ -13,7 +13,31 @@ public final class Initializers {
     /** Region name under which {@link #normalPerRank} derives each shard's seed. */
     public static final String PER_RANK_REGION = "tensor-parallel-init";
 
+    /** Base seed of the layers' default initializers: Megatron-LM's {@code --seed} default. */
+    public static final long DEFAULT_SEED = 1234;
+
+    /** Standard deviation of the layers' default initializers: Megatron-Core's {@code init_method_std}. */
+    public static final double DEFAULT_STD = 0.02;
+
     private Initializers() {}
+
+    /**
+     * Normal samples as {@link #normal}, with the seed derived from a parameter's key and a base seed
+     * ({@link SeedScheme} region {@code "init/" + key}, the convention the models use too). Every
+     * parameter with its own key gets its own weights, the same ones at every tensor-parallel size
+     * (shards are slices of the one full weight), and the same ones in every run with the same base
+     * seed. This is what the parallel layers use when no initializer is given, keyed by the layer's
+     * name: {@code name + ".weight"}.
+     *
+     * @param key the parameter's key, e.g. {@code decoder.layers.0.mlp.linear_fc1.weight}
+     * @param std the standard deviation, at least 0
+     * @param baseSeed the run's seed
+     * @return the initializer
+     */
+    public static Initializer normalForKey(String key, double std, long baseSeed) {
+        java.util.Objects.requireNonNull(key, "key");
+        return normal(std, new SeedScheme(baseSeed).seed("init/" + key));
+    }
 
     /**
      * Normal samples with mean 0 drawn on the Java side by {@code new DeterministicRandom(seed)},

@@ -57,7 +57,7 @@ public final class RowParallelLinear implements ParallelLinear {
         this.sequenceParallel = b.sequenceParallel;
         StridedPartition columns = new StridedPartition(1, tp.rank(), tp.size(), 1);
         this.weight = new Parameter("weight",
-                b.initializer.createShard(b.manager, new Shape(outputSize, inputSize), b.dtype, columns),
+                b.weightInitializer().createShard(b.manager, new Shape(outputSize, inputSize), b.dtype, columns),
                 new Parameter.Partition(1, tp.rank(), tp.size()), Parameter.Kind.DENSE);
         this.bias = b.bias ? new Parameter("bias", b.biasInitializer.create(b.manager, new Shape(outputSize), b.dtype),
                 Parameter.Partition.NONE, sequenceParallel ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE)
@@ -201,7 +201,8 @@ public final class RowParallelLinear implements ParallelLinear {
         private boolean inputIsParallel = true;
         private boolean skipBiasAdd;
         private boolean sequenceParallel;
-        private Initializer initializer = Initializers.normal(0.02, 0);
+        private Initializer initializer;
+        private long seed = Initializers.DEFAULT_SEED;
         private Initializer biasInitializer = Initializers.zeros();
         private DataType dtype = DataType.FLOAT32;
         private NDManager manager;
@@ -237,10 +238,27 @@ public final class RowParallelLinear implements ParallelLinear {
             return this;
         }
 
-        /** @param value how the full weight is created (default {@code normal(0.02, 0)}) @return this */
+        /** @param value how the full weight is created (default: {@link #seed(long) per-layer normal(0.02)}) @return this */
         public Builder initializer(Initializer value) {
             this.initializer = Objects.requireNonNull(value, "initializer");
             return this;
+        }
+
+        /**
+         * @param value the base seed of the default weight initializer,
+         *              {@link Initializers#normalForKey}{@code (name + ".weight", 0.02, seed)}: layers
+         *              with different {@link #name names} get different weights, identical at every
+         *              tensor-parallel size (default {@value Initializers#DEFAULT_SEED}, Megatron-LM's
+         *              {@code --seed}); ignored when an {@link #initializer} is given
+         * @return this
+         */
+        public Builder seed(long value) {
+            this.seed = value;
+            return this;
+        }
+
+        private Initializer weightInitializer() {
+            return initializer != null ? initializer : Initializers.normalForKey(name + ".weight", Initializers.DEFAULT_STD, seed);
         }
 
         /** @param value how the bias is created, identically on every rank (default zeros) @return this */

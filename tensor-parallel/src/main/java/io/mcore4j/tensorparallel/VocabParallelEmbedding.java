@@ -45,7 +45,7 @@ public final class VocabParallelEmbedding implements Module {
         this.end = start + perRank;
         StridedPartition rows = new StridedPartition(0, tp.rank(), tp.size(), 1);
         this.weight = new Parameter("weight",
-                b.initializer.createShard(b.manager, new Shape(vocabSize, hiddenSize), b.dtype, rows),
+                b.weightInitializer().createShard(b.manager, new Shape(vocabSize, hiddenSize), b.dtype, rows),
                 new Parameter.Partition(0, tp.rank(), tp.size()), Parameter.Kind.DENSE);
     }
 
@@ -163,7 +163,8 @@ public final class VocabParallelEmbedding implements Module {
         private final int hiddenSize;
         private final Communicator tp;
         private boolean sequenceParallel;
-        private Initializer initializer = Initializers.normal(0.02, 0);
+        private Initializer initializer;
+        private long seed = Initializers.DEFAULT_SEED;
         private DataType dtype = DataType.FLOAT32;
         private NDManager manager;
         private String name = "vocab-parallel-embedding";
@@ -180,10 +181,27 @@ public final class VocabParallelEmbedding implements Module {
             return this;
         }
 
-        /** @param value how the full table is created (default {@code normal(0.02, 0)}) @return this */
+        /** @param value how the full table is created (default: {@link #seed(long) per-layer normal(0.02)}) @return this */
         public Builder initializer(Initializer value) {
             this.initializer = Objects.requireNonNull(value, "initializer");
             return this;
+        }
+
+        /**
+         * @param value the base seed of the default weight initializer,
+         *              {@link Initializers#normalForKey}{@code (name + ".weight", 0.02, seed)}: layers
+         *              with different {@link #name names} get different weights, identical at every
+         *              tensor-parallel size (default {@value Initializers#DEFAULT_SEED}, Megatron-LM's
+         *              {@code --seed}); ignored when an {@link #initializer} is given
+         * @return this
+         */
+        public Builder seed(long value) {
+            this.seed = value;
+            return this;
+        }
+
+        private Initializer weightInitializer() {
+            return initializer != null ? initializer : Initializers.normalForKey(name + ".weight", Initializers.DEFAULT_STD, seed);
         }
 
         /** @param value the weight's dtype (default float32) @return this */

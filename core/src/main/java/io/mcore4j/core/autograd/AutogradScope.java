@@ -3,6 +3,7 @@ package io.mcore4j.core.autograd;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 
@@ -255,7 +256,7 @@ public final class AutogradScope implements AutoCloseable {
             if (out == null) {
                 throw new IllegalStateException(function.name() + ".forward returned null output " + i);
             }
-            if (Tensors.isFloating(out.getDataType())) {
+            if (Tensors.isFloating(DataTypes.of(out))) {
                 NDArray leaf = Tensors.detach(out, manager);
                 leaf.setRequiresGradient(true);
                 leaves[i] = leaf;
@@ -357,7 +358,7 @@ public final class AutogradScope implements AutoCloseable {
      * @param loss a tensor that requires grad
      */
     public void backward(NDArray loss) {
-        NDArray ones = manager.ones(loss.getShape(), loss.getDataType(), loss.getDevice());
+        NDArray ones = DataTypes.ones(manager, loss.getShape(), DataTypes.of(loss), loss.getDevice());
         backward(new NDArray[] {loss}, new NDArray[] {ones});
     }
 
@@ -482,7 +483,7 @@ public final class AutogradScope implements AutoCloseable {
                 entries.add(entry);
                 return;
             }
-            NDArray sum = entry.grad.add(grad.toType(entry.grad.getDataType(), false));
+            NDArray sum = entry.grad.add(DataTypes.toType(grad, DataTypes.of(entry.grad), false));
             sum.attach(manager);
             entry.release();
             if (scopeOwnsGrad) {
@@ -507,18 +508,18 @@ public final class AutogradScope implements AutoCloseable {
             }
             if (entries.size() == 1) {
                 Entry e = entries.get(0);
-                runBackward(e.tensor, e.grad.toType(e.tensor.getDataType(), false));
+                runBackward(e.tensor, DataTypes.toType(e.grad, DataTypes.of(e.tensor), false));
             } else {
                 // one traversal for all roots: d/dt of sum((t * g).sum()) is exactly g
                 try (NDManager temp = manager.newSubManager()) {
                     NDArray total = null;
                     for (Entry e : entries) {
-                        NDArray term = e.tensor.mul(e.grad.toType(e.tensor.getDataType(), false)).sum();
+                        NDArray term = e.tensor.mul(DataTypes.toType(e.grad, DataTypes.of(e.tensor), false)).sum();
                         term.attach(temp);
                         total = total == null ? term : total.add(term);
                         total.attach(temp);
                     }
-                    runBackward(total, temp.ones(total.getShape(), total.getDataType(), total.getDevice()));
+                    runBackward(total, DataTypes.ones(temp, total.getShape(), DataTypes.of(total), total.getDevice()));
                 }
             }
             for (Entry e : entries) {

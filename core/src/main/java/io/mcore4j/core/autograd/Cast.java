@@ -2,11 +2,13 @@ package io.mcore4j.core.autograd;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 
 /**
  * A dtype conversion that autograd can differentiate. DJL's {@code toType} runs under libtorch's
  * no-grad guard, so the converted tensor is cut off from the graph; this Function converts the
- * gradient back to the input's dtype instead.
+ * gradient back to the input's dtype instead. Any pair of floating dtypes, bfloat16 included
+ * (through {@link DataTypes}).
  */
 public final class Cast implements Function {
     private final DataType target;
@@ -24,7 +26,7 @@ public final class Cast implements Function {
      * @return the converted tensor
      */
     public static NDArray apply(AutogradScope scope, NDArray x, DataType dtype) {
-        if (x.getDataType() == dtype) {
+        if (DataTypes.of(x) == dtype) {
             return x;
         }
         return scope.apply1(new Cast(dtype), x);
@@ -32,15 +34,15 @@ public final class Cast implements Function {
 
     @Override
     public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
-        ctx.setState(inputs[0].getDataType());
-        NDArray out = inputs[0].toType(target, true);
+        ctx.setState(DataTypes.of(inputs[0]));
+        NDArray out = DataTypes.toType(inputs[0], target, true);
         out.attach(ctx.manager());
         return new NDArray[] {out};
     }
 
     @Override
     public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
-        NDArray g = gradOutputs[0].toType(ctx.state(DataType.class), true);
+        NDArray g = DataTypes.toType(gradOutputs[0], ctx.state(DataType.class), true);
         g.attach(ctx.manager());
         return new NDArray[] {g};
     }

@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 
 /**
@@ -97,7 +98,7 @@ public final class DeterministicRandom {
         }
         NDArray out = manager.create(normal((int) n, mean, std), shape);
         if (dtype != DataType.FLOAT32) {
-            NDArray cast = out.toType(dtype, false);
+            NDArray cast = DataTypes.toType(out, dtype, false);
             out.close();
             return cast;
         }
@@ -129,7 +130,7 @@ public final class DeterministicRandom {
                 x = x.mul(x).add(Tensors.scalar(d, x, temp)).mod(modulus);
             }
             NDArray x64 = x.toType(DataType.FLOAT64, false);
-            NDArray u = x64.div(Tensors.scalar(MODULUS, x64, temp)).toType(dtype, false).reshape(shape);
+            NDArray u = DataTypes.toType(x64.div(Tensors.scalar(MODULUS, x64, temp)), dtype, false).reshape(shape);
             u.attach(manager);
             return u;
         }
@@ -150,7 +151,7 @@ public final class DeterministicRandom {
         }
         try (NDManager temp = manager.newSubManager()) {
             NDArray u = uniform(temp, shape, DataType.FLOAT32);
-            NDArray mask = u.gte(Tensors.scalar(dropProbability, u, temp)).toType(dtype, false);
+            NDArray mask = DataTypes.toType(u.gte(Tensors.scalar(dropProbability, u, temp)), dtype, false);
             mask.attach(manager);
             return mask;
         }

@@ -2,6 +2,7 @@ package io.mcore4j.core.shard;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 
 import java.util.Arrays;
 import java.util.Objects;
@@ -138,10 +139,10 @@ public record ShardedTensor(String key, NDArray data, long[] globalShape, long[]
     /**
      * The data type of the local data.
      *
-     * @return its dtype
+     * @return its dtype (bfloat16 for a bfloat16 tensor, which DJL itself reports as unknown)
      */
     public DataType dtype() {
-        return data.getDataType();
+        return DataTypes.of(data);
     }
 
     /**

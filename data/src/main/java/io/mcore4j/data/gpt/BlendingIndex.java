@@ -8,13 +8,12 @@ import java.util.List;
 import java.util.Optional;
 
 /**
- * Which component dataset, and which of its samples, each sample of a blend comes from.
+ * Which component dataset, and which of its samples, each sample of a blend comes from, in Megatron-Core's
+ * {@code BlendedDataset} order ({@code helpers.build_blending_indices}).
  *
- * <p>Sample {@code i} goes to the dataset whose count so far lies furthest below its share
- * {@code weight * (i + 1)} (lowest index on ties), and takes that dataset's next unused sample. The choice
- * is deterministic and keeps every dataset's count within one sample of its exact share at every prefix of
- * the blend. The index depends only on the normalized weights and the size, which is what
- * {@link #buildCached} keys its cache files on.
+ * <p>Sample {@code i} goes to the dataset with the largest error {@code weight * max(i, 1) - count} (the
+ * lowest index on ties), and takes that dataset's next unused sample. The index depends only on the
+ * normalized weights and the size, which is what {@link #buildCached} keys its cache files on.
  */
 public final class BlendingIndex {
     private static final List<String> ARRAY_NAMES = List.of("dataset_index", "dataset_sample_index", "counts");
@@ -42,7 +41,7 @@ public final class BlendingIndex {
     public static BlendingIndex buildCached(double[] weights, long size, Path cacheDirectory) {
         IndexCache cache = new IndexCache(cacheDirectory, "blend");
         double[] normalized = normalize(weights);
-        String description = "mcore4j BlendingIndex v1\nweights=" + Arrays.toString(normalized) + "\nsize=" + size + "\n";
+        String description = "mcore4j BlendingIndex v2 (Megatron-Core order)\nweights=" + Arrays.toString(normalized) + "\nsize=" + size + "\n";
         Optional<List<IndexArray>> cached = cache.load(description, ARRAY_NAMES);
         if (cached.isPresent() && cached.get().get(2).length() == weights.length) {
             long[] counts = new long[weights.length];
@@ -76,18 +75,12 @@ public final class BlendingIndex {
         if (weights.length == 0 || weights.length > Short.MAX_VALUE) {
             throw new IllegalArgumentException("a blend needs 1.." + Short.MAX_VALUE + " datasets, got " + weights.length);
         }
-        double sum = 0;
         for (double w : weights) {
             if (!(w > 0) || Double.isInfinite(w)) {
                 throw new IllegalArgumentException("blend weight " + w + " must be positive and finite");
             }
-            sum += w;
         }
-        double[] share = new double[weights.length];
-        for (int d = 0; d < weights.length; d++) {
-            share[d] = weights[d] / sum;
-        }
-        return share;
+        return NumpySum.normalize(weights);
     }
 
     /** Dataset index, dataset sample index and per-dataset counts. */
@@ -100,12 +93,13 @@ public final class BlendingIndex {
         int[] datasetSampleIndex = new int[n];
         int[] counts = new int[share.length];
         for (int i = 0; i < n; i++) {
+            double position = Math.max(i, 1.0);
             int best = 0;
-            double bestDeficit = Double.NEGATIVE_INFINITY;
-            for (int d = 0; d < share.length; d++) {
-                double deficit = share[d] * (i + 1.0) - counts[d];
-                if (deficit > bestDeficit) {
-                    bestDeficit = deficit;
+            double bestError = share[0] * position - counts[0];
+            for (int d = 1; d < share.length; d++) {
+                double error = share[d] * position - counts[d];
+                if (error > bestError) {
+                    bestError = error;
                     best = d;
                 }
             }

@@ -8,7 +8,9 @@ import java.util.zip.CRC32C;
 
 /**
  * Tokenized documents that GPT samples are cut from: an indexed dataset on disk, or arrays in memory.
- * Implementations are safe for concurrent reads.
+ * For an indexed dataset the "documents" are its sequences, as in Megatron-Core's {@code GPTDataset} (one
+ * sequence per document unless the preprocessor split sentences; a document without sequences contributes
+ * nothing). Implementations are safe for concurrent reads.
  */
 public interface DocumentSource {
     /**
@@ -46,31 +48,32 @@ public interface DocumentSource {
     String identity();
 
     /**
-     * The documents of an indexed dataset; the reader stays owned by the caller.
+     * The sequences of an indexed dataset, each one a GPT "document" as Megatron-Core's {@code GPTDataset} sees
+     * it; the reader stays owned by the caller.
      *
      * @param reader an open reader
-     * @return a view of its documents
+     * @return a view of its sequences
      */
     static DocumentSource of(IndexedDatasetReader reader) {
         return new DocumentSource() {
             @Override
             public long documentCount() {
-                return reader.documentCount();
+                return reader.sequenceCount();
             }
 
             @Override
             public int documentLength(long document) {
-                return Math.toIntExact(reader.documentLength(document));
+                return reader.sequenceLength(document);
             }
 
             @Override
             public void readTokens(long document, int offset, int length, int[] destination, int position) {
-                reader.readDocument(document, offset, length, destination, position);
+                reader.sequence(document, offset, length).copyTo(destination, position);
             }
 
             @Override
             public String identity() {
-                return "indexed:" + reader.prefix().toAbsolutePath().normalize() + " idx=" + reader.idxSize()
+                return "indexed-sequences:" + reader.prefix().toAbsolutePath().normalize() + " idx=" + reader.idxSize()
                         + " crc32c=" + Long.toHexString(reader.indexChecksum()) + " bin=" + reader.binSize() + " dtype=" + reader.dtype();
             }
 

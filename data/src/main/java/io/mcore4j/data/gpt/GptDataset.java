@@ -12,8 +12,9 @@ import java.util.Optional;
 /**
  * GPT pre-training samples cut from a range of documents: sample {@code i} is {@code sequenceLength + 1}
  * consecutive tokens of the documents concatenated in a seeded, per-epoch shuffled order, crossing document
- * boundaries freely, and samples are visited in a seeded shuffled order (see {@link GptIndices} for the
- * arrays behind it).
+ * boundaries freely, and samples are visited in a seeded shuffled order. The order is Megatron-Core's
+ * {@code GPTDataset} order for the same documents, seed, sequence length and sample count (see
+ * {@link GptIndices} for the arrays behind it).
  *
  * <p>The dataset holds at least the requested number of samples: whole epochs are built, so {@link #size()}
  * may be larger. The same source, range, sequence length, sample count and seed always give the same
@@ -106,7 +107,7 @@ public final class GptDataset implements SampleDataset {
     }
 
     static String describe(DocumentSource source, Config config) {
-        return "mcore4j GptDataset indices v1\n"
+        return "mcore4j GptDataset indices v2 (Megatron-Core order)\n"
                 + "source=" + source.identity() + "\n"
                 + "documents=[" + config.range().start() + "," + config.range().end() + ")\n"
                 + "sequenceLength=" + config.sequenceLength() + "\n"

@@ -16,10 +16,12 @@ import java.util.Objects;
  * (or a mock vocabulary), the sequence length, the seed, the split and the number of samples each split
  * must provide.
  *
- * <p>Each dataset of the blend is split by document ({@link SplitWeights}); for each split with samples
- * requested, every component builds a {@link GptDataset} over its part holding exactly the samples the
- * {@link BlendingIndex} takes from it, and the split's dataset blends them (a single dataset is used
- * directly). Index arrays are cached next to each dataset's files (the blending index next to the first
+ * <p>Datasets are built as Megatron-Core's {@code BlendedMegatronDatasetBuilder} builds them, so that the
+ * same data and flags give the same samples in the same order: each dataset of the blend is split by
+ * sequence ({@link SplitWeights}); a split of weight 0 gets no dataset. For each split with samples
+ * requested, a single dataset is used directly; in a blend of normalized weights {@code w}, dataset
+ * {@code d} contributes {@code ceil(n * w_d)} samples to a blend of their sum, and its {@link GptDataset} is
+ * built for {@code ceil(ceil(n * w_d) * (1 + surplus))} samples ({@link #midLevelDatasetSurplus}). Index arrays are cached next to each dataset's files (the blending index next to the first
  * dataset's), or all in {@link #cacheDirectory(Path)};
  * with {@link #cache(boolean) cache(false)} they are built in memory. Mock data gives every split a
  * {@link MockGptDataset} seeded by seed and split.
@@ -38,12 +40,14 @@ import java.util.Objects;
 public final class GptDatasetBuilder {
     private DataBlend blend;
     private int mockVocabularySize;
+    private long vocabularySize;
     private int sequenceLength;
     private long seed = 1234;
     private SplitWeights split = SplitWeights.DEFAULT;
     private final long[] samples = new long[3];
     private Path cacheDirectory;
     private boolean cache = true;
+    private double midLevelDatasetSurplus = 0.005;
     private IndexedDatasetReader.Options readerOptions = IndexedDatasetReader.Options.DEFAULT;
 
     private GptDatasetBuilder() {}
@@ -91,6 +95,23 @@ public final class GptDatasetBuilder {
         }
         this.mockVocabularySize = vocabularySize;
         this.blend = null;
+        return this;
+    }
+
+    /**
+     * Checks at {@link #build()} that every token id of every dataset of the blend lies in
+     * {@code [0, vocabularySize)} ({@link IndexedDatasetReader#checkTokenIds}: one pass over each
+     * memory-mapped {@code .bin}), so data made for another tokenizer fails before training instead of
+     * training on ids the embedding has no row for. Off by default. Megatron-LM's {@code --vocab-size}.
+     *
+     * @param vocabularySize the model's vocabulary size, at least 1
+     * @return this builder
+     */
+    public GptDatasetBuilder vocabSize(long vocabularySize) {
+        if (vocabularySize < 1) {
+            throw new IllegalArgumentException("vocabulary size " + vocabularySize + " must be at least 1");
+        }
+        this.vocabularySize = vocabularySize;
         return this;
     }
 
@@ -181,6 +202,22 @@ public final class GptDatasetBuilder {
     }
 
     /**
+     * Sets the share of extra samples each component of a blend is built with beyond what the blend takes
+     * from it (Megatron's {@code --mid-level-dataset-surplus}, default 0.005). It changes the components'
+     * epoch counts, hence their sample order.
+     *
+     * @param surplus a non-negative fraction
+     * @return this builder
+     */
+    public GptDatasetBuilder midLevelDatasetSurplus(double surplus) {
+        if (!(surplus >= 0) || Double.isInfinite(surplus)) {
+            throw new IllegalArgumentException("mid-level dataset surplus " + surplus + " must be finite and non-negative");
+        }
+        this.midLevelDatasetSurplus = surplus;
+        return this;
+    }
+
+    /**
      * Sets how datasets are opened.
      *
      * @param options mapping and validation options
@@ -196,8 +233,11 @@ public final class GptDatasetBuilder {
      *
      * @return the splits, owning the opened readers
      * @throws IOException if a dataset cannot be opened or is corrupt
+     * @throws io.mcore4j.data.indexed.CorruptDatasetException if {@link #vocabSize} was set and a token
+     *     id lies outside the vocabulary (naming the file, document, position and id)
      * @throws IllegalStateException if neither data nor mock was chosen, or no sequence length was set
-     * @throws IllegalArgumentException if a split with samples requested has no documents in some dataset
+     * @throws IllegalArgumentException if a split of positive weight with samples requested has no sequences
+     *     in some dataset
      */
     public GptSplits build() throws IOException {
         if (sequenceLength <= 0) {
@@ -205,10 +245,14 @@ public final class GptDatasetBuilder {
         }
         Map<DatasetSplit, SampleDataset> datasets = new EnumMap<>(DatasetSplit.class);
         if (mockVocabularySize > 0) {
+            if (vocabularySize > 0 && mockVocabularySize > vocabularySize) {
+                throw new IllegalArgumentException("mock vocabulary size " + mockVocabularySize
+                        + " exceeds the vocabulary size " + vocabularySize);
+            }
             for (DatasetSplit s : DatasetSplit.values()) {
                 if (samples[s.ordinal()] > 0) {
                     datasets.put(s, new MockGptDataset(samples[s.ordinal()], sequenceLength, mockVocabularySize,
-                            ShuffleRandom.mix(seed + s.ordinal())));
+                            SplitMix64.mix(seed + s.ordinal())));
                 }
             }
             return new GptSplits(datasets, List.of());
@@ -221,9 +265,14 @@ public final class GptDatasetBuilder {
             for (Path prefix : blend.prefixes()) {
                 readers.add(IndexedDatasetReader.open(prefix, readerOptions));
             }
+            if (vocabularySize > 0) {
+                for (IndexedDatasetReader r : readers) {
+                    r.checkTokenIds(vocabularySize);
+                }
+            }
             for (DatasetSplit s : DatasetSplit.values()) {
                 long n = samples[s.ordinal()];
-                if (n > 0) {
+                if (n > 0 && split.includes(s)) {
                     datasets.put(s, buildSplit(s, n, readers));
                 }
             }
@@ -244,22 +293,30 @@ public final class GptDatasetBuilder {
         if (readers.size() == 1) {
             return component(s, n, readers.get(0));
         }
+        double[] weights = NumpySum.normalize(blend.weights().stream().mapToDouble(Double::doubleValue).toArray());
+        long size = 0;
+        long[] componentSamples = new long[readers.size()];
+        for (int d = 0; d < readers.size(); d++) {
+            double target = Math.ceil(n * weights[d]);
+            size += (long) target;
+            componentSamples[d] = (long) Math.ceil(target * (1 + midLevelDatasetSurplus));
+        }
         BlendingIndex index = cache
-                ? BlendingIndex.buildCached(blend.normalizedWeights(), n, cacheDirectory(readers.get(0)))
-                : BlendingIndex.build(blend.normalizedWeights(), n);
-        long[] counts = index.counts();
+                ? BlendingIndex.buildCached(weights, size, cacheDirectory(readers.get(0)))
+                : BlendingIndex.build(weights, size);
         List<SampleDataset> components = new ArrayList<>();
         for (int d = 0; d < readers.size(); d++) {
-            components.add(counts[d] == 0 ? null : component(s, counts[d], readers.get(d)));
+            components.add(component(s, componentSamples[d], readers.get(d)));
         }
+        // BlendedDataset rejects a component smaller than the samples the index takes from it
         return new BlendedDataset(components, index);
     }
 
     private GptDataset component(DatasetSplit s, long n, IndexedDatasetReader reader) {
-        DocumentRange range = split.range(s, reader.documentCount());
+        DocumentRange range = split.range(s, reader.sequenceCount());
         if (range.isEmpty()) {
             throw new IllegalArgumentException("split " + s.name().toLowerCase(Locale.ROOT) + " of " + reader.prefix()
-                    + " has no documents (split " + split + " over " + reader.documentCount() + " documents) but "
+                    + " has no sequences (split " + split + " over " + reader.sequenceCount() + " sequences) but "
                     + n + " samples were requested");
         }
         DocumentSource source = DocumentSource.of(reader);

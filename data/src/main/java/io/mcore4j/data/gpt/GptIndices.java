@@ -1,22 +1,24 @@
 package io.mcore4j.data.gpt;
 
 /**
- * Builds the three arrays that order a GPT dataset's samples.
+ * Builds the three arrays that order a GPT dataset's samples exactly as Megatron-Core's {@code GPTDataset}
+ * builds them ({@code _build_document_sample_shuffle_indices}), so that the same data, seed, sequence length,
+ * sample count and split give the same samples in the same order.
  *
  * <ul>
- *   <li>document index: the split's documents repeated once per epoch, shuffled; when the last epoch
+ *   <li>document index: the split's documents repeated once per epoch and shuffled; when the last epoch
  *       contributes less than 80 % of an epoch's samples it is shuffled on its own, so that its few samples
  *       are not spread over the whole run;</li>
- *   <li>sample index: for sample {@code s}, the (document-index position, token offset) of its first token.
- *       Each sample advances {@code sequenceLength} tokens through the concatenated documents and ends on
- *       the token where the next one starts, giving {@code sequenceLength + 1} tokens (inputs plus shifted
- *       labels);</li>
- *   <li>shuffle index: a permutation of the sample numbers (again with the separate last epoch apart).</li>
+ *   <li>sample index: for sample {@code s}, the (document-index position, token offset) where it starts
+ *       ({@code helpers.build_sample_idx}): each sample takes {@code sequenceLength + 1} tokens of the
+ *       concatenated documents and the next one starts on its last token. A sample that ends exactly at a
+ *       document's end points at that document's last token, and a document of length 0 is stepped over;</li>
+ *   <li>shuffle index: a permutation of the sample numbers (with the separate last epoch apart again).</li>
  * </ul>
  *
- * <p>One {@link ShuffleRandom} seeded with the dataset seed draws the document shuffles, then the sample
- * shuffle, so everything follows from the seed. Arrays are Java arrays: a split holds fewer than 2^31
- * documents times epochs and fewer than 2^31 samples.
+ * <p>One {@link NumpyRandomState} seeded with the dataset seed draws the document shuffles, then the sample
+ * shuffle, in Megatron's order. Arrays are Java arrays: a split holds fewer than 2^31 documents times epochs
+ * and fewer than 2^31 samples.
  */
 final class GptIndices {
     /** Below this share of an epoch's samples the final epoch is shuffled separately (as Megatron does). */
@@ -40,18 +42,18 @@ final class GptIndices {
             throw new IllegalArgumentException("document " + range.end() + " of " + source + " exceeds the int range of the document index");
         }
         int documents = (int) range.size();
-        int[] lengths = new int[documents];
+        int first = (int) range.start();
         long tokensPerEpoch = 0;
         for (int d = 0; d < documents; d++) {
-            lengths[d] = source.documentLength(range.start() + d);
-            tokensPerEpoch += lengths[d];
+            tokensPerEpoch += source.documentLength(first + d);
         }
-        if (tokensPerEpoch == 0) {
-            throw new IllegalArgumentException("documents " + range + " of " + source + " hold no tokens");
+        if (tokensPerEpoch <= 1) {
+            throw new IllegalArgumentException("documents " + range + " of " + source + " hold " + tokensPerEpoch
+                    + " tokens: a sample needs at least 2");
         }
-        // an epoch count E yields (E * tokensPerEpoch - 1) / sequenceLength samples: take the smallest E that is enough
+        // Megatron's _get_num_epochs: add epochs until they hold requestedSamples * sequenceLength + 1 tokens
         long neededTokens = Math.addExact(Math.multiplyExact(requestedSamples, (long) sequenceLength), 1);
-        long epochs = (neededTokens + tokensPerEpoch - 1) / tokensPerEpoch;
+        long epochs = Math.max(1, (neededTokens + tokensPerEpoch - 1) / tokensPerEpoch);
         long documentIndexLength = Math.multiplyExact(epochs, documents);
         long builtSamples = (epochs * tokensPerEpoch - 1) / sequenceLength;
         if (documentIndexLength >= Integer.MAX_VALUE || builtSamples >= Integer.MAX_VALUE / 2) {
@@ -64,14 +66,15 @@ final class GptIndices {
             samplesBeforeFinalEpoch = ((epochs - 1) * tokensPerEpoch - 1) / sequenceLength;
             long samplesPerEpoch = (tokensPerEpoch - 1) / sequenceLength;
             long samplesFromFinalEpoch = requestedSamples - samplesBeforeFinalEpoch;
+            // Python's int(0.8 * n) truncates toward zero, as the long cast does
             separateFinalEpoch = samplesFromFinalEpoch < (long) (SEPARATE_FINAL_EPOCH_THRESHOLD * samplesPerEpoch);
         }
-        ShuffleRandom random = new ShuffleRandom(seed);
+        NumpyRandomState random = new NumpyRandomState(seed);
 
         int[] documentIndex = new int[(int) documentIndexLength];
         for (int e = 0, k = 0; e < epochs; e++) {
             for (int d = 0; d < documents; d++) {
-                documentIndex[k++] = (int) range.start() + d;
+                documentIndex[k++] = first + d;
             }
         }
         if (separateFinalEpoch) {
@@ -83,36 +86,7 @@ final class GptIndices {
         }
 
         int samples = (int) builtSamples;
-        int[] sampleIndex = new int[2 * (samples + 1)];
-        int position = 0;
-        int offset = 0;
-        // start on a real token: skip leading empty documents
-        while (lengths[documentIndex[position] - (int) range.start()] == 0) {
-            position++;
-        }
-        for (int s = 0; s <= samples; s++) {
-            if (s > 0) {
-                long remaining = sequenceLength;
-                while (remaining > 0) {
-                    int available = lengths[documentIndex[position] - (int) range.start()] - offset;
-                    if (available > remaining) {
-                        offset += (int) remaining;
-                        remaining = 0;
-                    } else {
-                        remaining -= available;
-                        position++;
-                        offset = 0;
-                    }
-                }
-                // the next sample starts on this token; if it is the end of a document, that is the next non-empty one's first
-                while (offset == lengths[documentIndex[position] - (int) range.start()]) {
-                    position++;
-                    offset = 0;
-                }
-            }
-            sampleIndex[2 * s] = position;
-            sampleIndex[2 * s + 1] = offset;
-        }
+        int[] sampleIndex = sampleIndex(source, documentIndex, sequenceLength, samples);
 
         int[] shuffleIndex = new int[samples];
         for (int s = 0; s < samples; s++) {
@@ -125,5 +99,33 @@ final class GptIndices {
             random.shuffle(shuffleIndex, 0, samples);
         }
         return new GptIndices(documentIndex, sampleIndex, shuffleIndex);
+    }
+
+    /**
+     * Megatron's {@code build_sample_idx} with {@code drop_last_partial_sequence} and one extra token per
+     * sample: {@code samples + 1} rows of (document-index position, offset), flattened.
+     */
+    private static int[] sampleIndex(DocumentSource source, int[] documentIndex, int sequenceLength, int samples) {
+        int[] sampleIndex = new int[2 * (samples + 1)];
+        int position = 0;
+        int offset = 0;
+        for (int s = 1; s <= samples; s++) {
+            long remaining = sequenceLength + 1L;
+            while (remaining != 0) {
+                int available = source.documentLength(documentIndex[position]) - offset;
+                remaining -= available;
+                if (remaining <= 0) {
+                    // the sample ends inside this document; the next one starts on its last token
+                    offset += (int) (remaining + available - 1);
+                    remaining = 0;
+                } else {
+                    position++;
+                    offset = 0;
+                }
+            }
+            sampleIndex[2 * s] = position;
+            sampleIndex[2 * s + 1] = offset;
+        }
+        return sampleIndex;
     }
 }

@@ -57,9 +57,9 @@ public final class MockGptDataset implements SampleDataset {
     @Override
     public void sample(long index, int[] destination) {
         SampleDataset.checkIndex(index, size);
-        long base = ShuffleRandom.mix(seed ^ ShuffleRandom.mix(index + 0x632BE59BD9B4E019L));
+        long base = SplitMix64.mix(seed ^ SplitMix64.mix(index + 0x632BE59BD9B4E019L));
         for (int k = 0; k <= sequenceLength; k++) {
-            long h = ShuffleRandom.mix(base + k * 0x9E3779B97F4A7C15L);
+            long h = SplitMix64.mix(base + k * 0x9E3779B97F4A7C15L);
             destination[k] = (int) Long.remainderUnsigned(h, vocabularySize);
         }
     }

@@ -5,9 +5,11 @@ import java.util.Arrays;
 /**
  * Relative sizes of the train, valid and test splits, as in {@code --split 969,30,1}.
  *
- * <p>A dataset of {@code N} documents is cut into three contiguous ranges as Megatron cuts it: each split
- * gets {@code round(weight / sum * N)} documents (ties to even), and any rounding surplus or deficit is
- * taken from the ranges' ends so that they cover exactly {@code [0, N)}.
+ * <p>A dataset of {@code N} sequences (Megatron's GPT datasets count sequences, not documents) is cut into
+ * three contiguous ranges exactly as Megatron-Core cuts it: the weights are normalized, their running sums
+ * {@code 0, w0, w0+w1, w0+w1+w2} are the split boundaries as fractions, and each boundary becomes
+ * {@code round(fraction * N)} (Python's {@code round}, ties to even). A split of weight 0 is absent
+ * ({@link #includes}); a split of positive weight may still get an empty range when {@code N} is small.
  *
  * @param train weight of the training split
  * @param valid weight of the validation split
@@ -67,30 +69,46 @@ public record SplitWeights(double train, double valid, double test) {
     }
 
     /**
-     * The documents one split gets from a dataset.
+     * Whether a split exists at all: Megatron builds no dataset for a split of weight 0, whatever number of
+     * samples is asked of it.
      *
      * @param split which split
-     * @param documentCount documents in the dataset
-     * @return the contiguous range
+     * @return true if its weight is positive
      */
-    public DocumentRange range(DatasetSplit split, long documentCount) {
-        long[] bounds = bounds(documentCount);
-        return new DocumentRange(bounds[split.ordinal()], bounds[split.ordinal() + 1]);
+    public boolean includes(DatasetSplit split) {
+        double[] f = fractions();
+        return f[split.ordinal() + 1] > f[split.ordinal()];
     }
 
-    private long[] bounds(long n) {
+    /**
+     * The sequences one split gets from a dataset ({@code _build_megatron_dataset_splits}); empty for a split
+     * of weight 0.
+     *
+     * @param split which split
+     * @param sequenceCount sequences in the dataset
+     * @return the contiguous range
+     */
+    public DocumentRange range(DatasetSplit split, long sequenceCount) {
+        if (sequenceCount < 0) {
+            throw new IllegalArgumentException("sequence count " + sequenceCount + " must not be negative");
+        }
+        if (!includes(split)) {
+            return new DocumentRange(0, 0);
+        }
+        double[] f = fractions();
+        long start = (long) Math.rint(f[split.ordinal()] * (double) sequenceCount);
+        long end = (long) Math.rint(f[split.ordinal() + 1] * (double) sequenceCount);
+        return new DocumentRange(start, end);
+    }
+
+    /** The split boundaries as fractions, summed in Megatron's order (normalize, then a running sum). */
+    private double[] fractions() {
         double sum = train + valid + test;
-        double[] w = {train / sum, valid / sum, test / sum};
-        long[] b = new long[4];
-        for (int k = 0; k < 3; k++) {
-            b[k + 1] = b[k] + (long) Math.rint(w[k] * n);
-        }
-        long surplus = b[3] - n;
-        for (int k = 1; k <= 3; k++) {
-            b[k] = Math.max(b[k - 1], Math.min(n, b[k] - surplus));
-        }
-        b[3] = n;
-        return b;
+        double[] f = new double[4];
+        f[1] = train / sum;
+        f[2] = f[1] + valid / sum;
+        f[3] = f[2] + test / sum;
+        return f;
     }
 
     @Override

@@ -4,6 +4,10 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.IntBuffer;
+import java.nio.ShortBuffer;
 import java.nio.file.Path;
 import java.util.zip.CRC32C;
 
@@ -348,6 +352,8 @@ public final class IndexedDatasetReader implements AutoCloseable {
      * @param destination target array
      * @param position first index written
      * @throws IndexOutOfBoundsException if the window is not inside the document
+     * @throws java.io.UncheckedIOException naming the {@code .bin} if it was truncated on disk after it
+     *     was opened (see {@link MappedFile#requireOnDisk})
      */
     public void readDocument(long document, long offset, int length, int[] destination, int position) {
         long end = documentEnd(document);
@@ -363,7 +369,13 @@ public final class IndexedDatasetReader implements AutoCloseable {
                 continue;
             }
             int take = (int) Math.min(remaining, sequenceLength - skip);
-            sequence(s, (int) skip, take).copyTo(destination, position);
+            TokenView view = sequence(s, (int) skip, take);
+            bin.requireOnDisk(sequencePointer(s) + skip * header.dtype().size(), (long) take * header.dtype().size());
+            try {
+                view.copyTo(destination, position);
+            } catch (InternalError e) {
+                throw bin.faulted(e);
+            }
             position += take;
             remaining -= take;
             skip = 0;
@@ -371,6 +383,92 @@ public final class IndexedDatasetReader implements AutoCloseable {
         if (remaining > 0) {
             throw new IndexOutOfBoundsException("window [" + offset + ", " + (offset + length) + ") is outside document " + document);
         }
+    }
+
+    /**
+     * Checks that every token id of the dataset lies in {@code [0, vocabularySize)}: a model's
+     * embedding has no row for any other id (libtorch fails on one at tensor-parallel size 1, and at
+     * larger sizes the vocabulary-parallel embedding would silently map it to zeros). One sequential
+     * pass over the memory-mapped {@code .bin}, no copy; it returns at once when the dtype cannot hold
+     * an id outside the range (uint16 data and a vocabulary of at least 65,536).
+     *
+     * @param vocabularySize the model's vocabulary size (e.g. {@code --vocab-size}), at least 1
+     * @throws CorruptDatasetException naming the {@code .bin}, the first offending id, its document,
+     *     its position in the document and the vocabulary size
+     * @throws IllegalArgumentException if {@code vocabularySize < 1}
+     * @throws java.io.UncheckedIOException naming the {@code .bin} if it was truncated after it was opened
+     * @throws UnsupportedOperationException for floating-point data, which holds no token ids
+     */
+    public void checkTokenIds(long vocabularySize) throws CorruptDatasetException {
+        if (vocabularySize < 1) {
+            throw new IllegalArgumentException("vocabulary size " + vocabularySize + " must be at least 1");
+        }
+        DType dtype = header.dtype();
+        if (dtype.isFloatingPoint()) {
+            throw new UnsupportedOperationException("dataset " + prefix + " holds " + dtype + " values, not token ids");
+        }
+        if (dtype.minValue() >= 0 && dtype.maxValue() < vocabularySize) {
+            return;
+        }
+        int itemSize = dtype.size();
+        final int chunk = 1 << 20;
+        for (long d = 0; d < documentCount(); d++) {
+            long position = 0;
+            for (long s = documentIndex(d), end = documentIndex(d + 1); s < end; s++) {
+                int length = sequenceLength(s);
+                for (int offset = 0; offset < length; offset += chunk) {
+                    int n = Math.min(chunk, length - offset);
+                    ByteBuffer bytes = sequence(s, offset, n).buffer();
+                    bin.requireOnDisk(sequencePointer(s) + (long) offset * itemSize, (long) n * itemSize);
+                    int bad;
+                    try {
+                        bad = firstOutside(bytes, dtype, n, vocabularySize);
+                    } catch (InternalError e) {
+                        throw bin.faulted(e);
+                    }
+                    if (bad >= 0) {
+                        long id = dtype.getLong(bytes, bad * itemSize);
+                        throw new CorruptDatasetException(bin.path(), "token id " + id + " at position "
+                                + (position + offset + bad) + " of document " + d + " (sequence " + s + ") is outside the "
+                                + "vocabulary [0, " + vocabularySize + ")");
+                    }
+                }
+                position += length;
+            }
+        }
+    }
+
+    /** Index of the first of {@code n} ids in {@code bytes} outside {@code [0, limit)}, or -1. */
+    private static int firstOutside(ByteBuffer bytes, DType dtype, int n, long limit) {
+        switch (dtype) {
+            case UINT16 -> {
+                ShortBuffer ids = bytes.order(ByteOrder.LITTLE_ENDIAN).asShortBuffer();
+                for (int k = 0; k < n; k++) {
+                    if ((ids.get(k) & 0xFFFF) >= limit) {
+                        return k;
+                    }
+                }
+            }
+            case INT32 -> {
+                IntBuffer ids = bytes.order(ByteOrder.LITTLE_ENDIAN).asIntBuffer();
+                for (int k = 0; k < n; k++) {
+                    int id = ids.get(k);
+                    if (id < 0 || id >= limit) {
+                        return k;
+                    }
+                }
+            }
+            default -> {
+                int size = dtype.size();
+                for (int k = 0; k < n; k++) {
+                    long id = dtype.getLong(bytes, k * size);
+                    if (id < 0 || id >= limit) {
+                        return k;
+                    }
+                }
+            }
+        }
+        return -1;
     }
 
     private long documentEnd(long document) {

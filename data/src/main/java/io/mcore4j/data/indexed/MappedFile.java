@@ -1,10 +1,12 @@
 package io.mcore4j.data.indexed;
 
 import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 
@@ -17,6 +19,12 @@ import java.nio.file.StandardOpenOption;
  * cross a segment start are copied. The object owns its channel; {@link #close()} closes it, after which
  * every accessor throws {@link IllegalStateException}. (The JDK offers no way to unmap explicitly: the
  * mapped memory is released when the buffers are garbage collected.)
+ *
+ * <p>A file truncated on disk while mapped makes reads of the lost pages fault (the JVM reports an
+ * {@link InternalError}, from compiled code possibly a little after the read). {@link #requireOnDisk}
+ * checks a range before it is read; the accessors also turn a fault they see into an
+ * {@link UncheckedIOException} around a {@link CorruptDatasetException} naming the file and both
+ * sizes ({@link #faulted}).
  */
 public final class MappedFile implements AutoCloseable {
     /** Default distance between segment starts: 1 GiB. */
@@ -110,7 +118,11 @@ public final class MappedFile implements AutoCloseable {
      */
     public byte getByte(long position) {
         check(position, 1);
-        return segments[(int) (position / segmentBytes)].get((int) (position % segmentBytes));
+        try {
+            return segments[(int) (position / segmentBytes)].get((int) (position % segmentBytes));
+        } catch (InternalError e) {
+            throw faulted(e);
+        }
     }
 
     /**
@@ -121,7 +133,11 @@ public final class MappedFile implements AutoCloseable {
      */
     public int getInt(long position) {
         check(position, 4);
-        return segments[(int) (position / segmentBytes)].getInt((int) (position % segmentBytes));
+        try {
+            return segments[(int) (position / segmentBytes)].getInt((int) (position % segmentBytes));
+        } catch (InternalError e) {
+            throw faulted(e);
+        }
     }
 
     /**
@@ -132,7 +148,11 @@ public final class MappedFile implements AutoCloseable {
      */
     public long getLong(long position) {
         check(position, 8);
-        return segments[(int) (position / segmentBytes)].getLong((int) (position % segmentBytes));
+        try {
+            return segments[(int) (position / segmentBytes)].getLong((int) (position % segmentBytes));
+        } catch (InternalError e) {
+            throw faulted(e);
+        }
     }
 
     /**
@@ -155,12 +175,16 @@ public final class MappedFile implements AutoCloseable {
         }
         ByteBuffer copy = ByteBuffer.allocate(length).order(ByteOrder.LITTLE_ENDIAN);
         long p = position;
-        while (copy.hasRemaining()) {
-            int seg = (int) (p / segmentBytes);
-            int off = (int) (p - seg * segmentBytes);
-            int n = (int) Math.min(copy.remaining(), segments[seg].capacity() - off);
-            copy.put(segments[seg].slice(off, n));
-            p += n;
+        try {
+            while (copy.hasRemaining()) {
+                int seg = (int) (p / segmentBytes);
+                int off = (int) (p - seg * segmentBytes);
+                int n = (int) Math.min(copy.remaining(), segments[seg].capacity() - off);
+                copy.put(segments[seg].slice(off, n));
+                p += n;
+            }
+        } catch (InternalError e) {
+            throw faulted(e);
         }
         return copy.flip().asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN);
     }
@@ -179,6 +203,56 @@ public final class MappedFile implements AutoCloseable {
         }
         int k = (int) (position / segmentBytes);
         return position - k * segmentBytes + length <= segments[k].capacity();
+    }
+
+    /**
+     * Checks that a range is still backed by the file on disk (one {@code fstat}): a file truncated
+     * after it was mapped makes reads of the lost pages fault, which the JVM reports as an
+     * {@link InternalError}, in compiled code even after the read returned. Callers about to read a
+     * range of a file that another process might shrink call this first.
+     *
+     * @param position first byte
+     * @param length number of bytes
+     * @throws UncheckedIOException around a {@link CorruptDatasetException} naming the file, its mapped
+     *     size and its size on disk now, if the file no longer holds the range
+     */
+    public void requireOnDisk(long position, long length) {
+        long now;
+        try {
+            now = channel.size();
+        } catch (IOException e) {
+            throw new UncheckedIOException("file " + path + ": cannot read its size: " + e.getMessage(), e);
+        }
+        if (now < position + length) {
+            throw truncated(now + " bytes", null);
+        }
+    }
+
+    /**
+     * The exception for a read of this mapping that faulted ({@link InternalError}) because the file
+     * shrank on disk after it was mapped.
+     *
+     * @param fault the error a read of this mapping (or of a view {@link #slice} returned) threw
+     * @return an {@link UncheckedIOException} whose cause is a {@link CorruptDatasetException} naming
+     *     the file, its mapped size and its size on disk now
+     */
+    public UncheckedIOException faulted(InternalError fault) {
+        String now;
+        try {
+            now = Files.size(path) + " bytes";
+        } catch (IOException e) {
+            now = "unreadable (" + e.getMessage() + ")";
+        }
+        return truncated(now, fault);
+    }
+
+    private UncheckedIOException truncated(String now, Throwable fault) {
+        CorruptDatasetException corrupt = new CorruptDatasetException(path, "it was truncated or replaced after it "
+                + "was opened (mapped " + size + " bytes, on disk now " + now + ")");
+        if (fault != null) {
+            corrupt.initCause(fault);
+        }
+        return new UncheckedIOException(corrupt.getMessage(), corrupt);
     }
 
     private void check(long position, long length) {

@@ -132,6 +132,6 @@ class GptDatasetBuilderTest {
         Path a = dataset("few", 3, 0);
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> GptDatasetBuilder.create()
                 .dataPath(a.toString()).sequenceLength(4).split("969,30,1").samples(10, 10, 0).build());
-        assertTrue(e.getMessage().contains("split valid") && e.getMessage().contains("no documents"), e.getMessage());
+        assertTrue(e.getMessage().contains("split valid") && e.getMessage().contains("no sequences"), e.getMessage());
     }
 }

@@ -202,7 +202,7 @@ class GptDatasetTest {
         }
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> GptDataset.build(DocumentSource.of(docs), new GptDataset.Config(new DocumentRange(2, 4), 2, 4, 0)));
-        assertTrue(e.getMessage().contains("hold no tokens"), e.getMessage());
+        assertTrue(e.getMessage().contains("hold 0 tokens"), e.getMessage());
         assertThrows(IllegalArgumentException.class, () -> new GptDataset.Config(new DocumentRange(0, 1), 0, 1, 0));
         assertThrows(IndexOutOfBoundsException.class, () -> ds.sample(ds.size()));
     }

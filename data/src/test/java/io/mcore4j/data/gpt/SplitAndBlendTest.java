@@ -17,15 +17,15 @@ class SplitAndBlendTest {
         assertEquals(new DocumentRange(0, 969), split.range(DatasetSplit.TRAIN, 1000));
         assertEquals(new DocumentRange(969, 999), split.range(DatasetSplit.VALID, 1000));
         assertEquals(new DocumentRange(999, 1000), split.range(DatasetSplit.TEST, 1000));
-        // 98,2 over 10 documents: round(9.8) = 10 and round(0.2) = 0
+        // 98,2 over 10 documents: round(9.8) = 10, so valid [10, 10) is empty and test (weight 0) absent
         SplitWeights two = SplitWeights.parse("98,2");
         assertEquals(new DocumentRange(0, 10), two.range(DatasetSplit.TRAIN, 10));
         assertTrue(two.range(DatasetSplit.VALID, 10).isEmpty());
         assertTrue(two.range(DatasetSplit.TEST, 10).isEmpty());
-        // thirds of 10: 3 + 3 + 3 = 9, the missing document shifts every later bound by one
+        // thirds of 10: Megatron rounds the cumulative bounds 3.33 and 6.67, so the middle split gets 4
         SplitWeights thirds = SplitWeights.parse("1, 1, 1");
-        assertEquals(new DocumentRange(0, 4), thirds.range(DatasetSplit.TRAIN, 10));
-        assertEquals(new DocumentRange(4, 7), thirds.range(DatasetSplit.VALID, 10));
+        assertEquals(new DocumentRange(0, 3), thirds.range(DatasetSplit.TRAIN, 10));
+        assertEquals(new DocumentRange(3, 7), thirds.range(DatasetSplit.VALID, 10));
         assertEquals(new DocumentRange(7, 10), thirds.range(DatasetSplit.TEST, 10));
         assertEquals(new DocumentRange(0, 1), SplitWeights.parse("1").range(DatasetSplit.TRAIN, 1));
     }

@@ -2,6 +2,7 @@ package io.mcore4j.models.gpt;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.AbstractModule;
@@ -11,10 +12,15 @@ import io.mcore4j.models.transformer.Dropout;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.tensorparallel.VocabParallelEmbedding;
 
+import java.util.Arrays;
+import java.util.List;
+
 /**
  * Word embeddings (vocab-parallel) plus learned absolute position embeddings, then dropout.
  * Output [s, b, h], or this rank's [s/TP, b, h] slice with sequence parallelism (the word
- * embedding reduce-scatters; the position embedding adds the matching rows).
+ * embedding reduce-scatters; the position embedding adds the matching rows). Under context
+ * parallelism {@code s} is this rank's part of the sequence, and its learned position rows are
+ * those of its tokens' global positions ({@link ContextParallelSplit#positions}).
  */
 public final class GptEmbedding extends AbstractModule {
     /** Checkpoint key of the word embedding weight (shared with a tied output layer). */
@@ -55,25 +61,33 @@ public final class GptEmbedding extends AbstractModule {
      * @return embeddings [s, b, h] or [s/TP, b, h]
      */
     public NDArray forward(AutogradScope scope, NDArray tokens) {
-        if (position != null && tokens.getShape().get(0) > position.data().getShape().get(0)) {
-            throw new IllegalArgumentException("sequence length " + tokens.getShape().get(0)
-                    + " exceeds the max sequence length " + position.data().getShape().get(0));
+        ContextParallelSplit split = ContextParallelSplit.of(ctx.groups().cp());
+        if (position != null) {
+            long s = split.sequenceLength(tokens.getShape().get(0));
+            if (s > position.data().getShape().get(0)) {
+                throw new IllegalArgumentException("sequence length " + s + " exceeds the max sequence length "
+                        + position.data().getShape().get(0));
+            }
         }
         // the sum saves nothing for backward: the word embeddings die with the inner frame unless a
         // Function refers to them, the undropped sum with the outer one
-        return scope.frame(() -> Dropout.apply(scope, scope.frame(() -> embed(scope, tokens)),
+        return scope.frame(() -> Dropout.apply(scope, scope.frame(() -> embed(scope, tokens, split)),
                 ctx.config().hiddenDropout(), ctx.hiddenDropout()));
     }
 
-    private NDArray embed(AutogradScope scope, NDArray tokens) {
+    private NDArray embed(AutogradScope scope, NDArray tokens, ContextParallelSplit split) {
         NDArray words = word.forward(scope, tokens);
         if (position == null) {
             return words;
         }
+        long s = split.sequenceLength(tokens.getShape().get(0));
         long local = words.getShape().get(0);
         long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
-        // a slice of a parameter attaches to the parameter's manager: it moves to the frame
-        NDArray rows = Tensors.own(Tensors.narrow(position.data(), 0, start, start + local), scope.manager());
+        // this rank's rows: one run without context parallelism, up to two (its chunks) with it
+        List<long[]> runs = split.size() == 1 ? List.<long[]>of(new long[] {start, start + local})
+                : ContextParallelSplit.runs(Arrays.copyOfRange(split.positions(s), (int) start, (int) (start + local)));
+        // slices of a parameter attach to the parameter's manager: they move to the frame
+        NDArray rows = Tensors.own(ContextParallelSplit.slices(position.data(), 0, runs), scope.manager());
         return words.add(Tensors.own(rows.expandDims(1), scope.manager()));
     }
 }

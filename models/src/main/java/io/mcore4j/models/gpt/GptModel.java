@@ -1,7 +1,9 @@
 package io.mcore4j.models.gpt;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.Function;
@@ -15,6 +17,8 @@ import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.models.transformer.Norm;
 import io.mcore4j.models.transformer.TransformerLayer;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ReduceOp;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
 import io.mcore4j.tensorparallel.VocabParallelCrossEntropy;
 
@@ -56,7 +60,8 @@ public final class GptModel extends AbstractModule {
     private GptModel(ModelContext ctx, LayerSpec spec, int[] layerNumbers, boolean preProcess, boolean postProcess) {
         TransformerConfig c = ctx.config();
         this.ctx = ctx;
-        boolean dpReplica = ctx.groups().dataParallelRank() > 0;
+        // copies held by several data- or context-parallel ranks are main replicas only on rank 0 of dp-cp
+        boolean dpReplica = ctx.groups().dpCp().rank() > 0;
         this.embedding = preProcess ? registerModule("", new GptEmbedding(ctx), dpReplica) : null;
         this.layers = registerModule("decoder.layers.", new ModuleList<>());
         for (int n : layerNumbers) {
@@ -117,16 +122,39 @@ public final class GptModel extends AbstractModule {
     }
 
     /**
-     * Runs the chunk.
+     * Runs the chunk; the loss (on the last chunk) is the mean over every token.
      *
      * @param scope the micro-batch's scope
      * @param tokens token ids [s, b] (used by the first chunk)
      * @param input hidden states from the previous stage (chunks after the first), or null
      * @param labels target ids [s, b] (used by the last chunk), or null to return logits
-     * @return the mean loss over tokens (a float32 scalar) on the last chunk when labels are given;
-     *         logits [s, b, V/TP] on the last chunk without labels; hidden states elsewhere
+     * @return see {@link #forward(AutogradScope, NDArray, NDArray, NDArray, NDArray)}
      */
     public NDArray forward(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels) {
+        return forward(scope, tokens, input, labels, null);
+    }
+
+    /**
+     * Runs the chunk.
+     *
+     * <p>Under context parallelism every per-token tensor is this rank's part of the sequence
+     * ({@link io.mcore4j.contextparallel.ContextParallelSplit#split}), so {@code s} is
+     * {@code S / CP}. The loss returned by a rank is {@code CP · Σ(loss·mask) / Σ mask}, the mask
+     * summed over the whole sequence (one all-reduce over {@code cp}; without a mask every token
+     * counts and nothing is communicated): averaging it over the {@code dp-cp} group, as the
+     * gradient reduction does, gives the loss of the whole sequence exactly as without context
+     * parallelism (Megatron's loss function scales by the CP size the same way).
+     *
+     * @param scope the micro-batch's scope
+     * @param tokens token ids [s, b] (used by the first chunk)
+     * @param input hidden states from the previous stage (chunks after the first), or null
+     * @param labels target ids [s, b] (used by the last chunk), or null to return logits
+     * @param lossMask weights [s, b] of the tokens' losses (1 counts, 0 ignores), or null for all ones
+     * @return the loss above (a float32 scalar) on the last chunk when labels are given;
+     *         logits [s, b, V/TP] on the last chunk without labels; hidden states elsewhere
+     * @throws IllegalArgumentException if the mask's shape differs from the labels'
+     */
+    public NDArray forward(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels, NDArray lossMask) {
         NDArray hidden;
         if (embedding != null) {
             hidden = embedding.forward(scope, tokens);
@@ -149,7 +177,7 @@ public final class GptModel extends AbstractModule {
         // the same cut before the final norm and the output layer, for listeners
         boolean cutHead = cut && !gradientListeners.isEmpty() && hidden != input;
         return stage(scope, hidden, input,
-                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, labels));
+                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, labels, lossMask));
     }
 
     /**
@@ -166,11 +194,11 @@ public final class GptModel extends AbstractModule {
     }
 
     /**
-     * Final norm, output layer and, with labels, the mean loss. Without grad nothing refers to the
+     * Final norm, output layer and, with labels, the (masked) mean loss. Without grad nothing refers to the
      * logits after the loss and they die with the frame; with grad the cross-entropy's Function
      * refers to them until backward.
      */
-    private NDArray head(AutogradScope scope, NDArray hidden, NDArray labels) {
+    private NDArray head(AutogradScope scope, NDArray hidden, NDArray labels, NDArray lossMask) {
         NDArray normed = finalNorm.forward(scope, hidden);
         NDArray logits = output == null
                 ? tiedOutput.forward(scope, normed, embedding.wordWeight()).output()
@@ -179,7 +207,7 @@ public final class GptModel extends AbstractModule {
             return logits;
         }
         NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0);
-        return Cast.apply(scope, losses, DataType.FLOAT32).mean();
+        return lossMask == null ? Cast.apply(scope, losses, DataType.FLOAT32).mean() : maskedLoss(scope, losses, lossMask);
     }
 
     private List<Parameter> headParameters() {
@@ -188,6 +216,29 @@ public final class GptModel extends AbstractModule {
             head.addAll(output.parameters());
         }
         return head;
+    }
+
+    /**
+     * {@code CP · Σ(loss·mask) / max(1, Σ mask)} with the mask summed over the context-parallel
+     * group; a micro-batch whose mask is all zeros contributes a zero loss.
+     */
+    private NDArray maskedLoss(AutogradScope scope, NDArray losses, NDArray lossMask) {
+        if (!lossMask.getShape().equals(losses.getShape())) {
+            throw new IllegalArgumentException("loss mask of shape " + lossMask.getShape()
+                    + " does not match the labels' shape " + losses.getShape());
+        }
+        // everything here lands in the head's frame (the caller's mask stays the caller's)
+        NDManager m = scope.manager();
+        NDArray mask = lossMask.getDataType() == DataType.FLOAT32 ? lossMask
+                : Tensors.own(lossMask.toType(DataType.FLOAT32, false), m);
+        NDArray count = Tensors.own(mask.sum(), m);
+        Communicator cp = ctx.groups().cp();
+        if (cp.size() > 1) {
+            count = cp.allReduce(count, ReduceOp.SUM, m);
+        }
+        NDArray divisor = count.maximum(Tensors.scalar(1.0, count, m)).div(Tensors.scalar(cp.size(), count, m));
+        NDArray weighted = Tensors.own(Cast.apply(scope, losses, DataType.FLOAT32).mul(mask), m);
+        return weighted.sum().div(divisor);
     }
 
     /** @return parameters whose gradients are summed over the embedding group (tied weights split across stages) */

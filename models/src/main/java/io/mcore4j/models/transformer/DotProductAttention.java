@@ -12,17 +12,26 @@ import io.mcore4j.core.autograd.Frame;
 /**
  * Causal scaled dot-product attention composed of libtorch ops (Megatron's "local" attention):
  * scores in float32, an additive causal mask, softmax, optional dropout on the probabilities.
+ *
+ * <p>With a context-parallel group of more than one rank, the inputs are this rank's part of the
+ * sequence and the keys and values of the others are brought in by the configured
+ * {@code cp_comm_type} ({@link ContextParallelAttention}); with one rank nothing changes.
  */
 public final class DotProductAttention implements CoreAttention {
     private final ModelContext ctx;
+    private final ContextParallelAttention contextParallel;
 
-    /** @param ctx the model context (dropout probability and generator) */
+    /** @param ctx the model context (dropout probability and generator, context-parallel group) */
     public DotProductAttention(ModelContext ctx) {
         this.ctx = ctx;
+        this.contextParallel = ctx.groups().cp().size() > 1 ? new ContextParallelAttention(ctx) : null;
     }
 
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+        if (contextParallel != null) {
+            return contextParallel.forward(scope, query, key, value);
+        }
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);

@@ -9,6 +9,8 @@ import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.tensorparallel.Initializer;
 import io.mcore4j.tensorparallel.Initializers;
 
+import java.util.Arrays;
+
 /**
  * What every module of one model chunk is built with: the config, this rank's groups, the manager
  * owning the parameters, and the seeds.
@@ -17,7 +19,8 @@ import io.mcore4j.tensorparallel.Initializers;
  * builds the same global weights. Dropout generators follow Megatron's regions: dropout on
  * activations replicated across tensor-parallel ranks agrees across them; dropout inside the
  * tensor-parallel region (attention heads, or everything with sequence parallelism) varies with
- * the TP rank; both vary with the pipeline stage and agree across data-parallel ranks.
+ * the TP rank; both vary with the pipeline stage and the context-parallel rank (whose ranks hold
+ * different tokens) and agree across data-parallel ranks.
  *
  * @param config the model config
  * @param groups this rank's groups
@@ -47,11 +50,22 @@ public record ModelContext(TransformerConfig config, ProcessGroups groups, NDMan
     public static ModelContext create(TransformerConfig config, ProcessGroups groups, NDManager parameters, SeedScheme seeds) {
         int pp = groups.pipelineRank();
         int tp = groups.tensorParallelRank();
+        // context-parallel ranks hold different tokens, so their masks differ too (the coordinate is
+        // added only above CP1, which keeps the masks of layouts without context parallelism)
         DeterministicRandom hidden = config.sequenceParallel()
-                ? seeds.generator("dropout-tensor-parallel-region", pp, tp)
-                : seeds.generator("dropout-replicated", pp);
-        DeterministicRandom attention = seeds.generator("dropout-tensor-parallel-region-attention", pp, tp);
+                ? generator(seeds, "dropout-tensor-parallel-region", groups, pp, tp)
+                : generator(seeds, "dropout-replicated", groups, pp);
+        DeterministicRandom attention = generator(seeds, "dropout-tensor-parallel-region-attention", groups, pp, tp);
         return new ModelContext(config, groups, parameters, seeds, hidden, attention, new AuxLossScale(), true);
+    }
+
+    private static DeterministicRandom generator(SeedScheme seeds, String region, ProcessGroups groups, long... coordinates) {
+        if (groups.cp().size() == 1) {
+            return seeds.generator(region, coordinates);
+        }
+        long[] withCp = Arrays.copyOf(coordinates, coordinates.length + 1);
+        withCp[coordinates.length] = groups.cp().rank();
+        return seeds.generator(region + "/context-parallel", withCp);
     }
 
     /**

@@ -7,16 +7,19 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.models.TransformerConfig;
 
 /**
  * Rotary position embeddings (RoFormer) in the "rotate half" layout Megatron-Core uses by default:
  * the first {@code rotaryDims} channels of each head are split in two halves {@code (x1, x2)} and
  * become {@code x * cos + (-x2, x1) * sin} with frequencies {@code base^(-2i / rotaryDims)}; the
- * remaining channels pass through.
+ * remaining channels pass through. With LLaMA 3.1 scaling the inverse frequencies are rescaled by
+ * {@link TransformerConfig.RopeScaling}'s rule.
  */
 public final class RotaryEmbedding {
     private final int rotaryDims;
     private final double base;
+    private final double[] scaledInverseFrequencies;
 
     /**
      * @param headDim channels per head
@@ -24,8 +27,41 @@ public final class RotaryEmbedding {
      * @param base the frequency base (theta)
      */
     public RotaryEmbedding(int headDim, double percent, double base) {
+        this(headDim, percent, base, null);
+    }
+
+    /**
+     * @param headDim channels per head
+     * @param percent fraction of them that rotate
+     * @param base the frequency base (theta)
+     * @param scaling LLaMA 3.1 frequency scaling, or null for none
+     */
+    public RotaryEmbedding(int headDim, double percent, double base, TransformerConfig.RopeScaling scaling) {
         this.rotaryDims = (int) Math.round(headDim * percent);
         this.base = base;
+        this.scaledInverseFrequencies = scaling == null ? null : scaledInverseFrequencies(rotaryDims, base, scaling);
+    }
+
+    /** LLaMA 3.1's rule (see {@link TransformerConfig.RopeScaling}), computed once in double precision. */
+    static double[] scaledInverseFrequencies(int rotaryDims, double base, TransformerConfig.RopeScaling s) {
+        int half = rotaryDims / 2;
+        double lowFreqWavelength = s.originalMaxPositions() / s.lowFreqFactor();
+        double highFreqWavelength = s.originalMaxPositions() / s.highFreqFactor();
+        double[] out = new double[half];
+        for (int i = 0; i < half; i++) {
+            double f = Math.exp(-2.0 * i / rotaryDims * Math.log(base));
+            double wavelength = 2 * Math.PI / f;
+            if (wavelength > lowFreqWavelength) {
+                out[i] = f / s.factor();
+            } else if (wavelength < highFreqWavelength) {
+                out[i] = f;
+            } else {
+                double smooth = (s.originalMaxPositions() / wavelength - s.lowFreqFactor())
+                        / (s.highFreqFactor() - s.lowFreqFactor());
+                out[i] = (1 - smooth) * f / s.factor() + smooth * f;
+            }
+        }
+        return out;
     }
 
     /**
@@ -38,14 +74,39 @@ public final class RotaryEmbedding {
      * @return the rotated query and key, same shapes and dtype
      */
     public NDArray[] apply(NDManager manager, NDArray query, NDArray key) {
+        return apply(manager, query, key, null);
+    }
+
+    /**
+     * Rotates queries and keys [s, b, n, d] by the given global positions of their tokens (a
+     * context-parallel rank holds two separate chunks of the sequence).
+     *
+     * @param manager owner of temporaries
+     * @param query queries
+     * @param key keys, same sequence length and dtype
+     * @param positions the {@code s} positions of the tokens, or null for 0..s-1
+     * @return the rotated query and key, same shapes and dtype
+     * @throws IllegalArgumentException if {@code positions} does not have {@code s} entries
+     */
+    public NDArray[] apply(NDManager manager, NDArray query, NDArray key, long[] positions) {
         long s = query.getShape().get(0);
+        if (positions != null && positions.length != s) {
+            throw new IllegalArgumentException(positions.length + " positions for a sequence of " + s + " tokens");
+        }
         DataType dtype = query.getDataType();
         int half = rotaryDims / 2;
         // number operands as device scalars: a Java number is a synchronising host copy on a GPU
-        NDArray steps = manager.arange(0, half, 1, DataType.FLOAT64);
-        NDArray inv = steps.mul(Tensors.scalar(-2.0 / rotaryDims, steps, manager))
-                .mul(Tensors.scalar(Math.log(base), steps, manager)).exp();
-        NDArray angles = manager.arange(0, (int) s, 1, DataType.FLOAT64).reshape(s, 1).mul(inv.reshape(1, half));
+        NDArray inv;
+        if (scaledInverseFrequencies != null) {
+            inv = manager.create(scaledInverseFrequencies);
+        } else {
+            NDArray steps = manager.arange(0, half, 1, DataType.FLOAT64);
+            inv = steps.mul(Tensors.scalar(-2.0 / rotaryDims, steps, manager))
+                    .mul(Tensors.scalar(Math.log(base), steps, manager)).exp();
+        }
+        NDArray at = positions == null ? manager.arange(0, (int) s, 1, DataType.FLOAT64)
+                : manager.create(positions).toType(DataType.FLOAT64, false);
+        NDArray angles = at.reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
         NDArray cos = emb.cos().toType(dtype, false);
         NDArray sin = emb.sin().toType(dtype, false);

@@ -17,7 +17,8 @@ import io.mcore4j.core.autograd.Frame;
  * in the pass's scope, so its backward is libtorch's fused backward.
  *
  * <p>The module has no dropout: a config with attention dropout is refused rather than silently
- * trained without it.
+ * trained without it. It attends a whole sequence with a causal mask, so a context-parallel group
+ * of more than one rank is refused too (its split needs {@link DotProductAttention}).
  */
 public final class SdpaAttention implements CoreAttention {
     /** Resource path of the TorchScript archive. */
@@ -27,13 +28,18 @@ public final class SdpaAttention implements CoreAttention {
 
     /**
      * @param ctx the model context; its parameter manager owns the loaded module
-     * @throws IllegalArgumentException if the config asks for attention dropout
+     * @throws IllegalArgumentException if the config asks for attention dropout, or the
+     *     context-parallel group has more than one rank
      * @throws IllegalStateException if the module cannot be loaded
      */
     public SdpaAttention(ModelContext ctx) {
         if (ctx.config().attentionDropout() > 0) {
             throw new IllegalArgumentException("fused attention has no dropout; attention dropout "
                     + ctx.config().attentionDropout() + " needs the composed attention (DotProductAttention)");
+        }
+        if (ctx.groups().cp().size() > 1) {
+            throw new IllegalArgumentException("fused attention attends whole sequences; context parallel size "
+                    + ctx.groups().cp().size() + " needs the composed attention (DotProductAttention)");
         }
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
     }

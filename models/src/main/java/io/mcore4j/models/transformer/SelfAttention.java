@@ -2,6 +2,7 @@ package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
+import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
@@ -24,6 +25,7 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
     private final ParallelLinear proj;
     private final CoreAttention core;
     private final RotaryEmbedding rope;
+    private final ContextParallelSplit contextParallel;
     private final int headsPerGroup;
     private final int headDim;
 
@@ -40,16 +42,18 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         int qkvSize = (c.numAttentionHeads() + 2 * c.numQueryGroups()) * headDim;
         int projIn = c.numAttentionHeads() * headDim;
         this.qkv = registerModule("linear_qkv.", spec.linearQkv().create(ctx, key + "linear_qkv.",
-                new LayerSpec.LinearSettings(c.hiddenSize(), qkvSize, c.addBiasLinear(), false, c.initStd(), 1)));
+                new LayerSpec.LinearSettings(c.hiddenSize(), qkvSize, c.addBiasLinear() || c.addQkvBias(), false, c.initStd(), 1)));
         this.proj = registerModule("linear_proj.", spec.linearProj().create(ctx, key + "linear_proj.",
                 new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)));
         this.core = spec.coreAttention().create(ctx);
-        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase()) : null;
+        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling()) : null;
+        this.contextParallel = ContextParallelSplit.of(ctx.groups().cp());
     }
 
     /**
      * @param scope the pass's scope
-     * @param x normalised activations [s, b, h] (or [s/TP, b, h] with sequence parallelism)
+     * @param x normalised activations [s, b, h] (or [s/TP, b, h] with sequence parallelism), where
+     *     {@code s} is this rank's part of the sequence under context parallelism
      * @return the attention output, same shape as {@code x}
      */
     @Override
@@ -77,7 +81,9 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         NDArray rotatedQuery = query;
         NDArray rotatedKey = key;
         if (rope != null) {
-            NDArray[] rotated = rope.apply(scope.manager(), query, key);
+            // a context-parallel rank's tokens sit at their global positions (two chunks of the sequence)
+            long[] positions = contextParallel.size() > 1 ? contextParallel.positions(contextParallel.sequenceLength(s)) : null;
+            NDArray[] rotated = rope.apply(scope.manager(), query, key, positions);
             rotatedQuery = rotated[0];
             rotatedKey = rotated[1];
         }

@@ -18,7 +18,8 @@ import io.mcore4j.tensorparallel.ParallelMlp;
  *
  * <p>Keys, relative to the layer's {@link #keyPrefix}: {@code input_layernorm.*},
  * {@code self_attention.*}, {@code pre_mlp_layernorm.*}, {@code mlp.*}. Dense parts held
- * identically by every data-parallel rank are main replicas only on DP rank 0; a mixture of experts
+ * identically by every data- and context-parallel rank are main replicas only on rank 0 of the
+ * {@code dp-cp} group; a mixture of experts
  * describes its own replicas (different DP ranks hold different experts).
  */
 public final class TransformerLayer extends AbstractModule implements UnaryModule {
@@ -40,7 +41,9 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         this.ctx = ctx;
         this.layerNumber = layerNumber;
         String key = keyPrefix(layerNumber);
-        boolean dpReplica = ctx.groups().dataParallelRank() > 0;
+        // dense parts held identically by every data- and context-parallel rank are main replicas
+        // only on rank 0 of the dp-cp group
+        boolean dpReplica = ctx.groups().dpCp().rank() > 0;
         this.inputNorm = registerModule("input_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
         this.attention = registerModule("self_attention.", new SelfAttention(ctx, spec, key + "self_attention."), dpReplica);
         this.preMlpNorm = registerModule("pre_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);

@@ -166,23 +166,11 @@ class GptModelTest {
                     // strided views describe parts of a parameter: find the parameter that owns them by shape
                     continue;
                 }
-                NDArray full = gather(groups, t, g, m);
+                NDArray full = GlobalGradients.gatherTensorParallel(groups, t, g, m);
                 global.put(t.key(), full.toType(DataType.FLOAT64, false).toDoubleArray());
             }
             return new Result(loss, global);
         });
         return perRank.get(0);
-    }
-
-    /** The global gradient of a sharded parameter: all-gather along the dim its offset varies in. */
-    private static NDArray gather(ProcessGroups groups, ShardedTensor t, NDArray grad, NDManager m) {
-        long[] local = grad.getShape().getShape();
-        long[] global = t.globalShape();
-        for (int d = 0; d < local.length; d++) {
-            if (local[d] != global[d]) {
-                return groups.tp().allGather(grad, d, m);
-            }
-        }
-        return grad;
     }
 }

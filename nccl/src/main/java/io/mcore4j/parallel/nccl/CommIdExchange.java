@@ -2,9 +2,9 @@ package io.mcore4j.parallel.nccl;
 
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.ProcessGroup;
-import io.mcore4j.parallel.tcp.StoreException;
-import io.mcore4j.parallel.tcp.StoreTimeoutException;
-import io.mcore4j.parallel.tcp.TcpStore;
+import io.mcore4j.parallel.rendezvous.StoreException;
+import io.mcore4j.parallel.rendezvous.StoreTimeoutException;
+import io.mcore4j.parallel.rendezvous.TcpStore;
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;

@@ -8,11 +8,11 @@ import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
-import io.mcore4j.parallel.tcp.JobToken;
-import io.mcore4j.parallel.tcp.RendezvousStore;
-import io.mcore4j.parallel.tcp.StoreException;
-import io.mcore4j.parallel.tcp.TcpStore;
-import io.mcore4j.parallel.tcp.TcpStoreServer;
+import io.mcore4j.parallel.rendezvous.JobToken;
+import io.mcore4j.parallel.rendezvous.RendezvousStore;
+import io.mcore4j.parallel.rendezvous.StoreException;
+import io.mcore4j.parallel.rendezvous.TcpStore;
+import io.mcore4j.parallel.rendezvous.TcpStoreServer;
 
 import java.time.Duration;
 import java.util.ArrayList;

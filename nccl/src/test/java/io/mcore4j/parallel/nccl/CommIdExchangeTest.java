@@ -6,9 +6,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.ProcessGroup;
-import io.mcore4j.parallel.tcp.JobToken;
-import io.mcore4j.parallel.tcp.TcpStore;
-import io.mcore4j.parallel.tcp.TcpStoreServer;
+import io.mcore4j.parallel.rendezvous.JobToken;
+import io.mcore4j.parallel.rendezvous.TcpStore;
+import io.mcore4j.parallel.rendezvous.TcpStoreServer;
 
 import java.net.InetAddress;
 import java.time.Duration;

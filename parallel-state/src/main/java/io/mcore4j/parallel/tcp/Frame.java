@@ -6,6 +6,8 @@ import ai.djl.ndarray.types.Shape;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
 import java.util.List;
 
 /**
@@ -35,7 +37,31 @@ record Frame(byte kind, String channel, long sequence, String operation, DataTyp
     private static final byte[] EMPTY = new byte[0];
 
     static Frame goodbye() {
-        return new Frame(GOODBYE, "", 0, "goodbye", null, null, 0, EMPTY);
+        return new Frame(GOODBYE, "", 0, "", null, null, 0, EMPTY);
+    }
+
+    /**
+     * A goodbye after a failure: {@code cause} says what failed on the sender, {@code blamed} the
+     * ranks that failure named, so that peers failing afterwards name the root cause, not the sender.
+     */
+    static Frame goodbye(String cause, List<Integer> blamed) {
+        ByteBuffer ranks = ByteBuffer.allocate(4 * blamed.size());
+        for (int r : blamed) {
+            ranks.putInt(r);
+        }
+        // writeUTF holds at most 65535 bytes
+        String text = cause.length() > 4000 ? cause.substring(0, 4000) + "..." : cause;
+        return new Frame(GOODBYE, "", 0, text, null, null, blamed.size(), ranks.array());
+    }
+
+    /** @return the ranks a goodbye after a failure blamed (empty for a clean goodbye) */
+    List<Integer> blamed() {
+        ByteBuffer ranks = ByteBuffer.wrap(payload);
+        List<Integer> out = new ArrayList<>();
+        for (long i = 0; i < count && ranks.remaining() >= 4; i++) {
+            out.add(ranks.getInt());
+        }
+        return out;
     }
 
     static byte[] empty() {

@@ -15,14 +15,24 @@ import java.util.Map;
  * <p>Link reader threads {@link #deliver} and report {@link #gone} peers; communicator threads
  * {@link #take} the frames of one call. A take fails as soon as a sender it still waits for is
  * gone (a dead peer's closed socket fails the call at once) and otherwise at its deadline, naming
- * the missing ranks in both cases. Frames that arrived before a peer left are still delivered.
+ * the missing ranks in both cases. Frames that arrived before a peer left are still delivered. A
+ * peer that left after a failure of its own passes on the ranks that failure blamed, and a take
+ * that fails because of it names those ranks (the root cause), not the peer that left.
  */
 final class Inbox {
     private record Key(String channel, byte kind, int from) {}
 
+    private record Gone(String reason, List<Integer> blamed) {}
+
+    private final int self;
     private final Map<Key, ArrayDeque<Frame>> queues = new HashMap<>();
-    private final Map<Integer, String> gone = new HashMap<>();
+    private final Map<Integer, Gone> gone = new HashMap<>();
     private String closed;
+
+    /** @param self the global rank of this process, never blamed for its own take */
+    Inbox(int self) {
+        this.self = self;
+    }
 
     synchronized void deliver(int from, Frame frame) {
         if (closed != null) {
@@ -34,13 +44,38 @@ final class Inbox {
 
     /** Records that {@code peer} will send nothing more; the first reason given is kept. */
     synchronized void gone(int peer, String reason) {
-        gone.putIfAbsent(peer, reason);
+        gone(peer, reason, List.of());
+    }
+
+    /**
+     * Records that {@code peer} will send nothing more because of a failure that blamed
+     * {@code blamed}; the first reason given is kept.
+     */
+    synchronized void gone(int peer, String reason, List<Integer> blamed) {
+        gone.putIfAbsent(peer, new Gone(reason, List.copyOf(blamed)));
         notifyAll();
     }
 
     /** @return why {@code peer} is gone, or null while it is connected */
     synchronized String goneReason(int peer) {
-        return gone.get(peer);
+        Gone g = gone.get(peer);
+        return g == null ? null : g.reason();
+    }
+
+    /** The ranks to blame for {@code lost} peers: what they blamed when they left after a failure, else themselves. */
+    private List<Integer> blame(List<Integer> lost) {
+        java.util.TreeSet<Integer> out = new java.util.TreeSet<>();
+        for (int r : lost) {
+            List<Integer> theirs = new ArrayList<>(gone.get(r).blamed());
+            theirs.remove(Integer.valueOf(self));
+            theirs.remove(Integer.valueOf(r));
+            if (theirs.isEmpty()) {
+                out.add(r);
+            } else {
+                out.addAll(theirs);
+            }
+        }
+        return new ArrayList<>(out);
     }
 
     /** Fails every current and later take: this process's backend is closing. */
@@ -95,9 +130,12 @@ final class Inbox {
             if (!lost.isEmpty()) {
                 StringBuilder why = new StringBuilder();
                 for (int r : lost) {
-                    why.append(why.length() == 0 ? "" : "; ").append(gone.get(r));
+                    why.append(why.length() == 0 ? "" : "; ").append(gone.get(r).reason());
                 }
-                throw new CommunicationException(groupKey, operation, lost, "rank(s) " + lost + " will not answer: " + why, null);
+                List<Integer> blamed = blame(lost);
+                String root = blamed.equals(lost) ? "" : " (the root cause: rank(s) " + blamed + ")";
+                throw new CommunicationException(groupKey, operation, blamed, "rank(s) " + lost + " will not answer: " + why
+                        + root, null);
             }
             long remaining = deadlineNanos - System.nanoTime();
             if (remaining <= 0) {

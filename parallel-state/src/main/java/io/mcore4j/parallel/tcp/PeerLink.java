@@ -70,10 +70,24 @@ final class PeerLink {
         outgoing.add(frame);
     }
 
-    /** Sends a goodbye after everything queued, then half-closes: the peer sees a clean end. */
-    void finish() {
+    /** Sends {@code goodbye} after everything queued, then half-closes: the peer sees a clean end. */
+    void finish(Frame goodbye) {
         closing = true;
-        outgoing.add(Frame.goodbye());
+        outgoing.add(goodbye);
+    }
+
+    /**
+     * Waits until everything queued, the goodbye included, has been written (or the link failed).
+     *
+     * @return true if it was within {@code millis}
+     */
+    boolean awaitSent(long millis) {
+        try {
+            writer.join(Math.max(1, millis));
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+        return !writer.isAlive();
     }
 
     /**
@@ -108,7 +122,11 @@ final class PeerLink {
             while (true) {
                 Frame f = Frame.readFrom(in);
                 if (f.kind() == Frame.GOODBYE) {
-                    inbox.gone(peer, "rank " + peer + " closed its backend");
+                    if (f.operation().isEmpty()) {
+                        inbox.gone(peer, "rank " + peer + " closed its backend");
+                    } else {
+                        inbox.gone(peer, "rank " + peer + " closed its backend after a failure: " + f.operation(), f.blamed());
+                    }
                 } else {
                     inbox.deliver(peer, f);
                 }

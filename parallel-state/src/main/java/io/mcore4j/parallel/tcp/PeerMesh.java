@@ -1,6 +1,10 @@
 package io.mcore4j.parallel.tcp;
 
 import io.mcore4j.parallel.CommunicationException;
+import io.mcore4j.parallel.rendezvous.Handshake;
+import io.mcore4j.parallel.rendezvous.JobToken;
+import io.mcore4j.parallel.rendezvous.StoreTimeoutException;
+import io.mcore4j.parallel.rendezvous.TcpStore;
 
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
@@ -14,6 +18,7 @@ import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.Semaphore;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -23,15 +28,22 @@ import org.slf4j.LoggerFactory;
  * communicators, plus the {@link Inbox} their reader threads fill.
  *
  * <p>Establishing it: every rank listens on a free port and publishes {@code host:port} in the
- * store under {@code mcore4j/peer/<rank>}; then it dials every lower rank (proving the job token and
- * checking it reached the rank it meant to) and accepts every higher rank (checking their proof,
- * rank and world size; anything else is rejected and logged, and the rank keeps waiting). Lower
- * ranks accept before they could wait on anyone higher, so establishing cannot deadlock.
+ * store under {@code mcore4j/peer/<rank>}; then it dials every lower rank (proving the job token,
+ * checking the peer proves it too and that it reached the rank it meant to) and accepts every
+ * higher rank (checking their proof, rank and world size; anything else is rejected and logged, and
+ * the rank keeps waiting). Accepted connections shake hands in parallel, each on its own short-lived
+ * thread (at most {@value #MAX_PENDING_HANDSHAKES} at once; more are closed and the dialer retries),
+ * so silent or hostile connections to the peer port cannot delay the real peers. Lower ranks accept
+ * before they could wait on anyone higher, so establishing cannot deadlock.
  */
 final class PeerMesh {
     private static final Logger LOG = LoggerFactory.getLogger(PeerMesh.class);
     private static final String GROUP = "world";
     private static final String CONNECT = "connect";
+    /** Most accepted connections in their handshake at once. */
+    static final int MAX_PENDING_HANDSHAKES = 64;
+    private static final int HANDSHAKE_TIMEOUT_MS = 10_000;
+    private static final int ACCEPT_POLL_MS = 100;
 
     private final int rank;
     private final PeerLink[] links;
@@ -54,14 +66,15 @@ final class PeerMesh {
      */
     static PeerMesh establish(int rank, int worldSize, JobToken token, TcpStore store, String advertiseHost,
                               InetAddress bindAddress, long deadlineNanos, long timeoutMillis) {
-        Inbox inbox = new Inbox();
+        Inbox inbox = new Inbox(rank);
         PeerLink[] links = new PeerLink[worldSize];
         SecureRandom random = new SecureRandom();
+        token.checkMayListen(bindAddress, "rank " + rank + "'s peer port");
         try (ServerSocket listener = new ServerSocket()) {
             listener.bind(new InetSocketAddress(bindAddress, 0), Math.max(50, worldSize));
             store.set(addressKey(rank), (advertiseHost + ":" + listener.getLocalPort()).getBytes(StandardCharsets.UTF_8));
             for (int peer = 0; peer < rank; peer++) {
-                links[peer] = dial(rank, worldSize, peer, token, store, inbox, deadlineNanos, timeoutMillis);
+                links[peer] = dial(rank, worldSize, peer, token, store, inbox, random, deadlineNanos, timeoutMillis);
             }
             acceptHigherRanks(listener, rank, worldSize, token, links, inbox, random, deadlineNanos, timeoutMillis);
             return new PeerMesh(rank, links, inbox);
@@ -79,7 +92,7 @@ final class PeerMesh {
     }
 
     private static PeerLink dial(int rank, int worldSize, int peer, JobToken token, TcpStore store, Inbox inbox,
-                                 long deadlineNanos, long timeoutMillis) {
+                                 SecureRandom random, long deadlineNanos, long timeoutMillis) {
         String address;
         try {
             long remaining = Math.max(1, (deadlineNanos - System.nanoTime()) / 1_000_000);
@@ -105,7 +118,7 @@ final class PeerMesh {
                 s.setSoTimeout((int) Math.max(1, Math.min(remaining, 30_000)));
                 DataInputStream in = PeerLink.input(s);
                 DataOutputStream out = PeerLink.output(s);
-                Handshake.respond(in, out, token, Handshake.PEER, rank, worldSize, peer);
+                Handshake.respond(in, out, token, Handshake.PEER, rank, worldSize, peer, random);
                 return new PeerLink(rank, peer, s, in, out, inbox);
             } catch (Handshake.RejectedException e) {
                 closeQuietly(s);
@@ -122,45 +135,129 @@ final class PeerMesh {
     private static void acceptHigherRanks(ServerSocket listener, int rank, int worldSize, JobToken token, PeerLink[] links,
                                           Inbox inbox, SecureRandom random, long deadlineNanos, long timeoutMillis)
             throws IOException {
-        int expected = worldSize - 1 - rank;
-        int accepted = 0;
-        while (accepted < expected) {
-            long remaining = (deadlineNanos - System.nanoTime()) / 1_000_000;
-            Socket s;
-            try {
+        Acceptance acceptance = new Acceptance(rank, worldSize, token, links, inbox, random, deadlineNanos);
+        try {
+            while (!acceptance.complete()) {
+                long remaining = (deadlineNanos - System.nanoTime()) / 1_000_000;
                 if (remaining <= 0) {
-                    throw new SocketTimeoutException();
+                    List<Integer> missing = acceptance.missing();
+                    throw new CommunicationException(GROUP, CONNECT, missing, "rank(s) " + missing + " did not connect to rank "
+                            + rank + " within " + timeoutMillis + " ms" + acceptance.rejections(), null);
                 }
-                listener.setSoTimeout((int) Math.min(remaining, Integer.MAX_VALUE));
-                s = listener.accept();
-            } catch (SocketTimeoutException e) {
-                List<Integer> missing = new ArrayList<>();
-                for (int r = rank + 1; r < worldSize; r++) {
-                    if (links[r] == null) {
-                        missing.add(r);
-                    }
+                listener.setSoTimeout((int) Math.max(1, Math.min(remaining, ACCEPT_POLL_MS)));
+                Socket s;
+                try {
+                    s = listener.accept();
+                } catch (SocketTimeoutException e) {
+                    continue;
                 }
-                throw new CommunicationException(GROUP, CONNECT, missing, "rank(s) " + missing + " did not connect to rank "
-                        + rank + " within " + timeoutMillis + " ms", e);
+                acceptance.handshakeAsync(s);
             }
+        } finally {
+            acceptance.stop();
+        }
+    }
+
+    /**
+     * The handshakes of the connections a rank accepts, each on its own daemon thread: a connection
+     * that stays silent or fails holds only its own thread (until its handshake timeout), never the
+     * accept loop or another peer's handshake.
+     */
+    private static final class Acceptance {
+        private final int rank;
+        private final int worldSize;
+        private final JobToken token;
+        private final PeerLink[] links;
+        private final Inbox inbox;
+        private final SecureRandom random;
+        private final long deadlineNanos;
+        private final Semaphore pending = new Semaphore(MAX_PENDING_HANDSHAKES);
+        private String firstRejection;
+        private int rejectedCount;
+        private int accepted;
+        private boolean stopped;
+
+        Acceptance(int rank, int worldSize, JobToken token, PeerLink[] links, Inbox inbox, SecureRandom random,
+                   long deadlineNanos) {
+            this.rank = rank;
+            this.worldSize = worldSize;
+            this.token = token;
+            this.links = links;
+            this.inbox = inbox;
+            this.random = random;
+            this.deadlineNanos = deadlineNanos;
+        }
+
+        synchronized boolean complete() {
+            return accepted == worldSize - 1 - rank;
+        }
+
+        synchronized List<Integer> missing() {
+            List<Integer> out = new ArrayList<>();
+            for (int r = rank + 1; r < worldSize; r++) {
+                if (links[r] == null) {
+                    out.add(r);
+                }
+            }
+            return out;
+        }
+
+        /** @return {@code "; rejected N connection(s), e.g. ..."} or empty */
+        synchronized String rejections() {
+            return rejectedCount == 0 ? "" : "; rejected " + rejectedCount + " other connection(s), the first from " + firstRejection;
+        }
+
+        /** Ends acceptance: a handshake finishing later closes its connection instead of joining. */
+        synchronized void stop() {
+            stopped = true;
+        }
+
+        void handshakeAsync(Socket s) {
+            if (!pending.tryAcquire()) {
+                LOG.warn("rank {}: closed a peer connection from {}: {} handshakes are already in progress", rank,
+                        s.getRemoteSocketAddress(), MAX_PENDING_HANDSHAKES);
+                closeQuietly(s);
+                return;
+            }
+            Thread t = new Thread(() -> {
+                try {
+                    handshake(s);
+                } finally {
+                    pending.release();
+                }
+            }, "mcore4j-tcp-" + rank + "-handshake-" + s.getRemoteSocketAddress());
+            t.setDaemon(true);
+            t.start();
+        }
+
+        private void handshake(Socket s) {
             try {
+                long remaining = (deadlineNanos - System.nanoTime()) / 1_000_000;
                 s.setTcpNoDelay(true);
-                s.setSoTimeout((int) Math.max(1, Math.min(remaining, 10_000)));
+                s.setSoTimeout((int) Math.max(1, Math.min(remaining, HANDSHAKE_TIMEOUT_MS)));
                 DataInputStream in = PeerLink.input(s);
                 DataOutputStream out = PeerLink.output(s);
                 Handshake.Hello hello = Handshake.challenge(in, out, token, Handshake.PEER, rank, worldSize, random);
-                String problem = hello.worldSize() != worldSize ? "world size " + hello.worldSize() + " differs from " + worldSize
-                        : hello.rank() <= rank || hello.rank() >= worldSize ? "rank " + hello.rank() + " should not dial rank " + rank
-                        : links[hello.rank()] != null ? "rank " + hello.rank() + " is already connected"
-                        : null;
-                if (problem != null) {
-                    Handshake.reply(out, false, problem);
-                    throw new Handshake.RejectedException(problem);
+                synchronized (this) {
+                    String problem = stopped ? "rank " + rank + " is no longer accepting"
+                            : hello.worldSize() != worldSize ? "world size " + hello.worldSize() + " differs from " + worldSize
+                            : hello.rank() <= rank || hello.rank() >= worldSize ? "rank " + hello.rank() + " should not dial rank " + rank
+                            : links[hello.rank()] != null ? "rank " + hello.rank() + " is already connected"
+                            : null;
+                    if (problem != null) {
+                        Handshake.reject(out, problem);
+                        throw new Handshake.RejectedException(problem);
+                    }
+                    Handshake.accept(out, hello);
+                    links[hello.rank()] = new PeerLink(rank, hello.rank(), s, in, out, inbox);
+                    accepted++;
                 }
-                Handshake.reply(out, true, "welcome");
-                links[hello.rank()] = new PeerLink(rank, hello.rank(), s, in, out, inbox);
-                accepted++;
             } catch (IOException e) {
+                synchronized (this) {
+                    if (rejectedCount++ == 0) {
+                        firstRejection = s.getRemoteSocketAddress() + ": " + e.getMessage();
+                    }
+                }
                 LOG.warn("rank {}: rejected a peer connection from {}: {}", rank, s.getRemoteSocketAddress(), e.getMessage());
                 closeQuietly(s);
             }
@@ -208,7 +305,7 @@ final class PeerMesh {
     void close(long waitMillis) {
         for (PeerLink l : links) {
             if (l != null) {
-                l.finish();
+                l.finish(Frame.goodbye());
             }
         }
         long deadline = System.nanoTime() + waitMillis * 1_000_000;
@@ -217,6 +314,31 @@ final class PeerMesh {
                 LOG.debug("rank {}: a peer did not close its side within {} ms", rank, waitMillis);
             }
         }
+        abortAll();
+    }
+
+    /**
+     * Closes after a failure: tells every peer what failed and whom it blamed (waiting at most
+     * {@code sendMillis} for those goodbyes to be written), but waits for no peer's goodbye, since a
+     * stalled peer would never send one.
+     */
+    void closeAfterFailure(String cause, List<Integer> blamed, long sendMillis) {
+        Frame goodbye = Frame.goodbye(cause, blamed);
+        for (PeerLink l : links) {
+            if (l != null) {
+                l.finish(goodbye);
+            }
+        }
+        long deadline = System.nanoTime() + sendMillis * 1_000_000;
+        for (PeerLink l : links) {
+            if (l != null && !l.awaitSent((deadline - System.nanoTime()) / 1_000_000)) {
+                LOG.debug("rank {}: a goodbye was not written within {} ms", rank, sendMillis);
+            }
+        }
+        abortAll();
+    }
+
+    private void abortAll() {
         for (PeerLink l : links) {
             if (l != null) {
                 l.abort();

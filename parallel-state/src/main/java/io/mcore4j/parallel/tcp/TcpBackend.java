@@ -5,6 +5,11 @@ import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
+import io.mcore4j.parallel.rendezvous.JobToken;
+import io.mcore4j.parallel.rendezvous.RendezvousStore;
+import io.mcore4j.parallel.rendezvous.StoreTimeoutException;
+import io.mcore4j.parallel.rendezvous.TcpStore;
+import io.mcore4j.parallel.rendezvous.TcpStoreServer;
 
 import java.net.InetAddress;
 import java.nio.ByteOrder;
@@ -39,7 +44,10 @@ import org.slf4j.LoggerFactory;
  * fails with a {@link CommunicationException} for group {@code world}, operation {@code connect},
  * naming the ranks that did not show up. Afterwards, a peer whose process dies makes every call
  * waiting for it fail at once (its socket closes), and a stalled peer makes them fail at the
- * timeout, each naming the group, the operation and the missing ranks.
+ * timeout, each naming the group, the operation and the missing ranks. A backend closed after one
+ * of its communicators failed does not wait for its peers' goodbyes (a stalled peer never sends
+ * one) and tells every peer the failure and the ranks it blamed, so a peer that fails next because
+ * this rank left names those ranks, the root cause, rather than this one.
  *
  * <p>The backend owns the sockets, threads, store connection (on rank 0 the store server too) and
  * every communicator it made; {@link #close()} releases them. The store stays usable
@@ -51,6 +59,8 @@ public final class TcpBackend implements Backend {
 
     /** Longest {@link #close()} waits for peers to close their side too. */
     private static final long CLOSE_WAIT_MS = 10_000;
+    /** Longest {@link #close()} after a failure waits for its goodbyes to be written. */
+    private static final long FAILED_CLOSE_SEND_MS = 1_000;
     private static final String CONNECTED_KEY = "mcore4j/connected/";
     private static final String ALL_CONNECTED_KEY = "mcore4j/all-connected";
     private static final Logger LOG = LoggerFactory.getLogger(TcpBackend.class);
@@ -60,6 +70,7 @@ public final class TcpBackend implements Backend {
     private final RendezvousStore rendezvous;
     private final PeerMesh mesh;
     private final Map<String, Integer> instances = new HashMap<>();
+    private volatile CommunicationException firstFailure;
     private boolean closed;
 
     private TcpBackend(LaunchEnvironment env, Duration timeout, RendezvousStore rendezvous, PeerMesh mesh) {
@@ -169,7 +180,8 @@ public final class TcpBackend implements Backend {
         }
         long deadline = System.nanoTime() + connectTimeout.toNanos();
         long connectMillis = connectTimeout.toMillis();
-        RendezvousStore rendezvous = RendezvousStore.connect(env, port, token, timeout, deadline);
+        RendezvousStore rendezvous = RendezvousStore.connect(env, port, token, timeout, deadline,
+                RendezvousStore.rankZeroHosts(System.getenv()));
         try {
             TcpStore store = rendezvous.client();
             InetAddress local = store.localAddress();
@@ -261,13 +273,22 @@ public final class TcpBackend implements Backend {
         }
         group.checkPlacement(env.rank(), env.worldSize());
         int instance = instances.merge(group.key(), 1, Integer::sum) - 1;
-        return new TcpCommunicator(group, group.key() + "#" + instance, mesh, timeout);
+        return new TcpCommunicator(group, group.key() + "#" + instance, mesh, timeout, this::recordFailure);
+    }
+
+    private void recordFailure(CommunicationException e) {
+        synchronized (instances) {
+            if (firstFailure == null) {
+                firstFailure = e;
+            }
+        }
     }
 
     /**
      * Says goodbye to every peer after what was already sent, waits (up to the timeout, at most
      * 10 s) for them to do the same, and releases sockets and threads; on rank 0 this also stops the
-     * store. Later calls on this backend's communicators fail. Idempotent.
+     * store. After a communicator of this backend failed, the goodbye carries that failure and
+     * nothing waits for the peers. Later calls on this backend's communicators fail. Idempotent.
      */
     @Override
     public synchronized void close() {
@@ -275,7 +296,12 @@ public final class TcpBackend implements Backend {
             return;
         }
         closed = true;
-        mesh.close(Math.min(timeout.toMillis(), CLOSE_WAIT_MS));
+        CommunicationException failure = firstFailure;
+        if (failure == null) {
+            mesh.close(Math.min(timeout.toMillis(), CLOSE_WAIT_MS));
+        } else {
+            mesh.closeAfterFailure(failure.getMessage(), failure.ranks(), FAILED_CLOSE_SEND_MS);
+        }
         rendezvous.close();
     }
 

@@ -23,6 +23,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.function.Consumer;
 import java.util.function.IntFunction;
 
 /**
@@ -53,11 +54,15 @@ final class TcpCommunicator implements Communicator {
     private final long timeoutNanos;
     private final int[] peers;
     private final CollectiveArguments args;
+    private final Consumer<CommunicationException> failures;
     private long sequence;
     private CommunicationException broken;
 
-    TcpCommunicator(ProcessGroup group, String channel, PeerMesh mesh, Duration timeout) {
+    /** @param failures told about this communicator's first failure (the backend passes it on when it closes) */
+    TcpCommunicator(ProcessGroup group, String channel, PeerMesh mesh, Duration timeout,
+                    Consumer<CommunicationException> failures) {
         this.group = group;
+        this.failures = failures;
         this.channel = channel;
         this.mesh = mesh;
         this.timeout = timeout;
@@ -316,6 +321,7 @@ final class TcpCommunicator implements Communicator {
     private CommunicationException fail(CommunicationException e) {
         if (broken == null) {
             broken = e;
+            failures.accept(e);
         }
         return e;
     }

@@ -1,5 +1,7 @@
 package io.mcore4j.parallel.tcp;
 
+import io.mcore4j.parallel.rendezvous.JobToken;
+
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertNull;

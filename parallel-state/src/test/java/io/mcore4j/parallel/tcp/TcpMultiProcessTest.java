@@ -1,5 +1,8 @@
 package io.mcore4j.parallel.tcp;
 
+import io.mcore4j.parallel.rendezvous.JobToken;
+import io.mcore4j.parallel.rendezvous.RendezvousStore;
+
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;

@@ -1,5 +1,7 @@
 package io.mcore4j.parallel.tcp;
 
+import io.mcore4j.parallel.rendezvous.JobToken;
+
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.parallel.launch.LaunchEnvironment;

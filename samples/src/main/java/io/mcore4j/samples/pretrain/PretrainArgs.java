@@ -1,332 +1,446 @@
 package io.mcore4j.samples.pretrain;
 
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.data.gpt.SplitWeights;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.AttentionBackend;
+import io.mcore4j.moe.MoeConfig;
+import io.mcore4j.optimizer.LearningRateSchedule;
+import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
+import io.mcore4j.tensorparallel.Vocab;
+import io.mcore4j.training.CheckpointConfig;
+import io.mcore4j.training.TrainingConfig;
+import io.mcore4j.training.gpt.GptTrainingSetup;
+import picocli.CommandLine;
+import picocli.CommandLine.Option;
+
 import java.nio.file.Path;
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
-import java.util.Map;
-import java.util.Set;
 
 /**
- * The flags of {@code pretrain-gpt}, named as in Megatron-LM, parsed and cross-checked. Unknown
- * flags, missing values and inconsistent combinations (a global batch not divisible by
- * micro-batch x data-parallel size, ...) raise {@link IllegalArgumentException} naming them.
- *
- * @param nproc ranks as threads in this JVM (0 when launched one process per rank)
- * @param tensorParallel --tensor-model-parallel-size
- * @param pipelineParallel --pipeline-model-parallel-size
- * @param layersPerVirtualStage --num-layers-per-virtual-pipeline-stage (0 = not interleaved)
- * @param sequenceParallel --sequence-parallel
- * @param numLayers --num-layers
- * @param hiddenSize --hidden-size
- * @param numAttentionHeads --num-attention-heads
- * @param numQueryGroups --num-query-groups (0 = heads)
- * @param ffnHiddenSize --ffn-hidden-size (0 = 4h)
- * @param seqLength --seq-length
- * @param maxPositionEmbeddings --max-position-embeddings (0 = seq length)
- * @param microBatchSize --micro-batch-size
- * @param globalBatchSize --global-batch-size
- * @param lr --lr
- * @param minLr --min-lr
- * @param lrWarmupIters --lr-warmup-iters
- * @param lrDecayIters --lr-decay-iters (0 = train iters)
- * @param lrDecayStyle --lr-decay-style (constant, linear, cosine)
- * @param weightDecay --weight-decay
- * @param clipGrad --clip-grad
- * @param trainIters --train-iters
- * @param fp16 --fp16
- * @param useDistributedOptimizer --use-distributed-optimizer
- * @param recompute --recompute-granularity (none, selective, full)
- * @param swiglu --swiglu
- * @param rmsNorm --normalization RMSNorm
- * @param rope --position-embedding-type rope
- * @param untieEmbeddings --untie-embeddings-and-output-weights
- * @param hiddenDropout --hidden-dropout
- * @param attentionDropout --attention-dropout
- * @param dataPath --data-path (weights and prefixes, Megatron's syntax), or empty
- * @param mockData --mock-data
- * @param corpus --corpus-from-sources DIR: build a byte-level corpus from a source tree (the demo's data)
- * @param vocabSize --vocab-size (mock data and byte-level corpora)
- * @param vocabDivisor --make-vocab-size-divisible-by: the vocabulary is padded to a multiple of this x TP
- * @param split --split
- * @param save --save directory, or null
- * @param load --load directory, or null
- * @param saveInterval --save-interval (0 = only at the end when --save is given)
- * @param evalInterval --eval-interval (0 = never)
- * @param evalIters --eval-iters
- * @param logInterval --log-interval
- * @param seed --seed
- * @param metricsDir --metrics-dir: JSONL metrics and the PNG loss curve (default: the save directory or runs/)
- * @param peakTflops --peak-tflops per rank, for MFU
- * @param timeoutSeconds --distributed-timeout-seconds
- * @param numExperts --num-experts (0 = dense MLPs)
- * @param moeTopK --moe-router-topk
- * @param moeFfnHiddenSize --moe-ffn-hidden-size (0 = --ffn-hidden-size)
- * @param moeLayerFrequency --moe-layer-freq
- * @param moeAuxLossCoeff --moe-aux-loss-coeff
- * @param moeDispatcher --moe-token-dispatcher-type (allgather, alltoall)
- * @param expertParallel --expert-model-parallel-size
- * @param fusedAdam Adam through libtorch's fused kernel (default; {@code --no-fused-adam} turns it off)
- * @param overlapGradReduce --overlap-grad-reduce: start data-parallel gradient reduction during the last backward
- * @param ddpBucketSize --ddp-bucket-size: parameters per data-parallel gradient bucket (default 10,000,000,
- *     i.e. the optimizer's 40 MB of float32 gradients)
+ * The flags of {@code pretrain-gpt}, named and defaulted as in Megatron-LM where Megatron has them,
+ * and the one place they map onto the library's typed configuration ({@link #setup()}). Parsing
+ * errors and inconsistent values raise {@link IllegalArgumentException} naming the flag and the value.
+ * The benchmark reuses these flags (it is {@code pretrain-gpt --mock-data} with a timing report).
  */
-public record PretrainArgs(int nproc, int tensorParallel, int pipelineParallel, int layersPerVirtualStage,
-                           boolean sequenceParallel, int numLayers, int hiddenSize, int numAttentionHeads,
-                           int numQueryGroups, int ffnHiddenSize, int seqLength, int maxPositionEmbeddings,
-                           int microBatchSize, int globalBatchSize, double lr, double minLr, int lrWarmupIters,
-                           int lrDecayIters, String lrDecayStyle, double weightDecay, double clipGrad, int trainIters,
-                           boolean fp16, boolean useDistributedOptimizer, String recompute, boolean swiglu,
-                           boolean rmsNorm, boolean rope, boolean untieEmbeddings, double hiddenDropout,
-                           double attentionDropout, List<String> dataPath, boolean mockData, Path corpus,
-                           int vocabSize, int vocabDivisor, String split, Path save, Path load, int saveInterval, int evalInterval,
-                           int evalIters, int logInterval, long seed, Path metricsDir, double peakTflops,
-                           int timeoutSeconds, int numExperts, int moeTopK, int moeFfnHiddenSize,
-                           int moeLayerFrequency, double moeAuxLossCoeff, String moeDispatcher, int expertParallel,
-                           boolean fusedAdam, boolean overlapGradReduce, long ddpBucketSize) {
+@CommandLine.Command(sortOptions = false)
+public final class PretrainArgs {
 
-    private static final Set<String> SWITCHES = Set.of("--sequence-parallel", "--fp16", "--use-distributed-optimizer",
-            "--swiglu", "--untie-embeddings-and-output-weights", "--mock-data", "--no-fused-adam", "--overlap-grad-reduce");
+    /** Megatron's {@code --lr-decay-style} values. */
+    public enum DecayStyle { constant, linear, cosine, inverse_square_root }
 
-    /** Cross-checks the values. */
-    public PretrainArgs {
-        dataPath = List.copyOf(dataPath);
+    /** Megatron's {@code --recompute-granularity} values, plus {@code none}. */
+    public enum RecomputeGranularity { none, selective, full }
+
+    /** Megatron's {@code --normalization} values. */
+    public enum NormalizationKind { LayerNorm, RMSNorm }
+
+    /** Megatron's {@code --position-embedding-type} values. */
+    public enum PositionEmbeddingKind { learned_absolute, rope }
+
+    /** Megatron's {@code --moe-token-dispatcher-type} values. */
+    public enum DispatcherKind { allgather, alltoall }
+
+    /** Megatron's {@code --attention-backend} values. */
+    public enum AttentionKind { auto, flash, fused, unfused, local }
+
+    /** Megatron's {@code --optimizer} values ({@code adam} is Adam with decoupled weight decay, as in Megatron). */
+    public enum OptimizerKind { adam, sgd }
+
+    // ranks and parallelism
+    @Option(names = "--nproc", description = "Ranks as threads of this JVM, on the CPU (ignored under a launcher). Default: ${DEFAULT-VALUE}.")
+    int nproc = 1;
+    @Option(names = "--tensor-model-parallel-size", description = "Default: ${DEFAULT-VALUE}.")
+    int tensorParallel = 1;
+    @Option(names = "--pipeline-model-parallel-size", description = "Default: ${DEFAULT-VALUE}.")
+    int pipelineParallel = 1;
+    @Option(names = "--num-layers-per-virtual-pipeline-stage", description = "Interleaved pipelining: layers per model chunk (0: not interleaved). Default: ${DEFAULT-VALUE}.")
+    int layersPerVirtualStage = 0;
+    @Option(names = "--sequence-parallel", description = "Split norms, dropout and residuals along the sequence over the tensor-parallel group.")
+    boolean sequenceParallel;
+    @Option(names = "--expert-model-parallel-size", description = "Default: ${DEFAULT-VALUE}.")
+    int expertParallel = 1;
+
+    // model
+    @Option(names = "--num-layers", description = "Default: ${DEFAULT-VALUE}.")
+    int numLayers = 4;
+    @Option(names = "--hidden-size", description = "Default: ${DEFAULT-VALUE}.")
+    int hiddenSize = 64;
+    @Option(names = "--num-attention-heads", description = "Default: ${DEFAULT-VALUE}.")
+    int numAttentionHeads = 4;
+    @Option(names = "--num-query-groups", description = "Grouped-query attention: key/value heads (0: one per attention head). Default: ${DEFAULT-VALUE}.")
+    int numQueryGroups = 0;
+    @Option(names = "--ffn-hidden-size", description = "MLP width (0: 4 x hidden size). Default: ${DEFAULT-VALUE}.")
+    int ffnHiddenSize = 0;
+    @Option(names = "--seq-length", description = "Default: ${DEFAULT-VALUE}.")
+    int seqLength = 64;
+    @Option(names = "--max-position-embeddings", description = "0: the sequence length. Default: ${DEFAULT-VALUE}.")
+    int maxPositionEmbeddings = 0;
+    @Option(names = "--vocab-size", description = "Vocabulary of --mock-data and byte-level corpora. Default: ${DEFAULT-VALUE}.")
+    int vocabSize = 257;
+    @Option(names = "--make-vocab-size-divisible-by", description = "The vocabulary is padded to a multiple of this x TP. Default: ${DEFAULT-VALUE}.")
+    int vocabDivisor = 128;
+    @Option(names = "--swiglu", description = "SwiGLU MLP instead of GeLU.")
+    boolean swiglu;
+    @Option(names = "--normalization", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
+    NormalizationKind normalization = NormalizationKind.LayerNorm;
+    @Option(names = "--position-embedding-type", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
+    PositionEmbeddingKind positionEmbedding = PositionEmbeddingKind.learned_absolute;
+    @Option(names = "--untie-embeddings-and-output-weights", description = "A separate output layer instead of the embedding's transpose.")
+    boolean untieEmbeddings;
+    @Option(names = "--disable-bias-linear", description = "No biases in the attention and MLP linears.")
+    boolean disableBiasLinear;
+    @Option(names = "--hidden-dropout", description = "Default: ${DEFAULT-VALUE}.")
+    double hiddenDropout = 0.0;
+    @Option(names = "--attention-dropout", description = "Default: ${DEFAULT-VALUE}.")
+    double attentionDropout = 0.0;
+    @Option(names = "--attention-backend", description = "${COMPLETION-CANDIDATES}: auto uses libtorch's fused attention unless attention dropout is set. Default: ${DEFAULT-VALUE}.")
+    AttentionKind attentionBackend = AttentionKind.auto;
+    @Option(names = "--recompute-granularity", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
+    RecomputeGranularity recompute = RecomputeGranularity.none;
+    @Option(names = "--fp16", description = "float16 parameters and activations, float32 master weights, dynamic loss scaling.")
+    boolean fp16;
+
+    // mixture of experts
+    @Option(names = "--num-experts", description = "Experts per MoE layer (0: dense MLPs). Default: ${DEFAULT-VALUE}.")
+    int numExperts = 0;
+    @Option(names = "--moe-router-topk", description = "Default: ${DEFAULT-VALUE}.")
+    int moeTopK = 2;
+    @Option(names = "--moe-ffn-hidden-size", description = "0: --ffn-hidden-size. Default: ${DEFAULT-VALUE}.")
+    int moeFfnHiddenSize = 0;
+    @Option(names = "--moe-layer-freq", description = "Every n-th layer is an MoE layer. Default: ${DEFAULT-VALUE}.")
+    int moeLayerFrequency = 1;
+    @Option(names = "--moe-aux-loss-coeff", description = "Default: ${DEFAULT-VALUE}.")
+    double moeAuxLossCoeff = 0.0;
+    @Option(names = "--moe-token-dispatcher-type", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
+    DispatcherKind moeDispatcher = DispatcherKind.allgather;
+
+    // optimizer and schedule
+    @Option(names = "--optimizer", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
+    OptimizerKind optimizer = OptimizerKind.adam;
+    @Option(names = "--lr", description = "Default: ${DEFAULT-VALUE}.")
+    double lr = 1e-3;
+    @Option(names = "--min-lr", description = "Default: ${DEFAULT-VALUE}.")
+    double minLr = 1e-4;
+    @Option(names = "--lr-warmup-iters", description = "Default: ${DEFAULT-VALUE}.")
+    int lrWarmupIters = 0;
+    @Option(names = "--lr-decay-iters", description = "0: --train-iters. Default: ${DEFAULT-VALUE}.")
+    int lrDecayIters = 0;
+    @Option(names = "--lr-decay-style", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
+    DecayStyle lrDecayStyle = DecayStyle.cosine;
+    @Option(names = "--weight-decay", description = "Default: ${DEFAULT-VALUE}.")
+    double weightDecay = 0.01;
+    @Option(names = "--adam-beta1", description = "Default: ${DEFAULT-VALUE}.")
+    double adamBeta1 = 0.9;
+    @Option(names = "--adam-beta2", description = "Default: ${DEFAULT-VALUE}.")
+    double adamBeta2 = 0.999;
+    @Option(names = "--adam-eps", description = "Default: ${DEFAULT-VALUE}.")
+    double adamEps = 1e-8;
+    @Option(names = "--clip-grad", description = "Global gradient-norm clipping (0: off). Default: ${DEFAULT-VALUE}.")
+    double clipGrad = 1.0;
+    @Option(names = "--use-distributed-optimizer", description = "Shard optimizer state over data-parallel ranks (ZeRO-1).")
+    boolean useDistributedOptimizer;
+    @Option(names = "--overlap-grad-reduce", description = "Start data-parallel gradient reduction during the last backward.")
+    boolean overlapGradReduce;
+    @Option(names = "--ddp-bucket-size", description = "Parameters per data-parallel gradient bucket. Default: ${DEFAULT-VALUE}.")
+    long ddpBucketSize = 10_000_000L;
+    @Option(names = "--fused-adam", negatable = true, description = "Adam through libtorch's fused kernel (--no-fused-adam: one op at a time). Default: ${DEFAULT-VALUE}.")
+    boolean fusedAdam = true;
+    @Option(names = "--accumulate-allreduce-grads-in-fp32", negatable = true, description = "Reduce gradients in float32 under --fp16 (mcore4j's default; Megatron's is off). Default: ${DEFAULT-VALUE}.")
+    boolean gradReduceInFp32 = true;
+
+    // iterations, data, checkpoints, logging
+    @Option(names = "--micro-batch-size", description = "Default: ${DEFAULT-VALUE}.")
+    int microBatchSize = 4;
+    @Option(names = "--global-batch-size", description = "Default: ${DEFAULT-VALUE}.")
+    long globalBatchSize = 16;
+    @Option(names = "--train-iters", description = "Default: ${DEFAULT-VALUE}.")
+    long trainIters = 100;
+    @Option(names = "--data-path", arity = "1..*", description = "Megatron's syntax: [weight] prefix [weight prefix ...].")
+    List<String> dataPath = new ArrayList<>();
+    @Option(names = "--mock-data", description = "Random tokens (for benchmarks).")
+    boolean mockData;
+    @Option(names = "--corpus-from-sources", description = "Build a byte-level corpus from the text files under a directory.")
+    Path corpus;
+    @Option(names = "--split", description = "Train, validation and test weights. Default: ${DEFAULT-VALUE}.")
+    String split = "969,30,1";
+    @Option(names = "--save", description = "Checkpoint directory.")
+    Path save;
+    @Option(names = "--load", description = "Resume from the latest checkpoint here (a missing or empty directory starts from scratch).")
+    Path load;
+    @Option(names = "--save-interval", description = "Iterations between checkpoints (0: only at the end). Default: ${DEFAULT-VALUE}.")
+    int saveInterval = 0;
+    @Option(names = "--override-opt-param-scheduler", description = "On resume, use the schedule flags even where they differ from the checkpoint's.")
+    boolean overrideScheduler;
+    @Option(names = "--use-checkpoint-opt_param-scheduler", description = "On resume, use the checkpoint's learning-rate schedule.")
+    boolean useCheckpointScheduler;
+    @Option(names = "--exit-on-missing-checkpoint", description = "Fail when --load holds no checkpoint.")
+    boolean exitOnMissingCheckpoint;
+    @Option(names = "--eval-interval", description = "Iterations between evaluations (0: never). Default: ${DEFAULT-VALUE}.")
+    int evalInterval = 0;
+    @Option(names = "--eval-iters", description = "Global batches per evaluation. Default: ${DEFAULT-VALUE}.")
+    int evalIters = 2;
+    @Option(names = "--log-interval", description = "Default: ${DEFAULT-VALUE}.")
+    int logInterval = 10;
+    @Option(names = "--seed", description = "Default: ${DEFAULT-VALUE}.")
+    long seed = 1234;
+    @Option(names = "--metrics-dir", description = "metrics.jsonl and loss.png (default: --save, else runs/pretrain-gpt).")
+    Path metricsDir;
+    @Option(names = "--peak-tflops", description = "The device's peak TFLOP/s per rank, for MFU (default: 989 on CUDA devices, none on the CPU).")
+    Double peakTflops;
+    @Option(names = "--distributed-timeout-minutes", description = "How long a collective or a peer may stall before the run fails. Default: ${DEFAULT-VALUE}.")
+    double timeoutMinutes = 10;
+    @Option(names = "--cpu-initialization", description = "Initialise weights on the CPU even when training on a GPU.")
+    boolean cpuInitialization;
+
+    /**
+     * Sets the global batch (front-ends that derive it from micro-batches per replica).
+     *
+     * @param v samples per iteration, all data-parallel ranks together
+     */
+    public void globalBatchSize(long v) {
+        globalBatchSize = v;
+    }
+
+    /**
+     * Sets the iterations (front-ends that decide them, such as the benchmark).
+     *
+     * @param trainIterations --train-iters
+     * @param logEvery --log-interval
+     */
+    public void iterations(long trainIterations, int logEvery) {
+        trainIters = trainIterations;
+        logInterval = logEvery;
+    }
+
+    /** @return --peak-tflops, or null when not given */
+    public Double peakTflops() {
+        return peakTflops;
+    }
+
+    /** @return --micro-batch-size */
+    public int microBatchSize() {
+        return microBatchSize;
+    }
+
+    /** @return --tensor-model-parallel-size x --pipeline-model-parallel-size */
+    public int modelParallelSize() {
+        return tensorParallel * pipelineParallel;
+    }
+
+    /** @return --seq-length */
+    public int seqLength() {
+        return seqLength;
+    }
+
+    /** @return --attention-backend */
+    public AttentionKind attentionBackend() {
+        return attentionBackend;
+    }
+
+    /**
+     * Parses flags.
+     *
+     * @param argv the command line
+     * @return the parsed flags (not yet cross-checked: see {@link #setup()})
+     * @throws IllegalArgumentException naming an unknown flag, a missing value or a bad number
+     */
+    public static PretrainArgs parse(String... argv) {
+        PretrainArgs args = new PretrainArgs();
+        try {
+            new CommandLine(args).setOverwrittenOptionsAllowed(true).parseArgs(argv);
+        } catch (CommandLine.ParameterException e) {
+            throw new IllegalArgumentException(e.getMessage(), e);
+        }
+        return args;
+    }
+
+    /**
+     * The typed configuration these flags describe, cross-checked. The world size is checked later
+     * ({@link GptTrainingSetup#dims}).
+     *
+     * @return the setup
+     * @throws IllegalArgumentException naming the flag and the value that is wrong
+     */
+    public GptTrainingSetup setup() {
+        positive("--nproc", nproc);
+        positive("--tensor-model-parallel-size", tensorParallel);
+        positive("--pipeline-model-parallel-size", pipelineParallel);
+        positive("--expert-model-parallel-size", expertParallel);
+        positive("--num-layers", numLayers);
+        positive("--hidden-size", hiddenSize);
+        positive("--num-attention-heads", numAttentionHeads);
+        positive("--seq-length", seqLength);
+        positive("--micro-batch-size", microBatchSize);
+        positive("--global-batch-size", globalBatchSize);
+        positive("--vocab-size", vocabSize);
+        positive("--make-vocab-size-divisible-by", vocabDivisor);
+        positive("--log-interval", logInterval);
+        atLeastZero("--num-query-groups", numQueryGroups);
+        atLeastZero("--ffn-hidden-size", ffnHiddenSize);
+        atLeastZero("--max-position-embeddings", maxPositionEmbeddings);
+        atLeastZero("--num-layers-per-virtual-pipeline-stage", layersPerVirtualStage);
+        atLeastZero("--train-iters", trainIters);
+        atLeastZero("--lr-warmup-iters", lrWarmupIters);
+        atLeastZero("--lr-decay-iters", lrDecayIters);
+        atLeastZero("--num-experts", numExperts);
+        if (hiddenSize % numAttentionHeads != 0) {
+            throw new IllegalArgumentException("--hidden-size " + hiddenSize + " is not divisible by --num-attention-heads "
+                    + numAttentionHeads);
+        }
         int sources = (mockData ? 1 : 0) + (dataPath.isEmpty() ? 0 : 1) + (corpus != null ? 1 : 0);
         if (sources != 1) {
-            throw new IllegalArgumentException("give exactly one of --data-path, --mock-data and --corpus-from-sources"
-                    + " (got " + sources + ")");
-        }
-        if (microBatchSize < 1 || globalBatchSize < 1 || trainIters < 0 || seqLength < 1) {
-            throw new IllegalArgumentException("--micro-batch-size " + microBatchSize + ", --global-batch-size "
-                    + globalBatchSize + " and --seq-length " + seqLength + " must be positive; --train-iters "
-                    + trainIters + " must not be negative");
-        }
-        if (!Set.of("constant", "linear", "cosine").contains(lrDecayStyle)) {
-            throw new IllegalArgumentException("--lr-decay-style " + lrDecayStyle + " is not one of constant, linear, cosine");
-        }
-        if (!Set.of("none", "selective", "full").contains(recompute)) {
-            throw new IllegalArgumentException("--recompute-granularity " + recompute + " is not one of none, selective, full");
-        }
-        if (!Set.of("allgather", "alltoall").contains(moeDispatcher)) {
-            throw new IllegalArgumentException("--moe-token-dispatcher-type " + moeDispatcher + " is not allgather or alltoall");
+            throw new IllegalArgumentException("give exactly one of --data-path, --mock-data and --corpus-from-sources (got "
+                    + sources + ")");
         }
         if (numExperts == 0 && expertParallel > 1) {
             throw new IllegalArgumentException("--expert-model-parallel-size " + expertParallel + " needs --num-experts");
         }
-        if (logInterval < 1) {
-            throw new IllegalArgumentException("--log-interval " + logInterval + " must be positive");
+        if (overrideScheduler && useCheckpointScheduler) {
+            throw new IllegalArgumentException("--override-opt-param-scheduler and --use-checkpoint-opt_param-scheduler"
+                    + " exclude each other");
         }
-        if (ddpBucketSize < 1) {
-            throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " must be positive");
+        if (!(timeoutMinutes > 0)) {
+            throw new IllegalArgumentException("--distributed-timeout-minutes " + timeoutMinutes + " must be positive");
         }
+        if (evalInterval > 0 && splitWeights().valid() == 0) {
+            throw new IllegalArgumentException("--eval-interval " + evalInterval + " asks for evaluation but --split "
+                    + split + " gives the validation set no data (use --eval-interval 0)");
+        }
+        if (trainIters > 0 && globalBatchSize > (Integer.MAX_VALUE - 1) / trainIters) {
+            throw new IllegalArgumentException("--train-iters " + trainIters + " x --global-batch-size " + globalBatchSize
+                    + " asks for more than " + (Integer.MAX_VALUE - 1) + " training samples (the sample index holds at most that)");
+        }
+        int virtualStages = 1;
+        if (layersPerVirtualStage > 0) {
+            if (pipelineParallel < 2 || numLayers % (pipelineParallel * layersPerVirtualStage) != 0) {
+                throw new IllegalArgumentException("--num-layers-per-virtual-pipeline-stage " + layersPerVirtualStage
+                        + " needs --pipeline-model-parallel-size >= 2 and --num-layers " + numLayers
+                        + " divisible by it x --pipeline-model-parallel-size " + pipelineParallel);
+            }
+            virtualStages = numLayers / (pipelineParallel * layersPerVirtualStage);
+        }
+        TransformerConfig model = model();
+        OptimizerConfig optimizerConfig = OptimizerConfig.builder()
+                .algorithm(optimizer == OptimizerKind.sgd ? OptimizerConfig.Algorithm.SGD : OptimizerConfig.Algorithm.ADAMW)
+                .lr(lr).beta1(adamBeta1).beta2(adamBeta2).eps(adamEps).weightDecay(weightDecay).clipGrad(clipGrad)
+                .fp16(fp16).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
+                .gradReduceInFp32(gradReduceInFp32).overlapGradReduce(overlapGradReduce)
+                .bucketSizeBytes(4 * ddpBucketSize).build();
+        long decay = lrDecayIters > 0 ? lrDecayIters : trainIters;
+        LearningRateSchedule schedule;
+        try {
+            schedule = new LearningRateSchedule(lr, minLr, lrWarmupIters, decay,
+                    LearningRateSchedule.Style.valueOf(lrDecayStyle.name().toUpperCase(Locale.ROOT)));
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--lr " + lr + ", --min-lr " + minLr + ", --lr-warmup-iters " + lrWarmupIters
+                    + ", --lr-decay-iters " + decay + ": " + e.getMessage(), e);
+        }
+        CheckpointConfig checkpoint = new CheckpointConfig(save, load, saveInterval, 2,
+                overrideScheduler ? CheckpointConfig.SchedulerOnResume.OVERRIDE
+                        : useCheckpointScheduler ? CheckpointConfig.SchedulerOnResume.USE_CHECKPOINT
+                        : CheckpointConfig.SchedulerOnResume.CHECK, exitOnMissingCheckpoint);
+        TrainingConfig training = new TrainingConfig(trainIters, schedule, weightDecay, logInterval, evalInterval,
+                evalIters, checkpoint, seed);
+        AttentionBackend attention = AttentionBackend.valueOf(attentionBackend.name().toUpperCase(Locale.ROOT));
+        checkAttentionMemory(model, attention);
+        return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
+                optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization);
     }
 
     /**
-     * The data-parallel size this run gets with {@code worldSize} ranks.
-     *
-     * @param worldSize ranks
-     * @return world / (TP x PP)
+     * Unfused attention holds a float32 score matrix per head of a micro-batch ({@code b x heads/TP x
+     * s x s}); a sequence whose scores cannot fit in this machine's memory fails here, naming the flags,
+     * instead of inside libtorch's allocator.
      */
-    public int dataParallel(int worldSize) {
-        int mp = tensorParallel * pipelineParallel;
-        if (worldSize % mp != 0) {
-            throw new IllegalArgumentException("world size " + worldSize + " is not divisible by --tensor-model-parallel-size "
-                    + tensorParallel + " x --pipeline-model-parallel-size " + pipelineParallel);
+    private void checkAttentionMemory(TransformerConfig model, AttentionBackend attention) {
+        if (attention.isFused(model)) {
+            return;
         }
-        return worldSize / mp;
+        double bytes = 4.0 * microBatchSize * ((double) numAttentionHeads / tensorParallel) * seqLength * (double) seqLength;
+        long physical = physicalMemoryBytes();
+        if (physical > 0 && bytes > physical) {
+            throw new IllegalArgumentException(String.format(Locale.ROOT, "--seq-length %d with --micro-batch-size %d and"
+                    + " unfused attention needs %.3g GB for one layer's attention scores; this machine has %.3g GB"
+                    + " (use a shorter --seq-length or --attention-backend flash)", seqLength, microBatchSize, bytes / 1e9,
+                    physical / 1e9));
+        }
     }
 
-    /**
-     * Micro-batches per step on each data-parallel replica.
-     *
-     * @param worldSize ranks
-     * @return global batch / (micro batch x DP)
-     * @throws IllegalArgumentException if the global batch does not divide
-     */
-    public int microBatchesPerStep(int worldSize) {
-        int dp = dataParallel(worldSize);
-        if (globalBatchSize % (microBatchSize * dp) != 0) {
-            throw new IllegalArgumentException("--global-batch-size " + globalBatchSize + " is not divisible by"
-                    + " --micro-batch-size " + microBatchSize + " x data-parallel size " + dp);
-        }
-        return globalBatchSize / (microBatchSize * dp);
-    }
-
-    /**
-     * Parses Megatron-LM-style flags.
-     *
-     * @param argv the command line
-     * @return the arguments
-     * @throws IllegalArgumentException naming an unknown flag, a missing value or a bad number
-     */
-    public static PretrainArgs parse(String... argv) {
-        Map<String, String> v = new LinkedHashMap<>();
-        List<String> dataPath = new ArrayList<>();
-        for (int i = 0; i < argv.length; i++) {
-            String flag = argv[i];
-            if (!flag.startsWith("--")) {
-                throw new IllegalArgumentException("unexpected argument \"" + flag + "\"; flags start with --");
-            }
-            if (SWITCHES.contains(flag)) {
-                v.put(flag, "true");
-                continue;
-            }
-            if (!DEFAULTS.containsKey(flag) && !flag.equals("--data-path")) {
-                throw new IllegalArgumentException("unknown flag " + flag + "; known flags: " + known());
-            }
-            if (flag.equals("--data-path")) {
-                while (i + 1 < argv.length && !argv[i + 1].startsWith("--")) {
-                    dataPath.add(argv[++i]);
+    private static long physicalMemoryBytes() {
+        try {
+            for (String line : java.nio.file.Files.readAllLines(Path.of("/proc/meminfo"))) {
+                if (line.startsWith("MemTotal:")) {
+                    return Long.parseLong(line.replaceAll("[^0-9]", "")) * 1024;
                 }
-                if (dataPath.isEmpty()) {
-                    throw new IllegalArgumentException("--data-path needs at least one prefix");
-                }
-                continue;
             }
-            if (i + 1 >= argv.length || argv[i + 1].startsWith("--")) {
-                throw new IllegalArgumentException("flag " + flag + " needs a value");
-            }
-            v.put(flag, argv[++i]);
+        } catch (java.io.IOException | RuntimeException e) {
+            return -1;
         }
-        Flags f = new Flags(v);
-        int seq = f.integer("--seq-length");
-        int maxPos = f.integer("--max-position-embeddings");
-        String norm = f.text("--normalization").toLowerCase(Locale.ROOT);
-        if (!Set.of("layernorm", "rmsnorm").contains(norm)) {
-            throw new IllegalArgumentException("--normalization " + norm + " is not LayerNorm or RMSNorm");
-        }
-        String pos = f.text("--position-embedding-type").toLowerCase(Locale.ROOT);
-        if (!Set.of("learned_absolute", "rope").contains(pos)) {
-            throw new IllegalArgumentException("--position-embedding-type " + pos + " is not learned_absolute or rope");
-        }
-        String save = f.text("--save");
-        String load = f.text("--load");
-        String corpus = f.text("--corpus-from-sources");
-        String metrics = f.text("--metrics-dir");
-        return new PretrainArgs(f.integer("--nproc"), f.integer("--tensor-model-parallel-size"),
-                f.integer("--pipeline-model-parallel-size"), f.integer("--num-layers-per-virtual-pipeline-stage"),
-                f.bool("--sequence-parallel"), f.integer("--num-layers"), f.integer("--hidden-size"),
-                f.integer("--num-attention-heads"), f.integer("--num-query-groups"), f.integer("--ffn-hidden-size"),
-                seq, maxPos == 0 ? seq : maxPos, f.integer("--micro-batch-size"), f.integer("--global-batch-size"),
-                f.real("--lr"), f.real("--min-lr"), f.integer("--lr-warmup-iters"), f.integer("--lr-decay-iters"),
-                f.text("--lr-decay-style"), f.real("--weight-decay"), f.real("--clip-grad"), f.integer("--train-iters"),
-                f.bool("--fp16"), f.bool("--use-distributed-optimizer"), f.text("--recompute-granularity"),
-                f.bool("--swiglu"), norm.equals("rmsnorm"), pos.equals("rope"),
-                f.bool("--untie-embeddings-and-output-weights"), f.real("--hidden-dropout"),
-                f.real("--attention-dropout"), dataPath, f.bool("--mock-data"),
-                corpus.isEmpty() ? null : Path.of(corpus), f.integer("--vocab-size"), f.integer("--make-vocab-size-divisible-by"), f.text("--split"),
-                save.isEmpty() ? null : Path.of(save), load.isEmpty() ? null : Path.of(load),
-                f.integer("--save-interval"), f.integer("--eval-interval"), f.integer("--eval-iters"),
-                f.integer("--log-interval"), f.longInteger("--seed"), metrics.isEmpty() ? null : Path.of(metrics),
-                f.real("--peak-tflops"), f.integer("--distributed-timeout-seconds"), f.integer("--num-experts"),
-                f.integer("--moe-router-topk"), f.integer("--moe-ffn-hidden-size"), f.integer("--moe-layer-freq"),
-                f.real("--moe-aux-loss-coeff"), f.text("--moe-token-dispatcher-type"),
-                f.integer("--expert-model-parallel-size"), !f.bool("--no-fused-adam"), f.bool("--overlap-grad-reduce"),
-                f.longInteger("--ddp-bucket-size"));
+        return -1;
     }
 
-    private static final Map<String, String> DEFAULTS = defaults();
-
-    private static Map<String, String> defaults() {
-        Map<String, String> d = new LinkedHashMap<>();
-        d.put("--nproc", "1");
-        d.put("--tensor-model-parallel-size", "1");
-        d.put("--pipeline-model-parallel-size", "1");
-        d.put("--num-layers-per-virtual-pipeline-stage", "0");
-        d.put("--sequence-parallel", "false");
-        d.put("--num-layers", "4");
-        d.put("--hidden-size", "64");
-        d.put("--num-attention-heads", "4");
-        d.put("--num-query-groups", "0");
-        d.put("--ffn-hidden-size", "0");
-        d.put("--seq-length", "64");
-        d.put("--max-position-embeddings", "0");
-        d.put("--micro-batch-size", "4");
-        d.put("--global-batch-size", "16");
-        d.put("--lr", "1e-3");
-        d.put("--min-lr", "1e-4");
-        d.put("--lr-warmup-iters", "0");
-        d.put("--lr-decay-iters", "0");
-        d.put("--lr-decay-style", "cosine");
-        d.put("--weight-decay", "0.01");
-        d.put("--clip-grad", "1.0");
-        d.put("--train-iters", "100");
-        d.put("--fp16", "false");
-        d.put("--use-distributed-optimizer", "false");
-        d.put("--recompute-granularity", "none");
-        d.put("--swiglu", "false");
-        d.put("--normalization", "LayerNorm");
-        d.put("--position-embedding-type", "learned_absolute");
-        d.put("--untie-embeddings-and-output-weights", "false");
-        d.put("--hidden-dropout", "0.0");
-        d.put("--attention-dropout", "0.0");
-        d.put("--mock-data", "false");
-        d.put("--corpus-from-sources", "");
-        d.put("--vocab-size", "257");
-        d.put("--make-vocab-size-divisible-by", "128");
-        d.put("--split", "969,30,1");
-        d.put("--save", "");
-        d.put("--load", "");
-        d.put("--save-interval", "0");
-        d.put("--eval-interval", "0");
-        d.put("--eval-iters", "2");
-        d.put("--log-interval", "10");
-        d.put("--seed", "1234");
-        d.put("--metrics-dir", "");
-        d.put("--peak-tflops", "989");
-        d.put("--distributed-timeout-seconds", "120");
-        d.put("--num-experts", "0");
-        d.put("--moe-router-topk", "2");
-        d.put("--moe-ffn-hidden-size", "0");
-        d.put("--moe-layer-freq", "1");
-        d.put("--moe-aux-loss-coeff", "0.0");
-        d.put("--moe-token-dispatcher-type", "allgather");
-        d.put("--expert-model-parallel-size", "1");
-        d.put("--no-fused-adam", "false");
-        d.put("--overlap-grad-reduce", "false");
-        d.put("--ddp-bucket-size", "10000000");
-        return d;
+    /** @return the split weights of {@code --split} */
+    SplitWeights splitWeights() {
+        try {
+            return SplitWeights.parse(split);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--split " + split + ": " + e.getMessage(), e);
+        }
     }
 
-    private static String known() {
-        List<String> names = new ArrayList<>(DEFAULTS.keySet());
-        names.add("--data-path");
-        return String.join(" ", names);
+    private TransformerConfig model() {
+        // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
+        int vocab = Vocab.padded(vocabSize, vocabDivisor, tensorParallel);
+        TransformerConfig.Builder b = TransformerConfig.builder(numLayers, hiddenSize, numAttentionHeads, vocab)
+                .maxSequenceLength(maxPositionEmbeddings == 0 ? seqLength : maxPositionEmbeddings)
+                .dropout(hiddenDropout, attentionDropout)
+                .sequenceParallel(sequenceParallel)
+                .tiedEmbeddings(!untieEmbeddings)
+                .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT)))
+                .dtype(fp16 ? DataType.FLOAT16 : DataType.FLOAT32);
+        if (numQueryGroups > 0) {
+            b.queryGroups(numQueryGroups);
+        }
+        if (ffnHiddenSize > 0) {
+            b.ffnHiddenSize(ffnHiddenSize);
+        }
+        if (swiglu) {
+            b.activation(MlpActivation.SWIGLU);
+        }
+        if (normalization == NormalizationKind.RMSNorm) {
+            b.normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5);
+        }
+        if (positionEmbedding == PositionEmbeddingKind.rope) {
+            b.positionEmbedding(TransformerConfig.PositionEmbedding.ROPE);
+        }
+        if (disableBiasLinear) {
+            b.addBiasLinear(false);
+        }
+        if (numExperts > 0) {
+            int ffn = moeFfnHiddenSize > 0 ? moeFfnHiddenSize : ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize;
+            b.moe(new TransformerConfig.MoeSettings(numExperts, moeTopK, moeLayerFrequency, ffn, moeAuxLossCoeff,
+                    moeDispatcher == DispatcherKind.alltoall ? MoeConfig.Dispatcher.ALL_TO_ALL : MoeConfig.Dispatcher.ALL_GATHER));
+        }
+        try {
+            return b.build();
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("model flags: " + e.getMessage(), e);
+        }
     }
 
-    /** Typed access to flag values with defaults. */
-    private record Flags(Map<String, String> values) {
-        String text(String flag) {
-            return values.getOrDefault(flag, DEFAULTS.get(flag));
+    private static void positive(String flag, long value) {
+        if (value < 1) {
+            throw new IllegalArgumentException(flag + " " + value + " must be at least 1");
         }
+    }
 
-        int integer(String flag) {
-            try {
-                return Integer.parseInt(text(flag));
-            } catch (NumberFormatException e) {
-                throw new IllegalArgumentException("flag " + flag + " needs an integer, got \"" + text(flag) + "\"");
-            }
-        }
-
-        long longInteger(String flag) {
-            try {
-                return Long.parseLong(text(flag));
-            } catch (NumberFormatException e) {
-                throw new IllegalArgumentException("flag " + flag + " needs an integer, got \"" + text(flag) + "\"");
-            }
-        }
-
-        double real(String flag) {
-            try {
-                return Double.parseDouble(text(flag));
-            } catch (NumberFormatException e) {
-                throw new IllegalArgumentException("flag " + flag + " needs a number, got \"" + text(flag) + "\"");
-            }
-        }
-
-        boolean bool(String flag) {
-            return Boolean.parseBoolean(text(flag));
+    private static void atLeastZero(String flag, long value) {
+        if (value < 0) {
+            throw new IllegalArgumentException(flag + " " + value + " must not be negative");
         }
     }
 }

@@ -1,50 +1,142 @@
 package io.mcore4j.samples.pretrain;
 
+import ai.djl.Device;
+import ai.djl.engine.Engine;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
 import io.mcore4j.data.gpt.SampleDataset;
+import io.mcore4j.data.indexed.CorruptDatasetException;
 import io.mcore4j.parallel.Backend;
+import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.samples.launch.LaunchedRank;
+import io.mcore4j.training.TrainingLoop;
+import io.mcore4j.training.TrainingSummary;
+import io.mcore4j.training.gpt.GptPretraining;
+import io.mcore4j.training.gpt.GptTrainingSetup;
+import picocli.CommandLine;
 
 import java.io.PrintStream;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.Locale;
+import java.util.function.Consumer;
 
 /**
- * {@code pretrain-gpt}: trains a GPT with Megatron-LM-style flags.
+ * {@code pretrain-gpt}: trains a GPT with Megatron-LM-style flags ({@link PretrainArgs}) through the
+ * library's training loop ({@link GptPretraining}).
  *
  * <p>Ranks: with {@code --nproc N} (and no launcher variables) N threads of this JVM are the ranks,
- * on CPU. Under torchrun ({@code torchrun --no-python java ...}), srun or mpirun, each process is one
- * rank: on its GPU over NCCL when CUDA devices are visible, otherwise on the CPU over TCP, meeting
- * at MASTER_ADDR:MASTER_PORT (see {@link LaunchedRank}).
+ * on the CPU; a single rank uses the GPU when CUDA is visible. Under torchrun
+ * ({@code torchrun --no-python java ...}), srun or mpirun, each process is one rank: on its GPU over
+ * NCCL when CUDA devices are visible, otherwise on the CPU over TCP, meeting at MASTER_ADDR:MASTER_PORT
+ * (see {@link LaunchedRank}).
+ *
+ * <p>Exit codes: 0 done; 2 a bad flag or value (one line naming it); 1 the run failed.
  */
 public final class PretrainGpt {
     private PretrainGpt() {}
 
     /**
-     * @param argv Megatron-LM-style flags; see {@link PretrainArgs}
+     * @param argv Megatron-LM-style flags; {@code --help} lists them
      */
     public static void main(String[] argv) {
-        PretrainArgs args;
+        System.exit(execute("pretrain-gpt", argv, System.out, System.err, (args, out) -> run(args, out)));
+    }
+
+    /** A front-end's job once its flags are parsed. */
+    @FunctionalInterface
+    public interface Job {
+        /**
+         * @param args the parsed, checked flags
+         * @param out standard output
+         * @throws Exception if the job fails
+         */
+        void run(PretrainArgs args, PrintStream out) throws Exception;
+    }
+
+    /**
+     * Parses the flags into a fresh {@link PretrainArgs} (plus the command's own options object, when
+     * given), runs the job, and maps failures to exit codes.
+     *
+     * @return the exit code: 0, 2 for bad flags or values, 1 for a failed run
+     */
+    static int execute(String name, String[] argv, PrintStream out, PrintStream err, Job job) {
+        return execute(name, new PretrainArgs(), null, List.of(), argv, out, err, job);
+    }
+
+    /**
+     * Like {@link #execute(String, String[], PrintStream, PrintStream, Job)} for a front-end with its
+     * own options object, which gets the pretrain-gpt flags as a mixin, and preset flags parsed before
+     * the user's (the user's win).
+     *
+     * @param name the command's name in messages and usage
+     * @param args receives the pretrain-gpt flags
+     * @param extra the front-end's own picocli options object
+     * @param presets flags parsed before {@code argv}
+     * @param argv the command line
+     * @param out standard output
+     * @param err standard error
+     * @param job the work
+     * @return the exit code: 0, 2 for bad flags or values, 1 for a failed run
+     */
+    public static int execute(String name, PretrainArgs args, Object extra, List<String> presets, String[] argv,
+                       PrintStream out, PrintStream err, Job job) {
+        CommandLine cmd = new CommandLine(extra != null ? extra : args).setOverwrittenOptionsAllowed(true);
+        if (extra != null) {
+            cmd.addMixin("pretrain", args);
+        }
+        cmd.getCommandSpec().name(name);
+        cmd.getCommandSpec().mixinStandardHelpOptions(true);
         try {
-            args = PretrainArgs.parse(argv);
-        } catch (IllegalArgumentException e) {
-            System.err.println("pretrain-gpt: " + e.getMessage());
-            System.exit(2);
-            return;
+            String[] all = java.util.stream.Stream.concat(presets.stream(), java.util.Arrays.stream(argv))
+                    .toArray(String[]::new);
+            cmd.parseArgs(all);
+            if (cmd.isUsageHelpRequested()) {
+                cmd.usage(out);
+                return 0;
+            }
+            if (cmd.isVersionHelpRequested()) {
+                out.println(name + " " + Mcore4jVersion.get());
+                return 0;
+            }
+            args.setup(); // every flag checked before anything is allocated
+        } catch (CommandLine.ParameterException | IllegalArgumentException e) {
+            err.println(name + ": " + e.getMessage());
+            err.println("Usage: " + name + " [FLAGS]; '" + name + " --help' lists the flags.");
+            return 2;
         }
         try {
-            run(args, System.out);
+            job.run(args, out);
+            return 0;
         } catch (Exception e) {
-            System.err.println("pretrain-gpt failed: " + e);
-            e.printStackTrace();
-            System.exit(1);
+            IllegalArgumentException bad = badInput(e);
+            if (bad != null) {
+                err.println(name + ": " + bad.getMessage());
+                return 2;
+            }
+            if (e instanceof CorruptDatasetException corrupt) {
+                err.println(name + ": " + corrupt.getMessage());
+                return 2;
+            }
+            err.println(name + " failed: " + e);
+            e.printStackTrace(err);
+            return 1;
         }
+    }
+
+    /** The bad-input exception behind a failure (ranks wrap what they throw), or null. */
+    private static IllegalArgumentException badInput(Throwable e) {
+        for (Throwable t = e; t != null; t = t.getCause()) {
+            if (t instanceof IllegalArgumentException iae) {
+                return iae;
+            }
+        }
+        return null;
     }
 
     /**
@@ -56,43 +148,208 @@ public final class PretrainGpt {
      * @throws Exception if any rank fails
      */
     public static List<Double> run(PretrainArgs args, PrintStream out) throws Exception {
+        return run(args, out, b -> {}, false).losses();
+    }
+
+    /**
+     * Runs the job on every rank of this process.
+     *
+     * @param args parsed flags
+     * @param out where the logging rank prints
+     * @param loop further options of each rank's loop (a listener, more sinks)
+     * @param timePhases synchronise the device between a step's phases and report their times
+     * @return what the logging rank's run did (the first rank's where none logs)
+     * @throws Exception if any rank fails
+     */
+    public static TrainingSummary run(PretrainArgs args, PrintStream out, Consumer<TrainingLoop.Builder> loop,
+                                      boolean timePhases) throws Exception {
+        return run(args, out, loop, timePhases, true);
+    }
+
+    /**
+     * Runs the job on every rank of this process.
+     *
+     * @param args parsed flags
+     * @param out where the logging rank prints
+     * @param loop further options of each rank's loop (a listener, more sinks)
+     * @param timePhases synchronise the device between a step's phases and report their times
+     * @param writeMetrics write metrics.jsonl and loss.png (the benchmark does not)
+     * @return what the logging rank's run did (the first rank's where none logs)
+     * @throws Exception if any rank fails
+     */
+    public static TrainingSummary run(PretrainArgs args, PrintStream out, Consumer<TrainingLoop.Builder> loop,
+                                      boolean timePhases, boolean writeMetrics) throws Exception {
         Mcore4j.ensureInitialized();
-        Duration timeout = Duration.ofSeconds(args.timeoutSeconds());
+        GptTrainingSetup setup = args.setup();
+        Duration timeout = Duration.ofMillis((long) (args.timeoutMinutes * 60_000));
         boolean launched = System.getenv("RANK") != null || System.getenv("SLURM_PROCID") != null
                 || System.getenv("OMPI_COMM_WORLD_RANK") != null;
-        int world = launched ? LaunchEnvironment.fromSystem().worldSize() : args.nproc();
-        args.microBatchesPerStep(world); // fails early, naming the flags, if the batch does not divide
-        try (GptSplits splits = datasets(args)) {
+        int world = launched ? LaunchEnvironment.fromSystem().worldSize() : args.nproc;
+        setup.dims(world); // fails early, naming the flags, if the layout or the batch does not divide
+        try (GptSplits splits = datasets(args, out)) {
             SampleDataset train = splits.train().orElseThrow(() -> new IllegalArgumentException("the data has no training split"));
-            SampleDataset valid = splits.valid().orElse(null);
-            if (launched) {
-                LaunchedRank rank = LaunchedRank.connect(timeout);
+            SampleDataset valid = args.evalInterval > 0 ? splits.valid().orElse(null) : null;
+            if (launched || world == 1) {
+                LaunchedRank rank = launched ? LaunchedRank.connect(timeout) : singleRank(timeout);
                 try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
-                    return new Trainer(args, backend, root, train, valid, out).run();
+                    return GptPretraining.run(setup, backend, root, train, valid,
+                            rankOptions(args, out, loop, rank.device(), writeMetrics), timePhases);
                 }
             }
-            List<List<Double>> perRank = InJvmWorld.run(world, timeout,
-                    rank -> new Trainer(args, rank.backend(), rank.manager(), train, valid, out).run());
-            return perRank.stream().filter(l -> !l.isEmpty()).findFirst().orElse(List.of());
+            List<TrainingSummary> perRank;
+            try {
+                perRank = InJvmWorld.run(world, timeout, rank -> GptPretraining.run(setup, rank.backend(), rank.manager(),
+                        train, valid, rankOptions(args, out, loop, Device.cpu(), writeMetrics), timePhases));
+            } catch (InJvmWorld.RankFailedException e) {
+                IllegalArgumentException bad = badInput(e);
+                throw bad != null ? bad : e; // a bad value the ranks found is the caller's error, not a crash
+            }
+            return perRank.stream().filter(s -> !s.losses().isEmpty()).findFirst().orElse(perRank.get(0));
         }
     }
 
-    private static GptSplits datasets(PretrainArgs args) throws Exception {
-        long trainSamples = (long) args.trainIters() * args.globalBatchSize();
-        long validSamples = (long) Math.max(1, args.evalIters()) * args.globalBatchSize();
-        GptDatasetBuilder builder = GptDatasetBuilder.create().sequenceLength(args.seqLength()).seed(args.seed())
-                .split(args.split()).samples(Math.max(trainSamples, args.globalBatchSize()), validSamples, 0);
-        if (args.mockData()) {
-            builder.mock(args.vocabSize());
-        } else if (args.corpus() != null) {
+    /** One rank in this JVM: on the GPU when CUDA is visible (and MCORE4J_DEVICE is not cpu), else the CPU. */
+    private static LaunchedRank singleRank(Duration timeout) {
+        boolean gpu = !System.getenv().getOrDefault("MCORE4J_DEVICE", "").equalsIgnoreCase("cpu")
+                && Engine.getInstance().getGpuCount() > 0;
+        return new LaunchedRank(new InJvmFabric(1, timeout).backend(0), gpu ? Device.gpu() : Device.cpu());
+    }
+
+    private static Consumer<TrainingLoop.Builder> rankOptions(PretrainArgs args, PrintStream out,
+                                                             Consumer<TrainingLoop.Builder> extra, Device device,
+                                                             boolean writeMetrics) {
+        Path metricsDir = args.metricsDir != null ? args.metricsDir : args.save != null ? args.save : Path.of("runs", "pretrain-gpt");
+        Double peak = args.peakTflops != null ? args.peakTflops : device.isGpu() ? Double.valueOf(989) : null;
+        return b -> {
+            b.out(out).peakTflops(peak);
+            if (writeMetrics) {
+                b.sink(new MetricsLogSink(metricsDir, out));
+            }
+            extra.accept(b);
+        };
+    }
+
+    private static GptSplits datasets(PretrainArgs args, PrintStream out) throws Exception {
+        long trainSamples = Math.max(args.trainIters, 1) * args.globalBatchSize;
+        long validSamples = args.evalInterval > 0 ? (long) args.evalIters * args.globalBatchSize : 0;
+        GptDatasetBuilder builder = GptDatasetBuilder.create().sequenceLength(args.seqLength).seed(args.seed)
+                .split(args.splitWeights()).samples(trainSamples, validSamples, 0);
+        if (args.mockData) {
+            builder.mock(args.vocabSize);
+        } else {
+            // token ids at or above --vocab-size would train silently at TP > 1 (no rank owns their row)
+            builder.vocabSize(args.vocabSize);
+        }
+        if (args.mockData) {
+            // mock tokens are drawn below --vocab-size
+        } else if (args.corpus != null) {
             Path prefix = Path.of("runs", "corpus", "sources_text_document");
-            int documents = SourceCorpus.build(args.corpus(), prefix);
-            System.out.println("corpus: " + documents + " documents from " + args.corpus().toAbsolutePath().normalize()
+            int documents = SourceCorpus.build(args.corpus, prefix);
+            out.println("corpus: " + documents + " documents from " + args.corpus.toAbsolutePath().normalize()
                     + " -> " + prefix + ".bin/.idx (byte-level tokens)");
             builder.dataPath(prefix.toString());
         } else {
-            builder.dataPath(String.join(" ", args.dataPath()));
+            builder.dataPath(String.join(" ", args.dataPath));
         }
         return builder.build();
+    }
+
+    /** The project version from the jar's manifest. */
+    static final class Mcore4jVersion {
+        private Mcore4jVersion() {}
+
+        static String get() {
+            String v = PretrainGpt.class.getPackage().getImplementationVersion();
+            return v != null ? v : "(development build)";
+        }
+    }
+
+    /** Bridges the loop's metrics to the run's metrics.jsonl, loss curve and progress bar. */
+    private static final class MetricsLogSink implements io.mcore4j.training.metrics.MetricsSink {
+        private final Path directory;
+        private final PrintStream out;
+        private MetricsLog log;
+
+        MetricsLogSink(Path directory, PrintStream out) {
+            this.directory = directory;
+            this.out = out;
+        }
+
+        @Override
+        public void begin(long startIteration, long trainIterations) {
+            keepOneRun(directory.resolve("metrics.jsonl"), startIteration);
+            log = new MetricsLog(directory);
+        }
+
+        /**
+         * One run per file: a fresh run moves another run's records aside (to metrics.jsonl.N, nothing
+         * is lost); a resumed run drops the records past the iteration it resumes after (the stopped
+         * run's iterations that the checkpoint does not hold, which this run does again).
+         */
+        private void keepOneRun(java.nio.file.Path file, long startIteration) {
+            try {
+                if (!java.nio.file.Files.exists(file) || java.nio.file.Files.size(file) == 0) {
+                    return;
+                }
+                if (startIteration == 0) {
+                    int n = 1;
+                    while (java.nio.file.Files.exists(file.resolveSibling("metrics.jsonl." + n))) {
+                        n++;
+                    }
+                    java.nio.file.Path aside = file.resolveSibling("metrics.jsonl." + n);
+                    java.nio.file.Files.move(file, aside);
+                    out.println("metrics: another run's records moved to " + aside);
+                    return;
+                }
+                java.util.regex.Pattern it = java.util.regex.Pattern.compile("\"iteration\": *(\\d+)");
+                List<String> kept = java.nio.file.Files.readAllLines(file).stream().filter(line -> {
+                    java.util.regex.Matcher m = it.matcher(line);
+                    return !m.find() || Long.parseLong(m.group(1)) <= startIteration;
+                }).toList();
+                java.nio.file.Files.write(file, kept);
+            } catch (java.io.IOException e) {
+                throw new java.io.UncheckedIOException("cannot prepare " + file, e);
+            }
+        }
+
+        @Override
+        public void iterationDone(long iteration, long trainIterations) {
+            Progress.show(iteration, trainIterations);
+        }
+
+        @Override
+        public void write(long iteration, java.util.Map<String, Double> scalars) {
+            Progress.clear();
+            Object[] fields = new Object[2 * scalars.size() + 2];
+            fields[0] = "iteration";
+            fields[1] = iteration;
+            int i = 2;
+            for (var e : scalars.entrySet()) {
+                String key = switch (e.getKey()) {
+                    case io.mcore4j.training.metrics.MetricNames.LOSS -> "loss";
+                    case io.mcore4j.training.metrics.MetricNames.VALID_LOSS -> "valid_loss";
+                    default -> e.getKey().replaceAll("[^A-Za-z0-9]+", "_").toLowerCase(Locale.ROOT);
+                };
+                fields[i++] = key;
+                fields[i++] = e.getValue();
+            }
+            log.record(fields);
+        }
+
+        @Override
+        public void close() {
+            if (log != null) {
+                String curve;
+                try {
+                    Path png = log.writeLossCurve();
+                    curve = png != null ? png.toString() : "not drawn (this Java runtime has no java.desktop module)";
+                } catch (RuntimeException | Error e) {
+                    // e.g. a runtime with Java2D but without fonts: the metrics are kept, the picture is not
+                    curve = "not drawn (" + e.getMessage() + ")";
+                }
+                out.println("metrics: " + directory.resolve("metrics.jsonl") + ", loss curve: " + curve);
+                log.close();
+            }
+        }
     }
 }

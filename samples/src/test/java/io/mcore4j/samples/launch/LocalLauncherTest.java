@@ -30,7 +30,7 @@ class LocalLauncherTest {
         List<String> flags = List.of("--tensor-model-parallel-size", "2", "--num-layers", "2", "--hidden-size", "32",
                 "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4",
                 "--train-iters", "4", "--log-interval", "1", "--mock-data", "--vocab-size", "250",
-                "--make-vocab-size-divisible-by", "64", "--distributed-timeout-seconds", "60");
+                "--make-vocab-size-divisible-by", "64", "--distributed-timeout-minutes", "1");
         List<String> inJvm = new ArrayList<>(flags);
         inJvm.addAll(List.of("--nproc", "2", "--metrics-dir", dir.resolve("threads").toString()));
         ByteArrayOutputStream threadsOut = new ByteArrayOutputStream();

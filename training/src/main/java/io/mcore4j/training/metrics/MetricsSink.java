@@ -16,6 +16,24 @@ public interface MetricsSink extends AutoCloseable {
      */
     void write(long iteration, Map<String, Double> scalars);
 
+    /**
+     * Called once before the first iteration: 0 for a fresh run, else the iteration a resumed run
+     * continues after. A file-backed sink keeps one run per file (a fresh run does not append to
+     * another run's records; a resumed run drops records past {@code startIteration}).
+     *
+     * @param startIteration iterations already done
+     * @param trainIterations the iteration the run stops at
+     */
+    default void begin(long startIteration, long trainIterations) {}
+
+    /**
+     * Called after every iteration, logged or not (progress displays).
+     *
+     * @param iteration the iteration just done
+     * @param trainIterations the iteration the run stops at
+     */
+    default void iterationDone(long iteration, long trainIterations) {}
+
     /** Flushes and releases files; the sink is unusable afterwards. */
     @Override
     default void close() {}

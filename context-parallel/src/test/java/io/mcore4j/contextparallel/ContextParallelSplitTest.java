@@ -1,0 +1,75 @@
+package io.mcore4j.contextparallel;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
+
+import java.util.Arrays;
+import java.util.List;
+
+import org.junit.jupiter.api.Test;
+
+/** The load-balanced split: which positions each rank holds, and the tensors it cuts. */
+class ContextParallelSplitTest {
+
+    @Test
+    void rankIHoldsChunksIAndTwoCpMinusOneMinusI() {
+        // CP2, S=8: chunks of 2; rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2
+        assertArrayEquals(new long[] {0, 1, 6, 7}, new ContextParallelSplit(2, 0).positions(8));
+        assertArrayEquals(new long[] {2, 3, 4, 5}, new ContextParallelSplit(2, 1).positions(8));
+        // CP4, S=16: rank 2 holds chunks 2 and 5
+        assertArrayEquals(new long[] {4, 5, 10, 11}, new ContextParallelSplit(4, 2).positions(16));
+        assertArrayEquals(new long[] {0, 1, 2, 3}, new ContextParallelSplit(1, 0).positions(4));
+        assertArrayEquals(new long[] {0, 1, 6, 7, 2, 3, 4, 5}, new ContextParallelSplit(2, 1).gatheredPositions(8));
+        // every position exactly once over the group
+        long[] all = new ContextParallelSplit(4, 0).gatheredPositions(24);
+        long[] sorted = all.clone();
+        Arrays.sort(sorted);
+        for (int i = 0; i < sorted.length; i++) {
+            assertEquals(i, sorted[i]);
+        }
+    }
+
+    @Test
+    void splitCutsAnyPerTokenTensorAlongItsSequenceDim() {
+        try (NDManager m = NDManager.newBaseManager()) {
+            NDArray sequenceFirst = m.arange(0, 16, 1, ai.djl.ndarray.types.DataType.INT64).reshape(8, 2);
+            ContextParallelSplit split = new ContextParallelSplit(2, 1);
+            NDArray s = split.split(sequenceFirst, 0, m);
+            assertEquals(new Shape(4, 2), s.getShape());
+            assertArrayEquals(new long[] {4, 5, 6, 7, 8, 9, 10, 11}, s.toLongArray());
+            NDArray batchFirst = sequenceFirst.transpose();
+            NDArray b = split.split(batchFirst, 1, m);
+            assertArrayEquals(new long[] {4, 6, 8, 10, 5, 7, 9, 11}, b.toLongArray());
+            assertArrayEquals(split.positions(8), split.positionIds(m, 8).toLongArray());
+            NDArray r0 = new ContextParallelSplit(2, 0).split(sequenceFirst, 0, m);
+            assertArrayEquals(new long[] {0, 1, 2, 3, 12, 13, 14, 15}, r0.toLongArray());
+        }
+    }
+
+    @Test
+    void runsAreMaximalConsecutiveRanges() {
+        List<long[]> runs = ContextParallelSplit.runs(new long[] {2, 3, 4, 9, 10, 12});
+        assertEquals(3, runs.size());
+        assertArrayEquals(new long[] {2, 5}, runs.get(0));
+        assertArrayEquals(new long[] {9, 11}, runs.get(1));
+        assertArrayEquals(new long[] {12, 13}, runs.get(2));
+    }
+
+    @Test
+    void badSizesAndLengthsAreNamed() {
+        assertEquals("sequence length 10 is not divisible by 2 x context parallel size 2 = 4 (the load-balanced causal"
+                        + " split cuts the sequence into 2·CP equal chunks)",
+                assertThrows(IllegalArgumentException.class, () -> new ContextParallelSplit(2, 0).positions(10)).getMessage());
+        assertEquals("context parallel rank 2 is outside [0, 2)",
+                assertThrows(IllegalArgumentException.class, () -> new ContextParallelSplit(2, 2)).getMessage());
+        assertEquals("--cp-comm-type a2a is not supported; supported: [allgather, p2p] (Megatron-Core's a2a and a2a+p2p"
+                + " are not implemented)", assertThrows(IllegalArgumentException.class, () -> CpCommType.fromFlag("a2a")).getMessage());
+        assertEquals(CpCommType.ALL_GATHER, CpCommType.fromFlag("all_gather"));
+        assertEquals(CpCommType.P2P, CpCommType.fromFlag("p2p"));
+    }
+}

@@ -1,0 +1,60 @@
+package io.mcore4j.hf;
+
+import java.util.Arrays;
+import java.util.stream.Collectors;
+
+/**
+ * The Hugging Face model classes the bridge imports and exports, by their {@code architectures}
+ * name in {@code config.json}.
+ */
+public enum HfArchitecture {
+    /** LLaMA 2/3: RMSNorm, SwiGLU, RoPE (optionally LLaMA 3.1 scaled), grouped queries. */
+    LLAMA("LlamaForCausalLM", "llama"),
+    /** Qwen2: LLaMA's shape with biases on the query, key and value projections. */
+    QWEN2("Qwen2ForCausalLM", "qwen2"),
+    /** Mistral: LLaMA's shape; a sliding window is refused. */
+    MISTRAL("MistralForCausalLM", "mistral"),
+    /** Mixtral: Mistral's attention, every MLP a top-k mixture of SwiGLU experts. */
+    MIXTRAL("MixtralForCausalLM", "mixtral"),
+    /** GPT-2: LayerNorm, tanh GELU, learned positions, Conv1D (transposed) weights, biases everywhere. */
+    GPT2("GPT2LMHeadModel", "gpt2");
+
+    private final String className;
+    private final String modelType;
+
+    HfArchitecture(String className, String modelType) {
+        this.className = className;
+        this.modelType = modelType;
+    }
+
+    /** @return the class name in {@code architectures}, e.g. {@code "LlamaForCausalLM"} */
+    public String className() {
+        return className;
+    }
+
+    /** @return the {@code model_type} of {@code config.json}, e.g. {@code "llama"} */
+    public String modelType() {
+        return modelType;
+    }
+
+    /** @return whether the layers have LLaMA's structure and tensor names ({@code model.layers.N...}) */
+    public boolean isLlamaFamily() {
+        return this != GPT2;
+    }
+
+    /**
+     * @param className an {@code architectures} entry
+     * @param file the config file, for the error
+     * @return the architecture
+     * @throws HfCheckpointException naming the class and the supported ones
+     */
+    public static HfArchitecture of(String className, String file) {
+        for (HfArchitecture a : values()) {
+            if (a.className.equals(className)) {
+                return a;
+            }
+        }
+        throw new HfCheckpointException(file + ": architecture \"" + className + "\" is not supported; supported: "
+                + Arrays.stream(values()).map(HfArchitecture::className).collect(Collectors.joining(", ")));
+    }
+}

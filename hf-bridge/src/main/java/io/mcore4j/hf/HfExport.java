@@ -1,0 +1,345 @@
+package io.mcore4j.hf;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.DataType;
+import com.google.gson.GsonBuilder;
+import com.google.gson.JsonArray;
+import com.google.gson.JsonObject;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.parallel.Communicator;
+
+import java.io.IOException;
+import java.io.RandomAccessFile;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+
+/**
+ * Writes a model held at any layout as a Hugging Face checkpoint directory: {@code config.json}
+ * and {@code model.safetensors} (or numbered shard files with {@code model.safetensors.index.json}
+ * above {@code maxShardBytes}) in the chosen dtype, bfloat16 by default, converted in Java.
+ *
+ * <p>Collective over the world group: world rank 0 lays the files out (every rank computes the same
+ * layout from the config), a barrier follows, then every rank writes the main replicas of its own
+ * pieces straight to their byte ranges with positional writes, so nothing is gathered; after a
+ * second barrier rank 0 writes the config and index, and a last barrier lets every rank return with
+ * the directory complete. Padded vocabulary rows are dropped.
+ */
+public final class HfExport {
+    /** Transformers' default shard size. */
+    public static final long DEFAULT_MAX_SHARD_BYTES = 5_000_000_000L;
+    private static final long SLAB_VALUES = 1 << 22;
+
+    private HfExport() {}
+
+    /** Where one Hugging Face tensor lives in the output. */
+    private record Placement(Path file, HfWeightMap.HfTensor tensor, long begin) {}
+
+    /**
+     * Writes the model with the default shard size.
+     *
+     * @param dir output directory (created; existing model files in it are replaced)
+     * @param config the Hugging Face config of the model ({@link HfCheckpoint#config()} of the
+     *     checkpoint it was imported from, or {@link HfConfig#forModel})
+     * @param chunks this rank's model chunks
+     * @param world the world group (barriers); every rank calls this
+     * @param dtype the dtype of the written tensors
+     * @throws HfCheckpointException if a piece does not match the config or a write fails
+     */
+    public static void write(Path dir, HfConfig config, List<? extends Module> chunks, Communicator world, HfDtype dtype) {
+        write(dir, config, chunks, world, dtype, DEFAULT_MAX_SHARD_BYTES);
+    }
+
+    /**
+     * Writes the model.
+     *
+     * @param dir output directory
+     * @param config the Hugging Face config of the model
+     * @param chunks this rank's model chunks
+     * @param world the world group; every rank calls this
+     * @param dtype the dtype of the written tensors
+     * @param maxShardBytes largest shard file (a tensor larger than this gets a file of its own)
+     */
+    public static void write(Path dir, HfConfig config, List<? extends Module> chunks, Communicator world, HfDtype dtype,
+                             long maxShardBytes) {
+        HfWeightMap names = HfWeightMap.of(config.architecture(), config.transformerConfig(), config.vocabSize(),
+                "transformer.");
+        List<List<HfWeightMap.HfTensor>> shards = split(names, dtype, maxShardBytes);
+        Map<String, Placement> placements = new LinkedHashMap<>();
+        List<ByteBuffer> headers = new ArrayList<>();
+        List<Path> paths = new ArrayList<>();
+        for (int i = 0; i < shards.size(); i++) {
+            Path file = dir.resolve(shards.size() == 1 ? "model.safetensors"
+                    : String.format(Locale.ROOT, "model-%05d-of-%05d.safetensors", i + 1, shards.size()));
+            paths.add(file);
+            headers.add(header(shards.get(i), dtype, file, placements));
+        }
+        if (world.rank() == 0) {
+            try {
+                Files.createDirectories(dir);
+                Files.deleteIfExists(dir.resolve("model.safetensors.index.json"));
+                for (int i = 0; i < paths.size(); i++) {
+                    long size = headers.get(i).remaining();
+                    for (HfWeightMap.HfTensor t : shards.get(i)) {
+                        size += volume(t.shape()) * dtype.bytes();
+                    }
+                    try (RandomAccessFile f = new RandomAccessFile(paths.get(i).toFile(), "rw")) {
+                        f.setLength(0);
+                        f.setLength(size);
+                        f.getChannel().write(headers.get(i).duplicate(), 0);
+                    }
+                }
+            } catch (IOException e) {
+                throw new HfCheckpointException("cannot lay out the safetensors files in " + dir + ": " + e, e);
+            }
+        }
+        world.barrier();
+        Map<Path, FileChannel> open = new LinkedHashMap<>();
+        try {
+            for (Module chunk : chunks) {
+                List<ShardedTensor> pieces = chunk.shardedState("");
+                HfWeightMap map = HfWeightMap.of(config.architecture(),
+                        HfConfig.withVocab(config.transformerConfig(), vocabOf(pieces, config.vocabSize())),
+                        config.vocabSize(), "transformer.");
+                for (ShardedTensor piece : pieces) {
+                    if (piece.isMainReplica()) {
+                        writePiece(piece, plan(map, piece, config), placements, dtype, open);
+                    }
+                }
+            }
+        } finally {
+            for (Map.Entry<Path, FileChannel> e : open.entrySet()) {
+                try {
+                    e.getValue().close();
+                } catch (IOException ex) {
+                    throw new HfCheckpointException("cannot close " + e.getKey() + ": " + ex, ex);
+                }
+            }
+        }
+        world.barrier();
+        if (world.rank() == 0) {
+            writeJson(dir, config, dtype, shards, paths);
+        }
+        world.barrier();
+    }
+
+    private static HfWeightMap.Plan plan(HfWeightMap map, ShardedTensor piece, HfConfig config) {
+        HfWeightMap.Plan plan = map.plans().get(piece.key());
+        if (plan == null) {
+            throw new HfCheckpointException("model tensor \"" + piece.key() + "\" has no counterpart in "
+                    + config.architecture().className());
+        }
+        if (!java.util.Arrays.equals(plan.shape(), piece.globalShape())) {
+            throw new HfCheckpointException("model tensor \"" + piece.key() + "\" has global shape "
+                    + java.util.Arrays.toString(piece.globalShape()) + " but the config implies "
+                    + java.util.Arrays.toString(plan.shape()));
+        }
+        return plan;
+    }
+
+    private static int vocabOf(List<ShardedTensor> pieces, int fallback) {
+        for (ShardedTensor t : pieces) {
+            if (t.key().equals("embedding.word_embeddings.weight") || t.key().equals("output_layer.weight")) {
+                return (int) t.globalShape()[0];
+            }
+        }
+        return fallback;
+    }
+
+    /** Tensors into files of at most {@code maxBytes} each, in order. */
+    private static List<List<HfWeightMap.HfTensor>> split(HfWeightMap names, HfDtype dtype, long maxBytes) {
+        List<List<HfWeightMap.HfTensor>> out = new ArrayList<>();
+        List<HfWeightMap.HfTensor> current = new ArrayList<>();
+        long bytes = 0;
+        for (HfWeightMap.HfTensor t : names.tensors().values()) {
+            long size = volume(t.shape()) * dtype.bytes();
+            if (!current.isEmpty() && bytes + size > maxBytes) {
+                out.add(current);
+                current = new ArrayList<>();
+                bytes = 0;
+            }
+            current.add(t);
+            bytes += size;
+        }
+        out.add(current);
+        return out;
+    }
+
+    /** The encoded header of one file (8-byte length, JSON padded with spaces to 8 bytes); records placements. */
+    private static ByteBuffer header(List<HfWeightMap.HfTensor> tensors, HfDtype dtype, Path file,
+                                     Map<String, Placement> placements) {
+        JsonObject json = new JsonObject();
+        JsonObject meta = new JsonObject();
+        meta.addProperty("format", "pt");
+        json.add("__metadata__", meta);
+        long offset = 0;
+        List<long[]> ranges = new ArrayList<>();
+        for (HfWeightMap.HfTensor t : tensors) {
+            JsonObject e = new JsonObject();
+            e.addProperty("dtype", dtype.name());
+            JsonArray shape = new JsonArray();
+            for (long s : t.shape()) {
+                shape.add(s);
+            }
+            e.add("shape", shape);
+            long end = offset + volume(t.shape()) * dtype.bytes();
+            JsonArray range = new JsonArray();
+            range.add(offset);
+            range.add(end);
+            e.add("data_offsets", range);
+            json.add(t.name(), e);
+            ranges.add(new long[] {offset, end});
+            offset = end;
+        }
+        byte[] text = json.toString().getBytes(StandardCharsets.UTF_8);
+        int padded = (text.length + 7) / 8 * 8;
+        ByteBuffer out = ByteBuffer.allocate(8 + padded).order(ByteOrder.LITTLE_ENDIAN);
+        out.putLong(padded).put(text);
+        while (out.hasRemaining()) {
+            out.put((byte) ' ');
+        }
+        out.flip();
+        for (int i = 0; i < tensors.size(); i++) {
+            placements.put(tensors.get(i).name(), new Placement(file, tensors.get(i), 8 + padded + ranges.get(i)[0]));
+        }
+        return out;
+    }
+
+    /** Writes one piece's rows, slab by slab, to every Hugging Face tensor its rows come from. */
+    private static void writePiece(ShardedTensor piece, HfWeightMap.Plan plan, Map<String, Placement> placements,
+                                   HfDtype dtype, Map<Path, FileChannel> open) {
+        NDArray data = piece.data();
+        long[] local = data.getShape().getShape().clone();
+        long rows = local[0];
+        long columns = local.length == 1 ? 1 : local[1];
+        long[] offset = piece.globalOffset();
+        long column0 = local.length == 1 ? 0 : offset[1];
+        int parts = 1;
+        while (rows / parts * columns > SLAB_VALUES && parts < rows) {
+            do {
+                parts++;
+            } while (rows % parts != 0);
+        }
+        long slabRows = rows / parts;
+        for (int p = 0; p < parts; p++) {
+            float[] values;
+            NDArray slab = parts == 1 ? data : Tensors.chunk(data, 0, parts, p);
+            try (NDArray f32 = slab.toType(DataType.FLOAT32, true)) {
+                values = f32.toFloatArray();
+            } finally {
+                if (slab != data) {
+                    slab.close();
+                }
+            }
+            long row0 = offset[0] + p * slabRows;
+            for (HfWeightMap.Segment s : plan.segments()) {
+                long a = Math.max(row0, s.start());
+                long b = Math.min(row0 + slabRows, s.start() + s.length());
+                if (a >= b || s.hfName() == null) {
+                    continue; // vocabulary padding is dropped
+                }
+                Placement place = placements.get(s.hfName());
+                FileChannel channel = open.computeIfAbsent(place.file(), HfExport::openForWrite);
+                long[] hfShape = place.tensor().shape();
+                long hfColumns = hfShape.length == 1 ? 1 : hfShape[hfShape.length - 1];
+                long hfRow = s.hfStart() + (a - s.start());
+                int n = (int) (b - a);
+                if (!s.transposed()) {
+                    int from = (int) ((a - row0) * columns);
+                    if (columns == hfColumns) {
+                        put(channel, place, values, from, (int) (n * columns), hfRow * hfColumns, dtype);
+                    } else {
+                        for (int i = 0; i < n; i++) {
+                            put(channel, place, values, from + (int) (i * columns), (int) columns,
+                                    (hfRow + i) * hfColumns + column0, dtype);
+                        }
+                    }
+                } else {
+                    // the stored tensor is [our columns, our rows]: each of our columns is a run of one stored row
+                    float[] run = new float[n];
+                    for (long j = 0; j < columns; j++) {
+                        for (int i = 0; i < n; i++) {
+                            run[i] = values[(int) ((a - row0 + i) * columns + j)];
+                        }
+                        put(channel, place, run, 0, n, (column0 + j) * hfColumns + hfRow, dtype);
+                    }
+                }
+            }
+        }
+    }
+
+    private static void put(FileChannel channel, Placement place, float[] values, int from, int count, long element,
+                            HfDtype dtype) {
+        ByteBuffer bytes = ByteBuffer.allocate(count * dtype.bytes());
+        dtype.encode(values, from, count, bytes);
+        bytes.flip();
+        long at = place.begin() + element * dtype.bytes();
+        try {
+            while (bytes.hasRemaining()) {
+                at += channel.write(bytes, at);
+            }
+        } catch (IOException e) {
+            throw new HfCheckpointException("cannot write tensor \"" + place.tensor().name() + "\" to " + place.file()
+                    + ": " + e, e);
+        }
+    }
+
+    private static FileChannel openForWrite(Path file) {
+        try {
+            return FileChannel.open(file, StandardOpenOption.WRITE);
+        } catch (IOException e) {
+            throw new HfCheckpointException("cannot open " + file + " for writing: " + e, e);
+        }
+    }
+
+    private static void writeJson(Path dir, HfConfig config, HfDtype dtype, List<List<HfWeightMap.HfTensor>> shards,
+                                  List<Path> paths) {
+        JsonObject json = config.json();
+        json.addProperty("torch_dtype", dtype.torchName());
+        if (json.has("dtype")) {
+            json.addProperty("dtype", dtype.torchName());
+        }
+        try {
+            Files.writeString(dir.resolve("config.json"),
+                    new GsonBuilder().setPrettyPrinting().create().toJson(json) + "\n", StandardCharsets.UTF_8);
+            if (shards.size() > 1) {
+                JsonObject index = new JsonObject();
+                JsonObject meta = new JsonObject();
+                long total = 0;
+                JsonObject weightMap = new JsonObject();
+                for (int i = 0; i < shards.size(); i++) {
+                    for (HfWeightMap.HfTensor t : shards.get(i)) {
+                        total += volume(t.shape()) * dtype.bytes();
+                        weightMap.addProperty(t.name(), paths.get(i).getFileName().toString());
+                    }
+                }
+                meta.addProperty("total_size", total);
+                index.add("metadata", meta);
+                index.add("weight_map", weightMap);
+                Files.writeString(dir.resolve("model.safetensors.index.json"),
+                        new GsonBuilder().setPrettyPrinting().create().toJson(index) + "\n", StandardCharsets.UTF_8);
+            }
+        } catch (IOException e) {
+            throw new HfCheckpointException("cannot write config.json or the index in " + dir + ": " + e, e);
+        }
+    }
+
+    private static long volume(long[] shape) {
+        long v = 1;
+        for (long s : shape) {
+            v *= s;
+        }
+        return v;
+    }
+}

@@ -1,0 +1,251 @@
+package io.mcore4j.hf;
+
+import io.mcore4j.models.TransformerConfig;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The correspondence between mcore4j's global tensors and a Hugging Face checkpoint's tensors, for
+ * one architecture and config. Every mcore4j tensor ({@link Plan}) is a stack, along its dim 0, of
+ * {@link Segment}s: row ranges of Hugging Face tensors (read as stored, or transposed for GPT-2's
+ * Conv1D weights), or zero rows (vocabulary padding).
+ *
+ * <p>Layouts that differ from Hugging Face's:
+ * <ul>
+ * <li>The fused QKV weight (and bias) is grouped: for each query group, its
+ *     {@code heads/groups} query heads, then its key head, then its value head. Hugging Face's
+ *     separate q/k/v projections are head-major, so the rows are interleaved group by group.
+ *     RoPE needs no permutation: both rotate the two halves of each head ({@code rotate_half}).
+ * <li>SwiGLU's fused fc1 is {@code [gate; up]} (the tensor-parallel layer cuts it with stride 2).
+ * <li>The vocabulary is padded to the model's size: padded embedding/output rows are zero on import
+ *     and dropped on export.
+ * </ul>
+ */
+final class HfWeightMap {
+    /** A Hugging Face tensor the mapping needs, with the shape the config implies. */
+    record HfTensor(String name, long[] shape) {
+        @Override
+        public String toString() {
+            return name + Arrays.toString(shape);
+        }
+    }
+
+    /**
+     * Rows {@code [start, start + length)} of an mcore4j global tensor come from rows
+     * {@code [hfStart, hfStart + length)} of {@code hfName} (its columns are the mcore4j columns);
+     * when {@code transposed}, from its columns {@code [hfStart, hfStart + length)} (its rows are
+     * the mcore4j columns). A null name is zero rows.
+     */
+    record Segment(long start, long length, String hfName, long hfStart, boolean transposed) {}
+
+    /** One mcore4j global tensor: key, global shape, and its segments in row order, covering every row. */
+    record Plan(String key, long[] shape, List<Segment> segments) {
+        long columns() {
+            return shape.length == 1 ? 1 : shape[1];
+        }
+    }
+
+    private final Map<String, Plan> plans = new LinkedHashMap<>();
+    private final Map<String, HfTensor> tensors = new LinkedHashMap<>();
+
+    private HfWeightMap() {}
+
+    /** @return the mcore4j tensors by key */
+    Map<String, Plan> plans() {
+        return Collections.unmodifiableMap(plans);
+    }
+
+    /** @return the Hugging Face tensors by name, in checkpoint order */
+    Map<String, HfTensor> tensors() {
+        return Collections.unmodifiableMap(tensors);
+    }
+
+    /**
+     * Builds the mapping.
+     *
+     * @param arch the architecture
+     * @param model the mcore4j config (its vocabulary possibly padded)
+     * @param hfVocab the checkpoint's vocabulary size
+     * @param gpt2Prefix GPT-2's tensor name prefix ({@code "transformer."} or empty); unused otherwise
+     * @return the mapping
+     */
+    static HfWeightMap of(HfArchitecture arch, TransformerConfig model, int hfVocab, String gpt2Prefix) {
+        if (model.vocabSize() < hfVocab) {
+            throw new HfCheckpointException("the model's vocabulary of " + model.vocabSize()
+                    + " is smaller than the checkpoint's " + hfVocab);
+        }
+        HfWeightMap m = new HfWeightMap();
+        if (arch.isLlamaFamily()) {
+            m.llama(arch, model, hfVocab);
+        } else {
+            m.gpt2(model, hfVocab, gpt2Prefix);
+        }
+        return m;
+    }
+
+    private void llama(HfArchitecture arch, TransformerConfig c, int hfVocab) {
+        long h = c.hiddenSize();
+        long d = c.kvChannels();
+        long heads = c.numAttentionHeads();
+        long groups = c.numQueryGroups();
+        long ffn = c.ffnHiddenSize();
+        boolean bias = c.addBiasLinear();
+        boolean qkvBias = bias || c.addQkvBias();
+        vocab("embedding.word_embeddings.weight", "model.embed_tokens.weight", c.vocabSize(), hfVocab, h);
+        for (int i = 0; i < c.numLayers(); i++) {
+            String hf = "model.layers." + i + ".";
+            String mc = "decoder.layers." + i + ".";
+            same(mc + "input_layernorm.weight", hf + "input_layernorm.weight", h);
+            String q = hf + "self_attn.q_proj.";
+            String k = hf + "self_attn.k_proj.";
+            String v = hf + "self_attn.v_proj.";
+            groupedQkv(mc + "self_attention.linear_qkv.weight", q + "weight", k + "weight", v + "weight", heads, groups, d, h);
+            if (qkvBias) {
+                groupedQkv(mc + "self_attention.linear_qkv.bias", q + "bias", k + "bias", v + "bias", heads, groups, d, 0);
+            }
+            same(mc + "self_attention.linear_proj.weight", hf + "self_attn.o_proj.weight", h, heads * d);
+            if (bias) {
+                same(mc + "self_attention.linear_proj.bias", hf + "self_attn.o_proj.bias", h);
+            }
+            same(mc + "pre_mlp_layernorm.weight", hf + "post_attention_layernorm.weight", h);
+            if (c.isMoeLayer(i)) {
+                if (arch != HfArchitecture.MIXTRAL) {
+                    throw new HfCheckpointException(arch.className() + " has no mixture-of-experts layers");
+                }
+                long experts = c.moe().numExperts();
+                long expertFfn = c.moe().ffnHiddenSize();
+                String moe = hf + "block_sparse_moe.";
+                same(mc + "mlp.router.weight", moe + "gate.weight", experts, h);
+                for (int e = 0; e < experts; e++) {
+                    String ex = moe + "experts." + e + ".";
+                    String mx = mc + "mlp.experts.local_experts." + e + ".";
+                    stacked(mx + "linear_fc1.weight", h, ex + "w1.weight", ex + "w3.weight", expertFfn);
+                    same(mx + "linear_fc2.weight", ex + "w2.weight", h, expertFfn);
+                }
+            } else {
+                String mlp = hf + "mlp.";
+                stacked(mc + "mlp.linear_fc1.weight", h, mlp + "gate_proj.weight", mlp + "up_proj.weight", ffn);
+                if (bias) {
+                    stacked(mc + "mlp.linear_fc1.bias", 0, mlp + "gate_proj.bias", mlp + "up_proj.bias", ffn);
+                }
+                same(mc + "mlp.linear_fc2.weight", mlp + "down_proj.weight", h, ffn);
+                if (bias) {
+                    same(mc + "mlp.linear_fc2.bias", mlp + "down_proj.bias", h);
+                }
+            }
+        }
+        same("decoder.final_layernorm.weight", "model.norm.weight", h);
+        if (!c.tiedEmbeddings()) {
+            vocab("output_layer.weight", "lm_head.weight", c.vocabSize(), hfVocab, h);
+        }
+    }
+
+    private void gpt2(TransformerConfig c, int hfVocab, String p) {
+        long h = c.hiddenSize();
+        long d = c.kvChannels();
+        long heads = c.numAttentionHeads();
+        long ffn = c.ffnHiddenSize();
+        if (c.numQueryGroups() != heads || d * heads != h) {
+            throw new HfCheckpointException("GPT-2 has multi-head attention with h / heads channels per head; got "
+                    + c.numQueryGroups() + " groups and " + d + " channels for " + heads + " heads of width " + h);
+        }
+        vocab("embedding.word_embeddings.weight", p + "wte.weight", c.vocabSize(), hfVocab, h);
+        same("embedding.position_embeddings.weight", p + "wpe.weight", c.maxSequenceLength(), h);
+        for (int i = 0; i < c.numLayers(); i++) {
+            String hf = p + "h." + i + ".";
+            String mc = "decoder.layers." + i + ".";
+            same(mc + "input_layernorm.weight", hf + "ln_1.weight", h);
+            same(mc + "input_layernorm.bias", hf + "ln_1.bias", h);
+            // c_attn is [h, 3h] with output columns [q | k | v], each head-major; mcore4j groups them per head
+            String attn = hf + "attn.c_attn.";
+            need(attn + "weight", h, 3 * h);
+            need(attn + "bias", 3 * h);
+            List<Segment> w = new ArrayList<>();
+            List<Segment> b = new ArrayList<>();
+            for (long g = 0; g < heads; g++) {
+                for (long part = 0; part < 3; part++) {
+                    long start = (g * 3 + part) * d;
+                    w.add(new Segment(start, d, attn + "weight", part * h + g * d, true));
+                    b.add(new Segment(start, d, attn + "bias", part * h + g * d, false));
+                }
+            }
+            plan(mc + "self_attention.linear_qkv.weight", new long[] {3 * h, h}, w);
+            plan(mc + "self_attention.linear_qkv.bias", new long[] {3 * h}, b);
+            transposed(mc + "self_attention.linear_proj.weight", hf + "attn.c_proj.weight", h, h);
+            same(mc + "self_attention.linear_proj.bias", hf + "attn.c_proj.bias", h);
+            same(mc + "pre_mlp_layernorm.weight", hf + "ln_2.weight", h);
+            same(mc + "pre_mlp_layernorm.bias", hf + "ln_2.bias", h);
+            transposed(mc + "mlp.linear_fc1.weight", hf + "mlp.c_fc.weight", ffn, h);
+            same(mc + "mlp.linear_fc1.bias", hf + "mlp.c_fc.bias", ffn);
+            transposed(mc + "mlp.linear_fc2.weight", hf + "mlp.c_proj.weight", h, ffn);
+            same(mc + "mlp.linear_fc2.bias", hf + "mlp.c_proj.bias", h);
+        }
+        same("decoder.final_layernorm.weight", p + "ln_f.weight", h);
+        same("decoder.final_layernorm.bias", p + "ln_f.bias", h);
+    }
+
+    /** An mcore4j tensor equal to a Hugging Face one. */
+    private void same(String key, String hfName, long... shape) {
+        need(hfName, shape);
+        plan(key, shape, List.of(new Segment(0, shape[0], hfName, 0, false)));
+    }
+
+    /** An mcore4j weight [rows, columns] that is the transpose of a Hugging Face Conv1D weight [columns, rows]. */
+    private void transposed(String key, String hfName, long rows, long columns) {
+        need(hfName, columns, rows);
+        plan(key, new long[] {rows, columns}, List.of(new Segment(0, rows, hfName, 0, true)));
+    }
+
+    /** [first; second], each {@code rows} long (fused SwiGLU fc1); {@code columns == 0} for 1-D biases. */
+    private void stacked(String key, long columns, String first, String second, long rows) {
+        long[] part = columns == 0 ? new long[] {rows} : new long[] {rows, columns};
+        need(first, part);
+        need(second, part);
+        long[] shape = part.clone();
+        shape[0] = 2 * rows;
+        plan(key, shape, List.of(new Segment(0, rows, first, 0, false), new Segment(rows, rows, second, 0, false)));
+    }
+
+    /** The embedding or output layer: the checkpoint's rows, then zero rows up to the padded size. */
+    private void vocab(String key, String hfName, long padded, long hfVocab, long h) {
+        need(hfName, hfVocab, h);
+        List<Segment> s = new ArrayList<>();
+        s.add(new Segment(0, hfVocab, hfName, 0, false));
+        if (padded > hfVocab) {
+            s.add(new Segment(hfVocab, padded - hfVocab, null, 0, false));
+        }
+        plan(key, new long[] {padded, h}, s);
+    }
+
+    /** Grouped QKV rows from head-major q [heads*d], k and v [groups*d]; {@code columns == 0} for biases. */
+    private void groupedQkv(String key, String q, String k, String v, long heads, long groups, long d, long columns) {
+        long perGroup = heads / groups;
+        need(q, columns == 0 ? new long[] {heads * d} : new long[] {heads * d, columns});
+        need(k, columns == 0 ? new long[] {groups * d} : new long[] {groups * d, columns});
+        need(v, columns == 0 ? new long[] {groups * d} : new long[] {groups * d, columns});
+        List<Segment> s = new ArrayList<>();
+        long row = 0;
+        for (long g = 0; g < groups; g++) {
+            s.add(new Segment(row, perGroup * d, q, g * perGroup * d, false));
+            row += perGroup * d;
+            s.add(new Segment(row, d, k, g * d, false));
+            row += d;
+            s.add(new Segment(row, d, v, g * d, false));
+            row += d;
+        }
+        plan(key, columns == 0 ? new long[] {row} : new long[] {row, columns}, s);
+    }
+
+    private void need(String hfName, long... shape) {
+        tensors.put(hfName, new HfTensor(hfName, shape.clone()));
+    }
+
+    private void plan(String key, long[] shape, List<Segment> segments) {
+        plans.put(key, new Plan(key, shape, List.copyOf(segments)));
+    }
+}

@@ -1,0 +1,101 @@
+package io.mcore4j.hf;
+
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.stream.Stream;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * A damaged or unsupported checkpoint is refused at {@link HfCheckpoint#open}, before any tensor is
+ * read, with a message naming the file and the tensor or config key.
+ */
+class HfCheckpointErrorsTest {
+    @TempDir
+    Path tmp;
+
+    private Path copy(String fixture) throws IOException {
+        Path src = Fixtures.dir(fixture);
+        Path dst = tmp.resolve(fixture);
+        Files.createDirectories(dst);
+        try (Stream<Path> files = Files.list(src)) {
+            for (Path f : (Iterable<Path>) files::iterator) {
+                Files.copy(f, dst.resolve(f.getFileName()));
+            }
+        }
+        return dst;
+    }
+
+    private static void editConfig(Path dir, String from, String to) throws IOException {
+        Path config = dir.resolve("config.json");
+        String text = Files.readString(config, StandardCharsets.UTF_8);
+        assertTrue(text.contains(from), "fixture config lacks " + from);
+        Files.writeString(config, text.replace(from, to), StandardCharsets.UTF_8);
+    }
+
+    private static String refused(Path dir) {
+        return assertThrows(HfCheckpointException.class, () -> HfCheckpoint.open(dir).close()).getMessage();
+    }
+
+    private static void mentions(String message, String... parts) {
+        for (String p : parts) {
+            assertTrue(message.contains(p), "\"" + message + "\" does not mention " + p);
+        }
+    }
+
+    @Test
+    void missingShardNamesTheFileAndATensorItHolds() throws IOException {
+        Path dir = copy("mistral");
+        Files.delete(dir.resolve("model-00002-of-00003.safetensors"));
+        mentions(refused(dir), "model-00002-of-00003.safetensors", "is missing", "model.layers.");
+    }
+
+    @Test
+    void shapeThatDoesNotMatchTheConfigNamesFileTensorAndShapes() throws IOException {
+        Path dir = copy("llama");
+        editConfig(dir, "\"intermediate_size\": 64", "\"intermediate_size\": 48");
+        mentions(refused(dir), "model.safetensors", "model.layers.0.mlp.gate_proj.weight", "[64, 32]", "[48, 32]");
+    }
+
+    @Test
+    void unknownArchitectureIsNamed() throws IOException {
+        Path dir = copy("llama");
+        editConfig(dir, "LlamaForCausalLM", "FalconForCausalLM");
+        mentions(refused(dir), "config.json", "FalconForCausalLM", "LlamaForCausalLM");
+    }
+
+    @Test
+    void unknownConfigKeyIsNamedUnlessIgnoredExplicitly() throws IOException {
+        Path dir = copy("qwen2");
+        editConfig(dir, "\"hidden_act\"", "\"attn_logit_softcapping\": 30.0,\n  \"hidden_act\"");
+        mentions(refused(dir), "config.json", "attn_logit_softcapping");
+        HfCheckpoint.open(dir, java.util.Set.of("attn_logit_softcapping")).close();
+    }
+
+    @Test
+    void slidingWindowIsRefused() throws IOException {
+        Path dir = copy("mistral");
+        editConfig(dir, "\"sliding_window\": null", "\"sliding_window\": 16");
+        mentions(refused(dir), "config.json", "sliding_window", "16");
+    }
+
+    @Test
+    void unsupportedRopeScalingIsRefused() throws IOException {
+        Path dir = copy("llama");
+        editConfig(dir, "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"");
+        mentions(refused(dir), "rope_parameters", "yarn");
+    }
+
+    @Test
+    void leftOverTensorIsNamed() throws IOException {
+        Path dir = copy("llama");
+        editConfig(dir, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1");
+        mentions(refused(dir), "model.safetensors", "model.layers.1.", "is not part of a LlamaForCausalLM");
+    }
+}

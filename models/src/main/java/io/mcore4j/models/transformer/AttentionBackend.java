@@ -1,0 +1,52 @@
+package io.mcore4j.models.transformer;
+
+import io.mcore4j.models.TransformerConfig;
+
+/**
+ * Which core attention a GPT's layers use (Megatron's {@code --attention-backend}). The fused
+ * kinds run libtorch's {@code scaled_dot_product_attention} (flash or memory-efficient kernel on
+ * CUDA, its math kernel on CPU) through {@link SdpaAttention}; the unfused kinds compose the
+ * softmax attention from tensor ops ({@link DotProductAttention}).
+ */
+public enum AttentionBackend {
+    /** Fused where it computes the same thing (no attention dropout), unfused otherwise. */
+    AUTO,
+    /** libtorch's fused attention (it picks the flash kernel where it can). */
+    FLASH,
+    /** libtorch's fused attention (the same module as {@link #FLASH}). */
+    FUSED,
+    /** Attention composed from matmul, mask and softmax. */
+    UNFUSED,
+    /** The same as {@link #UNFUSED} (Megatron's name for its local implementation). */
+    LOCAL;
+
+    /**
+     * The layer spec this backend gives a model of this configuration.
+     *
+     * @param config the model configuration
+     * @return the tensor-parallel layer spec with the chosen core attention
+     * @throws IllegalArgumentException if a fused backend is asked for with attention dropout
+     */
+    public LayerSpec layerSpec(TransformerConfig config) {
+        boolean fused = isFused(config);
+        if (fused && config.attentionDropout() > 0) {
+            throw new IllegalArgumentException("--attention-backend " + name().toLowerCase(java.util.Locale.ROOT)
+                    + " has no attention dropout; --attention-dropout is " + config.attentionDropout()
+                    + " (use --attention-backend unfused or auto)");
+        }
+        return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
+    }
+
+
+    /**
+     * @param config the model configuration
+     * @return whether this backend runs libtorch's fused attention for that configuration
+     */
+    public boolean isFused(TransformerConfig config) {
+        return switch (this) {
+            case AUTO -> config.attentionDropout() == 0;
+            case FLASH, FUSED -> true;
+            case UNFUSED, LOCAL -> false;
+        };
+    }
+}

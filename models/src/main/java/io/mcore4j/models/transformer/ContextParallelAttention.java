@@ -1,0 +1,224 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.contextparallel.ContextParallelMappings;
+import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.contextparallel.CpCommType;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Cast;
+import io.mcore4j.parallel.Communicator;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Causal attention of this rank's queries over the whole sequence when the sequence is split over
+ * a context-parallel group ({@link ContextParallelSplit}: this rank holds global chunks
+ * {@code r} and {@code 2·CP−1−r} of {@code 2·CP}).
+ *
+ * <p>The keys and values of every rank reach this one as blocks, by the configured
+ * {@link CpCommType}: one all-gather of the whole sequence ({@code allgather}), or {@code CP−1}
+ * shifts around the ring ({@code p2p}); the exchanges are {@link ContextParallelMappings}, whose
+ * backward returns the key and value gradients to their ranks. Each pair of a local query chunk and
+ * a key chunk is attended separately by global chunk index: a key chunk after the query chunk is
+ * skipped, the same chunk gets the causal mask, an earlier one none. The partial results of a
+ * query chunk are merged by their log-sum-exp (online softmax), which gives the softmax over all
+ * its visible keys. Everything is libtorch autograd except the exchanges. Scores, the log-sum-exp
+ * and the merge are float32; the probabilities are cast to the activations' dtype before
+ * multiplying the values, as in {@link DotProductAttention}. Attention dropout drops each block's
+ * probabilities, which is dropout on the merged probabilities.
+ */
+final class ContextParallelAttention {
+    private final ModelContext ctx;
+    private final Communicator cp;
+    private final ContextParallelSplit split;
+    private final CpCommType commType;
+
+    /** @param ctx the model context; its {@code cp} group has more than one rank */
+    ContextParallelAttention(ModelContext ctx) {
+        this.ctx = ctx;
+        this.cp = ctx.groups().cp();
+        this.split = ContextParallelSplit.of(cp);
+        this.commType = ctx.config().cpCommType();
+    }
+
+    /**
+     * @param scope the pass's scope
+     * @param query this rank's queries [s/CP, b, np, d]
+     * @param key this rank's keys [s/CP, b, ng, d]
+     * @param value this rank's values [s/CP, b, ng, d]
+     * @return context [s/CP, b, np·d] for this rank's queries
+     * @throws IllegalArgumentException if {@code s/CP} is odd (the sequence cannot be split in 2·CP chunks)
+     */
+    NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+        long local = query.getShape().get(0);
+        split.sequenceLength(local);
+        int n = cp.size();
+        int rank = cp.rank();
+        NDManager m = scope.manager();
+        NDArray kv = NDArrays.concat(new NDList(key, value), -1);
+        NDArray gathered = commType == CpCommType.ALL_GATHER ? ContextParallelMappings.allGatherSequence(scope, cp, kv) : null;
+        long[] queryChunks = {rank, 2L * n - 1 - rank};
+        NDArray[] queries = {Tensors.chunk(query, 0, 2, 0), Tensors.chunk(query, 0, 2, 1)};
+        for (NDArray q : queries) {
+            q.attach(m);
+        }
+        List<List<NDArray[]>> parts = List.of(new ArrayList<>(), new ArrayList<>());
+        NDArray block = kv;
+        for (int step = 0; step < n; step++) {
+            int source = Math.floorMod(rank - step, n);
+            if (gathered != null) {
+                block = Tensors.chunk(gathered, 0, n, source);
+                block.attach(m);
+            } else if (step > 0) {
+                NDArray previous = block;
+                block = ContextParallelMappings.ringShift(scope, cp, previous);
+                if (previous != kv) {
+                    scope.release(previous);
+                }
+            }
+            long[] keyChunks = {source, 2L * n - 1 - source};
+            for (int ki = 0; ki < 2; ki++) {
+                NDArray keyValue = null;
+                for (int qi = 0; qi < 2; qi++) {
+                    if (keyChunks[ki] > queryChunks[qi]) {
+                        continue;
+                    }
+                    if (keyValue == null) {
+                        keyValue = Tensors.chunk(block, 0, 2, ki);
+                        keyValue.attach(m);
+                    }
+                    parts.get(qi).add(attend(scope, queries[qi], keyValue, keyChunks[ki] == queryChunks[qi]));
+                }
+                scope.release(keyValue);
+            }
+            if (gathered != null) {
+                scope.release(block);
+            }
+        }
+        if (block != kv) {
+            scope.release(block);
+        }
+        scope.release(kv, gathered, queries[0], queries[1]);
+        NDArray first = merge(scope, parts.get(0), query.getDataType());
+        NDArray second = merge(scope, parts.get(1), query.getDataType());
+        NDArray context = NDArrays.concat(new NDList(first, second), 0);
+        scope.release(first, second);
+        return context;
+    }
+
+    /**
+     * One query chunk against one key/value chunk: float32 scores, their log-sum-exp per query,
+     * and the unnormalised-by-others output {@code softmax(scores)·v} of this block.
+     *
+     * @return {output [c, b, np, d] in the query's dtype, lse [c, b, np, 1] float32}
+     */
+    private NDArray[] attend(AutogradScope scope, NDArray query, NDArray keyValue, boolean diagonal) {
+        NDManager m = scope.manager();
+        long c = query.getShape().get(0);
+        long b = query.getShape().get(1);
+        long np = query.getShape().get(2);
+        long d = query.getShape().get(3);
+        long ng = keyValue.getShape().get(2);
+        long ck = keyValue.getShape().get(0);
+        NDArray key = keyValue.get("..., :" + d);
+        NDArray value = keyValue.get("..., " + d + ":");
+        key.attach(m);
+        value.attach(m);
+        // each key/value group serves np/ng consecutive query heads
+        NDArray keys = ng != np ? key.repeat(2, np / ng) : key;
+        NDArray values = ng != np ? value.repeat(2, np / ng) : value;
+        NDArray q = query.transpose(1, 2, 0, 3).reshape(b * np, c, d);
+        NDArray k = keys.transpose(1, 2, 3, 0).reshape(b * np, d, ck);
+        NDArray v = values.transpose(1, 2, 0, 3).reshape(b * np, ck, d);
+        NDArray raw = q.matMul(k);
+        NDArray scores32 = Cast.apply(scope, raw, DataType.FLOAT32);
+        NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), m);
+        if (diagonal) {
+            NDArray unmasked = scores;
+            scores = unmasked.add(causalMask(scope, c));
+            scope.release(unmasked);
+        }
+        // the maximum only stabilises the exponent; its gradient would cancel, so it carries none
+        NDArray max = scores.max(new int[] {-1}, true).stopGradient();
+        max.attach(m);
+        NDArray shifted = scores.sub(max);
+        NDArray lse = shifted.exp().sum(new int[] {-1}, true).log().add(max);
+        NDArray probs32 = scores.sub(lse).exp();
+        NDArray probs = Cast.apply(scope, probs32, query.getDataType());
+        NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());
+        NDArray out = kept.matMul(v);
+        NDArray output = out.reshape(b, np, c, d).transpose(2, 0, 1, 3);
+        NDArray logSumExp = lse.reshape(b, np, c, 1).transpose(2, 0, 1, 3);
+        scope.release(key, value, q, k, v, raw, scores32, scores, max, shifted, lse, out,
+                probs32 == probs ? null : probs32, kept == probs ? null : probs, kept);
+        if (keys != key) {
+            scope.release(keys, values);
+        }
+        return new NDArray[] {output, logSumExp};
+    }
+
+    /**
+     * The softmax over all blocks from the blocks' own: {@code Σ exp(lse_i − lse)·out_i} with
+     * {@code lse = log Σ exp(lse_i)}, in float32, cast to {@code dtype}.
+     *
+     * @return context [c, b, np·d]
+     */
+    private static NDArray merge(AutogradScope scope, List<NDArray[]> parts, DataType dtype) {
+        NDManager m = scope.manager();
+        NDArray first = parts.get(0)[0];
+        long c = first.getShape().get(0);
+        long b = first.getShape().get(1);
+        long np = first.getShape().get(2);
+        long d = first.getShape().get(3);
+        NDArray merged;
+        if (parts.size() == 1) {
+            merged = first;
+        } else {
+            NDList lses = new NDList();
+            for (NDArray[] p : parts) {
+                lses.add(p[1]);
+            }
+            NDArray stacked = NDArrays.stack(lses, 0);
+            NDArray max = stacked.max(new int[] {0}, true).stopGradient();
+            max.attach(m);
+            NDArray total = stacked.sub(max).exp().sum(new int[] {0}).log().add(max.squeeze(0));
+            NDArray sum = null;
+            for (NDArray[] p : parts) {
+                NDArray weight = p[1].sub(total).exp();
+                NDArray out32 = Cast.apply(scope, p[0], DataType.FLOAT32);
+                NDArray term = out32.mul(weight);
+                NDArray next = sum == null ? term : sum.add(term);
+                scope.release(weight, out32 == p[0] ? null : out32, sum, next == term ? null : term);
+                sum = next;
+            }
+            scope.release(stacked, max, total);
+            merged = Cast.apply(scope, sum, dtype);
+            if (merged != sum) {
+                scope.release(sum);
+            }
+        }
+        NDArray context = merged.reshape(c, b, np * d);
+        for (NDArray[] p : parts) {
+            scope.release(p[0] == merged ? null : p[0], p[1]);
+        }
+        scope.release(merged);
+        return context;
+    }
+
+    /** Additive causal mask [1, c, c] of a block against itself, owned by the scope. */
+    private static NDArray causalMask(AutogradScope scope, long c) {
+        NDManager manager = scope.manager();
+        NDArray pos = manager.arange(0, (int) c, 1, DataType.INT64);
+        NDArray future = pos.reshape(1, c).gt(pos.reshape(c, 1));
+        NDArray future32 = future.toType(DataType.FLOAT32, false);
+        NDArray mask = future32.mul(Tensors.scalar(-10000.0, future32, manager)).reshape(1, c, c);
+        scope.release(pos, future, future32);
+        return mask;
+    }
+}

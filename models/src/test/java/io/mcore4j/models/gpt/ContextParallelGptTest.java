@@ -1,0 +1,184 @@
+package io.mcore4j.models.gpt;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.contextparallel.CpCommType;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.models.transformer.SdpaAttention;
+import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.ReduceOp;
+import io.mcore4j.parallel.inprocess.InJvmWorld;
+
+import java.util.IdentityHashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+import org.junit.jupiter.api.Test;
+
+/**
+ * One forward and backward of a whole GPT with the sequence split over a context-parallel group
+ * (alone and with TP2, with and without sequence parallelism), against the serial model with the
+ * same seeds: the loss averaged over the group and every gradient averaged over it (as the
+ * {@code dp-cp} gradient reduction does) must equal the serial ones, for both
+ * {@code --cp-comm-type}s, with GQA and RoPE and with learned positions, with and without a loss mask.
+ */
+class ContextParallelGptTest {
+    private static final int SEQ = 16;
+    private static final int BATCH = 2;
+    private static final double TOLERANCE = 1e-5;
+
+    private static TransformerConfig.Builder base() {
+        return TransformerConfig.builder(2, 32, 4, 64).maxSequenceLength(SEQ).dropout(0, 0);
+    }
+
+    private static TransformerConfig.Builder gqaRope() {
+        return base().queryGroups(2).positionEmbedding(TransformerConfig.PositionEmbedding.ROPE);
+    }
+
+    @Test
+    void contextParallelAloneMatchesSerial() {
+        for (boolean masked : new boolean[] {false, true}) {
+            TransformerConfig gqa = gqaRope().build();
+            Result serial = run(gqa, 1, 1, masked);
+            for (CpCommType type : CpCommType.values()) {
+                for (int cp : new int[] {2, 4}) {
+                    TransformerConfig c = gqaRope().cpCommType(type).build();
+                    assertMatches(serial, run(c, 1, cp, masked), "GQA+RoPE CP" + cp + " " + type + " mask=" + masked);
+                }
+            }
+        }
+        TransformerConfig learned = base().build();
+        assertMatches(run(learned, 1, 1, true), run(base().cpCommType(CpCommType.ALL_GATHER).build(), 1, 4, true),
+                "learned positions CP4 allgather");
+    }
+
+    @Test
+    void contextParallelWithTensorAndSequenceParallelMatchesSerial() {
+        Result serial = run(gqaRope().build(), 1, 1, true);
+        for (CpCommType type : CpCommType.values()) {
+            assertMatches(serial, run(gqaRope().cpCommType(type).build(), 2, 2, true), "TP2 CP2 " + type);
+            assertMatches(serial, run(gqaRope().cpCommType(type).sequenceParallel(true).build(), 2, 2, true),
+                    "TP2 SP CP2 " + type);
+        }
+        Result learned = run(base().build(), 1, 1, false);
+        assertMatches(learned, run(base().sequenceParallel(true).build(), 2, 2, false), "learned positions TP2 SP CP2");
+    }
+
+    @Test
+    void selectiveRecomputeUnderContextParallelismMatchesSerial() {
+        TransformerConfig c = gqaRope().recompute(TransformerConfig.Recompute.SELECTIVE).build();
+        assertMatches(run(gqaRope().build(), 1, 1, false), run(c, 1, 2, false), "CP2 p2p selective recompute");
+    }
+
+    @Test
+    void indivisibleSequenceLengthIsNamed() {
+        ContextParallelSplit split = new ContextParallelSplit(4, 1);
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> split.checkSequenceLength(12));
+        assertEquals("sequence length 12 is not divisible by 2 x context parallel size 4 = 8 (the load-balanced"
+                + " causal split cuts the sequence into 2·CP equal chunks)", e.getMessage());
+        // a model fed a local part of odd length refuses it with the same message, naming the whole length
+        Throwable inModel = assertThrows(InJvmWorld.RankFailedException.class, () -> InJvmWorld.run(2, rank -> {
+            ProcessGroups groups = rank.groups(ParallelDims.builder(2).contextParallel(2).build());
+            GptModel model = GptModel.build(ModelContext.create(gqaRope().build(), groups, rank.manager(), new SeedScheme(1)),
+                    LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
+            try (AutogradScope scope = AutogradScope.open(rank.manager())) {
+                NDArray[] data = TokenBatches.shifted(scope.manager(), 64, 3, BATCH, 7, 3);
+                model.forward(scope, data[0], null, data[1]);
+            }
+            return null;
+        })).getCause();
+        assertTrue(inModel instanceof IllegalArgumentException && inModel.getMessage()
+                .startsWith("sequence length 6 is not divisible by 2 x context parallel size 2 = 4"), inModel.toString());
+        Throwable sdpa = assertThrows(InJvmWorld.RankFailedException.class, () -> InJvmWorld.run(2, rank -> {
+            ProcessGroups groups = rank.groups(ParallelDims.builder(2).contextParallel(2).build());
+            return new SdpaAttention(ModelContext.create(base().build(), groups, rank.manager(), new SeedScheme(1)));
+        })).getCause();
+        assertTrue(sdpa instanceof IllegalArgumentException && sdpa.getMessage().contains("context parallel size 2"), sdpa.toString());
+    }
+
+    private static void assertMatches(Result expected, Result actual, String what) {
+        assertEquals(expected.loss, actual.loss, TOLERANCE * Math.abs(expected.loss), "loss with " + what);
+        int compared = 0;
+        for (Map.Entry<String, double[]> e : actual.gradients.entrySet()) {
+            double[] a = expected.gradients.get(e.getKey());
+            double[] b = e.getValue();
+            double scale = 0;
+            for (double v : a) {
+                scale = Math.max(scale, Math.abs(v));
+            }
+            for (int i = 0; i < a.length; i++) {
+                assertEquals(a[i], b[i], TOLERANCE * Math.max(scale, 1e-3), e.getKey() + "[" + i + "] with " + what);
+            }
+            compared++;
+        }
+        assertTrue(compared >= 12, "compared only " + compared + " gradients with " + what);
+    }
+
+    private record Result(double loss, Map<String, double[]> gradients) {}
+
+    /**
+     * One forward/backward on {@code tp·cp} ranks; the loss and gradients are averaged over the
+     * context-parallel group and every gradient reassembled into its global tensor.
+     */
+    private static Result run(TransformerConfig config, int tp, int cp, boolean masked) {
+        List<Result> perRank = InJvmWorld.run(tp * cp, rank -> {
+            ProcessGroups groups = rank.groups(ParallelDims.builder(tp * cp).tensorParallel(tp).contextParallel(cp).build());
+            NDManager m = rank.manager();
+            GptModel model = GptModel.build(ModelContext.create(config, groups, m, new SeedScheme(42)),
+                    LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
+            ContextParallelSplit split = ContextParallelSplit.of(groups.cp());
+            double loss;
+            try (AutogradScope scope = AutogradScope.open(m)) {
+                NDArray[] data = TokenBatches.shifted(scope.manager(), config.vocabSize(), SEQ, BATCH, 7, 3);
+                NDArray tokens = split.split(data[0], 0, scope.manager());
+                NDArray labels = split.split(data[1], 0, scope.manager());
+                NDArray mask = masked ? split.split(lossMask(scope.manager()), 0, scope.manager()) : null;
+                NDArray l = model.forward(scope, tokens, null, labels, mask);
+                scope.backward(l);
+                loss = groups.cp().allReduce(l.toType(DataType.FLOAT64, false), ReduceOp.AVG, m).getDouble();
+            }
+            Map<NDArray, NDArray> grads = new IdentityHashMap<>();
+            for (Parameter p : model.parameters()) {
+                NDArray g = Tensors.gradientOrZeros(p.data(), m);
+                if (p.kind() == Parameter.Kind.SEQUENCE_PARALLEL) {
+                    g = groups.tp().allReduce(g, ReduceOp.SUM, m);
+                }
+                grads.put(p.data(), groups.cp().allReduce(g, ReduceOp.AVG, m));
+            }
+            Map<String, double[]> global = new LinkedHashMap<>();
+            for (ShardedTensor t : model.shardedState("")) {
+                NDArray g = grads.get(t.data());
+                if (g != null) { // strided (fused SwiGLU) pieces are views, not parameters: not used here
+                    global.put(t.key(), GlobalGradients.gatherTensorParallel(groups, t, g, m).toType(DataType.FLOAT64, false).toDoubleArray());
+                }
+            }
+            return new Result(loss, global);
+        });
+        return perRank.get(0);
+    }
+
+    /** A fixed mask with about a third of the tokens ignored, unevenly over the sequence. */
+    private static NDArray lossMask(NDManager m) {
+        float[] values = new float[SEQ * BATCH];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = (i * 5 + i / 7) % 3 == 0 || i < 6 ? 0f : 1f;
+        }
+        return m.create(values, new Shape(SEQ, BATCH));
+    }
+}

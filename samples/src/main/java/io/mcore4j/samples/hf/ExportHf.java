@@ -1,0 +1,124 @@
+package io.mcore4j.samples.hf;
+
+import com.google.gson.JsonParser;
+import io.mcore4j.checkpoint.CheckpointManager;
+import io.mcore4j.checkpoint.DistCheckpointing;
+import io.mcore4j.checkpoint.LoadResult;
+import io.mcore4j.checkpoint.StrictMode;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.hf.HfCheckpoint;
+import io.mcore4j.hf.HfConfig;
+import io.mcore4j.hf.HfDtype;
+import io.mcore4j.hf.HfExport;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.gpt.GptModel;
+import picocli.CommandLine;
+import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
+import picocli.CommandLine.Option;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.Callable;
+
+/**
+ * {@code export-hf}: loads the model weights (key prefix {@code model.}) of an mcore4j distributed
+ * checkpoint, saved at any layout, into a GPT at the given layout and writes them as a Hugging Face
+ * directory that {@code transformers} loads with {@code from_pretrained}. The Hugging Face config is
+ * the one {@code convert-hf} stored in the checkpoint, or {@code --hf-config DIR}'s
+ * {@code config.json}; tokenizer files can be copied along. Prints the load and export times.
+ */
+@Command(name = "export-hf", mixinStandardHelpOptions = true,
+        description = "Write the model weights of an mcore4j checkpoint (any layout) as a Hugging Face directory.")
+public final class ExportHf implements Callable<Integer> {
+    private static final List<String> TOKENIZER_FILES = List.of("tokenizer.json", "tokenizer_config.json",
+            "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json");
+
+    @Option(names = "--load", required = true,
+            description = "mcore4j checkpoint: a checkpoint directory, or a pretrain-gpt --save root (its latest iteration)")
+    Path load;
+
+    @Option(names = "--save-hf", required = true, description = "output Hugging Face directory")
+    Path saveHf;
+
+    @Option(names = "--hf-config", description = "directory whose config.json describes the model (default: the one convert-hf stored)")
+    Path hfConfigDir;
+
+    @Option(names = "--tokenizer-from", description = "copy tokenizer and generation files from this directory")
+    Path tokenizerFrom;
+
+    @Option(names = "--dtype", description = "bf16, f16 or f32 (default: ${DEFAULT-VALUE})")
+    String dtype = "bf16";
+
+    @Option(names = "--max-shard-bytes", description = "largest safetensors file (default: ${DEFAULT-VALUE})")
+    long maxShardBytes = HfExport.DEFAULT_MAX_SHARD_BYTES;
+
+    @Option(names = "--padded-vocab-size", description = "the checkpoint's padded vocabulary (default: the one convert-hf "
+            + "stored, else the vocabulary padded to --make-vocab-size-divisible-by x TP as at save time)")
+    int paddedVocab;
+
+    @Mixin
+    HfLayout layout = new HfLayout();
+
+    /** @param argv the flags; {@code --help} lists them */
+    public static void main(String[] argv) {
+        System.exit(new CommandLine(new ExportHf()).execute(argv));
+    }
+
+    @Override
+    public Integer call() throws Exception {
+        HfDtype type = HfDtype.parse(dtype);
+        Path checkpoint = new CheckpointManager(load, 1).latest().orElse(load);
+        HfConfig hf;
+        Map<String, Object> common = DistCheckpointing.loadCommon(checkpoint);
+        int padded = paddedVocab > 0 ? paddedVocab
+                : common.get("padded_vocab_size") instanceof Number n ? n.intValue() : 0;
+        if (hfConfigDir != null) {
+            hf = HfConfig.read(hfConfigDir, Set.of());
+        } else {
+            Object json = common.get("hf_config");
+            if (!(json instanceof String text)) {
+                throw new IllegalArgumentException(checkpoint + " holds no hf_config (not written by convert-hf): pass --hf-config DIR");
+            }
+            hf = HfConfig.parse(checkpoint + " hf_config", JsonParser.parseString(text).getAsJsonObject(), Set.of());
+        }
+        TransformerConfig config = layout.modelConfig(hf, padded);
+        String report = layout.run(config, (groups, manager, chunks) -> {
+            long start = System.nanoTime();
+            List<ShardedTensor> targets = new ArrayList<>();
+            for (GptModel chunk : chunks) {
+                targets.addAll(chunk.shardedState(ConvertHf.MODEL_PREFIX));
+            }
+            // optimizer state and other keys of a training checkpoint are not needed here
+            LoadResult loaded = DistCheckpointing.load(checkpoint, targets, groups.world(), StrictMode.RAISE_MISSING);
+            double loadSeconds = (System.nanoTime() - start) / 1e9;
+            long exportStart = System.nanoTime();
+            HfExport.write(saveHf, hf, chunks, groups.world(), type, maxShardBytes);
+            double exportSeconds = (System.nanoTime() - exportStart) / 1e9;
+            return String.format(Locale.ROOT, "export-hf: %s at %s: loaded %s in %.2f s (%d keys not needed), "
+                    + "exported %s to %s in %.2f s", hf.architecture().className(), groups.dims(), checkpoint, loadSeconds,
+                    loaded.unexpectedKeys().size(), type, saveHf, exportSeconds);
+        });
+        if (tokenizerFrom != null) {
+            copyTokenizer(tokenizerFrom, saveHf);
+        }
+        System.out.println(report);
+        return 0;
+    }
+
+    private static void copyTokenizer(Path from, Path to) throws IOException {
+        for (String name : TOKENIZER_FILES) {
+            Path f = from.resolve(name);
+            if (Files.isRegularFile(f)) {
+                Files.copy(f, to.resolve(name), StandardCopyOption.REPLACE_EXISTING);
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+package io.mcore4j.samples.pretrain;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+import io.mcore4j.data.indexed.DType;
+import io.mcore4j.data.indexed.IndexedDatasetWriter;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * The run-level behaviour of pretrain-gpt's loop: fused attention equals the composed one, a resumed
+ * run keeps its learning-rate schedule unless told otherwise, a save directory is never shared by
+ * two runs, and bad flags exit with 2 and one line naming them.
+ */
+class PretrainGptRunTest {
+    @TempDir
+    Path dir;
+
+    private List<String> flags(int iterations, String... more) {
+        List<String> f = new ArrayList<>(List.of("--nproc", "2", "--tensor-model-parallel-size", "2", "--num-layers", "2",
+                "--hidden-size", "32", "--num-attention-heads", "4", "--num-query-groups", "2", "--seq-length", "16",
+                "--position-embedding-type", "rope", "--micro-batch-size", "2", "--global-batch-size", "4", "--lr", "1e-3",
+                "--min-lr", "1e-4", "--train-iters", String.valueOf(iterations), "--mock-data", "--vocab-size", "250",
+                "--make-vocab-size-divisible-by", "64", "--log-interval", "2", "--seed", "5",
+                "--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
+        f.addAll(List.of(more));
+        return f;
+    }
+
+    private static List<Double> train(List<String> flags) throws Exception {
+        PrintStream quiet = new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8);
+        return PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)), quiet);
+    }
+
+    @Test
+    void fusedAttentionGivesTheComposedAttentionsLosses() throws Exception {
+        List<Double> composed = train(flags(6, "--attention-backend", "unfused"));
+        List<Double> fused = train(flags(6, "--attention-backend", "flash"));
+        List<Double> auto = train(flags(6));
+        assertEquals(6, composed.size());
+        for (int i = 0; i < composed.size(); i++) {
+            double rel = Math.abs(fused.get(i) - composed.get(i)) / composed.get(i);
+            assertTrue(rel <= 1e-5, "iteration " + (i + 1) + ": fused " + fused.get(i) + " vs composed " + composed.get(i));
+            assertEquals(fused.get(i), auto.get(i), 0.0, "auto picks the fused attention without attention dropout");
+        }
+    }
+
+    @Test
+    void aResumedRunKeepsItsScheduleUnlessTold() throws Exception {
+        Path save = dir.resolve("ckpt");
+        train(flags(4, "--save", save.toString()));
+        // --train-iters 8 without --lr-decay-iters would stretch the cosine decay from 4 to 8 iterations
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> train(flags(8, "--load", save.toString())));
+        assertTrue(rootMessage(e).contains("lr_decay_steps (--lr-decay-iters (default --train-iters)) is 8 but the"
+                + " checkpoint's is 4"), rootMessage(e));
+        List<Double> kept = train(flags(8, "--load", save.toString(), "--use-checkpoint-opt_param-scheduler"));
+        List<Double> explicit = train(flags(8, "--load", save.toString(), "--lr-decay-iters", "4"));
+        assertEquals(explicit, kept, "the checkpoint's schedule is the one with --lr-decay-iters 4");
+        List<Double> overridden = train(flags(8, "--load", save.toString(), "--override-opt-param-scheduler"));
+        assertEquals(4, overridden.size());
+        assertTrue(!overridden.equals(kept), "the overriding schedule decays over 8 iterations: other losses");
+    }
+
+    @Test
+    void aSaveDirectoryIsNeverSharedByTwoRuns() throws Exception {
+        Path save = dir.resolve("shared");
+        train(flags(2, "--save", save.toString()));
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> train(flags(2, "--save", save.toString())));
+        assertTrue(rootMessage(e).contains("--save " + save + " already holds checkpoints (latest iteration 2) of another run;"
+                + " pass --load " + save), rootMessage(e));
+        // the Megatron idiom --load X --save X resumes, and a finished run does nothing more
+        assertEquals(2, train(flags(4, "--load", save.toString(), "--save", save.toString(), "--lr-decay-iters", "2")).size());
+        assertEquals(0, train(flags(4, "--load", save.toString(), "--save", save.toString(), "--lr-decay-iters", "2")).size());
+        // a --load directory without a checkpoint starts from scratch, unless --exit-on-missing-checkpoint
+        Path empty = dir.resolve("empty");
+        assertEquals(2, train(flags(2, "--load", empty.toString(), "--save", empty.toString())).size());
+        Path none = dir.resolve("none");
+        assertThrows(IllegalArgumentException.class, () -> train(flags(2, "--load", none.toString(), "--exit-on-missing-checkpoint")));
+    }
+
+    @Test
+    void aMetricsFileHoldsOneRun() throws Exception {
+        Path metrics = dir.resolve("one-run");
+        Path save = dir.resolve("one-run-ckpt");
+        List<String> first = flags(4, "--save", save.toString());
+        first.addAll(List.of("--metrics-dir", metrics.toString()));
+        train(first);
+        String firstRun = Files.readString(metrics.resolve("metrics.jsonl"));
+        assertEquals(2, firstRun.lines().filter(l -> l.contains("\"loss\"")).count(), firstRun);
+        List<String> fresh = flags(4);
+        fresh.addAll(List.of("--metrics-dir", metrics.toString()));
+        train(fresh);
+        assertEquals(firstRun, Files.readString(metrics.resolve("metrics.jsonl.1")), "the first run's records, moved aside");
+        assertEquals(2, Files.readString(metrics.resolve("metrics.jsonl")).lines().filter(l -> l.contains("\"loss\"")).count());
+        List<String> resumed = flags(6, "--load", save.toString(), "--lr-decay-iters", "4");
+        resumed.addAll(List.of("--metrics-dir", dir.resolve("one-run-ckpt").toString()));
+        train(resumed);
+        List<String> lines = Files.readAllLines(save.resolve("metrics.jsonl"));
+        assertEquals(1, lines.stream().filter(l -> l.contains("\"loss\"")).count(), "resumed at 4: only iteration 6 logged");
+    }
+
+    @Test
+    void badFlagsExitWithTwoAndOneLineNamingThem() {
+        String[][] cases = {
+            {"--tensor-model-parallel-size", "0"}, {"--nproc", "0"}, {"--num-attention-heads", "0"},
+            {"--ffn-hidden-size", "-8"}, {"--eval-interval", "5", "--eval-iters", "0"},
+            {"--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "3"},
+            {"--seq-length", "200000", "--attention-backend", "unfused", "--max-position-embeddings", "200000"},
+            {"--global-batch-size", "1000000000"}, {"--split", "100,0,0", "--eval-interval", "5"},
+            {"--lr-decay-style", "square"}, {"--micro-batch-size", "abc"}, {"--frobnicate"},
+        };
+        String[] names = {"--tensor-model-parallel-size 0", "--nproc 0", "--num-attention-heads 0", "--ffn-hidden-size -8",
+            "--eval-iters 0", "--num-layers-per-virtual-pipeline-stage 3", "--seq-length 200000", "--global-batch-size 1000000000",
+            "--split 100,0,0", "--lr-decay-style", "--micro-batch-size", "--frobnicate"};
+        for (int i = 0; i < cases.length; i++) {
+            List<String> argv = new ArrayList<>(List.of("--mock-data"));
+            argv.addAll(List.of(cases[i]));
+            ByteArrayOutputStream err = new ByteArrayOutputStream();
+            int code = PretrainGpt.execute("pretrain-gpt", argv.toArray(String[]::new),
+                    new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
+                    new PrintStream(err, true, StandardCharsets.UTF_8), (a, o) -> { throw new AssertionError("ran"); });
+            String text = err.toString(StandardCharsets.UTF_8);
+            assertEquals(2, code, String.join(" ", cases[i]) + ": " + text);
+            String first = text.lines().findFirst().orElse("");
+            assertTrue(first.startsWith("pretrain-gpt: ") && first.contains(names[i]), String.join(" ", cases[i]) + " -> " + text);
+            assertTrue(!text.contains("\tat "), "no stack trace: " + text);
+        }
+    }
+
+    @Test
+    void tokenIdsOutsideTheVocabularyStopTheRunAtTp2() throws Exception {
+        Path prefix = dir.resolve("corpus");
+        try (IndexedDatasetWriter w = IndexedDatasetWriter.create(prefix, DType.UINT16)) {
+            for (int d = 0; d < 8; d++) {
+                int[] tokens = new int[64];
+                for (int i = 0; i < tokens.length; i++) {
+                    tokens[i] = (d * 13 + i) % 200;
+                }
+                tokens[7] = d == 3 ? 300 : tokens[7];
+                w.addDocument(tokens);
+            }
+            w.finish();
+        }
+        List<String> argv = flags(2);
+        argv.remove("--mock-data");
+        argv.addAll(List.of("--data-path", prefix.toString(), "--split", "100,0,0"));
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        int code = PretrainGpt.execute("pretrain-gpt", argv.toArray(String[]::new),
+                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), PretrainGpt::run);
+        String text = err.toString(StandardCharsets.UTF_8);
+        assertEquals(2, code, text);
+        assertTrue(text.contains("token id 300 at position 7 of document 3"), text);
+    }
+
+    @Test
+    void helpListsTheFlagsAndExitsWithZero() {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        int code = PretrainGpt.execute("pretrain-gpt", new String[] {"--help"},
+                new PrintStream(out, true, StandardCharsets.UTF_8), System.err, (a, o) -> { throw new AssertionError("ran"); });
+        String text = out.toString(StandardCharsets.UTF_8);
+        assertEquals(0, code);
+        assertTrue(text.startsWith("Usage: pretrain-gpt"), text);
+        for (String flag : List.of("--tensor-model-parallel-size", "--attention-backend", "--override-opt-param-scheduler",
+                "--vocab-size", "--eval-iters", "--weight-decay", "--peak-tflops", "--num-experts")) {
+            assertTrue(text.contains(flag), flag + " missing from --help");
+        }
+    }
+
+    private static String rootMessage(Throwable e) {
+        Throwable t = e;
+        while (t.getCause() != null) {
+            t = t.getCause();
+        }
+        return t.getMessage();
+    }
+}

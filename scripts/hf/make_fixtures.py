@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Makes the tiny Hugging Face fixtures of hf-bridge's tests: one random model per architecture the
+bridge imports, built by transformers from a config (nothing downloaded) with a fixed seed, every
+parameter (norm weights and biases included) drawn at random so that a wrong mapping shows in the
+logits. Each fixture directory holds config.json, the safetensors file(s) and logits.json: the
+float32 logits transformers computes for a fixed prompt after loading the saved files back.
+
+Run from the repository root:  /work/venv-hf/bin/python scripts/hf/make_fixtures.py
+(pip install torch transformers safetensors). Output: hf-bridge/src/test/resources/hf/<name>/.
+"""
+import json
+import os
+import shutil
+import sys
+
+import torch
+import transformers
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+
+OUT = os.path.join("hf-bridge", "src", "test", "resources", "hf")
+PROMPT = [3, 17, 42, 99, 0, 8, 64, 23]
+VOCAB = 100
+SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
+
+
+def fixtures():
+    """(name, model class, config, save dtype, max shard size or None)."""
+    return [
+        ("llama", LlamaForCausalLM, LlamaConfig(**SMALL, tie_word_embeddings=False, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 20000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 128}), torch.bfloat16, None),
+        ("qwen2", Qwen2ForCausalLM, Qwen2Config(**SMALL, tie_word_embeddings=True), torch.float16, None),
+        ("mistral", MistralForCausalLM, MistralConfig(**SMALL, tie_word_embeddings=False, sliding_window=None),
+         torch.float32, "40KB"),
+        ("mixtral", MixtralForCausalLM, MixtralConfig(**dict(SMALL, intermediate_size=32), num_local_experts=4,
+                                                       num_experts_per_tok=2, tie_word_embeddings=False),
+         torch.bfloat16, None),
+        ("gpt2", GPT2LMHeadModel, GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64),
+         torch.float32, None),
+    ]
+
+
+def randomize(model, seed):
+    """Every parameter random: N(0, 0.2) for weights and biases, 1 + N(0, 0.1) for norm weights."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if "norm" in name or ".ln_" in name:
+                p.copy_(1 + 0.1 * noise if name.endswith("weight") else 0.1 * noise)
+            else:
+                p.copy_(0.2 * noise)
+
+
+def main():
+    torch.manual_seed(1234)
+    os.makedirs(OUT, exist_ok=True)
+    for seed, (name, cls, config, dtype, shard) in enumerate(fixtures()):
+        model = cls(config).eval()
+        randomize(model, 1000 + seed)
+        out = os.path.join(OUT, name)
+        shutil.rmtree(out, ignore_errors=True)
+        model.to(dtype).save_pretrained(out, **({"max_shard_size": shard} if shard else {}))
+        # the reference: what transformers computes in float32 from the saved (rounded) weights
+        loaded = cls.from_pretrained(out, dtype=torch.float32).eval()
+        with torch.no_grad():
+            logits = loaded(torch.tensor([PROMPT])).logits[0]
+        with open(os.path.join(out, "logits.json"), "w") as f:
+            json.dump({"input_ids": PROMPT, "transformers": transformers.__version__,
+                       "logits": [[float(v) for v in row] for row in logits]}, f)
+            f.write("\n")
+        print(name, sorted(os.listdir(out)), "logits[0][:3]", [round(float(v), 5) for v in logits[0][:3]])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+package io.mcore4j.training;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.optimizer.DistributedDataParallel;
+import io.mcore4j.optimizer.MegatronOptimizer;
+import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.optimizer.Optimizers;
+import io.mcore4j.optimizer.ParameterLayout;
+import io.mcore4j.optimizer.StepResult;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.ReduceOp;
+import io.mcore4j.pipeline.ScheduleConfig;
+import io.mcore4j.pipeline.ScheduleResult;
+import io.mcore4j.pipeline.Schedules;
+
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * One training iteration, in the one order every front-end uses: read this rank's micro-batches,
+ * run the forward-backward schedule over them with the loss multiplied by the loss scale (and the
+ * MoE auxiliary losses given the same upstream gradient), finish the data-parallel gradient
+ * reduction (started during the last backward when {@link OptimizerConfig#overlapGradReduce()}),
+ * unscale, clip or skip, step the optimizer, zero the gradients. This class is the only place that
+ * knows the micro-batch count and applies the loss scale; the optimizer owns the scale's value.
+ *
+ * <p>Communicates over the pipeline group (schedule), the data-parallel groups (gradients, the
+ * reported loss) and the world group (gradient norm). Every rank of the world calls {@link #run}
+ * and {@link #evaluate} together. Owns the data-parallel wrapper and the optimizer; the model
+ * stays the caller's. One instance is used by one thread.
+ */
+public final class TrainStep implements AutoCloseable {
+    /** Prefix of model keys in checkpoints. */
+    public static final String MODEL_PREFIX = "model.";
+    /** Prefix of optimizer keys in checkpoints. */
+    public static final String OPTIMIZER_PREFIX = "optimizer.";
+
+    private final TrainingModel model;
+    private final ProcessGroups groups;
+    private final NDManager manager;
+    private final int microBatchSize;
+    private final int seqLength;
+    private final int microBatches;
+    private final boolean timePhases;
+    private final DistributedDataParallel ddp;
+    private final MegatronOptimizer optimizer;
+    private final ScheduleConfig schedule;
+
+    private TrainStep(Builder b) {
+        this.model = b.model;
+        this.groups = b.groups;
+        this.manager = b.manager;
+        this.microBatchSize = b.microBatchSize;
+        this.seqLength = b.seqLength;
+        this.microBatches = b.microBatches;
+        this.timePhases = b.timePhases;
+        List<Parameter> parameters = model.parameters();
+        this.ddp = new DistributedDataParallel(parameters, groups, b.optimizer, model.sharedEmbeddingParameters());
+        if (b.optimizer.overlapGradReduce()) {
+            model.addGradientReadyListener(ddp);
+        }
+        // optimizer state is keyed like the weights it belongs to, so checkpoints reshard across layouts
+        Map<Parameter, String> keys = new IdentityHashMap<>();
+        model.namedParameters(MODEL_PREFIX).forEach((key, p) -> keys.put(p, key));
+        this.optimizer = Optimizers.create(parameters, ddp, groups, b.optimizer, ParameterLayout.byKey(keys::get));
+        this.schedule = ScheduleConfig.of(microBatches, model.activationShape(microBatchSize, seqLength),
+                model.activationDtype());
+    }
+
+    /**
+     * @param model the model to train (stays the caller's to close, after this step)
+     * @param groups this rank's groups
+     * @param manager parent of the step's temporaries (the rank's root manager, on the training device)
+     * @return a builder
+     */
+    public static Builder builder(TrainingModel model, ProcessGroups groups, NDManager manager) {
+        return new Builder(model, groups, manager);
+    }
+
+    /**
+     * Runs one training iteration (see the class comment).
+     *
+     * @param learningRate the learning rate of this iteration
+     * @param weightDecay the weight decay of this iteration
+     * @param data this rank's micro-batches
+     * @param consumedSamples samples consumed before this iteration, all data-parallel ranks together
+     * @return what the iteration did
+     */
+    public TrainStepResult run(double learningRate, double weightDecay, BatchSource data, long consumedSamples) {
+        long start = System.nanoTime();
+        double scale = optimizer.lossScale();
+        double[] marks = new double[6];
+        try (NDManager step = manager.newSubManager()) {
+            List<MicroBatch> batches = read(step, data, consumedSamples);
+            marks[0] = mark();
+            // the auxiliary losses get the upstream gradient each micro-batch's main loss gets
+            model.setAuxLossScale(scale / microBatches);
+            ddp.expectBackwardPasses(microBatches);
+            ScheduleResult result = schedule(batches, scale, false);
+            long queued = System.nanoTime();
+            marks[1] = mark();
+            model.finishStep();
+            ddp.finishGradSync();
+            marks[2] = mark();
+            StepResult s = optimizer.step(learningRate, weightDecay); // reads the gradient norm: one host sync
+            marks[3] = mark();
+            ddp.zeroGrad();
+            marks[4] = mark();
+            double seconds = (System.nanoTime() - start) / 1e9;
+            TrainStepResult.PhaseTimes phases = timePhases ? new TrainStepResult.PhaseTimes(
+                    marks[0] - start / 1e9, marks[1] - marks[0], (queued - start) / 1e9 - (marks[0] - start / 1e9),
+                    marks[2] - marks[1], marks[3] - marks[2], marks[4] - marks[3]) : null;
+            long samples = (long) microBatches * microBatchSize * groups.dims().dataParallel();
+            return new TrainStepResult(dataParallelMean(result.meanLoss() / scale), s.gradNorm(), s.lossScale(),
+                    s.skipped(), s.numZeros(), samples, samples * seqLength, seconds, phases);
+        }
+    }
+
+    /**
+     * Runs the forwards of one global batch without gradients.
+     *
+     * @param data the evaluation micro-batches
+     * @param consumedSamples evaluation samples consumed before this batch
+     * @return the mean loss over the micro-batches and data-parallel ranks on the last stage; NaN elsewhere
+     */
+    public double evaluate(BatchSource data, long consumedSamples) {
+        try (NDManager step = manager.newSubManager()) {
+            return dataParallelMean(schedule(read(step, data, consumedSamples), 1.0, true).meanLoss());
+        }
+    }
+
+    private List<MicroBatch> read(NDManager step, BatchSource data, long consumedSamples) {
+        // every micro-batch of the step is read before any forward is queued: the host-to-device
+        // copies then wait for nothing, instead of for the previous micro-batch's kernels
+        List<MicroBatch> batches = new ArrayList<>(microBatches);
+        boolean reads = false;
+        for (int c = 0; c < model.numChunks(); c++) {
+            reads |= model.readsData(c);
+        }
+        for (int mb = 0; mb < microBatches; mb++) {
+            batches.add(reads ? Objects.requireNonNull(data.microBatch(step, consumedSamples, mb), "micro-batch")
+                    : MicroBatch.NONE);
+        }
+        return batches;
+    }
+
+    private ScheduleResult schedule(List<MicroBatch> batches, double scale, boolean forwardOnly) {
+        ScheduleResult result = Schedules.forwardBackward((scope, chunk, mb, input) -> {
+            MicroBatch batch = model.readsData(chunk) ? batches.get(mb) : MicroBatch.NONE;
+            NDArray output = model.forward(scope, chunk, input, batch);
+            boolean last = groups.isLastStage() && chunk == model.numChunks() - 1;
+            return last && scale != 1.0 ? Tensors.scale(output, scale, scope.manager()) : output;
+        }, model.numChunks(), groups, manager, schedule.withForwardOnly(forwardOnly));
+        return result;
+    }
+
+    /** The mean of a last-stage value over the data-parallel group; NaN on other stages. */
+    private double dataParallelMean(double value) {
+        if (!groups.isLastStage()) {
+            return Double.NaN;
+        }
+        Communicator dp = groups.dp();
+        if (dp.size() == 1) {
+            return value;
+        }
+        try (NDManager temp = manager.newSubManager()) {
+            return dp.allReduce(temp.create(new double[] {value}), ReduceOp.AVG, temp).getDouble(0);
+        }
+    }
+
+    private double mark() {
+        if (timePhases) {
+            try (NDManager temp = manager.newSubManager()) {
+                temp.zeros(new Shape(1)).toFloatArray(); // a device-to-host read waits for the queued work
+            }
+        }
+        return System.nanoTime() / 1e9;
+    }
+
+    /**
+     * This rank's model and optimizer state for a checkpoint ({@link #MODEL_PREFIX}, {@link #OPTIMIZER_PREFIX}).
+     * The optimizer's pieces are views owned by the optimizer until the next call.
+     *
+     * @return the pieces
+     */
+    public List<ShardedTensor> shardedState() {
+        List<ShardedTensor> state = new ArrayList<>(model.shardedState(MODEL_PREFIX));
+        state.addAll(optimizer.shardedState(OPTIMIZER_PREFIX));
+        return state;
+    }
+
+    /**
+     * Loads state read for the pieces {@link #shardedState()} described: the model's were read in
+     * place; the optimizer copies its own (step count and loss scaler included).
+     *
+     * @param loaded what the checkpoint loader returned for those pieces
+     */
+    public void loadOptimizerState(List<ShardedTensor> loaded) {
+        optimizer.loadShardedState(OPTIMIZER_PREFIX, loaded);
+    }
+
+    /** @return the optimizer (its configuration, loss scale, state size) */
+    public MegatronOptimizer optimizer() {
+        return optimizer;
+    }
+
+    /** @return the model this step trains */
+    public TrainingModel model() {
+        return model;
+    }
+
+    /** @return this rank's groups */
+    public ProcessGroups groups() {
+        return groups;
+    }
+
+    /** @return micro-batches per iteration on each data-parallel replica */
+    public int microBatches() {
+        return microBatches;
+    }
+
+    /** @return samples per micro-batch */
+    public int microBatchSize() {
+        return microBatchSize;
+    }
+
+    /** @return tokens per sample */
+    public int seqLength() {
+        return seqLength;
+    }
+
+    /** @return samples per iteration, all data-parallel ranks together */
+    public long globalBatchSize() {
+        return (long) microBatches * microBatchSize * groups.dims().dataParallel();
+    }
+
+    /** Releases the optimizer state and the gradient buffers (not the model). */
+    @Override
+    public void close() {
+        optimizer.close();
+        ddp.close();
+    }
+
+    /** Options of a {@link TrainStep}; validated by {@link #build()}. */
+    public static final class Builder {
+        private final TrainingModel model;
+        private final ProcessGroups groups;
+        private final NDManager manager;
+        private OptimizerConfig optimizer = OptimizerConfig.builder().build();
+        private int microBatchSize = 1;
+        private int seqLength = 1;
+        private int microBatches = 1;
+        private boolean timePhases;
+
+        private Builder(TrainingModel model, ProcessGroups groups, NDManager manager) {
+            this.model = Objects.requireNonNull(model, "model");
+            this.groups = Objects.requireNonNull(groups, "groups");
+            this.manager = Objects.requireNonNull(manager, "manager");
+        }
+
+        /**
+         * @param v optimizer, precision, gradient reduction and clipping settings
+         * @return this builder
+         */
+        public Builder optimizer(OptimizerConfig v) {
+            optimizer = Objects.requireNonNull(v, "optimizer");
+            return this;
+        }
+
+        /**
+         * @param v samples per micro-batch (Megatron's --micro-batch-size)
+         * @return this builder
+         */
+        public Builder microBatchSize(int v) {
+            microBatchSize = v;
+            return this;
+        }
+
+        /**
+         * @param v tokens per sample (--seq-length)
+         * @return this builder
+         */
+        public Builder seqLength(int v) {
+            seqLength = v;
+            return this;
+        }
+
+        /**
+         * Micro-batches per iteration from the global batch: {@code global / (micro x data-parallel size)}.
+         *
+         * @param globalBatchSize samples per iteration, all data-parallel ranks together (--global-batch-size)
+         * @return this builder
+         * @throws IllegalArgumentException if it does not divide
+         */
+        public Builder globalBatchSize(long globalBatchSize) {
+            int dp = groups.dims().dataParallel();
+            if (microBatchSize < 1 || globalBatchSize < 1 || globalBatchSize % ((long) microBatchSize * dp) != 0) {
+                throw new IllegalArgumentException("global batch size " + globalBatchSize + " is not a positive multiple of"
+                        + " micro-batch size " + microBatchSize + " x data-parallel size " + dp);
+            }
+            microBatches = Math.toIntExact(globalBatchSize / ((long) microBatchSize * dp));
+            return this;
+        }
+
+        /**
+         * @param v whether to synchronise the device between phases and report their times (slower)
+         * @return this builder
+         */
+        public Builder timePhases(boolean v) {
+            timePhases = v;
+            return this;
+        }
+
+        /**
+         * @return the step, with its data-parallel wrapper and optimizer created
+         * @throws IllegalArgumentException naming a bad value
+         */
+        public TrainStep build() {
+            if (microBatchSize < 1 || seqLength < 1 || microBatches < 1) {
+                throw new IllegalArgumentException("micro-batch size " + microBatchSize + ", sequence length " + seqLength
+                        + " and micro-batches per step " + microBatches + " must be positive");
+            }
+            if (model instanceof SingleStageModel && groups.dims().pipelineParallel() > 1) {
+                throw new IllegalArgumentException("a single-stage model cannot run at pipeline-parallel size "
+                        + groups.dims().pipelineParallel() + "; implement TrainingModel's chunks for pipelining");
+            }
+            return new TrainStep(this);
+        }
+    }
+}

@@ -1,0 +1,105 @@
+package io.mcore4j.training;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.GradientReadyListener;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+
+import java.util.List;
+import java.util.Map;
+
+/**
+ * What a {@link TrainStep} trains: this rank's chunks of a model, one chunk without pipelining or
+ * one per virtual pipeline stage. The step owns the order of the iteration; the model only computes.
+ * {@link io.mcore4j.training.gpt.GptTrainingModel} is the GPT; {@link SingleStageModel} wraps any
+ * {@link io.mcore4j.core.nn.Module} with a loss function when there is no pipelining.
+ */
+public interface TrainingModel extends AutoCloseable {
+
+    /** @return model chunks on this rank (the virtual pipeline size; 1 without interleaving) */
+    int numChunks();
+
+    /**
+     * @param chunk a chunk index
+     * @return whether that chunk reads the micro-batch's tokens or labels (first or last pipeline chunk)
+     */
+    boolean readsData(int chunk);
+
+    /**
+     * The forward of one micro-batch through one chunk.
+     *
+     * @param scope the micro-batch's scope; create tensors in {@code scope.manager()}
+     * @param chunk the chunk index
+     * @param input the previous stage's activation, or null on the first chunk of the first stage
+     * @param batch the micro-batch ({@link MicroBatch#NONE} where {@link #readsData} is false)
+     * @return the unscaled scalar mean loss on the model's last chunk, the activation to send on elsewhere
+     */
+    NDArray forward(AutogradScope scope, int chunk, NDArray input, MicroBatch batch);
+
+    /** @return this rank's parameters, every chunk's, in a stable order */
+    List<Parameter> parameters();
+
+    /**
+     * @param prefix prepended to every key, e.g. {@code "model."}
+     * @return this rank's parameters under their layout-independent keys
+     */
+    Map<String, Parameter> namedParameters(String prefix);
+
+    /**
+     * @param prefix prepended to every key
+     * @return this rank's pieces of the model state for a checkpoint
+     */
+    List<ShardedTensor> shardedState(String prefix);
+
+    /** @return parameters whose gradients are also summed over the embedding group (tied weights across stages) */
+    default List<Parameter> sharedEmbeddingParameters() {
+        return List.of();
+    }
+
+    /**
+     * The shape of activations sent between pipeline stages; unused without pipelining.
+     *
+     * @param microBatchSize samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return the shape, e.g. {@code [s (/ TP with sequence parallelism), b, h]}
+     */
+    Shape activationShape(int microBatchSize, int seqLength);
+
+    /** @return the dtype of activations sent between stages */
+    DataType activationDtype();
+
+    /**
+     * Sets the upstream gradient of auxiliary losses (MoE load balancing, z-loss) for the next step:
+     * the loss scale over the micro-batch count. Models without auxiliary losses ignore it.
+     *
+     * @param scale the factor
+     */
+    default void setAuxLossScale(double scale) {}
+
+    /**
+     * Registers a listener told when parameters' gradients are complete during backward, so that
+     * data-parallel reduction can overlap backward. Models that cannot tell ignore it (the
+     * reduction then runs after backward).
+     *
+     * @param listener the listener
+     */
+    default void addGradientReadyListener(GradientReadyListener listener) {}
+
+    /** Called once after the step's last backward, before the gradients are synchronised. */
+    default void finishStep() {}
+
+    /**
+     * @param seqLength tokens per sample
+     * @return model FLOPs per token (forward and backward), or NaN when unknown
+     */
+    default double flopsPerToken(int seqLength) {
+        return Double.NaN;
+    }
+
+    /** Releases the parameters. */
+    @Override
+    void close();
+}

@@ -1,0 +1,56 @@
+package io.mcore4j.training.gpt;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.data.gpt.SampleDataset;
+import io.mcore4j.data.sampler.PretrainingSampler;
+import io.mcore4j.training.BatchSource;
+import io.mcore4j.training.MicroBatch;
+
+import java.util.Objects;
+
+/**
+ * Micro-batches of GPT samples for one data-parallel rank, taken in order with Megatron's
+ * pretraining sampler (wrapping around the dataset): each sample of {@code s + 1} tokens gives
+ * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}.
+ */
+public final class GptBatches implements BatchSource {
+    private final SampleDataset data;
+    private final int microBatchSize;
+    private final int dataParallelRank;
+    private final int dataParallelSize;
+
+    /**
+     * @param data the samples
+     * @param microBatchSize samples per micro-batch
+     * @param dataParallelRank this rank's data-parallel index
+     * @param dataParallelSize the data-parallel size
+     */
+    public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize) {
+        this.data = Objects.requireNonNull(data, "data");
+        this.microBatchSize = microBatchSize;
+        this.dataParallelRank = dataParallelRank;
+        this.dataParallelSize = dataParallelSize;
+    }
+
+    @Override
+    public MicroBatch microBatch(NDManager manager, long consumedSamples, int microBatch) {
+        PretrainingSampler sampler = new PretrainingSampler(data.size(), consumedSamples % data.size(), microBatchSize,
+                dataParallelRank, dataParallelSize, true);
+        long[] indices = sampler.microBatch(microBatch % sampler.steps());
+        int seq = data.sequenceLength();
+        int width = seq + 1;
+        int[] flat = new int[indices.length * width];
+        int[] one = new int[width];
+        for (int i = 0; i < indices.length; i++) {
+            data.sample(indices[i], one);
+            System.arraycopy(one, 0, flat, i * width, width);
+        }
+        NDArray batch = manager.create(flat, new Shape(indices.length, width)).toType(DataType.INT64, false);
+        NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
+        NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
+        return new MicroBatch(tokens, labels);
+    }
+}

@@ -1,0 +1,166 @@
+package io.mcore4j.training.gpt;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.GradientReadyListener;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.pipeline.LayerAssignment;
+import io.mcore4j.training.MicroBatch;
+import io.mcore4j.training.TrainingModel;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * This rank's chunks of a GPT: one per virtual pipeline stage, with the layers
+ * {@link LayerAssignment#even} gives this pipeline stage. The first chunk of the first stage embeds
+ * the tokens; the last chunk of the last stage returns the mean cross-entropy over the labels.
+ */
+public final class GptTrainingModel implements TrainingModel {
+    private final ModelContext ctx;
+    private final List<GptModel> chunks;
+
+    private GptTrainingModel(ModelContext ctx, List<GptModel> chunks) {
+        this.ctx = ctx;
+        this.chunks = List.copyOf(chunks);
+    }
+
+    /**
+     * Builds this rank's chunks.
+     *
+     * @param ctx the model's configuration, groups, parameter manager and seeds
+     * @param spec which modules make a layer (attention kind, parallel linears)
+     * @param virtualStages chunks per pipeline rank (1 without interleaving)
+     * @return the model
+     * @throws IllegalArgumentException if the layers do not divide among the stages
+     */
+    public static GptTrainingModel build(ModelContext ctx, LayerSpec spec, int virtualStages) {
+        ProcessGroups groups = ctx.groups();
+        int pp = groups.dims().pipelineParallel();
+        LayerAssignment layers = LayerAssignment.even(ctx.config().numLayers(), pp, virtualStages);
+        int stage = groups.pipelineRank();
+        List<GptModel> chunks = new ArrayList<>();
+        for (int c = 0; c < virtualStages; c++) {
+            chunks.add(GptModel.build(ctx, spec, layers.layers(stage, c), stage == 0 && c == 0,
+                    stage == pp - 1 && c == virtualStages - 1));
+        }
+        return new GptTrainingModel(ctx, chunks);
+    }
+
+    /** @return the chunks, in virtual-stage order */
+    public List<GptModel> chunks() {
+        return Collections.unmodifiableList(chunks);
+    }
+
+    /** @return the configuration the chunks were built from */
+    public TransformerConfig config() {
+        return ctx.config();
+    }
+
+    @Override
+    public int numChunks() {
+        return chunks.size();
+    }
+
+    @Override
+    public boolean readsData(int chunk) {
+        GptModel m = chunks.get(chunk);
+        return m.isPreProcess() || m.isPostProcess();
+    }
+
+    @Override
+    public NDArray forward(AutogradScope scope, int chunk, NDArray input, MicroBatch batch) {
+        GptModel m = chunks.get(chunk);
+        return m.forward(scope, m.isPreProcess() ? batch.tokens() : null, input, m.isPostProcess() ? batch.labels() : null);
+    }
+
+    @Override
+    public List<Parameter> parameters() {
+        List<Parameter> out = new ArrayList<>();
+        for (GptModel m : chunks) {
+            out.addAll(m.parameters());
+        }
+        return out;
+    }
+
+    @Override
+    public Map<String, Parameter> namedParameters(String prefix) {
+        Map<String, Parameter> out = new LinkedHashMap<>();
+        for (GptModel m : chunks) {
+            out.putAll(m.namedParameters(prefix));
+        }
+        return out;
+    }
+
+    @Override
+    public List<ShardedTensor> shardedState(String prefix) {
+        List<ShardedTensor> out = new ArrayList<>();
+        for (GptModel m : chunks) {
+            out.addAll(m.shardedState(prefix));
+        }
+        return out;
+    }
+
+    @Override
+    public List<Parameter> sharedEmbeddingParameters() {
+        List<Parameter> out = new ArrayList<>();
+        for (GptModel m : chunks) {
+            out.addAll(m.sharedEmbeddingParameters());
+        }
+        return out;
+    }
+
+    @Override
+    public Shape activationShape(int microBatchSize, int seqLength) {
+        TransformerConfig c = ctx.config();
+        long local = c.sequenceParallel() ? seqLength / ctx.groups().dims().tensorParallel() : seqLength;
+        return new Shape(local, microBatchSize, c.hiddenSize());
+    }
+
+    @Override
+    public DataType activationDtype() {
+        return ctx.config().dtype();
+    }
+
+    @Override
+    public void setAuxLossScale(double scale) {
+        ctx.auxLossScale().set(scale);
+    }
+
+    @Override
+    public void addGradientReadyListener(GradientReadyListener listener) {
+        for (GptModel m : chunks) {
+            m.addGradientReadyListener(listener);
+        }
+    }
+
+    @Override
+    public void finishStep() {
+        for (GptModel m : chunks) {
+            m.finishStep();
+        }
+    }
+
+    @Override
+    public double flopsPerToken(int seqLength) {
+        return ctx.config().flopsPerToken(seqLength);
+    }
+
+    @Override
+    public void close() {
+        for (GptModel m : chunks) {
+            m.close();
+        }
+    }
+}

@@ -1,0 +1,82 @@
+package io.mcore4j.training.gpt;
+
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.AttentionBackend;
+import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.training.TrainingConfig;
+
+import java.util.Objects;
+
+/**
+ * Everything that defines a GPT training run apart from its data and ranks: the typed values the
+ * flags of {@code pretrain-gpt} and the benchmark map onto, validated together.
+ *
+ * @param model the transformer's shape, precision and recompute policy
+ * @param attention the core attention kind
+ * @param tensorParallel tensor-parallel size
+ * @param pipelineParallel pipeline-parallel size
+ * @param virtualStages model chunks per pipeline rank (1 without interleaving)
+ * @param expertParallel expert-parallel size
+ * @param optimizer optimizer, precision and gradient-reduction settings
+ * @param microBatchSize samples per micro-batch
+ * @param globalBatchSize samples per iteration, all data-parallel ranks together
+ * @param seqLength tokens per sample
+ * @param training iterations, schedule, intervals, checkpoints
+ * @param seed base seed of the weights and of dropout
+ * @param deviceInitialization initialise weights on the training device (fast on GPUs; same values
+ *                             only up to the device's random generator), instead of on the CPU
+ */
+public record GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
+                               int pipelineParallel, int virtualStages, int expertParallel, OptimizerConfig optimizer,
+                               int microBatchSize, long globalBatchSize, int seqLength, TrainingConfig training,
+                               long seed, boolean deviceInitialization) {
+
+    /** Checks what can be checked without knowing the world size. */
+    public GptTrainingSetup {
+        Objects.requireNonNull(model, "model");
+        Objects.requireNonNull(attention, "attention");
+        Objects.requireNonNull(optimizer, "optimizer");
+        Objects.requireNonNull(training, "training");
+        positive("--tensor-model-parallel-size", tensorParallel);
+        positive("--pipeline-model-parallel-size", pipelineParallel);
+        positive("virtual pipeline stages", virtualStages);
+        positive("--expert-model-parallel-size", expertParallel);
+        positive("--micro-batch-size", microBatchSize);
+        positive("--seq-length", seqLength);
+        if (globalBatchSize < 1) {
+            throw new IllegalArgumentException("--global-batch-size " + globalBatchSize + " must be at least 1");
+        }
+        if (seqLength > model.maxSequenceLength()) {
+            throw new IllegalArgumentException("--seq-length " + seqLength + " exceeds --max-position-embeddings "
+                    + model.maxSequenceLength());
+        }
+        attention.layerSpec(model); // refuses a fused kind with attention dropout
+    }
+
+    private static void positive(String flag, long value) {
+        if (value < 1) {
+            throw new IllegalArgumentException(flag + " " + value + " must be at least 1");
+        }
+    }
+
+    /**
+     * The rank grid for a world of this size.
+     *
+     * @param worldSize ranks
+     * @return the dims
+     * @throws IllegalArgumentException naming the flags whose sizes do not divide the world, or a
+     *         global batch that does not divide into micro-batches
+     */
+    public ParallelDims dims(int worldSize) {
+        ParallelDims dims = ParallelDims.builder(worldSize).tensorParallel(tensorParallel).pipelineParallel(pipelineParallel)
+                .virtualPipelineParallel(virtualStages).expertParallel(expertParallel).build();
+        int dp = dims.dataParallel();
+        if (globalBatchSize % ((long) microBatchSize * dp) != 0) {
+            throw new IllegalArgumentException("--global-batch-size " + globalBatchSize + " is not divisible by"
+                    + " --micro-batch-size " + microBatchSize + " x data-parallel size " + dp);
+        }
+        model.validate(dims, virtualStages > 1 ? model.numLayers() / (pipelineParallel * virtualStages) : 0);
+        return dims;
+    }
+}
