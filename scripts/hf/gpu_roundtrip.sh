@@ -2,7 +2,9 @@
 # Acceptance 3 of issue 17 on one GPU: a LLaMA-shaped random model of ~1.1B parameters (TinyLlama's
 # shape: 22 layers, hidden 2048, ffn 5632, 32 heads, 4 KV groups, vocab 32000) saved by transformers
 # in bf16 is imported into mcore4j, fine-tuned a few steps, exported back in bf16 and loaded by
-# transformers; prints the import and export times and the logits check.
+# transformers; prints the import and export times and the logits check. Steps 2 and 4 time the
+# bridge alone (convert-hf / export-hf through a mcore4j checkpoint); step 3 is the one-command
+# fine-tune (pretrain-gpt prints ' imported ... in X s' and ' exported ... in X s').
 #
 # Needs: python with torch + transformers (+ safetensors); $CP = mcore4j's runtime classpath with a
 # CUDA libtorch for DJL (see ../shared/gpu/README.md, host-env.sh / pack-runtime.sh); torchrun.
@@ -39,16 +41,11 @@ PYEOF
 echo "== 2. import at TP1 on the GPU and save as an mcore4j checkpoint (convert-hf): $W/mcore4j"
 $ONE_GPU $JAVA io.mcore4j.samples.hf.ConvertHf --load-hf "$W/hf-in" --save "$W/mcore4j" --make-vocab-size-divisible-by 128
 
-echo "== 3. fine-tune $STEPS steps with pretrain-gpt"
-if $JAVA io.mcore4j.samples.pretrain.PretrainGpt --help 2>&1 | grep -q -- "--load-hf"; then
-  $ONE_GPU $JAVA io.mcore4j.samples.pretrain.PretrainGpt --load-hf "$W/hf-in" --save-hf "$W/hf-tuned" \
-    --mock-data --seq-length 512 --micro-batch-size 4 --global-batch-size 4 --train-iters "$STEPS" \
-    --lr 1e-5 --min-lr 1e-5 --lr-warmup-iters 0 --log-interval 1 --eval-interval 0 --fp16
-  TUNED="$W/hf-tuned"
-else
-  echo "pretrain-gpt has no --load-hf yet (the lead wires HfCheckpoint/HfExport into the new front-end): fine-tune SKIPPED"
-  TUNED=""
-fi
+echo "== 3. pretrain-gpt --load-hf: import on the GPU, fine-tune $STEPS steps (fp32 weights, mock tokens < 32000), --save-hf bf16: $W/hf-tuned"
+$JAVA io.mcore4j.samples.pretrain.PretrainGpt --load-hf "$W/hf-in" --save-hf "$W/hf-tuned" --save-hf-dtype bf16 \
+  --mock-data --seq-length 512 --micro-batch-size 4 --global-batch-size 4 --train-iters "$STEPS" \
+  --lr 1e-5 --min-lr 1e-5 --lr-warmup-iters 0 --log-interval 1 --eval-interval 0 --metrics-dir "$W/metrics"
+TUNED="$W/hf-tuned"
 
 echo "== 4. export the imported weights back to Hugging Face bf16 (export-hf): $W/hf-out"
 $ONE_GPU $JAVA io.mcore4j.samples.hf.ExportHf --load "$W/mcore4j" --save-hf "$W/hf-out" --dtype bf16

@@ -300,11 +300,47 @@ public final class HfCheckpoint implements AutoCloseable {
     /** @return every tensor whole, as float32 (small checkpoints: tests) */
     Map<String, float[]> readAll() {
         Map<String, float[]> out = new TreeMap<>();
-        fileOf.forEach((name, f) -> {
-            SafetensorsFile.Entry e = f.entries().get(name);
-            out.put(name, f.read(name, 0, e.rows(), 0, e.columns()));
-        });
+        for (String name : fileOf.keySet()) {
+            out.put(name, readTensor(name));
+        }
         return out;
+    }
+
+    /** @return bytes of tensor data this checkpoint object has read (positional reads; headers not counted) */
+    long bytesRead() {
+        return files.stream().mapToLong(SafetensorsFile::bytesRead).sum();
+    }
+
+    /** @return bytes of all tensor data in the checkpoint */
+    long tensorBytes() {
+        long total = 0;
+        for (Map.Entry<String, SafetensorsFile> e : fileOf.entrySet()) {
+            SafetensorsFile.Entry t = e.getValue().entries().get(e.getKey());
+            total += t.end() - t.begin();
+        }
+        return total;
+    }
+
+    /** @return the names of the checkpoint's tensors, sorted */
+    public java.util.SortedSet<String> tensorNames() {
+        return new java.util.TreeSet<>(fileOf.keySet());
+    }
+
+    /**
+     * Reads one tensor whole, as float32 (for checks and small tensors; {@link #loadInto} reads
+     * only what a rank needs).
+     *
+     * @param name the Hugging Face tensor name
+     * @return its values, row-major
+     * @throws HfCheckpointException if the checkpoint has no such tensor
+     */
+    public float[] readTensor(String name) {
+        SafetensorsFile f = fileOf.get(name);
+        if (f == null) {
+            throw new HfCheckpointException(dir + " has no tensor \"" + name + "\"");
+        }
+        SafetensorsFile.Entry e = f.entries().get(name);
+        return f.read(name, 0, e.rows(), 0, e.columns());
     }
 
     /** Closes the checkpoint's files. */

@@ -134,6 +134,35 @@ public final class HfExport {
         world.barrier();
     }
 
+    /**
+     * Copies the tokenizer and generation files a Hugging Face directory may hold
+     * ({@code tokenizer.json}, {@code tokenizer_config.json}, {@code special_tokens_map.json},
+     * {@code tokenizer.model}, {@code vocab.json}, {@code merges.txt}, {@code generation_config.json})
+     * from one directory to another; absent ones are skipped.
+     *
+     * @param from the source directory (e.g. the imported checkpoint)
+     * @param to the exported directory
+     * @return the names copied
+     * @throws HfCheckpointException if a copy fails
+     */
+    public static List<String> copyTokenizerFiles(Path from, Path to) {
+        List<String> copied = new ArrayList<>();
+        for (String name : List.of("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json")) {
+            Path f = from.resolve(name);
+            if (Files.isRegularFile(f)) {
+                try {
+                    Files.createDirectories(to);
+                    Files.copy(f, to.resolve(name), java.nio.file.StandardCopyOption.REPLACE_EXISTING);
+                } catch (IOException e) {
+                    throw new HfCheckpointException("cannot copy " + f + " to " + to + ": " + e, e);
+                }
+                copied.add(name);
+            }
+        }
+        return copied;
+    }
+
     private static HfWeightMap.Plan plan(HfWeightMap map, ShardedTensor piece, HfConfig config) {
         HfWeightMap.Plan plan = map.plans().get(piece.key());
         if (plan == null) {

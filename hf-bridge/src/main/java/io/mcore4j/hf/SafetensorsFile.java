@@ -44,6 +44,7 @@ final class SafetensorsFile implements AutoCloseable {
     private final Path path;
     private final FileChannel channel;
     private final Map<String, Entry> entries;
+    private final java.util.concurrent.atomic.AtomicLong bytesRead = new java.util.concurrent.atomic.AtomicLong();
 
     private SafetensorsFile(Path path, FileChannel channel, Map<String, Entry> entries) {
         this.path = path;
@@ -137,6 +138,11 @@ final class SafetensorsFile implements AutoCloseable {
         return path;
     }
 
+    /** @return bytes of tensor data read so far (headers not counted) */
+    long bytesRead() {
+        return bytesRead.get();
+    }
+
     /** @return the tensors by name, in header order */
     Map<String, Entry> entries() {
         return entries;
@@ -168,6 +174,7 @@ final class SafetensorsFile implements AutoCloseable {
         }
         float[] out = new float[(int) count];
         int bytes = e.dtype().bytes();
+        bytesRead.addAndGet(count * bytes);
         try {
             if (columns == e.columns()) {
                 ByteBuffer buf = ByteBuffer.allocate((int) (count * bytes));

@@ -33,8 +33,8 @@ import java.util.Objects;
  * unscale, clip or skip, step the optimizer, zero the gradients. This class is the only place that
  * knows the micro-batch count and applies the loss scale; the optimizer owns the scale's value.
  *
- * <p>Communicates over the pipeline group (schedule), the data-parallel groups (gradients, the
- * reported loss) and the world group (gradient norm). Every rank of the world calls {@link #run}
+ * <p>Communicates over the pipeline group (schedule), the data- and context-parallel groups
+ * (gradients, the reported loss) and the world group (gradient norm). Every rank of the world calls {@link #run}
  * and {@link #evaluate} together. Owns the data-parallel wrapper and the optimizer; the model
  * stays the caller's. One instance is used by one thread.
  */
@@ -163,12 +163,16 @@ public final class TrainStep implements AutoCloseable {
         return result;
     }
 
-    /** The mean of a last-stage value over the data-parallel group; NaN on other stages. */
+    /**
+     * The mean of a last-stage value over the data- and context-parallel group (context-parallel
+     * ranks hold parts of the same sequences; the model scales their losses so that this mean is
+     * the loss of the whole sequences); NaN on other stages.
+     */
     private double dataParallelMean(double value) {
         if (!groups.isLastStage()) {
             return Double.NaN;
         }
-        Communicator dp = groups.dp();
+        Communicator dp = groups.dpCp();
         if (dp.size() == 1) {
             return value;
         }

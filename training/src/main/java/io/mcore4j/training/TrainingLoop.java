@@ -29,7 +29,7 @@ import java.util.stream.Stream;
 /**
  * The training loop: resume, iterations of {@link TrainStep}, logging every {@code logInterval},
  * evaluation every {@code evalInterval}, checkpoints every {@code saveInterval} and at the end.
- * The logging rank (last pipeline stage, tensor- and data-parallel rank 0) prints one line per
+ * The logging rank (last pipeline stage, tensor-, context- and data-parallel rank 0) prints one line per
  * logged window and feeds the {@link MetricsSink}s; every rank runs the same iterations.
  *
  * <p>Checkpoints hold the model and optimizer state plus {@code iteration}, {@code consumed_samples},
@@ -73,7 +73,8 @@ public final class TrainingLoop {
         this.peakTflops = b.peakTflops;
         this.listener = b.listener;
         this.groups = step.groups();
-        this.logging = groups.isLastStage() && groups.tensorParallelRank() == 0 && groups.dataParallelRank() == 0;
+        this.logging = groups.isLastStage() && groups.tensorParallelRank() == 0 && groups.dataParallelRank() == 0
+                && groups.cp().rank() == 0;
         this.schedule = config.lrSchedule();
     }
 

@@ -9,7 +9,11 @@ import io.mcore4j.models.TransformerConfig;
  * softmax attention from tensor ops ({@link DotProductAttention}).
  */
 public enum AttentionBackend {
-    /** Fused where it computes the same thing (no attention dropout), unfused otherwise. */
+    /**
+     * Fused where it computes the same thing (no attention dropout, whole sequences on each rank),
+     * unfused otherwise (decided per model context: a context-parallel group of more than one rank
+     * gets the unfused attention, which attends across the group).
+     */
     AUTO,
     /** libtorch's fused attention (it picks the flash kernel where it can). */
     FLASH,
@@ -33,6 +37,10 @@ public enum AttentionBackend {
             throw new IllegalArgumentException("--attention-backend " + name().toLowerCase(java.util.Locale.ROOT)
                     + " has no attention dropout; --attention-dropout is " + config.attentionDropout()
                     + " (use --attention-backend unfused or auto)");
+        }
+        if (this == AUTO && fused) {
+            return LayerSpec.tensorParallel().withCoreAttention(
+                    ctx -> ctx.groups().cp().size() > 1 ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
         }
         return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
     }

@@ -16,8 +16,10 @@ import java.util.Objects;
  * {@code MASTER_ADDR:}{@link #port port}, and every rank, rank 0 included, connects a
  * {@link TcpStore} client to it, proving the {@link JobToken}.
  *
- * <p>The server listens on {@code MASTER_ADDR} itself when that is a loopback address (a job on one
- * machine stays off the network), else on every interface. Failures to connect are
+ * <p>A job whose ranks all run on this machine uses the loopback address whatever
+ * {@code MASTER_ADDR} says ({@link #storeHost}), so it stays off the network. Otherwise the server
+ * listens on {@code MASTER_ADDR} itself when that is a loopback address, else on every interface,
+ * which a job with a derived {@link JobToken} refuses without an explicit opt-in. Failures to connect are
  * {@link CommunicationException}s for group {@code world}, operation {@code connect}, naming rank 0.
  *
  * <p>Owns the client and, on rank 0, the server; {@link #close()} releases both (the client first).
@@ -130,7 +132,8 @@ public final class RendezvousStore implements AutoCloseable {
     public static RendezvousStore connect(LaunchEnvironment env, int port, JobToken token, Duration timeout, long deadlineNanos,
                                           boolean rankZeroHosts) {
         Objects.requireNonNull(token, "token");
-        InetAddress master = resolve(env.masterAddr());
+        String host = storeHost(env);
+        InetAddress master = resolve(host);
         TcpStoreServer server = null;
         try {
             if (env.rank() == 0 && rankZeroHosts) {
@@ -140,10 +143,10 @@ public final class RendezvousStore implements AutoCloseable {
             }
             TcpStore client;
             try {
-                client = TcpStore.connect(env.masterAddr(), port, token, env.rank(), timeout, deadlineNanos);
+                client = TcpStore.connect(host, port, token, env.rank(), timeout, deadlineNanos);
             } catch (StoreException e) {
                 throw new CommunicationException("world", "connect", List.of(0), "rank " + env.rank()
-                        + " could not reach rank 0's store at " + env.masterAddr() + ":" + port + ": " + e.getMessage(), e);
+                        + " could not reach rank 0's store at " + host + ":" + port + ": " + e.getMessage(), e);
             }
             return new RendezvousStore(env.rank(), server, client);
         } catch (RuntimeException e) {
@@ -152,6 +155,19 @@ public final class RendezvousStore implements AutoCloseable {
             }
             throw failure(env.rank(), e);
         }
+    }
+
+    /**
+     * Where the store is reached: the loopback address when every rank of the job runs on this
+     * machine ({@code LOCAL_WORLD_SIZE == WORLD_SIZE}), whatever {@code MASTER_ADDR} says (torchrun
+     * sets it to the host's name), so a single-machine job never listens on the network; else
+     * {@code MASTER_ADDR}.
+     *
+     * @param env the launch environment
+     * @return the store's host
+     */
+    public static String storeHost(LaunchEnvironment env) {
+        return env.localWorldSize() == env.worldSize() ? InetAddress.getLoopbackAddress().getHostAddress() : env.masterAddr();
     }
 
     /** @return the client of this rank, owned by this connection; keys are shared by the whole job */

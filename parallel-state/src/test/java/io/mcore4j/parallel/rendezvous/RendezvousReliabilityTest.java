@@ -92,7 +92,8 @@ class RendezvousReliabilityTest {
 
     @Test
     void aDerivedTokenRefusesToListenBeyondLoopback() {
-        LaunchEnvironment everyInterface = new LaunchEnvironment(0, 0, 2, 2, "0.0.0.0", 29500);
+        // rank 0 of a two-machine job (one rank per machine)
+        LaunchEnvironment everyInterface = new LaunchEnvironment(0, 0, 2, 1, "0.0.0.0", 29500);
         JobToken derived = JobToken.fromEnvironment(Map.of(), everyInterface);
         IllegalStateException e = assertThrows(IllegalStateException.class,
                 () -> RendezvousStore.connect(everyInterface, 29500, derived, Duration.ofSeconds(1)));
@@ -105,6 +106,22 @@ class RendezvousReliabilityTest {
         JobToken.fromEnvironment(Map.of(JobToken.ALLOW_DERIVED_VAR, "1"), everyInterface)
                 .checkMayListen(RendezvousStore.wildcard(), "test");
         assertTrue(!derived.isSecret() && TOKEN.isSecret());
+    }
+
+    @Test
+    void aJobOnOneMachineStaysOnLoopbackWhateverMasterAddrSays() throws Exception {
+        int port;
+        try (ServerSocket probe = new ServerSocket(0, 1, LOOPBACK)) {
+            port = probe.getLocalPort();
+        }
+        // torchrun sets MASTER_ADDR to the host's name; every rank is local, so no token is needed off loopback
+        LaunchEnvironment named = new LaunchEnvironment(0, 0, 1, 1, "0.0.0.0", port);
+        JobToken derived = JobToken.fromEnvironment(Map.of(), named);
+        try (RendezvousStore store = RendezvousStore.connect(named, port, derived, Duration.ofSeconds(5))) {
+            assertTrue(store.hostsServer());
+            assertEquals("127.0.0.1:" + port, store.client().address());
+        }
+        assertEquals("db-host-7", RendezvousStore.storeHost(new LaunchEnvironment(1, 0, 2, 1, "db-host-7", port)));
     }
 
     @Test

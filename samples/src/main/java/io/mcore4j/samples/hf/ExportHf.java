@@ -17,10 +17,7 @@ import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
-import java.io.IOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
@@ -38,9 +35,6 @@ import java.util.concurrent.Callable;
 @Command(name = "export-hf", mixinStandardHelpOptions = true,
         description = "Write the model weights of an mcore4j checkpoint (any layout) as a Hugging Face directory.")
 public final class ExportHf implements Callable<Integer> {
-    private static final List<String> TOKENIZER_FILES = List.of("tokenizer.json", "tokenizer_config.json",
-            "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json");
-
     @Option(names = "--load", required = true,
             description = "mcore4j checkpoint: a checkpoint directory, or a pretrain-gpt --save root (its latest iteration)")
     Path load;
@@ -107,18 +101,9 @@ public final class ExportHf implements Callable<Integer> {
                     loaded.unexpectedKeys().size(), type, saveHf, exportSeconds);
         });
         if (tokenizerFrom != null) {
-            copyTokenizer(tokenizerFrom, saveHf);
+            HfExport.copyTokenizerFiles(tokenizerFrom, saveHf);
         }
         System.out.println(report);
         return 0;
-    }
-
-    private static void copyTokenizer(Path from, Path to) throws IOException {
-        for (String name : TOKENIZER_FILES) {
-            Path f = from.resolve(name);
-            if (Files.isRegularFile(f)) {
-                Files.copy(f, to.resolve(name), StandardCopyOption.REPLACE_EXISTING);
-            }
-        }
     }
 }

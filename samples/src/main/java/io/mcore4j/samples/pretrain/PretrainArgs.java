@@ -1,7 +1,10 @@
 package io.mcore4j.samples.pretrain;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.data.gpt.SplitWeights;
+import io.mcore4j.hf.HfConfig;
+import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.moe.MoeConfig;
@@ -19,6 +22,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.Set;
 
 /**
  * The flags of {@code pretrain-gpt}, named and defaulted as in Megatron-LM where Megatron has them,
@@ -63,6 +67,12 @@ public final class PretrainArgs {
     boolean sequenceParallel;
     @Option(names = "--expert-model-parallel-size", description = "Default: ${DEFAULT-VALUE}.")
     int expertParallel = 1;
+    @Option(names = "--context-parallel-size", description = "Split each sequence over this many ranks (2 x size chunks,"
+            + " load-balanced for causal attention). Default: ${DEFAULT-VALUE}.")
+    int contextParallel = 1;
+    @Option(names = "--cp-comm-type", description = "How attention exchanges keys and values across the context-parallel"
+            + " group: p2p (a ring) or allgather. Default: ${DEFAULT-VALUE}.")
+    String cpCommType = "p2p";
 
     // model
     @Option(names = "--num-layers", description = "Default: ${DEFAULT-VALUE}.")
@@ -171,6 +181,15 @@ public final class PretrainArgs {
     Path save;
     @Option(names = "--load", description = "Resume from the latest checkpoint here (a missing or empty directory starts from scratch).")
     Path load;
+    @Option(names = "--load-hf", description = "Start from this Hugging Face checkpoint (config.json + safetensors): its "
+            + "config gives the model's shape, norms, positions, dropout and vocabulary (the model-shape flags and "
+            + "--vocab-size are not used); --load, when it holds a checkpoint, still takes precedence.")
+    Path loadHf;
+    @Option(names = "--save-hf", description = "After training, write the model here as a Hugging Face directory "
+            + "(config.json + model.safetensors) that transformers loads.")
+    Path saveHf;
+    @Option(names = "--save-hf-dtype", description = "dtype of --save-hf: bf16, f16 or f32. Default: ${DEFAULT-VALUE}.")
+    String saveHfDtype = "bf16";
     @Option(names = "--save-interval", description = "Iterations between checkpoints (0: only at the end). Default: ${DEFAULT-VALUE}.")
     int saveInterval = 0;
     @Option(names = "--override-opt-param-scheduler", description = "On resume, use the schedule flags even where they differ from the checkpoint's.")
@@ -226,9 +245,9 @@ public final class PretrainArgs {
         return microBatchSize;
     }
 
-    /** @return --tensor-model-parallel-size x --pipeline-model-parallel-size */
+    /** @return --tensor-model-parallel-size x --context-parallel-size x --pipeline-model-parallel-size */
     public int modelParallelSize() {
-        return tensorParallel * pipelineParallel;
+        return tensorParallel * contextParallel * pipelineParallel;
     }
 
     /** @return --seq-length */
@@ -270,6 +289,7 @@ public final class PretrainArgs {
         positive("--tensor-model-parallel-size", tensorParallel);
         positive("--pipeline-model-parallel-size", pipelineParallel);
         positive("--expert-model-parallel-size", expertParallel);
+        positive("--context-parallel-size", contextParallel);
         positive("--num-layers", numLayers);
         positive("--hidden-size", hiddenSize);
         positive("--num-attention-heads", numAttentionHeads);
@@ -279,6 +299,11 @@ public final class PretrainArgs {
         positive("--vocab-size", vocabSize);
         positive("--make-vocab-size-divisible-by", vocabDivisor);
         positive("--log-interval", logInterval);
+        try {
+            HfDtype.parse(saveHfDtype);
+        } catch (IllegalArgumentException e) {
+            throw new IllegalArgumentException("--save-hf-dtype: " + e.getMessage(), e);
+        }
         atLeastZero("--num-query-groups", numQueryGroups);
         atLeastZero("--ffn-hidden-size", ffnHiddenSize);
         atLeastZero("--max-position-embeddings", maxPositionEmbeddings);
@@ -348,7 +373,7 @@ public final class PretrainArgs {
         AttentionBackend attention = AttentionBackend.valueOf(attentionBackend.name().toUpperCase(Locale.ROOT));
         checkAttentionMemory(model, attention);
         return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
-                optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization);
+                contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization);
     }
 
     /**
@@ -392,7 +417,23 @@ public final class PretrainArgs {
         }
     }
 
+    /** @return the Hugging Face config of {@code --load-hf}, or null without it */
+    HfConfig hfConfig() {
+        return loadHf == null ? null : HfConfig.read(loadHf, Set.of());
+    }
+
+    /** @return the vocabulary of the tokens (the Hugging Face checkpoint's with {@code --load-hf}) */
+    int tokenVocabSize() {
+        return loadHf == null ? vocabSize : hfConfig().vocabSize();
+    }
+
     private TransformerConfig model() {
+        if (loadHf != null) {
+            // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
+            return hfConfig().transformerConfig(vocabDivisor, tensorParallel, fp16 ? DataType.FLOAT16 : DataType.FLOAT32)
+                    .toBuilder().sequenceParallel(sequenceParallel)
+                    .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT))).build();
+        }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(vocabSize, vocabDivisor, tensorParallel);
         TransformerConfig.Builder b = TransformerConfig.builder(numLayers, hiddenSize, numAttentionHeads, vocab)
@@ -401,7 +442,8 @@ public final class PretrainArgs {
                 .sequenceParallel(sequenceParallel)
                 .tiedEmbeddings(!untieEmbeddings)
                 .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT)))
-                .dtype(fp16 ? DataType.FLOAT16 : DataType.FLOAT32);
+                .dtype(fp16 ? DataType.FLOAT16 : DataType.FLOAT32)
+                .cpCommType(CpCommType.fromFlag(cpCommType));
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);
         }

@@ -8,7 +8,13 @@ import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.data.indexed.CorruptDatasetException;
+import io.mcore4j.hf.HfCheckpoint;
+import io.mcore4j.hf.HfConfig;
+import io.mcore4j.hf.HfDtype;
+import io.mcore4j.hf.HfExport;
+import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.parallel.Backend;
+import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
@@ -193,13 +199,13 @@ public final class PretrainGpt {
                 LaunchedRank rank = launched ? LaunchedRank.connect(timeout) : singleRank(timeout);
                 try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
                     return GptPretraining.run(setup, backend, root, train, valid,
-                            rankOptions(args, out, loop, rank.device(), writeMetrics), timePhases);
+                            rankOptions(args, out, loop, rank.device(), writeMetrics), timePhases, hfHooks(args, setup, out));
                 }
             }
             List<TrainingSummary> perRank;
             try {
                 perRank = InJvmWorld.run(world, timeout, rank -> GptPretraining.run(setup, rank.backend(), rank.manager(),
-                        train, valid, rankOptions(args, out, loop, Device.cpu(), writeMetrics), timePhases));
+                        train, valid, rankOptions(args, out, loop, Device.cpu(), writeMetrics), timePhases, hfHooks(args, setup, out)));
             } catch (InJvmWorld.RankFailedException e) {
                 IllegalArgumentException bad = badInput(e);
                 throw bad != null ? bad : e; // a bad value the ranks found is the caller's error, not a crash
@@ -229,16 +235,58 @@ public final class PretrainGpt {
         };
     }
 
+    /**
+     * {@code --load-hf} and {@code --save-hf}: the Hugging Face bridge around the loop. The weights
+     * are imported after the chunks are built and before the optimizer copies them (each rank reads
+     * only its own shards); the trained model is exported after the loop (collective), with the
+     * tokenizer files of {@code --load-hf}.
+     */
+    private static GptPretraining.ModelHooks hfHooks(PretrainArgs args, GptTrainingSetup setup, PrintStream out) {
+        return new GptPretraining.ModelHooks() {
+            @Override
+            public void beforeTraining(List<GptModel> chunks, ProcessGroups groups) {
+                if (args.loadHf == null) {
+                    return;
+                }
+                long start = System.nanoTime();
+                try (HfCheckpoint ck = HfCheckpoint.open(args.loadHf)) {
+                    ck.loadInto(chunks);
+                }
+                groups.world().barrier();
+                if (groups.worldRank() == 0) {
+                    out.printf(Locale.ROOT, " imported %s in %.2f s%n", args.loadHf, (System.nanoTime() - start) / 1e9);
+                }
+            }
+
+            @Override
+            public void afterTraining(List<GptModel> chunks, ProcessGroups groups) {
+                if (args.saveHf == null) {
+                    return;
+                }
+                long start = System.nanoTime();
+                HfConfig hf = args.loadHf != null ? args.hfConfig() : HfConfig.forModel(setup.model(), args.vocabSize);
+                HfExport.write(args.saveHf, hf, chunks, groups.world(), HfDtype.parse(args.saveHfDtype));
+                if (groups.worldRank() == 0) {
+                    if (args.loadHf != null) {
+                        HfExport.copyTokenizerFiles(args.loadHf, args.saveHf);
+                    }
+                    out.printf(Locale.ROOT, " exported %s (%s) in %.2f s%n", args.saveHf, args.saveHfDtype,
+                            (System.nanoTime() - start) / 1e9);
+                }
+            }
+        };
+    }
+
     private static GptSplits datasets(PretrainArgs args, PrintStream out) throws Exception {
         long trainSamples = Math.max(args.trainIters, 1) * args.globalBatchSize;
         long validSamples = args.evalInterval > 0 ? (long) args.evalIters * args.globalBatchSize : 0;
         GptDatasetBuilder builder = GptDatasetBuilder.create().sequenceLength(args.seqLength).seed(args.seed)
                 .split(args.splitWeights()).samples(trainSamples, validSamples, 0);
         if (args.mockData) {
-            builder.mock(args.vocabSize);
+            builder.mock(args.tokenVocabSize());
         } else {
             // token ids at or above --vocab-size would train silently at TP > 1 (no rank owns their row)
-            builder.vocabSize(args.vocabSize);
+            builder.vocabSize(args.tokenVocabSize());
         }
         if (args.mockData) {
             // mock tokens are drawn below --vocab-size

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.data.sampler.PretrainingSampler;
 import io.mcore4j.training.BatchSource;
@@ -14,25 +15,47 @@ import java.util.Objects;
 /**
  * Micro-batches of GPT samples for one data-parallel rank, taken in order with Megatron's
  * pretraining sampler (wrapping around the dataset): each sample of {@code s + 1} tokens gives
- * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}.
+ * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}; under context
+ * parallelism, this rank's {@code [s / CP, b]} part of them.
  */
 public final class GptBatches implements BatchSource {
     private final SampleDataset data;
     private final int microBatchSize;
     private final int dataParallelRank;
     private final int dataParallelSize;
+    private final ContextParallelSplit contextParallel;
 
     /**
+     * Micro-batches of whole sequences (no context parallelism).
+     *
      * @param data the samples
      * @param microBatchSize samples per micro-batch
      * @param dataParallelRank this rank's data-parallel index
      * @param dataParallelSize the data-parallel size
      */
     public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize) {
+        this(data, microBatchSize, dataParallelRank, dataParallelSize, new ContextParallelSplit(1, 0));
+    }
+
+    /**
+     * Micro-batches of this context-parallel rank's part of each sequence: the ranks of one
+     * context-parallel group read the same samples and keep their chunks of them.
+     *
+     * @param data the samples
+     * @param microBatchSize samples per micro-batch
+     * @param dataParallelRank this rank's data-parallel index
+     * @param dataParallelSize the data-parallel size
+     * @param contextParallel this rank's split of each sequence
+     * @throws IllegalArgumentException if the samples' length cannot be split
+     */
+    public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize,
+                      ContextParallelSplit contextParallel) {
         this.data = Objects.requireNonNull(data, "data");
         this.microBatchSize = microBatchSize;
         this.dataParallelRank = dataParallelRank;
         this.dataParallelSize = dataParallelSize;
+        this.contextParallel = Objects.requireNonNull(contextParallel, "contextParallel");
+        contextParallel.checkSequenceLength(data.sequenceLength());
     }
 
     @Override
@@ -51,6 +74,10 @@ public final class GptBatches implements BatchSource {
         NDArray batch = manager.create(flat, new Shape(indices.length, width)).toType(DataType.INT64, false);
         NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
         NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
+        if (contextParallel.size() > 1) {
+            tokens = contextParallel.split(tokens, 0, manager);
+            labels = contextParallel.split(labels, 0, manager);
+        }
         return new MicroBatch(tokens, labels);
     }
 }

@@ -1,8 +1,10 @@
 package io.mcore4j.training.gpt;
 
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.data.gpt.SampleDataset;
+import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.ParallelDims;
@@ -11,6 +13,7 @@ import io.mcore4j.training.TrainStep;
 import io.mcore4j.training.TrainingLoop;
 import io.mcore4j.training.TrainingSummary;
 
+import java.util.List;
 import java.util.Objects;
 import java.util.function.Consumer;
 
@@ -36,7 +39,49 @@ public final class GptPretraining {
      */
     public static TrainingSummary run(GptTrainingSetup setup, Backend backend, NDManager root, SampleDataset train,
                                       SampleDataset valid, Consumer<TrainingLoop.Builder> loop, boolean timePhases) {
+        return run(setup, backend, root, train, valid, loop, timePhases, new ModelHooks() {});
+    }
+
+    /**
+     * What a front-end does with this rank's model chunks around the loop (importing pretrained
+     * weights, exporting the result); both run on every rank, so they may be collective.
+     */
+    public interface ModelHooks {
+        /**
+         * After the chunks are built and before the optimizer takes its copies of their weights.
+         *
+         * @param chunks this rank's chunks, in virtual-stage order
+         * @param groups this rank's groups
+         */
+        default void beforeTraining(List<GptModel> chunks, ProcessGroups groups) {}
+
+        /**
+         * After the loop returned.
+         *
+         * @param chunks this rank's chunks, trained
+         * @param groups this rank's groups
+         */
+        default void afterTraining(List<GptModel> chunks, ProcessGroups groups) {}
+    }
+
+    /**
+     * Runs the job on this rank with hooks around the loop.
+     *
+     * @param setup the run's configuration
+     * @param backend this rank's communication backend (all ranks call together)
+     * @param root this rank's root manager, on the training device
+     * @param train training samples
+     * @param valid validation samples, or null
+     * @param loop options of the loop, applied to its builder
+     * @param timePhases synchronise the device between a step's phases and report their times
+     * @param hooks called with the model chunks before and after the loop
+     * @return what the run did on this rank
+     */
+    public static TrainingSummary run(GptTrainingSetup setup, Backend backend, NDManager root, SampleDataset train,
+                                      SampleDataset valid, Consumer<TrainingLoop.Builder> loop, boolean timePhases,
+                                      ModelHooks hooks) {
         Objects.requireNonNull(setup, "setup");
+        Objects.requireNonNull(hooks, "hooks");
         ParallelDims dims = setup.dims(backend.worldSize());
         ProcessGroups groups = ProcessGroups.create(dims, backend);
         try (NDManager parameters = root.newSubManager()) {
@@ -44,21 +89,34 @@ public final class GptPretraining {
             if (setup.deviceInitialization() && root.getDevice().isGpu()) {
                 ctx = ctx.withDeviceInitialization();
             }
-            try (GptTrainingModel model = GptTrainingModel.build(ctx, setup.attention().layerSpec(setup.model()),
-                    setup.virtualStages());
+            try (GptTrainingModel model = beforeTraining(GptTrainingModel.build(ctx,
+                    setup.attention().layerSpec(setup.model()), setup.virtualStages()), hooks, groups);
                  TrainStep step = TrainStep.builder(model, groups, root).optimizer(setup.optimizer())
                          .microBatchSize(setup.microBatchSize()).seqLength(setup.seqLength())
                          .globalBatchSize(setup.globalBatchSize()).timePhases(timePhases).build()) {
                 int dpRank = groups.dataParallelRank();
                 int dp = dims.dataParallel();
+                ContextParallelSplit cp = ContextParallelSplit.of(groups.cp());
                 TrainingLoop.Builder b = TrainingLoop.builder(step, setup.training(),
-                        new GptBatches(train, setup.microBatchSize(), dpRank, dp));
+                        new GptBatches(train, setup.microBatchSize(), dpRank, dp, cp));
                 if (valid != null) {
-                    b.valid(new GptBatches(valid, setup.microBatchSize(), dpRank, dp));
+                    b.valid(new GptBatches(valid, setup.microBatchSize(), dpRank, dp, cp));
                 }
                 loop.accept(b);
-                return b.build().run();
+                TrainingSummary summary = b.build().run();
+                hooks.afterTraining(model.chunks(), groups);
+                return summary;
             }
+        }
+    }
+
+    private static GptTrainingModel beforeTraining(GptTrainingModel model, ModelHooks hooks, ProcessGroups groups) {
+        try {
+            hooks.beforeTraining(model.chunks(), groups);
+            return model;
+        } catch (RuntimeException e) {
+            model.close();
+            throw e;
         }
     }
 }

@@ -124,7 +124,11 @@ public final class GptTrainingModel implements TrainingModel {
     @Override
     public Shape activationShape(int microBatchSize, int seqLength) {
         TransformerConfig c = ctx.config();
-        long local = c.sequenceParallel() ? seqLength / ctx.groups().dims().tensorParallel() : seqLength;
+        // this rank's part of the sequence under context parallelism, split again over TP with SP
+        long local = seqLength / ctx.groups().dims().contextParallel();
+        if (c.sequenceParallel()) {
+            local /= ctx.groups().dims().tensorParallel();
+        }
         return new Shape(local, microBatchSize, c.hiddenSize());
     }
 

@@ -18,6 +18,9 @@ import java.util.Objects;
  * @param pipelineParallel pipeline-parallel size
  * @param virtualStages model chunks per pipeline rank (1 without interleaving)
  * @param expertParallel expert-parallel size
+ * @param contextParallel context-parallel size: each sequence is split over this many ranks
+ *                        ({@link io.mcore4j.contextparallel.ContextParallelSplit}; the attention's
+ *                        exchange is the model's {@code cpCommType})
  * @param optimizer optimizer, precision and gradient-reduction settings
  * @param microBatchSize samples per micro-batch
  * @param globalBatchSize samples per iteration, all data-parallel ranks together
@@ -28,7 +31,8 @@ import java.util.Objects;
  *                             only up to the device's random generator), instead of on the CPU
  */
 public record GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
-                               int pipelineParallel, int virtualStages, int expertParallel, OptimizerConfig optimizer,
+                               int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
+                               OptimizerConfig optimizer,
                                int microBatchSize, long globalBatchSize, int seqLength, TrainingConfig training,
                                long seed, boolean deviceInitialization) {
 
@@ -42,6 +46,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
         positive("--pipeline-model-parallel-size", pipelineParallel);
         positive("virtual pipeline stages", virtualStages);
         positive("--expert-model-parallel-size", expertParallel);
+        positive("--context-parallel-size", contextParallel);
         positive("--micro-batch-size", microBatchSize);
         positive("--seq-length", seqLength);
         if (globalBatchSize < 1) {
@@ -50,6 +55,11 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
         if (seqLength > model.maxSequenceLength()) {
             throw new IllegalArgumentException("--seq-length " + seqLength + " exceeds --max-position-embeddings "
                     + model.maxSequenceLength());
+        }
+        if (contextParallel > 1 && seqLength % (2L * contextParallel) != 0) {
+            throw new IllegalArgumentException("--seq-length " + seqLength + " is not divisible by 2 x --context-parallel-size "
+                    + contextParallel + " = " + 2L * contextParallel
+                    + " (the load-balanced causal split cuts each sequence into 2·CP equal chunks)");
         }
         attention.layerSpec(model); // refuses a fused kind with attention dropout
     }
@@ -70,7 +80,8 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
      */
     public ParallelDims dims(int worldSize) {
         ParallelDims dims = ParallelDims.builder(worldSize).tensorParallel(tensorParallel).pipelineParallel(pipelineParallel)
-                .virtualPipelineParallel(virtualStages).expertParallel(expertParallel).build();
+                .virtualPipelineParallel(virtualStages).expertParallel(expertParallel).contextParallel(contextParallel)
+                .build();
         int dp = dims.dataParallel();
         if (globalBatchSize % ((long) microBatchSize * dp) != 0) {
             throw new IllegalArgumentException("--global-batch-size " + globalBatchSize + " is not divisible by"

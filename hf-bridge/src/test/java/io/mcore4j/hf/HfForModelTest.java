@@ -1,0 +1,83 @@
+package io.mcore4j.hf;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.inprocess.InJvmWorld;
+
+import java.nio.file.Path;
+import java.util.List;
+
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A model mcore4j initialised itself, exported at TP2 through {@link HfConfig#forModel} as float32
+ * and imported again at TP1, gives the logits it gave before export: LLaMA-shaped (RMSNorm, SwiGLU,
+ * RoPE, GQA, untied) and GPT-2-shaped (LayerNorm, tanh GELU, learned positions, biases, tied).
+ */
+class HfForModelTest {
+    private static final int VOCAB = 64;
+
+    private static TransformerConfig config(String kind) {
+        TransformerConfig.Builder b = TransformerConfig.builder(2, 32, 4, VOCAB).maxSequenceLength(16).dropout(0, 0);
+        if (kind.equals("llama")) {
+            b.queryGroups(2).ffnHiddenSize(48).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5)
+                    .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).rotary(50000, 1)
+                    .activation(TransformerConfig.Activation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false);
+        } else {
+            b.activation(TransformerConfig.Activation.GELU_TANH);
+        }
+        return b.initStd(0.2).build();
+    }
+
+    @ParameterizedTest
+    @ValueSource(strings = {"llama", "gpt2"})
+    void nativeModelExportsAndImportsBack(String kind) throws java.io.IOException {
+        TransformerConfig c = config(kind);
+        HfConfig hf = HfConfig.forModel(c, VOCAB);
+        assertEquals(kind.equals("llama") ? HfArchitecture.LLAMA : HfArchitecture.GPT2, hf.architecture());
+        // kept under target/ with the logits before export, for scripts/hf/check_export.py
+        Path out = Path.of("target", "hf-export", "native_" + kind + "-f32");
+        int[] prompt = {1, 5, 9, 63, 0, 17, 33, 2};
+        ParallelDims tp2 = ParallelDims.of(2, 2, 1);
+        List<float[][]> before = InJvmWorld.run(2, rank -> {
+            ProcessGroups groups = rank.groups(tp2);
+            GptModel model = GptModel.build(ModelContext.create(c, groups, rank.manager(), new SeedScheme(11)),
+                    LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
+            float[][] logits = Fixtures.forward(model, c, groups, rank.manager(), prompt, VOCAB);
+            HfExport.write(out, hf, List.of(model), groups.world(), HfDtype.F32);
+            return logits;
+        });
+        writeLogits(out.resolve("logits.json"), prompt, before.get(0));
+        float[][] after = Fixtures.logits(out, ParallelDims.of(1, 1, 1), prompt, null);
+        double error = Fixtures.relativeError(after, before.get(0));
+        System.out.printf("%s-shaped model exported at TP2, imported at TP1: logits relative error %.3g%n", kind, error);
+        assertTrue(error <= 1e-5, kind + ": " + error);
+    }
+
+    private static void writeLogits(Path file, int[] prompt, float[][] logits) throws java.io.IOException {
+        com.google.gson.JsonObject o = new com.google.gson.JsonObject();
+        o.add("input_ids", new com.google.gson.Gson().toJsonTree(prompt));
+        o.add("logits", new com.google.gson.Gson().toJsonTree(logits));
+        java.nio.file.Files.writeString(file, o.toString());
+    }
+
+    @Test
+    void shapesWithoutAHuggingFaceArchitectureAreRefused() {
+        TransformerConfig swigluLayerNorm = TransformerConfig.builder(2, 32, 4, VOCAB)
+                .activation(TransformerConfig.Activation.SWIGLU).build();
+        String message = assertThrows(HfCheckpointException.class, () -> HfConfig.forModel(swigluLayerNorm, VOCAB)).getMessage();
+        assertTrue(message.contains("GPT2LMHeadModel") && message.contains("SWIGLU"), message);
+    }
+}

@@ -1,0 +1,102 @@
+package io.mcore4j.samples.pretrain;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * pretrain-gpt with {@code --context-parallel-size}, as a user runs it: a small GPT with GQA and
+ * RoPE trained at CP2 and CP4, alone and with TP2 (and sequence parallelism), PP2 and DP2 (with the
+ * distributed optimizer), gives the serial losses; a checkpoint written at CP2 resumes at CP1 and
+ * at CP4 with the losses of the uninterrupted run; a sequence length the split cannot cut is
+ * refused naming the flags.
+ */
+class PretrainGptContextParallelTest {
+    @TempDir
+    Path dir;
+
+    private List<String> common(int nproc, int steps, String... more) {
+        List<String> flags = new ArrayList<>(List.of("--nproc", String.valueOf(nproc), "--num-layers", "2",
+                "--hidden-size", "32", "--num-attention-heads", "4", "--num-query-groups", "2",
+                "--position-embedding-type", "rope", "--seq-length", "16", "--micro-batch-size", "2",
+                "--global-batch-size", "4", "--lr", "1e-3", "--min-lr", "1e-4", "--lr-warmup-iters", "2",
+                "--lr-decay-iters", "10", "--train-iters", String.valueOf(steps), "--mock-data", "--vocab-size", "250",
+                "--make-vocab-size-divisible-by", "64", "--log-interval", "5", "--seed", "7", "--clip-grad", "1.0",
+                "--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
+        flags.addAll(List.of(more));
+        return flags;
+    }
+
+    private static List<Double> train(List<String> flags) throws Exception {
+        PrintStream quiet = new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8);
+        return PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)), quiet);
+    }
+
+    private static void assertSameLosses(List<Double> expected, List<Double> actual, String layout) {
+        assertEquals(expected.size(), actual.size(), layout);
+        for (int i = 0; i < expected.size(); i++) {
+            double rel = Math.abs(actual.get(i) - expected.get(i)) / Math.abs(expected.get(i));
+            assertTrue(rel <= 1e-5, layout + " step " + (i + 1) + ": " + actual.get(i) + " vs " + expected.get(i)
+                    + " (relative " + rel + ")");
+        }
+    }
+
+    @Test
+    void contextParallelLayoutsGiveTheSerialLosses() throws Exception {
+        List<Double> serial = train(common(1, 8));
+        assertTrue(serial.get(7) < serial.get(0), "the loss should fall: " + serial);
+        assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2")), "CP2 p2p");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "4", "--cp-comm-type", "allgather")),
+                "CP4 allgather");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "2", "--tensor-model-parallel-size", "2",
+                "--sequence-parallel")), "TP2 SP CP2");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "2", "--pipeline-model-parallel-size", "2")),
+                "PP2 CP2");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "2", "--use-distributed-optimizer",
+                "--overlap-grad-reduce", "--ddp-bucket-size", "2000")), "DP2 CP2 + distributed optimizer, overlapped");
+    }
+
+    /**
+     * A checkpoint written at CP2 x DP2 with the distributed optimizer (model and optimizer state,
+     * the latter sharded over the four dp-cp ranks) resumes at CP1 x DP4 and at CP4 x DP1 with the
+     * losses of the uninterrupted run (the serial run's, which every layout reproduces).
+     */
+    @Test
+    void aCheckpointWrittenAtCp2ResumesAtCp1AndCp4() throws Exception {
+        Path save = dir.resolve("cp2");
+        // one sample per micro-batch, so that the global batch of 4 divides among four data-parallel ranks at CP1
+        List<Double> uninterrupted = train(common(1, 8, "--micro-batch-size", "1"));
+        List<Double> head = train(common(4, 4, "--context-parallel-size", "2", "--use-distributed-optimizer",
+                "--micro-batch-size", "1", "--save", save.toString()));
+        assertSameLosses(uninterrupted.subList(0, 4), head, "CP2 DP2 before the checkpoint");
+        for (String cp : List.of("1", "4")) {
+            List<Double> resumed = train(common(4, 8, "--context-parallel-size", cp, "--use-distributed-optimizer",
+                    "--micro-batch-size", "1", "--load", save.toString()));
+            assertSameLosses(uninterrupted.subList(4, 8), resumed, "saved at CP2 DP2, resumed at CP" + cp);
+        }
+    }
+
+    @Test
+    void aSequenceTheSplitCannotCutIsNamed() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> PretrainArgs.parse(common(4, 1, "--context-parallel-size", "4", "--seq-length", "12")
+                        .toArray(String[]::new)).setup());
+        assertEquals("--seq-length 12 is not divisible by 2 x --context-parallel-size 4 = 8 (the load-balanced causal"
+                + " split cuts each sequence into 2·CP equal chunks)", e.getMessage());
+        IllegalArgumentException comm = assertThrows(IllegalArgumentException.class,
+                () -> PretrainArgs.parse(common(2, 1, "--context-parallel-size", "2", "--cp-comm-type", "a2a")
+                        .toArray(String[]::new)).setup());
+        assertTrue(comm.getMessage().startsWith("--cp-comm-type a2a is not supported; supported: [allgather, p2p]"),
+                comm.getMessage());
+    }
+}
