@@ -69,7 +69,7 @@ public final class DotProductAttention implements CoreAttention {
      * Additive mask [1, s, s]: 0 where a query may attend (key position ≤ query position), -10000
      * elsewhere; owned by the scope, its temporaries closed.
      */
-    private static NDArray causalMask(AutogradScope scope, long s) {
+    static NDArray causalMask(AutogradScope scope, long s) {
         return scope.frame(() -> {
             NDManager manager = scope.manager();
             NDArray pos = manager.arange(0, (int) s, 1, DataType.INT64);
