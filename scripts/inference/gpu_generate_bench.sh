@@ -3,8 +3,8 @@
 # ~1.1B LLaMA-shaped weights and prompts, greedy, 256 new tokens, batch 1 and 16, in one call.
 #
 # Needs: python3 with torch (CUDA), transformers and safetensors; java; CP = the runtime class path of
-# mcore4j-samples (its jars and dependencies, DJL's JNI for the host's libtorch: see
-# ../shared/gpu/README.md and host-env.sh).
+# mcore4j-samples (its jars and dependencies) and DJL's JNI for the host's libtorch: docs/gpu.md and the
+# scripts in scripts/gpu/ (stage.sh, then on the host `source .gpu/run-on-host.sh`, which sets CP).
 #   CP=... scripts/inference/gpu_generate_bench.sh [WORK_DIR]
 # Prints one line per batch size from each side, then how many leading ids the two agree on.
 set -euo pipefail

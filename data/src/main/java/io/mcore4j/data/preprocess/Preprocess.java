@@ -34,8 +34,9 @@ import java.util.concurrent.Future;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
- * The {@code preprocess} command: tokenizes the string fields of a JSON Lines file into Megatron indexed
- * datasets, one per key, named {@code <prefix>_<key>_document.bin/.idx} as Megatron names them.
+ * Tokenizes the string fields of a JSON Lines file into Megatron indexed datasets, one per key, named
+ * {@code <prefix>_<key>_document.bin/.idx} as Megatron names them: the library behind the {@code preprocess}
+ * command (its command line is {@code io.mcore4j.samples.preprocess.PreprocessData} in {@code mcore4j-samples}).
  *
  * <p>The main thread reads the input in batches of lines; {@code --workers} threads decode, parse and
  * tokenize batches; the main thread writes the results strictly in input order, so any worker count gives
@@ -49,46 +50,6 @@ public final class Preprocess {
     private static final Logger LOG = LoggerFactory.getLogger(Preprocess.class);
 
     private Preprocess() {}
-
-    /**
-     * Command-line entry point; exits with 0 on success, 1 on failure and 2 on bad arguments.
-     *
-     * @param args see {@link PreprocessOptions#USAGE}
-     */
-    public static void main(String[] args) {
-        System.exit(execute(args, System.err));
-    }
-
-    /**
-     * Runs the command without exiting the JVM.
-     *
-     * @param args see {@link PreprocessOptions#USAGE}
-     * @param console where progress and errors are printed
-     * @return the exit status: 0 success, 1 failure, 2 bad arguments
-     */
-    public static int execute(String[] args, PrintStream console) {
-        if (Arrays.asList(args).contains("--help") || Arrays.asList(args).contains("-h")) {
-            console.println(PreprocessOptions.USAGE);
-            return 0;
-        }
-        PreprocessOptions options;
-        try {
-            options = PreprocessOptions.parse(args);
-        } catch (IllegalArgumentException e) {
-            console.println("preprocess: " + e.getMessage());
-            return 2;
-        }
-        try {
-            PreprocessResult r = run(options, console);
-            console.printf("preprocess: %,d documents (%,d lines skipped), %,d tokens of %s, %.1f MB in %.1f s (%.1f MB/s): %s%n",
-                    r.documents(), r.skippedLines(), r.tokens(), r.dtype(), r.inputBytes() / 1e6, r.seconds(),
-                    r.megabytesPerSecond(), r.outputs());
-            return 0;
-        } catch (IOException | RuntimeException e) {
-            console.println("preprocess: " + e.getMessage());
-            return 1;
-        }
-    }
 
     /**
      * Tokenizes the input and writes the datasets.

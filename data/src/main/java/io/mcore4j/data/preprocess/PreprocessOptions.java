@@ -1,13 +1,11 @@
 package io.mcore4j.data.preprocess;
 
 import java.nio.file.Path;
-import java.util.ArrayList;
 import java.util.List;
-import java.util.Locale;
 
 /**
- * Settings of one {@link Preprocess} run, parsed from Megatron-style command-line arguments by
- * {@link #parse(String...)}.
+ * Settings of one {@link Preprocess} run, named after the {@code preprocess} command's flags (Megatron-LM's
+ * {@code tools/preprocess_data.py} where it has them); {@link #builder} fills in the defaults.
  *
  * @param input the JSON Lines file
  * @param jsonKeys fields to tokenize; each gets its own dataset
@@ -47,7 +45,14 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
             return argument;
         }
 
-        static TokenizerType fromArgument(String value) {
+        /**
+         * The tokenizer a command-line spelling names.
+         *
+         * @param value {@code ByteLevel} or {@code HuggingFaceTokenizer}
+         * @return the tokenizer type
+         * @throws IllegalArgumentException naming the value and the accepted ones
+         */
+        public static TokenizerType fromArgument(String value) {
             for (TokenizerType t : values()) {
                 if (t.argument.equals(value)) {
                     return t;
@@ -65,17 +70,10 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
         FAIL
     }
 
-    /** Usage text for the command line. */
-    public static final String USAGE = String.join("\n",
-            "usage: preprocess --input FILE.jsonl --output-prefix PREFIX --tokenizer-type ByteLevel|HuggingFaceTokenizer",
-            "                  [--tokenizer-model tokenizer.json] [--eod-token TEXT] [--json-keys KEY...]",
-            "                  [--append-eod] [--workers N] [--on-bad-line skip|fail] [--batch-lines N] [--no-progress]",
-            "writes PREFIX_<key>_document.bin/.idx for each key (default key: text)");
-
     /** Validates the settings. */
     public PreprocessOptions {
         if (input == null || outputPrefix == null || tokenizerType == null || onBadLine == null) {
-            throw new IllegalArgumentException("--input, --output-prefix and --tokenizer-type are required\n" + USAGE);
+            throw new IllegalArgumentException("--input, --output-prefix and --tokenizer-type are required");
         }
         jsonKeys = List.copyOf(jsonKeys);
         if (jsonKeys.isEmpty() || jsonKeys.stream().anyMatch(String::isEmpty) || jsonKeys.stream().distinct().count() != jsonKeys.size()) {
@@ -92,70 +90,143 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
         }
     }
 
+    /** Default of {@code --workers}. */
+    public static final int DEFAULT_WORKERS = 1;
+    /** Default of {@code --batch-lines}. */
+    public static final int DEFAULT_BATCH_LINES = 256;
+    /** Default of {@code --json-keys}. */
+    public static final List<String> DEFAULT_JSON_KEYS = List.of("text");
+
     /**
-     * Parses command-line arguments.
+     * Starts settings with the three required values; the rest default as on the command line (key {@code text},
+     * no end-of-document, one worker, {@link BadLinePolicy#FAIL}, 256 lines a batch, a progress bar).
      *
-     * @param args the arguments
-     * @return the settings
-     * @throws IllegalArgumentException naming the offending argument, with the usage text
+     * @param input the JSON Lines file
+     * @param outputPrefix prefix of the written datasets
+     * @param tokenizerType which tokenizer
+     * @return a builder
      */
-    public static PreprocessOptions parse(String... args) {
-        Path input = null;
-        Path outputPrefix = null;
-        Path model = null;
-        String eodToken = null;
-        TokenizerType type = null;
-        List<String> keys = new ArrayList<>();
-        boolean appendEod = false;
-        boolean progress = true;
-        int workers = 1;
-        int batchLines = 256;
-        BadLinePolicy onBadLine = BadLinePolicy.FAIL;
-        for (int k = 0; k < args.length; k++) {
-            String a = args[k];
-            switch (a) {
-                case "--input" -> input = Path.of(value(args, k++));
-                case "--output-prefix" -> outputPrefix = Path.of(value(args, k++));
-                case "--tokenizer-type" -> type = TokenizerType.fromArgument(value(args, k++));
-                case "--tokenizer-model" -> model = Path.of(value(args, k++));
-                case "--eod-token" -> eodToken = value(args, k++);
-                case "--append-eod" -> appendEod = true;
-                case "--no-progress" -> progress = false;
-                case "--workers" -> workers = intValue(a, value(args, k++));
-                case "--batch-lines" -> batchLines = intValue(a, value(args, k++));
-                case "--on-bad-line" -> {
-                    String v = value(args, k++);
-                    try {
-                        onBadLine = BadLinePolicy.valueOf(v.toUpperCase(Locale.ROOT));
-                    } catch (IllegalArgumentException e) {
-                        throw new IllegalArgumentException("--on-bad-line " + v + " is unknown (expected skip or fail)", e);
-                    }
-                }
-                case "--json-keys" -> {
-                    value(args, k);
-                    while (k + 1 < args.length && !args[k + 1].startsWith("--")) {
-                        keys.add(args[++k]);
-                    }
-                }
-                default -> throw new IllegalArgumentException("unknown argument " + a + "\n" + USAGE);
-            }
-        }
-        return new PreprocessOptions(input, keys.isEmpty() ? List.of("text") : keys, type, model, eodToken, appendEod, workers,
-                outputPrefix, onBadLine, batchLines, progress);
+    public static Builder builder(Path input, Path outputPrefix, TokenizerType tokenizerType) {
+        return new Builder(input, outputPrefix, tokenizerType);
     }
 
-    private static String value(String[] args, int k) {
-        if (k + 1 >= args.length || args[k + 1].startsWith("--")) {
-            throw new IllegalArgumentException(args[k] + " needs a value\n" + USAGE);
-        }
-        return args[k + 1];
-    }
+    /** Collects settings; {@link #build()} validates them. */
+    public static final class Builder {
+        private final Path input;
+        private final Path outputPrefix;
+        private final TokenizerType tokenizerType;
+        private List<String> jsonKeys = DEFAULT_JSON_KEYS;
+        private Path tokenizerModel;
+        private String eodToken;
+        private boolean appendEod;
+        private int workers = DEFAULT_WORKERS;
+        private BadLinePolicy onBadLine = BadLinePolicy.FAIL;
+        private int batchLines = DEFAULT_BATCH_LINES;
+        private boolean progress = true;
 
-    private static int intValue(String name, String value) {
-        try {
-            return Integer.parseInt(value);
-        } catch (NumberFormatException e) {
-            throw new IllegalArgumentException(name + " " + value + " is not an integer", e);
+        private Builder(Path input, Path outputPrefix, TokenizerType tokenizerType) {
+            this.input = input;
+            this.outputPrefix = outputPrefix;
+            this.tokenizerType = tokenizerType;
+        }
+
+        /**
+         * Sets {@code --json-keys}.
+         *
+         * @param keys fields to tokenize
+         * @return this builder
+         */
+        public Builder jsonKeys(List<String> keys) {
+            this.jsonKeys = keys;
+            return this;
+        }
+
+        /**
+         * Sets {@code --tokenizer-model}.
+         *
+         * @param file the {@code tokenizer.json}
+         * @return this builder
+         */
+        public Builder tokenizerModel(Path file) {
+            this.tokenizerModel = file;
+            return this;
+        }
+
+        /**
+         * Sets {@code --eod-token}.
+         *
+         * @param text the end-of-document token's text, or null to look for a usual one
+         * @return this builder
+         */
+        public Builder eodToken(String text) {
+            this.eodToken = text;
+            return this;
+        }
+
+        /**
+         * Sets {@code --append-eod}.
+         *
+         * @param on whether to end each non-empty document with the end-of-document id
+         * @return this builder
+         */
+        public Builder appendEod(boolean on) {
+            this.appendEod = on;
+            return this;
+        }
+
+        /**
+         * Sets {@code --workers}.
+         *
+         * @param count tokenizing threads
+         * @return this builder
+         */
+        public Builder workers(int count) {
+            this.workers = count;
+            return this;
+        }
+
+        /**
+         * Sets {@code --on-bad-line}.
+         *
+         * @param policy what to do with a malformed line
+         * @return this builder
+         */
+        public Builder onBadLine(BadLinePolicy policy) {
+            this.onBadLine = policy;
+            return this;
+        }
+
+        /**
+         * Sets {@code --batch-lines}.
+         *
+         * @param lines lines handed to a worker at a time
+         * @return this builder
+         */
+        public Builder batchLines(int lines) {
+            this.batchLines = lines;
+            return this;
+        }
+
+        /**
+         * Sets the opposite of {@code --no-progress}.
+         *
+         * @param on whether to draw a progress bar on an interactive console
+         * @return this builder
+         */
+        public Builder progress(boolean on) {
+            this.progress = on;
+            return this;
+        }
+
+        /**
+         * Validates and returns the settings.
+         *
+         * @return the settings
+         * @throws IllegalArgumentException naming the flag whose value is wrong
+         */
+        public PreprocessOptions build() {
+            return new PreprocessOptions(input, jsonKeys, tokenizerType, tokenizerModel, eodToken, appendEod, workers,
+                    outputPrefix, onBadLine, batchLines, progress);
         }
     }
 

@@ -43,12 +43,12 @@ public final class PreprocessBenchmark {
         System.out.printf(Locale.ROOT, "corpus: %s, %.1f MB, %d cores%n", input, bytes / 1e6, Runtime.getRuntime().availableProcessors());
         for (String type : List.of("ByteLevel", "HuggingFaceTokenizer")) {
             for (int workers : workerCounts) {
-                List<String> a = new ArrayList<>(List.of("--input", input.toString(), "--output-prefix", dir.resolve("out").toString(),
-                        "--tokenizer-type", type, "--append-eod", "--workers", Integer.toString(workers), "--no-progress"));
+                PreprocessOptions.Builder options = PreprocessOptions.builder(input, dir.resolve("out"),
+                        PreprocessOptions.TokenizerType.fromArgument(type)).appendEod(true).workers(workers).progress(false);
                 if (type.equals("HuggingFaceTokenizer")) {
-                    a.addAll(List.of("--tokenizer-model", tokenizer.toString()));
+                    options.tokenizerModel(tokenizer);
                 }
-                PreprocessResult r = Preprocess.run(PreprocessOptions.parse(a.toArray(String[]::new)), null);
+                PreprocessResult r = Preprocess.run(options.build(), null);
                 System.out.printf(Locale.ROOT, "%-20s workers=%d: %,d docs, %,d tokens, %.2f s, %.1f MB/s, %.1f MB/s per worker, %,.0f docs/s%n",
                         type, workers, r.documents(), r.tokens(), r.seconds(), r.megabytesPerSecond(),
                         r.megabytesPerSecond() / workers, r.documents() / r.seconds());

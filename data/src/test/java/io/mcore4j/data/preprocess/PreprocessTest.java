@@ -1,7 +1,6 @@
 package io.mcore4j.data.preprocess;
 
 import io.mcore4j.data.indexed.DType;
-import io.mcore4j.data.indexed.DatasetFiles;
 import io.mcore4j.data.indexed.IndexedDatasetReader;
 import io.mcore4j.data.tokenizer.ByteLevelTokenizer;
 import org.junit.jupiter.api.Assumptions;
@@ -47,17 +46,15 @@ class PreprocessTest {
         return file;
     }
 
-    private static PreprocessResult run(String... args) throws IOException {
-        return Preprocess.run(PreprocessOptions.parse(args), null);
+    private static PreprocessOptions.Builder byteLevel(Path input, Path outputPrefix) {
+        return PreprocessOptions.builder(input, outputPrefix, PreprocessOptions.TokenizerType.BYTE_LEVEL).progress(false);
     }
 
     @Test
     void byteLevelOutputHoldsTheTextsAndIsTheSameForOneAndFourWorkers() throws IOException {
         Path input = jsonl("corpus.jsonl", 50);
-        PreprocessResult one = run("--input", input.toString(), "--output-prefix", dir.resolve("w1").toString(),
-                "--tokenizer-type", "ByteLevel", "--append-eod", "--workers", "1", "--batch-lines", "7", "--no-progress");
-        PreprocessResult four = run("--input", input.toString(), "--output-prefix", dir.resolve("w4").toString(),
-                "--tokenizer-type", "ByteLevel", "--append-eod", "--workers", "4", "--batch-lines", "7", "--no-progress");
+        PreprocessResult one = Preprocess.run(byteLevel(input, dir.resolve("w1")).appendEod(true).workers(1).batchLines(7).build(), null);
+        PreprocessResult four = Preprocess.run(byteLevel(input, dir.resolve("w4")).appendEod(true).workers(4).batchLines(7).build(), null);
         assertEquals(200, one.documents());
         assertEquals(DType.UINT16, one.dtype());
         assertEquals(List.of(dir.resolve("w1_text_document")), one.outputs());
@@ -96,8 +93,7 @@ class PreprocessTest {
     void severalKeysGiveSeveralDatasets() throws IOException {
         Path input = dir.resolve("keys.jsonl");
         Files.writeString(input, "{\"title\": \"T1\", \"text\": \"ab\"}\n{\"text\": \"c\", \"title\": \"T2\"}", StandardCharsets.UTF_8);
-        run("--input", input.toString(), "--output-prefix", dir.resolve("out").toString(), "--tokenizer-type", "ByteLevel",
-                "--json-keys", "text", "title", "--no-progress");
+        Preprocess.run(byteLevel(input, dir.resolve("out")).jsonKeys(List.of("text", "title")).build(), null);
         try (IndexedDatasetReader text = IndexedDatasetReader.open(dir.resolve("out_text_document"));
              IndexedDatasetReader title = IndexedDatasetReader.open(dir.resolve("out_title_document"))) {
             assertArrayEquals(new int[] {'a', 'b'}, text.sequence(0).toIntArray());
@@ -110,8 +106,7 @@ class PreprocessTest {
     void badLinesAreSkippedWithTheirNumbersOrStopTheRun() throws IOException {
         Path input = jsonl("bad.jsonl", 1, "{\"text\": \"ok\"", "", "{\"text\": 5}", "{\"text\": \"fine\"}");
         ByteArrayOutputStream console = new ByteArrayOutputStream();
-        PreprocessResult r = Preprocess.run(PreprocessOptions.parse("--input", input.toString(), "--output-prefix",
-                dir.resolve("skip").toString(), "--tokenizer-type", "ByteLevel", "--on-bad-line", "skip", "--no-progress"),
+        PreprocessResult r = Preprocess.run(byteLevel(input, dir.resolve("skip")).onBadLine(PreprocessOptions.BadLinePolicy.SKIP).build(),
                 new PrintStream(console, true, StandardCharsets.UTF_8));
         assertEquals(5, r.documents());
         assertEquals(2, r.skippedLines());
@@ -120,8 +115,8 @@ class PreprocessTest {
         assertTrue(report.contains("bad.jsonl line 5: End of input at column 14 (skipped)"), report);
         assertTrue(report.contains("bad.jsonl line 7: field \"text\" is not a string but a number at column 11 (skipped)"), report);
 
-        BadInputLineException e = assertThrows(BadInputLineException.class, () -> run("--input", input.toString(),
-                "--output-prefix", dir.resolve("fail").toString(), "--tokenizer-type", "ByteLevel", "--no-progress"));
+        BadInputLineException e = assertThrows(BadInputLineException.class,
+                () -> Preprocess.run(byteLevel(input, dir.resolve("fail")).build(), null));
         assertEquals(5, e.lineNumber());
         assertTrue(e.getMessage().startsWith("file " + input + " line 5: "), e.getMessage());
         try (var files = Files.list(dir)) {
@@ -133,30 +128,23 @@ class PreprocessTest {
     void invalidUtf8IsABadLine() throws IOException {
         Path input = dir.resolve("latin1.jsonl");
         Files.write(input, new byte[] {'{', '"', 't', 'e', 'x', 't', '"', ':', '"', (byte) 0xE9, '"', '}', '\n'});
-        BadInputLineException e = assertThrows(BadInputLineException.class, () -> run("--input", input.toString(),
-                "--output-prefix", dir.resolve("x").toString(), "--tokenizer-type", "ByteLevel", "--no-progress"));
+        BadInputLineException e = assertThrows(BadInputLineException.class,
+                () -> Preprocess.run(byteLevel(input, dir.resolve("x")).build(), null));
         assertTrue(e.getMessage().contains("line 1: not valid UTF-8"), e.getMessage());
     }
 
     @Test
-    void commandLineErrorsAndProgress() throws IOException {
-        ByteArrayOutputStream console = new ByteArrayOutputStream();
-        PrintStream out = new PrintStream(console, true, StandardCharsets.UTF_8);
-        assertEquals(2, Preprocess.execute(new String[] {"--input", "x.jsonl"}, out));
-        assertTrue(console.toString(StandardCharsets.UTF_8).contains("usage: preprocess"));
-        assertEquals(2, Preprocess.execute(new String[] {"--tokenizer-type", "Sentencepiece"}, out));
-        assertEquals(2, Preprocess.execute(new String[] {"--input", "a", "--output-prefix", "b", "--tokenizer-type",
-            "HuggingFaceTokenizer"}, out));
-        assertTrue(console.toString(StandardCharsets.UTF_8).contains("needs --tokenizer-model"));
-        console.reset();
-        Path input = jsonl("p.jsonl", 3);
-        assertEquals(0, Preprocess.execute(new String[] {"--input", input.toString(), "--output-prefix", dir.resolve("p").toString(),
-            "--tokenizer-type", "ByteLevel", "--workers", "2"}, out));
-        String printed = console.toString(StandardCharsets.UTF_8);
-        // not a terminal (System.console() is null under the test runner): the result line, no progress bar
-        assertTrue(printed.contains("preprocess: 12 documents") && printed.contains("MB/s"), printed);
-        assertFalse(printed.contains("\r"), printed);
-        assertTrue(Files.exists(DatasetFiles.idx(dir.resolve("p_text_document"))));
+    void invalidSettingsAreNamed() {
+        Path input = dir.resolve("a.jsonl");
+        IllegalArgumentException noModel = assertThrows(IllegalArgumentException.class, () -> PreprocessOptions.builder(input,
+                dir.resolve("b"), PreprocessOptions.TokenizerType.HUGGING_FACE).build());
+        assertTrue(noModel.getMessage().contains("needs --tokenizer-model"), noModel.getMessage());
+        IllegalArgumentException workers = assertThrows(IllegalArgumentException.class,
+                () -> byteLevel(input, dir.resolve("b")).workers(0).build());
+        assertEquals("--workers 0 must be at least 1", workers.getMessage());
+        IllegalArgumentException type = assertThrows(IllegalArgumentException.class,
+                () -> PreprocessOptions.TokenizerType.fromArgument("Sentencepiece"));
+        assertTrue(type.getMessage().contains("Sentencepiece"), type.getMessage());
     }
 
     /** A WordLevel model with a Whitespace pre-tokenizer, written by hand. */
@@ -206,9 +194,9 @@ class PreprocessTest {
         }
         Files.write(input, lines, StandardCharsets.UTF_8);
         for (String workers : List.of("1", "4")) {
-            PreprocessResult r = run("--input", input.toString(), "--output-prefix", dir.resolve("hf" + workers).toString(),
-                    "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", tokenizerJson.toString(), "--append-eod",
-                    "--workers", workers, "--batch-lines", "5", "--no-progress");
+            PreprocessResult r = Preprocess.run(PreprocessOptions.builder(input, dir.resolve("hf" + workers),
+                    PreprocessOptions.TokenizerType.HUGGING_FACE).tokenizerModel(tokenizerJson).appendEod(true)
+                    .workers(Integer.parseInt(workers)).batchLines(5).progress(false).build(), null);
             assertEquals(120, r.documents());
             assertEquals(40 * 5 + 40 * 4, r.tokens());
         }
