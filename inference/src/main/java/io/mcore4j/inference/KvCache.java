@@ -103,6 +103,11 @@ public final class KvCache implements InferenceContext {
         return layer(layerNumber);
     }
 
+    /** @return how many of this rank's layers have run in one call ({@link CachedLayer}) so far */
+    int layersRunWhole() {
+        return (int) layers.values().stream().filter(l -> l.weights != null).count();
+    }
+
     private Layer layer(int layerNumber) {
         return layers.computeIfAbsent(layerNumber, n -> new Layer());
     }

@@ -51,7 +51,7 @@ public final class DecodeStepBenchmark {
         int promptLength = 8;
         TransformerConfig c = TransformerConfig.builder(layers, hidden, 4, 256).maxSequenceLength(promptLength + tokens + 8)
                 .ffnHiddenSize(4 * hidden).dropout(0, 0).initStd(0.02).queryGroups(2)
-                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(TransformerConfig.Activation.SWIGLU)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(io.mcore4j.tensorparallel.MlpActivation.SWIGLU)
                 .addBiasLinear(false).tiedEmbeddings(false).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build();
         boolean optimize = !Boolean.getBoolean("bench.noJitOptimize");
         InJvmWorld.run(1, rank -> {

@@ -53,7 +53,7 @@ class GeneratorTest {
 
     /** GPT-2's tanh GELU; Qwen2's QKV biases; half the channels rotating, with LLaMA 3.1's frequency scaling. */
     private static List<TransformerConfig> variants() {
-        return List.of(gpt().toBuilder().activation(TransformerConfig.Activation.GELU_TANH).build(),
+        return List.of(gpt().toBuilder().activation(MlpActivation.GELU_TANH).build(),
                 llama().toBuilder().addQkvBias(true).build(),
                 llama().toBuilder().rotary(10000, 0.5).ropeScaling(new TransformerConfig.RopeScaling(8, 1, 4, 8)).build());
     }
@@ -94,6 +94,7 @@ class GeneratorTest {
                     pieces.add(logits);
                 }
                 assertEquals(10, cache.sequenceLengthOffset());
+                assertEquals(fusedLayers ? LAYERS : 0, cache.layersRunWhole(), "layers run in one call");
                 NDArray cached = NDArrays.concat(new NDList(pieces), 0);
                 assertEquals(full.getShape(), cached.getShape());
                 return NativeArrays.maxAbsDiff(cached, full);
