@@ -25,8 +25,8 @@ def attend_cached(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     heads = query.size(2)
     d = query.size(3)
     length = key_cache.size(2)
-    key_cache[:, :, length - s:].copy_(key.permute(1, 2, 0, 3))
-    value_cache[:, :, length - s:].copy_(value.permute(1, 2, 0, 3))
+    key_cache.narrow(2, length - s, s).copy_(key.permute(1, 2, 0, 3))
+    value_cache.narrow(2, length - s, s).copy_(value.permute(1, 2, 0, 3))
     q = query.permute(1, 2, 0, 3)
     gqa = key_cache.size(1) != heads
     if s == 1:

@@ -70,7 +70,7 @@ final class CachedLayer {
      * @param layer the layer
      * @param config the model's config
      * @param tp the tensor-parallel group the layer is split over
-     * @param manager owner of the bias shares and settings made here (the generation's)
+     * @param manager owner of what is made here (bias shares, float32 norm weights, settings: the generation's)
      * @param absent the empty tensor that stands for a missing bias, in the activations' dtype
      * @return the weights, or null
      */
@@ -98,6 +98,14 @@ final class CachedLayer {
         if (byName.containsKey("input_layernorm.bias") != (config.normalization() == TransformerConfig.Normalization.LAYER_NORM)
                 || byName.containsKey("pre_mlp_layernorm.bias") != (config.normalization() == TransformerConfig.Normalization.LAYER_NORM)) {
             return null; // the module tells LayerNorm from RMSNorm by the bias
+        }
+        if (config.normalization() == TransformerConfig.Normalization.RMS_NORM) {
+            // RMSNorm computes in float32: the weights' float32 copies, made once instead of in every call
+            for (String norm : new String[] {"input_layernorm.weight", "pre_mlp_layernorm.weight"}) {
+                NDArray w32 = DataTypes.toType(byName.get(norm), DataType.FLOAT32, true);
+                w32.attach(manager);
+                byName.put(norm, w32);
+            }
         }
         NDArray projBias = byName.get("self_attention.linear_proj.bias");
         NDArray fc2Bias = byName.get("mlp.linear_fc2.bias");
@@ -144,7 +152,7 @@ final class CachedLayer {
      * @param keys the layer's whole key cache [b, groups/TP, maxLen, d]; positions {@code L-s..L-1} are written
      * @param values the value cache, likewise
      * @param cos rotary cos table of positions {@code 0..L-1} [L, rotaryDims] (zero columns without rotary)
-     * @param sin rotary sin table, likewise
+     * @param sin rotary sin table with the first half of its columns negated, likewise
      * @param absent the empty tensor
      * @return the layer's output [s, b, h]
      */

@@ -1,6 +1,8 @@
 package io.mcore4j.inference;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
@@ -41,7 +43,10 @@ public final class KvCache implements InferenceContext {
     private final int maxSequenceLength;
     private final Map<Integer, Layer> layers = new HashMap<>();
     private int offset;
-    /** Rotary cos and sin of every position [maxSequenceLength, rotaryDims] (zero columns without rotary), and the empty tensor. */
+    /**
+     * Rotary cos and sin (its first half negated) of every position [maxSequenceLength, rotaryDims] (zero
+     * columns without rotary), and the empty tensor.
+     */
     private NDArray cosTable;
     private NDArray sinTable;
     private NDArray absent;
@@ -155,10 +160,14 @@ public final class KvCache implements InferenceContext {
             DataType dtype = DataTypes.of(like);
             if (config.usesRope()) {
                 try (NDManager temporaries = manager.newSubManager()) {
-                    NDArray[] tables = new RotaryEmbedding(config.kvChannels(), config.rotaryPercent(), config.rotaryBase(),
-                            config.ropeScaling()).tables(temporaries, maxSequenceLength, dtype);
+                    RotaryEmbedding rope = new RotaryEmbedding(config.kvChannels(), config.rotaryPercent(), config.rotaryBase(),
+                            config.ropeScaling());
+                    NDArray[] tables = rope.tables(temporaries, maxSequenceLength, dtype);
+                    // the module rotates as x * cos + (x2, x1) * (-sin, sin): the sine's first half negated once here
+                    int half = rope.rotaryDims() / 2;
                     cosTable = tables[0];
-                    sinTable = tables[1];
+                    sinTable = NDArrays.concat(new NDList(Tensors.narrow(tables[1], 1, 0, half).neg(),
+                            Tensors.narrow(tables[1], 1, half, rope.rotaryDims())), 1);
                     cosTable.attach(manager);
                     sinTable.attach(manager);
                 }
