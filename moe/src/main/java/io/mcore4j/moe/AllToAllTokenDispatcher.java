@@ -17,25 +17,13 @@ import io.mcore4j.parallel.Communicator;
  * <p>Only routed rows travel, so the volume follows the routing; the counts must reach the host to
  * size the all-to-all (a synchronisation point on accelerators, as in Megatron-Core).
  */
-final class AllToAllTokenDispatcher implements TokenDispatcher {
-    private final Communicator ep;
-    private final Communicator expertTp;
-    private final int numExperts;
-    private final int numLocalExperts;
-    private final int firstLocalExpert;
-    private final int topK;
-
+final class AllToAllTokenDispatcher extends TokenDispatcher {
     AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK) {
-        this.ep = groups.ep();
-        this.expertTp = groups.expertTp();
-        this.numExperts = numExperts;
-        this.numLocalExperts = numExperts / ep.size();
-        this.firstLocalExpert = ep.rank() * numLocalExperts;
-        this.topK = topK;
+        super(groups, numExperts, topK);
     }
 
     @Override
-    public Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
+    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
         NDManager m = scope.manager();
         TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m);
         long[] counts = permutation.tokensPerExpert();
@@ -46,8 +34,8 @@ final class AllToAllTokenDispatcher implements TokenDispatcher {
         long[] send = new long[epSize];
         long[] recv = new long[epSize];
         for (int j = 0; j < epSize; j++) {
-            send[j] = LocalOps.sum(counts, j * numLocalExperts, (j + 1) * numLocalExperts);
-            recv[j] = LocalOps.sum(countsByRank[j], firstLocalExpert, firstLocalExpert + numLocalExperts);
+            send[j] = TokenPermutation.sum(counts, j * numLocalExperts, (j + 1) * numLocalExperts);
+            recv[j] = TokenPermutation.sum(countsByRank[j], firstLocalExpert, firstLocalExpert + numLocalExperts);
         }
         NDArray received = ExpertCommunication.allToAll(scope, ep, permuted, send, recv);
 
@@ -61,18 +49,18 @@ final class AllToAllTokenDispatcher implements TokenDispatcher {
         long[][] chunks = gatherCounts(expertTp, mine, m); // [expert-TP peer][source * local expert]
         long[] perPeer = new long[chunks.length];
         for (int p = 0; p < chunks.length; p++) {
-            perPeer[p] = LocalOps.sum(chunks[p], 0, chunks[p].length);
+            perPeer[p] = TokenPermutation.sum(chunks[p], 0, chunks[p].length);
         }
         NDArray gathered = ExpertCommunication.unevenAllGather(scope, expertTp, received, perPeer);
 
         ChunkOrder order = ChunkOrder.byLocalExpert(chunks, numLocalExperts);
-        NDArray expertInput = order.isIdentity() ? gathered : LocalOps.rows(gathered, m.create(order.sorted), m);
+        NDArray expertInput = order.isIdentity() ? gathered : TokenPermutation.rows(gathered, m.create(order.sorted), m);
         long[] perExpert = order.rowsPerExpert;
         int slots = Math.min(topK, numExperts);
         return new Rows(expertInput, perExpert, (s, expertOutput) -> {
             NDManager sm = s.manager();
             NDArray unsorted = order.isIdentity() ? expertOutput
-                    : LocalOps.rows(expertOutput, sm.create(order.inverse), sm);
+                    : TokenPermutation.rows(expertOutput, sm.create(order.inverse), sm);
             NDArray own = ExpertCommunication.unevenReduceScatter(s, expertTp, unsorted, perPeer);
             NDArray back = ExpertCommunication.allToAll(s, ep, own, recv, send);
             return permutation.combine(back, routing.keptMap(), routing.probs(), slots, s);

@@ -1,6 +1,7 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 /**
  * Bytes a layer keeps for backward, per micro-batch, from what each module of the layer saves:
@@ -119,7 +120,7 @@ final class ActivationModel {
             kept += 2 * tokens * h * bytes * (c.sequenceParallel() ? 1 + 1.0 / tp : 2);
         }
         double f = (double) mlpWidth() / tp;
-        if (c.activation() == TransformerConfig.Activation.SWIGLU) {
+        if (c.activation() == MlpActivation.SWIGLU) {
             kept += 5 * tokens * f * bytes;                      // [gate; up], sigmoid, SiLU, product
         } else {
             kept += 2 * tokens * f * bytes;                      // pre-activation, activation
@@ -138,7 +139,7 @@ final class ActivationModel {
     double backwardTransient(int microBatch, int seqLength) {
         double tokens = (double) seqLength / cp * microBatch;
         double f = (double) mlpWidth() / tp;
-        double fc1 = c.activation() == TransformerConfig.Activation.SWIGLU ? 2 * f : f;
+        double fc1 = c.activation() == MlpActivation.SWIGLU ? 2 * f : f;
         double grads = tokens * (2 * fc1 + 2 * c.hiddenSize()) * bytes;
         if (c.recompute() == TransformerConfig.Recompute.FULL) {
             TransformerConfig inner = c.toBuilder().recompute(TransformerConfig.Recompute.NONE).build();

@@ -1,6 +1,7 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.pipeline.LayerAssignment;
 
 import java.util.ArrayList;
@@ -9,7 +10,7 @@ import java.util.List;
 
 /**
  * The parameter tensors one rank of a layout holds, by pipeline stage, without allocating them: the
- * local shapes {@code GptModel}, {@code TransformerLayer}, {@code SelfAttention}, {@code Mlp},
+ * local shapes {@code GptModel}, {@code TransformerLayer}, {@code SelfAttention}, {@code ParallelMlp},
  * {@code Norm}, the parallel linears and the experts give their weights (column-parallel rows and
  * row-parallel columns split over TP, the vocabulary over TP, experts over EP and expert-TP, norms
  * and row-parallel biases whole). Layers go to stages as {@code GptTrainingModel} assigns them
@@ -86,7 +87,7 @@ public final class ParameterInventory {
             out.add(new Tensor(key + "self_attention.linear_proj.bias", h, false));
         }
         norm(c, key + "pre_mlp_layernorm.", out);
-        boolean glu = c.activation() == TransformerConfig.Activation.SWIGLU;
+        boolean glu = c.activation() == MlpActivation.SWIGLU;
         if (c.isMoeLayer(n)) {
             TransformerConfig.MoeSettings m = c.moe();
             out.add(new Tensor(key + "mlp.router.weight", (long) m.numExperts() * h, false));

@@ -3,6 +3,7 @@ package io.mcore4j.planner;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.models.TransformerConfig.Recompute;
 
 import java.util.ArrayList;
@@ -36,7 +37,7 @@ class MemoryModelCpuTest {
     private static TransformerConfig llama(boolean sequenceParallel) {
         return TransformerConfig.builder(4, 128, 8, 512).queryGroups(2).ffnHiddenSize(256).maxSequenceLength(256)
                 .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5)
-                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(TransformerConfig.Activation.SWIGLU)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(MlpActivation.SWIGLU)
                 .addBiasLinear(false).tiedEmbeddings(false).sequenceParallel(sequenceParallel).dropout(0, 0).build();
     }
 

@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.models.TransformerConfig.Recompute;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.models.transformer.ModelContext;
@@ -63,7 +64,7 @@ class ParameterInventoryTest {
     void llamaShapeWithGqaSwigluRopeUntiedAtTp2Pp2Vp2() {
         TransformerConfig model = TransformerConfig.builder(8, 64, 8, 300).queryGroups(2).ffnHiddenSize(96)
                 .maxSequenceLength(32).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5)
-                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(TransformerConfig.Activation.SWIGLU)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(MlpActivation.SWIGLU)
                 .addBiasLinear(false).tiedEmbeddings(false).dropout(0, 0).build();
         check(model, new Layout(2, 2, 2, 1, 1, 1, 1, Recompute.NONE, false));
     }

@@ -4,15 +4,14 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.Communicator;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Objects;
 
 /**
  * {@code y = x Aᵀ + b} with {@code A} split along its output dim: rank {@code r} of the
@@ -32,7 +31,7 @@ import java.util.Objects;
  * Weight and bias are split along dim 0 ({@link Parameter.Partition} {@code (0, rank, t)}), so each
  * rank is the main replica of its own shard.
  */
-public final class ColumnParallelLinear implements Module {
+public final class ColumnParallelLinear implements ParallelLinear {
     private final String name;
     private final int inputSize;
     private final int outputSize;
@@ -92,6 +91,7 @@ public final class ColumnParallelLinear implements Module {
      * @throws IllegalStateException if the layer was built with {@code skipWeightAllocation}
      * @throws IllegalArgumentException if the input's last dim is not {@code inputSize}
      */
+    @Override
     public LinearOutput forward(AutogradScope scope, NDArray input) {
         if (weight == null) {
             throw new IllegalStateException(name + " was built without a weight; pass one to forward");
@@ -116,7 +116,7 @@ public final class ColumnParallelLinear implements Module {
             throw new IllegalArgumentException(name + ": weight " + weight.name() + " has shape "
                     + weight.data().getShape() + " but this layer's weight shard is " + expected);
         }
-        LocalOps.checkLastDim(input, inputSize, name, "the input size");
+        LayerArguments.checkLastDim(input, inputSize, name, "the input size");
         NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
         if (!sequenceParallel && tp.size() > 1 && scope.isGradEnabled()) {
             // copy-to-region and the linear as one Function: backward all-reduces the input gradient
@@ -130,7 +130,7 @@ public final class ColumnParallelLinear implements Module {
         NDArray x = sequenceParallel
                 ? Mappings.gatherFromSequenceParallelRegion(scope, tp, input, true)
                 : Mappings.copyToTensorParallelRegion(scope, tp, input);
-        NDArray local = LocalOps.linear(scope, x, weight.data(), addedBias);
+        NDArray local = Tensors.linear(x, weight.data(), addedBias, scope.manager());
         NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
         // without grad, a gathered input or a gathered-from output is dead here; with grad the scope
         // keeps what the mappings' Functions refer to, and at TP1 the mappings return what they got
@@ -213,7 +213,7 @@ public final class ColumnParallelLinear implements Module {
         for (ShardedTensor t : stridedPieces) {
             t.data().close();
         }
-        Module.super.close();
+        ParallelLinear.super.close();
     }
 
     @Override
@@ -224,50 +224,18 @@ public final class ColumnParallelLinear implements Module {
     }
 
     /** Options of a {@link ColumnParallelLinear}; {@link #manager} is required. */
-    public static final class Builder {
-        private final int inputSize;
-        private final int outputSize;
-        private final Communicator tp;
-        private boolean bias = true;
+    public static final class Builder extends ParallelLinearBuilder<Builder> {
         private boolean gatherOutput;
-        private boolean skipBiasAdd;
-        private boolean sequenceParallel;
         private boolean skipWeightAllocation;
-        private Initializer initializer;
-        private long seed = Initializers.DEFAULT_SEED;
-        private Initializer biasInitializer = Initializers.zeros();
         private int stride = 1;
-        private DataType dtype = DataType.FLOAT32;
-        private NDManager manager;
-        private String name = "column-parallel-linear";
 
         private Builder(int inputSize, int outputSize, Communicator tp) {
-            this.inputSize = inputSize;
-            this.outputSize = outputSize;
-            this.tp = Objects.requireNonNull(tp, "tp");
-        }
-
-        /** @param value whether the layer has a bias (default true) @return this */
-        public Builder bias(boolean value) {
-            this.bias = value;
-            return this;
+            super(inputSize, outputSize, tp, "column-parallel-linear");
         }
 
         /** @param value all-gather the output's last dim (default false) @return this */
         public Builder gatherOutput(boolean value) {
             this.gatherOutput = value;
-            return this;
-        }
-
-        /** @param value return the bias instead of adding it (default false) @return this */
-        public Builder skipBiasAdd(boolean value) {
-            this.skipBiasAdd = value;
-            return this;
-        }
-
-        /** @param value the input is split along the sequence (dim 0) and all-gathered first (default false) @return this */
-        public Builder sequenceParallel(boolean value) {
-            this.sequenceParallel = value;
             return this;
         }
 
@@ -281,56 +249,9 @@ public final class ColumnParallelLinear implements Module {
             return this;
         }
 
-        /** @param value how the full weight is created (default: {@link #seed(long) per-layer normal(0.02)}) @return this */
-        public Builder initializer(Initializer value) {
-            this.initializer = Objects.requireNonNull(value, "initializer");
-            return this;
-        }
-
-        /**
-         * @param value the base seed of the default weight initializer,
-         *              {@link Initializers#normalForKey}{@code (name + ".weight", 0.02, seed)}: layers
-         *              with different {@link #name names} get different weights, identical at every
-         *              tensor-parallel size (default {@value Initializers#DEFAULT_SEED}, Megatron-LM's
-         *              {@code --seed}); ignored when an {@link #initializer} is given
-         * @return this
-         */
-        public Builder seed(long value) {
-            this.seed = value;
-            return this;
-        }
-
-        private Initializer weightInitializer() {
-            return initializer != null ? initializer : Initializers.normalForKey(name + ".weight", Initializers.DEFAULT_STD, seed);
-        }
-
-        /** @param value how the full bias is created (default zeros) @return this */
-        public Builder biasInitializer(Initializer value) {
-            this.biasInitializer = Objects.requireNonNull(value, "biasInitializer");
-            return this;
-        }
-
         /** @param value the strided partition's stride, e.g. 2 for a fused GLU weight (default 1) @return this */
         public Builder stride(int value) {
             this.stride = value;
-            return this;
-        }
-
-        /** @param value the parameters' dtype (default float32) @return this */
-        public Builder dtype(DataType value) {
-            this.dtype = LocalOps.checkFloating(value);
-            return this;
-        }
-
-        /** @param value the manager that owns the parameters (required) @return this */
-        public Builder manager(NDManager value) {
-            this.manager = Objects.requireNonNull(value, "manager");
-            return this;
-        }
-
-        /** @param value the layer's name in messages @return this */
-        public Builder name(String value) {
-            this.name = Objects.requireNonNull(value, "name");
             return this;
         }
 
@@ -343,13 +264,8 @@ public final class ColumnParallelLinear implements Module {
          * @throws IllegalStateException if no manager was given
          */
         public ColumnParallelLinear build() {
-            if (manager == null) {
-                throw new IllegalStateException(name + ": manager(...) is required (it owns the parameters)");
-            }
-            if (inputSize < 1) {
-                throw new IllegalArgumentException(name + ": input size must be at least 1, got " + inputSize);
-            }
-            int perRank = LocalOps.divide(outputSize, tp.size(), name + ": output size");
+            checkCommon("input size", inputSize);
+            int perRank = LayerArguments.divide(outputSize, tp.size(), name + ": output size");
             if (stride < 1 || perRank % stride != 0) {
                 throw new IllegalArgumentException(name + ": stride " + stride + " does not divide the partition size "
                         + perRank + " (output size " + outputSize + " / tensor parallel size " + tp.size() + ")");

@@ -49,12 +49,9 @@ public final class PlannerInputs {
      * @param numLayers the model's layers
      */
     static void apply(PretrainArgs args, Layout layout, int numLayers) {
-        args.tensorParallel = layout.tensorParallel();
-        args.pipelineParallel = layout.pipelineParallel();
-        args.layersPerVirtualStage = layout.virtualStages() > 1
-                ? numLayers / (layout.pipelineParallel() * layout.virtualStages()) : 0;
+        args.layout.set(layout.tensorParallel(), layout.pipelineParallel(), layout.virtualStages() > 1
+                ? numLayers / (layout.pipelineParallel() * layout.virtualStages()) : 0, layout.expertParallel());
         args.contextParallel = layout.contextParallel();
-        args.expertParallel = layout.expertParallel();
         args.microBatchSize = layout.microBatchSize();
         args.recompute = PretrainArgs.RecomputeGranularity.valueOf(layout.recompute().name().toLowerCase(java.util.Locale.ROOT));
         args.useDistributedOptimizer = layout.distributedOptimizer();
