@@ -7,7 +7,8 @@ import io.mcore4j.tensorparallel.MlpActivation;
  * Bytes a layer keeps for backward, per micro-batch, from what each module of the layer saves:
  * the norms their inputs, the column-parallel linears their (gathered) inputs, the core attention
  * the fused QKV output (its value view keeps the whole tensor alive), the rotated or copied
- * queries and keys and its output, the MLP its pre-activation and activation (SwiGLU: the fused
+ * queries and keys and its output (the attention block runs in a frame, so the rotation's
+ * intermediates are freed), the MLP its pre-activation and activation (SwiGLU: the fused
  * gate/up output, the sigmoid, the SiLU and the product), the row-parallel linears their inputs,
  * dropout its masks. Validated against native peaks on the CPU ({@code MemoryModelCpuTest}).
  *
@@ -80,9 +81,6 @@ final class ActivationModel {
         kept += tokens * (n + 2 * g) * d * bytes;                // the fused QKV output
         if (c.usesRope()) {
             kept += tokens * (n + g) * d * bytes;                // rotated queries and keys
-            // the rotation's intermediates (x cos, the rotated halves and their negation, their product with
-            // sin) for queries and keys: handles the pass's manager holds until it closes
-            kept += 3.5 * tokens * (n + g) * d * bytes;
         }
         if (g < n) {
             if (!c.usesRope()) {
