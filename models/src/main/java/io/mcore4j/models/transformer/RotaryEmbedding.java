@@ -114,10 +114,34 @@ public final class RotaryEmbedding {
         return rotateBoth(manager, query, key, manager.arange((int) offset, (int) (offset + s), 1, DataType.FLOAT64));
     }
 
+    /**
+     * The cos and sin factors of positions {@code 0..positions-1}, [positions, rotaryDims] in {@code dtype}:
+     * row {@code p} is what {@link #apply} multiplies a token at position {@code p} by. A generator computes
+     * them once and indexes them by position instead of rebuilding them in every layer and step.
+     *
+     * @param manager owner of the tables and temporaries
+     * @param positions number of positions
+     * @param dtype the dtype of the queries and keys they will rotate
+     * @return {cos, sin}
+     */
+    public NDArray[] tables(NDManager manager, int positions, DataType dtype) {
+        NDArray[] cosSin = cosSin(manager, manager.arange(0, positions, 1, DataType.FLOAT64), positions, dtype);
+        return new NDArray[] {cosSin[0].reshape(positions, rotaryDims), cosSin[1].reshape(positions, rotaryDims)};
+    }
+
+    /** @return the number of leading channels of each head that rotate */
+    public int rotaryDims() {
+        return rotaryDims;
+    }
+
     /** Rotates both by the positions {@code at} [s] (float64). */
     private NDArray[] rotateBoth(NDManager manager, NDArray query, NDArray key, NDArray at) {
-        long s = query.getShape().get(0);
-        DataType dtype = DataTypes.of(query);
+        NDArray[] cosSin = cosSin(manager, at, query.getShape().get(0), DataTypes.of(query));
+        return new NDArray[] {rotate(query, cosSin[0], cosSin[1]), rotate(key, cosSin[0], cosSin[1])};
+    }
+
+    /** cos and sin [s, 1, 1, rotaryDims] in {@code dtype} of the positions {@code at} [s] (float64). */
+    private NDArray[] cosSin(NDManager manager, NDArray at, long s, DataType dtype) {
         int half = rotaryDims / 2;
         // number operands as device scalars: a Java number is a synchronising host copy on a GPU
         NDArray inv;
@@ -130,9 +154,7 @@ public final class RotaryEmbedding {
         }
         NDArray angles = at.reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
-        NDArray cos = DataTypes.toType(emb.cos(), dtype, false);
-        NDArray sin = DataTypes.toType(emb.sin(), dtype, false);
-        return new NDArray[] {rotate(query, cos, sin), rotate(key, cos, sin)};
+        return new NDArray[] {DataTypes.toType(emb.cos(), dtype, false), DataTypes.toType(emb.sin(), dtype, false)};
     }
 
     private NDArray rotate(NDArray x, NDArray cos, NDArray sin) {

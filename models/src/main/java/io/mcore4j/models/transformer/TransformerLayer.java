@@ -117,7 +117,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      */
     public NDArray forward(AutogradScope scope, NDArray x, InferenceContext inference) {
         if (inference != null) {
-            return compute(scope, x, inference);
+            NDArray fused = inference.forwardLayer(scope, this, x);
+            return fused != null ? fused : compute(scope, x, inference);
         }
         // recompute saves activations for backward, so it follows grad mode; the dropout inside
         // follows training, which the recomputed runs inherit from this scope
