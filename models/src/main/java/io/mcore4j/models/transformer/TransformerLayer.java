@@ -139,7 +139,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     private NDArray compute(AutogradScope scope, NDArray x, InferenceContext inference) {
         double p = ctx.config().hiddenDropout();
         return scope.frame(() -> {
-            // the residual add of the first half would land in the caller's manager: it computes on a view
+            // the residual add of the first half would land in the caller's manager: x is lent to the frame
             NDArray h = scope.frame(x, r -> r.add(Dropout.apply(scope,
                     attend(scope, inputNorm.forward(scope, r), inference), p, ctx.hiddenDropout())));
             return scope.frame(() -> {
