@@ -96,10 +96,8 @@ final class ActivationModel {
             // the recorded casts keep the raw scores and their float32 copy, softmax its float32 output,
             // and in half precision the cast back keeps the probabilities again (a same-dtype cast is none)
             double perScore = bytes == 4 ? 8 : 12;
+            // under CP the exchanged keys and values die with the frame around the blocks (8088ecb)
             kept += microBatch * n * ((double) seqLength / cp) * keys * perScore;
-            if (cp > 1) {
-                kept += 2.0 * microBatch * seqLength * g * d * bytes; // the whole sequence's keys and values
-            }
             if (c.attentionDropout() > 0) {
                 kept += microBatch * n * ((double) seqLength / cp) * keys * (1 + bytes); // mask, dropped probabilities
             }
