@@ -38,7 +38,7 @@ final class RankAgreement {
             message[0] = OK;
             System.arraycopy(payload, 0, message, 1, payload.length);
         } else {
-            byte[] json = Json.write(Map.of("kind", kindOf(localFailure), "message", String.valueOf(describe(localFailure))))
+            byte[] json = Json.write(Map.of("kind", FailureKind.of(localFailure).name(), "message", String.valueOf(describe(localFailure))))
                     .getBytes(StandardCharsets.UTF_8);
             message = new byte[json.length + 1];
             message[0] = FAILED;
@@ -47,7 +47,7 @@ final class RankAgreement {
         List<byte[]> gathered = world.allGatherBytes(message);
         List<byte[]> payloads = new ArrayList<>(gathered.size());
         List<String> failures = new ArrayList<>();
-        String kind = null;
+        FailureKind kind = FailureKind.OTHER;
         String first = null;
         for (int r = 0; r < gathered.size(); r++) {
             byte[] m = gathered.get(r);
@@ -58,7 +58,7 @@ final class RankAgreement {
             }
             Map<?, ?> failure = (Map<?, ?>) Json.parse(new String(body, StandardCharsets.UTF_8));
             if (first == null) {
-                kind = (String) failure.get("kind");
+                kind = FailureKind.valueOf((String) failure.get("kind"));
                 first = (String) failure.get("message");
             }
             failures.add("rank " + r);
@@ -67,7 +67,7 @@ final class RankAgreement {
             return payloads;
         }
         String agreed = first + " [" + step + "; failed on " + String.join(", ", failures) + "]";
-        throw create(kind, agreed, localFailure);
+        throw kind.create(agreed, localFailure);
     }
 
     /**
@@ -88,25 +88,30 @@ final class RankAgreement {
         return t.getClass().getSimpleName() + ": " + t.getMessage();
     }
 
-    private static String kindOf(Throwable t) {
-        if (t instanceof InvalidShardingException) {
-            return "sharding";
-        }
-        if (t instanceof CorruptCheckpointException) {
-            return "corrupt";
-        }
-        if (t instanceof IncompatibleCheckpointException) {
-            return "incompatible";
-        }
-        return "other";
-    }
+    /** What kind of failure a rank reports, so that every rank throws the same exception type. */
+    private enum FailureKind {
+        SHARDING, CORRUPT, INCOMPATIBLE, OTHER;
 
-    private static CheckpointException create(String kind, String message, Throwable cause) {
-        return switch (kind) {
-            case "sharding" -> new InvalidShardingException(message, cause);
-            case "corrupt" -> new CorruptCheckpointException(message, cause);
-            case "incompatible" -> new IncompatibleCheckpointException(message, cause);
-            default -> new CheckpointException(message, cause);
-        };
+        static FailureKind of(Throwable t) {
+            if (t instanceof InvalidShardingException) {
+                return SHARDING;
+            }
+            if (t instanceof CorruptCheckpointException) {
+                return CORRUPT;
+            }
+            if (t instanceof IncompatibleCheckpointException) {
+                return INCOMPATIBLE;
+            }
+            return OTHER;
+        }
+
+        CheckpointException create(String message, Throwable cause) {
+            return switch (this) {
+                case SHARDING -> new InvalidShardingException(message, cause);
+                case CORRUPT -> new CorruptCheckpointException(message, cause);
+                case INCOMPATIBLE -> new IncompatibleCheckpointException(message, cause);
+                case OTHER -> new CheckpointException(message, cause);
+            };
+        }
     }
 }

@@ -6,6 +6,7 @@ import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -130,7 +131,7 @@ public final class HfConfig {
                 .maxSequenceLength(r.integer("max_position_embeddings"))
                 .normalization(TransformerConfig.Normalization.RMS_NORM, r.numberOr("rms_norm_eps", 1e-6))
                 .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
-                .activation(TransformerConfig.Activation.SWIGLU)
+                .activation(MlpActivation.SWIGLU)
                 .tiedEmbeddings(r.boolOr("tie_word_embeddings", false))
                 .dropout(0, r.numberOr("attention_dropout", 0))
                 .initStd(r.numberOr("initializer_range", 0.02));
@@ -192,9 +193,9 @@ public final class HfConfig {
     private static TransformerConfig gpt2(Reader r) {
         int hidden = r.integer("n_embd");
         String act = r.stringOr("activation_function", "gelu_new");
-        TransformerConfig.Activation activation = switch (act) {
-            case "gelu_new", "gelu_pytorch_tanh" -> TransformerConfig.Activation.GELU_TANH;
-            case "gelu" -> TransformerConfig.Activation.GELU;
+        MlpActivation activation = switch (act) {
+            case "gelu_new", "gelu_pytorch_tanh" -> MlpActivation.GELU_TANH;
+            case "gelu" -> MlpActivation.GELU;
             default -> {
                 r.require("activation_function", false, "gelu_new, gelu_pytorch_tanh or gelu");
                 yield null;
@@ -238,13 +239,13 @@ public final class HfConfig {
             j.addProperty("n_head", c.numAttentionHeads());
             j.addProperty("n_inner", c.ffnHiddenSize());
             j.addProperty("n_positions", c.maxSequenceLength());
-            j.addProperty("activation_function", c.activation() == TransformerConfig.Activation.GELU ? "gelu" : "gelu_new");
+            j.addProperty("activation_function", c.activation() == MlpActivation.GELU ? "gelu" : "gelu_new");
             j.addProperty("layer_norm_epsilon", c.normEpsilon());
             j.addProperty("resid_pdrop", c.hiddenDropout());
             j.addProperty("embd_pdrop", c.hiddenDropout());
             j.addProperty("attn_pdrop", c.attentionDropout());
             j.addProperty("tie_word_embeddings", c.tiedEmbeddings());
-            if (c.activation() == TransformerConfig.Activation.SWIGLU || !c.addBiasLinear() || c.usesRope()) {
+            if (c.activation() == MlpActivation.SWIGLU || !c.addBiasLinear() || c.usesRope()) {
                 throw new HfCheckpointException("a LayerNorm model maps to GPT2LMHeadModel, which needs GELU, biases and "
                         + "learned positions; got " + c.activation() + ", bias " + c.addBiasLinear() + ", " + c.positionEmbedding());
             }
@@ -283,7 +284,7 @@ public final class HfConfig {
                 j.addProperty("output_router_logits", c.moe().auxLossCoeff() > 0);
                 j.addProperty("router_aux_loss_coef", c.moe().auxLossCoeff());
             }
-            if (c.activation() != TransformerConfig.Activation.SWIGLU || !c.usesRope() || c.rotaryPercent() != 1
+            if (c.activation() != MlpActivation.SWIGLU || !c.usesRope() || c.rotaryPercent() != 1
                     || c.moe() != null && c.moe().layerFrequency() != 1) {
                 throw new HfCheckpointException("an RMSNorm model maps to " + arch.className() + ", which needs SwiGLU and "
                         + "full rotary embeddings (and experts in every layer); got " + c);

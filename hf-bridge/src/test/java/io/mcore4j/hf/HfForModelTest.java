@@ -13,6 +13,7 @@ import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.nio.file.Path;
 import java.util.List;
@@ -34,9 +35,9 @@ class HfForModelTest {
         if (kind.equals("llama")) {
             b.queryGroups(2).ffnHiddenSize(48).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5)
                     .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).rotary(50000, 1)
-                    .activation(TransformerConfig.Activation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false);
+                    .activation(MlpActivation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false);
         } else {
-            b.activation(TransformerConfig.Activation.GELU_TANH);
+            b.activation(MlpActivation.GELU_TANH);
         }
         return b.initStd(0.2).build();
     }
@@ -76,7 +77,7 @@ class HfForModelTest {
     @Test
     void shapesWithoutAHuggingFaceArchitectureAreRefused() {
         TransformerConfig swigluLayerNorm = TransformerConfig.builder(2, 32, 4, VOCAB)
-                .activation(TransformerConfig.Activation.SWIGLU).build();
+                .activation(MlpActivation.SWIGLU).build();
         String message = assertThrows(HfCheckpointException.class, () -> HfConfig.forModel(swigluLayerNorm, VOCAB)).getMessage();
         assertTrue(message.contains("GPT2LMHeadModel") && message.contains("SWIGLU"), message);
     }

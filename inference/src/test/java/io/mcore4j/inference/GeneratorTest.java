@@ -12,6 +12,7 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.random.SeedScheme;
@@ -46,7 +47,7 @@ class GeneratorTest {
     private static TransformerConfig llama() {
         return TransformerConfig.builder(LAYERS, 32, 4, VOCAB).maxSequenceLength(24).dropout(0, 0).initStd(0.1)
                 .queryGroups(2).positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
-                .activation(TransformerConfig.Activation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
+                .activation(MlpActivation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
                 .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build();
     }
 

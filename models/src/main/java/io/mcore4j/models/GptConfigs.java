@@ -1,6 +1,7 @@
 package io.mcore4j.models;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 /**
  * Recipes of well-known GPT shapes, for planning and benchmarks. Only small ones are instantiated
@@ -25,7 +26,7 @@ public final class GptConfigs {
         return TransformerConfig.builder(32, 4096, 32, 32000).ffnHiddenSize(11008).maxSequenceLength(2048)
                 .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5)
                 .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
-                .activation(TransformerConfig.Activation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
+                .activation(MlpActivation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
                 .dropout(0, 0).dtype(DataType.FLOAT16).build();
     }
 

@@ -4,9 +4,10 @@ import ai.djl.ndarray.types.DataType;
 import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 /**
- * The shape and numerics of a decoder-only transformer, validated once. {@link #validate} checks it
+ * The shape and numerics of a decoder-only transformer, validated once. {@link #validate(ParallelDims)} checks it
  * against a parallel layout (heads divisible by TP, query groups compatible with TP, layers split
  * across pipeline stages) and names the offending numbers.
  *
@@ -43,7 +44,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
                                 Normalization normalization, double normEpsilon,
                                 PositionEmbedding positionEmbedding, double rotaryBase, double rotaryPercent,
-                                Activation activation, boolean addBiasLinear, boolean tiedEmbeddings,
+                                MlpActivation activation, boolean addBiasLinear, boolean tiedEmbeddings,
                                 double hiddenDropout, double attentionDropout, double initStd,
                                 Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe,
                                 CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling) {
@@ -53,9 +54,6 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
 
     /** Position encoding. */
     public enum PositionEmbedding { LEARNED_ABSOLUTE, ROPE }
-
-    /** MLP activation: exact (erf) GELU, the tanh approximation of GELU (GPT-2's), or SwiGLU. */
-    public enum Activation { GELU, GELU_TANH, SWIGLU }
 
     /** Activation recompute granularity: none, core attention only, or whole layers. */
     public enum Recompute { NONE, SELECTIVE, FULL }
@@ -139,9 +137,6 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         if (ropeScaling != null && positionEmbedding != PositionEmbedding.ROPE) {
             throw new IllegalArgumentException("rope scaling needs rotary position embeddings, got " + positionEmbedding);
         }
-        if (moe != null && activation == Activation.GELU_TANH) {
-            throw new IllegalArgumentException("the tanh GELU is not available in mixture-of-experts layers: use GELU or SWIGLU");
-        }
         if (!(initStd > 0)) {
             throw new IllegalArgumentException("init std " + initStd + " must be positive");
         }
@@ -151,13 +146,35 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
-     * Checks the model against a layout.
+     * Checks the model against a layout, including how its layers split over pipeline stages.
      *
      * @param dims the parallel layout
      * @param layersPerVirtualStage layers per virtual stage when interleaving (0 = not interleaved)
      * @throws IllegalArgumentException naming the numbers
      */
     public void validate(ParallelDims dims, int layersPerVirtualStage) {
+        validate(dims);
+        int pp = dims.pipelineParallel();
+        int vp = dims.virtualPipelineParallel();
+        if (numLayers % (pp * vp) != 0) {
+            throw new IllegalArgumentException(numLayers + " layers do not split evenly over " + pp
+                    + " pipeline stages x " + vp + " virtual stages");
+        }
+        if (layersPerVirtualStage > 0 && layersPerVirtualStage * pp * vp != numLayers) {
+            throw new IllegalArgumentException(layersPerVirtualStage + " layers per virtual stage x " + pp + " stages x "
+                    + vp + " virtual stages != " + numLayers + " layers");
+        }
+    }
+
+    /**
+     * Checks the widths against the tensor- and expert-parallel sizes of a layout (what every
+     * model chunk needs; {@code GptModel.build} calls it). How layers split over pipeline stages is
+     * the caller's choice and checked by {@link #validate(ParallelDims, int)}.
+     *
+     * @param dims the parallel layout
+     * @throws IllegalArgumentException naming the numbers
+     */
+    public void validate(ParallelDims dims) {
         int tp = dims.tensorParallel();
         if (numAttentionHeads % tp != 0) {
             throw new IllegalArgumentException(numAttentionHeads + " attention heads are not divisible by tensor parallel size " + tp);
@@ -173,16 +190,6 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
         if (sequenceParallel && tp == 1) {
             throw new IllegalArgumentException("sequence parallelism needs tensor parallel size > 1, got 1");
-        }
-        int pp = dims.pipelineParallel();
-        int vp = dims.virtualPipelineParallel();
-        if (numLayers % (pp * vp) != 0) {
-            throw new IllegalArgumentException(numLayers + " layers do not split evenly over " + pp
-                    + " pipeline stages x " + vp + " virtual stages");
-        }
-        if (layersPerVirtualStage > 0 && layersPerVirtualStage * pp * vp != numLayers) {
-            throw new IllegalArgumentException(layersPerVirtualStage + " layers per virtual stage x " + pp + " stages x "
-                    + vp + " virtual stages != " + numLayers + " layers");
         }
         if (moe != null && moe.numExperts() % dims.expertParallel() != 0) {
             throw new IllegalArgumentException(moe.numExperts() + " experts are not divisible by expert parallel size "
@@ -281,7 +288,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private PositionEmbedding position = PositionEmbedding.LEARNED_ABSOLUTE;
         private double ropeBase = 10000;
         private double ropePercent = 1.0;
-        private Activation act = Activation.GELU;
+        private MlpActivation act = MlpActivation.GELU;
         private boolean bias = true;
         private boolean tied = true;
         private double hiddenDrop = 0.1;
@@ -347,7 +354,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
 
         /** @param activation MLP activation @return this */
-        public Builder activation(Activation activation) {
+        public Builder activation(MlpActivation activation) {
             this.act = activation;
             return this;
         }

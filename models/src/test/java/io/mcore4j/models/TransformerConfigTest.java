@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import io.mcore4j.parallel.ParallelDims;
 
+import io.mcore4j.tensorparallel.MlpActivation;
 import org.junit.jupiter.api.Test;
 
 class TransformerConfigTest {
@@ -35,7 +36,7 @@ class TransformerConfigTest {
         // 72 L h^2 + 12 L h s + 6 h V at s = 2048
         assertEquals(72.0 * 24 * 2048 * 2048 + 12.0 * 24 * 2048 * 2048 + 6.0 * 2048 * 32768, anchor.flopsPerToken(2048), 1);
         TransformerConfig llama = GptConfigs.llama7b();
-        assertEquals(TransformerConfig.Activation.SWIGLU, llama.activation());
+        assertEquals(MlpActivation.SWIGLU, llama.activation());
         assertEquals(128, llama.kvChannels());
         assertEquals(12, GptConfigs.gpt2Small().numLayers());
     }

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.parallel.Communicator;
 
@@ -44,13 +45,13 @@ final class AllGatherTokenDispatcher implements TokenDispatcher {
         NDArray allProbs = ExpertCommunication.allGather(scope, ep,
                 ExpertCommunication.allGather(scope, expertTp, routing.probs()));
         // both maps travel in one message; they carry no gradient
-        NDArray maps = LocalOps.own(NDArrays.concat(new NDList(routing.routingMap(), routing.keptMap()), 1), m);
+        NDArray maps = Tensors.own(NDArrays.concat(new NDList(routing.routingMap(), routing.keptMap()), 1), m);
         maps = gatherWithoutGradient(gatherWithoutGradient(maps, expertTp, m), ep, m);
         int from = firstLocalExpert;
         int to = firstLocalExpert + numLocalExperts;
-        NDArray localMap = LocalOps.own(maps.get(":, " + from + ":" + to), m);
-        NDArray localKept = LocalOps.own(maps.get(":, " + (numExperts + from) + ":" + (numExperts + to)), m);
-        NDArray localProbs = LocalOps.own(allProbs.get(":, " + from + ":" + to), m);
+        NDArray localMap = Tensors.own(Tensors.narrow(maps, 1, from, to), m);
+        NDArray localKept = Tensors.own(Tensors.narrow(maps, 1, numExperts + from, numExperts + to), m);
+        NDArray localProbs = Tensors.own(Tensors.narrow(allProbs, 1, from, to), m);
         TokenPermutation permutation = TokenPermutation.of(localMap, m);
         NDArray expertInput = permutation.permute(allTokens, m);
         int slots = Math.min(topK, numLocalExperts);

@@ -46,8 +46,8 @@ final class AllToAllTokenDispatcher implements TokenDispatcher {
         long[] send = new long[epSize];
         long[] recv = new long[epSize];
         for (int j = 0; j < epSize; j++) {
-            send[j] = LocalOps.sum(counts, j * numLocalExperts, (j + 1) * numLocalExperts);
-            recv[j] = LocalOps.sum(countsByRank[j], firstLocalExpert, firstLocalExpert + numLocalExperts);
+            send[j] = TokenPermutation.sum(counts, j * numLocalExperts, (j + 1) * numLocalExperts);
+            recv[j] = TokenPermutation.sum(countsByRank[j], firstLocalExpert, firstLocalExpert + numLocalExperts);
         }
         NDArray received = ExpertCommunication.allToAll(scope, ep, permuted, send, recv);
 
@@ -61,18 +61,18 @@ final class AllToAllTokenDispatcher implements TokenDispatcher {
         long[][] chunks = gatherCounts(expertTp, mine, m); // [expert-TP peer][source * local expert]
         long[] perPeer = new long[chunks.length];
         for (int p = 0; p < chunks.length; p++) {
-            perPeer[p] = LocalOps.sum(chunks[p], 0, chunks[p].length);
+            perPeer[p] = TokenPermutation.sum(chunks[p], 0, chunks[p].length);
         }
         NDArray gathered = ExpertCommunication.unevenAllGather(scope, expertTp, received, perPeer);
 
         ChunkOrder order = ChunkOrder.byLocalExpert(chunks, numLocalExperts);
-        NDArray expertInput = order.isIdentity() ? gathered : LocalOps.rows(gathered, m.create(order.sorted), m);
+        NDArray expertInput = order.isIdentity() ? gathered : TokenPermutation.rows(gathered, m.create(order.sorted), m);
         long[] perExpert = order.rowsPerExpert;
         int slots = Math.min(topK, numExperts);
         return new Rows(expertInput, perExpert, (s, expertOutput) -> {
             NDManager sm = s.manager();
             NDArray unsorted = order.isIdentity() ? expertOutput
-                    : LocalOps.rows(expertOutput, sm.create(order.inverse), sm);
+                    : TokenPermutation.rows(expertOutput, sm.create(order.inverse), sm);
             NDArray own = ExpertCommunication.unevenReduceScatter(s, expertTp, unsorted, perPeer);
             NDArray back = ExpertCommunication.allToAll(s, ep, own, recv, send);
             return permutation.combine(back, routing.keptMap(), routing.probs(), slots, s);

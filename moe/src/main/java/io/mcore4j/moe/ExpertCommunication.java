@@ -2,6 +2,7 @@ package io.mcore4j.moe;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
@@ -84,7 +85,7 @@ final class ExpertCommunication {
             long[] repeats = new long[x.getShape().dimension()];
             Arrays.fill(repeats, 1);
             repeats[0] = n;
-            NDArray copies = LocalOps.own(x.tile(repeats), temp);
+            NDArray copies = Tensors.own(x.tile(repeats), temp);
             return group.allToAll(copies, send, sizes, owner);
         }
     }
@@ -103,7 +104,7 @@ final class ExpertCommunication {
             blocks[1] = mine;
             System.arraycopy(shape, 1, blocks, 2, shape.length - 1);
             NDArray sum = received.reshape(blocks).sum(new int[] {0});
-            return LocalOps.own(sum, owner);
+            return Tensors.own(sum, owner);
         }
     }
 

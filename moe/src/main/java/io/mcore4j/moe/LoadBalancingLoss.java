@@ -33,8 +33,8 @@ public final class LoadBalancingLoss {
     public static NDArray switchLoss(NDArray scores, NDArray counts, double totalTokens, int topK, int numExperts,
                               double coeff, NDManager owner) {
         double factor = numExperts * coeff / (topK * totalTokens * totalTokens);
-        NDArray perExpert = LocalOps.own(scores.sum(new int[] {0}), owner);
-        NDArray weighted = LocalOps.own(perExpert.mul(DataTypes.toType(counts, DataTypes.of(perExpert), false)).sum(), owner);
+        NDArray perExpert = Tensors.own(scores.sum(new int[] {0}), owner);
+        NDArray weighted = Tensors.own(perExpert.mul(DataTypes.toType(counts, DataTypes.of(perExpert), false)).sum(), owner);
         return Tensors.scale(weighted, factor, owner);
     }
 
@@ -47,7 +47,14 @@ public final class LoadBalancingLoss {
      * @return the scalar loss
      */
     public static NDArray zLoss(NDArray logits, double coeff, NDManager owner) {
-        NDArray lse = LocalOps.logSumExp(logits, owner);
-        return Tensors.scale(LocalOps.own(lse.mul(lse).mean(), owner), coeff, owner);
+        NDArray lse = logSumExp(logits, owner);
+        return Tensors.scale(Tensors.own(lse.mul(lse).mean(), owner), coeff, owner);
+    }
+
+    /** {@code log Σ exp(x)} over the last dim, stabilised by the (constant) row maximum. */
+    private static NDArray logSumExp(NDArray x, NDManager owner) {
+        int last = x.getShape().dimension() - 1;
+        NDArray max = Tensors.own(x.max(new int[] {last}, true).stopGradient(), owner);
+        return Tensors.own(x.sub(max).exp().sum(new int[] {last}).log().add(max.squeeze(last)), owner);
     }
 }

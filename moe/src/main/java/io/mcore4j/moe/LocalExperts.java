@@ -5,9 +5,9 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
-import ai.djl.nn.Activation;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -43,7 +43,7 @@ import java.util.List;
  * or, when every local expert has the same number of rows and batching is enabled, as one batched
  * matmul over weights stacked per pass.
  */
-final class LocalExperts implements Module {
+final class LocalExperts extends AbstractModule {
     private final MoeConfig config;
     private final int hiddenSize;
     private final Communicator expertTp;
@@ -64,9 +64,9 @@ final class LocalExperts implements Module {
         this.firstLocalExpert = groups.ep().rank() * localCount;
         int etp = expertTp.size();
         int etpRank = expertTp.rank();
-        boolean glu = config.activation() == MoeConfig.Activation.SWIGLU;
-        int fc1Out = glu ? 2 * config.ffnHiddenSize() : config.ffnHiddenSize();
-        StridedPartition rows = new StridedPartition(0, etpRank, etp, glu ? 2 : 1);
+        int factor = config.activation().fc1Factor();
+        int fc1Out = factor * config.ffnHiddenSize();
+        StridedPartition rows = new StridedPartition(0, etpRank, etp, factor);
         StridedPartition columns = new StridedPartition(1, etpRank, etp, 1);
         // SwiGLU's fused [gate; up] rows are strided: the parameter's partition must say so, or the
         // optimizer would place its state for these rows as one contiguous block
@@ -86,8 +86,8 @@ final class LocalExperts implements Module {
                     seeds.seed("init/" + key + "linear_fc2.weight")).createShard(parameters,
                     new Shape(hiddenSize, config.ffnHiddenSize()), config.dtype(), columns), columnSplit,
                     Parameter.Kind.EXPERT);
-            fc1Weights.add(w1);
-            fc2Weights.add(w2);
+            fc1Weights.add(registerParameter(w1));
+            fc2Weights.add(registerParameter(w2));
             pieces.addAll(rows.describe(w1.name(), w1.data(), pieceViews, expertDpRank));
             pieces.addAll(columns.describe(w2.name(), w2.data(), pieceViews, expertDpRank));
             if (config.addBias()) {
@@ -95,8 +95,8 @@ final class LocalExperts implements Module {
                         new Shape(fc1Out), config.dtype(), rows), rowSplit, Parameter.Kind.EXPERT);
                 Parameter b2 = new Parameter(name + "linear_fc2.bias", Initializers.zeros().create(parameters,
                         new Shape(hiddenSize), config.dtype()), Parameter.Partition.NONE, Parameter.Kind.EXPERT);
-                fc1Biases.add(b1);
-                fc2Biases.add(b2);
+                fc1Biases.add(registerParameter(b1));
+                fc2Biases.add(registerParameter(b2));
                 pieces.addAll(rows.describe(b1.name(), b1.data(), pieceViews, expertDpRank));
                 pieces.add(ShardedTensor.whole(b2.name(), b2.data()).replicatedIf(biasReplica != 0));
             }
@@ -117,7 +117,7 @@ final class LocalExperts implements Module {
             throw new IllegalArgumentException(tokensPerExpert.length + " token counts for " + fc1Weights.size()
                     + " local experts");
         }
-        long total = LocalOps.sum(tokensPerExpert, 0, tokensPerExpert.length);
+        long total = TokenPermutation.sum(tokensPerExpert, 0, tokensPerExpert.length);
         if (input.getShape().get(0) != total || input.getShape().get(1) != hiddenSize) {
             throw new IllegalArgumentException("expert input of shape " + input.getShape() + " does not hold "
                     + total + " rows of width " + hiddenSize);
@@ -136,13 +136,13 @@ final class LocalExperts implements Module {
         long offset = 0;
         for (int l = 0; l < tokensPerExpert.length; l++) {
             long rows = tokensPerExpert[l];
-            NDArray x = LocalOps.own(input.get(offset + ":" + (offset + rows)), m);
+            NDArray x = Tensors.own(Tensors.narrow(input, 0, offset, offset + rows), m);
             offset += rows;
-            NDArray h = LocalOps.linear(x, fc1Weights.get(l).data(),
+            NDArray h = Tensors.linear(x, fc1Weights.get(l).data(),
                     fc1Biases.isEmpty() ? null : fc1Biases.get(l).data(), m);
-            NDArray y = LocalOps.linear(activate(h, m), fc2Weights.get(l).data(), null, m);
+            NDArray y = Tensors.linear(config.activation().apply(scope, h), fc2Weights.get(l).data(), null, m);
             if (fc2Bias != null) {
-                y = LocalOps.own(y.add(LocalOps.own(fc2Bias.get(l), m)), m);
+                y = Tensors.own(y.add(Tensors.own(fc2Bias.get(l), m)), m);
             }
             if (rows > 0 || outputs.isEmpty()) {
                 outputs.add(y);
@@ -150,26 +150,26 @@ final class LocalExperts implements Module {
         }
         // libtorch's cat of nothing but empty tensors drops their autograd history; the output must
         // require grad on every rank alike so that the dispatcher's collectives are recorded alike
-        return outputs.size() == 1 ? outputs.get(0) : LocalOps.own(NDArrays.concat(outputs, 0), m);
+        return outputs.size() == 1 ? outputs.get(0) : Tensors.own(NDArrays.concat(outputs, 0), m);
     }
 
     /** All experts at once: {@code [E_l, C, h]} rows against weights stacked along a leading expert dim. */
     NDArray forwardBatched(AutogradScope scope, NDArray input, long rowsPerExpert) {
         NDManager m = scope.manager();
         int experts = fc1Weights.size();
-        NDArray x = LocalOps.own(input.reshape(experts, rowsPerExpert, hiddenSize), m);
+        NDArray x = Tensors.own(input.reshape(experts, rowsPerExpert, hiddenSize), m);
         NDArray w1 = stack(fc1Weights, m); // [E_l, fc1/t, h]
-        NDArray h = LocalOps.own(x.matMul(LocalOps.own(w1.transpose(0, 2, 1), m)), m);
+        NDArray h = Tensors.own(x.matMul(Tensors.own(w1.transpose(0, 2, 1), m)), m);
         if (!fc1Biases.isEmpty()) {
-            h = LocalOps.own(h.add(LocalOps.own(stack(fc1Biases, m).expandDims(1), m)), m);
+            h = Tensors.own(h.add(Tensors.own(stack(fc1Biases, m).expandDims(1), m)), m);
         }
         NDArray w2 = stack(fc2Weights, m); // [E_l, h, F/t]
-        NDArray y = LocalOps.own(activate(h, m).matMul(LocalOps.own(w2.transpose(0, 2, 1), m)), m);
+        NDArray y = Tensors.own(config.activation().apply(scope, h).matMul(Tensors.own(w2.transpose(0, 2, 1), m)), m);
         NDArray fc2Bias = fc2BiasesForPass(scope);
         if (fc2Bias != null) {
-            y = LocalOps.own(y.add(LocalOps.own(fc2Bias.expandDims(1), m)), m);
+            y = Tensors.own(y.add(Tensors.own(fc2Bias.expandDims(1), m)), m);
         }
-        return LocalOps.own(y.reshape(experts * rowsPerExpert, hiddenSize), m);
+        return Tensors.own(y.reshape(experts * rowsPerExpert, hiddenSize), m);
     }
 
     /** The stacked fc2 biases {@code [E_l, h]} to add on this rank, or null (none, or not expert-TP rank 0). */
@@ -181,22 +181,12 @@ final class LocalExperts implements Module {
         return expertTp.rank() == 0 ? stacked : null;
     }
 
-    private NDArray activate(NDArray h, NDManager m) {
-        if (config.activation() == MoeConfig.Activation.SWIGLU) {
-            NDList parts = h.split(2, h.getShape().dimension() - 1);
-            parts.attach(m);
-            NDArray gate = parts.get(0);
-            return LocalOps.own(gate.mul(Activation.sigmoid(gate)).mul(parts.get(1)), m);
-        }
-        return LocalOps.own(Activation.gelu(h), m);
-    }
-
     private static NDArray stack(List<Parameter> params, NDManager m) {
         NDList list = new NDList(params.size());
         for (Parameter p : params) {
             list.add(p.data());
         }
-        return LocalOps.own(NDArrays.stack(list, 0), m);
+        return Tensors.own(NDArrays.stack(list, 0), m);
     }
 
     private static boolean allEqual(long[] counts) {
@@ -233,15 +223,6 @@ final class LocalExperts implements Module {
         return out;
     }
 
-    @Override
-    public List<Parameter> parameters() {
-        List<Parameter> out = new ArrayList<>();
-        for (int l = 0; l < fc1Weights.size(); l++) {
-            out.addAll(expertParameters(l));
-        }
-        return out;
-    }
-
     /**
      * Each expert's pieces under {@code prefix + "local_experts.<global index>.linear_fc1.weight"}
      * etc., at their place in the expert's full weight; copies on expert-DP ranks other than 0 (and
@@ -259,7 +240,7 @@ final class LocalExperts implements Module {
     /** Closes the parameters and the views kept for checkpoint pieces. */
     @Override
     public void close() {
-        Module.super.close();
+        super.close();
         pieceViews.close();
     }
 }

@@ -1,6 +1,7 @@
 package io.mcore4j.moe;
 
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.Objects;
 
@@ -40,20 +41,12 @@ import java.util.Objects;
  * @param batchedExperts run the local experts as one batched matmul when every local expert received the
  *                       same number of tokens (always the case with {@code padToCapacity})
  */
-public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, Activation activation, RouterScore routerScore,
+public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivation activation, RouterScore routerScore,
                         boolean preSoftmax, boolean routerInFp32, double auxLossCoeff, double seqAuxLossCoeff,
                         double globalAuxLossCoeff, double zLossCoeff, boolean auxLossFree, double biasUpdateRate,
                         double inputJitter, double capacityFactor, DropPolicy dropPolicy, boolean padToCapacity,
                         Dispatcher dispatcher, int sharedExpertFfnHiddenSize, double initStd, double outputInitStd,
                         DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts) {
-
-    /** Expert MLP activation. */
-    public enum Activation {
-        /** {@code fc2(gelu(fc1 x))}. */
-        GELU,
-        /** {@code fc2(silu(gate) * up)} with {@code fc1 x = [gate; up]}. */
-        SWIGLU
-    }
 
     /** Score function of the router. */
     public enum RouterScore {
@@ -194,7 +187,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, Activation 
         private final int numExperts;
         private final int topK;
         private final int ffnHiddenSize;
-        private Activation activation = Activation.GELU;
+        private MlpActivation activation = MlpActivation.GELU;
         private RouterScore routerScore = RouterScore.SOFTMAX;
         private boolean preSoftmax;
         private boolean routerInFp32;
@@ -224,7 +217,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, Activation 
         }
 
         /** @param value expert activation (default GELU) @return this */
-        public Builder activation(Activation value) {
+        public Builder activation(MlpActivation value) {
             this.activation = value;
             return this;
         }

@@ -1,5 +1,6 @@
 package io.mcore4j.moe;
 
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.Cast;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
@@ -7,19 +8,20 @@ import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
-import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.random.SeedScheme;
-import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.tensorparallel.ColumnParallelLinear;
+import io.mcore4j.tensorparallel.Initializers;
 import io.mcore4j.tensorparallel.Mappings;
+import io.mcore4j.tensorparallel.ParallelMlp;
+import io.mcore4j.tensorparallel.RowParallelLinear;
 
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 
 /**
@@ -45,28 +47,37 @@ import java.util.Objects;
  * ordinary tensor-parallel MLP. {@link #shardedState} keys experts by their global index, so a
  * checkpoint written under one expert layout loads under another.
  *
+ * <p><b>Keys and replicas.</b> {@code router.weight} (and {@code router.expert_bias}): main replica
+ * on the rank with TP, DP and CP rank 0; {@code experts.local_experts.<global index>.linear_fc1.weight},
+ * {@code linear_fc2.weight} (and biases): at their expert-TP offsets, main replica on expert-DP
+ * rank 0 (the fc2 bias, whole on every expert-TP rank, on expert-TP rank 0 too);
+ * {@code shared_experts.linear_fc1.weight} etc. as the tensor-parallel linears describe them,
+ * non-main on DP or CP ranks above 0. A caller must not mark these pieces again by dense
+ * data-parallel rank: with EP above 1, different dense DP ranks hold different experts.
+ *
  * <p>Not thread-safe; one instance per rank and layer. {@link #close()} releases every parameter
  * and state tensor.
  */
-public final class MoeLayer implements Module {
+public final class MoeLayer extends AbstractModule implements UnaryModule {
     private final MoeConfig config;
     private final int hiddenSize;
     private final Communicator tp;
     private final TopKRouter router;
     private final TokenDispatcher dispatcher;
     private final LocalExperts experts;
-    private final SharedExpertMlp sharedExpert;
+    private final ParallelMlp sharedExpert;
     private final DeterministicRandom jitter;
 
     private MoeLayer(MoeConfig config, int hiddenSize, MoeGroups groups, TopKRouter router, TokenDispatcher dispatcher,
-                     LocalExperts experts, SharedExpertMlp sharedExpert, DeterministicRandom jitter) {
+                     LocalExperts experts, ParallelMlp sharedExpert, DeterministicRandom jitter) {
         this.config = config;
         this.hiddenSize = hiddenSize;
         this.tp = groups.tp();
-        this.router = router;
+        this.router = registerModule("router.", router);
         this.dispatcher = dispatcher;
-        this.experts = experts;
-        this.sharedExpert = sharedExpert;
+        this.experts = registerModule("experts.", experts);
+        this.sharedExpert = sharedExpert == null ? null
+                : registerModule("shared_experts.", sharedExpert, groups.isDenseDataParallelReplica());
         this.jitter = jitter;
     }
 
@@ -115,12 +126,32 @@ public final class MoeLayer implements Module {
         TopKRouter router = new TopKRouter(config, hiddenSize, g, parameters,
                 seeds.seed("init/" + keyPrefix + "router.weight"), jitter, auxLossScale);
         LocalExperts experts = new LocalExperts(config, hiddenSize, g, parameters, seeds, keyPrefix);
-        SharedExpertMlp shared = config.sharedExpertFfnHiddenSize() > 0
-                ? new SharedExpertMlp(config, hiddenSize, g, parameters, seeds, keyPrefix) : null;
+        ParallelMlp shared = config.sharedExpertFfnHiddenSize() > 0
+                ? sharedExpert(config, hiddenSize, g, parameters, seeds, keyPrefix + "shared_experts.") : null;
         TokenDispatcher dispatcher = config.dispatcher() == MoeConfig.Dispatcher.ALL_TO_ALL
                 ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK())
                 : new AllGatherTokenDispatcher(g, config.numExperts(), config.topK());
         return new MoeLayer(config, hiddenSize, g, router, dispatcher, experts, shared, jitter);
+    }
+
+    /**
+     * The shared expert (Megatron-Core's {@code SharedExpertMLP}): the dense MLP every token passes
+     * through, added to the routed experts' output, over the dense TP group with sequence
+     * parallelism as configured; its parameters are dense (averaged over data parallelism).
+     */
+    private static ParallelMlp sharedExpert(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters,
+                                            SeedScheme seeds, String key) {
+        int width = config.sharedExpertFfnHiddenSize();
+        int factor = config.activation().fc1Factor();
+        ColumnParallelLinear fc1 = ColumnParallelLinear.builder(hiddenSize, factor * width, groups.tp())
+                .bias(config.addBias()).sequenceParallel(config.sequenceParallel()).stride(factor)
+                .initializer(Initializers.normal(config.initStd(), seeds.seed("init/" + key + "linear_fc1.weight")))
+                .dtype(config.dtype()).manager(parameters).name(key + "linear_fc1").build();
+        RowParallelLinear fc2 = RowParallelLinear.builder(width, hiddenSize, groups.tp()).bias(config.addBias())
+                .inputIsParallel(true).sequenceParallel(config.sequenceParallel())
+                .initializer(Initializers.normal(config.outputInitStd(), seeds.seed("init/" + key + "linear_fc2.weight")))
+                .dtype(config.dtype()).manager(parameters).name(key + "linear_fc2").build();
+        return new ParallelMlp(fc1, fc2, config.activation());
     }
 
     /**
@@ -133,6 +164,7 @@ public final class MoeLayer implements Module {
      * @throws IllegalArgumentException if the input is not {@code [s, b, h]}, or without sequence
      *         parallelism {@code s} is not divisible by the TP size
      */
+    @Override
     public NDArray forward(AutogradScope scope, NDArray hidden) {
         Shape shape = hidden.getShape();
         if (shape.dimension() != 3 || shape.get(2) != hiddenSize) {
@@ -143,17 +175,17 @@ public final class MoeLayer implements Module {
         NDArray local = splitHere ? Mappings.scatterToSequenceParallelRegion(scope, tp, hidden) : hidden;
         long seq = local.getShape().get(0);
         long batch = local.getShape().get(1);
-        NDArray tokens = LocalOps.own(local.reshape(seq * batch, hiddenSize), m);
+        NDArray tokens = Tensors.own(local.reshape(seq * batch, hiddenSize), m);
         Routing routing = router.route(scope, tokens, seq, batch);
         TokenDispatcher.Dispatched dispatched = dispatcher.dispatch(scope, tokens, routing);
         NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert());
         NDArray combined = dispatched.combine(scope, expertOutput);
-        NDArray out = LocalOps.own(Cast.apply(scope, combined, DataTypes.of(hidden)).reshape(seq, batch, hiddenSize), m);
+        NDArray out = Tensors.own(Cast.apply(scope, combined, DataTypes.of(hidden)).reshape(seq, batch, hiddenSize), m);
         if (splitHere) {
             out = Mappings.gatherFromSequenceParallelRegion(scope, tp, out, false);
         }
         if (sharedExpert != null) {
-            out = LocalOps.own(out.add(sharedExpert.forward(scope, hidden)), m);
+            out = Tensors.own(out.add(sharedExpert.forward(scope, hidden)), m);
         }
         return out;
     }
@@ -223,69 +255,6 @@ public final class MoeLayer implements Module {
      */
     public List<Parameter> expertParameters(int local) {
         return experts.expertParameters(local);
-    }
-
-    /** @return router weight, every local expert's parameters, then the shared expert's */
-    @Override
-    public List<Parameter> parameters() {
-        List<Parameter> out = new ArrayList<>(router.parameters());
-        out.addAll(experts.parameters());
-        if (sharedExpert != null) {
-            out.addAll(sharedExpert.parameters());
-        }
-        return out;
-    }
-
-    /**
-     * Parameters under their checkpoint keys: {@code router.weight}, the experts by global index
-     * ({@code experts.local_experts.<global index>.linear_fc1.weight} ...), {@code shared_experts.*}.
-     */
-    @Override
-    public Map<String, Parameter> namedParameters(String prefix) {
-        Map<String, Parameter> out = new LinkedHashMap<>(router.namedParameters(prefix + "router."));
-        out.putAll(experts.namedParameters(prefix + "experts."));
-        if (sharedExpert != null) {
-            out.putAll(sharedExpert.namedParameters(prefix + "shared_experts."));
-        }
-        return out;
-    }
-
-    /**
-     * This rank's checkpoint pieces, with complete replica ids (exactly one main replica of every
-     * element across the world's ranks of this pipeline stage):
-     * <ul>
-     *   <li>{@code prefix + "router.weight"} (and {@code "router.expert_bias"}): main replica on the
-     *       rank with TP, DP and CP rank 0;</li>
-     *   <li>{@code prefix + "experts.local_experts.<global index>.linear_fc1.weight"}, {@code linear_fc2.weight}
-     *       (and biases): at their expert-TP offsets, main replica on expert-DP rank 0 (the fc2 bias,
-     *       whole on every expert-TP rank, on expert-TP rank 0 too);</li>
-     *   <li>{@code prefix + "shared_experts.linear_fc1.weight"} etc. as the tensor-parallel linears
-     *       describe them, non-main on DP or CP ranks above 0.</li>
-     * </ul>
-     * A caller must not mark these pieces again by dense data-parallel rank: with EP above 1,
-     * different dense DP ranks hold different experts.
-     *
-     * @param prefix the layer's key, e.g. {@code "decoder.layers.3.mlp."}
-     * @return never null
-     */
-    @Override
-    public List<ShardedTensor> shardedState(String prefix) {
-        List<ShardedTensor> out = new ArrayList<>(router.shardedState(prefix + "router."));
-        out.addAll(experts.shardedState(prefix + "experts."));
-        if (sharedExpert != null) {
-            out.addAll(sharedExpert.shardedState(prefix + "shared_experts."));
-        }
-        return out;
-    }
-
-    /** Releases the router, experts and shared expert. */
-    @Override
-    public void close() {
-        router.close();
-        experts.close();
-        if (sharedExpert != null) {
-            sharedExpert.close();
-        }
     }
 
     @Override

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.Tensors;
 
 /**
  * Expert capacity as Megatron-Core applies it ({@code apply_router_token_dropping}): which (token, expert)
@@ -55,13 +56,13 @@ public final class TokenDropping {
         if (capacity >= tokens) {
             return owner.ones(routingMap.getShape(), DataType.FLOAT32);
         }
-        NDArray key = LocalOps.own(policy == MoeConfig.DropPolicy.PROBS
+        NDArray key = Tensors.own(policy == MoeConfig.DropPolicy.PROBS
                 ? probs.stopGradient()
                 : routingMap.toType(DataType.INT32, false), owner);
         NDList top = key.topK((int) capacity, 0, true, false);
         top.attach(owner);
         NDArray rows = top.get(1);
-        return LocalOps.own(owner.zeros(routingMap.getShape(), DataType.FLOAT32)
+        return Tensors.own(owner.zeros(routingMap.getShape(), DataType.FLOAT32)
                 .scatter(rows, owner.ones(rows.getShape(), DataType.FLOAT32), 0), owner);
     }
 }

@@ -5,9 +5,11 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 
 /**
@@ -39,9 +41,9 @@ final class TokenPermutation {
      * @return the permutation
      */
     static TokenPermutation of(NDArray routingMap, NDManager owner) {
-        NDArray pairs = LocalOps.own(routingMap.transpose().nonzero(), owner); // [N, 2]: (expert, token)
-        NDArray tokens = LocalOps.own(pairs.get(":, 1"), owner);
-        long[] counts = LocalOps.toLongs(LocalOps.own(routingMap.sum(new int[] {0}), owner));
+        NDArray pairs = Tensors.own(routingMap.transpose().nonzero(), owner); // [N, 2]: (expert, token)
+        NDArray tokens = Tensors.own(pairs.get(new NDIndex().addAllDim().addIndices(1)), owner);
+        long[] counts = toLongs(Tensors.own(routingMap.sum(new int[] {0}), owner));
         return new TokenPermutation(routingMap, tokens, counts);
     }
 
@@ -63,7 +65,7 @@ final class TokenPermutation {
      * @return {@code [N, h]}
      */
     NDArray permute(NDArray tokens, NDManager owner) {
-        return LocalOps.rows(tokens, tokenIndices, owner);
+        return rows(tokens, tokenIndices, owner);
     }
 
     /**
@@ -89,20 +91,45 @@ final class TokenPermutation {
             starts[e] = starts[e - 1] + tokensPerExpert[e - 1];
         }
         NDArray startTensor = owner.create(starts);
-        NDArray rank = LocalOps.own(routingMap.toType(DataType.INT64, false).cumSum(0).sub(1), owner);
-        NDArray position = LocalOps.own(rank.add(startTensor), owner);
+        NDArray rank = Tensors.own(routingMap.toType(DataType.INT64, false).cumSum(0).sub(1), owner);
+        NDArray position = Tensors.own(rank.add(startTensor), owner);
         // each token's kept experts (unused slots pick a column whose kept flag is 0)
-        NDArray slotExperts = LocalOps.own(keptMap.topK(slots, 1, true, false).get(1), owner);
-        NDArray valid = LocalOps.own(keptMap.gather(slotExperts, 1), owner);
-        NDArray slotPosition = LocalOps.own(position.gather(slotExperts, 1), owner);
+        NDArray slotExperts = Tensors.own(keptMap.topK(slots, 1, true, false).get(1), owner);
+        NDArray valid = Tensors.own(keptMap.gather(slotExperts, 1), owner);
+        NDArray slotPosition = Tensors.own(position.gather(slotExperts, 1), owner);
         // invalid slots read an appended zero row
-        NDArray validRow = LocalOps.own(valid.toType(DataType.INT64, false), owner);
-        NDArray rows = LocalOps.own(slotPosition.mul(validRow).add(validRow.neg().add(1).mul(pairs)), owner);
-        NDArray withZeroRow = LocalOps.own(NDArrays.concat(new NDList(expertOutput,
+        NDArray validRow = Tensors.own(valid.toType(DataType.INT64, false), owner);
+        NDArray rows = Tensors.own(slotPosition.mul(validRow).add(validRow.neg().add(1).mul(pairs)), owner);
+        NDArray withZeroRow = Tensors.own(NDArrays.concat(new NDList(expertOutput,
                 DataTypes.zeros(owner, new Shape(1, hidden), DataTypes.of(expertOutput))), 0), owner);
-        NDArray picked = LocalOps.rows(withZeroRow, rows.reshape(-1), owner).reshape(tokens, slots, hidden);
-        NDArray weights = LocalOps.own(probs.gather(slotExperts, 1).mul(DataTypes.toType(valid, DataTypes.of(probs), false)), owner);
-        NDArray weighted = LocalOps.own(picked.mul(weights.expandDims(2)), owner);
-        return Cast.apply(scope, LocalOps.own(weighted.sum(new int[] {1}), owner), DataTypes.of(expertOutput));
+        NDArray picked = rows(withZeroRow, rows.reshape(-1), owner).reshape(tokens, slots, hidden);
+        NDArray weights = Tensors.own(probs.gather(slotExperts, 1).mul(DataTypes.toType(valid, DataTypes.of(probs), false)), owner);
+        NDArray weighted = Tensors.own(picked.mul(weights.expandDims(2)), owner);
+        return Cast.apply(scope, Tensors.own(weighted.sum(new int[] {1}), owner), DataTypes.of(expertOutput));
+    }
+
+    /** Rows {@code rows} (int64 indices) of {@code x}, differentiable (index-select), owned by {@code owner}. */
+    static NDArray rows(NDArray x, NDArray rows, NDManager owner) {
+        return Tensors.own(x.get(new NDIndex("{}", rows)), owner);
+    }
+
+    /** A host copy of an integer or floating tensor's values as longs (rounded). */
+    static long[] toLongs(NDArray x) {
+        if (x.getDataType() == DataType.INT64) {
+            return x.toLongArray();
+        }
+        try (NDManager temp = x.getManager().newSubManager()) {
+            NDArray asLong = Tensors.own(x.round().toType(DataType.INT64, false), temp);
+            return asLong.toLongArray();
+        }
+    }
+
+    /** Sum of {@code counts[from, to)}. */
+    static long sum(long[] counts, int from, int to) {
+        long s = 0;
+        for (int i = from; i < to; i++) {
+            s += counts[i];
+        }
+        return s;
     }
 }

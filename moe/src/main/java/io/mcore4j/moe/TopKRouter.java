@@ -9,7 +9,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -37,7 +37,7 @@ import java.util.Objects;
  * scopes that record gradients, so the no-grad first run of a recomputed segment does not count
  * twice. Not thread-safe: one router per rank.
  */
-public final class TopKRouter implements Module {
+public final class TopKRouter extends AbstractModule {
     private final MoeConfig config;
     private final int hiddenSize;
     private final MoeGroups groups;
@@ -63,8 +63,10 @@ public final class TopKRouter implements Module {
         int experts = config.numExperts();
         NDArray w = Initializers.normal(config.initStd(), initSeed).create(parameters, new Shape(experts, hiddenSize),
                 config.dtype());
-        this.weight = new Parameter("weight", w, Parameter.Partition.NONE,
-                groups.tp().size() > 1 ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE);
+        // the copies are identical over TP, DP and CP: only the rank with TP, DP and CP rank 0 writes it
+        boolean replica = groups.tp().rank() != 0 || groups.isDenseDataParallelReplica();
+        this.weight = registerParameter("", new Parameter("weight", w, Parameter.Partition.NONE,
+                groups.tp().size() > 1 ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE), replica ? 1 : 0);
         this.stateManager = parameters.newSubManager();
         this.expertBias = config.auxLossFree() ? stateManager.zeros(new Shape(experts), DataType.FLOAT32) : null;
         this.localTokenCounts = config.auxLossFree() ? stateManager.zeros(new Shape(experts), DataType.FLOAT32) : null;
@@ -133,9 +135,9 @@ public final class TopKRouter implements Module {
         if (config.hasCapacity()) {
             capacity = TokenDropping.capacity(numTokens, k, experts, config.capacityFactor());
             NDArray mask = TokenDropping.capacityMask(probs, selected, capacity, config.dropPolicy(), m);
-            kept = LocalOps.own(selected.mul(mask), m);
+            kept = Tensors.own(selected.mul(mask), m);
             dispatched = config.padToCapacity() ? mask : kept;
-            probs = LocalOps.own(probs.mul(DataTypes.toType(kept, DataTypes.of(probs), false)), m);
+            probs = Tensors.own(probs.mul(DataTypes.toType(kept, DataTypes.of(probs), false)), m);
         }
         if (training) {
             probs = attachLoadBalancingLosses(scope, probs, logits, sequenceLength, batchSize);
@@ -177,15 +179,15 @@ public final class TopKRouter implements Module {
         NDArray x = tokens;
         if (jitter != null) {
             double eps = config.inputJitter();
-            NDArray noise = LocalOps.own(jitter.uniform(m, x.getShape(), DataTypes.of(x)).mul(2 * eps).add(1 - eps), m);
-            x = LocalOps.own(x.mul(noise), m);
+            NDArray noise = Tensors.own(jitter.uniform(m, x.getShape(), DataTypes.of(x)).mul(2 * eps).add(1 - eps), m);
+            x = Tensors.own(x.mul(noise), m);
         }
         NDArray w = weight.data();
         if (config.routerInFp32()) {
             x = Cast.apply(scope, x, DataType.FLOAT32);
             w = Cast.apply(scope, w, DataType.FLOAT32);
         }
-        return LocalOps.linear(x, w, null, m);
+        return Tensors.linear(x, w, null, m);
     }
 
     /** Adds every enabled load-balancing loss and attaches their sum to {@code probs}. */
@@ -203,7 +205,7 @@ public final class TopKRouter implements Module {
         long tokens = scores.getShape().get(0);
         NDArray total = null;
         if (config.auxLossCoeff() > 0) {
-            NDArray counts = groups.allReduceTpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
+            NDArray counts = groups.allReduceTpCp(Tensors.own(selected.sum(new int[] {0}), m), m);
             NDArray loss = LoadBalancingLoss.switchLoss(scores, counts, (double) tokens * groups.tpCpSize(),
                     k, experts, config.auxLossCoeff(), m);
             record("load_balancing_loss", loss, config.auxLossCoeff(), MoeAuxLossTracker.Reduction.SUM_TP_CP, m);
@@ -211,9 +213,9 @@ public final class TopKRouter implements Module {
         }
         if (config.seqAuxLossCoeff() > 0) {
             // fold the batch into the expert dim: each (sequence, expert) pair is balanced on its own
-            NDArray perSequenceScores = LocalOps.own(scores.reshape(seq, batch * experts), m);
-            NDArray perSequenceSelected = LocalOps.own(selected.reshape(seq, batch * experts), m);
-            NDArray counts = groups.allReduceTpCp(LocalOps.own(perSequenceSelected.sum(new int[] {0}), m), m);
+            NDArray perSequenceScores = Tensors.own(scores.reshape(seq, batch * experts), m);
+            NDArray perSequenceSelected = Tensors.own(selected.reshape(seq, batch * experts), m);
+            NDArray counts = groups.allReduceTpCp(Tensors.own(perSequenceSelected.sum(new int[] {0}), m), m);
             NDArray loss = LoadBalancingLoss.switchLoss(perSequenceScores, counts, (double) seq * groups.tpCpSize(), k,
                     experts, config.seqAuxLossCoeff(), m);
             NDArray perBatch = Tensors.scale(loss, 1.0 / batch, m);
@@ -221,10 +223,10 @@ public final class TopKRouter implements Module {
             total = plus(m, total, perBatch);
         }
         if (config.globalAuxLossCoeff() > 0) {
-            NDArray counts = groups.allReduceTpDpCp(LocalOps.own(selected.sum(new int[] {0}), m), m);
+            NDArray counts = groups.allReduceTpDpCp(Tensors.own(selected.sum(new int[] {0}), m), m);
             globalTokenCounts.addi(counts);
             globalAuxLossSteps++;
-            NDArray averaged = LocalOps.own(globalTokenCounts.div(globalAuxLossSteps), m);
+            NDArray averaged = Tensors.own(globalTokenCounts.div(globalAuxLossSteps), m);
             NDArray loss = LoadBalancingLoss.switchLoss(scores, averaged, (double) tokens * groups.tpDpCpSize(),
                     k, experts, config.globalAuxLossCoeff(), m);
             record("global_load_balancing_loss", loss, config.globalAuxLossCoeff(),
@@ -235,7 +237,7 @@ public final class TopKRouter implements Module {
     }
 
     private static NDArray plus(NDManager m, NDArray total, NDArray term) {
-        return total == null ? term : LocalOps.own(total.add(term), m);
+        return total == null ? term : Tensors.own(total.add(term), m);
     }
 
     /**
@@ -250,9 +252,9 @@ public final class TopKRouter implements Module {
             return;
         }
         try (NDManager temp = stateManager.newSubManager(); NoGrad ignored = NoGrad.enter()) {
-            NDArray counts = groups.allReduceTpDpCp(LocalOps.own(localTokenCounts.duplicate(), temp), temp);
-            NDArray offset = LocalOps.own(counts.mean().sub(counts), temp);
-            expertBias.addi(LocalOps.own(offset.sign().mul(config.biasUpdateRate()), temp));
+            NDArray counts = groups.allReduceTpDpCp(Tensors.own(localTokenCounts.duplicate(), temp), temp);
+            NDArray offset = Tensors.own(counts.mean().sub(counts), temp);
+            expertBias.addi(Tensors.own(offset.sign().mul(config.biasUpdateRate()), temp));
             localTokenCounts.muli(0);
         }
     }
@@ -288,11 +290,6 @@ public final class TopKRouter implements Module {
         return localTokenCounts;
     }
 
-    @Override
-    public List<Parameter> parameters() {
-        return List.of(weight);
-    }
-
     /**
      * The weight (and the expert bias) under {@code prefix + "weight"} ({@code "expert_bias"}); the
      * copies are identical over TP, DP and CP, so only the rank with TP, DP and CP rank 0 holds the
@@ -300,10 +297,9 @@ public final class TopKRouter implements Module {
      */
     @Override
     public List<ShardedTensor> shardedState(String prefix) {
-        boolean replica = groups.tp().rank() != 0 || groups.isDenseDataParallelReplica();
-        List<ShardedTensor> out = new ArrayList<>(2);
-        out.add(weight.sharded(prefix, 0).replicatedIf(replica));
+        List<ShardedTensor> out = new ArrayList<>(super.shardedState(prefix));
         if (expertBias != null) {
+            boolean replica = groups.tp().rank() != 0 || groups.isDenseDataParallelReplica();
             out.add(ShardedTensor.whole(prefix + "expert_bias", expertBias).replicatedIf(replica));
         }
         return out;
@@ -312,7 +308,7 @@ public final class TopKRouter implements Module {
     /** Closes the weight and the router's state tensors. */
     @Override
     public void close() {
-        weight.close();
+        super.close();
         stateManager.close();
     }
 

@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.nn.Activation;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 
@@ -57,23 +58,23 @@ public final class TopKRouting {
         NDArray indices;
         NDArray probs;
         if (score == MoeConfig.RouterScore.SIGMOID) {
-            NDArray scores = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
+            NDArray scores = Tensors.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
             indices = topIndices(m, withBias(m, scores, expertBias), topK);
-            NDArray chosen = LocalOps.own(scores.gather(indices, 1), m);
-            probs = topK > 1 ? LocalOps.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
+            NDArray chosen = Tensors.own(scores.gather(indices, 1), m);
+            probs = topK > 1 ? Tensors.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
         } else if (preSoftmax) {
             NDArray scores = softmax(scope, logits);
             indices = topIndices(m, withBias(m, scores, expertBias), topK);
-            probs = LocalOps.own(scores.gather(indices, 1), m);
+            probs = Tensors.own(scores.gather(indices, 1), m);
         } else {
             indices = topIndices(m, withBias(m, logits, expertBias), topK);
-            probs = softmax(scope, LocalOps.own(logits.gather(indices, 1), m));
+            probs = softmax(scope, Tensors.own(logits.gather(indices, 1), m));
         }
         probs = Cast.apply(scope, probs, dtype);
         int experts = (int) logits.getShape().get(1);
-        NDArray oneHot = LocalOps.own(indices.oneHot(experts), m); // [T, k, E]
-        NDArray routingMap = LocalOps.own(oneHot.sum(new int[] {1}), m);
-        NDArray scattered = LocalOps.own(DataTypes.toType(oneHot, dtype, false).mul(probs.expandDims(2)).sum(new int[] {1}), m);
+        NDArray oneHot = Tensors.own(indices.oneHot(experts), m); // [T, k, E]
+        NDArray routingMap = Tensors.own(oneHot.sum(new int[] {1}), m);
+        NDArray scattered = Tensors.own(DataTypes.toType(oneHot, dtype, false).mul(probs.expandDims(2)).sum(new int[] {1}), m);
         return new Selection(indices, probs, scattered, routingMap);
     }
 
@@ -91,8 +92,8 @@ public final class TopKRouting {
         if (score == MoeConfig.RouterScore.SOFTMAX) {
             return softmax(scope, logits);
         }
-        NDArray s = LocalOps.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
-        return LocalOps.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
+        NDArray s = Tensors.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
+        return Tensors.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
     }
 
     /**
@@ -104,14 +105,14 @@ public final class TopKRouting {
      * @return {@code [T, E]} float32 0/1
      */
     public static NDArray routingMapForAuxLoss(NDManager m, NDArray scores, int topK) {
-        return LocalOps.own(topIndices(m, scores, topK).oneHot((int) scores.getShape().get(1)).sum(new int[] {1}), m);
+        return Tensors.own(topIndices(m, scores, topK).oneHot((int) scores.getShape().get(1)).sum(new int[] {1}), m);
     }
 
     private static NDArray withBias(NDManager m, NDArray scores, NDArray expertBias) {
         if (expertBias == null) {
             return scores;
         }
-        return LocalOps.own(DataTypes.toType(scores.stopGradient(), DataType.FLOAT32, false).add(expertBias), m);
+        return Tensors.own(DataTypes.toType(scores.stopGradient(), DataType.FLOAT32, false).add(expertBias), m);
     }
 
     private static NDArray topIndices(NDManager m, NDArray scores, int k) {
@@ -122,6 +123,6 @@ public final class TopKRouting {
 
     /** Softmax over the last dim computed in float32. */
     private static NDArray softmax(AutogradScope scope, NDArray x) {
-        return LocalOps.own(Cast.apply(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
+        return Tensors.own(Cast.apply(scope, x, DataType.FLOAT32).softmax(-1), scope.manager());
     }
 }

@@ -17,6 +17,7 @@ import io.mcore4j.parallel.inprocess.InJvmWorld;
 
 import java.util.List;
 
+import io.mcore4j.tensorparallel.MlpActivation;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
@@ -112,7 +113,7 @@ class DispatcherTest {
     void allGatherAndAllToAllGiveTheSameOutputsAndGradients(int world, int tp, int ep, int etp, boolean sp, String variant) {
         MoeConfig.Builder b = base().sequenceParallel(sp);
         switch (variant) {
-            case "swiglu-aux" -> b.activation(MoeConfig.Activation.SWIGLU).auxLossCoeff(0.1).zLossCoeff(0.01);
+            case "swiglu-aux" -> b.activation(MlpActivation.SWIGLU).auxLossCoeff(0.1).zLossCoeff(0.01);
             case "padded-bias" -> b.capacityFactor(0.75).padToCapacity(true).addBias(true);
             case "dropping" -> b.capacityFactor(1.0).auxLossCoeff(0.1);
             default -> { }

@@ -13,6 +13,7 @@ import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.ReduceOp;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.StridedPartition;
 
 import java.util.List;
@@ -63,9 +64,9 @@ class ExpertParallelTest {
         MoeConfig.Builder b = MoeConfig.builder(4, 2, 8).initStd(0.3).outputInitStd(0.2).dispatcher(dispatcher)
                 .sequenceParallel(sp);
         switch (variant) {
-            case "swiglu-aux" -> b.activation(MoeConfig.Activation.SWIGLU).auxLossCoeff(0.1).seqAuxLossCoeff(0.05)
+            case "swiglu-aux" -> b.activation(MlpActivation.SWIGLU).auxLossCoeff(0.1).seqAuxLossCoeff(0.05)
                     .zLossCoeff(0.01);
-            case "swiglu-bias" -> b.activation(MoeConfig.Activation.SWIGLU).addBias(true).sharedExpertFfnHiddenSize(8);
+            case "swiglu-bias" -> b.activation(MlpActivation.SWIGLU).addBias(true).sharedExpertFfnHiddenSize(8);
             case "padded" -> b.capacityFactor(1.0).padToCapacity(true).auxLossCoeff(0.1);
             case "gelu-shared" -> b.sharedExpertFfnHiddenSize(8).addBias(true);
             default -> { }
@@ -115,7 +116,7 @@ class ExpertParallelTest {
     private static void compareExperts(String at, MoeConfig config, ProcessGroups groups, MoeLayer layer,
                                        MoeLayer reference, NDManager s) {
         Communicator etp = groups.expertTp();
-        boolean glu = config.activation() == MoeConfig.Activation.SWIGLU;
+        boolean glu = config.activation() == MlpActivation.SWIGLU;
         boolean firstOfSlice = groups.tensorParallelRank() == 0;
         // every rank walks every global expert so the world all-reduces match
         for (int e = 0; e < config.numExperts(); e++) {
@@ -151,7 +152,7 @@ class ExpertParallelTest {
         List<Parameter> ref = reference.parameters();
         int count = config.addBias() ? 4 : 2;
         Communicator tp = groups.tp();
-        int stride = config.activation() == MoeConfig.Activation.SWIGLU ? 2 : 1;
+        int stride = config.activation() == MlpActivation.SWIGLU ? 2 : 1;
         for (int j = 0; j < count; j++) {
             Parameter p = mine.get(mine.size() - count + j);
             NDArray g = Fixtures.gradOrZeros(ref.get(ref.size() - count + j).data(), s);

@@ -7,6 +7,7 @@ import ai.djl.ndarray.types.DataType;
 
 import java.util.function.Supplier;
 
+import io.mcore4j.tensorparallel.MlpActivation;
 import org.junit.jupiter.api.Test;
 
 /** Validation of {@link MoeConfig} and {@link AuxLossScale}: no tensors, no communication. */
@@ -42,7 +43,7 @@ class MoeConfigTest {
 
     @Test
     void theBuilderRoundTrips() {
-        MoeConfig c = MoeConfig.builder(8, 2, 32).activation(MoeConfig.Activation.SWIGLU).auxLossCoeff(0.01)
+        MoeConfig c = MoeConfig.builder(8, 2, 32).activation(MlpActivation.SWIGLU).auxLossCoeff(0.01)
                 .capacityFactor(1.25).padToCapacity(true).dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL)
                 .sharedExpertFfnHiddenSize(16).dtype(DataType.FLOAT16).build();
         assertEquals(c, c.toBuilder().build());

@@ -14,6 +14,7 @@ import io.mcore4j.parallel.inprocess.InJvmWorld;
 
 import java.util.List;
 
+import io.mcore4j.tensorparallel.MlpActivation;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -31,7 +32,7 @@ class NativeMemoryTest {
                 .inputJitter(0.01).routerScore(MoeConfig.RouterScore.SIGMOID).auxLossFree(true).auxLossCoeff(0.01)
                 .seqAuxLossCoeff(0.01).globalAuxLossCoeff(0.01).zLossCoeff(0.001).routerInFp32(true)
                 .sequenceParallel(true).build();
-        MoeConfig allGather = MoeConfig.builder(4, 2, 8).activation(MoeConfig.Activation.SWIGLU).capacityFactor(1.0)
+        MoeConfig allGather = MoeConfig.builder(4, 2, 8).activation(MlpActivation.SWIGLU).capacityFactor(1.0)
                 .padToCapacity(true).addBias(true).sharedExpertFfnHiddenSize(8).auxLossCoeff(0.01).build();
         List<int[]> counts = InJvmWorld.run(4, ctx -> {
             ProcessGroups groups = ctx.groups(ParallelDims.builder(4).tensorParallel(2).expertParallel(2)

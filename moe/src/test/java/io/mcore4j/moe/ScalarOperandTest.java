@@ -18,7 +18,7 @@ import org.junit.jupiter.api.Test;
  * Regression test for a DJL hazard: {@code NDArray.mul(Number)} wraps the number in a tensor backed
  * by a Java buffer and closes it right away, while autograd keeps that tensor for backward; after a
  * garbage collection the backward multiplies by whatever the freed memory holds (observed: 0, 9,
- * infinity). {@link LocalOps#scale} uses a libtorch-allocated scalar; its gradient must survive
+ * infinity). {@link io.mcore4j.core.Tensors#scale} uses a libtorch-allocated scalar; its gradient must survive
  * collections and allocation churn between forward and backward.
  */
 class ScalarOperandTest {
@@ -31,7 +31,7 @@ class ScalarOperandTest {
                     NDManager s = scope.manager();
                     NDArray x = s.ones(new Shape(4));
                     x.setRequiresGradient(true);
-                    NDArray y = LocalOps.own(Tensors.scale(x, 0.1, s).sum(), s);
+                    NDArray y = Tensors.own(Tensors.scale(x, 0.1, s).sum(), s);
                     System.gc();
                     for (int k = 0; k < 50; k++) {
                         ByteBuffer junk = ByteBuffer.allocateDirect(64).order(ByteOrder.nativeOrder());

@@ -7,6 +7,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -134,7 +135,7 @@ final class SerialMoe {
         if (!w.fc1Bias().isEmpty()) {
             h = own(h.add(w.fc1Bias().get(e)), m);
         }
-        if (c.activation() == MoeConfig.Activation.SWIGLU) {
+        if (c.activation() == MlpActivation.SWIGLU) {
             long f = h.getShape().get(1) / 2;
             NDArray gate = own(h.get(":, 0:" + f), m);
             NDArray up = own(h.get(":, " + f + ":"), m);

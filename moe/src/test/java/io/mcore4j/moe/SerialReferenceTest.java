@@ -16,6 +16,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.stream.Stream;
 
+import io.mcore4j.tensorparallel.MlpActivation;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
@@ -37,7 +38,7 @@ class SerialReferenceTest {
                 Arguments.of("softmax after top-k, aux + z-loss, all-gather",
                         base().auxLossCoeff(0.1).zLossCoeff(0.01).build()),
                 Arguments.of("softmax before top-k, SwiGLU, sequence aux loss, all-to-all",
-                        base().preSoftmax(true).activation(MoeConfig.Activation.SWIGLU).seqAuxLossCoeff(0.2)
+                        base().preSoftmax(true).activation(MlpActivation.SWIGLU).seqAuxLossCoeff(0.2)
                                 .dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL).build()),
                 Arguments.of("sigmoid top-3, aux + global aux loss",
                         MoeConfig.builder(4, 3, 12).initStd(0.3).outputInitStd(0.2)

@@ -20,6 +20,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 
+import io.mcore4j.tensorparallel.MlpActivation;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -38,7 +39,7 @@ class ShardedStateTest {
     @ParameterizedTest(name = "world {0}: TP{1} EP{2} expert-TP{3}")
     @CsvSource({"4, 2, 2, 2", "4, 1, 4, 1", "4, 2, 2, 1", "2, 1, 1, 2"})
     void piecesTileTheSingleRankWeights(int world, int tp, int ep, int etp) {
-        MoeConfig config = MoeConfig.builder(4, 2, 8).activation(MoeConfig.Activation.SWIGLU).addBias(true)
+        MoeConfig config = MoeConfig.builder(4, 2, 8).activation(MlpActivation.SWIGLU).addBias(true)
                 .sharedExpertFfnHiddenSize(8).auxLossFree(true).build();
         List<Piece> reference = describe(1, ParallelDims.builder(1).build(), config).get(0);
         Map<String, float[]> expected = new TreeMap<>();
@@ -92,7 +93,7 @@ class ShardedStateTest {
     @ParameterizedTest(name = "world {0}: TP{1} EP{2} expert-TP{3}")
     @CsvSource({"4, 2, 2, 2", "2, 1, 1, 2"})
     void parameterPartitionsPlaceRowsWhereThePiecesAre(int world, int tp, int ep, int etp) {
-        MoeConfig config = MoeConfig.builder(4, 2, 8).activation(MoeConfig.Activation.SWIGLU).addBias(true).build();
+        MoeConfig config = MoeConfig.builder(4, 2, 8).activation(MlpActivation.SWIGLU).addBias(true).build();
         ParallelDims dims = ParallelDims.builder(world).tensorParallel(tp).expertParallel(ep).expertTensorParallel(etp)
                 .build();
         InJvmWorld.run(world, ctx -> {

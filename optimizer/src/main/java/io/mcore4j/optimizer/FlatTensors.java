@@ -30,19 +30,6 @@ final class FlatTensors {
     }
 
     /**
-     * Attaches {@code array} to {@code owner} and returns it: DJL attaches a result to its first
-     * operand's manager, which for state arrays is a long-lived one.
-     *
-     * @param array a new result
-     * @param owner the manager that should own it
-     * @return {@code array}
-     */
-    static NDArray own(NDArray array, NDManager owner) {
-        array.attach(owner);
-        return array;
-    }
-
-    /**
      * Sets every element of {@code target} to zero in place, from a device scalar (a Java number
      * would be a synchronising host copy on a GPU).
      *

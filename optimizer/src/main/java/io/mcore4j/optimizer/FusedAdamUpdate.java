@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModule.Arg;
 import io.mcore4j.core.TorchScriptModules;
@@ -91,7 +92,7 @@ final class FusedAdamUpdate implements UpdateRule {
         for (ShardUpdate s : shards) {
             NDArray master = s.master();
             NDArray g = s.grad().getDataType() == master.getDataType() ? s.grad()
-                    : FlatTensors.own(s.grad().toType(master.getDataType(), true), temp);
+                    : Tensors.own(s.grad().toType(master.getDataType(), true), temp);
             params.add(master);
             grads.add(g);
             expAvgs.add(s.state().get(0));

@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.ProcessGroups;
@@ -165,11 +166,11 @@ public final class GradientNorm {
 
     /** Sum of squares of {@code g}'s elements as a scalar tensor, accumulated in float32 (float16 gradients are widened first). */
     private static NDArray squares(NDArray g, NDManager temp) {
-        NDArray flat = FlatTensors.own(g.reshape(-1), temp);
+        NDArray flat = Tensors.own(g.reshape(-1), temp);
         if (flat.getDataType() != DataType.FLOAT32) {
-            flat = FlatTensors.own(flat.toType(DataType.FLOAT32, false), temp);
+            flat = Tensors.own(flat.toType(DataType.FLOAT32, false), temp);
         }
-        return FlatTensors.own(flat.dot(flat), temp);
+        return Tensors.own(flat.dot(flat), temp);
     }
 
     /**
@@ -192,18 +193,18 @@ public final class GradientNorm {
         }
         NDArray wide;
         if (uniform) {
-            wide = FlatTensors.own(NDArrays.stack(new NDList(scalars)), temp);
+            wide = Tensors.own(NDArrays.stack(new NDList(scalars)), temp);
             if (dtype != DataType.FLOAT64) {
-                wide = FlatTensors.own(wide.toType(DataType.FLOAT64, false), temp);
+                wide = Tensors.own(wide.toType(DataType.FLOAT64, false), temp);
             }
         } else {
             NDList widened = new NDList();
             for (NDArray s : scalars) {
-                widened.add(FlatTensors.own(s.toType(DataType.FLOAT64, false), temp));
+                widened.add(Tensors.own(s.toType(DataType.FLOAT64, false), temp));
             }
-            wide = FlatTensors.own(NDArrays.stack(widened), temp);
+            wide = Tensors.own(NDArrays.stack(widened), temp);
         }
-        return FlatTensors.own(wide.sum(), temp).getDouble();
+        return Tensors.own(wide.sum(), temp).getDouble();
     }
 
     private static Set<Parameter> identitySet(Collection<Parameter> params) {

@@ -1,6 +1,6 @@
 package io.mcore4j.optimizer;
 
-import static io.mcore4j.optimizer.FlatTensors.own;
+import static io.mcore4j.core.Tensors.own;
 import static io.mcore4j.optimizer.FlatTensors.range;
 
 import ai.djl.ndarray.NDArray;

@@ -170,6 +170,6 @@ interface UpdateRule {
             master.muli(factor);
             return grad;
         }
-        return grad.addi(FlatTensors.own(master.mul(factor), temp));
+        return grad.addi(Tensors.own(master.mul(factor), temp));
     }
 }

@@ -4,8 +4,8 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.Communicator;
@@ -32,7 +32,7 @@ import java.util.Objects;
  * Weight and bias are split along dim 0 ({@link Parameter.Partition} {@code (0, rank, t)}), so each
  * rank is the main replica of its own shard.
  */
-public final class ColumnParallelLinear implements Module {
+public final class ColumnParallelLinear implements ParallelLinear {
     private final String name;
     private final int inputSize;
     private final int outputSize;
@@ -92,6 +92,7 @@ public final class ColumnParallelLinear implements Module {
      * @throws IllegalStateException if the layer was built with {@code skipWeightAllocation}
      * @throws IllegalArgumentException if the input's last dim is not {@code inputSize}
      */
+    @Override
     public LinearOutput forward(AutogradScope scope, NDArray input) {
         if (weight == null) {
             throw new IllegalStateException(name + " was built without a weight; pass one to forward");
@@ -116,7 +117,7 @@ public final class ColumnParallelLinear implements Module {
             throw new IllegalArgumentException(name + ": weight " + weight.name() + " has shape "
                     + weight.data().getShape() + " but this layer's weight shard is " + expected);
         }
-        LocalOps.checkLastDim(input, inputSize, name, "the input size");
+        LayerArguments.checkLastDim(input, inputSize, name, "the input size");
         NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
         if (!sequenceParallel && tp.size() > 1 && scope.isGradEnabled()) {
             // copy-to-region and the linear as one Function: backward all-reduces the input gradient
@@ -130,7 +131,7 @@ public final class ColumnParallelLinear implements Module {
         NDArray x = sequenceParallel
                 ? Mappings.gatherFromSequenceParallelRegion(scope, tp, input, true)
                 : Mappings.copyToTensorParallelRegion(scope, tp, input);
-        NDArray local = LocalOps.linear(scope, x, weight.data(), addedBias);
+        NDArray local = Tensors.linear(x, weight.data(), addedBias, scope.manager());
         NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
         // without grad, a gathered input or a gathered-from output is dead here; with grad the scope
         // keeps what the mappings' Functions refer to, and at TP1 the mappings return what they got
@@ -213,7 +214,7 @@ public final class ColumnParallelLinear implements Module {
         for (ShardedTensor t : stridedPieces) {
             t.data().close();
         }
-        Module.super.close();
+        ParallelLinear.super.close();
     }
 
     @Override
@@ -318,7 +319,7 @@ public final class ColumnParallelLinear implements Module {
 
         /** @param value the parameters' dtype (default float32) @return this */
         public Builder dtype(DataType value) {
-            this.dtype = LocalOps.checkFloating(value);
+            this.dtype = LayerArguments.checkFloating(value);
             return this;
         }
 
@@ -349,7 +350,7 @@ public final class ColumnParallelLinear implements Module {
             if (inputSize < 1) {
                 throw new IllegalArgumentException(name + ": input size must be at least 1, got " + inputSize);
             }
-            int perRank = LocalOps.divide(outputSize, tp.size(), name + ": output size");
+            int perRank = LayerArguments.divide(outputSize, tp.size(), name + ": output size");
             if (stride < 1 || perRank % stride != 0) {
                 throw new IllegalArgumentException(name + ": stride " + stride + " does not divide the partition size "
                         + perRank + " (output size " + outputSize + " / tensor parallel size " + tp.size() + ")");

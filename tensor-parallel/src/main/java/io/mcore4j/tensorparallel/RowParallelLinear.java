@@ -8,7 +8,6 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
-import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.Communicator;
@@ -37,7 +36,7 @@ import java.util.Objects;
  * over the group) and {@link Parameter.Kind#DENSE} otherwise; in checkpoints only tensor-parallel
  * rank 0 is its main replica.
  */
-public final class RowParallelLinear implements Module {
+public final class RowParallelLinear implements ParallelLinear {
     private final String name;
     private final int inputSize;
     private final int outputSize;
@@ -87,14 +86,15 @@ public final class RowParallelLinear implements Module {
      * @throws IllegalArgumentException if the input's last dim is wrong, or with sequence
      *         parallelism if {@code s} is not divisible by the tensor-parallel size
      */
+    @Override
     public LinearOutput forward(AutogradScope scope, NDArray input) {
         NDArray x;
         if (inputIsParallel) {
-            LocalOps.checkLastDim(input, inputSize / tp.size(), name,
+            LayerArguments.checkLastDim(input, inputSize / tp.size(), name,
                     "input size " + inputSize + " / tensor parallel size " + tp.size());
             x = input;
         } else {
-            LocalOps.checkLastDim(input, inputSize, name, "the input size");
+            LayerArguments.checkLastDim(input, inputSize, name, "the input size");
             x = Mappings.scatterToTensorParallelRegion(scope, tp, input);
         }
         if (sequenceParallel) {
@@ -112,7 +112,7 @@ public final class RowParallelLinear implements Module {
                 share = scope.apply1(new BiasShare(tp.size()), bias.data());
             }
         }
-        NDArray partial = LocalOps.linear(scope, x, weight.data(), share);
+        NDArray partial = Tensors.linear(x, weight.data(), share, scope.manager());
         NDArray out = sequenceParallel
                 ? Mappings.reduceScatterToSequenceParallelRegion(scope, tp, partial)
                 : Mappings.reduceFromTensorParallelRegion(scope, tp, partial);
@@ -269,7 +269,7 @@ public final class RowParallelLinear implements Module {
 
         /** @param value the parameters' dtype (default float32) @return this */
         public Builder dtype(DataType value) {
-            this.dtype = LocalOps.checkFloating(value);
+            this.dtype = LayerArguments.checkFloating(value);
             return this;
         }
 
@@ -300,7 +300,7 @@ public final class RowParallelLinear implements Module {
             if (outputSize < 1) {
                 throw new IllegalArgumentException(name + ": output size must be at least 1, got " + outputSize);
             }
-            LocalOps.divide(inputSize, tp.size(), name + ": input size");
+            LayerArguments.divide(inputSize, tp.size(), name + ": input size");
             if (sequenceParallel && !inputIsParallel) {
                 throw new IllegalArgumentException(name + ": sequence parallelism needs inputIsParallel(true)");
             }

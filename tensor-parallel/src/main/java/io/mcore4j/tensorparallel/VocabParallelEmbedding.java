@@ -207,7 +207,7 @@ public final class VocabParallelEmbedding implements Module {
 
         /** @param value the weight's dtype (default float32) @return this */
         public Builder dtype(DataType value) {
-            this.dtype = LocalOps.checkFloating(value);
+            this.dtype = LayerArguments.checkFloating(value);
             return this;
         }
 

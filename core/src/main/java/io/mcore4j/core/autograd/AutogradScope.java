@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 
 import java.util.ArrayList;
@@ -289,7 +290,9 @@ public final class AutogradScope implements AutoCloseable {
      *       through {@link #apply} and not yet back-propagated ({@link #backward} routes gradients
      *       through exactly those objects);</li>
      *   <li>a tensor owned by neither this scope's manager nor one of its sub-managers, such as a
-     *       parameter or a caller's tensor from a longer-lived manager.</li>
+     *       parameter or a caller's tensor from a longer-lived manager;</li>
+     *   <li>a tensor over a Java buffer ({@link TensorMemory#borrowsHostMemory}), which backward may
+     *       still read.</li>
      * </ul>
      *
      * <p>The caller must not pass a tensor it still uses or returns under another name. One object
@@ -307,7 +310,7 @@ public final class AutogradScope implements AutoCloseable {
         checkUsable();
         int count = 0;
         for (NDArray t : tensors) {
-            if (t == null || t.isReleased() || referenced.contains(t) || !ownedHere(t)) {
+            if (t == null || t.isReleased() || referenced.contains(t) || !ownedHere(t) || TensorMemory.borrowsHostMemory(t)) {
                 continue;
             }
             t.close();

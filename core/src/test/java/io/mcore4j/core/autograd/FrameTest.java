@@ -115,6 +115,7 @@ class FrameTest {
             });
             assertTrue(io.mcore4j.core.TensorMemory.borrowsHostMemory(index[0]), "DJL made it over a Java buffer");
             assertFalse(index[0].isReleased(), "handed to the scope, not closed");
+            assertEquals(0, scope.release(index[0]), "release leaves it open too");
             System.gc();
             scope.backward(picked.sum());
             assertArrayEquals(new float[] {0, 1, 0, 2}, w.getGradient().toFloatArray(), 0f);

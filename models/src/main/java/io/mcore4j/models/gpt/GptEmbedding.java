@@ -3,20 +3,17 @@ package io.mcore4j.models.gpt;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.Dropout;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.tensorparallel.VocabParallelEmbedding;
 
-import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 
 /**
  * Word embeddings (vocab-parallel) plus learned absolute position embeddings, then dropout.
@@ -25,7 +22,7 @@ import java.util.Map;
  * parallelism {@code s} is this rank's part of the sequence, and its learned position rows are
  * those of its tokens' global positions ({@link ContextParallelSplit#positions}).
  */
-public final class GptEmbedding implements Module {
+public final class GptEmbedding extends AbstractModule {
     /** Checkpoint key of the word embedding weight (shared with a tied output layer). */
     public static final String WORD_KEY = "embedding.word_embeddings.";
     private static final String POSITION_KEY = "embedding.position_embeddings.";
@@ -38,14 +35,16 @@ public final class GptEmbedding implements Module {
     public GptEmbedding(ModelContext ctx) {
         TransformerConfig c = ctx.config();
         this.ctx = ctx;
-        this.word = VocabParallelEmbedding.builder(c.vocabSize(), c.hiddenSize(), ctx.groups().tp())
+        this.word = registerModule(WORD_KEY, VocabParallelEmbedding.builder(c.vocabSize(), c.hiddenSize(), ctx.groups().tp())
                 .sequenceParallel(c.sequenceParallel())
                 .initializer(ctx.initializer(WORD_KEY + "weight", c.initStd()))
-                .dtype(c.dtype()).manager(ctx.parameters()).name(WORD_KEY).build();
+                .dtype(c.dtype()).manager(ctx.parameters()).name(WORD_KEY).build());
         if (c.positionEmbedding() == TransformerConfig.PositionEmbedding.LEARNED_ABSOLUTE) {
             NDArray table = ctx.initializer(POSITION_KEY + "weight", c.initStd()).create(ctx.parameters(), new Shape(c.maxSequenceLength(), c.hiddenSize()), c.dtype());
-            this.position = new Parameter("weight", table, Parameter.Partition.NONE,
-                    c.sequenceParallel() ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE);
+            // every TP rank holds the whole table: rank 0's copy is the main replica
+            this.position = registerParameter(POSITION_KEY, new Parameter("weight", table, Parameter.Partition.NONE,
+                    c.sequenceParallel() ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE),
+                    ctx.groups().tensorParallelRank());
         } else {
             this.position = null;
         }
@@ -76,61 +75,34 @@ public final class GptEmbedding implements Module {
      * @throws IllegalArgumentException if the positions run past the max sequence length
      */
     public NDArray forward(AutogradScope scope, NDArray tokens, long positionOffset) {
-        NDArray x = word.forward(scope, tokens);
+        ContextParallelSplit split = ContextParallelSplit.of(ctx.groups().cp());
         if (position != null) {
-            ContextParallelSplit split = ContextParallelSplit.of(ctx.groups().cp());
             long s = split.sequenceLength(tokens.getShape().get(0));
             if (positionOffset + s > position.data().getShape().get(0)) {
                 throw new IllegalArgumentException("sequence length " + (positionOffset + s) + " exceeds the max sequence length "
                         + position.data().getShape().get(0));
             }
-            long local = x.getShape().get(0);
-            long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
-            // this rank's rows: one run without context parallelism (from the generation offset), up to two (its chunks) with it
-            long first = start + positionOffset;
-            List<long[]> runs = split.size() == 1 ? List.<long[]>of(new long[] {first, first + local})
-                    : ContextParallelSplit.runs(Arrays.copyOfRange(split.positions(s), (int) start, (int) (start + local)));
-            // slices of a parameter would attach to the parameter's manager: move them to the pass's scope
-            NDArray rows = ContextParallelSplit.slices(position.data(), 0, runs);
-            rows.attach(scope.manager());
-            NDArray column = rows.expandDims(1);
-            column.attach(scope.manager());
-            NDArray words = x;
-            x = words.add(column);
-            // the sum saves nothing for backward: the word embeddings die here unless a Function refers to them
-            scope.release(words, rows, column);
         }
-        NDArray dropped = Dropout.apply(scope, x, ctx.config().hiddenDropout(), ctx.hiddenDropout());
-        if (dropped != x) {
-            scope.release(x);
-        }
-        return dropped;
+        // the sum saves nothing for backward: the word embeddings die with the inner frame unless a
+        // Function refers to them, the undropped sum with the outer one
+        return scope.frame(() -> Dropout.apply(scope, scope.frame(() -> embed(scope, tokens, split, positionOffset)),
+                ctx.config().hiddenDropout(), ctx.hiddenDropout()));
     }
 
-    @Override
-    public List<Parameter> parameters() {
-        List<Parameter> out = new ArrayList<>(word.parameters());
-        if (position != null) {
-            out.add(position);
+    private NDArray embed(AutogradScope scope, NDArray tokens, ContextParallelSplit split, long positionOffset) {
+        NDArray words = word.forward(scope, tokens);
+        if (position == null) {
+            return words;
         }
-        return out;
-    }
-
-    @Override
-    public Map<String, Parameter> namedParameters(String prefix) {
-        Map<String, Parameter> out = new LinkedHashMap<>(word.namedParameters(prefix + WORD_KEY));
-        if (position != null) {
-            out.put(prefix + POSITION_KEY + position.name(), position);
-        }
-        return out;
-    }
-
-    @Override
-    public List<ShardedTensor> shardedState(String prefix) {
-        List<ShardedTensor> out = new ArrayList<>(word.shardedState(prefix + WORD_KEY));
-        if (position != null) {
-            out.add(position.sharded(prefix + POSITION_KEY, ctx.groups().tensorParallelRank()));
-        }
-        return out;
+        long s = split.sequenceLength(tokens.getShape().get(0));
+        long local = words.getShape().get(0);
+        long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
+        // this rank's rows: one run without context parallelism (from the generation offset), up to two (its chunks) with it
+        long first = start + positionOffset;
+        List<long[]> runs = split.size() == 1 ? List.<long[]>of(new long[] {first, first + local})
+                : ContextParallelSplit.runs(Arrays.copyOfRange(split.positions(s), (int) start, (int) (start + local)));
+        // slices of a parameter attach to the parameter's manager: they move to the frame
+        NDArray rows = Tensors.own(ContextParallelSplit.slices(position.data(), 0, runs), scope.manager());
+        return words.add(Tensors.own(rows.expandDims(1), scope.manager()));
     }
 }

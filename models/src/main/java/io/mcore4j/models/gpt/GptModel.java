@@ -8,10 +8,10 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.GradientReadyListener;
-import io.mcore4j.core.nn.Module;
+import io.mcore4j.core.nn.ModuleList;
 import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.InferenceContext;
 import io.mcore4j.models.transformer.LayerSpec;
@@ -24,11 +24,10 @@ import io.mcore4j.tensorparallel.ColumnParallelLinear;
 import io.mcore4j.tensorparallel.VocabParallelCrossEntropy;
 
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.function.UnaryOperator;
 
 /**
  * One pipeline chunk of a GPT: the embedding if it is the first chunk of the model, a run of
@@ -39,15 +38,20 @@ import java.util.concurrent.CopyOnWriteArrayList;
  * embedding and the output layer sit on different pipeline stages, the last stage holds a copy
  * initialised identically (same key, same seed); its gradient must be summed with the first
  * stage's over the embedding group ({@link #sharedEmbeddingParameters()}), and in checkpoints it is
- * a non-main replica of the embedding.
+ * a non-main replica of the embedding, named after the embedding weight it mirrors.
+ *
+ * <p>Keys: {@code embedding.*}, {@code decoder.layers.<global index>.*},
+ * {@code decoder.final_layernorm.*}, {@code output_layer.*}. Copies held by several data-parallel
+ * ranks are main replicas only on DP rank 0 (layers mark their own: MoE experts differ across DP
+ * ranks).
  */
-public final class GptModel implements Module {
+public final class GptModel extends AbstractModule {
     private static final String OUTPUT_KEY = "output_layer.";
     private static final Function LAYER_BOUNDARY = new LayerBoundary(List.of(), List.of());
 
     private final ModelContext ctx;
     private final GptEmbedding embedding;
-    private final List<TransformerLayer> layers = new ArrayList<>();
+    private final ModuleList<TransformerLayer> layers;
     private final Norm finalNorm;
     private final ColumnParallelLinear output;
     private final ColumnParallelLinear tiedOutput;
@@ -57,12 +61,15 @@ public final class GptModel implements Module {
     private GptModel(ModelContext ctx, LayerSpec spec, int[] layerNumbers, boolean preProcess, boolean postProcess) {
         TransformerConfig c = ctx.config();
         this.ctx = ctx;
-        this.embedding = preProcess ? new GptEmbedding(ctx) : null;
+        // copies held by several data- or context-parallel ranks are main replicas only on rank 0 of dp-cp
+        boolean dpReplica = ctx.groups().dpCp().rank() > 0;
+        this.embedding = preProcess ? registerModule("", new GptEmbedding(ctx), dpReplica) : null;
+        this.layers = registerModule("decoder.layers.", new ModuleList<>());
         for (int n : layerNumbers) {
-            layers.add(new TransformerLayer(ctx, spec, n));
+            layers.put(n, new TransformerLayer(ctx, spec, n));
         }
         if (postProcess) {
-            this.finalNorm = new Norm(ctx, c.hiddenSize());
+            this.finalNorm = registerModule("decoder.final_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
             boolean reuseEmbedding = c.tiedEmbeddings() && preProcess;
             this.outputIsEmbeddingCopy = c.tiedEmbeddings() && !preProcess;
             String key = c.tiedEmbeddings() ? GptEmbedding.WORD_KEY : OUTPUT_KEY;
@@ -70,7 +77,8 @@ public final class GptModel implements Module {
                     .bias(false).gatherOutput(false).sequenceParallel(c.sequenceParallel()).dtype(c.dtype())
                     .manager(ctx.parameters()).name(key);
             // with the embedding on this chunk the output layer has no weight of its own: it is given the embedding's
-            this.output = reuseEmbedding ? null : head.initializer(ctx.initializer(key + "weight", c.initStd())).build();
+            this.output = reuseEmbedding ? null : registerModule(outputIsEmbeddingCopy ? GptEmbedding.WORD_KEY : OUTPUT_KEY,
+                    head.initializer(ctx.initializer(key + "weight", c.initStd())).build(), dpReplica || outputIsEmbeddingCopy);
             this.tiedOutput = reuseEmbedding ? head.skipWeightAllocation(true).build() : null;
         } else {
             this.finalNorm = null;
@@ -89,14 +97,24 @@ public final class GptModel implements Module {
      * @param preProcess whether this chunk starts the model (embedding)
      * @param postProcess whether this chunk ends the model (final norm, output layer, loss)
      * @return the chunk; it owns its parameters (in {@code ctx.parameters()})
+     * @throws IllegalArgumentException if the config does not fit the context's layout
+     *     ({@link TransformerConfig#validate(io.mcore4j.parallel.ParallelDims)}) or a layer number is
+     *     outside the model
      */
     public static GptModel build(ModelContext ctx, LayerSpec spec, int[] layerNumbers, boolean preProcess, boolean postProcess) {
+        ctx.config().validate(ctx.groups().dims());
+        for (int n : layerNumbers) {
+            if (n < 0 || n >= ctx.config().numLayers()) {
+                throw new IllegalArgumentException("layer number " + n + " is outside the model's "
+                        + ctx.config().numLayers() + " layers");
+            }
+        }
         return new GptModel(ctx, spec, layerNumbers, preProcess, postProcess);
     }
 
     /** @return this chunk's transformer layers, in order (read-only) */
     public List<TransformerLayer> layers() {
-        return java.util.Collections.unmodifiableList(layers);
+        return layers.asList();
     }
 
     /** @return whether this chunk holds the embedding */
@@ -190,41 +208,57 @@ public final class GptModel implements Module {
         }
         boolean cut = ctx.config().recompute() != TransformerConfig.Recompute.FULL && scope.isGradEnabled();
         for (TransformerLayer layer : layers) {
-            if (cut && hidden != input) {
-                // a cut per layer keeps each backward segment to one layer instead of the whole residual chain;
-                // when backward reaches it, the layer after it is done
-                hidden = scope.apply1(boundary(layer.parameters()), hidden);
-            }
-            NDArray layerInput = hidden;
-            hidden = layer.forward(scope, layerInput, inference);
-            // the caller's input stays: a pipeline schedule reads its gradient after backward
-            scope.release(layerInput == input ? null : layerInput);
+            // a cut per layer keeps each backward segment to one layer instead of the whole residual
+            // chain; when backward reaches it, the layer after it is done
+            boolean cutHere = cut && hidden != input;
+            hidden = stage(scope, hidden, input,
+                    h -> layer.forward(scope, cutHere ? scope.apply1(boundary(layer.parameters()), h) : h, inference));
         }
         if (finalNorm == null) {
             return hidden;
         }
-        if (cut && !gradientListeners.isEmpty() && hidden != input) {
-            // the same for the final norm and the output layer, for listeners
-            List<Parameter> head = new ArrayList<>(finalNorm.parameters());
-            if (output != null) {
-                head.addAll(output.parameters());
-            }
-            hidden = scope.apply1(boundary(head), hidden);
+        // the same cut before the final norm and the output layer, for listeners
+        boolean cutHead = cut && !gradientListeners.isEmpty() && hidden != input;
+        return stage(scope, hidden, input,
+                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, labels, lossMask));
+    }
+
+    /**
+     * Runs one stage of the residual stream (a layer, or the head) in a frame of the scope, then
+     * hands the stream over: the stage's input dies unless it is the caller's (a pipeline schedule
+     * reads its gradient after backward). What the stage created dies with its frame.
+     */
+    private static NDArray stage(AutogradScope scope, NDArray stream, NDArray callerInput, UnaryOperator<NDArray> body) {
+        NDArray next = scope.frame(() -> body.apply(stream));
+        if (stream != callerInput) {
+            scope.release(stream);
         }
+        return next;
+    }
+
+    /**
+     * Final norm, output layer and, with labels, the (masked) mean loss. Without grad nothing refers to the
+     * logits after the loss and they die with the frame; with grad the cross-entropy's Function
+     * refers to them until backward.
+     */
+    private NDArray head(AutogradScope scope, NDArray hidden, NDArray labels, NDArray lossMask) {
         NDArray normed = finalNorm.forward(scope, hidden);
         NDArray logits = output == null
                 ? tiedOutput.forward(scope, normed, embedding.wordWeight()).output()
                 : output.forward(scope, normed).output();
-        scope.release(hidden == input ? null : hidden, normed);
         if (labels == null) {
             return logits;
         }
         NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0);
-        NDArray loss = lossMask == null ? Cast.apply(scope, losses, DataType.FLOAT32).mean() : maskedLoss(scope, losses, lossMask);
-        // without grad nothing refers to the logits any more; with grad the cross-entropy's
-        // Function does until backward, and the scope leaves them open
-        scope.release(logits);
-        return loss;
+        return lossMask == null ? Cast.apply(scope, losses, DataType.FLOAT32).mean() : maskedLoss(scope, losses, lossMask);
+    }
+
+    private List<Parameter> headParameters() {
+        List<Parameter> head = new ArrayList<>(finalNorm.parameters());
+        if (output != null) {
+            head.addAll(output.parameters());
+        }
+        return head;
     }
 
     /**
@@ -236,18 +270,18 @@ public final class GptModel implements Module {
             throw new IllegalArgumentException("loss mask of shape " + lossMask.getShape()
                     + " does not match the labels' shape " + losses.getShape());
         }
+        // everything here lands in the head's frame (the caller's mask stays the caller's)
         NDManager m = scope.manager();
-        NDArray mask = lossMask.toType(DataType.FLOAT32, false);
-        NDArray count = mask.sum();
+        NDArray mask = lossMask.getDataType() == DataType.FLOAT32 ? lossMask
+                : Tensors.own(lossMask.toType(DataType.FLOAT32, false), m);
+        NDArray count = Tensors.own(mask.sum(), m);
         Communicator cp = ctx.groups().cp();
         if (cp.size() > 1) {
             count = cp.allReduce(count, ReduceOp.SUM, m);
         }
         NDArray divisor = count.maximum(Tensors.scalar(1.0, count, m)).div(Tensors.scalar(cp.size(), count, m));
-        NDArray weighted = Cast.apply(scope, losses, DataType.FLOAT32).mul(mask);
-        NDArray loss = weighted.sum().div(divisor);
-        scope.release(weighted, divisor, count, mask == lossMask ? null : mask);
-        return loss;
+        NDArray weighted = Tensors.own(Cast.apply(scope, losses, DataType.FLOAT32).mul(mask), m);
+        return weighted.sum().div(divisor);
     }
 
     /** @return parameters whose gradients are summed over the embedding group (tied weights split across stages) */
@@ -263,78 +297,6 @@ public final class GptModel implements Module {
             out.add(output.weight());
         }
         return out;
-    }
-
-    @Override
-    public List<Parameter> parameters() {
-        List<Parameter> out = new ArrayList<>();
-        if (embedding != null) {
-            out.addAll(embedding.parameters());
-        }
-        for (TransformerLayer layer : layers) {
-            out.addAll(layer.parameters());
-        }
-        if (finalNorm != null) {
-            out.addAll(finalNorm.parameters());
-            if (output != null) {
-                out.addAll(output.parameters());
-            }
-        }
-        return out;
-    }
-
-    /**
-     * Parameters by checkpoint key; the last stage's copy of a tied embedding is named after the
-     * embedding weight it mirrors.
-     */
-    @Override
-    public Map<String, Parameter> namedParameters(String prefix) {
-        Map<String, Parameter> out = new LinkedHashMap<>();
-        if (embedding != null) {
-            out.putAll(embedding.namedParameters(prefix));
-        }
-        for (TransformerLayer layer : layers) {
-            out.putAll(layer.namedParameters(prefix));
-        }
-        if (finalNorm != null) {
-            out.putAll(finalNorm.namedParameters(prefix + "decoder.final_layernorm."));
-            if (output != null) {
-                out.putAll(output.namedParameters(prefix + (outputIsEmbeddingCopy ? GptEmbedding.WORD_KEY : OUTPUT_KEY)));
-            }
-        }
-        return out;
-    }
-
-    /**
-     * This chunk's checkpoint pieces, keyed independently of the layout (no TP, CP, PP or DP rank in
-     * a key). Layers are keyed by global index; copies held by several data- or context-parallel
-     * ranks are main replicas only on rank 0 of the {@code dp-cp} group; the last stage's copy of a tied
-     * embedding is never a main replica.
-     */
-    @Override
-    public List<ShardedTensor> shardedState(String prefix) {
-        List<ShardedTensor> out = new ArrayList<>();
-        if (embedding != null) {
-            out.addAll(embedding.shardedState(prefix));
-        }
-        if (finalNorm != null) {
-            out.addAll(finalNorm.shardedState(prefix + "decoder.final_layernorm."));
-            if (output != null) {
-                String key = outputIsEmbeddingCopy ? GptEmbedding.WORD_KEY : OUTPUT_KEY;
-                for (ShardedTensor t : output.shardedState(prefix + key)) {
-                    out.add(t.replicatedIf(outputIsEmbeddingCopy));
-                }
-            }
-        }
-        boolean dpReplica = ctx.groups().dpCp().rank() > 0;
-        List<ShardedTensor> result = new ArrayList<>(out.size());
-        for (ShardedTensor t : out) {
-            result.add(t.replicatedIf(dpReplica));
-        }
-        for (TransformerLayer layer : layers) {
-            result.addAll(layer.shardedState(prefix)); // marks its own data-parallel replicas
-        }
-        return result;
     }
 
     /**

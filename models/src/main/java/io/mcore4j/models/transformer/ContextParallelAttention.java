@@ -12,6 +12,7 @@ import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
+import io.mcore4j.core.autograd.Frame;
 import io.mcore4j.parallel.Communicator;
 
 import java.util.ArrayList;
@@ -121,48 +122,41 @@ final class ContextParallelAttention {
      * @return {output [c, b, np, d] in the query's dtype, lse [c, b, np, 1] float32}
      */
     private NDArray[] attend(AutogradScope scope, NDArray query, NDArray keyValue, boolean diagonal) {
-        NDManager m = scope.manager();
-        long c = query.getShape().get(0);
-        long b = query.getShape().get(1);
-        long np = query.getShape().get(2);
-        long d = query.getShape().get(3);
-        long ng = keyValue.getShape().get(2);
-        long ck = keyValue.getShape().get(0);
-        NDArray key = keyValue.get("..., :" + d);
-        NDArray value = keyValue.get("..., " + d + ":");
-        key.attach(m);
-        value.attach(m);
-        // each key/value group serves np/ng consecutive query heads
-        NDArray keys = ng != np ? key.repeat(2, np / ng) : key;
-        NDArray values = ng != np ? value.repeat(2, np / ng) : value;
-        NDArray q = query.transpose(1, 2, 0, 3).reshape(b * np, c, d);
-        NDArray k = keys.transpose(1, 2, 3, 0).reshape(b * np, d, ck);
-        NDArray v = values.transpose(1, 2, 0, 3).reshape(b * np, ck, d);
-        NDArray raw = q.matMul(k);
-        NDArray scores32 = Cast.apply(scope, raw, DataType.FLOAT32);
-        NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), m);
-        if (diagonal) {
-            NDArray unmasked = scores;
-            scores = unmasked.add(causalMask(scope, c));
-            scope.release(unmasked);
+        // the block's scores, probabilities and repeated keys and values die with the frame (softmax
+        // and the products keep what their backward needs)
+        try (Frame frame = scope.openFrame()) {
+            NDManager m = scope.manager();
+            NDArray q0 = frame.input(query);
+            NDArray kv = frame.input(keyValue);
+            long c = q0.getShape().get(0);
+            long b = q0.getShape().get(1);
+            long np = q0.getShape().get(2);
+            long d = q0.getShape().get(3);
+            long ng = kv.getShape().get(2);
+            long ck = kv.getShape().get(0);
+            int last = kv.getShape().dimension() - 1;
+            NDArray key = Tensors.narrow(kv, last, 0, d);
+            NDArray value = Tensors.narrow(kv, last, d, kv.getShape().get(last));
+            // each key/value group serves np/ng consecutive query heads
+            NDArray keys = ng != np ? key.repeat(2, np / ng) : key;
+            NDArray values = ng != np ? value.repeat(2, np / ng) : value;
+            NDArray q = q0.transpose(1, 2, 0, 3).reshape(b * np, c, d);
+            NDArray k = keys.transpose(1, 2, 3, 0).reshape(b * np, d, ck);
+            NDArray v = values.transpose(1, 2, 0, 3).reshape(b * np, ck, d);
+            NDArray scores32 = Cast.apply(scope, q.matMul(k), DataType.FLOAT32);
+            NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), m);
+            if (diagonal) {
+                scores = scores.add(DotProductAttention.causalMask(scope, c));
+            }
+            // the maximum only stabilises the exponent; its gradient would cancel, so it carries none
+            NDArray max = Tensors.own(scores.max(new int[] {-1}, true).stopGradient(), m);
+            NDArray lse = scores.sub(max).exp().sum(new int[] {-1}, true).log().add(max);
+            NDArray probs = Cast.apply(scope, scores.sub(lse).exp(), DataTypes.of(q0));
+            NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());
+            NDArray output = kept.matMul(v).reshape(b, np, c, d).transpose(2, 0, 1, 3);
+            NDArray logSumExp = lse.reshape(b, np, c, 1).transpose(2, 0, 1, 3);
+            return new NDArray[] {frame.keep(output), frame.keep(logSumExp)};
         }
-        // the maximum only stabilises the exponent; its gradient would cancel, so it carries none
-        NDArray max = scores.max(new int[] {-1}, true).stopGradient();
-        max.attach(m);
-        NDArray shifted = scores.sub(max);
-        NDArray lse = shifted.exp().sum(new int[] {-1}, true).log().add(max);
-        NDArray probs32 = scores.sub(lse).exp();
-        NDArray probs = Cast.apply(scope, probs32, DataTypes.of(query));
-        NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());
-        NDArray out = kept.matMul(v);
-        NDArray output = out.reshape(b, np, c, d).transpose(2, 0, 1, 3);
-        NDArray logSumExp = lse.reshape(b, np, c, 1).transpose(2, 0, 1, 3);
-        scope.release(key, value, q, k, v, raw, scores32, scores, max, shifted, lse, out,
-                probs32 == probs ? null : probs32, kept == probs ? null : probs, kept);
-        if (keys != key) {
-            scope.release(keys, values);
-        }
-        return new NDArray[] {output, logSumExp};
     }
 
     /**
@@ -211,16 +205,5 @@ final class ContextParallelAttention {
         }
         scope.release(merged);
         return context;
-    }
-
-    /** Additive causal mask [1, c, c] of a block against itself, owned by the scope. */
-    private static NDArray causalMask(AutogradScope scope, long c) {
-        NDManager manager = scope.manager();
-        NDArray pos = manager.arange(0, (int) c, 1, DataType.INT64);
-        NDArray future = pos.reshape(1, c).gt(pos.reshape(c, 1));
-        NDArray future32 = future.toType(DataType.FLOAT32, false);
-        NDArray mask = future32.mul(Tensors.scalar(-10000.0, future32, manager)).reshape(1, c, c);
-        scope.release(pos, future, future32);
-        return mask;
     }
 }

@@ -8,6 +8,7 @@ import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
+import io.mcore4j.core.autograd.Frame;
 
 /**
  * Causal scaled dot-product attention composed of libtorch ops (Megatron's "local" attention):
@@ -37,55 +38,44 @@ public final class DotProductAttention implements CoreAttention {
         long np = query.getShape().get(2);
         long d = query.getShape().get(3);
         long ng = key.getShape().get(2);
-        // each key/value group serves np/ng consecutive query heads
-        NDArray keys = ng != np ? key.repeat(2, np / ng) : key;
-        NDArray values = ng != np ? value.repeat(2, np / ng) : value;
-        DataType dtype = DataTypes.of(query);
-        NDArray qT = query.transpose(1, 2, 0, 3);
-        NDArray kT = keys.transpose(1, 2, 3, 0);
-        NDArray vT = values.transpose(1, 2, 0, 3);
-        NDArray q = qT.reshape(b * np, s, d);
-        NDArray k = kT.reshape(b * np, d, s);
-        NDArray v = vT.reshape(b * np, s, d);
-        NDArray rawScores = q.matMul(k);
-        NDArray scores32 = Cast.apply(scope, rawScores, DataType.FLOAT32);
-        NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), scope.manager());
-        NDArray mask = causalMask(scope, s);
-        NDArray masked = scores.add(mask);
-        NDArray probs32 = masked.softmax(-1);
-        NDArray probs = Cast.apply(scope, probs32, dtype);
-        // [b·np, s, s] float32 intermediates that backward does not need (softmax keeps its output);
-        // a cast to the dtype it already has returns its input, so probs32 may live on as probs
-        scope.release(qT, kT, vT, rawScores, scores32, scores, mask, masked, probs32 == probs ? null : probs32);
-        if (keys != key) {
-            scope.release(keys, values);
+        try (Frame block = scope.openFrame()) {
+            NDArray v;
+            NDArray probs;
+            // the [b·np, s, s] float32 scores and the repeated keys and values that backward does not
+            // need (softmax keeps its output) die when this frame closes
+            try (Frame scoring = scope.openFrame()) {
+                NDArray q0 = scoring.input(query);
+                NDArray k0 = scoring.input(key);
+                NDArray v0 = scoring.input(value);
+                // each key/value group serves np/ng consecutive query heads
+                NDArray keys = ng != np ? k0.repeat(2, np / ng) : k0;
+                NDArray values = ng != np ? v0.repeat(2, np / ng) : v0;
+                NDArray q = q0.transpose(1, 2, 0, 3).reshape(b * np, s, d);
+                NDArray k = keys.transpose(1, 2, 3, 0).reshape(b * np, d, s);
+                v = scoring.keep(values.transpose(1, 2, 0, 3).reshape(b * np, s, d));
+                NDArray rawScores = q.matMul(k);
+                NDArray scores32 = Cast.apply(scope, rawScores, DataType.FLOAT32);
+                NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), scope.manager());
+                NDArray masked = scores.add(causalMask(scope, s));
+                probs = scoring.keep(Cast.apply(scope, masked.softmax(-1), DataTypes.of(query)));
+            }
+            NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());
+            NDArray merged = kept.matMul(v);
+            NDArray sequenceFirst = merged.reshape(b, np, s, d).transpose(2, 0, 1, 3);
+            return block.keep(sequenceFirst.reshape(s, b, np * d));
         }
-        NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());
-        if (kept != probs) {
-            scope.release(probs);
-        }
-        NDArray merged = kept.matMul(v);
-        NDArray perHead = merged.reshape(b, np, s, d);
-        NDArray sequenceFirst = perHead.transpose(2, 0, 1, 3);
-        NDArray context = sequenceFirst.reshape(s, b, np * d);
-        scope.release(q, k, v, kept, merged, perHead, sequenceFirst);
-        return context;
     }
 
     /**
      * Additive mask [1, s, s]: 0 where a query may attend (key position ≤ query position), -10000
      * elsewhere; owned by the scope, its temporaries closed.
      */
-    private static NDArray causalMask(AutogradScope scope, long s) {
-        NDManager manager = scope.manager();
-        NDArray pos = manager.arange(0, (int) s, 1, DataType.INT64);
-        NDArray row = pos.reshape(1, s);
-        NDArray column = pos.reshape(s, 1);
-        NDArray future = row.gt(column);
-        NDArray future32 = future.toType(DataType.FLOAT32, false);
-        NDArray scaled = future32.mul(Tensors.scalar(-10000.0, future32, manager));
-        NDArray mask = scaled.reshape(new Shape(1, s, s));
-        scope.release(pos, row, column, future, future32, scaled);
-        return mask;
+    static NDArray causalMask(AutogradScope scope, long s) {
+        return scope.frame(() -> {
+            NDManager manager = scope.manager();
+            NDArray pos = manager.arange(0, (int) s, 1, DataType.INT64);
+            NDArray future32 = pos.reshape(1, s).gt(pos.reshape(s, 1)).toType(DataType.FLOAT32, false);
+            return future32.mul(Tensors.scalar(-10000.0, future32, manager)).reshape(new Shape(1, s, s));
+        });
     }
 }

@@ -34,11 +34,10 @@ public final class Dropout {
         if (p == 0 || !scope.isTraining()) {
             return x;
         }
-        NDArray keep = generator.keepMask(scope.manager(), x.getShape(), p, DataTypes.of(x));
-        NDArray dropped = x.mul(keep);
-        NDArray out = Tensors.scale(dropped, 1 / (1 - p), scope.manager());
-        // the product's backward keeps the mask through libtorch's own reference
-        scope.release(keep, dropped);
-        return out;
+        // the product's backward keeps the mask through libtorch's own reference: the handles die with the frame
+        return scope.frame(x, in -> {
+            NDArray keep = generator.keepMask(scope.manager(), in.getShape(), p, DataTypes.of(in));
+            return Tensors.scale(in.mul(keep), 1 / (1 - p), scope.manager());
+        });
     }
 }

@@ -1,17 +1,8 @@
 package io.mcore4j.models.transformer;
 
-import ai.djl.ndarray.NDArray;
-import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Module;
-import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
-import io.mcore4j.tensorparallel.LinearOutput;
+import io.mcore4j.tensorparallel.ParallelLinear;
 import io.mcore4j.tensorparallel.RowParallelLinear;
-
-import java.util.List;
-import java.util.Map;
-import java.util.function.BiFunction;
 
 /**
  * Which implementation each part of a transformer layer uses. The model code only asks for
@@ -35,7 +26,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
          * @param settings sizes and options
          * @return the layer
          */
-        Linear create(ModelContext ctx, String key, LinearSettings settings);
+        ParallelLinear create(ModelContext ctx, String key, LinearSettings settings);
     }
 
     /**
@@ -66,45 +57,19 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
         return new LayerSpec(linearQkv, linearProj, linearFc1, linearFc2, factory);
     }
 
-    private static Linear column(ModelContext ctx, String key, LinearSettings s) {
-        ColumnParallelLinear layer = ColumnParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
+    private static ParallelLinear column(ModelContext ctx, String key, LinearSettings s) {
+        return ColumnParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).gatherOutput(false)
                 .sequenceParallel(ctx.config().sequenceParallel())
                 .initializer(ctx.initializer(key + "weight", s.initStd()))
                 .stride(s.stride()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
-        return adapt(layer, (scope, x) -> layer.forward(scope, x));
     }
 
-    private static Linear row(ModelContext ctx, String key, LinearSettings s) {
-        RowParallelLinear layer = RowParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
+    private static ParallelLinear row(ModelContext ctx, String key, LinearSettings s) {
+        return RowParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).inputIsParallel(true)
                 .sequenceParallel(ctx.config().sequenceParallel())
                 .initializer(ctx.initializer(key + "weight", s.initStd()))
                 .dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
-        return adapt(layer, (scope, x) -> layer.forward(scope, x));
-    }
-
-    private static Linear adapt(Module module, BiFunction<AutogradScope, NDArray, LinearOutput> forward) {
-        return new Linear() {
-            @Override
-            public LinearOutput forward(AutogradScope scope, NDArray input) {
-                return forward.apply(scope, input);
-            }
-
-            @Override
-            public List<Parameter> parameters() {
-                return module.parameters();
-            }
-
-            @Override
-            public Map<String, Parameter> namedParameters(String prefix) {
-                return module.namedParameters(prefix);
-            }
-
-            @Override
-            public List<ShardedTensor> shardedState(String prefix) {
-                return module.shardedState(prefix);
-            }
-        };
     }
 }

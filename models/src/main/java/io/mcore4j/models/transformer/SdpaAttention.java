@@ -4,7 +4,9 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Frame;
 
 
 /**
@@ -48,16 +50,18 @@ public final class SdpaAttention implements CoreAttention {
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);
         long d = query.getShape().get(3);
-        NDList in = new NDList(query.transpose(1, 2, 0, 3), key.transpose(1, 2, 0, 3), value.transpose(1, 2, 0, 3));
-        // the scope's grad mode decides whether a graph is recorded (recompute's first run is a
-        // no-grad scope whose output must become a leaf); the module has no dropout
-        NDArray context = module.forward(in).singletonOrThrow();
-        context.attach(scope.manager());
-        scope.release(in.toArray(new NDArray[0]));
-        NDArray heads = context.transpose(2, 0, 1, 3);
-        NDArray out = heads.reshape(s, b, np * d);
-        // the fused kernel's backward keeps its own output where it needs it; without grad it dies here
-        scope.release(context, heads);
-        return out;
+        // the fused kernel's backward keeps its own output where it needs it; without grad it dies
+        // with the outer frame, the transposed inputs with the inner one
+        return scope.frame(() -> {
+            NDArray context;
+            try (Frame call = scope.openFrame()) {
+                NDList in = new NDList(call.input(query).transpose(1, 2, 0, 3), call.input(key).transpose(1, 2, 0, 3),
+                        call.input(value).transpose(1, 2, 0, 3));
+                // the scope's grad mode decides whether a graph is recorded (recompute's first run is
+                // a no-grad scope whose output must become a leaf); the module has no dropout
+                context = call.keep(Tensors.own(module.forward(in).singletonOrThrow(), scope.manager()));
+            }
+            return context.transpose(2, 0, 1, 3).reshape(s, b, np * d);
+        });
     }
 }

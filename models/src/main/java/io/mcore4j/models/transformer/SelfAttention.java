@@ -6,15 +6,10 @@ import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
-import io.mcore4j.core.nn.Module;
-import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.core.nn.AbstractModule;
+import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
-
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
-import java.util.List;
-import java.util.Map;
+import io.mcore4j.tensorparallel.ParallelLinear;
 
 /**
  * Causal self-attention with grouped queries: linear_qkv → (RoPE) → core attention → linear_proj.
@@ -24,10 +19,10 @@ import java.util.Map;
  * dim into equal contiguous parts gives every tensor-parallel rank whole groups. With selective
  * recompute the core attention is recomputed in backward instead of keeping its activations.
  */
-public final class SelfAttention implements Module {
+public final class SelfAttention extends AbstractModule implements UnaryModule {
     private final ModelContext ctx;
-    private final Linear qkv;
-    private final Linear proj;
+    private final ParallelLinear qkv;
+    private final ParallelLinear proj;
     private final CoreAttention core;
     private final RotaryEmbedding rope;
     private final ContextParallelSplit contextParallel;
@@ -46,10 +41,10 @@ public final class SelfAttention implements Module {
         this.headDim = c.kvChannels();
         int qkvSize = (c.numAttentionHeads() + 2 * c.numQueryGroups()) * headDim;
         int projIn = c.numAttentionHeads() * headDim;
-        this.qkv = spec.linearQkv().create(ctx, key + "linear_qkv.", new LayerSpec.LinearSettings(
-                c.hiddenSize(), qkvSize, c.addBiasLinear() || c.addQkvBias(), false, c.initStd(), 1));
-        this.proj = spec.linearProj().create(ctx, key + "linear_proj.", new LayerSpec.LinearSettings(
-                projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1));
+        this.qkv = registerModule("linear_qkv.", spec.linearQkv().create(ctx, key + "linear_qkv.",
+                new LayerSpec.LinearSettings(c.hiddenSize(), qkvSize, c.addBiasLinear() || c.addQkvBias(), false, c.initStd(), 1)));
+        this.proj = registerModule("linear_proj.", spec.linearProj().create(ctx, key + "linear_proj.",
+                new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)));
         this.core = spec.coreAttention().create(ctx);
         this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling()) : null;
         this.contextParallel = ContextParallelSplit.of(ctx.groups().cp());
@@ -61,6 +56,7 @@ public final class SelfAttention implements Module {
      *     {@code s} is this rank's part of the sequence under context parallelism
      * @return the attention output, same shape as {@code x}
      */
+    @Override
     public NDArray forward(AutogradScope scope, NDArray x) {
         return forward(scope, x, 0, null);
     }
@@ -76,6 +72,12 @@ public final class SelfAttention implements Module {
      * @return the attention output, same shape as {@code x}
      */
     public NDArray forward(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
+        // the fused QKV output and its views die with the inner frame, consumed by the core
+        // attention, which keeps (through libtorch or the scope) whatever its backward needs
+        return scope.frame(() -> proj.forward(scope, scope.frame(() -> attend(scope, x, positionOffset, cache))).output());
+    }
+
+    private NDArray attend(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         NDArray mixed = qkv.forward(scope, x).output();
         long s = mixed.getShape().get(0);
         long b = mixed.getShape().get(1);
@@ -100,43 +102,15 @@ public final class SelfAttention implements Module {
             rotatedQuery = rotated[0];
             rotatedKey = rotated[1];
         }
-        NDArray context;
         if (cache != null) {
-            context = cache.attend(scope, rotatedQuery, rotatedKey, value);
-        } else if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
+            return cache.attend(scope, rotatedQuery, rotatedKey, value);
+        }
+        if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
             Recompute recompute = new Recompute("recompute(core attention)",
                     (inner, in) -> new NDArray[] {core.forward(inner, in[0], in[1], in[2])},
                     new DropoutReplay(ctx.attentionDropout()));
-            context = scope.apply1(recompute, rotatedQuery, rotatedKey, value);
-        } else {
-            context = core.forward(scope, rotatedQuery, rotatedKey, value);
+            return scope.apply1(recompute, rotatedQuery, rotatedKey, value);
         }
-        // the fused QKV output and its views were consumed by the core attention, which keeps
-        // (through libtorch or the scope) whatever its backward needs
-        scope.release(mixed, grouped, queryGroups, parts.get(1), parts.get(2), query, key, value, rotatedQuery, rotatedKey);
-        NDArray out = proj.forward(scope, context).output();
-        scope.release(context);
-        return out;
-    }
-
-    @Override
-    public List<Parameter> parameters() {
-        List<Parameter> out = new ArrayList<>(qkv.parameters());
-        out.addAll(proj.parameters());
-        return out;
-    }
-
-    @Override
-    public Map<String, Parameter> namedParameters(String prefix) {
-        Map<String, Parameter> out = new LinkedHashMap<>(qkv.namedParameters(prefix + "linear_qkv."));
-        out.putAll(proj.namedParameters(prefix + "linear_proj."));
-        return out;
-    }
-
-    @Override
-    public List<ShardedTensor> shardedState(String prefix) {
-        List<ShardedTensor> out = new ArrayList<>(qkv.shardedState(prefix + "linear_qkv."));
-        out.addAll(proj.shardedState(prefix + "linear_proj."));
-        return out;
+        return core.forward(scope, rotatedQuery, rotatedKey, value);
     }
 }

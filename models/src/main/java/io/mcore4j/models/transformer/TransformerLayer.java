@@ -3,30 +3,32 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
-import io.mcore4j.core.nn.Module;
-import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.core.nn.AbstractModule;
+import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.moe.MoeLayer;
-
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
-import java.util.List;
-import java.util.Map;
+import io.mcore4j.tensorparallel.MlpActivation;
+import io.mcore4j.tensorparallel.ParallelMlp;
 
 /**
  * A pre-norm transformer layer: {@code h = x + dropout(attention(norm(x)))},
  * {@code out = h + dropout(mlp(norm(h)))}. With full recompute the whole layer is recomputed in
  * backward; its dropout masks are replayed.
+ *
+ * <p>Keys, relative to the layer's {@link #keyPrefix}: {@code input_layernorm.*},
+ * {@code self_attention.*}, {@code pre_mlp_layernorm.*}, {@code mlp.*}. Dense parts held
+ * identically by every data- and context-parallel rank are main replicas only on rank 0 of the
+ * {@code dp-cp} group; a mixture of experts
+ * describes its own replicas (different DP ranks hold different experts).
  */
-public final class TransformerLayer implements Module {
+public final class TransformerLayer extends AbstractModule implements UnaryModule {
     private final ModelContext ctx;
     private final int layerNumber;
     private final Norm inputNorm;
     private final SelfAttention attention;
     private final Norm preMlpNorm;
-    private final Mlp mlp;
+    private final ParallelMlp mlp;
     private final MoeLayer moe;
 
     /**
@@ -39,17 +41,33 @@ public final class TransformerLayer implements Module {
         this.ctx = ctx;
         this.layerNumber = layerNumber;
         String key = keyPrefix(layerNumber);
-        this.inputNorm = new Norm(ctx, c.hiddenSize());
-        this.attention = new SelfAttention(ctx, spec, key + "self_attention.");
-        this.preMlpNorm = new Norm(ctx, c.hiddenSize());
+        // dense parts held identically by every data- and context-parallel rank are main replicas
+        // only on rank 0 of the dp-cp group
+        boolean dpReplica = ctx.groups().dpCp().rank() > 0;
+        this.inputNorm = registerModule("input_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
+        this.attention = registerModule("self_attention.", new SelfAttention(ctx, spec, key + "self_attention."), dpReplica);
+        this.preMlpNorm = registerModule("pre_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
         if (c.isMoeLayer(layerNumber)) {
             this.mlp = null;
-            this.moe = MoeLayer.build(moeConfig(c, ctx), c.hiddenSize(), ctx.groups(), ctx.parameters(), ctx.seeds(),
-                    key + "mlp.", ctx.auxLossScale());
+            this.moe = registerModule("mlp.", MoeLayer.build(moeConfig(c, ctx), c.hiddenSize(), ctx.groups(),
+                    ctx.parameters(), ctx.seeds(), key + "mlp.", ctx.auxLossScale()));
         } else {
-            this.mlp = new Mlp(ctx, spec, key + "mlp.", c.ffnHiddenSize());
+            this.mlp = registerModule("mlp.", denseMlp(ctx, spec, key + "mlp."), dpReplica);
             this.moe = null;
         }
+    }
+
+    /** The dense MLP: the spec's fc1 (fused [gate; up] for SwiGLU) and fc2 around the activation. */
+    private static ParallelMlp denseMlp(ModelContext ctx, LayerSpec spec, String key) {
+        TransformerConfig c = ctx.config();
+        MlpActivation activation = c.activation();
+        int factor = activation.fc1Factor();
+        return new ParallelMlp(
+                spec.linearFc1().create(ctx, key + "linear_fc1.", new LayerSpec.LinearSettings(
+                        c.hiddenSize(), factor * c.ffnHiddenSize(), c.addBiasLinear(), false, c.initStd(), factor)),
+                spec.linearFc2().create(ctx, key + "linear_fc2.", new LayerSpec.LinearSettings(
+                        c.ffnHiddenSize(), c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)),
+                activation);
     }
 
     /**
@@ -63,7 +81,7 @@ public final class TransformerLayer implements Module {
     private static MoeConfig moeConfig(TransformerConfig c, ModelContext ctx) {
         TransformerConfig.MoeSettings m = c.moe();
         return MoeConfig.builder(m.numExperts(), m.topK(), m.ffnHiddenSize())
-                .activation(c.activation() == TransformerConfig.Activation.SWIGLU ? MoeConfig.Activation.SWIGLU : MoeConfig.Activation.GELU)
+                .activation(c.activation())
                 .auxLossCoeff(m.auxLossCoeff()).dispatcher(m.dispatcher()).initStd(c.initStd())
                 .outputInitStd(ctx.outputInitStd()).dtype(c.dtype()).sequenceParallel(c.sequenceParallel())
                 .addBias(c.addBiasLinear()).build();
@@ -84,6 +102,7 @@ public final class TransformerLayer implements Module {
      * @param x hidden states [s, b, h] (or [s/TP, b, h] with sequence parallelism)
      * @return the layer's output, same shape
      */
+    @Override
     public NDArray forward(AutogradScope scope, NDArray x) {
         return forward(scope, x, null);
     }
@@ -111,65 +130,27 @@ public final class TransformerLayer implements Module {
         return compute(scope, x, null);
     }
 
+    /**
+     * The two residual halves, each a frame: a residual add saves nothing for backward, so a
+     * branch's output dies with its half (the scope keeps whatever a Function still refers to,
+     * libtorch whatever its graph saved), and the middle residual with the layer.
+     */
     private NDArray compute(AutogradScope scope, NDArray x, InferenceContext inference) {
         double p = ctx.config().hiddenDropout();
-        NDArray attnIn = inputNorm.forward(scope, x);
-        NDArray attn = inference == null ? attention.forward(scope, attnIn)
-                : attention.forward(scope, attnIn, inference.sequenceLengthOffset(), inference.keyValueCache(layerNumber));
-        NDArray attnOut = Dropout.apply(scope, attn, p, ctx.hiddenDropout());
-        NDArray h = x.add(attnOut);
-        // a residual add saves nothing for backward: the branch's output dies here (the scope
-        // keeps whatever a Function still refers to, libtorch whatever its graph saved)
-        scope.release(attnIn, attn, attnOut);
-        NDArray mlpIn = preMlpNorm.forward(scope, h);
-        NDArray m = moe != null ? moe.forward(scope, mlpIn) : mlp.forward(scope, mlpIn);
-        NDArray mlpOut = Dropout.apply(scope, m, p, ctx.hiddenDropout());
-        NDArray out = h.add(mlpOut);
-        scope.release(h, mlpIn, m, mlpOut);
-        return out;
+        return scope.frame(() -> {
+            // the residual add of the first half would land in the caller's manager: it computes on a view
+            NDArray h = scope.frame(x, r -> r.add(Dropout.apply(scope,
+                    attend(scope, inputNorm.forward(scope, r), inference), p, ctx.hiddenDropout())));
+            return scope.frame(() -> {
+                NDArray mlpIn = preMlpNorm.forward(scope, h);
+                NDArray m = moe != null ? moe.forward(scope, mlpIn) : mlp.forward(scope, mlpIn);
+                return h.add(Dropout.apply(scope, m, p, ctx.hiddenDropout()));
+            });
+        });
     }
 
-    @Override
-    public List<Parameter> parameters() {
-        List<Parameter> out = new ArrayList<>(inputNorm.parameters());
-        out.addAll(attention.parameters());
-        out.addAll(preMlpNorm.parameters());
-        out.addAll(moe != null ? moe.parameters() : mlp.parameters());
-        return out;
-    }
-
-    @Override
-    public Map<String, Parameter> namedParameters(String prefix) {
-        String key = prefix + keyPrefix(layerNumber);
-        Map<String, Parameter> out = new LinkedHashMap<>(inputNorm.namedParameters(key + "input_layernorm."));
-        out.putAll(attention.namedParameters(key + "self_attention."));
-        out.putAll(preMlpNorm.namedParameters(key + "pre_mlp_layernorm."));
-        out.putAll(moe != null ? moe.namedParameters(key + "mlp.") : mlp.namedParameters(key + "mlp."));
-        return out;
-    }
-
-    /**
-     * The layer's checkpoint pieces. Dense parts held identically by every data- and
-     * context-parallel rank are main replicas only on rank 0 of the {@code dp-cp} group; a mixture of experts describes its own replicas (different
-     * DP ranks hold different experts).
-     */
-    @Override
-    public List<ShardedTensor> shardedState(String prefix) {
-        String key = prefix + keyPrefix(layerNumber);
-        List<ShardedTensor> dense = new ArrayList<>(inputNorm.shardedState(key + "input_layernorm."));
-        dense.addAll(attention.shardedState(key + "self_attention."));
-        dense.addAll(preMlpNorm.shardedState(key + "pre_mlp_layernorm."));
-        if (mlp != null) {
-            dense.addAll(mlp.shardedState(key + "mlp."));
-        }
-        boolean dpReplica = ctx.groups().dpCp().rank() > 0;
-        List<ShardedTensor> out = new ArrayList<>();
-        for (ShardedTensor t : dense) {
-            out.add(t.replicatedIf(dpReplica));
-        }
-        if (moe != null) {
-            out.addAll(moe.shardedState(key + "mlp."));
-        }
-        return out;
+    private NDArray attend(AutogradScope scope, NDArray normed, InferenceContext inference) {
+        return inference == null ? attention.forward(scope, normed)
+                : attention.forward(scope, normed, inference.sequenceLengthOffset(), inference.keyValueCache(layerNumber));
     }
 }

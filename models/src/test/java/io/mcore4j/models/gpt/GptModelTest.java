@@ -25,6 +25,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
+import io.mcore4j.tensorparallel.MlpActivation;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -46,7 +47,7 @@ class GptModelTest {
         Result reference = run(serial, 1);
         for (TransformerConfig c : List.of(base().build(), base().sequenceParallel(true).build(),
                 base().queryGroups(2).positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
-                        .activation(TransformerConfig.Activation.SWIGLU)
+                        .activation(MlpActivation.SWIGLU)
                         .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build())) {
             Result ref = c.numQueryGroups() == 2 ? run(c.toBuilder().build(), 1) : reference;
             Result tp2 = run(c, 2);

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
+import io.mcore4j.core.Tensors;
 
 import org.bytedeco.javacpp.Pointer;
 
@@ -59,7 +60,7 @@ final class DevicePointers {
         try (NDManager temp = array.getManager().newSubManager()) {
             NDArray flat = array.reshape(-1);
             flat.attach(temp);
-            NDArray first = flat.get("0:1");
+            NDArray first = Tensors.narrow(flat, 0, 0, 1);
             first.attach(temp);
             return directAddress(first);
         }

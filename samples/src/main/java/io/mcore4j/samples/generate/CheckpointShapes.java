@@ -4,6 +4,7 @@ import ai.djl.ndarray.types.DataType;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.checkpoint.CheckpointManager;
 import io.mcore4j.models.TransformerConfig;
 
@@ -114,7 +115,7 @@ record CheckpointShapes(Path directory, Map<String, long[]> shapes, Map<String, 
                 .normalization(layerNorm ? TransformerConfig.Normalization.LAYER_NORM : TransformerConfig.Normalization.RMS_NORM, normEpsilon)
                 .positionEmbedding(position != null ? TransformerConfig.PositionEmbedding.LEARNED_ABSOLUTE : TransformerConfig.PositionEmbedding.ROPE)
                 .rotary(rotaryBase, 1.0)
-                .activation(swiglu ? TransformerConfig.Activation.SWIGLU : TransformerConfig.Activation.GELU)
+                .activation(swiglu ? MlpActivation.SWIGLU : MlpActivation.GELU)
                 .addBiasLinear(has("decoder.layers.0.self_attention.linear_qkv.bias"))
                 .tiedEmbeddings(!has("output_layer.weight"))
                 .dropout(0, 0)

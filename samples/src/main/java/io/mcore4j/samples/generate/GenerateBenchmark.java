@@ -7,6 +7,7 @@ import ai.djl.ndarray.types.DataType;
 import com.google.gson.Gson;
 import com.google.gson.JsonArray;
 import com.google.gson.JsonParser;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.inference.Completion;
@@ -90,7 +91,7 @@ public final class GenerateBenchmark implements Callable<Integer> {
                 .ffnHiddenSize(ffn).maxSequenceLength(seqLength)
                 .normalization(TransformerConfig.Normalization.RMS_NORM, normEpsilon)
                 .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).rotary(rotaryBase, 1.0)
-                .activation(TransformerConfig.Activation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
+                .activation(MlpActivation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
                 .dropout(0, 0).dtype(fp32 ? DataType.FLOAT32 : DataType.FLOAT16).build();
         List<int[]> all = new ArrayList<>();
         for (var p : JsonParser.parseString(Files.readString(prompts, StandardCharsets.UTF_8)).getAsJsonArray()) {

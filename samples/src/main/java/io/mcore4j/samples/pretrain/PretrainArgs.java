@@ -10,6 +10,7 @@ import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.Vocab;
 import io.mcore4j.training.CheckpointConfig;
 import io.mcore4j.training.TrainingConfig;
@@ -456,7 +457,7 @@ public final class PretrainArgs {
             b.ffnHiddenSize(ffnHiddenSize);
         }
         if (swiglu) {
-            b.activation(TransformerConfig.Activation.SWIGLU);
+            b.activation(MlpActivation.SWIGLU);
         }
         if (normalization == NormalizationKind.RMSNorm) {
             b.normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5);

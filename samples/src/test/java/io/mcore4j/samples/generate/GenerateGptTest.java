@@ -3,6 +3,7 @@ package io.mcore4j.samples.generate;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.checkpoint.CheckpointManager;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.data.tokenizer.ByteLevelTokenizer;
@@ -50,7 +51,7 @@ class GenerateGptTest {
     void printsTheModelsCompletionsAtAnyLayout(@TempDir Path dir) {
         TransformerConfig gpt = TransformerConfig.builder(2, 32, 4, 384).maxSequenceLength(32).dropout(0, 0).initStd(0.1).build();
         TransformerConfig llama = gpt.toBuilder().queryGroups(2).positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
-                .activation(TransformerConfig.Activation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
+                .activation(MlpActivation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false)
                 .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build();
         for (TransformerConfig c : List.of(gpt, llama)) {
             Path run = dir.resolve(c.positionEmbedding().name());

@@ -2,21 +2,10 @@ package io.mcore4j.tensorparallel;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
-import io.mcore4j.core.Tensors;
-import io.mcore4j.core.autograd.AutogradScope;
 
-/**
- * The local (communication-free) math of the parallel layers, recorded by libtorch autograd. DJL
- * attaches an op's result to its first operand's manager, which may be a caller's long-lived
- * manager; these methods move every result they create into the scope's manager instead.
- */
-final class LocalOps {
-    private LocalOps() {}
-
-    /** {@code x · wᵀ + b} ({@code b} may be null, else added inside the GEMM, see {@link Tensors#linear}), owned by the scope. */
-    static NDArray linear(AutogradScope scope, NDArray x, NDArray w, NDArray b) {
-        return Tensors.linear(x, w, b, scope.manager());
-    }
+/** Checks of the parallel layers' sizes, dtypes and inputs, with errors that name the bad value. */
+final class LayerArguments {
+    private LayerArguments() {}
 
     /** Refuses an activation whose last dim is not {@code expected}. */
     static void checkLastDim(NDArray x, long expected, String layer, String what) {

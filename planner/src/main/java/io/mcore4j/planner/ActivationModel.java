@@ -1,0 +1,151 @@
+package io.mcore4j.planner;
+
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
+
+/**
+ * Bytes a layer keeps for backward, per micro-batch, from what each module of the layer saves:
+ * the norms their inputs, the column-parallel linears their (gathered) inputs, the core attention
+ * the fused QKV output (its value view keeps the whole tensor alive), the rotated or copied
+ * queries and keys and its output, the MLP its pre-activation and activation (SwiGLU: the fused
+ * gate/up output, the sigmoid, the SiLU and the product), the row-parallel linears their inputs,
+ * dropout its masks. Validated against native peaks on the CPU ({@code MemoryModelCpuTest}).
+ *
+ * <p>Shapes are per rank: {@code T = (s / CP) x b} tokens, {@code heads/TP} query heads,
+ * {@code groups/TP} key/value heads, {@code ffn/TP} MLP columns; what sits outside the
+ * tensor-parallel region is split over TP only with sequence parallelism.
+ */
+final class ActivationModel {
+    private final TransformerConfig c;
+    private final int tp;
+    private final int cp;
+    private final boolean fusedAttention;
+    private final int bytes;
+
+    /**
+     * @param c the model as built for the layout
+     * @param tp TP size
+     * @param cp CP size
+     * @param fusedAttention whether the core attention is libtorch's fused kernel (else composed, with s x s scores)
+     */
+    ActivationModel(TransformerConfig c, int tp, int cp, boolean fusedAttention) {
+        this.c = c;
+        this.tp = tp;
+        this.cp = cp;
+        this.fusedAttention = fusedAttention && cp == 1;
+        this.bytes = c.dtype().getNumOfBytes();
+    }
+
+    /**
+     * @param tokens tokens of one micro-batch on this rank, {@code (s/CP) x b}
+     * @return bytes kept for backward by the tensors outside the tensor-parallel region of one layer
+     *     (norm inputs), split over TP with sequence parallelism
+     */
+    private double replicatedTerms(double tokens) {
+        double sp = c.sequenceParallel() ? tp : 1;
+        double h = c.hiddenSize();
+        double kept = 2 * tokens * h / sp * bytes;               // input_layernorm and pre_mlp_layernorm inputs
+        if (c.normalization() == TransformerConfig.Normalization.RMS_NORM) {
+            kept += 2 * tokens * h / sp * 4;                     // the float32 copy RMSNorm's backward reads
+        }
+        double p = c.hiddenDropout();
+        if (p > 0) {
+            kept += 2 * tokens * h / sp;                         // two boolean masks
+        }
+        return kept;
+    }
+
+    /**
+     * @param microBatch samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return bytes one layer keeps for backward for one micro-batch under the config's recompute policy
+     */
+    double perLayer(int microBatch, int seqLength) {
+        double tokens = (double) seqLength / cp * microBatch;
+        double sp = c.sequenceParallel() ? tp : 1;
+        double h = c.hiddenSize();
+        if (c.recompute() == TransformerConfig.Recompute.FULL) {
+            return tokens * h / sp * bytes;                      // the layer's input, for the recomputation
+        }
+        double n = (double) c.numAttentionHeads() / tp;
+        double g = (double) c.numQueryGroups() / tp;
+        double d = c.kvChannels();
+        double kept = replicatedTerms(tokens);
+        kept += 2 * tokens * h * bytes;                          // linear_qkv and linear_fc1 inputs (gathered)
+        kept += tokens * (n + 2 * g) * d * bytes;                // the fused QKV output
+        kept += tokens * n * d * bytes;                          // queries (rotated, or a contiguous copy)
+        if (c.usesRope()) {
+            kept += tokens * g * d * bytes;                      // rotated keys
+        }
+        if (g < n) {
+            kept += 2 * tokens * n * d * bytes;                  // keys and values repeated per query head
+        }
+        kept += tokens * n * d * bytes;                          // attention output = linear_proj input
+        boolean selective = c.recompute() == TransformerConfig.Recompute.SELECTIVE;
+        if (fusedAttention) {
+            kept += selective ? 0 : tokens * n * 4;              // log-sum-exp per query, float32
+        } else if (!selective) {
+            double keys = (double) seqLength;                    // each query attends over the whole sequence under CP
+            kept += microBatch * n * ((double) seqLength / cp) * keys * bytes; // softmax probabilities
+            if (c.attentionDropout() > 0) {
+                kept += microBatch * n * ((double) seqLength / cp) * keys * (1 + bytes); // mask, dropped probabilities
+            }
+        }
+        double f = (double) mlpWidth() / tp;
+        if (c.activation() == MlpActivation.SWIGLU) {
+            kept += 5 * tokens * f * bytes;                      // [gate; up], sigmoid, SiLU, product
+        } else {
+            kept += 2 * tokens * f * bytes;                      // pre-activation, activation
+        }
+        return kept;
+    }
+
+    /**
+     * Bytes live at once while one layer runs backward beyond what it kept: the gradients flowing
+     * through it, and with full recompute the recomputed activations of that layer.
+     *
+     * @param microBatch samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return bytes
+     */
+    double backwardTransient(int microBatch, int seqLength) {
+        double tokens = (double) seqLength / cp * microBatch;
+        double f = (double) mlpWidth() / tp;
+        double fc1 = c.activation() == MlpActivation.SWIGLU ? 2 * f : f;
+        double grads = tokens * (2 * fc1 + 2 * c.hiddenSize()) * bytes;
+        if (c.recompute() == TransformerConfig.Recompute.FULL) {
+            TransformerConfig inner = c.toBuilder().recompute(TransformerConfig.Recompute.NONE).build();
+            return grads + new ActivationModel(inner, tp, cp, fusedAttention).perLayer(microBatch, seqLength);
+        }
+        return grads;
+    }
+
+    /**
+     * Bytes of the output layer and the loss on the last stage for one micro-batch at their peak:
+     * the logits, and the vocabulary-parallel cross-entropy's two float32 copies of them.
+     *
+     * @param microBatch samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return bytes
+     */
+    double logits(int microBatch, int seqLength) {
+        double tokens = (double) seqLength / cp * microBatch;
+        double v = (double) c.vocabSize() / tp;
+        return tokens * v * (bytes + 8) + 2 * tokens * c.hiddenSize() * bytes;
+    }
+
+    /**
+     * @param microBatch samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return bytes the stage keeps per micro-batch outside its layers: the input hidden states and token ids
+     */
+    double stageInput(int microBatch, int seqLength) {
+        double tokens = (double) seqLength / cp * microBatch;
+        double sp = c.sequenceParallel() ? tp : 1;
+        return tokens * c.hiddenSize() / sp * bytes + 2 * tokens * 8;
+    }
+
+    private int mlpWidth() {
+        return c.moe() != null ? c.moe().ffnHiddenSize() : c.ffnHiddenSize();
+    }
+}

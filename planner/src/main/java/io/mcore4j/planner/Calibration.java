@@ -1,0 +1,220 @@
+package io.mcore4j.planner;
+
+import com.google.gson.Gson;
+import com.google.gson.GsonBuilder;
+import com.google.gson.JsonParseException;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.UncheckedIOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+
+/**
+ * The measured constants of the time model, for one kind of GPU, read from JSON. The GPU benchmark
+ * ({@code GptBenchmark --calibration-out FILE}) writes one from a run: the matmul efficiency of the
+ * run's shape from its forward+backward time, and the optimizer and gradient-copy cost per parameter
+ * from its phases; the coefficients that need several GPUs (TP's serial share, the data-parallel
+ * sync factor) are carried over from the calibration it started from. {@code h200.json} and
+ * {@code h100.json} in this package are the defaults, derived from the README's measurements (each
+ * value says where it comes from).
+ *
+ * @param device the GPU it was measured on
+ * @param memoryBandwidthGBps that GPU's memory bandwidth (optimizer times scale with the target's)
+ * @param matmulEfficiency measured fractions of peak reached by a whole step's forward and backward, by shape
+ * @param tensorParallelSerialFraction share of the forward+backward time at TP1 that tensor
+ *     parallelism does not divide (norms, residuals, launches), from the TP2 row
+ * @param optimizerSecondsPerParameter optimizer step time per parameter the rank updates
+ * @param gradCopySecondsPerParameter time per parameter of copying gradients into the reduction buffers
+ * @param dataParallelSyncFactor measured data-parallel sync time over the bandwidth model's all-reduce time
+ * @param backwardOverlapFraction share of the backward tensor-parallel all-reduces hidden behind weight-gradient compute
+ * @param contextParallelExposedFraction share of the context-parallel key/value exchange not hidden behind attention
+ * @param collectiveLatencySeconds fixed cost of one collective
+ * @param deviceOverheadGiB device memory in use besides tensors (CUDA context, libtorch's cache slack)
+ * @param notes where the numbers come from
+ */
+public record Calibration(String device, double memoryBandwidthGBps, List<Efficiency> matmulEfficiency,
+                          double tensorParallelSerialFraction, double optimizerSecondsPerParameter,
+                          double gradCopySecondsPerParameter, double dataParallelSyncFactor,
+                          double backwardOverlapFraction, double contextParallelExposedFraction,
+                          double collectiveLatencySeconds, double deviceOverheadGiB, List<String> notes) {
+
+    /**
+     * The fraction of peak a step's forward and backward reached for one shape.
+     *
+     * @param hiddenSize the model's hidden size
+     * @param tokensPerMicroBatch tokens of one micro-batch on one rank ({@code b x s / CP})
+     * @param efficiency achieved FLOP/s (Megatron's formula, recompute included) over peak
+     * @param source the measurement
+     */
+    public record Efficiency(int hiddenSize, int tokensPerMicroBatch, double efficiency, String source) {}
+
+    /**
+     * Validates the values.
+     *
+     * @throws IllegalArgumentException naming the value out of range
+     */
+    public Calibration {
+        if (matmulEfficiency == null || matmulEfficiency.isEmpty()) {
+            throw new IllegalArgumentException("a calibration needs at least one matmulEfficiency point");
+        }
+        for (Efficiency e : matmulEfficiency) {
+            if (!(e.efficiency() > 0 && e.efficiency() <= 1) || e.hiddenSize() < 1 || e.tokensPerMicroBatch() < 1) {
+                throw new IllegalArgumentException("matmulEfficiency point " + e + " needs efficiency in (0, 1] and positive sizes");
+            }
+        }
+        matmulEfficiency = List.copyOf(matmulEfficiency);
+        notes = notes == null ? List.of() : List.copyOf(notes);
+        fraction("tensorParallelSerialFraction", tensorParallelSerialFraction);
+        fraction("backwardOverlapFraction", backwardOverlapFraction);
+        fraction("contextParallelExposedFraction", contextParallelExposedFraction);
+        nonNegative("optimizerSecondsPerParameter", optimizerSecondsPerParameter);
+        nonNegative("gradCopySecondsPerParameter", gradCopySecondsPerParameter);
+        nonNegative("collectiveLatencySeconds", collectiveLatencySeconds);
+        nonNegative("deviceOverheadGiB", deviceOverheadGiB);
+        if (!(dataParallelSyncFactor >= 1) || !(memoryBandwidthGBps > 0)) {
+            throw new IllegalArgumentException("dataParallelSyncFactor " + dataParallelSyncFactor
+                    + " must be >= 1 and memoryBandwidthGBps " + memoryBandwidthGBps + " positive");
+        }
+    }
+
+    /**
+     * The efficiency of the measured shape nearest to this one (distance in log hidden size and log
+     * tokens per micro-batch).
+     *
+     * @param hiddenSize the model's hidden size
+     * @param tokensPerMicroBatch tokens of one micro-batch on one rank
+     * @return a fraction of peak
+     */
+    public double efficiency(int hiddenSize, double tokensPerMicroBatch) {
+        Efficiency best = null;
+        double bestDistance = Double.MAX_VALUE;
+        for (Efficiency e : matmulEfficiency) {
+            double dh = Math.log((double) hiddenSize / e.hiddenSize());
+            double dt = Math.log(tokensPerMicroBatch / e.tokensPerMicroBatch());
+            double distance = dh * dh + dt * dt;
+            if (distance < bestDistance) {
+                bestDistance = distance;
+                best = e;
+            }
+        }
+        return best.efficiency();
+    }
+
+    /** @return the device memory besides tensors, bytes */
+    public long deviceOverheadBytes() {
+        return (long) (deviceOverheadGiB * (1L << 30));
+    }
+
+    /**
+     * A default calibration shipped with the planner.
+     *
+     * @param name {@code h200} or {@code h100}
+     * @return the calibration
+     * @throws IllegalArgumentException for another name
+     */
+    public static Calibration builtIn(String name) {
+        String resource = name.toLowerCase(Locale.ROOT) + ".json";
+        try (InputStream in = Calibration.class.getResourceAsStream(resource)) {
+            if (in == null) {
+                throw new IllegalArgumentException("no built-in calibration \"" + name + "\"; built-in: h200, h100");
+            }
+            return parse(new String(in.readAllBytes(), StandardCharsets.UTF_8), "built-in " + resource);
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
+    }
+
+    /**
+     * Reads a calibration file, or a built-in one by name ({@code h200}, {@code h100}).
+     *
+     * @param fileOrName a JSON file, or a built-in name
+     * @return the calibration
+     * @throws IllegalArgumentException naming the file and what is wrong with it
+     */
+    public static Calibration read(String fileOrName) {
+        Path file = Path.of(fileOrName);
+        if (!Files.exists(file)) {
+            return builtIn(fileOrName);
+        }
+        try {
+            return parse(Files.readString(file), file.toString());
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot read calibration " + file + ": " + e.getMessage(), e);
+        }
+    }
+
+    private static Calibration parse(String json, String what) {
+        try {
+            Calibration c = new Gson().fromJson(json, Calibration.class);
+            if (c == null) {
+                throw new IllegalArgumentException("it is empty");
+            }
+            return new Calibration(c.device, c.memoryBandwidthGBps, c.matmulEfficiency, c.tensorParallelSerialFraction,
+                    c.optimizerSecondsPerParameter, c.gradCopySecondsPerParameter, c.dataParallelSyncFactor,
+                    c.backwardOverlapFraction, c.contextParallelExposedFraction, c.collectiveLatencySeconds,
+                    c.deviceOverheadGiB, c.notes);
+        } catch (JsonParseException | IllegalArgumentException | NullPointerException e) {
+            throw new IllegalArgumentException("calibration " + what + ": " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * This calibration with one more measured efficiency point (replacing one of the same shape).
+     *
+     * @param point the measured point
+     * @param note where it comes from
+     * @return a new calibration
+     */
+    public Calibration withEfficiency(Efficiency point, String note) {
+        List<Efficiency> points = new ArrayList<>();
+        for (Efficiency e : matmulEfficiency) {
+            if (e.hiddenSize() != point.hiddenSize() || e.tokensPerMicroBatch() != point.tokensPerMicroBatch()) {
+                points.add(e);
+            }
+        }
+        points.add(point);
+        List<String> n = new ArrayList<>(notes);
+        n.add(note);
+        return new Calibration(device, memoryBandwidthGBps, points, tensorParallelSerialFraction,
+                optimizerSecondsPerParameter, gradCopySecondsPerParameter, dataParallelSyncFactor,
+                backwardOverlapFraction, contextParallelExposedFraction, collectiveLatencySeconds, deviceOverheadGiB, n);
+    }
+
+    /**
+     * This calibration with the per-parameter costs of the optimizer and the gradient copy replaced.
+     *
+     * @param optimizerSeconds optimizer step time per parameter
+     * @param gradCopySeconds gradient copy time per parameter
+     * @param deviceName the GPU measured
+     * @param bandwidthGBps its memory bandwidth
+     * @return a new calibration
+     */
+    public Calibration withPerParameterCosts(double optimizerSeconds, double gradCopySeconds, String deviceName,
+                                             double bandwidthGBps) {
+        return new Calibration(deviceName, bandwidthGBps, matmulEfficiency, tensorParallelSerialFraction,
+                optimizerSeconds, gradCopySeconds, dataParallelSyncFactor, backwardOverlapFraction,
+                contextParallelExposedFraction, collectiveLatencySeconds, deviceOverheadGiB, notes);
+    }
+
+    /** @return the JSON form */
+    public String toJson() {
+        return new GsonBuilder().setPrettyPrinting().create().toJson(this);
+    }
+
+    private static void fraction(String what, double v) {
+        if (!(v >= 0 && v <= 1)) {
+            throw new IllegalArgumentException(what + " " + v + " must be in [0, 1]");
+        }
+    }
+
+    private static void nonNegative(String what, double v) {
+        if (!(v >= 0) || Double.isInfinite(v)) {
+            throw new IllegalArgumentException(what + " " + v + " must be finite and >= 0");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+package io.mcore4j.planner;
+
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.optimizer.OptimizerConfig;
+
+import java.util.List;
+
+/**
+ * Step time of a layout from FLOPs, bytes and a {@link Calibration}.
+ *
+ * <ul>
+ *   <li>compute: each stage's training FLOPs per micro-batch (Megatron's counting: {@code 6} per
+ *       weight element and token, {@code 12·s·h} of attention per layer and token, recompute's
+ *       extra forward) at the calibrated fraction of peak; tensor parallelism divides all but the
+ *       calibrated serial share, context parallelism divides everything;</li>
+ *   <li>TP: two all-reduces of a micro-batch's hidden states per layer in forward (nothing to
+ *       overlap with), two in backward of which the calibrated share hides behind weight gradients;</li>
+ *   <li>CP: the key/value ring or all-gather, calibrated exposed share; EP: dispatch and combine
+ *       all-to-alls in forward and backward;</li>
+ *   <li>pipeline: {@code (m + (PP - 1) / VP)} times the slowest stage's micro-batch time (1F1B's fill
+ *       and drain), plus stage-to-stage transfers;</li>
+ *   <li>DP: the all-reduce (or reduce-scatter and parameter all-gather) of the rank's gradients over
+ *       DP x CP at the group's bus bandwidth, times the calibrated factor; optimizer: per parameter.</li>
+ * </ul>
+ * A collective's time is {@code latency + bytes x 2(n-1)/n / busBandwidth} for an all-reduce,
+ * {@code (n-1)/n} for a gather or scatter; a group spanning nodes gets the inter-node bandwidth.
+ */
+public final class TimeModel {
+    private TimeModel() {}
+
+    /**
+     * @param w the workload
+     * @param layout the layout
+     * @param cluster the cluster
+     * @param cal the calibration
+     * @return the estimate
+     */
+    public static TimeEstimate estimate(Workload w, Layout layout, ClusterSpec cluster, Calibration cal) {
+        TransformerConfig c = w.modelFor(layout);
+        OptimizerConfig opt = w.optimizerFor(layout);
+        int tp = layout.tensorParallel();
+        int cp = layout.contextParallel();
+        int pp = layout.pipelineParallel();
+        int vp = layout.virtualStages();
+        int dp = layout.dataParallel();
+        int ep = layout.expertParallel();
+        int b = layout.microBatchSize();
+        int s = w.seqLength();
+        long m = layout.microBatches(w.globalBatchSize());
+        int bytes = c.dtype().getNumOfBytes();
+        double peak = cluster.peakTflops() * 1e12;
+        double tokensPerRank = (double) b * s / cp;
+        double efficiency = cal.efficiency(c.hiddenSize(), tokensPerRank);
+        double latency = cal.collectiveLatencySeconds();
+
+        // the slowest stage's compute for one micro-batch
+        double worstStage = 0;
+        int worstLayers = 0;
+        for (int stage = 0; stage < pp; stage++) {
+            double flops = 0;
+            int layers;
+            for (ParameterInventory.Tensor t : ParameterInventory.stage(c, layout, stage)) {
+                if (t.key().startsWith("embedding.")) {
+                    continue; // a lookup (the output layer's use of a tied weight is counted below)
+                }
+                double perToken = isMatrix(t) ? 6.0 * t.numel() * tp : 0;
+                if (t.expert()) {
+                    perToken *= (double) c.moe().topK() * ep / c.moe().numExperts();
+                }
+                flops += perToken;
+            }
+            boolean last = stage == pp - 1;
+            if (last && c.tiedEmbeddings()) {
+                flops += 6.0 * c.hiddenSize() * c.vocabSize();
+            }
+            layers = c.numLayers() / pp;
+            double attention = 12.0 * s * c.numAttentionHeads() * c.kvChannels();
+            flops += layers * attention;
+            // recompute: one more forward of what is recomputed (a third of forward + backward)
+            double recomputed = switch (c.recompute()) {
+                case NONE -> 0;
+                case SELECTIVE -> layers * attention / 3;
+                case FULL -> (flops - (last ? 6.0 * c.hiddenSize() * c.vocabSize() : 0)) / 3;
+            };
+            double total = (flops + recomputed) * b * s; // per micro-batch, whole model width (TP1, CP1)
+            double split = total * (1 - cal.tensorParallelSerialFraction()) / (tp * cp);
+            double serial = total * cal.tensorParallelSerialFraction() / (cp * (c.sequenceParallel() ? tp : 1));
+            double seconds = (tp == 1 ? total / cp : split + serial) / (peak * efficiency);
+            if (seconds > worstStage) {
+                worstStage = seconds;
+                worstLayers = layers;
+            }
+        }
+
+        double hiddenBytes = tokensPerRank * c.hiddenSize() * bytes;
+        double tpBw = cluster.busBandwidth(tp, 1);
+        double tpPerMicroBatch = 0;
+        if (tp > 1) {
+            double allReduce = latency + hiddenBytes * 2.0 * (tp - 1) / tp / tpBw;
+            double exposedPerLayer = 2 * allReduce + 2 * allReduce * (1 - cal.backwardOverlapFraction());
+            if (c.recompute() == TransformerConfig.Recompute.FULL) {
+                exposedPerLayer += 2 * allReduce;
+            }
+            tpPerMicroBatch = worstLayers * exposedPerLayer;
+        }
+        double cpPerMicroBatch = 0;
+        if (cp > 1) {
+            double kvBytes = 2.0 * tokensPerRank * c.numQueryGroups() / tp * c.kvChannels() * bytes;
+            double exchange = latency * (cp - 1) + kvBytes * (cp - 1) / cluster.busBandwidth(cp, tp);
+            cpPerMicroBatch = worstLayers * 3 * exchange * cal.contextParallelExposedFraction(); // forward once, backward twice
+        }
+        double epPerMicroBatch = 0;
+        if (c.moe() != null && ep > 1) {
+            double moeLayers = 0;
+            for (int l = 0; l < worstLayers; l++) {
+                moeLayers += c.isMoeLayer(l) ? 1 : 0;
+            }
+            double tokensBytes = hiddenBytes * c.moe().topK();
+            double allToAll = latency + tokensBytes * (ep - 1) / ep / cluster.busBandwidth(ep, tp * cp);
+            epPerMicroBatch = moeLayers * 4 * allToAll;
+        }
+        double stageTime = worstStage + tpPerMicroBatch + cpPerMicroBatch + epPerMicroBatch;
+        double p2p = pp > 1 ? 2 * (latency + hiddenBytes / (c.sequenceParallel() ? tp : 1)
+                / cluster.busBandwidth(2, tp * cp * dp)) : 0;
+        double bubble = (pp - 1) / (double) vp * stageTime + m * vp * p2p;
+
+        // data-parallel sync and optimizer, on the rank with the most parameters
+        long maxParams = 0;
+        for (int stage = 0; stage < pp; stage++) {
+            List<ParameterInventory.Tensor> tensors = ParameterInventory.stage(c, layout, stage);
+            maxParams = Math.max(maxParams, ParameterInventory.numel(tensors, false) + ParameterInventory.numel(tensors, true));
+        }
+        int group = dp * cp;
+        double dpSync = 0;
+        if (group > 1) {
+            double gradBytes = (double) maxParams * (opt.gradReduceInFp32() ? 4 : bytes);
+            double bw = cluster.busBandwidth(group, tp);
+            double comm = opt.useDistributedOptimizer()
+                    ? gradBytes * (group - 1) / group / bw + (double) maxParams * bytes * (group - 1) / group / bw
+                    : gradBytes * 2.0 * (group - 1) / group / bw;
+            dpSync = cal.dataParallelSyncFactor() * comm;
+        }
+        double bandwidthScale = cal.memoryBandwidthGBps() / cluster.memoryBandwidthGBps();
+        double updated = opt.useDistributedOptimizer() ? (double) maxParams / group : maxParams;
+        double optimizer = (updated * cal.optimizerSecondsPerParameter() + maxParams * cal.gradCopySecondsPerParameter())
+                * bandwidthScale;
+
+        long tokensPerStep = w.globalBatchSize() * s;
+        return new TimeEstimate(m * worstStage, m * tpPerMicroBatch, m * cpPerMicroBatch, m * epPerMicroBatch, bubble,
+                dpSync, optimizer, tokensPerStep, layout.worldSize(), c.flopsPerToken(s), cluster.peakTflops());
+    }
+
+    private static boolean isMatrix(ParameterInventory.Tensor t) {
+        return t.key().endsWith("weight") && !t.key().contains("layernorm") && !t.key().contains("router");
+    }
+}

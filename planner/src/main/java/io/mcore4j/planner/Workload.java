@@ -1,0 +1,72 @@
+package io.mcore4j.planner;
+
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.AttentionBackend;
+import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.tensorparallel.Vocab;
+
+import java.util.Objects;
+
+/**
+ * What is to be trained, independent of how it is laid out: the model, the batch, the sequence, the
+ * optimizer settings and the attention kind, the same values {@code pretrain-gpt} maps its flags onto.
+ *
+ * @param model the model; its {@code vocabSize} is the tokenizer's vocabulary, padded per layout to a
+ *     multiple of {@code vocabDivisor x TP} as {@code pretrain-gpt} does; its recompute and sequence
+ *     parallelism are replaced by each layout's
+ * @param seqLength tokens per sample
+ * @param globalBatchSize samples per iteration
+ * @param vocabDivisor Megatron's {@code --make-vocab-size-divisible-by}
+ * @param optimizer optimizer and gradient-reduction settings (the distributed optimizer is decided per layout)
+ * @param attention the core attention kind
+ */
+public record Workload(TransformerConfig model, int seqLength, long globalBatchSize, int vocabDivisor,
+                       OptimizerConfig optimizer, AttentionBackend attention) {
+
+    /**
+     * Checks the values.
+     *
+     * @throws IllegalArgumentException naming the value that is wrong
+     */
+    public Workload {
+        Objects.requireNonNull(model, "model");
+        Objects.requireNonNull(optimizer, "optimizer");
+        Objects.requireNonNull(attention, "attention");
+        if (seqLength < 1 || seqLength > model.maxSequenceLength()) {
+            throw new IllegalArgumentException("sequence length " + seqLength + " must be in [1, "
+                    + model.maxSequenceLength() + " max position embeddings]");
+        }
+        if (globalBatchSize < 1) {
+            throw new IllegalArgumentException("global batch size " + globalBatchSize + " must be at least 1");
+        }
+        if (vocabDivisor < 1) {
+            throw new IllegalArgumentException("vocab divisor " + vocabDivisor + " must be at least 1");
+        }
+        if (optimizer.precision().paramDtype() != model.dtype()) {
+            throw new IllegalArgumentException("the optimizer's precision " + optimizer.precision()
+                    + " does not match the model's dtype " + model.dtype());
+        }
+    }
+
+    /**
+     * The model as a layout builds it: vocabulary padded for its TP size, its recompute policy.
+     *
+     * @param layout the layout
+     * @return the config
+     */
+    public TransformerConfig modelFor(Layout layout) {
+        TransformerConfig c = model.toBuilder().recompute(layout.recompute())
+                .sequenceParallel(model.sequenceParallel() && layout.tensorParallel() > 1).build();
+        int vocab = Vocab.padded(model.vocabSize(), vocabDivisor, layout.tensorParallel());
+        return new TransformerConfig(c.numLayers(), c.hiddenSize(), c.numAttentionHeads(), c.numQueryGroups(),
+                c.ffnHiddenSize(), c.kvChannels(), vocab, c.maxSequenceLength(), c.normalization(), c.normEpsilon(),
+                c.positionEmbedding(), c.rotaryBase(), c.rotaryPercent(), c.activation(), c.addBiasLinear(),
+                c.tiedEmbeddings(), c.hiddenDropout(), c.attentionDropout(), c.initStd(), c.recompute(),
+                c.sequenceParallel(), c.dtype(), c.moe(), c.cpCommType(), c.addQkvBias(), c.ropeScaling());
+    }
+
+    /** @return the optimizer settings of a layout */
+    OptimizerConfig optimizerFor(Layout layout) {
+        return optimizer.toBuilder().useDistributedOptimizer(layout.distributedOptimizer()).build();
+    }
+}

@@ -1,0 +1,104 @@
+package io.mcore4j.planner;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.mcore4j.models.GptConfigs;
+import io.mcore4j.models.TransformerConfig.Recompute;
+
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+
+import org.junit.jupiter.api.Test;
+
+/**
+ * The time model against the GPU figures of the README and the issue. One-GPU rows are what the
+ * calibrations are fitted to (so they check the fit and the arithmetic); the 2-GPU PP2 row and all
+ * 4-GPU rows are predictions (only TP2 and DP2 went into the calibration).
+ */
+class TimeModelTest {
+    private static final Calibration H200 = Calibration.builtIn("h200");
+
+    private static double tokensPerGpu(Workload w, Layout l, ClusterSpec c, Calibration cal) {
+        return TimeModel.estimate(w, l, c, cal).tokensPerSecondPerGpu();
+    }
+
+    private static void within(double expected, double actual, double tolerance, String what) {
+        double error = Math.abs(actual / expected - 1);
+        assertTrue(error <= tolerance, what + ": estimated " + Math.round(actual) + ", measured " + Math.round(expected)
+                + " (" + Math.round(100 * error) + "% off, allowed " + Math.round(100 * tolerance) + "%)");
+    }
+
+    @Test
+    void oneGpuFiguresAreWithinFifteenPercent() {
+        Workload w = ReadmeFigures.gpt1_3b(4, 2, 1, true);
+        Layout tp1 = ReadmeFigures.layout(1, 1, 1, 4, Recompute.NONE);
+        double h200 = tokensPerGpu(w, tp1, ClusterSpec.h200(1, 1), H200);
+        within(56_727, h200, 0.15, "1.3B TP1 on one H200 (the issue's figure)");
+        within(59_092, h200, 0.15, "1.3B TP1 on one H200 (the README table)");
+        within(53_315, tokensPerGpu(w, tp1, ClusterSpec.h100(1, 1), Calibration.builtIn("h100")), 0.15,
+                "1.3B TP1 on one H100");
+        Workload llama = ReadmeFigures.workload(GptConfigs.llama7b(), 1, 4, 1, true);
+        TimeEstimate t = TimeModel.estimate(llama, ReadmeFigures.layout(1, 1, 1, 1, Recompute.SELECTIVE),
+                ClusterSpec.h200(1, 1), H200);
+        within(0.350, t.mfu(), 0.15, "LLaMA-7B selective recompute on one H200, MFU");
+    }
+
+    @Test
+    void twoGpuRowsAreWithinFifteenPercent() {
+        ClusterSpec two = ClusterSpec.h200(2, 1);
+        within(45_682, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 1, true), ReadmeFigures.layout(2, 1, 1, 4, Recompute.NONE),
+                two, H200), 0.15, "TP2");
+        within(39_646, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 1, true), ReadmeFigures.layout(1, 2, 1, 4, Recompute.NONE),
+                two, H200), 0.15, "PP2");
+        within(55_836, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 2, false), ReadmeFigures.layout(1, 1, 2, 4, Recompute.NONE),
+                two, H200), 0.15, "DP2");
+    }
+
+    /** The README's 4-GPU rows: TP2 x DP2 and DP4 ahead of TP4 and TP2 x PP2. */
+    @Test
+    void theReadmeFourGpuRankingIsReproduced() {
+        ClusterSpec four = ClusterSpec.h200(4, 1);
+        record Row(String name, double measured, double estimated) {}
+        List<Row> rows = new ArrayList<>();
+        rows.add(new Row("TP4", 30_914, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 1, true),
+                ReadmeFigures.layout(4, 1, 1, 4, Recompute.NONE), four, H200)));
+        rows.add(new Row("TP2xPP2", 29_681, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 1, true),
+                ReadmeFigures.layout(2, 2, 1, 4, Recompute.NONE), four, H200)));
+        rows.add(new Row("TP2xDP2", 41_771, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 2, true),
+                ReadmeFigures.layout(2, 1, 2, 4, Recompute.NONE), four, H200)));
+        rows.add(new Row("DP4", 54_370, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 4, false),
+                ReadmeFigures.layout(1, 1, 4, 4, Recompute.NONE), four, H200)));
+        List<String> measured = rows.stream().sorted(Comparator.comparingDouble(Row::measured).reversed()).map(Row::name).toList();
+        List<String> estimated = rows.stream().sorted(Comparator.comparingDouble(Row::estimated).reversed()).map(Row::name).toList();
+        assertEquals(List.of("DP4", "TP2xDP2", "TP4", "TP2xPP2"), measured);
+        assertEquals(measured, estimated, "ranking by estimated tokens/s/GPU: " + rows);
+        for (Row r : rows) {
+            within(r.measured(), r.estimated(), 0.15, r.name());
+        }
+    }
+
+    @Test
+    void theBreakdownAddsUpAndNamesEachPart() {
+        TimeEstimate t = TimeModel.estimate(ReadmeFigures.gpt1_3b(4, 2, 1, true), ReadmeFigures.layout(2, 2, 1, 4,
+                Recompute.NONE), ClusterSpec.h200(4, 1), H200);
+        assertEquals(t.total(), t.compute() + t.tensorParallelComm() + t.contextParallelComm() + t.expertParallelComm()
+                + t.pipelineBubble() + t.dataParallelSync() + t.optimizer(), 1e-12);
+        assertTrue(t.tensorParallelComm() > 0 && t.pipelineBubble() > 0, t.describe());
+        assertEquals(0, t.dataParallelSync() + t.contextParallelComm() + t.expertParallelComm(), 0, t.describe());
+    }
+
+    @Test
+    void recomputeCostsTimeAndSavesMemory() {
+        Workload w = ReadmeFigures.gpt1_3b(4, 2, 1, true);
+        ClusterSpec one = ClusterSpec.h200(1, 1);
+        double none = TimeModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.NONE), one, H200).total();
+        double selective = TimeModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.SELECTIVE), one, H200).total();
+        double full = TimeModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.FULL), one, H200).total();
+        assertTrue(none < selective && selective < full, none + " < " + selective + " < " + full);
+        long memNone = MemoryModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.NONE), 0).activations();
+        long memFull = MemoryModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.FULL), 0).activations();
+        assertTrue(memFull < memNone / 3, memFull + " vs " + memNone);
+    }
+}

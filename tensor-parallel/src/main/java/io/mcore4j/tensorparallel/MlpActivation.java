@@ -1,0 +1,62 @@
+package io.mcore4j.tensorparallel;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.nn.Activation;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.autograd.AutogradScope;
+
+/**
+ * The activation of an MLP (the dense MLP of a transformer layer, MoE experts, the shared expert),
+ * between {@code linear_fc1} and {@code linear_fc2}. Megatron-LM's default is GELU (exact, erf);
+ * GPT-2 checkpoints use its tanh approximation; {@code --swiglu} selects SwiGLU, whose {@code linear_fc1} produces the gate and the up projection fused as
+ * {@code [gate; up]} along the last dim (twice the MLP width, split with stride 2 over TP ranks).
+ */
+public enum MlpActivation {
+    /** {@code gelu(fc1 x)}, the exact (erf) GELU. */
+    GELU,
+    /** GPT-2's GELU: {@code 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))} of {@code fc1 x}. */
+    GELU_TANH,
+    /** {@code silu(gate) * up} with {@code fc1 x = [gate; up]}. */
+    SWIGLU;
+
+    /**
+     * @return how many tensors {@code linear_fc1} fuses along its output dim: 2 for SwiGLU
+     *     ({@code [gate; up]}), else 1; also the partition stride of its weight
+     */
+    public int fc1Factor() {
+        return this == SWIGLU ? 2 : 1;
+    }
+
+    /**
+     * Applies the activation to {@code linear_fc1}'s output. The caller still owns {@code pre}; what
+     * this creates along the way is released to the scope.
+     *
+     * @param scope the pass's scope; owns the result
+     * @param pre {@code linear_fc1}'s output {@code [.., fc1Factor() * width]}
+     * @return {@code [.., width]}
+     */
+    public NDArray apply(AutogradScope scope, NDArray pre) {
+        if (this == GELU) {
+            return Tensors.own(Activation.gelu(pre), scope.manager());
+        }
+        if (this == GELU_TANH) {
+            // from elementary ops (autograd follows them); number operands as device scalars: a Java
+            // number is a synchronising host copy on a GPU. The temporaries die with the frame.
+            return scope.frame(pre, x -> {
+                NDManager m = scope.manager();
+                NDArray cube = x.mul(x).mul(x);
+                NDArray inner = x.add(cube.mul(Tensors.scalar(0.044715, x, m)));
+                NDArray t = inner.mul(Tensors.scalar(Math.sqrt(2 / Math.PI), x, m)).tanh();
+                return x.mul(Tensors.scalar(0.5, x, m)).mul(t.add(Tensors.scalar(1, x, m)));
+            });
+        }
+        // libtorch keeps what the products' backward needs; the handles die with the frame
+        return scope.frame(pre, in -> {
+            NDList parts = in.split(2, in.getShape().dimension() - 1);
+            NDArray gate = parts.get(0);
+            return gate.mul(Activation.sigmoid(gate)).mul(parts.get(1));
+        });
+    }
+}

@@ -1,0 +1,19 @@
+package io.mcore4j.tensorparallel;
+
+import ai.djl.ndarray.NDArray;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Module;
+
+/**
+ * A linear layer as a block sees it: {@link ColumnParallelLinear} or {@link RowParallelLinear},
+ * chosen by whoever builds the block (a layer spec), so that the block's code does not depend on
+ * how the weight is split.
+ */
+public interface ParallelLinear extends Module {
+    /**
+     * @param scope the pass's scope; owns the output
+     * @param input activations {@code [.., in]} (this rank's part of them, as the layer expects)
+     * @return the output, and the bias when the layer was built with skip-bias-add
+     */
+    LinearOutput forward(AutogradScope scope, NDArray input);
+}
