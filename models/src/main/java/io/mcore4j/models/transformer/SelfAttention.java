@@ -46,7 +46,8 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         this.proj = registerModule("linear_proj.", spec.linearProj().create(ctx, key + "linear_proj.",
                 new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)));
         this.core = spec.coreAttention().create(ctx);
-        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling()) : null;
+        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling(),
+                ctx.parameters()) : null;
         this.contextParallel = ContextParallelSplit.of(ctx.groups().cp());
     }
 
