@@ -10,6 +10,9 @@ import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.models.TransformerConfig;
 
 /**
@@ -23,8 +26,12 @@ import io.mcore4j.models.TransformerConfig;
  * through mcore4j's TorchScript module ({@code scripts/make_rotary_module.py}): one call for both,
  * which CUDA runs as fused kernels over the projection's strided views (the elementary ops
  * broadcast the tables in unvectorised kernels and concatenate strided halves: ~0.3 ms of a LLaMA-7B
- * layer's forward on an H200). Without one, or with partial rotation, the same function is composed
- * from DJL's ops.
+ * layer's forward on an H200). In a training pass ({@link #apply(AutogradScope, NDArray, NDArray,
+ * long[])}) the rotation is a {@link Function} whose backward is the inverse rotation, the same
+ * module with {@code -sin}: libtorch's differentiation of the module took ~0.45 ms per layer on
+ * that GPU, with gradients for the constant tables and zero-filled slices. It also keeps the
+ * tables of positions {@code 0..s-1} between passes. Without a module owner, or with partial
+ * rotation, the same function is composed from DJL's ops.
  */
 public final class RotaryEmbedding {
     /** The rotation module's resource, written by {@code scripts/make_rotary_module.py}. */
@@ -34,6 +41,9 @@ public final class RotaryEmbedding {
     private final double base;
     private final double[] scaledInverseFrequencies;
     private final TorchScriptModule module;
+    private final NDManager tableOwner;
+    /** cos and sin of positions 0..s-1 for the last (s, dtype) a training pass asked for; null before. */
+    private NDArray[] cachedTables;
 
     /**
      * @param headDim channels per head
@@ -69,6 +79,7 @@ public final class RotaryEmbedding {
         this.scaledInverseFrequencies = scaling == null ? null : scaledInverseFrequencies(rotaryDims, base, scaling);
         this.module = moduleOwner == null || rotaryDims != headDim ? null
                 : TorchScriptModules.load(moduleOwner, RotaryEmbedding.class, RESOURCE);
+        this.tableOwner = module == null ? null : moduleOwner;
     }
 
     /** LLaMA 3.1's rule (see {@link TransformerConfig.RopeScaling}), computed once in double precision. */
@@ -128,6 +139,90 @@ public final class RotaryEmbedding {
     }
 
     /**
+     * Rotates queries and keys [s, b, n, d] of a pass by the given global positions of their tokens
+     * (see {@link #apply(NDManager, NDArray, NDArray, long[])}), recording the rotation in
+     * {@code scope}: with the module (see the class comment), one {@link Function} whose backward is
+     * the inverse rotation.
+     *
+     * @param scope the pass's scope; owns the results
+     * @param query queries
+     * @param key keys, same sequence length and dtype
+     * @param positions the {@code s} positions of the tokens, or null for 0..s-1
+     * @return the rotated query and key, same shapes and dtype
+     * @throws IllegalArgumentException if {@code positions} does not have {@code s} entries
+     */
+    public NDArray[] apply(AutogradScope scope, NDArray query, NDArray key, long[] positions) {
+        if (module == null) {
+            return apply(scope.manager(), query, key, positions);
+        }
+        long s = query.getShape().get(0);
+        NDArray[] tables;
+        if (positions == null) {
+            tables = tables(s, DataTypes.of(query));
+        } else {
+            if (positions.length != s) {
+                throw new IllegalArgumentException(positions.length + " positions for a sequence of " + s + " tokens");
+            }
+            NDManager m = scope.manager();
+            tables = cosSin(m, m.create(positions).toType(DataType.FLOAT64, false), s, DataTypes.of(query));
+        }
+        return scope.apply(new Rotation(module, tables[0], tables[1]), query, key);
+    }
+
+    /** The cached tables of positions 0..s-1, rebuilt when {@code s} or the dtype changes. */
+    private NDArray[] tables(long s, DataType dtype) {
+        if (cachedTables == null || cachedTables[0].getShape().get(0) != s || DataTypes.of(cachedTables[0]) != dtype) {
+            if (cachedTables != null) {
+                cachedTables[0].close();
+                cachedTables[1].close();
+            }
+            try (NDManager temp = tableOwner.newSubManager()) {
+                NDArray[] made = cosSin(temp, temp.arange(0, (int) s, 1, DataType.FLOAT64), s, dtype);
+                made[0].attach(tableOwner);
+                made[1].attach(tableOwner);
+                cachedTables = made;
+            }
+        }
+        return cachedTables;
+    }
+
+    /**
+     * The rotation of a training pass: forward rotates by the tables, backward rotates the
+     * gradients back (the inverse rotation is the rotation by {@code -sin}, the "rotate half"
+     * tables having equal halves).
+     */
+    private static final class Rotation implements Function {
+        private final TorchScriptModule module;
+        private final NDArray cos;
+        private final NDArray sin;
+
+        Rotation(TorchScriptModule module, NDArray cos, NDArray sin) {
+            this.module = module;
+            this.cos = cos;
+            this.sin = sin;
+        }
+
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            NDList out = module.forward(new NDList(inputs[0], inputs[1], cos, sin));
+            // the tables may be a pass's temporaries: backward reads its own handles to them
+            ctx.saveForBackward(Tensors.own(cos.duplicate(), ctx.manager()), Tensors.own(sin.neg(), ctx.manager()));
+            return new NDArray[] {Tensors.own(out.get(0), ctx.manager()), Tensors.own(out.get(1), ctx.manager())};
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            NDList out = module.forward(new NDList(grads[0], grads[1], ctx.saved(0), ctx.saved(1)));
+            return new NDArray[] {Tensors.own(out.get(0), ctx.manager()), Tensors.own(out.get(1), ctx.manager())};
+        }
+
+        @Override
+        public String name() {
+            return "rotary-embedding";
+        }
+    }
+
+    /**
      * Rotates queries and keys [s, b, n, d] by the positions {@code offset..offset+s-1}: the tokens of a
      * generation step that continue a cached sequence. The positions are made on the device (no host copy).
      *
@@ -144,8 +239,18 @@ public final class RotaryEmbedding {
 
     /** Rotates both by the positions {@code at} [s] (float64). */
     private NDArray[] rotateBoth(NDManager manager, NDArray query, NDArray key, NDArray at) {
-        long s = query.getShape().get(0);
-        DataType dtype = DataTypes.of(query);
+        NDArray[] tables = cosSin(manager, at, query.getShape().get(0), DataTypes.of(query));
+        NDArray cos = tables[0];
+        NDArray sin = tables[1];
+        if (module != null) {
+            NDList rotated = module.forward(new NDList(query, key, cos, sin));
+            return new NDArray[] {Tensors.own(rotated.get(0), manager), Tensors.own(rotated.get(1), manager)};
+        }
+        return new NDArray[] {rotate(query, cos, sin), rotate(key, cos, sin)};
+    }
+
+    /** cos and sin [s, 1, 1, rotaryDims] in {@code dtype} of the positions {@code at} [s] (float64), owned by {@code manager}. */
+    private NDArray[] cosSin(NDManager manager, NDArray at, long s, DataType dtype) {
         int half = rotaryDims / 2;
         // number operands as device scalars: a Java number is a synchronising host copy on a GPU
         NDArray inv;
@@ -158,13 +263,7 @@ public final class RotaryEmbedding {
         }
         NDArray angles = at.reshape(s, 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
-        NDArray cos = DataTypes.toType(emb.cos(), dtype, false);
-        NDArray sin = DataTypes.toType(emb.sin(), dtype, false);
-        if (module != null) {
-            NDList rotated = module.forward(new NDList(query, key, cos, sin));
-            return new NDArray[] {Tensors.own(rotated.get(0), manager), Tensors.own(rotated.get(1), manager)};
-        }
-        return new NDArray[] {rotate(query, cos, sin), rotate(key, cos, sin)};
+        return new NDArray[] {DataTypes.toType(emb.cos(), dtype, false), DataTypes.toType(emb.sin(), dtype, false)};
     }
 
     private NDArray rotate(NDArray x, NDArray cos, NDArray sin) {
