@@ -15,6 +15,8 @@ import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.models.TransformerConfig;
 
+import java.util.Arrays;
+
 /**
  * Rotary position embeddings (RoFormer) in the "rotate half" layout Megatron-Core uses by default:
  * the first {@code rotaryDims} channels of each head are split in two halves {@code (x1, x2)} and
@@ -144,16 +146,26 @@ public final class RotaryEmbedding {
      * {@code scope}: with the module (see the class comment), one {@link Function} whose backward is
      * the inverse rotation.
      *
+     * <p>{@code alongside} are tensors that leave the same producer as the queries and keys (the
+     * values of the fused QKV projection): they are returned unchanged, as outputs of the same
+     * Function, so that a backward pass reaches the producer from all of them in one traversal
+     * (otherwise the projection's backward would run once for the values and again for the
+     * rotated tensors).
+     *
      * @param scope the pass's scope; owns the results
      * @param query queries
      * @param key keys, same sequence length and dtype
      * @param positions the {@code s} positions of the tokens, or null for 0..s-1
-     * @return the rotated query and key, same shapes and dtype
+     * @param alongside tensors to pass through beside them
+     * @return the rotated query and key, then {@code alongside}'s tensors, same shapes and dtypes
      * @throws IllegalArgumentException if {@code positions} does not have {@code s} entries
      */
-    public NDArray[] apply(AutogradScope scope, NDArray query, NDArray key, long[] positions) {
+    public NDArray[] apply(AutogradScope scope, NDArray query, NDArray key, long[] positions, NDArray... alongside) {
         if (module == null) {
-            return apply(scope.manager(), query, key, positions);
+            NDArray[] rotated = apply(scope.manager(), query, key, positions);
+            NDArray[] out = Arrays.copyOf(rotated, 2 + alongside.length);
+            System.arraycopy(alongside, 0, out, 2, alongside.length);
+            return out;
         }
         long s = query.getShape().get(0);
         NDArray[] tables;
@@ -166,7 +178,11 @@ public final class RotaryEmbedding {
             NDManager m = scope.manager();
             tables = cosSin(m, m.create(positions).toType(DataType.FLOAT64, false), s, DataTypes.of(query));
         }
-        return scope.apply(new Rotation(module, tables[0], tables[1]), query, key);
+        NDArray[] inputs = new NDArray[2 + alongside.length];
+        inputs[0] = query;
+        inputs[1] = key;
+        System.arraycopy(alongside, 0, inputs, 2, alongside.length);
+        return scope.apply(new Rotation(module, tables[0], tables[1]), inputs);
     }
 
     /** The cached tables of positions 0..s-1, rebuilt when {@code s} or the dtype changes. */
@@ -207,13 +223,19 @@ public final class RotaryEmbedding {
             NDList out = module.forward(new NDList(inputs[0], inputs[1], cos, sin));
             // the tables may be a pass's temporaries: backward reads its own handles to them
             ctx.saveForBackward(Tensors.own(cos.duplicate(), ctx.manager()), Tensors.own(sin.neg(), ctx.manager()));
-            return new NDArray[] {Tensors.own(out.get(0), ctx.manager()), Tensors.own(out.get(1), ctx.manager())};
+            NDArray[] outputs = inputs.clone(); // the tensors passed through, as they are
+            outputs[0] = Tensors.own(out.get(0), ctx.manager());
+            outputs[1] = Tensors.own(out.get(1), ctx.manager());
+            return outputs;
         }
 
         @Override
         public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
             NDList out = module.forward(new NDList(grads[0], grads[1], ctx.saved(0), ctx.saved(1)));
-            return new NDArray[] {Tensors.own(out.get(0), ctx.manager()), Tensors.own(out.get(1), ctx.manager())};
+            NDArray[] inputGrads = grads.clone(); // the passed-through tensors' gradients, as they came
+            inputGrads[0] = Tensors.own(out.get(0), ctx.manager());
+            inputGrads[1] = Tensors.own(out.get(1), ctx.manager());
+            return inputGrads;
         }
 
         @Override

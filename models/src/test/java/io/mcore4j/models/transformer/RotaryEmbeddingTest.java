@@ -19,8 +19,8 @@ import org.junit.jupiter.api.Test;
  * The rotation through the shipped TorchScript module (run by this CPU libtorch), as a training
  * pass's Function with the inverse rotation as backward, against the rotation composed from DJL's
  * ops: same rotated queries and keys, and the same gradient for the fused projection they are
- * strided views of (grouped queries, positions 0..s-1 twice to use the kept tables, and the given
- * positions of a context-parallel rank).
+ * strided views of, with the values passed through beside them (grouped queries, positions 0..s-1
+ * twice to use the kept tables, and the given positions of a context-parallel rank).
  */
 class RotaryEmbeddingTest {
 
@@ -37,7 +37,7 @@ class RotaryEmbeddingTest {
             RotaryEmbedding fused = new RotaryEmbedding(d, 1.0, 10000, null, m);
             DeterministicRandom r = new DeterministicRandom(11);
             NDArray mixed = r.normal(m, new Shape(s, b, groups, perGroup + 2, d), 0, 1, DataType.FLOAT32);
-            NDArray upstream = r.normal(m, new Shape(s, b, groups * perGroup + groups, d), 0, 1, DataType.FLOAT32);
+            NDArray upstream = r.normal(m, new Shape(s, b, groups * perGroup + 2 * groups, d), 0, 1, DataType.FLOAT32);
             long[][] positionChoices = {null, null, {0, 1, 2, 9, 10, 11}};
             for (long[] positions : positionChoices) {
                 NDArray[][] results = new NDArray[2][];
@@ -50,8 +50,9 @@ class RotaryEmbeddingTest {
                         parts.attach(scope.manager());
                         NDArray query = parts.get(0).reshape(s, b, groups * perGroup, d);
                         NDArray key = parts.get(1).reshape(s, b, groups, d);
-                        NDArray[] rotated = impls[i].apply(scope, query, key, positions);
-                        NDArray both = NDArrays.concat(new NDList(rotated[0], rotated[1]), 2);
+                        NDArray value = parts.get(2).reshape(s, b, groups, d);
+                        NDArray[] rotated = impls[i].apply(scope, query, key, positions, value);
+                        NDArray both = NDArrays.concat(new NDList(rotated[0], rotated[1], rotated[2]), 2);
                         scope.backward(both.mul(upstream).sum());
                         NDArray kept = both.duplicate();
                         kept.attach(m);
