@@ -16,6 +16,8 @@ import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.models.TransformerConfig;
 
 import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Map;
 
 /**
  * Rotary position embeddings (RoFormer) in the "rotate half" layout Megatron-Core uses by default:
@@ -44,8 +46,8 @@ public final class RotaryEmbedding {
     private final double[] scaledInverseFrequencies;
     private final TorchScriptModule module;
     private final NDManager tableOwner;
-    /** cos and sin of positions 0..s-1 for the last (s, dtype) a training pass asked for; null before. */
-    private NDArray[] cachedTables;
+    /** cos, sin and -sin of positions 0..s-1 per (s, dtype) training passes asked for. */
+    private final Map<String, NDArray[]> keptTables = new HashMap<>();
 
     /**
      * @param headDim channels per head
@@ -176,30 +178,31 @@ public final class RotaryEmbedding {
                 throw new IllegalArgumentException(positions.length + " positions for a sequence of " + s + " tokens");
             }
             NDManager m = scope.manager();
-            tables = cosSin(m, m.create(positions).toType(DataType.FLOAT64, false), s, DataTypes.of(query));
+            NDArray[] made = cosSin(m, m.create(positions).toType(DataType.FLOAT64, false), s, DataTypes.of(query));
+            tables = new NDArray[] {made[0], made[1], made[1].neg()};
         }
         NDArray[] inputs = new NDArray[2 + alongside.length];
         inputs[0] = query;
         inputs[1] = key;
         System.arraycopy(alongside, 0, inputs, 2, alongside.length);
-        return scope.apply(new Rotation(module, tables[0], tables[1]), inputs);
+        return scope.apply(new Rotation(module, tables, positions == null), inputs);
     }
 
-    /** The cached tables of positions 0..s-1, rebuilt when {@code s} or the dtype changes. */
+    /**
+     * The kept tables of positions 0..s-1 in {@code dtype}, made on first use (a pass in flight may
+     * still hold the tables of another length, so none is dropped before the instance's owner closes).
+     */
     private NDArray[] tables(long s, DataType dtype) {
-        if (cachedTables == null || cachedTables[0].getShape().get(0) != s || DataTypes.of(cachedTables[0]) != dtype) {
-            if (cachedTables != null) {
-                cachedTables[0].close();
-                cachedTables[1].close();
-            }
+        return keptTables.computeIfAbsent(s + "/" + dtype, key -> {
             try (NDManager temp = tableOwner.newSubManager()) {
                 NDArray[] made = cosSin(temp, temp.arange(0, (int) s, 1, DataType.FLOAT64), s, dtype);
-                made[0].attach(tableOwner);
-                made[1].attach(tableOwner);
-                cachedTables = made;
+                NDArray[] tables = {made[0], made[1], made[1].neg()};
+                for (NDArray t : tables) {
+                    t.attach(tableOwner);
+                }
+                return tables;
             }
-        }
-        return cachedTables;
+        });
     }
 
     /**
@@ -211,18 +214,26 @@ public final class RotaryEmbedding {
         private final TorchScriptModule module;
         private final NDArray cos;
         private final NDArray sin;
+        private final NDArray negativeSin;
+        private final boolean kept;
 
-        Rotation(TorchScriptModule module, NDArray cos, NDArray sin) {
+        /** @param tables cos, sin and -sin; @param kept whether they are the instance's kept tables (else a pass's) */
+        Rotation(TorchScriptModule module, NDArray[] tables, boolean kept) {
             this.module = module;
-            this.cos = cos;
-            this.sin = sin;
+            this.cos = tables[0];
+            this.sin = tables[1];
+            this.negativeSin = tables[2];
+            this.kept = kept;
         }
 
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
             NDList out = module.forward(new NDList(inputs[0], inputs[1], cos, sin));
-            // the tables may be a pass's temporaries: backward reads its own handles to them
-            ctx.saveForBackward(Tensors.own(cos.duplicate(), ctx.manager()), Tensors.own(sin.neg(), ctx.manager()));
+            if (!kept) {
+                // a pass's tables may belong to a frame: backward needs them until the scope closes
+                cos.attach(ctx.manager());
+                negativeSin.attach(ctx.manager());
+            }
             NDArray[] outputs = inputs.clone(); // the tensors passed through, as they are
             outputs[0] = Tensors.own(out.get(0), ctx.manager());
             outputs[1] = Tensors.own(out.get(1), ctx.manager());
@@ -231,7 +242,7 @@ public final class RotaryEmbedding {
 
         @Override
         public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
-            NDList out = module.forward(new NDList(grads[0], grads[1], ctx.saved(0), ctx.saved(1)));
+            NDList out = module.forward(new NDList(grads[0], grads[1], cos, negativeSin));
             NDArray[] inputGrads = grads.clone(); // the passed-through tensors' gradients, as they came
             inputGrads[0] = Tensors.own(out.get(0), ctx.manager());
             inputGrads[1] = Tensors.own(out.get(1), ctx.manager());
