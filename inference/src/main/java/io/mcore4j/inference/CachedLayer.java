@@ -17,6 +17,9 @@ import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ReduceOp;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
@@ -45,6 +48,8 @@ final class CachedLayer {
     private static final Set<String> OPTIONAL = Set.of("input_layernorm.bias", "self_attention.linear_qkv.bias",
             "self_attention.linear_proj.bias", "pre_mlp_layernorm.bias", "mlp.linear_fc1.bias", "mlp.linear_fc2.bias");
 
+    private static final Logger LOG = LoggerFactory.getLogger(CachedLayer.class);
+
     private final TorchScriptModule module;
 
     /**
@@ -65,7 +70,9 @@ final class CachedLayer {
     record Weights(NDArray[] tensors, Communicator tp, NDArray[] settings) {}
 
     /**
-     * The module's arguments for {@code layer}, or null when the layer is not a plain dense layer.
+     * The module's arguments for {@code layer}, or null when the layer is not a plain dense layer: a mixture of
+     * experts, or (logged as a warning, since the layer then runs far slower) parameters the module does not
+     * compute with or in another dtype than the activations.
      *
      * @param layer the layer
      * @param config the model's config
@@ -82,22 +89,27 @@ final class CachedLayer {
         DataType dtype = DataTypes.of(absent);
         String prefix = TransformerLayer.keyPrefix(layer.layerNumber());
         Map<String, NDArray> byName = new HashMap<>();
+        String reason = null;
         for (Map.Entry<String, Parameter> e : layer.namedParameters("").entrySet()) {
             String name = e.getKey().startsWith(prefix) ? e.getKey().substring(prefix.length()) : e.getKey();
+            DataType parameterDtype = DataTypes.of(e.getValue().data());
             if (!REQUIRED.contains(name) && !OPTIONAL.contains(name)) {
-                return null; // something this kernel does not compute
-            }
-            if (DataTypes.of(e.getValue().data()) != dtype) {
-                return null; // the module would promote it silently
+                reason = "its parameter " + name + " is not one the one-call kernel computes with";
+            } else if (parameterDtype != dtype) {
+                reason = "its parameter " + name + " is " + parameterDtype + " and its input " + dtype;
             }
             byName.put(name, e.getValue().data());
         }
-        if (!byName.keySet().containsAll(REQUIRED)) {
-            return null;
+        boolean layerNorm = config.normalization() == TransformerConfig.Normalization.LAYER_NORM;
+        if (reason == null && !byName.keySet().containsAll(REQUIRED)) {
+            reason = "it lacks some of the parameters " + REQUIRED;
+        } else if (reason == null && (byName.containsKey("input_layernorm.bias") != layerNorm
+                || byName.containsKey("pre_mlp_layernorm.bias") != layerNorm)) {
+            reason = "its norms' biases do not match " + config.normalization(); // the kernel tells the norms apart by the bias
         }
-        if (byName.containsKey("input_layernorm.bias") != (config.normalization() == TransformerConfig.Normalization.LAYER_NORM)
-                || byName.containsKey("pre_mlp_layernorm.bias") != (config.normalization() == TransformerConfig.Normalization.LAYER_NORM)) {
-            return null; // the module tells LayerNorm from RMSNorm by the bias
+        if (reason != null) {
+            LOG.warn("layer {} runs op by op, one native call per op, because {}", layer.layerNumber(), reason);
+            return null;
         }
         if (config.normalization() == TransformerConfig.Normalization.RMS_NORM) {
             // RMSNorm computes in float32: the weights' float32 copies, made once instead of in every call
