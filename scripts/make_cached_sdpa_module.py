@@ -17,26 +17,32 @@ import torch
 import torch.nn.functional as F
 
 
+def attend_cached(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
+    """Writes the step's keys and values into the last s positions of the cache views and attends."""
+    s = query.size(0)
+    b = query.size(1)
+    heads = query.size(2)
+    d = query.size(3)
+    length = key_cache.size(2)
+    key_cache.narrow(2, length - s, s).copy_(key.permute(1, 2, 0, 3))
+    value_cache.narrow(2, length - s, s).copy_(value.permute(1, 2, 0, 3))
+    q = query.permute(1, 2, 0, 3)
+    gqa = key_cache.size(1) != heads
+    if s == 1:
+        out = F.scaled_dot_product_attention(q, key_cache, value_cache, enable_gqa=gqa)
+    elif s == length:
+        out = F.scaled_dot_product_attention(q, key_cache, value_cache, is_causal=True, enable_gqa=gqa)
+    else:
+        allowed = torch.ones(s, length, dtype=torch.bool, device=query.device).tril(length - s)
+        out = F.scaled_dot_product_attention(q, key_cache, value_cache, attn_mask=allowed, enable_gqa=gqa)
+    return out.permute(2, 0, 1, 3).reshape(s, b, heads * d)
+
+
 class CachedSdpa(torch.nn.Module):
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 key_cache: torch.Tensor, value_cache: torch.Tensor) -> torch.Tensor:
-        s = query.size(0)
-        b = query.size(1)
-        heads = query.size(2)
-        d = query.size(3)
-        length = key_cache.size(2)
-        key_cache[:, :, length - s:].copy_(key.permute(1, 2, 0, 3))
-        value_cache[:, :, length - s:].copy_(value.permute(1, 2, 0, 3))
-        q = query.permute(1, 2, 0, 3)
-        gqa = key_cache.size(1) != heads
-        if s == 1:
-            out = F.scaled_dot_product_attention(q, key_cache, value_cache, enable_gqa=gqa)
-        elif s == length:
-            out = F.scaled_dot_product_attention(q, key_cache, value_cache, is_causal=True, enable_gqa=gqa)
-        else:
-            allowed = torch.ones(s, length, dtype=torch.bool, device=query.device).tril(length - s)
-            out = F.scaled_dot_product_attention(q, key_cache, value_cache, attn_mask=allowed, enable_gqa=gqa)
-        return out.permute(2, 0, 1, 3).reshape(s, b, heads * d)
+        return attend_cached(query, key, value, key_cache, value_cache)
 
 
 def main(path: str) -> None:

@@ -12,7 +12,8 @@ import io.mcore4j.core.TorchScriptModules;
  * {@code scripts/make_cached_sdpa_module.py}, shipped as a resource). One call per layer and step writes
  * the step's keys and values into the cache and attends: the whole prompt causally in the first pass,
  * one new token over every cached position in each later one (flash or memory-efficient kernels on GPUs,
- * grouped-query attention without copying the cache). The module has no parameters and no dropout.
+ * grouped-query attention without copying the cache). The module has no parameters and no dropout. Layers
+ * that {@link CachedLayer} runs whole do not use it; it serves the layers that run op by op.
  */
 final class CachedAttention {
     /** Resource path of the TorchScript archive. */

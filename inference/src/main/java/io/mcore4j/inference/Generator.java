@@ -29,6 +29,11 @@ import java.util.List;
  * them with each request's own generator ({@link SamplingParams}), and the picked tokens are broadcast
  * from the last stage to the others. Stage activations go forward point to point.
  *
+ * <p><b>Native calls.</b> Decoding one token is bound by the host's cost per native call, not by the
+ * device: each dense layer runs its pass in one call ({@link CachedLayer}, on the layer's own parameters,
+ * with rotary tables computed once per generation), so a step costs a few dozen calls; the only host
+ * synchronisation per step is reading the picked ids (greedy picks on the device).
+ *
  * <p><b>Memory and autograd.</b> Every pass runs in a no-grad scope ({@link AutogradScope#openNoGrad}):
  * nothing is recorded and dropout is off. The caches and every temporary live in a manager under the
  * model's parameter manager that is closed when the call returns. Not thread-safe: one generator per
@@ -41,6 +46,9 @@ public final class Generator {
     private final int vocabularySize;
     private final int terminationId;
     private final CachedAttention attention;
+    private final CachedLayer layers;
+    /** Whether {@link #generate} runs dense layers in one native call each; false only to compare with the op-by-op path. */
+    private boolean fusedLayers = true;
 
     /**
      * A generator that picks among every id of the model's (padded) vocabulary and stops only at each
@@ -80,6 +88,7 @@ public final class Generator {
         this.vocabularySize = vocabularySize;
         this.terminationId = terminationId;
         this.attention = new CachedAttention(ctx.parameters());
+        this.layers = new CachedLayer(ctx.parameters());
     }
 
     /**
@@ -162,7 +171,7 @@ public final class Generator {
         Completion.FinishReason[] finished = new Completion.FinishReason[b];
         int running = b;
         try (NDManager manager = ctx.parameters().newSubManager()) {
-            KvCache cache = new KvCache(manager, attention, b, total);
+            KvCache cache = newCache(manager, b, total, fusedLayers);
             int start = 0;
             for (int t = shortest; t < total && running > 0; t++) {
                 int[] next;
@@ -208,7 +217,32 @@ public final class Generator {
      * @return the cache, at position 0
      */
     public KvCache newCache(NDManager manager, int batchSize, int maxSequenceLength) {
-        return new KvCache(manager, attention, batchSize, maxSequenceLength);
+        return newCache(manager, batchSize, maxSequenceLength, true);
+    }
+
+    /**
+     * Chooses how {@link #generate} runs dense layers (tests and benchmarks compare the two).
+     *
+     * @param fused one native call per layer ({@link CachedLayer}, the default) or op by op
+     * @return this generator
+     */
+    Generator fusedLayers(boolean fused) {
+        this.fusedLayers = fused;
+        return this;
+    }
+
+    /**
+     * As {@link #newCache(NDManager, int, int)}, choosing how dense layers run.
+     *
+     * @param manager owner of the cache's tensors
+     * @param batchSize sequences
+     * @param maxSequenceLength positions per sequence
+     * @param fusedLayers whether a dense layer runs in one native call ({@link CachedLayer}) or op by op
+     * @return the cache, at position 0
+     */
+    KvCache newCache(NDManager manager, int batchSize, int maxSequenceLength, boolean fusedLayers) {
+        return new KvCache(manager, attention, fusedLayers ? layers : null, ctx.config(), groups.tp(), batchSize,
+                maxSequenceLength);
     }
 
     /**

@@ -1,11 +1,20 @@
 package io.mcore4j.inference;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.InferenceContext;
 import io.mcore4j.models.transformer.KeyValueCache;
+import io.mcore4j.models.transformer.RotaryEmbedding;
+import io.mcore4j.models.transformer.TransformerLayer;
+import io.mcore4j.parallel.Communicator;
 
 import java.util.HashMap;
 import java.util.Map;
@@ -13,8 +22,12 @@ import java.util.Map;
 /**
  * The key/value caches of one batch of sequences on this rank (Megatron-Core's static inference
  * context): per layer of this rank's model chunk, keys and values [b, groups/TP, maxSequenceLength, d],
- * allocated on the first pass in the dtype and on the device of that layer's keys, and the number of
- * positions filled so far. Every sequence of the batch is at the same position.
+ * allocated on the first pass in the dtype and on the device of that layer's activations, and the number
+ * of positions filled so far. Every sequence of the batch is at the same position.
+ *
+ * <p>A dense layer runs each pass in one native call ({@link CachedLayer}) over its cache and rotary tables
+ * that this cache computes once for every position ({@link RotaryEmbedding#tables}); other layers (mixtures of
+ * experts) run op by op and attend through {@link #keyValueCache(int)} with {@link CachedAttention}.
  *
  * <p>Use: {@code forward} a pass of {@code s} tokens per sequence with this context, then
  * {@link #advance(int) advance(s)}. Owns its tensors through the manager given at construction; close
@@ -23,24 +36,45 @@ import java.util.Map;
 public final class KvCache implements InferenceContext {
     private final NDManager manager;
     private final CachedAttention attention;
+    private final CachedLayer fused;
+    private final TransformerConfig config;
+    private final Communicator tp;
     private final int batchSize;
     private final int maxSequenceLength;
     private final Map<Integer, Layer> layers = new HashMap<>();
     private int offset;
+    /**
+     * Rotary cos and sin (its first half negated) of every position [maxSequenceLength, rotaryDims] (zero
+     * columns without rotary), and the empty tensor.
+     */
+    private NDArray cosTable;
+    private NDArray sinTable;
+    private NDArray absent;
+    /** The tables' rows 0..viewLength-1, the positions a pass reaches. */
+    private int viewLength = -1;
+    private NDArray cosView;
+    private NDArray sinView;
 
     /**
      * @param manager owner of the caches (a generation's manager, on the model's device)
-     * @param attention the fused attention over caches
+     * @param attention the fused attention over caches (layers that run op by op)
+     * @param fused the one-call dense layer, or null to run every layer op by op
+     * @param config the model's config
+     * @param tp the tensor-parallel group the layers are split over
      * @param batchSize sequences in the batch
      * @param maxSequenceLength positions each sequence may fill (prompt and generated tokens)
      */
-    KvCache(NDManager manager, CachedAttention attention, int batchSize, int maxSequenceLength) {
+    KvCache(NDManager manager, CachedAttention attention, CachedLayer fused, TransformerConfig config, Communicator tp,
+            int batchSize, int maxSequenceLength) {
         if (batchSize < 1 || maxSequenceLength < 1) {
             throw new IllegalArgumentException("a cache needs a positive batch size and length, got " + batchSize
                     + " x " + maxSequenceLength);
         }
         this.manager = manager;
         this.attention = attention;
+        this.fused = fused;
+        this.config = config;
+        this.tp = tp;
         this.batchSize = batchSize;
         this.maxSequenceLength = maxSequenceLength;
     }
@@ -71,30 +105,109 @@ public final class KvCache implements InferenceContext {
 
     @Override
     public KeyValueCache keyValueCache(int layerNumber) {
+        return layer(layerNumber);
+    }
+
+    /** @return how many of this rank's layers have run in one call ({@link CachedLayer}) so far */
+    int layersRunWhole() {
+        return (int) layers.values().stream().filter(l -> l.weights != null).count();
+    }
+
+    private Layer layer(int layerNumber) {
         return layers.computeIfAbsent(layerNumber, n -> new Layer());
+    }
+
+    @Override
+    public NDArray forwardLayer(AutogradScope scope, TransformerLayer layer, NDArray hidden) {
+        if (fused == null) {
+            return null;
+        }
+        Layer cache = layer(layer.layerNumber());
+        if (!cache.resolved) {
+            if (absent == null) {
+                absent = CachedLayer.absent(manager, hidden);
+            }
+            cache.weights = CachedLayer.weightsOf(layer, config, tp, manager, absent);
+            cache.resolved = true;
+        }
+        if (cache.weights == null) {
+            return null;
+        }
+        long s = hidden.getShape().get(0);
+        long end = checkPass(s, hidden.getShape().get(1));
+        cache.allocate(new Shape(batchSize, config.numQueryGroups() / tp.size(), maxSequenceLength, config.kvChannels()),
+                DataTypes.of(hidden));
+        tableViews(hidden, (int) end);
+        return fused.forward(scope, cache.weights, hidden, cache.keys, cache.values, cosView, sinView, absent);
+    }
+
+    /** Checks a pass of {@code s} tokens of a batch of {@code b} against the cache; returns the length it reaches. */
+    private long checkPass(long s, long b) {
+        if (b != batchSize) {
+            throw new IllegalArgumentException("a pass of batch " + b + " does not fit a cache of batch " + batchSize);
+        }
+        long end = offset + s;
+        if (end > maxSequenceLength) {
+            throw new IllegalArgumentException("positions " + offset + ".." + (end - 1) + " run past the cache's "
+                    + maxSequenceLength + " positions");
+        }
+        return end;
+    }
+
+    /** Sets the views of the rotary tables over positions 0..length-1, computing the tables on first use. */
+    private void tableViews(NDArray like, int length) {
+        if (cosTable == null) {
+            DataType dtype = DataTypes.of(like);
+            if (config.usesRope()) {
+                try (NDManager temporaries = manager.newSubManager()) {
+                    RotaryEmbedding rope = new RotaryEmbedding(config.kvChannels(), config.rotaryPercent(), config.rotaryBase(),
+                            config.ropeScaling());
+                    NDArray[] tables = rope.tables(temporaries, maxSequenceLength, dtype);
+                    // the module rotates as x * cos + (x2, x1) * (-sin, sin): the sine's first half negated once here
+                    int half = rope.rotaryDims() / 2;
+                    cosTable = tables[0];
+                    sinTable = NDArrays.concat(new NDList(Tensors.narrow(tables[1], 1, 0, half).neg(),
+                            Tensors.narrow(tables[1], 1, half, rope.rotaryDims())), 1);
+                    cosTable.attach(manager);
+                    sinTable.attach(manager);
+                }
+            } else {
+                cosTable = DataTypes.zeros(manager, new Shape(maxSequenceLength, 0), dtype);
+                sinTable = cosTable;
+            }
+        }
+        if (length != viewLength) {
+            if (cosView != null) {
+                cosView.close();
+                if (sinView != cosView) {
+                    sinView.close();
+                }
+            }
+            cosView = Tensors.narrow(cosTable, 0, 0, length);
+            sinView = sinTable == cosTable ? cosView : Tensors.narrow(sinTable, 0, 0, length);
+            viewLength = length;
+        }
     }
 
     private final class Layer implements KeyValueCache {
         private NDArray keys;
         private NDArray values;
+        /** Whether {@link #weights} has been looked up; null weights then mean the layer runs op by op. */
+        private boolean resolved;
+        private CachedLayer.Weights weights;
+
+        void allocate(Shape shape, DataType dtype) {
+            if (keys == null) {
+                keys = DataTypes.zeros(manager, shape, dtype);
+                values = DataTypes.zeros(manager, shape, dtype);
+            }
+        }
 
         @Override
         public NDArray attend(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
             long s = key.getShape().get(0);
-            long b = key.getShape().get(1);
-            if (b != batchSize) {
-                throw new IllegalArgumentException("a pass of batch " + b + " does not fit a cache of batch " + batchSize);
-            }
-            long end = offset + s;
-            if (end > maxSequenceLength) {
-                throw new IllegalArgumentException("positions " + offset + ".." + (end - 1) + " run past the cache's "
-                        + maxSequenceLength + " positions");
-            }
-            if (keys == null) {
-                Shape shape = new Shape(batchSize, key.getShape().get(2), maxSequenceLength, key.getShape().get(3));
-                keys = manager.zeros(shape, key.getDataType(), key.getDevice());
-                values = manager.zeros(shape, value.getDataType(), value.getDevice());
-            }
+            long end = checkPass(s, key.getShape().get(1));
+            allocate(new Shape(batchSize, key.getShape().get(2), maxSequenceLength, key.getShape().get(3)), DataTypes.of(key));
             // views of the filled positions and this pass's; the module writes the pass's keys and values into them
             NDArray keyView = keys.get(":, :, :{}", end);
             NDArray valueView = values.get(":, :, :{}", end);

@@ -51,36 +51,68 @@ class GeneratorTest {
                 .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build();
     }
 
+    /** GPT-2's tanh GELU; Qwen2's QKV biases; half the channels rotating, with LLaMA 3.1's frequency scaling. */
+    private static List<TransformerConfig> variants() {
+        return List.of(gpt().toBuilder().activation(MlpActivation.GELU_TANH).build(),
+                llama().toBuilder().addQkvBias(true).build(),
+                llama().toBuilder().rotary(10000, 0.5).ropeScaling(new TransformerConfig.RopeScaling(8, 1, 4, 8)).build());
+    }
+
     @Test
     void cachedLogitsEqualTheFullForward() {
-        for (TransformerConfig c : List.of(gpt(), llama())) {
-            for (int tp : new int[] {1, 2}) {
-                double diff = onModel(c, tp, 1, (model, gen) -> {
-                    int[][] tokens = {{5, 17, 3, 40, 22, 8, 1, 63, 0, 12}, {9, 1, 30, 30, 2, 44, 51, 6, 19, 27}};
-                    int s = tokens[0].length;
-                    NDManager m = model.context().parameters();
-                    try (AutogradScope scope = AutogradScope.openNoGrad(m)) {
-                        NDArray ids = scope.manager().create(transpose(tokens), new Shape(s, 2));
-                        NDArray local = model.forward(scope, ids, null, null);
-                        NDArray full = model.context().groups().tp().allGather(local, 2, scope.manager());
-                        KvCache cache = gen.newCache(scope.manager(), 2, 16);
-                        // a prefill of 4, a chunk of 3 after it (explicit mask), then single tokens
-                        List<NDArray> pieces = new ArrayList<>();
-                        int[] cuts = {0, 4, 7, 8, 9, 10};
-                        for (int k = 0; k + 1 < cuts.length; k++) {
-                            NDArray logits = gen.step(scope, cache, columns(tokens, cuts[k], cuts[k + 1]), false);
-                            assertFalse(Tensors.requiresGrad(logits), "generation recorded autograd");
-                            pieces.add(logits);
-                        }
-                        assertEquals(10, cache.sequenceLengthOffset());
-                        NDArray cached = NDArrays.concat(new NDList(pieces), 0);
-                        assertEquals(full.getShape(), cached.getShape());
-                        return NativeArrays.maxAbsDiff(cached, full);
-                    }
-                }).get(0);
-                assertTrue(diff <= 1e-5, c.positionEmbedding() + " TP" + tp + ": cached logits differ by " + diff);
+        List<TransformerConfig> configs = new ArrayList<>(List.of(gpt(), llama()));
+        configs.addAll(variants());
+        for (int c = 0; c < configs.size(); c++) {
+            // the op-by-op path (which layers the one-call kernel cannot run take) on the two main shapes
+            for (boolean fused : c < 2 ? new boolean[] {true, false} : new boolean[] {true}) {
+                for (int tp : new int[] {1, 2}) {
+                    double diff = cachedVersusFull(configs.get(c), tp, fused);
+                    assertTrue(diff <= 1e-5, configs.get(c) + " TP" + tp + (fused ? " fused" : " op by op")
+                            + ": cached logits differ by " + diff);
+                }
             }
         }
+    }
+
+    /** In float16, as on GPUs: the one-call layers keep the op-by-op path's numerics (float32 norms, casts, biases). */
+    @Test
+    void float16LayersRunWholeAsTheyRunOpByOp() {
+        for (TransformerConfig c : List.of(gpt().toBuilder().dtype(ai.djl.ndarray.types.DataType.FLOAT16).build(),
+                llama().toBuilder().dtype(ai.djl.ndarray.types.DataType.FLOAT16).build())) {
+            // float16 rounding of the cached passes against the full forward: about 3e-3 either way on this model
+            double fused = cachedVersusFull(c, 1, true);
+            double opByOp = cachedVersusFull(c, 1, false);
+            assertTrue(fused <= 1e-2 && opByOp <= 1e-2, c.positionEmbedding() + " float16: cached logits differ from the"
+                    + " full forward by " + fused + " in one call per layer, " + opByOp + " op by op");
+        }
+    }
+
+    /** Largest difference between the logits of cached passes (a prefill, a chunk, single tokens) and the full forward. */
+    private static double cachedVersusFull(TransformerConfig c, int tp, boolean fusedLayers) {
+        return onModel(c, tp, 1, (model, gen) -> {
+            int[][] tokens = {{5, 17, 3, 40, 22, 8, 1, 63, 0, 12}, {9, 1, 30, 30, 2, 44, 51, 6, 19, 27}};
+            int s = tokens[0].length;
+            NDManager m = model.context().parameters();
+            try (AutogradScope scope = AutogradScope.openNoGrad(m)) {
+                NDArray ids = scope.manager().create(transpose(tokens), new Shape(s, 2));
+                NDArray local = model.forward(scope, ids, null, null);
+                NDArray full = model.context().groups().tp().allGather(local, 2, scope.manager());
+                KvCache cache = gen.newCache(scope.manager(), 2, 16, fusedLayers);
+                // a prefill of 4, a chunk of 3 after it (explicit mask), then single tokens
+                List<NDArray> pieces = new ArrayList<>();
+                int[] cuts = {0, 4, 7, 8, 9, 10};
+                for (int k = 0; k + 1 < cuts.length; k++) {
+                    NDArray logits = gen.step(scope, cache, columns(tokens, cuts[k], cuts[k + 1]), false);
+                    assertFalse(Tensors.requiresGrad(logits), "generation recorded autograd");
+                    pieces.add(logits);
+                }
+                assertEquals(10, cache.sequenceLengthOffset());
+                assertEquals(fusedLayers ? LAYERS : 0, cache.layersRunWhole(), "layers run in one call");
+                NDArray cached = NDArrays.concat(new NDList(pieces), 0);
+                assertEquals(full.getShape(), cached.getShape());
+                return NativeArrays.maxAbsDiff(cached, full);
+            }
+        }).get(0);
     }
 
     @Test

@@ -20,25 +20,13 @@ import io.mcore4j.parallel.Communicator;
  * <p>Communication volume is {@code T · EP · ETP} tokens per rank regardless of routing, and no
  * counts are exchanged, so there is no host synchronisation beyond the local permutation.
  */
-final class AllGatherTokenDispatcher implements TokenDispatcher {
-    private final Communicator ep;
-    private final Communicator expertTp;
-    private final int numExperts;
-    private final int numLocalExperts;
-    private final int firstLocalExpert;
-    private final int topK;
-
+final class AllGatherTokenDispatcher extends TokenDispatcher {
     AllGatherTokenDispatcher(MoeGroups groups, int numExperts, int topK) {
-        this.ep = groups.ep();
-        this.expertTp = groups.expertTp();
-        this.numExperts = numExperts;
-        this.numLocalExperts = numExperts / ep.size();
-        this.firstLocalExpert = ep.rank() * numLocalExperts;
-        this.topK = topK;
+        super(groups, numExperts, topK);
     }
 
     @Override
-    public Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
+    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
         NDManager m = scope.manager();
         NDArray allTokens = ExpertCommunication.allGather(scope, ep,
                 ExpertCommunication.allGather(scope, expertTp, tokens));

@@ -17,25 +17,13 @@ import io.mcore4j.parallel.Communicator;
  * <p>Only routed rows travel, so the volume follows the routing; the counts must reach the host to
  * size the all-to-all (a synchronisation point on accelerators, as in Megatron-Core).
  */
-final class AllToAllTokenDispatcher implements TokenDispatcher {
-    private final Communicator ep;
-    private final Communicator expertTp;
-    private final int numExperts;
-    private final int numLocalExperts;
-    private final int firstLocalExpert;
-    private final int topK;
-
+final class AllToAllTokenDispatcher extends TokenDispatcher {
     AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK) {
-        this.ep = groups.ep();
-        this.expertTp = groups.expertTp();
-        this.numExperts = numExperts;
-        this.numLocalExperts = numExperts / ep.size();
-        this.firstLocalExpert = ep.rank() * numLocalExperts;
-        this.topK = topK;
+        super(groups, numExperts, topK);
     }
 
     @Override
-    public Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
+    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
         NDManager m = scope.manager();
         TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m);
         long[] counts = permutation.tokensPerExpert();

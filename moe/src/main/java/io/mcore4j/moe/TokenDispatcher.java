@@ -2,14 +2,39 @@ package io.mcore4j.moe;
 
 import ai.djl.ndarray.NDArray;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.parallel.Communicator;
 
 /**
  * Moves routed tokens to the ranks that hold their experts and the expert outputs back. A
  * dispatcher communicates over the expert groups (EP and expert-TP) through autograd Functions, so
  * the transposed communication runs in backward; every rank of those groups must dispatch and
  * combine the same number of times in the same order.
+ *
+ * <p>Holds what every dispatcher needs to know of the expert layout: the EP and expert-TP groups,
+ * the number of experts, this EP rank's contiguous range of local experts, and top-k.
  */
-interface TokenDispatcher {
+abstract class TokenDispatcher {
+    /** The expert-parallel group: each rank holds {@link #numLocalExperts} experts. */
+    final Communicator ep;
+    /** The expert-tensor-parallel group: its ranks hold parts of the same experts. */
+    final Communicator expertTp;
+    /** Experts of the layer, E. */
+    final int numExperts;
+    /** Experts on each EP rank, {@code E / EP}. */
+    final int numLocalExperts;
+    /** Global index of this rank's first expert. */
+    final int firstLocalExpert;
+    /** Experts per token. */
+    final int topK;
+
+    TokenDispatcher(MoeGroups groups, int numExperts, int topK) {
+        this.ep = groups.ep();
+        this.expertTp = groups.expertTp();
+        this.numExperts = numExperts;
+        this.numLocalExperts = numExperts / ep.size();
+        this.firstLocalExpert = ep.rank() * numLocalExperts;
+        this.topK = topK;
+    }
 
     /**
      * Sends each dispatched (token, expert) pair's token to the rank of its expert.
@@ -19,7 +44,7 @@ interface TokenDispatcher {
      * @param routing the router's decision for those tokens
      * @return the rows for this rank's experts and the way back
      */
-    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing);
+    abstract Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing);
 
     /** The rows this rank's experts process, grouped by local expert, and how to return their outputs. */
     interface Dispatched {

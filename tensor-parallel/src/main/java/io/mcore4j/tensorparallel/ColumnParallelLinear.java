@@ -12,7 +12,6 @@ import io.mcore4j.parallel.Communicator;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Objects;
 
 /**
  * {@code y = x Aᵀ + b} with {@code A} split along its output dim: rank {@code r} of the
@@ -225,50 +224,18 @@ public final class ColumnParallelLinear implements ParallelLinear {
     }
 
     /** Options of a {@link ColumnParallelLinear}; {@link #manager} is required. */
-    public static final class Builder {
-        private final int inputSize;
-        private final int outputSize;
-        private final Communicator tp;
-        private boolean bias = true;
+    public static final class Builder extends ParallelLinearBuilder<Builder> {
         private boolean gatherOutput;
-        private boolean skipBiasAdd;
-        private boolean sequenceParallel;
         private boolean skipWeightAllocation;
-        private Initializer initializer;
-        private long seed = Initializers.DEFAULT_SEED;
-        private Initializer biasInitializer = Initializers.zeros();
         private int stride = 1;
-        private DataType dtype = DataType.FLOAT32;
-        private NDManager manager;
-        private String name = "column-parallel-linear";
 
         private Builder(int inputSize, int outputSize, Communicator tp) {
-            this.inputSize = inputSize;
-            this.outputSize = outputSize;
-            this.tp = Objects.requireNonNull(tp, "tp");
-        }
-
-        /** @param value whether the layer has a bias (default true) @return this */
-        public Builder bias(boolean value) {
-            this.bias = value;
-            return this;
+            super(inputSize, outputSize, tp, "column-parallel-linear");
         }
 
         /** @param value all-gather the output's last dim (default false) @return this */
         public Builder gatherOutput(boolean value) {
             this.gatherOutput = value;
-            return this;
-        }
-
-        /** @param value return the bias instead of adding it (default false) @return this */
-        public Builder skipBiasAdd(boolean value) {
-            this.skipBiasAdd = value;
-            return this;
-        }
-
-        /** @param value the input is split along the sequence (dim 0) and all-gathered first (default false) @return this */
-        public Builder sequenceParallel(boolean value) {
-            this.sequenceParallel = value;
             return this;
         }
 
@@ -282,56 +249,9 @@ public final class ColumnParallelLinear implements ParallelLinear {
             return this;
         }
 
-        /** @param value how the full weight is created (default: {@link #seed(long) per-layer normal(0.02)}) @return this */
-        public Builder initializer(Initializer value) {
-            this.initializer = Objects.requireNonNull(value, "initializer");
-            return this;
-        }
-
-        /**
-         * @param value the base seed of the default weight initializer,
-         *              {@link Initializers#normalForKey}{@code (name + ".weight", 0.02, seed)}: layers
-         *              with different {@link #name names} get different weights, identical at every
-         *              tensor-parallel size (default {@value Initializers#DEFAULT_SEED}, Megatron-LM's
-         *              {@code --seed}); ignored when an {@link #initializer} is given
-         * @return this
-         */
-        public Builder seed(long value) {
-            this.seed = value;
-            return this;
-        }
-
-        private Initializer weightInitializer() {
-            return initializer != null ? initializer : Initializers.normalForKey(name + ".weight", Initializers.DEFAULT_STD, seed);
-        }
-
-        /** @param value how the full bias is created (default zeros) @return this */
-        public Builder biasInitializer(Initializer value) {
-            this.biasInitializer = Objects.requireNonNull(value, "biasInitializer");
-            return this;
-        }
-
         /** @param value the strided partition's stride, e.g. 2 for a fused GLU weight (default 1) @return this */
         public Builder stride(int value) {
             this.stride = value;
-            return this;
-        }
-
-        /** @param value the parameters' dtype (default float32) @return this */
-        public Builder dtype(DataType value) {
-            this.dtype = LayerArguments.checkFloating(value);
-            return this;
-        }
-
-        /** @param value the manager that owns the parameters (required) @return this */
-        public Builder manager(NDManager value) {
-            this.manager = Objects.requireNonNull(value, "manager");
-            return this;
-        }
-
-        /** @param value the layer's name in messages @return this */
-        public Builder name(String value) {
-            this.name = Objects.requireNonNull(value, "name");
             return this;
         }
 
@@ -344,12 +264,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
          * @throws IllegalStateException if no manager was given
          */
         public ColumnParallelLinear build() {
-            if (manager == null) {
-                throw new IllegalStateException(name + ": manager(...) is required (it owns the parameters)");
-            }
-            if (inputSize < 1) {
-                throw new IllegalArgumentException(name + ": input size must be at least 1, got " + inputSize);
-            }
+            checkCommon("input size", inputSize);
             int perRank = LayerArguments.divide(outputSize, tp.size(), name + ": output size");
             if (stride < 1 || perRank % stride != 0) {
                 throw new IllegalArgumentException(name + ": stride " + stride + " does not divide the partition size "

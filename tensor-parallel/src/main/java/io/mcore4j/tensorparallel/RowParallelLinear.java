@@ -14,7 +14,6 @@ import io.mcore4j.parallel.Communicator;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Objects;
 
 /**
  * {@code y = x Aᵀ + b} with {@code A} split along its input dim: rank {@code r} of the
@@ -193,95 +192,16 @@ public final class RowParallelLinear implements ParallelLinear {
     }
 
     /** Options of a {@link RowParallelLinear}; {@link #manager} is required. */
-    public static final class Builder {
-        private final int inputSize;
-        private final int outputSize;
-        private final Communicator tp;
-        private boolean bias = true;
+    public static final class Builder extends ParallelLinearBuilder<Builder> {
         private boolean inputIsParallel = true;
-        private boolean skipBiasAdd;
-        private boolean sequenceParallel;
-        private Initializer initializer;
-        private long seed = Initializers.DEFAULT_SEED;
-        private Initializer biasInitializer = Initializers.zeros();
-        private DataType dtype = DataType.FLOAT32;
-        private NDManager manager;
-        private String name = "row-parallel-linear";
 
         private Builder(int inputSize, int outputSize, Communicator tp) {
-            this.inputSize = inputSize;
-            this.outputSize = outputSize;
-            this.tp = Objects.requireNonNull(tp, "tp");
-        }
-
-        /** @param value whether the layer has a bias (default true) @return this */
-        public Builder bias(boolean value) {
-            this.bias = value;
-            return this;
+            super(inputSize, outputSize, tp, "row-parallel-linear");
         }
 
         /** @param value the input arrives split along its last dim (default true); else it is scattered here @return this */
         public Builder inputIsParallel(boolean value) {
             this.inputIsParallel = value;
-            return this;
-        }
-
-        /** @param value return the bias instead of adding it (default false) @return this */
-        public Builder skipBiasAdd(boolean value) {
-            this.skipBiasAdd = value;
-            return this;
-        }
-
-        /** @param value reduce-scatter the output along the sequence (dim 0) instead of all-reducing (default false) @return this */
-        public Builder sequenceParallel(boolean value) {
-            this.sequenceParallel = value;
-            return this;
-        }
-
-        /** @param value how the full weight is created (default: {@link #seed(long) per-layer normal(0.02)}) @return this */
-        public Builder initializer(Initializer value) {
-            this.initializer = Objects.requireNonNull(value, "initializer");
-            return this;
-        }
-
-        /**
-         * @param value the base seed of the default weight initializer,
-         *              {@link Initializers#normalForKey}{@code (name + ".weight", 0.02, seed)}: layers
-         *              with different {@link #name names} get different weights, identical at every
-         *              tensor-parallel size (default {@value Initializers#DEFAULT_SEED}, Megatron-LM's
-         *              {@code --seed}); ignored when an {@link #initializer} is given
-         * @return this
-         */
-        public Builder seed(long value) {
-            this.seed = value;
-            return this;
-        }
-
-        private Initializer weightInitializer() {
-            return initializer != null ? initializer : Initializers.normalForKey(name + ".weight", Initializers.DEFAULT_STD, seed);
-        }
-
-        /** @param value how the bias is created, identically on every rank (default zeros) @return this */
-        public Builder biasInitializer(Initializer value) {
-            this.biasInitializer = Objects.requireNonNull(value, "biasInitializer");
-            return this;
-        }
-
-        /** @param value the parameters' dtype (default float32) @return this */
-        public Builder dtype(DataType value) {
-            this.dtype = LayerArguments.checkFloating(value);
-            return this;
-        }
-
-        /** @param value the manager that owns the parameters (required) @return this */
-        public Builder manager(NDManager value) {
-            this.manager = Objects.requireNonNull(value, "manager");
-            return this;
-        }
-
-        /** @param value the layer's name in messages @return this */
-        public Builder name(String value) {
-            this.name = Objects.requireNonNull(value, "name");
             return this;
         }
 
@@ -294,12 +214,7 @@ public final class RowParallelLinear implements ParallelLinear {
          * @throws IllegalStateException if no manager was given
          */
         public RowParallelLinear build() {
-            if (manager == null) {
-                throw new IllegalStateException(name + ": manager(...) is required (it owns the parameters)");
-            }
-            if (outputSize < 1) {
-                throw new IllegalArgumentException(name + ": output size must be at least 1, got " + outputSize);
-            }
+            checkCommon("output size", outputSize);
             LayerArguments.divide(inputSize, tp.size(), name + ": input size");
             if (sequenceParallel && !inputIsParallel) {
                 throw new IllegalArgumentException(name + ": sequence parallelism needs inputIsParallel(true)");

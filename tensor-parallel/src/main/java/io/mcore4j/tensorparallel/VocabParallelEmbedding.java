@@ -13,7 +13,6 @@ import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.Communicator;
 
 import java.util.List;
-import java.util.Objects;
 
 /**
  * A word embedding whose {@code [V, h]} table is split along the vocabulary: rank {@code r} of the
@@ -159,68 +158,14 @@ public final class VocabParallelEmbedding implements Module {
     }
 
     /** Options of a {@link VocabParallelEmbedding}; {@link #manager} is required. */
-    public static final class Builder {
+    public static final class Builder extends ParallelLayerBuilder<Builder> {
         private final int vocabSize;
         private final int hiddenSize;
-        private final Communicator tp;
-        private boolean sequenceParallel;
-        private Initializer initializer;
-        private long seed = Initializers.DEFAULT_SEED;
-        private DataType dtype = DataType.FLOAT32;
-        private NDManager manager;
-        private String name = "vocab-parallel-embedding";
 
         private Builder(int vocabSize, int hiddenSize, Communicator tp) {
+            super(tp, "vocab-parallel-embedding");
             this.vocabSize = vocabSize;
             this.hiddenSize = hiddenSize;
-            this.tp = Objects.requireNonNull(tp, "tp");
-        }
-
-        /** @param value reduce-scatter the output along the sequence (default false) @return this */
-        public Builder sequenceParallel(boolean value) {
-            this.sequenceParallel = value;
-            return this;
-        }
-
-        /** @param value how the full table is created (default: {@link #seed(long) per-layer normal(0.02)}) @return this */
-        public Builder initializer(Initializer value) {
-            this.initializer = Objects.requireNonNull(value, "initializer");
-            return this;
-        }
-
-        /**
-         * @param value the base seed of the default weight initializer,
-         *              {@link Initializers#normalForKey}{@code (name + ".weight", 0.02, seed)}: layers
-         *              with different {@link #name names} get different weights, identical at every
-         *              tensor-parallel size (default {@value Initializers#DEFAULT_SEED}, Megatron-LM's
-         *              {@code --seed}); ignored when an {@link #initializer} is given
-         * @return this
-         */
-        public Builder seed(long value) {
-            this.seed = value;
-            return this;
-        }
-
-        private Initializer weightInitializer() {
-            return initializer != null ? initializer : Initializers.normalForKey(name + ".weight", Initializers.DEFAULT_STD, seed);
-        }
-
-        /** @param value the weight's dtype (default float32) @return this */
-        public Builder dtype(DataType value) {
-            this.dtype = LayerArguments.checkFloating(value);
-            return this;
-        }
-
-        /** @param value the manager that owns the weight (required) @return this */
-        public Builder manager(NDManager value) {
-            this.manager = Objects.requireNonNull(value, "manager");
-            return this;
-        }
-
-        /** @param value the layer's name in messages @return this */
-        public Builder name(String value) {
-            this.name = Objects.requireNonNull(value, "name");
-            return this;
         }
 
         /**
@@ -232,12 +177,7 @@ public final class VocabParallelEmbedding implements Module {
          * @throws IllegalStateException if no manager was given
          */
         public VocabParallelEmbedding build() {
-            if (manager == null) {
-                throw new IllegalStateException(name + ": manager(...) is required (it owns the weight)");
-            }
-            if (hiddenSize < 1) {
-                throw new IllegalArgumentException(name + ": hidden size must be at least 1, got " + hiddenSize);
-            }
+            checkCommon("hidden size", hiddenSize);
             try {
                 Vocab.perRank(vocabSize, tp.size());
             } catch (IllegalArgumentException e) {

@@ -4,19 +4,16 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Module;
-import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
 
-import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 
 /**
  * A user's {@link Module} trained without pipelining: one chunk that reads every micro-batch and
  * returns its loss. Tensor and data parallelism work as the module's layers provide them.
  */
-public final class SingleStageModel implements TrainingModel {
+public final class SingleStageModel extends AbstractModule implements TrainingModel {
 
     /** The forward and loss of a user's module for one micro-batch. */
     @FunctionalInterface
@@ -29,7 +26,6 @@ public final class SingleStageModel implements TrainingModel {
         NDArray loss(AutogradScope scope, MicroBatch batch);
     }
 
-    private final Module module;
     private final LossFunction loss;
 
     /**
@@ -37,7 +33,7 @@ public final class SingleStageModel implements TrainingModel {
      * @param loss its forward and loss
      */
     public SingleStageModel(Module module, LossFunction loss) {
-        this.module = Objects.requireNonNull(module, "module");
+        registerModule("", Objects.requireNonNull(module, "module"));
         this.loss = Objects.requireNonNull(loss, "loss");
     }
 
@@ -57,21 +53,6 @@ public final class SingleStageModel implements TrainingModel {
     }
 
     @Override
-    public List<Parameter> parameters() {
-        return module.parameters();
-    }
-
-    @Override
-    public Map<String, Parameter> namedParameters(String prefix) {
-        return module.namedParameters(prefix);
-    }
-
-    @Override
-    public List<ShardedTensor> shardedState(String prefix) {
-        return module.shardedState(prefix);
-    }
-
-    @Override
     public Shape activationShape(int microBatchSize, int seqLength) {
         return new Shape(1);
     }
@@ -79,10 +60,5 @@ public final class SingleStageModel implements TrainingModel {
     @Override
     public DataType activationDtype() {
         return DataType.FLOAT32;
-    }
-
-    @Override
-    public void close() {
-        module.close();
     }
 }

@@ -7,8 +7,8 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.GradientReadyListener;
+import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
 
 import java.util.List;
 import java.util.Map;
@@ -17,9 +17,12 @@ import java.util.Map;
  * What a {@link TrainStep} trains: this rank's chunks of a model, one chunk without pipelining or
  * one per virtual pipeline stage. The step owns the order of the iteration; the model only computes.
  * {@link io.mcore4j.training.gpt.GptTrainingModel} is the GPT; {@link SingleStageModel} wraps any
- * {@link io.mcore4j.core.nn.Module} with a loss function when there is no pipelining.
+ * {@link Module} with a loss function when there is no pipelining. As a {@link Module} it lists this
+ * rank's parameters, every chunk's, in a stable order, under their layout-independent keys, and its
+ * pieces of the model state for a checkpoint; an implementation registers its chunks
+ * ({@link io.mcore4j.core.nn.AbstractModule}) rather than walking them.
  */
-public interface TrainingModel extends AutoCloseable {
+public interface TrainingModel extends Module {
 
     /** @return model chunks on this rank (the virtual pipeline size; 1 without interleaving) */
     int numChunks();
@@ -40,21 +43,6 @@ public interface TrainingModel extends AutoCloseable {
      * @return the unscaled scalar mean loss on the model's last chunk, the activation to send on elsewhere
      */
     NDArray forward(AutogradScope scope, int chunk, NDArray input, MicroBatch batch);
-
-    /** @return this rank's parameters, every chunk's, in a stable order */
-    List<Parameter> parameters();
-
-    /**
-     * @param prefix prepended to every key, e.g. {@code "model."}
-     * @return this rank's parameters under their layout-independent keys
-     */
-    Map<String, Parameter> namedParameters(String prefix);
-
-    /**
-     * @param prefix prepended to every key
-     * @return this rank's pieces of the model state for a checkpoint
-     */
-    List<ShardedTensor> shardedState(String prefix);
 
     /** @return parameters whose gradients are also summed over the embedding group (tied weights across stages) */
     default List<Parameter> sharedEmbeddingParameters() {
@@ -113,8 +101,4 @@ public interface TrainingModel extends AutoCloseable {
     default double flopsPerToken(int seqLength) {
         return Double.NaN;
     }
-
-    /** Releases the parameters. */
-    @Override
-    void close();
 }

@@ -9,8 +9,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
 import io.mcore4j.core.autograd.Cast;
-import io.mcore4j.core.nn.Module;
-import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.parallel.Communicator;
@@ -23,10 +22,7 @@ import io.mcore4j.tensorparallel.RowParallelLinear;
 import io.mcore4j.tensorparallel.VocabParallelCrossEntropy;
 import io.mcore4j.tensorparallel.VocabParallelEmbedding;
 
-import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 
 import org.junit.jupiter.api.Test;
 
@@ -38,36 +34,18 @@ import org.junit.jupiter.api.Test;
 class UserModelTrainingTest {
 
     // ---- a user's program starts here ----
-    /** A tiny tensor-parallel language model: embedding, MLP, vocab-parallel output. */
-    static final class TinyLm implements Module {
+    /** A tiny tensor-parallel language model: embedding, MLP, vocab-parallel output; its registered children give its parameters. */
+    static final class TinyLm extends AbstractModule {
         final VocabParallelEmbedding embedding;
         final ColumnParallelLinear fc1;
         final RowParallelLinear fc2;
         final ColumnParallelLinear head;
 
         TinyLm(Communicator tp, NDManager m, DataType dtype) {
-            embedding = VocabParallelEmbedding.builder(32, 16, tp).initializer(Initializers.normal(0.5, 1)).dtype(dtype).name("embedding").manager(m).build();
-            fc1 = ColumnParallelLinear.builder(16, 64, tp).initializer(Initializers.normal(0.2, 2)).dtype(dtype).name("fc1").manager(m).build();
-            fc2 = RowParallelLinear.builder(64, 16, tp).initializer(Initializers.normal(0.2, 3)).dtype(dtype).name("fc2").manager(m).build();
-            head = ColumnParallelLinear.builder(16, 32, tp).initializer(Initializers.normal(0.2, 4)).dtype(dtype).name("head").manager(m).build();
-        }
-
-        @Override
-        public List<Parameter> parameters() {
-            List<Parameter> all = new ArrayList<>(embedding.parameters());
-            all.addAll(fc1.parameters());
-            all.addAll(fc2.parameters());
-            all.addAll(head.parameters());
-            return all;
-        }
-
-        @Override
-        public Map<String, Parameter> namedParameters(String prefix) {
-            Map<String, Parameter> all = new LinkedHashMap<>(embedding.namedParameters(prefix + "embedding."));
-            all.putAll(fc1.namedParameters(prefix + "fc1."));
-            all.putAll(fc2.namedParameters(prefix + "fc2."));
-            all.putAll(head.namedParameters(prefix + "head."));
-            return all;
+            embedding = registerModule("embedding.", VocabParallelEmbedding.builder(32, 16, tp).initializer(Initializers.normal(0.5, 1)).dtype(dtype).name("embedding").manager(m).build());
+            fc1 = registerModule("fc1.", ColumnParallelLinear.builder(16, 64, tp).initializer(Initializers.normal(0.2, 2)).dtype(dtype).name("fc1").manager(m).build());
+            fc2 = registerModule("fc2.", RowParallelLinear.builder(64, 16, tp).initializer(Initializers.normal(0.2, 3)).dtype(dtype).name("fc2").manager(m).build());
+            head = registerModule("head.", ColumnParallelLinear.builder(16, 32, tp).initializer(Initializers.normal(0.2, 4)).dtype(dtype).name("head").manager(m).build());
         }
     }
 

@@ -142,7 +142,7 @@ public final class AutogradScope implements AutoCloseable {
     }
 
     /**
-     * Runs a block of one input in a frame: {@code body} gets a frame-owned view of {@code input}
+     * Runs a block of one input in a frame: {@code body} gets {@code input} lent to the frame
      * ({@link Frame#input}), and what it returns is all that outlives the block (besides what
      * recorded functions refer to).
      *
@@ -158,7 +158,7 @@ public final class AutogradScope implements AutoCloseable {
 
     /**
      * Runs a block in a frame; see {@link #frame(NDArray, UnaryOperator)}. The block should compute
-     * on {@link Frame#input} views of tensors it did not create, or its first results land outside
+     * on tensors it did not create through {@link Frame#input}, or its first results land outside
      * the frame.
      *
      * @param body the block

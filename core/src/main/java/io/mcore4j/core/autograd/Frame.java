@@ -23,9 +23,11 @@ import java.util.List;
  * end: as there, closing a handle never changes results (tensors that libtorch's autograd saved
  * stay alive through its own references) and memory is freed only where nothing else refers to it.
  *
- * <p>DJL gives an op's result the manager of its first operand, so a block should compute on
- * {@link #input} views of the tensors it receives: {@code x.add(y)} on the caller's {@code x}
- * would otherwise land in the caller's manager and outlive the block.
+ * <p>DJL gives an op's result the manager of its first operand, so a block should compute on the
+ * tensors it receives through {@link #input}, which lends them to the frame until it closes:
+ * {@code x.add(y)} on the caller's {@code x} would otherwise land in the caller's manager and
+ * outlive the block. Lending moves a handle between managers in Java only: a frame adds no native
+ * call to the block it frees.
  *
  * <p>Frames nest and must close innermost first, on the scope's thread (try-with-resources).
  * Most blocks use {@link AutogradScope#frame(NDArray, java.util.function.UnaryOperator)}.
@@ -36,6 +38,8 @@ public final class Frame implements AutoCloseable {
     private final NDManager manager;
     private final List<NDArray> referenced = new ArrayList<>();
     private final List<NDArray> kept = new ArrayList<>();
+    private final List<NDArray> borrowed = new ArrayList<>();
+    private final List<NDManager> lenders = new ArrayList<>();
     private boolean closed;
 
     Frame(AutogradScope scope, Frame parent, NDManager outer) {
@@ -45,17 +49,23 @@ public final class Frame implements AutoCloseable {
     }
 
     /**
-     * A view of {@code x} (same storage, same values, recorded by autograd as a view) owned by this
-     * frame, so that what the block computes from it lands in the frame.
+     * Lends {@code x} to this frame until it closes, so that what the block computes from it lands in
+     * the frame; on close {@code x} goes back to the manager it came from, open, whatever the block
+     * did with it. The block must not close {@code x} (nor {@link AutogradScope#release} it): it is
+     * still the caller's.
      *
      * @param x a tensor the block receives
-     * @return the view
+     * @return {@code x} itself
      */
     public NDArray input(NDArray x) {
         checkOpen();
-        NDArray view = x.reshape(x.getShape());
-        view.attach(manager);
-        return view;
+        NDManager lender = x.getManager();
+        if (lender != manager) {
+            borrowed.add(x);
+            lenders.add(lender);
+            x.attach(manager);
+        }
+        return x;
     }
 
     /**
@@ -97,6 +107,15 @@ public final class Frame implements AutoCloseable {
         }
         scope.exitFrame(this);
         closed = true;
+        // lent inputs go back first (innermost loan last in, first out), so that nothing below closes or moves them
+        for (int i = borrowed.size() - 1; i >= 0; i--) {
+            NDArray x = borrowed.get(i);
+            if (!x.isReleased() && x.getManager() == manager) {
+                x.attach(lenders.get(i));
+            }
+        }
+        borrowed.clear();
+        lenders.clear();
         NDManager outer = scope.manager();
         moveOut(kept, outer);
         moveOut(referenced, outer);

@@ -54,6 +54,27 @@ class FrameTest {
         }
     }
 
+    /** An input is lent, not copied or viewed: no native call, and it returns to its manager open, whatever the block returned. */
+    @Test
+    void anInputIsLentToTheFrameAndReturned() {
+        try (AutogradScope scope = AutogradScope.openNoGrad(root)) {
+            NDManager callers = scope.manager().newSubManager();
+            NDArray x = callers.create(new float[] {1, 2});
+            NDArray same = scope.frame(x, in -> {
+                assertSame(x, in, "the block gets the caller's tensor itself");
+                assertSame(scope.manager(), in.getManager(), "lent to the frame while it runs");
+                return in;
+            });
+            assertSame(x, same);
+            assertSame(callers, x.getManager(), "back with its manager");
+            assertFalse(x.isReleased());
+            NDArray y = scope.frame(x, in -> scope.frame(in, inner -> inner.add(inner)));
+            assertSame(callers, x.getManager(), "nested loans return in order");
+            assertArrayEquals(new float[] {2, 4}, y.toFloatArray(), 0f);
+            callers.close();
+        }
+    }
+
     @Test
     void framesNestAndTheInnerResultMovesOneLevelUp() {
         try (AutogradScope scope = AutogradScope.openNoGrad(root)) {

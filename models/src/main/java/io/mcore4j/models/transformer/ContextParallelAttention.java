@@ -58,28 +58,43 @@ final class ContextParallelAttention {
      * @throws IllegalArgumentException if {@code s/CP} is odd (the sequence cannot be split in 2·CP chunks)
      */
     NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
-        long local = query.getShape().get(0);
-        split.sequenceLength(local);
+        split.sequenceLength(query.getShape().get(0));
+        DataType dtype = DataTypes.of(query);
+        List<List<NDArray[]>> parts = new ArrayList<>();
+        // the exchanged keys and values, the query chunks and the views of them die with this frame;
+        // the blocks' outputs and log-sum-exps move out to be merged
+        try (Frame frame = scope.openFrame()) {
+            parts.addAll(attendBlocks(scope, frame.input(query), frame.input(key), frame.input(value)));
+            for (List<NDArray[]> chunk : parts) {
+                for (NDArray[] p : chunk) {
+                    frame.keep(p[0]);
+                    frame.keep(p[1]);
+                }
+            }
+        }
+        return scope.frame(() -> NDArrays.concat(new NDList(merge(scope, parts.get(0), dtype),
+                merge(scope, parts.get(1), dtype)), 0));
+    }
+
+    /** Every visible (query chunk, key chunk) block's {output, lse}, per local query chunk. */
+    private List<List<NDArray[]>> attendBlocks(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
         int n = cp.size();
         int rank = cp.rank();
         NDManager m = scope.manager();
         NDArray kv = NDArrays.concat(new NDList(key, value), -1);
         NDArray gathered = commType == CpCommType.ALL_GATHER ? ContextParallelMappings.allGatherSequence(scope, cp, kv) : null;
         long[] queryChunks = {rank, 2L * n - 1 - rank};
-        NDArray[] queries = {Tensors.chunk(query, 0, 2, 0), Tensors.chunk(query, 0, 2, 1)};
-        for (NDArray q : queries) {
-            q.attach(m);
-        }
+        NDArray[] queries = {Tensors.own(Tensors.chunk(query, 0, 2, 0), m), Tensors.own(Tensors.chunk(query, 0, 2, 1), m)};
         List<List<NDArray[]>> parts = List.of(new ArrayList<>(), new ArrayList<>());
         NDArray block = kv;
         for (int step = 0; step < n; step++) {
             int source = Math.floorMod(rank - step, n);
             if (gathered != null) {
-                block = Tensors.chunk(gathered, 0, n, source);
-                block.attach(m);
+                block = Tensors.own(Tensors.chunk(gathered, 0, n, source), m);
             } else if (step > 0) {
                 NDArray previous = block;
                 block = ContextParallelMappings.ringShift(scope, cp, previous);
+                // the ring holds one block at a time: the one passed on is dead unless its shift's backward refers to it
                 if (previous != kv) {
                     scope.release(previous);
                 }
@@ -92,27 +107,13 @@ final class ContextParallelAttention {
                         continue;
                     }
                     if (keyValue == null) {
-                        keyValue = Tensors.chunk(block, 0, 2, ki);
-                        keyValue.attach(m);
+                        keyValue = Tensors.own(Tensors.chunk(block, 0, 2, ki), m);
                     }
                     parts.get(qi).add(attend(scope, queries[qi], keyValue, keyChunks[ki] == queryChunks[qi]));
                 }
-                scope.release(keyValue);
-            }
-            if (gathered != null) {
-                scope.release(block);
             }
         }
-        if (block != kv) {
-            scope.release(block);
-        }
-        scope.release(kv, gathered, queries[0], queries[1]);
-        DataType dtype = DataTypes.of(query);
-        NDArray first = merge(scope, parts.get(0), dtype);
-        NDArray second = merge(scope, parts.get(1), dtype);
-        NDArray context = NDArrays.concat(new NDList(first, second), 0);
-        scope.release(first, second);
-        return context;
+        return parts;
     }
 
     /**
@@ -172,38 +173,23 @@ final class ContextParallelAttention {
         long b = first.getShape().get(1);
         long np = first.getShape().get(2);
         long d = first.getShape().get(3);
-        NDArray merged;
         if (parts.size() == 1) {
-            merged = first;
-        } else {
-            NDList lses = new NDList();
-            for (NDArray[] p : parts) {
-                lses.add(p[1]);
-            }
-            NDArray stacked = NDArrays.stack(lses, 0);
-            NDArray max = stacked.max(new int[] {0}, true).stopGradient();
-            max.attach(m);
-            NDArray total = stacked.sub(max).exp().sum(new int[] {0}).log().add(max.squeeze(0));
-            NDArray sum = null;
-            for (NDArray[] p : parts) {
-                NDArray weight = p[1].sub(total).exp();
-                NDArray out32 = Cast.apply(scope, p[0], DataType.FLOAT32);
-                NDArray term = out32.mul(weight);
-                NDArray next = sum == null ? term : sum.add(term);
-                scope.release(weight, out32 == p[0] ? null : out32, sum, next == term ? null : term);
-                sum = next;
-            }
-            scope.release(stacked, max, total);
-            merged = Cast.apply(scope, sum, dtype);
-            if (merged != sum) {
-                scope.release(sum);
-            }
+            return Tensors.own(first.reshape(c, b, np * d), m);
         }
-        NDArray context = merged.reshape(c, b, np * d);
+        NDList lses = new NDList();
         for (NDArray[] p : parts) {
-            scope.release(p[0] == merged ? null : p[0], p[1]);
+            lses.add(p[1]);
         }
-        scope.release(merged);
-        return context;
+        NDArray stacked = Tensors.own(NDArrays.stack(lses, 0), m);
+        NDArray max = Tensors.own(stacked.max(new int[] {0}, true).stopGradient(), m);
+        NDArray total = stacked.sub(max).exp().sum(new int[] {0}).log().add(max.squeeze(0));
+        NDArray sum = null;
+        for (NDArray[] p : parts) {
+            NDArray weight = Tensors.own(p[1].sub(total), m).exp();
+            // a float32 output casts to itself: the product must still land in this frame
+            NDArray term = Tensors.own(Cast.apply(scope, p[0], DataType.FLOAT32).mul(weight), m);
+            sum = sum == null ? term : sum.add(term);
+        }
+        return Cast.apply(scope, sum, dtype).reshape(c, b, np * d);
     }
 }

@@ -1,5 +1,8 @@
 package io.mcore4j.models.transformer;
 
+import ai.djl.ndarray.NDArray;
+import io.mcore4j.core.autograd.AutogradScope;
+
 /**
  * What a forward pass needs to continue sequences whose earlier tokens have already run (Megatron-Core's
  * {@code InferenceContext}): where the pass's tokens sit in their sequences, and per layer the
@@ -27,4 +30,19 @@ public interface InferenceContext {
      * @return its cache, never null
      */
     KeyValueCache keyValueCache(int layerNumber);
+
+    /**
+     * Runs one whole layer of the pass, when this context can do it in fewer native calls than the layer's
+     * op-by-op path (a fused kernel over the layer's own parameters and its cache: generation is bound by the
+     * host's per-op cost), with the same result up to floating-point rounding.
+     *
+     * @param scope the pass's (no-grad) scope; owns the result
+     * @param layer the layer, whose parameters the kernel reads
+     * @param hidden the layer's input [s, b, h]
+     * @return the layer's output [s, b, h], or null to have the layer run op by op with
+     *     {@link #keyValueCache(int)}; this default always returns null
+     */
+    default NDArray forwardLayer(AutogradScope scope, TransformerLayer layer, NDArray hidden) {
+        return null;
+    }
 }

@@ -47,7 +47,7 @@ public final class RotaryEmbedding {
     private final TorchScriptModule module;
     private final NDManager tableOwner;
     /** cos, sin and -sin of positions 0..s-1 per (s, dtype) training passes asked for. */
-    private final Map<String, NDArray[]> keptTables = new HashMap<>();
+    private final Map<String, NDArray[]> tablesByLength = new HashMap<>();
 
     /**
      * @param headDim channels per head
@@ -172,7 +172,7 @@ public final class RotaryEmbedding {
         long s = query.getShape().get(0);
         NDArray[] tables;
         if (positions == null) {
-            tables = tables(s, DataTypes.of(query));
+            tables = keptTables(s, DataTypes.of(query));
         } else {
             if (positions.length != s) {
                 throw new IllegalArgumentException(positions.length + " positions for a sequence of " + s + " tokens");
@@ -192,8 +192,8 @@ public final class RotaryEmbedding {
      * The kept tables of positions 0..s-1 in {@code dtype}, made on first use (a pass in flight may
      * still hold the tables of another length, so none is dropped before the instance's owner closes).
      */
-    private NDArray[] tables(long s, DataType dtype) {
-        return keptTables.computeIfAbsent(s + "/" + dtype, key -> {
+    private NDArray[] keptTables(long s, DataType dtype) {
+        return tablesByLength.computeIfAbsent(s + "/" + dtype, key -> {
             try (NDManager temp = tableOwner.newSubManager()) {
                 NDArray[] made = cosSin(temp, temp.arange(0, (int) s, 1, DataType.FLOAT64), s, dtype);
                 NDArray[] tables = {made[0], made[1], made[1].neg()};
@@ -268,6 +268,26 @@ public final class RotaryEmbedding {
     public NDArray[] apply(NDManager manager, NDArray query, NDArray key, long offset) {
         long s = query.getShape().get(0);
         return rotateBoth(manager, query, key, manager.arange((int) offset, (int) (offset + s), 1, DataType.FLOAT64));
+    }
+
+    /**
+     * The cos and sin factors of positions {@code 0..positions-1}, [positions, rotaryDims] in {@code dtype}:
+     * row {@code p} is what {@link #apply} multiplies a token at position {@code p} by. A generator computes
+     * them once and indexes them by position instead of rebuilding them in every layer and step.
+     *
+     * @param manager owner of the tables and temporaries
+     * @param positions number of positions
+     * @param dtype the dtype of the queries and keys they will rotate
+     * @return {cos, sin}
+     */
+    public NDArray[] tables(NDManager manager, int positions, DataType dtype) {
+        NDArray[] cosSin = cosSin(manager, manager.arange(0, positions, 1, DataType.FLOAT64), positions, dtype);
+        return new NDArray[] {cosSin[0].reshape(positions, rotaryDims), cosSin[1].reshape(positions, rotaryDims)};
+    }
+
+    /** @return the number of leading channels of each head that rotate */
+    public int rotaryDims() {
+        return rotaryDims;
     }
 
     /** Rotates both by the positions {@code at} [s] (float64). */

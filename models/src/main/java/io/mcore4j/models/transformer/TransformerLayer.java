@@ -117,7 +117,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      */
     public NDArray forward(AutogradScope scope, NDArray x, InferenceContext inference) {
         if (inference != null) {
-            return compute(scope, x, inference);
+            NDArray fused = inference.forwardLayer(scope, this, x);
+            return fused != null ? fused : compute(scope, x, inference);
         }
         // recompute saves activations for backward, so it follows grad mode; the dropout inside
         // follows training, which the recomputed runs inherit from this scope
@@ -138,7 +139,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     private NDArray compute(AutogradScope scope, NDArray x, InferenceContext inference) {
         double p = ctx.config().hiddenDropout();
         return scope.frame(() -> {
-            // the residual add of the first half would land in the caller's manager: it computes on a view
+            // the residual add of the first half would land in the caller's manager: x is lent to the frame
             NDArray h = scope.frame(x, r -> r.add(Dropout.apply(scope,
                     attend(scope, inputNorm.forward(scope, r), inference), p, ctx.hiddenDropout())));
             return scope.frame(() -> {

@@ -7,6 +7,7 @@ import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
+import io.mcore4j.parallel.launch.LaunchedBackend;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.parallel.rendezvous.JobToken;
 import io.mcore4j.parallel.rendezvous.RendezvousStore;
@@ -76,7 +77,7 @@ import org.slf4j.LoggerFactory;
  * made, and a device manager for its own temporaries; {@link #close()} releases them. Loading this
  * class loads no CUDA library; {@link #connect} does.
  */
-public final class NcclBackend implements Backend {
+public final class NcclBackend extends LaunchedBackend {
     /** Default timeout of every blocking call and of connecting. */
     public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(60);
     /** Default largest transfer per NCCL call (1 GiB). */
@@ -87,8 +88,6 @@ public final class NcclBackend implements Backend {
     private static final long CLOSE_WAIT_MS = 10_000;
     private static final Logger LOG = LoggerFactory.getLogger(NcclBackend.class);
 
-    private final LaunchEnvironment env;
-    private final Duration timeout;
     private final long chunkBytes;
     private final Device device;
     private final RendezvousStore rendezvous;
@@ -96,15 +95,12 @@ public final class NcclBackend implements Backend {
     private final NDManager manager;
     private final String ncclVersion;
     private final List<NcclCommunicator> communicators = new ArrayList<>();
-    private final Map<String, Integer> instances = new HashMap<>();
     private final NcclWatchdog watchdog;
     private final Communicator world;
-    private boolean closed;
 
     private NcclBackend(LaunchEnvironment env, Duration timeout, long chunkBytes, RendezvousStore rendezvous,
                         NDManager manager, String ncclVersion) {
-        this.env = env;
-        this.timeout = timeout;
+        super(env, timeout, "NCCL");
         this.chunkBytes = chunkBytes;
         this.device = Device.gpu(env.localRank());
         this.rendezvous = rendezvous;
@@ -235,19 +231,9 @@ public final class NcclBackend implements Backend {
         }
     }
 
-    @Override
-    public int worldRank() {
-        return env.rank();
-    }
-
-    @Override
-    public int worldSize() {
-        return env.worldSize();
-    }
-
     /** @return the CUDA device index of this process (its {@code LOCAL_RANK}) */
     public int deviceIndex() {
-        return env.localRank();
+        return environment().localRank();
     }
 
     /** @return the DJL device every tensor given to this backend's communicators must be on */
@@ -258,11 +244,6 @@ public final class NcclBackend implements Backend {
     /** @return the NCCL library version in use, e.g. {@code 2.28.3} */
     public String ncclVersion() {
         return ncclVersion;
-    }
-
-    /** @return the timeout of every blocking call */
-    public Duration timeout() {
-        return timeout;
     }
 
     /**
@@ -301,22 +282,18 @@ public final class NcclBackend implements Backend {
 
     /** {@link #communicator(ProcessGroup)} with its own chunk size (the GPU check uses tiny chunks). */
     synchronized Communicator communicator(ProcessGroup group, long groupChunkBytes) {
-        if (closed) {
-            throw new IllegalStateException("the NCCL backend of rank " + env.rank() + " is closed");
-        }
-        group.checkPlacement(env.rank(), env.worldSize());
-        int instance = instances.merge(group.key(), 1, Integer::sum) - 1;
+        int instance = nextInstance(group);
         return create(group, "nccl/" + group.key() + (instance == 0 ? "" : "#" + instance), groupChunkBytes);
     }
 
     private NcclCommunicator create(ProcessGroup group, String key, long groupChunkBytes) {
         NcclComm comm = null;
         if (group.size() > 1) {
-            UniqueId id = CommIdExchange.exchange(store, key, group, NcclComm::newUniqueId, timeout);
-            comm = NcclComm.init(group, id, deviceIndex(), timeout);
+            UniqueId id = CommIdExchange.exchange(store, key, group, NcclComm::newUniqueId, timeout());
+            comm = NcclComm.init(group, id, deviceIndex(), timeout());
             watchdog.watch(comm);
         }
-        NcclCommunicator c = new NcclCommunicator(group, comm, device, timeout, groupChunkBytes, manager.newSubManager(device));
+        NcclCommunicator c = new NcclCommunicator(group, comm, device, timeout(), groupChunkBytes, manager.newSubManager(device));
         communicators.add(c);
         return c;
     }
@@ -328,10 +305,9 @@ public final class NcclBackend implements Backend {
      */
     @Override
     public synchronized void close() {
-        if (closed) {
+        if (!markClosed()) {
             return;
         }
-        closed = true;
         watchdog.close();
         RuntimeException failure = null;
         for (int i = communicators.size() - 1; i >= 0; i--) {
@@ -345,13 +321,13 @@ public final class NcclBackend implements Backend {
         try {
             store.add(CLOSING_KEY, 1);
             if (rendezvous.hostsServer()) {
-                long deadline = System.nanoTime() + Math.min(timeout.toMillis(), CLOSE_WAIT_MS) * 1_000_000;
-                while (store.add(CLOSING_KEY, 0) < env.worldSize() && System.nanoTime() < deadline) {
+                long deadline = System.nanoTime() + Math.min(timeout().toMillis(), CLOSE_WAIT_MS) * 1_000_000;
+                while (store.add(CLOSING_KEY, 0) < worldSize() && System.nanoTime() < deadline) {
                     Thread.sleep(10);
                 }
             }
         } catch (StoreException e) {
-            LOG.debug("rank {}: the store failed while closing: {}", env.rank(), e.getMessage());
+            LOG.debug("rank {}: the store failed while closing: {}", worldRank(), e.getMessage());
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
@@ -364,7 +340,7 @@ public final class NcclBackend implements Backend {
     /** @return e.g. {@code NcclBackend[rank 1 of 4, gpu(1), NCCL 2.28.3, store 127.0.0.1:29501]} */
     @Override
     public String toString() {
-        return "NcclBackend[rank " + env.rank() + " of " + env.worldSize() + ", " + device + ", NCCL " + ncclVersion
+        return "NcclBackend[rank " + worldRank() + " of " + worldSize() + ", " + device + ", NCCL " + ncclVersion
                 + ", store " + store.address() + "]";
     }
 }

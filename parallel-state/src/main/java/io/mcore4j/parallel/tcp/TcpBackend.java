@@ -4,6 +4,7 @@ import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
+import io.mcore4j.parallel.launch.LaunchedBackend;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.parallel.rendezvous.JobToken;
 import io.mcore4j.parallel.rendezvous.RendezvousStore;
@@ -53,7 +54,7 @@ import org.slf4j.LoggerFactory;
  * every communicator it made; {@link #close()} releases them. The store stays usable
  * ({@link #store()}) until rank 0 closes its backend.
  */
-public final class TcpBackend implements Backend {
+public final class TcpBackend extends LaunchedBackend {
     /** Default timeout of every blocking call and of connecting. */
     public static final Duration DEFAULT_TIMEOUT = Duration.ofSeconds(60);
 
@@ -65,17 +66,13 @@ public final class TcpBackend implements Backend {
     private static final String ALL_CONNECTED_KEY = "mcore4j/all-connected";
     private static final Logger LOG = LoggerFactory.getLogger(TcpBackend.class);
 
-    private final LaunchEnvironment env;
-    private final Duration timeout;
     private final RendezvousStore rendezvous;
     private final PeerMesh mesh;
-    private final Map<String, Integer> instances = new HashMap<>();
+    private final Object failureLock = new Object();
     private volatile CommunicationException firstFailure;
-    private boolean closed;
 
     private TcpBackend(LaunchEnvironment env, Duration timeout, RendezvousStore rendezvous, PeerMesh mesh) {
-        this.env = env;
-        this.timeout = timeout;
+        super(env, timeout, "TCP");
         this.rendezvous = rendezvous;
         this.mesh = mesh;
     }
@@ -227,26 +224,6 @@ public final class TcpBackend implements Backend {
         }
     }
 
-    @Override
-    public int worldRank() {
-        return env.rank();
-    }
-
-    @Override
-    public int worldSize() {
-        return env.worldSize();
-    }
-
-    /** @return the launch environment this backend connected with */
-    public LaunchEnvironment environment() {
-        return env;
-    }
-
-    /** @return the timeout of every blocking call */
-    public Duration timeout() {
-        return timeout;
-    }
-
     /**
      * The rendezvous store client of this rank, for job-wide metadata. Keys starting with
      * {@code mcore4j/} are reserved.
@@ -268,16 +245,12 @@ public final class TcpBackend implements Backend {
      */
     @Override
     public synchronized Communicator communicator(ProcessGroup group) {
-        if (closed) {
-            throw new IllegalStateException("the TCP backend of rank " + env.rank() + " is closed");
-        }
-        group.checkPlacement(env.rank(), env.worldSize());
-        int instance = instances.merge(group.key(), 1, Integer::sum) - 1;
-        return new TcpCommunicator(group, group.key() + "#" + instance, mesh, timeout, this::recordFailure);
+        int instance = nextInstance(group);
+        return new TcpCommunicator(group, group.key() + "#" + instance, mesh, timeout(), this::recordFailure);
     }
 
     private void recordFailure(CommunicationException e) {
-        synchronized (instances) {
+        synchronized (failureLock) {
             if (firstFailure == null) {
                 firstFailure = e;
             }
@@ -292,13 +265,12 @@ public final class TcpBackend implements Backend {
      */
     @Override
     public synchronized void close() {
-        if (closed) {
+        if (!markClosed()) {
             return;
         }
-        closed = true;
         CommunicationException failure = firstFailure;
         if (failure == null) {
-            mesh.close(Math.min(timeout.toMillis(), CLOSE_WAIT_MS));
+            mesh.close(Math.min(timeout().toMillis(), CLOSE_WAIT_MS));
         } else {
             mesh.closeAfterFailure(failure.getMessage(), failure.ranks(), FAILED_CLOSE_SEND_MS);
         }
@@ -308,6 +280,6 @@ public final class TcpBackend implements Backend {
     /** @return e.g. {@code TcpBackend[rank 1 of 4, store 127.0.0.1:29500]} */
     @Override
     public String toString() {
-        return "TcpBackend[rank " + env.rank() + " of " + env.worldSize() + ", store " + rendezvous.client().address() + "]";
+        return "TcpBackend[rank " + worldRank() + " of " + worldSize() + ", store " + rendezvous.client().address() + "]";
     }
 }

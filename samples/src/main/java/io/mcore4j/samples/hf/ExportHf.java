@@ -2,6 +2,7 @@ package io.mcore4j.samples.hf;
 
 import com.google.gson.JsonParser;
 import io.mcore4j.checkpoint.CheckpointManager;
+import io.mcore4j.checkpoint.CommonState;
 import io.mcore4j.checkpoint.DistCheckpointing;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StrictMode;
@@ -21,7 +22,6 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
-import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.Callable;
 
@@ -71,16 +71,16 @@ public final class ExportHf implements Callable<Integer> {
         HfDtype type = HfDtype.parse(dtype);
         Path checkpoint = new CheckpointManager(load, 1).latest().orElse(load);
         HfConfig hf;
-        Map<String, Object> common = DistCheckpointing.loadCommon(checkpoint);
+        CommonState common = DistCheckpointing.loadCommonState(checkpoint);
         int padded = paddedVocab > 0 ? paddedVocab
-                : common.get("padded_vocab_size") instanceof Number n ? n.intValue() : 0;
+                : common.contains("padded_vocab_size") ? common.getInt("padded_vocab_size") : 0;
         if (hfConfigDir != null) {
             hf = HfConfig.read(hfConfigDir, Set.of());
         } else {
-            Object json = common.get("hf_config");
-            if (!(json instanceof String text)) {
+            if (!common.contains("hf_config")) {
                 throw new IllegalArgumentException(checkpoint + " holds no hf_config (not written by convert-hf): pass --hf-config DIR");
             }
+            String text = common.getString("hf_config");
             hf = HfConfig.parse(checkpoint + " hf_config", JsonParser.parseString(text).getAsJsonObject(), Set.of());
         }
         TransformerConfig config = layout.modelConfig(hf, padded);

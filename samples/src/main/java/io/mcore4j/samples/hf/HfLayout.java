@@ -13,8 +13,9 @@ import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
-import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.samples.launch.LaunchedRank;
+import io.mcore4j.samples.launch.ParallelLayoutOptions;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.time.Duration;
@@ -27,20 +28,8 @@ import java.util.List;
  * mpirun (on its GPU when one is visible).
  */
 final class HfLayout {
-    @Option(names = "--nproc", description = "in-JVM ranks when not launched by torchrun/srun/mpirun (default: ${DEFAULT-VALUE})")
-    int nproc = 1;
-
-    @Option(names = "--tensor-model-parallel-size", description = "TP size (default: ${DEFAULT-VALUE})")
-    int tensorParallel = 1;
-
-    @Option(names = "--pipeline-model-parallel-size", description = "PP size (default: ${DEFAULT-VALUE})")
-    int pipelineParallel = 1;
-
-    @Option(names = "--num-layers-per-virtual-pipeline-stage", description = "interleaved schedule's chunk size (0 = not interleaved)")
-    int layersPerVirtualStage;
-
-    @Option(names = "--expert-model-parallel-size", description = "EP size (default: ${DEFAULT-VALUE})")
-    int expertParallel = 1;
+    @Mixin
+    final ParallelLayoutOptions layout = new ParallelLayoutOptions();
 
     @Option(names = "--make-vocab-size-divisible-by", description = "vocabulary padding divisor, times TP (default: ${DEFAULT-VALUE})")
     int vocabDivisor = 128;
@@ -64,20 +53,19 @@ final class HfLayout {
     TransformerConfig modelConfig(HfConfig hf, int paddedVocab) {
         DataType dtype = fp16 ? DataType.FLOAT16 : DataType.FLOAT32;
         return paddedVocab > 0 ? hf.transformerConfigPaddedTo(paddedVocab, dtype)
-                : hf.transformerConfig(vocabDivisor, tensorParallel, dtype);
+                : hf.transformerConfig(vocabDivisor, layout.tensorParallel(), dtype);
     }
 
     /** Builds this rank's chunks of {@code config} on every rank and runs {@code task}; returns rank 0's result. */
     <T> T run(TransformerConfig config, RankTask<T> task) throws Exception {
         Mcore4j.ensureInitialized();
         Duration timeout = Duration.ofSeconds(timeoutSeconds);
-        boolean launched = System.getenv("RANK") != null || System.getenv("SLURM_PROCID") != null
-                || System.getenv("OMPI_COMM_WORLD_RANK") != null;
-        int world = launched ? LaunchEnvironment.fromSystem().worldSize() : nproc;
-        int vp = layersPerVirtualStage > 0 ? config.numLayers() / (pipelineParallel * layersPerVirtualStage) : 1;
-        ParallelDims dims = ParallelDims.builder(world).tensorParallel(tensorParallel).pipelineParallel(pipelineParallel)
-                .virtualPipelineParallel(vp).expertParallel(expertParallel).build();
-        config.validate(dims, layersPerVirtualStage);
+        boolean launched = ParallelLayoutOptions.launched();
+        int world = layout.worldSize();
+        ParallelDims dims = ParallelDims.builder(world).tensorParallel(layout.tensorParallel())
+                .pipelineParallel(layout.pipelineParallel()).virtualPipelineParallel(layout.virtualStages(config.numLayers()))
+                .expertParallel(layout.expertParallel()).build();
+        config.validate(dims, layout.layersPerVirtualStage());
         if (launched) {
             LaunchedRank rank = LaunchedRank.connect(timeout);
             try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {

@@ -10,12 +10,14 @@ import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.samples.launch.ParallelLayoutOptions;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.Vocab;
 import io.mcore4j.training.CheckpointConfig;
 import io.mcore4j.training.TrainingConfig;
 import io.mcore4j.training.gpt.GptTrainingSetup;
 import picocli.CommandLine;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.nio.file.Path;
@@ -33,11 +35,29 @@ import java.util.Set;
 @CommandLine.Command(sortOptions = false)
 public final class PretrainArgs {
 
-    /** Megatron's {@code --lr-decay-style} values. */
-    public enum DecayStyle { constant, linear, cosine, inverse_square_root }
+    /** Megatron's {@code --lr-decay-style} values and the schedule style each selects. */
+    public enum DecayStyle {
+        constant(LearningRateSchedule.Style.CONSTANT), linear(LearningRateSchedule.Style.LINEAR),
+        cosine(LearningRateSchedule.Style.COSINE), inverse_square_root(LearningRateSchedule.Style.INVERSE_SQUARE_ROOT);
 
-    /** Megatron's {@code --recompute-granularity} values, plus {@code none}. */
-    public enum RecomputeGranularity { none, selective, full }
+        private final LearningRateSchedule.Style style;
+
+        DecayStyle(LearningRateSchedule.Style style) {
+            this.style = style;
+        }
+    }
+
+    /** Megatron's {@code --recompute-granularity} values, plus {@code none}, and the model's setting for each. */
+    public enum RecomputeGranularity {
+        none(TransformerConfig.Recompute.NONE), selective(TransformerConfig.Recompute.SELECTIVE),
+        full(TransformerConfig.Recompute.FULL);
+
+        private final TransformerConfig.Recompute recompute;
+
+        RecomputeGranularity(TransformerConfig.Recompute recompute) {
+            this.recompute = recompute;
+        }
+    }
 
     /** Megatron's {@code --normalization} values. */
     public enum NormalizationKind { LayerNorm, RMSNorm }
@@ -48,25 +68,26 @@ public final class PretrainArgs {
     /** Megatron's {@code --moe-token-dispatcher-type} values. */
     public enum DispatcherKind { allgather, alltoall }
 
-    /** Megatron's {@code --attention-backend} values. */
-    public enum AttentionKind { auto, flash, fused, unfused, local }
+    /** Megatron's {@code --attention-backend} values and the backend each selects. */
+    public enum AttentionKind {
+        auto(AttentionBackend.AUTO), flash(AttentionBackend.FLASH), fused(AttentionBackend.FUSED),
+        unfused(AttentionBackend.UNFUSED), local(AttentionBackend.LOCAL);
+
+        private final AttentionBackend backend;
+
+        AttentionKind(AttentionBackend backend) {
+            this.backend = backend;
+        }
+    }
 
     /** Megatron's {@code --optimizer} values ({@code adam} is Adam with decoupled weight decay, as in Megatron). */
     public enum OptimizerKind { adam, sgd }
 
     // ranks and parallelism
-    @Option(names = "--nproc", description = "Ranks as threads of this JVM, on the CPU (ignored under a launcher). Default: ${DEFAULT-VALUE}.")
-    int nproc = 1;
-    @Option(names = "--tensor-model-parallel-size", description = "Default: ${DEFAULT-VALUE}.")
-    int tensorParallel = 1;
-    @Option(names = "--pipeline-model-parallel-size", description = "Default: ${DEFAULT-VALUE}.")
-    int pipelineParallel = 1;
-    @Option(names = "--num-layers-per-virtual-pipeline-stage", description = "Interleaved pipelining: layers per model chunk (0: not interleaved). Default: ${DEFAULT-VALUE}.")
-    int layersPerVirtualStage = 0;
+    @Mixin
+    final ParallelLayoutOptions layout = new ParallelLayoutOptions();
     @Option(names = "--sequence-parallel", description = "Split norms, dropout and residuals along the sequence over the tensor-parallel group.")
     boolean sequenceParallel;
-    @Option(names = "--expert-model-parallel-size", description = "Default: ${DEFAULT-VALUE}.")
-    int expertParallel = 1;
     @Option(names = "--context-parallel-size", description = "Split each sequence over this many ranks (2 x size chunks,"
             + " load-balanced for causal attention). Default: ${DEFAULT-VALUE}.")
     int contextParallel = 1;
@@ -253,7 +274,7 @@ public final class PretrainArgs {
 
     /** @return --tensor-model-parallel-size x --context-parallel-size x --pipeline-model-parallel-size */
     public int modelParallelSize() {
-        return tensorParallel * contextParallel * pipelineParallel;
+        return layout.tensorParallel() * contextParallel * layout.pipelineParallel();
     }
 
     /** @return --seq-length */
@@ -291,10 +312,10 @@ public final class PretrainArgs {
      * @throws IllegalArgumentException naming the flag and the value that is wrong
      */
     public GptTrainingSetup setup() {
-        positive("--nproc", nproc);
-        positive("--tensor-model-parallel-size", tensorParallel);
-        positive("--pipeline-model-parallel-size", pipelineParallel);
-        positive("--expert-model-parallel-size", expertParallel);
+        positive("--nproc", layout.nproc());
+        positive("--tensor-model-parallel-size", layout.tensorParallel());
+        positive("--pipeline-model-parallel-size", layout.pipelineParallel());
+        positive("--expert-model-parallel-size", layout.expertParallel());
         positive("--context-parallel-size", contextParallel);
         positive("--num-layers", numLayers);
         positive("--hidden-size", hiddenSize);
@@ -313,7 +334,7 @@ public final class PretrainArgs {
         atLeastZero("--num-query-groups", numQueryGroups);
         atLeastZero("--ffn-hidden-size", ffnHiddenSize);
         atLeastZero("--max-position-embeddings", maxPositionEmbeddings);
-        atLeastZero("--num-layers-per-virtual-pipeline-stage", layersPerVirtualStage);
+        atLeastZero("--num-layers-per-virtual-pipeline-stage", layout.layersPerVirtualStage());
         atLeastZero("--train-iters", trainIters);
         atLeastZero("--lr-warmup-iters", lrWarmupIters);
         atLeastZero("--lr-decay-iters", lrDecayIters);
@@ -327,8 +348,8 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("give exactly one of --data-path, --mock-data and --corpus-from-sources (got "
                     + sources + ")");
         }
-        if (numExperts == 0 && expertParallel > 1) {
-            throw new IllegalArgumentException("--expert-model-parallel-size " + expertParallel + " needs --num-experts");
+        if (numExperts == 0 && layout.expertParallel() > 1) {
+            throw new IllegalArgumentException("--expert-model-parallel-size " + layout.expertParallel() + " needs --num-experts");
         }
         if (overrideScheduler && useCheckpointScheduler) {
             throw new IllegalArgumentException("--override-opt-param-scheduler and --use-checkpoint-opt_param-scheduler"
@@ -346,13 +367,13 @@ public final class PretrainArgs {
                     + " asks for more than " + (Integer.MAX_VALUE - 1) + " training samples (the sample index holds at most that)");
         }
         int virtualStages = 1;
-        if (layersPerVirtualStage > 0) {
-            if (pipelineParallel < 2 || numLayers % (pipelineParallel * layersPerVirtualStage) != 0) {
-                throw new IllegalArgumentException("--num-layers-per-virtual-pipeline-stage " + layersPerVirtualStage
+        if (layout.layersPerVirtualStage() > 0) {
+            if (layout.pipelineParallel() < 2 || numLayers % (layout.pipelineParallel() * layout.layersPerVirtualStage()) != 0) {
+                throw new IllegalArgumentException("--num-layers-per-virtual-pipeline-stage " + layout.layersPerVirtualStage()
                         + " needs --pipeline-model-parallel-size >= 2 and --num-layers " + numLayers
-                        + " divisible by it x --pipeline-model-parallel-size " + pipelineParallel);
+                        + " divisible by it x --pipeline-model-parallel-size " + layout.pipelineParallel());
             }
-            virtualStages = numLayers / (pipelineParallel * layersPerVirtualStage);
+            virtualStages = numLayers / (layout.pipelineParallel() * layout.layersPerVirtualStage());
         }
         TransformerConfig model = model();
         OptimizerConfig optimizerConfig = OptimizerConfig.builder()
@@ -365,7 +386,7 @@ public final class PretrainArgs {
         LearningRateSchedule schedule;
         try {
             schedule = new LearningRateSchedule(lr, minLr, lrWarmupIters, decay,
-                    LearningRateSchedule.Style.valueOf(lrDecayStyle.name().toUpperCase(Locale.ROOT)));
+                    lrDecayStyle.style);
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("--lr " + lr + ", --min-lr " + minLr + ", --lr-warmup-iters " + lrWarmupIters
                     + ", --lr-decay-iters " + decay + ": " + e.getMessage(), e);
@@ -376,9 +397,9 @@ public final class PretrainArgs {
                         : CheckpointConfig.SchedulerOnResume.CHECK, exitOnMissingCheckpoint);
         TrainingConfig training = new TrainingConfig(trainIters, schedule, weightDecay, logInterval, evalInterval,
                 evalIters, checkpoint, seed);
-        AttentionBackend attention = AttentionBackend.valueOf(attentionBackend.name().toUpperCase(Locale.ROOT));
+        AttentionBackend attention = attentionBackend.backend;
         checkAttentionMemory(model, attention);
-        return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
+        return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization);
     }
 
@@ -391,7 +412,7 @@ public final class PretrainArgs {
         if (attention.isFused(model)) {
             return;
         }
-        double bytes = 4.0 * microBatchSize * ((double) numAttentionHeads / tensorParallel) * seqLength * (double) seqLength;
+        double bytes = 4.0 * microBatchSize * ((double) numAttentionHeads / layout.tensorParallel()) * seqLength * (double) seqLength;
         long physical = physicalMemoryBytes();
         if (physical > 0 && bytes > physical) {
             throw new IllegalArgumentException(String.format(Locale.ROOT, "--seq-length %d with --micro-batch-size %d and"
@@ -436,18 +457,18 @@ public final class PretrainArgs {
     private TransformerConfig model() {
         if (loadHf != null) {
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
-            return hfConfig().transformerConfig(vocabDivisor, tensorParallel, Precision.of(fp16, bf16).paramDtype())
+            return hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(), Precision.of(fp16, bf16).paramDtype())
                     .toBuilder().sequenceParallel(sequenceParallel)
-                    .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT))).build();
+                    .recompute(recompute.recompute).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
-        int vocab = Vocab.padded(vocabSize, vocabDivisor, tensorParallel);
+        int vocab = Vocab.padded(vocabSize, vocabDivisor, layout.tensorParallel());
         TransformerConfig.Builder b = TransformerConfig.builder(numLayers, hiddenSize, numAttentionHeads, vocab)
                 .maxSequenceLength(maxPositionEmbeddings == 0 ? seqLength : maxPositionEmbeddings)
                 .dropout(hiddenDropout, attentionDropout)
                 .sequenceParallel(sequenceParallel)
                 .tiedEmbeddings(!untieEmbeddings)
-                .recompute(TransformerConfig.Recompute.valueOf(recompute.name().toUpperCase(Locale.ROOT)))
+                .recompute(recompute.recompute)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
                 .cpCommType(CpCommType.fromFlag(cpCommType));
         if (numQueryGroups > 0) {

@@ -17,9 +17,9 @@ import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
-import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.samples.generate.GenerateGpt;
 import io.mcore4j.samples.launch.LaunchedRank;
+import io.mcore4j.samples.launch.ParallelLayoutOptions;
 import io.mcore4j.training.TrainingLoop;
 import io.mcore4j.training.TrainingSummary;
 import io.mcore4j.training.metrics.JsonlMetricsSink;
@@ -202,9 +202,8 @@ public final class PretrainGpt {
         Mcore4j.ensureInitialized();
         GptTrainingSetup setup = args.setup();
         Duration timeout = Duration.ofMillis((long) (args.timeoutMinutes * 60_000));
-        boolean launched = System.getenv("RANK") != null || System.getenv("SLURM_PROCID") != null
-                || System.getenv("OMPI_COMM_WORLD_RANK") != null;
-        int world = launched ? LaunchEnvironment.fromSystem().worldSize() : args.nproc;
+        boolean launched = ParallelLayoutOptions.launched();
+        int world = args.layout.worldSize();
         setup.dims(world); // fails early, naming the flags, if the layout or the batch does not divide
         try (GptSplits splits = datasets(args, out)) {
             SampleDataset train = splits.train().orElseThrow(() -> new IllegalArgumentException("the data has no training split"));

@@ -7,9 +7,9 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.models.transformer.LayerSpec;
@@ -21,18 +21,17 @@ import io.mcore4j.training.TrainingModel;
 
 import java.util.ArrayList;
 import java.util.Collections;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 
 /**
  * This rank's chunks of a GPT: one per virtual pipeline stage, with the layers
  * {@link LayerAssignment#even} gives this pipeline stage. The first chunk of the first stage embeds
  * the tokens; the last chunk of the last stage returns the mean cross-entropy over the labels
  * (weighted by the micro-batch's loss mask when it has one, see {@link GptModel#forward(AutogradScope,
- * NDArray, NDArray, NDArray, NDArray)}).
+ * NDArray, NDArray, NDArray, NDArray)}). The chunks are its children under the model's global keys
+ * ({@code embedding.*}, {@code decoder.layers.<n>.*}, ...).
  */
-public final class GptTrainingModel implements TrainingModel {
+public final class GptTrainingModel extends AbstractModule implements TrainingModel {
     private final ModelContext ctx;
     private final List<GptModel> chunks;
     private final MoeAuxLossTracker auxLosses;
@@ -41,6 +40,9 @@ public final class GptTrainingModel implements TrainingModel {
     private GptTrainingModel(ModelContext ctx, List<GptModel> chunks) {
         this.ctx = ctx;
         this.chunks = List.copyOf(chunks);
+        for (GptModel m : this.chunks) {
+            registerModule("", m);
+        }
         TransformerConfig c = ctx.config();
         int count = 0;
         for (int n = 0; n < c.numLayers(); n++) {
@@ -114,33 +116,6 @@ public final class GptTrainingModel implements TrainingModel {
     }
 
     @Override
-    public List<Parameter> parameters() {
-        List<Parameter> out = new ArrayList<>();
-        for (GptModel m : chunks) {
-            out.addAll(m.parameters());
-        }
-        return out;
-    }
-
-    @Override
-    public Map<String, Parameter> namedParameters(String prefix) {
-        Map<String, Parameter> out = new LinkedHashMap<>();
-        for (GptModel m : chunks) {
-            out.putAll(m.namedParameters(prefix));
-        }
-        return out;
-    }
-
-    @Override
-    public List<ShardedTensor> shardedState(String prefix) {
-        List<ShardedTensor> out = new ArrayList<>();
-        for (GptModel m : chunks) {
-            out.addAll(m.shardedState(prefix));
-        }
-        return out;
-    }
-
-    @Override
     public List<Parameter> sharedEmbeddingParameters() {
         List<Parameter> out = new ArrayList<>();
         for (GptModel m : chunks) {
@@ -200,9 +175,7 @@ public final class GptTrainingModel implements TrainingModel {
 
     @Override
     public void close() {
-        for (GptModel m : chunks) {
-            m.close();
-        }
+        super.close();
         if (auxLosses != null) {
             auxLosses.close();
         }

@@ -5,7 +5,6 @@ import com.google.gson.JsonParseException;
 import com.google.gson.JsonParser;
 import com.google.gson.Strictness;
 import com.google.gson.stream.JsonReader;
-import java.io.BufferedWriter;
 import java.io.IOException;
 import java.io.StringReader;
 import java.io.UncheckedIOException;
@@ -26,14 +25,14 @@ import java.util.Map;
  * {@code FILE.2}, ... and a resumed run keeps the records up to its start and appends after them.
  * Each line is flushed as written, so a crash loses at most the line being written.
  */
-public final class JsonlMetricsSink implements MetricsSink {
+public final class JsonlMetricsSink extends AppendingFileSink {
     private final Path file;
-    private BufferedWriter out;
 
     /**
      * @param file the JSON Lines file; its folder is created if needed
      */
     public JsonlMetricsSink(Path file) {
+        super("metrics file");
         this.file = file;
     }
 
@@ -60,8 +59,7 @@ public final class JsonlMetricsSink implements MetricsSink {
                     keepUpTo(startIteration);
                 }
             }
-            out = Files.newBufferedWriter(file, StandardCharsets.UTF_8, StandardOpenOption.CREATE,
-                    StandardOpenOption.APPEND);
+            open(file, StandardOpenOption.CREATE, StandardOpenOption.APPEND);
         } catch (IOException e) {
             throw new UncheckedIOException("cannot open metrics file " + file, e);
         }
@@ -82,7 +80,7 @@ public final class JsonlMetricsSink implements MetricsSink {
 
     @Override
     public void write(long iteration, Map<String, Double> scalars) {
-        if (out == null) {
+        if (!isOpen()) {
             begin(iteration - 1, iteration);
         }
         JsonObject o = new JsonObject();
@@ -95,26 +93,8 @@ public final class JsonlMetricsSink implements MetricsSink {
                 o.addProperty(e.getKey(), v);
             }
         }
-        try {
-            out.write(o.toString());
-            out.newLine();
-            out.flush();
-        } catch (IOException e) {
-            throw new UncheckedIOException("cannot write metrics file " + file, e);
-        }
-    }
-
-    @Override
-    public void close() {
-        if (out != null) {
-            try {
-                out.close();
-            } catch (IOException e) {
-                throw new UncheckedIOException("cannot close metrics file " + file, e);
-            } finally {
-                out = null;
-            }
-        }
+        byte[] line = (o + "\n").getBytes(StandardCharsets.UTF_8);
+        append(out -> out.write(line));
     }
 
     /**

@@ -22,15 +22,15 @@ import java.util.zip.CRC32C;
  * resumed) adds its own {@code events.out.tfevents.<seconds>.<host>.<pid>} file, which TensorBoard
  * merges by step. Records are flushed after every logged iteration.
  */
-public final class TensorBoardSink implements MetricsSink {
+public final class TensorBoardSink extends AppendingFileSink {
     private final Path directory;
-    private OutputStream out;
     private Path file;
 
     /**
      * @param directory the TensorBoard log folder (created if needed)
      */
     public TensorBoardSink(Path directory) {
+        super("TensorBoard event file");
         this.directory = directory;
     }
 
@@ -41,12 +41,12 @@ public final class TensorBoardSink implements MetricsSink {
 
     @Override
     public void begin(long startIteration, long trainIterations) {
-        if (out != null) {
+        if (isOpen()) {
             return;
         }
+        double now = System.currentTimeMillis() / 1000.0;
         try {
             Files.createDirectories(directory);
-            double now = System.currentTimeMillis() / 1000.0;
             String host;
             try {
                 host = InetAddress.getLocalHost().getHostName();
@@ -55,22 +55,22 @@ public final class TensorBoardSink implements MetricsSink {
             }
             file = directory.resolve(String.format("events.out.tfevents.%d.%s.%d", (long) now, host,
                     ProcessHandle.current().pid()));
-            out = Files.newOutputStream(file, StandardOpenOption.CREATE_NEW);
-            ProtoWriter event = new ProtoWriter();
-            event.fixed64(1, now);
-            event.string(3, "brain.Event:2");
-            record(event.bytes());
-            out.flush();
+            open(file, StandardOpenOption.CREATE_NEW);
         } catch (IOException e) {
             throw new UncheckedIOException("cannot create a TensorBoard event file in " + directory, e);
         }
+        ProtoWriter event = new ProtoWriter();
+        event.fixed64(1, now);
+        event.string(3, "brain.Event:2");
+        byte[] version = event.bytes();
+        append(out -> record(out, version));
     }
 
     @Override
     public void write(long iteration, Map<String, Double> scalars) {
         begin(0, 0);
         double now = System.currentTimeMillis() / 1000.0;
-        try {
+        append(out -> {
             for (Map.Entry<String, Double> e : scalars.entrySet()) {
                 if (e.getValue() == null) {
                     continue;
@@ -84,16 +84,13 @@ public final class TensorBoardSink implements MetricsSink {
                 event.fixed64(1, now);
                 event.varint(2, iteration);
                 event.message(5, summary.bytes());
-                record(event.bytes());
+                record(out, event.bytes());
             }
-            out.flush();
-        } catch (IOException e) {
-            throw new UncheckedIOException("cannot write TensorBoard event file " + file, e);
-        }
+        });
     }
 
     /** One TFRecord: little-endian length, its masked CRC32C, the payload and its masked CRC32C. */
-    private void record(byte[] payload) throws IOException {
+    private static void record(OutputStream out, byte[] payload) throws IOException {
         ByteBuffer header = ByteBuffer.allocate(12).order(ByteOrder.LITTLE_ENDIAN);
         header.putLong(payload.length);
         header.putInt(maskedCrc32c(header.array(), 0, 8));
@@ -117,19 +114,6 @@ public final class TensorBoardSink implements MetricsSink {
         crc.update(data, offset, length);
         int c = (int) crc.getValue();
         return ((c >>> 15) | (c << 17)) + 0xa282ead8;
-    }
-
-    @Override
-    public void close() {
-        if (out != null) {
-            try {
-                out.close();
-            } catch (IOException e) {
-                throw new UncheckedIOException("cannot close TensorBoard event file " + file, e);
-            } finally {
-                out = null;
-            }
-        }
     }
 
     /** The protocol-buffer wire format, for the few field kinds an Event needs. */
