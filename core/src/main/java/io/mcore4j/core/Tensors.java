@@ -149,6 +149,19 @@ public final class Tensors {
     }
 
     /**
+     * {@code log softmax} over {@code axis}, computed and returned in {@code dtype} by libtorch's one
+     * fused kernel: a float16 or bfloat16 input is widened inside the kernel, with no widened copy.
+     *
+     * @param x input of any floating dtype
+     * @param axis the dimension normalised over
+     * @param dtype the dtype of the computation and the result
+     * @return a new tensor of {@code x}'s shape, owned by {@code x}'s manager
+     */
+    public static NDArray logSoftmax(NDArray x, int axis, DataType dtype) {
+        return JniUtils.logSoftmax((PtNDArray) x, axis, dtype);
+    }
+
+    /**
      * {@code x · wᵀ + b} over the last dim of {@code x}, computed as one 2-D product so that the
      * bias is added inside the matrix multiply. For a 2-D input libtorch's {@code linear} always
      * calls {@code addmm}, whose CUDA path adds a contiguous 1-d bias in the GEMM epilogue

@@ -5,16 +5,26 @@ import ai.djl.ndarray.types.DataType;
 /**
  * The dtypes a checkpoint stores, under their safetensors names. bfloat16 is {@code BF16}, two bytes
  * per element, bit for bit (its tensors are read and written through {@link io.mcore4j.core.DataTypes}).
+ * Public because {@link SafetensorsHeader} is: the Hugging Face bridge reads its files' headers through it.
  */
-enum SafetensorsDtype {
+public enum SafetensorsDtype {
+    /** float16. */
     F16(DataType.FLOAT16, 2),
+    /** bfloat16. */
     BF16(DataType.BFLOAT16, 2),
+    /** float32. */
     F32(DataType.FLOAT32, 4),
+    /** float64. */
     F64(DataType.FLOAT64, 8),
+    /** int8. */
     I8(DataType.INT8, 1),
+    /** uint8. */
     U8(DataType.UINT8, 1),
+    /** int32. */
     I32(DataType.INT32, 4),
+    /** int64. */
     I64(DataType.INT64, 8),
+    /** boolean, one byte. */
     BOOL(DataType.BOOLEAN, 1);
 
     private final DataType dataType;
@@ -25,11 +35,13 @@ enum SafetensorsDtype {
         this.bytes = bytes;
     }
 
-    DataType dataType() {
+    /** @return the DJL dtype */
+    public DataType dataType() {
         return dataType;
     }
 
-    int bytes() {
+    /** @return bytes per element */
+    public int bytes() {
         return bytes;
     }
 

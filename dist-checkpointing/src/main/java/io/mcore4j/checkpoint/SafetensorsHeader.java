@@ -21,14 +21,25 @@ import java.util.TreeMap;
  * header), plus a {@code __metadata__} map of strings. The data section follows, tensors packed in
  * the order of their offsets. The JSON is padded with spaces so the data starts 8-byte aligned, as
  * the reference implementation does.
+ *
+ * <p>Public for reading: checkpoint loading and the Hugging Face bridge's import parse a file's
+ * header through {@link #read} alone (one parser of the format).
  */
-final class SafetensorsHeader {
+public final class SafetensorsHeader {
     /** The reference implementation refuses headers above 100 MB; so do we, before allocating. */
     static final long MAX_HEADER_BYTES = 100_000_000L;
 
-    /** One tensor entry; offsets are relative to the start of the data section. */
-    record Entry(String name, SafetensorsDtype dtype, long[] shape, long begin, long end) {
-        Entry {
+    /**
+     * One tensor entry; offsets are relative to the start of the data section.
+     *
+     * @param name the tensor's name
+     * @param dtype its element type
+     * @param shape its shape (copied)
+     * @param begin first byte of its data, from the start of the data section
+     * @param end one past its last byte
+     */
+    public record Entry(String name, SafetensorsDtype dtype, long[] shape, long begin, long end) {
+        public Entry {
             shape = shape.clone();
         }
 
@@ -52,17 +63,20 @@ final class SafetensorsHeader {
     }
 
     /** @return absolute file offset where the data section starts */
-    long dataStart() {
+    public long dataStart() {
         return dataStart;
     }
 
     /** @return the entries, in data order */
-    List<Entry> entries() {
+    public List<Entry> entries() {
         return entries;
     }
 
-    /** @return the entry of {@code name}, or null */
-    Entry entry(String name) {
+    /**
+     * @param name a tensor name
+     * @return its entry, or null
+     */
+    public Entry entry(String name) {
         return byName.get(name);
     }
 
@@ -120,7 +134,7 @@ final class SafetensorsHeader {
      * @return the header
      * @throws CorruptCheckpointException if the header is malformed or its data does not fit in the file
      */
-    static SafetensorsHeader read(FileChannel channel, long fileSize, String label) throws IOException {
+    public static SafetensorsHeader read(FileChannel channel, long fileSize, String label) throws IOException {
         if (fileSize < 8) {
             throw new CorruptCheckpointException(label + " is " + fileSize + " bytes, too short for a safetensors header");
         }

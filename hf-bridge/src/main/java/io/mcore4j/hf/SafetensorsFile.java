@@ -1,15 +1,11 @@
 package io.mcore4j.hf;
 
-import com.google.gson.JsonElement;
-import com.google.gson.JsonObject;
-import com.google.gson.JsonParser;
-import com.google.gson.JsonSyntaxException;
 
+import io.mcore4j.checkpoint.CorruptCheckpointException;
+import io.mcore4j.checkpoint.SafetensorsHeader;
 import java.io.IOException;
 import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.nio.channels.FileChannel;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.util.Arrays;
@@ -17,15 +13,13 @@ import java.util.LinkedHashMap;
 import java.util.Map;
 
 /**
- * One safetensors file opened for positional reads: the header is parsed once, and
+ * One safetensors file opened for positional reads: the header is parsed once (by
+ * dist-checkpointing's {@link SafetensorsHeader}, the project's one parser of the format), and
  * {@link #read} fetches only the bytes of the requested rows and columns, so a rank reads its own
  * shards of a tensor and nothing else. Tensors are viewed as matrices: all dims but the last are
  * rows (a 1-D tensor of n values is n rows of one value).
  */
 final class SafetensorsFile implements AutoCloseable {
-    /** The reference implementation refuses larger headers; so do we, before allocating. */
-    private static final long MAX_HEADER_BYTES = 100_000_000L;
-
     /** A tensor's entry: dtype, shape and absolute byte range in the file. */
     record Entry(String name, HfDtype dtype, long[] shape, long begin, long end) {
         long rows() {
@@ -67,28 +61,23 @@ final class SafetensorsFile implements AutoCloseable {
             throw new HfCheckpointException("cannot open safetensors file " + path + ": " + e, e);
         }
         try {
-            long size = channel.size();
-            ByteBuffer lengthBytes = ByteBuffer.allocate(8).order(ByteOrder.LITTLE_ENDIAN);
-            readFully(channel, lengthBytes, 0, path);
-            long n = lengthBytes.getLong(0);
-            if (size < 8 || n < 2 || n > MAX_HEADER_BYTES || n > size - 8) {
-                throw new HfCheckpointException(path + ": safetensors header length " + n
-                        + " is impossible for a file of " + size + " bytes");
-            }
-            ByteBuffer text = ByteBuffer.allocate((int) n);
-            readFully(channel, text, 8, path);
-            JsonObject header;
+            SafetensorsHeader header;
             try {
-                header = JsonParser.parseString(new String(text.array(), StandardCharsets.UTF_8)).getAsJsonObject();
-            } catch (JsonSyntaxException | IllegalStateException e) {
-                throw new HfCheckpointException(path + ": safetensors header is not a JSON object: " + e.getMessage(), e);
+                header = SafetensorsHeader.read(channel, channel.size(), path.toString());
+            } catch (CorruptCheckpointException e) {
+                throw new HfCheckpointException(e.getMessage(), e);
             }
-            long dataStart = 8 + n;
             Map<String, Entry> entries = new LinkedHashMap<>();
-            for (Map.Entry<String, JsonElement> e : header.entrySet()) {
-                if (!e.getKey().equals("__metadata__")) {
-                    entries.put(e.getKey(), parseEntry(path, e.getKey(), e.getValue(), dataStart, size));
+            for (SafetensorsHeader.Entry e : header.entries()) {
+                HfDtype dtype;
+                try {
+                    dtype = HfDtype.parse(e.dtype().name());
+                } catch (IllegalArgumentException unsupported) {
+                    throw new HfCheckpointException(path + ": tensor \"" + e.name() + "\" has dtype " + e.dtype().name()
+                            + "; only BF16, F16 and F32 can be imported");
                 }
+                entries.put(e.name(), new Entry(e.name(), dtype, e.shape(), header.dataStart() + e.begin(),
+                        header.dataStart() + e.end()));
             }
             return new SafetensorsFile(path, channel, entries);
         } catch (IOException | RuntimeException e) {
@@ -101,35 +90,6 @@ final class SafetensorsFile implements AutoCloseable {
                 throw h;
             }
             throw new HfCheckpointException("cannot read the header of " + path + ": " + e, e);
-        }
-    }
-
-    private static Entry parseEntry(Path path, String name, JsonElement value, long dataStart, long fileSize) {
-        String where = path + ": tensor \"" + name + "\"";
-        try {
-            JsonObject o = value.getAsJsonObject();
-            String dtypeName = o.get("dtype").getAsString();
-            HfDtype dtype;
-            try {
-                dtype = HfDtype.parse(dtypeName);
-            } catch (IllegalArgumentException e) {
-                throw new HfCheckpointException(where + " has dtype " + dtypeName + "; only BF16, F16 and F32 can be imported");
-            }
-            long[] shape = new long[o.getAsJsonArray("shape").size()];
-            long volume = 1;
-            for (int i = 0; i < shape.length; i++) {
-                shape[i] = o.getAsJsonArray("shape").get(i).getAsLong();
-                volume = Math.multiplyExact(volume, shape[i]);
-            }
-            long begin = o.getAsJsonArray("data_offsets").get(0).getAsLong();
-            long end = o.getAsJsonArray("data_offsets").get(1).getAsLong();
-            if (begin < 0 || end - begin != volume * dtype.bytes() || dataStart + end > fileSize) {
-                throw new HfCheckpointException(where + " of shape " + Arrays.toString(shape) + " has data_offsets ["
-                        + begin + ", " + end + "] that do not fit its size or the file of " + fileSize + " bytes (truncated?)");
-            }
-            return new Entry(name, dtype, shape, dataStart + begin, dataStart + end);
-        } catch (IllegalStateException | NullPointerException | UnsupportedOperationException | ArithmeticException e) {
-            throw new HfCheckpointException(where + " needs dtype, shape and two data_offsets: " + e, e);
         }
     }
 

@@ -4,6 +4,8 @@ import static io.mcore4j.core.Tensors.own;
 import static io.mcore4j.optimizer.FlatTensors.range;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
@@ -450,6 +452,33 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     }
 
     /**
+     * Fills the bucket's slots with two kernels instead of one per parameter when every gradient must
+     * be widened (float16 or bfloat16 gradients, a float32 buffer): the gradients are concatenated in
+     * their own dtype (libtorch's batched copy), then cast into the buffer in one vectorised pass.
+     * A per-parameter cast-and-copy runs libtorch's unvectorised casting kernel once per parameter:
+     * 4.8 ms of kernels and ~300 launches per step for the 1.3B benchmark on one H200.
+     *
+     * @return false, having written nothing, if a slot has a pre-sum or no gradient, or needs no cast
+     */
+    private static boolean copyConcatenated(GradientBucket bucket, Map<Parameter, NDArray> summed, NDArray flat,
+                                            NDManager temp) {
+        if (bucket.slots.size() < 2) {
+            return false;
+        }
+        NDList grads = new NDList(bucket.slots.size());
+        for (GradientBucket.Slot slot : bucket.slots) {
+            NDArray g = summed.containsKey(slot.param()) ? null : slot.param().gradient(temp);
+            if (g == null || DataTypes.of(g) == DataTypes.of(flat)) {
+                return false;
+            }
+            grads.add(own(g.reshape(-1), temp));
+        }
+        NDArray joined = own(NDArrays.concat(grads, 0), temp);
+        Tensors.copyInto(range(flat, 0, bucket.numel, temp), joined);
+        return true;
+    }
+
+    /**
      * Reduces one bucket: one cast-and-copy of each gradient into a flat buffer of the bucket's
      * gradient dtype and padded length, one collective, and (without the distributed optimizer) the
      * write-back into each {@code .grad}. Temporaries are released before returning.
@@ -467,8 +496,10 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         NDManager buffers = scatter ? owner.newSubManager() : owner;
         NDArray flat = DataTypes.empty(buffers, new Shape(bucket.paddedNumel), bucket.gradDtype, buffers.getDevice());
         try (NDManager temp = owner.newSubManager()) {
-            for (GradientBucket.Slot slot : bucket.slots) {
-                copyGradient(slot.param(), summed, flat, slot.offset(), temp);
+            if (!copyConcatenated(bucket, summed, flat, temp)) {
+                for (GradientBucket.Slot slot : bucket.slots) {
+                    copyGradient(slot.param(), summed, flat, slot.offset(), temp);
+                }
             }
             if (bucket.padding() > 0) {
                 FlatTensors.fillZero(range(flat, bucket.numel, bucket.paddedNumel, temp), temp);

@@ -5,6 +5,8 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.nn.Activation;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.TorchScriptModule;
+import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.autograd.AutogradScope;
 
 /**
@@ -12,6 +14,11 @@ import io.mcore4j.core.autograd.AutogradScope;
  * between {@code linear_fc1} and {@code linear_fc2}. Megatron-LM's default is GELU (exact, erf);
  * GPT-2 checkpoints use its tanh approximation; {@code --swiglu} selects SwiGLU, whose {@code linear_fc1} produces the gate and the up projection fused as
  * {@code [gate; up]} along the last dim (twice the MLP width, split with stride 2 over TP ranks).
+ *
+ * <p>SwiGLU and the tanh GELU each have a fused form: one call of a TorchScript module of ours
+ * ({@code scripts/make_mlp_activation_modules.py}), loaded by {@link #loadFused} and passed to
+ * {@link #apply(AutogradScope, NDArray, TorchScriptModule)}; on CUDA its kernels read SwiGLU's two
+ * strided halves directly. Both forms compute the same function.
  */
 public enum MlpActivation {
     /** {@code gelu(fc1 x)}, the exact (erf) GELU. */
@@ -38,6 +45,35 @@ public enum MlpActivation {
      * @return {@code [.., width]}
      */
     public NDArray apply(AutogradScope scope, NDArray pre) {
+        return apply(scope, pre, null);
+    }
+
+    /**
+     * Loads this activation's fused module on {@code owner} (closed with it).
+     *
+     * @param owner manager that owns the module and picks its device
+     * @return the module for SwiGLU and the tanh GELU; null for the exact GELU, which is one libtorch op
+     */
+    public TorchScriptModule loadFused(NDManager owner) {
+        return switch (this) {
+            case GELU -> null;
+            case GELU_TANH -> TorchScriptModules.load(owner, MlpActivation.class, "/io/mcore4j/tensorparallel/gelu_tanh.pt");
+            case SWIGLU -> TorchScriptModules.load(owner, MlpActivation.class, "/io/mcore4j/tensorparallel/swiglu.pt");
+        };
+    }
+
+    /**
+     * Applies the activation to {@code linear_fc1}'s output, through {@code fused} when given.
+     *
+     * @param scope the pass's scope; owns the result
+     * @param pre {@code linear_fc1}'s output {@code [.., fc1Factor() * width]}
+     * @param fused this activation's module from {@link #loadFused}, or null to compose it from DJL's ops
+     * @return {@code [.., width]}
+     */
+    public NDArray apply(AutogradScope scope, NDArray pre, TorchScriptModule fused) {
+        if (fused != null) {
+            return Tensors.own(fused.forward(new NDList(pre)).singletonOrThrow(), scope.manager());
+        }
         if (this == GELU) {
             return Tensors.own(Activation.gelu(pre), scope.manager());
         }

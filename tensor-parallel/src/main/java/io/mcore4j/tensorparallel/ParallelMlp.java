@@ -1,6 +1,8 @@
 package io.mcore4j.tensorparallel;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.UnaryModule;
@@ -19,16 +21,31 @@ public final class ParallelMlp extends AbstractModule implements UnaryModule {
     private final ParallelLinear fc1;
     private final ParallelLinear fc2;
     private final MlpActivation activation;
+    private final TorchScriptModule fusedActivation;
 
     /**
+     * A block whose activation is composed from DJL's ops.
+     *
      * @param fc1 the first linear, {@code h → fc1Factor · ffn}
      * @param fc2 the second linear, {@code ffn → h}
      * @param activation the activation between them
      */
     public ParallelMlp(ParallelLinear fc1, ParallelLinear fc2, MlpActivation activation) {
+        this(fc1, fc2, activation, null);
+    }
+
+    /**
+     * @param fc1 the first linear, {@code h → fc1Factor · ffn}
+     * @param fc2 the second linear, {@code ffn → h}
+     * @param activation the activation between them
+     * @param moduleOwner owner of the activation's fused module ({@link MlpActivation#loadFused}), e.g.
+     *     the parameters' manager; null to compose the activation from DJL's ops
+     */
+    public ParallelMlp(ParallelLinear fc1, ParallelLinear fc2, MlpActivation activation, NDManager moduleOwner) {
         this.fc1 = registerModule("linear_fc1.", fc1);
         this.fc2 = registerModule("linear_fc2.", fc2);
         this.activation = Objects.requireNonNull(activation, "activation");
+        this.fusedActivation = moduleOwner == null ? null : activation.loadFused(moduleOwner);
     }
 
     /** @return the activation */
@@ -40,6 +57,6 @@ public final class ParallelMlp extends AbstractModule implements UnaryModule {
     public NDArray forward(AutogradScope scope, NDArray input) {
         // fc1's output dies with the inner frame, the activation's with the outer one
         return scope.frame(() -> fc2.forward(scope,
-                scope.frame(() -> activation.apply(scope, fc1.forward(scope, input).output()))).output());
+                scope.frame(() -> activation.apply(scope, fc1.forward(scope, input).output(), fusedActivation))).output());
     }
 }

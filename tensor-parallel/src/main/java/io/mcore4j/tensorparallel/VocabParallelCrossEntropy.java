@@ -94,6 +94,9 @@ public final class VocabParallelCrossEntropy {
             long local = inputs[0].getShape().get(last);
             long vocab = local * tp.size();
             long start = local * tp.rank();
+            if (tp.size() == 1 && labelSmoothing == 0) {
+                return new NDArray[] {wholeVocabulary(ctx, inputs[0], inputs[1], last)};
+            }
             try (NDManager temp = owner.newSubManager()) {
                 // a temp-owned first operand keeps every intermediate in temp; the copy is written
                 // in place, so float32 logits are cloned (DJL's toType aliases a same-dtype "copy")
@@ -138,10 +141,37 @@ public final class VocabParallelCrossEntropy {
                     localIds.attach(owner);
                     inRangeF.attach(owner);
                     ctx.saveForBackward(softmax, localIds, inRangeF);
-                    ctx.setState(new Saved(DataTypes.of(inputs[0]), last, (int) local, sigma / vocab, 1 - sigma));
+                    ctx.setState(new Saved(DataTypes.of(inputs[0]), last, (int) local, sigma / vocab, 1 - sigma, false));
                 }
                 loss.attach(owner);
                 return new NDArray[] {loss};
+            }
+        }
+
+        /**
+         * The vocabulary on one rank without smoothing: libtorch's fused float32 log-softmax reads the
+         * logits once (widening inside the kernel) and the loss is minus the target's log-probability;
+         * the log-probabilities are saved and become the softmax at the start of backward. It replaces
+         * six full passes over the float32 logits (widening copy, max, shift, exp, sum, divide; three
+         * of them broadcasting) with one, and computes the same function: on one H200 the cross-entropy
+         * of the 1.3B benchmark's two micro-batches took 9.9 ms of kernels the composed way.
+         */
+        private NDArray wholeVocabulary(FunctionContext ctx, NDArray logitsIn, NDArray targetIn, int last) {
+            NDManager owner = ctx.manager();
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray logits = Tensors.detach(logitsIn, temp);
+                NDArray logProbs = Tensors.logSoftmax(logits, last, DataType.FLOAT32);
+                logProbs.attach(temp);
+                NDArray ids = Tensors.detach(targetIn, temp).toType(DataType.INT64, false).expandDims(last);
+                NDArray loss = logProbs.gather(ids, last).squeeze(last).neg();
+                if (ctx.needsInputGrad(0)) {
+                    logProbs.attach(owner);
+                    ids.attach(owner);
+                    ctx.saveForBackward(logProbs, ids);
+                    ctx.setState(new Saved(DataTypes.of(logitsIn), last, (int) logitsIn.getShape().get(last), 0, 1, true));
+                }
+                loss.attach(owner);
+                return loss;
             }
         }
 
@@ -156,15 +186,28 @@ public final class VocabParallelCrossEntropy {
             s.consume();
             NDManager owner = ctx.manager();
             try (NDManager temp = owner.newSubManager()) {
-                NDArray grad = Tensors.detach(ctx.saved(0), temp);
-                NDArray ids = Tensors.detach(ctx.saved(1), temp).expandDims(s.lastDim());
-                NDArray inRange = Tensors.detach(ctx.saved(2), temp).expandDims(s.lastDim());
+                NDArray grad;
+                NDArray ids;
+                NDArray inRange;
+                if (s.logProbabilities()) {
+                    // the whole vocabulary on this rank: the saved log-probabilities become the softmax,
+                    // every target is in range, and the ids were saved with their trailing dim
+                    grad = ctx.saved(0).exp();
+                    grad.attach(temp);
+                    ids = Tensors.detach(ctx.saved(1), temp);
+                    inRange = null;
+                } else {
+                    grad = Tensors.detach(ctx.saved(0), temp);
+                    ids = Tensors.detach(ctx.saved(1), temp).expandDims(s.lastDim());
+                    inRange = Tensors.detach(ctx.saved(2), temp).expandDims(s.lastDim());
+                }
                 // from here on the only handle to the softmax's memory is grad, which becomes the gradient
                 ctx.saved(0).close();
                 ctx.saveForBackward();
                 NDArray g = Tensors.detach(grads[0], temp).toType(DataType.FLOAT32, false).expandDims(s.lastDim());
 
-                NDArray atTarget = grad.gather(ids, s.lastDim()).sub(inRange.mul(Tensors.scalar(s.targetWeight(), inRange, temp)));
+                NDArray target = Tensors.scalar(s.targetWeight(), grad, temp);
+                NDArray atTarget = grad.gather(ids, s.lastDim()).sub(inRange == null ? target : inRange.mul(target));
                 if (s.uniformWeight() > 0) {
                     NDArray uniform = Tensors.scalar(s.uniformWeight(), grad, temp);
                     atTarget = atTarget.sub(uniform);
@@ -209,9 +252,12 @@ public final class VocabParallelCrossEntropy {
         private final int localVocab;
         private final double uniformWeight;
         private final double targetWeight;
+        private final boolean logProbabilities;
         private boolean consumed;
 
-        Saved(DataType logitsType, int lastDim, int localVocab, double uniformWeight, double targetWeight) {
+        Saved(DataType logitsType, int lastDim, int localVocab, double uniformWeight, double targetWeight,
+              boolean logProbabilities) {
+            this.logProbabilities = logProbabilities;
             this.logitsType = logitsType;
             this.lastDim = lastDim;
             this.localVocab = localVocab;
@@ -237,6 +283,11 @@ public final class VocabParallelCrossEntropy {
 
         double targetWeight() {
             return targetWeight;
+        }
+
+        /** Whether the first saved tensor holds log-probabilities (the one-rank path) rather than the softmax. */
+        boolean logProbabilities() {
+            return logProbabilities;
         }
 
         /** Marks the saved softmax as turned into a gradient; a second backward is a defect. */

@@ -170,53 +170,56 @@ class VocabParallelCrossEntropyTest {
     }
 
     /**
-     * TP2 against the textbook definition over the gathered vocabulary, in float64: target
+     * TP1 and TP2 against the textbook definition over the gathered vocabulary, in float64: target
      * distribution {@code q = (1 − ε)·onehot + ε/(V − 1)·(1 − onehot)}, loss {@code −Σ q·log p},
      * gradient {@code g·(p − q)} for a random upstream gradient {@code g}. Targets fall in both
      * shards (so every rank sees tokens whose target it does not own), and each rank's own-shard
      * target ids include its first and last local ids. Float32 and float16 logits, with and
-     * without smoothing; the logits are left unchanged.
+     * without smoothing; the logits are left unchanged. At TP1 without smoothing this is the fused
+     * log-softmax path, otherwise the composed one.
      */
     @Test
-    void tp2MatchesTheTextbookDefinitionWithSmoothingAndTargetsOutsideTheShard() {
+    void tp1AndTp2MatchTheTextbookDefinitionWithSmoothingAndTargetsOutsideTheShard() {
         int tokens = 12;
         int vocab = 10;
         long[] ids = {0, 4, 5, 9, 3, 7, 0, 9, 5, 4, 2, 8};
-        for (DataType dtype : new DataType[] {DataType.FLOAT32, DataType.FLOAT16}) {
-            for (double eps : new double[] {0.0, 0.2}) {
-                double lossTol = dtype == DataType.FLOAT32 ? 1e-5 : 1e-4;
-                double gradTol = dtype == DataType.FLOAT32 ? 1e-6 : 2e-3;
-                InJvmWorld.run(2, ctx -> {
-                    Communicator tp = ctx.groups(ParallelDims.of(2, 2, 1)).tp();
-                    int r = tp.rank();
-                    try (AutogradScope scope = AutogradScope.open(ctx.manager())) {
-                        NDManager m = scope.manager();
-                        NDArray full = Initializers.normal(2.5, 57).create(m, new Shape(tokens / 2, 2, vocab), dtype);
-                        NDArray target = m.create(ids, new Shape(tokens / 2, 2));
-                        NDArray logits = leaf(chunk(full, 2, 2, r, m), m);
-                        NDArray before = logits.duplicate();
-                        NDArray upstream = Initializers.normal(1.0, 58).create(m, new Shape(tokens / 2, 2), DataType.FLOAT32);
+        for (int tpSize : new int[] {1, 2}) {
+            for (DataType dtype : new DataType[] {DataType.FLOAT32, DataType.FLOAT16}) {
+                for (double eps : new double[] {0.0, 0.2}) {
+                    double lossTol = dtype == DataType.FLOAT32 ? 1e-5 : 1e-4;
+                    double gradTol = dtype == DataType.FLOAT32 ? 1e-6 : 2e-3;
+                    InJvmWorld.run(tpSize, ctx -> {
+                        Communicator tp = ctx.groups(ParallelDims.of(tpSize, tpSize, 1)).tp();
+                        int r = tp.rank();
+                        try (AutogradScope scope = AutogradScope.open(ctx.manager())) {
+                            NDManager m = scope.manager();
+                            NDArray full = Initializers.normal(2.5, 57).create(m, new Shape(tokens / 2, 2, vocab), dtype);
+                            NDArray target = m.create(ids, new Shape(tokens / 2, 2));
+                            NDArray logits = leaf(chunk(full, 2, tpSize, r, m), m);
+                            NDArray before = logits.duplicate();
+                            NDArray upstream = Initializers.normal(1.0, 58).create(m, new Shape(tokens / 2, 2), DataType.FLOAT32);
 
-                        NDArray loss = VocabParallelCrossEntropy.lossPerToken(scope, tp, logits, target, eps);
-                        scope.backward(new NDArray[] {loss}, new NDArray[] {upstream});
+                            NDArray loss = VocabParallelCrossEntropy.lossPerToken(scope, tp, logits, target, eps);
+                            scope.backward(new NDArray[] {loss}, new NDArray[] {upstream});
 
-                        NDArray z = full.toType(DataType.FLOAT64, true);
-                        NDArray logp = z.logSoftmax(-1);
-                        NDArray onehot = target.oneHot(vocab).reshape(tokens / 2, 2, vocab).toType(DataType.FLOAT64, false);
-                        NDArray q = onehot.mul(1 - eps).add(onehot.neg().add(1).mul(eps / (vocab - 1)));
-                        NDArray serialLoss = q.mul(logp).sum(new int[] {-1}).neg();
-                        NDArray g = upstream.toType(DataType.FLOAT64, true).expandDims(-1);
-                        NDArray serialGrad = logp.exp().sub(q).mul(g);
+                            NDArray z = full.toType(DataType.FLOAT64, true);
+                            NDArray logp = z.logSoftmax(-1);
+                            NDArray onehot = target.oneHot(vocab).reshape(tokens / 2, 2, vocab).toType(DataType.FLOAT64, false);
+                            NDArray q = onehot.mul(1 - eps).add(onehot.neg().add(1).mul(eps / (vocab - 1)));
+                            NDArray serialLoss = q.mul(logp).sum(new int[] {-1}).neg();
+                            NDArray g = upstream.toType(DataType.FLOAT64, true).expandDims(-1);
+                            NDArray serialGrad = logp.exp().sub(q).mul(g);
 
-                        String what = dtype + " eps " + eps + " rank " + r;
-                        assertClose(what + " loss", loss, serialLoss, lossTol);
-                        NDArray gradient = grad(logits, m);
-                        assertEquals(dtype, gradient.getDataType(), what + " gradient dtype");
-                        assertClose(what + " gradient", gradient, chunk(serialGrad, 2, 2, r, m), gradTol);
-                        Fixtures.assertBitwiseEqual(what + " logits untouched", logits, before);
-                    }
-                    return null;
-                });
+                            String what = "TP" + tpSize + " " + dtype + " eps " + eps + " rank " + r;
+                            assertClose(what + " loss", loss, serialLoss, lossTol);
+                            NDArray gradient = grad(logits, m);
+                            assertEquals(dtype, gradient.getDataType(), what + " gradient dtype");
+                            assertClose(what + " gradient", gradient, chunk(serialGrad, 2, tpSize, r, m), gradTol);
+                            Fixtures.assertBitwiseEqual(what + " logits untouched", logits, before);
+                        }
+                        return null;
+                    });
+                }
             }
         }
     }

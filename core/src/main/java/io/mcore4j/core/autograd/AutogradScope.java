@@ -23,8 +23,9 @@ import java.util.function.UnaryOperator;
  * <p><b>How backward works.</b> {@link #apply} runs a function's forward with grad mode off and
  * returns its floating outputs as fresh autograd leaves that require grad: the libtorch graph is cut
  * there. {@link #backward} walks the recorded functions newest first. Before each one it runs
- * libtorch's backward from every tensor that has a pending gradient (in one call, summing
- * {@code (t * g).sum()} over them), which fills the {@code .grad} of the function's output leaves;
+ * libtorch's backward from every tensor that has a pending gradient (one traversal for all of them:
+ * {@code torch.autograd.backward} through a module of ours, {@link MultiRootBackward}), which fills
+ * the {@code .grad} of the function's output leaves;
  * then it calls the Java backward with those gradients and adds the results to the pending
  * gradients of the function's inputs. Gradients from several consumers of one tensor (residual
  * connections) therefore accumulate by linearity before its producer's backward runs; parameters
@@ -510,16 +511,19 @@ public final class AutogradScope implements AutoCloseable {
                 Entry e = entries.get(0);
                 runBackward(e.tensor, DataTypes.toType(e.grad, DataTypes.of(e.tensor), false));
             } else {
-                // one traversal for all roots: d/dt of sum((t * g).sum()) is exactly g
+                // one traversal for all roots (torch.autograd.backward through a module of ours)
                 try (NDManager temp = manager.newSubManager()) {
-                    NDArray total = null;
+                    List<NDArray> roots = new ArrayList<>(entries.size());
+                    List<NDArray> grads = new ArrayList<>(entries.size());
                     for (Entry e : entries) {
-                        NDArray term = e.tensor.mul(DataTypes.toType(e.grad, DataTypes.of(e.tensor), false)).sum();
-                        term.attach(temp);
-                        total = total == null ? term : total.add(term);
-                        total.attach(temp);
+                        roots.add(e.tensor);
+                        NDArray g = DataTypes.toType(e.grad, DataTypes.of(e.tensor), false);
+                        if (g != e.grad) {
+                            g.attach(temp);
+                        }
+                        grads.add(g);
                     }
-                    runBackward(total, DataTypes.ones(temp, total.getShape(), DataTypes.of(total), total.getDevice()));
+                    MultiRootBackward.get().run(roots, grads);
                 }
             }
             for (Entry e : entries) {

@@ -1,12 +1,14 @@
 package io.mcore4j.models.transformer;
 
+import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
-import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.TorchScriptModule;
+import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.nn.UnaryModule;
@@ -14,16 +16,25 @@ import io.mcore4j.models.TransformerConfig;
 
 /**
  * LayerNorm (weight and bias) or RMSNorm (weight) over the last dim, accumulated in float32 whatever
- * the parameter dtype (libtorch's layer-norm kernel does so itself; RMSNorm casts). Its weights are replicated over tensor-parallel ranks; with sequence
+ * the parameter dtype, each one libtorch call: {@code layer_norm}, or {@code rms_norm} through
+ * mcore4j's TorchScript module ({@code scripts/make_rms_norm_module.py}; DJL has no RMSNorm op),
+ * which CUDA runs as fused kernels (an H200, [2048, 1, 4096] float16, forward and backward: 5 kernels
+ * in 0.057 ms, against 31 kernels in 0.510 ms for the same function from elementary ops). Its weights are replicated over tensor-parallel ranks; with sequence
  * parallelism each rank sees a different slice of the sequence, so they are
  * {@link Parameter.Kind#SEQUENCE_PARALLEL} (gradients summed over TP before data-parallel averaging).
  * Every TP rank holds the same weights: rank 0's copy is the main replica in checkpoints.
  */
 public final class Norm extends AbstractModule implements UnaryModule {
+    /** The RMSNorm module's resource, written by {@code scripts/make_rms_norm_module.py}. */
+    public static final String RMS_NORM_RESOURCE = "/io/mcore4j/models/torchscript/rms_norm.pt";
+
     private final TransformerConfig.Normalization kind;
     private final double epsilon;
     private final Parameter weight;
     private final Parameter bias;
+    /** RMSNorm's module and its epsilon as a 0-dim CPU float64 tensor; null for LayerNorm. */
+    private final TorchScriptModule rmsNorm;
+    private final NDArray rmsEpsilon;
 
     /**
      * @param ctx the model context (config, parameter manager, TP rank)
@@ -41,6 +52,13 @@ public final class Norm extends AbstractModule implements UnaryModule {
                 ? registerParameter("", new Parameter("bias", DataTypes.zeros(ctx.parameters(), new Shape(size), c.dtype()),
                         Parameter.Partition.NONE, paramKind), tpRank)
                 : null;
+        if (kind == TransformerConfig.Normalization.LAYER_NORM) {
+            this.rmsNorm = null;
+            this.rmsEpsilon = null;
+        } else {
+            this.rmsNorm = TorchScriptModules.load(ctx.parameters(), Norm.class, RMS_NORM_RESOURCE);
+            this.rmsEpsilon = ctx.parameters().newSubManager(Device.cpu()).create(epsilon);
+        }
     }
 
     /**
@@ -57,21 +75,7 @@ public final class Norm extends AbstractModule implements UnaryModule {
             return Tensors.own(ai.djl.nn.norm.LayerNorm.layerNorm(x, new Shape(width), weight.data(), bias.data(),
                     (float) epsilon).get(0), scope.manager());
         }
-        // RMSNorm from elementary ops: square and mean in float32, where x^2 cannot overflow; its
-        // float32 temporaries die with the frame
-        return scope.frame(x, in -> rmsNorm(scope, in));
-    }
-
-    private NDArray rmsNorm(AutogradScope scope, NDArray x) {
-        DataType dtype = DataTypes.of(x);
-        NDArray x32 = Cast.apply(scope, x, DataType.FLOAT32);
-        NDArray square = x32.square();
-        NDArray meanSquare = square.mean(new int[] {-1}, true);
-        NDArray shifted = meanSquare.add(Tensors.scalar(epsilon, meanSquare, scope.manager()));
-        NDArray rms = shifted.sqrt();
-        NDArray normalized = x32.div(rms);
-        NDArray w32 = Cast.apply(scope, weight.data(), DataType.FLOAT32);
-        NDArray y = normalized.mul(w32);
-        return Cast.apply(scope, y, dtype);
+        // libtorch's rms_norm squares and averages in float32, where x^2 cannot overflow
+        return Tensors.own(rmsNorm.forward(new NDList(x, weight.data(), rmsEpsilon)).singletonOrThrow(), scope.manager());
     }
 }

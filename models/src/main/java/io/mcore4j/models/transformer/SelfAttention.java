@@ -46,7 +46,8 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         this.proj = registerModule("linear_proj.", spec.linearProj().create(ctx, key + "linear_proj.",
                 new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)));
         this.core = spec.coreAttention().create(ctx);
-        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling()) : null;
+        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling(),
+                ctx.parameters()) : null;
         this.contextParallel = ContextParallelSplit.of(ctx.groups().cp());
     }
 
@@ -98,9 +99,12 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
             // a context-parallel rank's tokens sit at their global positions (two chunks of the sequence)
             long[] positions = contextParallel.size() > 1 ? contextParallel.positions(contextParallel.sequenceLength(s)) : null;
             NDArray[] rotated = cache != null ? rope.apply(scope.manager(), query, key, positionOffset)
-                    : rope.apply(scope.manager(), query, key, positions);
+                    : rope.apply(scope, query, key, positions, value);
             rotatedQuery = rotated[0];
             rotatedKey = rotated[1];
+            if (cache == null) {
+                value = rotated[2];
+            }
         }
         if (cache != null) {
             return cache.attend(scope, rotatedQuery, rotatedKey, value);

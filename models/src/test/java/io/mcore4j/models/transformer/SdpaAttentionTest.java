@@ -53,8 +53,9 @@ class SdpaAttentionTest {
                     scope.backward(out.mul(weights).sum());
                     NDArray kept = out.duplicate();
                     kept.attach(m);
-                    results[i] = new NDArray[] {kept, Tensors.gradientOrZeros(q, m), Tensors.gradientOrZeros(k, m),
-                            Tensors.gradientOrZeros(v, m)};
+                    // copies: the next pass zeroes and refills the same gradient tensors
+                    results[i] = new NDArray[] {kept, copy(Tensors.gradientOrZeros(q, m), m),
+                            copy(Tensors.gradientOrZeros(k, m), m), copy(Tensors.gradientOrZeros(v, m), m)};
                 }
             }
             String[] names = {"output", "query gradient", "key gradient", "value gradient"};
@@ -63,5 +64,11 @@ class SdpaAttentionTest {
             }
             return null;
         });
+    }
+
+    private static NDArray copy(NDArray gradient, NDManager owner) {
+        NDArray copy = gradient.duplicate();
+        copy.attach(owner);
+        return copy;
     }
 }
