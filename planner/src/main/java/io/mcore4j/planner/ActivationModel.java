@@ -9,7 +9,7 @@ import io.mcore4j.tensorparallel.MlpActivation;
  * the fused QKV output (its value view keeps the whole tensor alive), the rotated or copied
  * queries and keys and its output (the attention block runs in a frame, so the rotation's
  * intermediates are freed), the MLP its pre-activation and activation (SwiGLU: the fused
- * gate/up output, the sigmoid, the SiLU and the product), the row-parallel linears their inputs,
+ * gate/up output, the sigmoid, the SiLU and the product, as the scripted SwiGLU's graph keeps them), the row-parallel linears their inputs,
  * dropout its masks. Validated against native peaks on the CPU ({@code MemoryModelCpuTest}).
  *
  * <p>Shapes are per rank: {@code T = (s / CP) x b} tokens, {@code heads/TP} query heads,
@@ -47,9 +47,9 @@ final class ActivationModel {
         double h = c.hiddenSize();
         double kept = 2 * tokens * h / sp * bytes;               // input_layernorm and pre_mlp_layernorm inputs
         if (c.normalization() == TransformerConfig.Normalization.RMS_NORM) {
-            // RMSNorm from elementary ops keeps its float32 normalised values, and in half precision the
-            // recorded casts keep the float32 input and the float32 result too
-            kept += 2 * tokens * h / sp * 4 * (bytes == 4 ? 1 : 3);
+            // libtorch's rms_norm keeps its normalised values before the weight (in the input's dtype) and,
+            // for half-precision input, the float32 copy it computed them from
+            kept += 2 * tokens * h / sp * (bytes == 4 ? 4 : 4 + bytes);
         }
         double p = c.hiddenDropout();
         if (p > 0) {
