@@ -21,13 +21,13 @@ import org.junit.jupiter.api.Test;
  * data-parallel ranks meet only after backward, and pipeline stages peak at different times, so a
  * process-wide figure cannot check one rank there. Linux only; elsewhere the test is skipped.
  *
- * <p>Known misses, printed with {@code -Dplanner.memory.misses=true} and not asserted: GPT at TP2
- * without sequence parallelism measured 13% above the estimate (217 against 189 MB for two ranks,
- * before main's frames refactor), so a tensor-parallel intermediate of about 3.5 x s x b x h per
- * layer is not accounted for; GPT at micro-batches 4 and 2 is estimated 11-14% too high (52 against
- * 59 MB: the fixed terms of a small peak); CP2 with the distributed optimizer 7-10% too high (its
- * measured saving is larger than the sharded optimizer state); DP2 ranks do not peak together (87
- * MB measured against 108 MB, the sum of two per-rank peaks).
+ * <p>Printed with {@code -Dplanner.memory.misses=true} and not asserted (figures of 2026-11-24 on
+ * main 42350dd): GPT at TP2 without sequence parallelism -8.6% (211 MB measured), CP2 with the
+ * distributed optimizer -0.6%, both within 10% on that day but 13% and 7-10% off before main's
+ * frames refactor; the misses are small peaks, GPT at micro-batch 4 (+26%: 47 MB measured, 59 MB
+ * estimated) and 2 (+15%), where the measured peak is not linear in the micro-batch (34, 47 and
+ * 95 MB at 2, 4 and 8), and DP2 (+10.6%), whose ranks meet only after backward and so do not
+ * peak together.
  */
 class MemoryModelCpuTest {
     private static final Calibration CPU = Calibration.builtIn("cpu");
