@@ -37,9 +37,70 @@ import java.util.concurrent.locks.LockSupport;
  */
 @Command(name = "gpt-benchmark", sortOptions = false)
 public final class GptBenchmark {
-    @Option(names = "--model", description = "1.3b, llama7b, tiny or probe (the 1.3B model's 24 layers at tiny widths:"
-            + " its step time is the host-side cost of a step). Default: ${DEFAULT-VALUE}.")
-    String model = "1.3b";
+    /**
+     * The model presets of {@code --model}, under their flag names ({@link #toString()}), and the
+     * model flags each stands for.
+     */
+    public enum Preset {
+        /** The 1.3B GPT: 24 layers, hidden 2048, 16 heads, sequence 2048. */
+        gpt1_3b("1.3b", List.of("--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
+                "--ffn-hidden-size", "8192", "--seq-length", "2048", "--vocab-size", "32768")),
+        /** The LLaMA-7B shape: RMSNorm, RoPE, SwiGLU, no linear biases, untied output layer. */
+        llama7b("llama7b", List.of("--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
+                "--ffn-hidden-size", "11008", "--seq-length", "2048", "--vocab-size", "32000", "--normalization",
+                "RMSNorm", "--position-embedding-type", "rope", "--swiglu", "--disable-bias-linear",
+                "--untie-embeddings-and-output-weights")),
+        /** Two small layers. */
+        tiny("tiny", List.of("--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4",
+                "--seq-length", "256", "--vocab-size", "1024")),
+        /** The 1.3B model's 24 layers at tiny widths: its step time is the host-side cost of a step. */
+        probe("probe", List.of("--num-layers", "24", "--hidden-size", "64", "--num-attention-heads", "16",
+                "--ffn-hidden-size", "256", "--seq-length", "32", "--vocab-size", "512"));
+
+        private final String flag;
+        private final List<String> modelFlags;
+
+        Preset(String flag, List<String> modelFlags) {
+            this.flag = flag;
+            this.modelFlags = modelFlags;
+        }
+
+        /**
+         * @param name a preset's flag name: 1.3b, llama7b, tiny or probe
+         * @return the preset
+         * @throws IllegalArgumentException naming the value and the presets
+         */
+        public static Preset of(String name) {
+            for (Preset p : values()) {
+                if (p.flag.equals(name)) {
+                    return p;
+                }
+            }
+            throw new IllegalArgumentException("--model " + name + " is not one of 1.3b, llama7b, tiny, probe");
+        }
+
+        /**
+         * The flags of this preset; the benchmark's own defaults first ({@code plan --model} uses them too).
+         *
+         * @return the flags, a new mutable list
+         */
+        public List<String> flags() {
+            List<String> flags = new ArrayList<>(List.of("--mock-data", "--micro-batch-size", "4", "--lr", "1e-4",
+                    "--min-lr", "1e-4", "--lr-decay-style", "constant", "--weight-decay", "0", "--fp16"));
+            flags.addAll(modelFlags);
+            return flags;
+        }
+
+        /** @return the name {@code --model} takes, e.g. {@code 1.3b} */
+        @Override
+        public String toString() {
+            return flag;
+        }
+    }
+
+    @Option(names = "--model", description = "${COMPLETION-CANDIDATES} (probe: the 1.3B model's 24 layers at tiny"
+            + " widths: its step time is the host-side cost of a step). Default: ${DEFAULT-VALUE}.")
+    Preset model = Preset.gpt1_3b;
     @Option(names = "--micro-batches", description = "Micro-batches per step on each data-parallel replica (sets"
             + " --global-batch-size). Default: ${DEFAULT-VALUE}.")
     int microBatches = 2;
@@ -72,9 +133,9 @@ public final class GptBenchmark {
     static int execute(String[] argv, PrintStream out, PrintStream err) {
         GptBenchmark bench = new GptBenchmark();
         PretrainArgs args = new PretrainArgs();
-        // the preset is parsed first so that every flag given on the command line overrides it
-        String preset = presetName(argv);
-        List<String> presetFlags = presetFlags(preset);
+        // the preset is read first so that every flag given on the command line overrides it; a value
+        // that is no preset is left to the parser, which rejects it naming the value
+        List<String> presetFlags = presetNamed(argv).flags();
         if (List.of(argv).contains("--bf16")) {
             presetFlags.remove("--fp16"); // the presets train in fp16 unless bf16 is asked for
         }
@@ -82,39 +143,29 @@ public final class GptBenchmark {
                 (a, o) -> bench.run(a, o));
     }
 
-    private static String presetName(String[] argv) {
-        for (int i = 0; i + 1 < argv.length; i++) {
-            if (argv[i].equals("--model")) {
-                return argv[i + 1];
+    private static Preset presetNamed(String[] argv) {
+        Preset preset = Preset.gpt1_3b;
+        for (int i = 0; i < argv.length; i++) {
+            String value = argv[i].startsWith("--model=") ? argv[i].substring("--model=".length())
+                    : argv[i].equals("--model") && i + 1 < argv.length ? argv[i + 1] : null;
+            for (Preset p : Preset.values()) {
+                if (p.flag.equals(value) || p.name().equals(value)) {
+                    preset = p;
+                }
             }
         }
-        return "1.3b";
+        return preset;
     }
 
     /**
-     * The flags of a preset; the benchmark's own defaults first ({@code plan --model} uses them too).
+     * The flags of a preset named as {@code --model} takes it: {@link Preset#of}{@code (model).}{@link Preset#flags()}.
      *
      * @param model 1.3b, llama7b, tiny or probe
      * @return the flags, a new mutable list
      * @throws IllegalArgumentException for another name
      */
     public static List<String> presetFlags(String model) {
-        List<String> flags = new ArrayList<>(List.of("--mock-data", "--micro-batch-size", "4", "--lr", "1e-4",
-                "--min-lr", "1e-4", "--lr-decay-style", "constant", "--weight-decay", "0", "--fp16"));
-        flags.addAll(switch (model) {
-            case "1.3b" -> List.of("--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
-                    "--ffn-hidden-size", "8192", "--seq-length", "2048", "--vocab-size", "32768");
-            case "llama7b" -> List.of("--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
-                    "--ffn-hidden-size", "11008", "--seq-length", "2048", "--vocab-size", "32000", "--normalization",
-                    "RMSNorm", "--position-embedding-type", "rope", "--swiglu", "--disable-bias-linear",
-                    "--untie-embeddings-and-output-weights");
-            case "tiny" -> List.of("--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4",
-                    "--seq-length", "256", "--vocab-size", "1024");
-            case "probe" -> List.of("--num-layers", "24", "--hidden-size", "64", "--num-attention-heads", "16",
-                    "--ffn-hidden-size", "256", "--seq-length", "32", "--vocab-size", "512");
-            default -> throw new IllegalArgumentException("--model " + model + " is not one of 1.3b, llama7b, tiny, probe");
-        });
-        return flags;
+        return Preset.of(model).flags();
     }
 
     private void run(PretrainArgs args, PrintStream out) throws Exception {

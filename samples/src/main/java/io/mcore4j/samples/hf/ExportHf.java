@@ -48,8 +48,19 @@ public final class ExportHf implements Callable<Integer> {
     @Option(names = "--tokenizer-from", description = "copy tokenizer and generation files from this directory")
     Path tokenizerFrom;
 
-    @Option(names = "--dtype", description = "bf16, f16 or f32 (default: ${DEFAULT-VALUE})")
-    String dtype = "bf16";
+    /** The {@code --dtype} values and the safetensors dtype each writes. */
+    public enum DtypeFlag {
+        bf16(HfDtype.BF16), f16(HfDtype.F16), f32(HfDtype.F32);
+
+        private final HfDtype dtype;
+
+        DtypeFlag(HfDtype dtype) {
+            this.dtype = dtype;
+        }
+    }
+
+    @Option(names = "--dtype", description = "${COMPLETION-CANDIDATES} (default: ${DEFAULT-VALUE})")
+    DtypeFlag dtype = DtypeFlag.bf16;
 
     @Option(names = "--max-shard-bytes", description = "largest safetensors file (default: ${DEFAULT-VALUE})")
     long maxShardBytes = HfExport.DEFAULT_MAX_SHARD_BYTES;
@@ -68,7 +79,7 @@ public final class ExportHf implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        HfDtype type = HfDtype.parse(dtype);
+        HfDtype type = dtype.dtype;
         Path checkpoint = new CheckpointManager(load, 1).latest().orElse(load);
         HfConfig hf;
         CommonState common = DistCheckpointing.loadCommonState(checkpoint);

@@ -80,6 +80,17 @@ public final class PretrainArgs {
         }
     }
 
+    /** Megatron's {@code --cp-comm-type} values that are implemented, and the exchange each selects. */
+    public enum CpCommKind {
+        p2p(CpCommType.P2P), allgather(CpCommType.ALL_GATHER), all_gather(CpCommType.ALL_GATHER);
+
+        private final CpCommType type;
+
+        CpCommKind(CpCommType type) {
+            this.type = type;
+        }
+    }
+
     /** Megatron's {@code --optimizer} values ({@code adam} is Adam with decoupled weight decay, as in Megatron). */
     public enum OptimizerKind { adam, sgd }
 
@@ -99,8 +110,9 @@ public final class PretrainArgs {
             + " --help); default: this machine's GPUs (H200 or H100 calibration by their memory), or the CPU.")
     Path autoLayoutCluster;
     @Option(names = "--cp-comm-type", description = "How attention exchanges keys and values across the context-parallel"
-            + " group: p2p (a ring) or allgather. Default: ${DEFAULT-VALUE}.")
-    String cpCommType = "p2p";
+            + " group: ${COMPLETION-CANDIDATES} (p2p: a ring; allgather and all_gather are one;"
+            + " Megatron-Core's a2a and a2a+p2p are not implemented). Default: ${DEFAULT-VALUE}.")
+    CpCommKind cpCommType = CpCommKind.p2p;
 
     // model
     @Option(names = "--num-layers", description = "Default: ${DEFAULT-VALUE}.")
@@ -477,7 +489,7 @@ public final class PretrainArgs {
                 .tiedEmbeddings(!untieEmbeddings)
                 .recompute(recompute.recompute)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
-                .cpCommType(CpCommType.fromFlag(cpCommType));
+                .cpCommType(cpCommType.type);
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);
         }
