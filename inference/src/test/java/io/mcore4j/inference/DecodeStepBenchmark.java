@@ -4,6 +4,7 @@ import ai.djl.pytorch.jni.JniUtils;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
+import io.mcore4j.core.GraphOptimization;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
@@ -57,7 +58,7 @@ public final class DecodeStepBenchmark {
         boolean optimize = !Boolean.getBoolean("bench.noJitOptimize");
         InJvmWorld.run(1, rank -> {
             if (!optimize) {
-                JniUtils.setGraphExecutorOptimize(false);
+                GraphOptimization.set(false); // for the whole thread: the handle is never closed
             }
             ProcessGroups groups = rank.groups(ParallelDims.of(1, 1, 1));
             int[] numbers = new int[layers];
