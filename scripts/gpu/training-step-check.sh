@@ -2,7 +2,8 @@
 # training-step-check.sh: on a GPU host, after `source .gpu/run-on-host.sh` (see docs/gpu.md), runs in one
 # call the figures the training-step issue compares: plain PyTorch eager (+ SDPA) as the reference,
 # GptBenchmark --model 1.3b, and pretrain-gpt with the same model and batch on --mock-data; with
-# OLD_CP set (the jars of an earlier commit), also that commit's benchmark. Prints each line as it comes.
+# OLD_CP set (the jars of an earlier commit), also that commit's benchmark; with LLAMA7B=1 (a GPU of 140 GB),
+# the LLaMA-7B preset without recompute and with selective recompute. Prints each line as it comes.
 #   STEPS (10) timed steps after WARMUP (3); EXTRA: more flags for both mcore4j commands.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,3 +25,10 @@ java $java_opts -cp "$CP" io.mcore4j.samples.pretrain.PretrainGpt --num-layers 2
   --num-attention-heads 16 --ffn-hidden-size 8192 --seq-length 2048 --vocab-size 32768 --fp16 --mock-data \
   --micro-batch-size 4 --global-batch-size 8 --train-iters 15 --log-interval 5 --lr 1e-4 \
   --metrics-dir /tmp/pretrain-gpt-check $extra
+if [ "${LLAMA7B:-0}" = 1 ]; then
+  echo "== GptBenchmark --model llama7b, micro-batch 1 x 4, no recompute and selective recompute"
+  java $java_opts -cp "$CP" io.mcore4j.samples.bench.GptBenchmark --model llama7b --micro-batch-size 1 --micro-batches 4 \
+    --steps 5 --warmup 2 $extra
+  java $java_opts -cp "$CP" io.mcore4j.samples.bench.GptBenchmark --model llama7b --micro-batch-size 1 --micro-batches 4 \
+    --recompute-granularity selective --steps 5 --warmup 2 $extra
+fi

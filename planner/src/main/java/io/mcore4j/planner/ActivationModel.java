@@ -7,8 +7,9 @@ import io.mcore4j.tensorparallel.MlpActivation;
  * Bytes a layer keeps for backward, per micro-batch, from what each module of the layer saves:
  * the norms their inputs, the column-parallel linears their (gathered) inputs, the core attention
  * the fused QKV output (its value view keeps the whole tensor alive), the rotated or copied
- * queries and keys and its output, the MLP its pre-activation and activation (SwiGLU: the fused
- * gate/up output, the sigmoid, the SiLU and the product), the row-parallel linears their inputs,
+ * queries and keys and its output (the attention block runs in a frame, so the rotation's
+ * intermediates are freed), the MLP its pre-activation and activation (SwiGLU: the fused
+ * gate/up output, the sigmoid, the SiLU and the product, as the scripted SwiGLU's graph keeps them), the row-parallel linears their inputs,
  * dropout its masks. Validated against native peaks on the CPU ({@code MemoryModelCpuTest}).
  *
  * <p>Shapes are per rank: {@code T = (s / CP) x b} tokens, {@code heads/TP} query heads,
@@ -46,7 +47,9 @@ final class ActivationModel {
         double h = c.hiddenSize();
         double kept = 2 * tokens * h / sp * bytes;               // input_layernorm and pre_mlp_layernorm inputs
         if (c.normalization() == TransformerConfig.Normalization.RMS_NORM) {
-            kept += 2 * tokens * h / sp * 4;                     // the float32 copy RMSNorm's backward reads
+            // libtorch's rms_norm keeps its normalised values before the weight (in the input's dtype) and,
+            // for half-precision input, the float32 copy it computed them from
+            kept += 2 * tokens * h / sp * (bytes == 4 ? 4 : 4 + bytes);
         }
         double p = c.hiddenDropout();
         if (p > 0) {
@@ -65,31 +68,52 @@ final class ActivationModel {
         double sp = c.sequenceParallel() ? tp : 1;
         double h = c.hiddenSize();
         if (c.recompute() == TransformerConfig.Recompute.FULL) {
-            return tokens * h / sp * bytes;                      // the layer's input, for the recomputation
+            // the layer's input, kept for the recomputation, and the gradient of its output leaf, which
+            // the pass keeps until it ends
+            return 2 * tokens * h / sp * bytes;
         }
         double n = (double) c.numAttentionHeads() / tp;
         double g = (double) c.numQueryGroups() / tp;
         double d = c.kvChannels();
+        boolean selective = c.recompute() == TransformerConfig.Recompute.SELECTIVE;
         double kept = replicatedTerms(tokens);
         kept += 2 * tokens * h * bytes;                          // linear_qkv and linear_fc1 inputs (gathered)
         kept += tokens * (n + 2 * g) * d * bytes;                // the fused QKV output
-        kept += tokens * n * d * bytes;                          // queries (rotated, or a contiguous copy)
         if (c.usesRope()) {
-            kept += tokens * g * d * bytes;                      // rotated keys
+            kept += tokens * (n + g) * d * bytes;                // rotated queries and keys
         }
         if (g < n) {
+            if (!c.usesRope()) {
+                kept += tokens * n * d * bytes;                  // queries: a copy (a view only with one head per group)
+            }
             kept += 2 * tokens * n * d * bytes;                  // keys and values repeated per query head
         }
         kept += tokens * n * d * bytes;                          // attention output = linear_proj input
-        boolean selective = c.recompute() == TransformerConfig.Recompute.SELECTIVE;
         if (fusedAttention) {
             kept += selective ? 0 : tokens * n * 4;              // log-sum-exp per query, float32
         } else if (!selective) {
             double keys = (double) seqLength;                    // each query attends over the whole sequence under CP
-            kept += microBatch * n * ((double) seqLength / cp) * keys * bytes; // softmax probabilities
+            // the recorded casts keep the raw scores and their float32 copy, softmax its float32 output,
+            // and in half precision the cast back keeps the probabilities again (a same-dtype cast is none)
+            double perScore = bytes == 4 ? 8 : 12;
+            // under CP the exchanged keys and values die with the frame around the blocks (8088ecb)
+            kept += microBatch * n * ((double) seqLength / cp) * keys * perScore;
             if (c.attentionDropout() > 0) {
                 kept += microBatch * n * ((double) seqLength / cp) * keys * (1 + bytes); // mask, dropped probabilities
             }
+        }
+        // a recorded function's output is a leaf whose gradient the pass keeps until it ends: at TP > 1
+        // the tensor-parallel mappings' (two before the column-parallel linears, two after the
+        // row-parallel ones)
+        if (selective) {
+            kept += tokens * n * d * bytes;                      // the recomputed attention's output leaf
+        }
+        if (tp > 1) {
+            // the recorded functions also keep their inputs and outputs: the row-parallel linears'
+            // partial sums and their reductions (with sequence parallelism the reduce-scatter's shard
+            // and the all-gathers' shards)
+            kept += 2 * tokens * h * bytes * (c.sequenceParallel() ? 1 + 2.0 / tp : 2);
+            kept += 2 * tokens * h * bytes * (c.sequenceParallel() ? 1 + 1.0 / tp : 2);
         }
         double f = (double) mlpWidth() / tp;
         if (c.activation() == MlpActivation.SWIGLU) {
@@ -143,6 +167,20 @@ final class ActivationModel {
         double tokens = (double) seqLength / cp * microBatch;
         double sp = c.sequenceParallel() ? tp : 1;
         return tokens * c.hiddenSize() / sp * bytes + 2 * tokens * 8;
+    }
+
+    /**
+     * @param microBatch samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return bytes the first stage's vocabulary-parallel embedding keeps beyond its output at TP > 1:
+     *     its recorded reduction's partial lookup and the gradient of the reduced output
+     */
+    double embedding(int microBatch, int seqLength) {
+        if (tp == 1) {
+            return 0;
+        }
+        double tokens = (double) seqLength / cp * microBatch;
+        return 2 * tokens * c.hiddenSize() * bytes;
     }
 
     private int mlpWidth() {

@@ -35,13 +35,17 @@ import java.util.Locale;
  * @param contextParallelExposedFraction share of the context-parallel key/value exchange not hidden behind attention
  * @param collectiveLatencySeconds fixed cost of one collective
  * @param deviceOverheadGiB device memory in use besides tensors (CUDA context, libtorch's cache slack)
+ * @param optimizerWorkspaceBytesPerParameter memory the optimizer step allocates beyond the gradients
+ *     and the reduction buffers, per parameter the rank updates (0 on CUDA, whose multi-tensor Adam
+ *     works in place; measured on the CPU)
  * @param notes where the numbers come from
  */
 public record Calibration(String device, double memoryBandwidthGBps, List<Efficiency> matmulEfficiency,
                           double tensorParallelSerialFraction, double optimizerSecondsPerParameter,
                           double gradCopySecondsPerParameter, double dataParallelSyncFactor,
                           double backwardOverlapFraction, double contextParallelExposedFraction,
-                          double collectiveLatencySeconds, double deviceOverheadGiB, List<String> notes) {
+                          double collectiveLatencySeconds, double deviceOverheadGiB,
+                          double optimizerWorkspaceBytesPerParameter, List<String> notes) {
 
     /**
      * The fraction of peak a step's forward and backward reached for one shape.
@@ -76,6 +80,7 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
         nonNegative("gradCopySecondsPerParameter", gradCopySecondsPerParameter);
         nonNegative("collectiveLatencySeconds", collectiveLatencySeconds);
         nonNegative("deviceOverheadGiB", deviceOverheadGiB);
+        nonNegative("optimizerWorkspaceBytesPerParameter", optimizerWorkspaceBytesPerParameter);
         if (!(dataParallelSyncFactor >= 1) || !(memoryBandwidthGBps > 0)) {
             throw new IllegalArgumentException("dataParallelSyncFactor " + dataParallelSyncFactor
                     + " must be >= 1 and memoryBandwidthGBps " + memoryBandwidthGBps + " positive");
@@ -113,7 +118,7 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
     /**
      * A default calibration shipped with the planner.
      *
-     * @param name {@code h200} or {@code h100}
+     * @param name {@code h200}, {@code h100}, or {@code cpu} (memory only: the CPU's step time is not calibrated)
      * @return the calibration
      * @throws IllegalArgumentException for another name
      */
@@ -121,7 +126,7 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
         String resource = name.toLowerCase(Locale.ROOT) + ".json";
         try (InputStream in = Calibration.class.getResourceAsStream(resource)) {
             if (in == null) {
-                throw new IllegalArgumentException("no built-in calibration \"" + name + "\"; built-in: h200, h100");
+                throw new IllegalArgumentException("no built-in calibration \"" + name + "\"; built-in: h200, h100, cpu");
             }
             return parse(new String(in.readAllBytes(), StandardCharsets.UTF_8), "built-in " + resource);
         } catch (IOException e) {
@@ -157,7 +162,7 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
             return new Calibration(c.device, c.memoryBandwidthGBps, c.matmulEfficiency, c.tensorParallelSerialFraction,
                     c.optimizerSecondsPerParameter, c.gradCopySecondsPerParameter, c.dataParallelSyncFactor,
                     c.backwardOverlapFraction, c.contextParallelExposedFraction, c.collectiveLatencySeconds,
-                    c.deviceOverheadGiB, c.notes);
+                    c.deviceOverheadGiB, c.optimizerWorkspaceBytesPerParameter, c.notes);
         } catch (JsonParseException | IllegalArgumentException | NullPointerException e) {
             throw new IllegalArgumentException("calibration " + what + ": " + e.getMessage(), e);
         }
@@ -182,7 +187,8 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
         n.add(note);
         return new Calibration(device, memoryBandwidthGBps, points, tensorParallelSerialFraction,
                 optimizerSecondsPerParameter, gradCopySecondsPerParameter, dataParallelSyncFactor,
-                backwardOverlapFraction, contextParallelExposedFraction, collectiveLatencySeconds, deviceOverheadGiB, n);
+                backwardOverlapFraction, contextParallelExposedFraction, collectiveLatencySeconds, deviceOverheadGiB,
+                optimizerWorkspaceBytesPerParameter, n);
     }
 
     /**
@@ -198,7 +204,20 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
                                              double bandwidthGBps) {
         return new Calibration(deviceName, bandwidthGBps, matmulEfficiency, tensorParallelSerialFraction,
                 optimizerSeconds, gradCopySeconds, dataParallelSyncFactor, backwardOverlapFraction,
-                contextParallelExposedFraction, collectiveLatencySeconds, deviceOverheadGiB, notes);
+                contextParallelExposedFraction, collectiveLatencySeconds, deviceOverheadGiB,
+                optimizerWorkspaceBytesPerParameter, notes);
+    }
+
+    /**
+     * This calibration with another device overhead.
+     *
+     * @param gib device memory in use besides tensors, GiB
+     * @return a new calibration
+     */
+    public Calibration withDeviceOverhead(double gib) {
+        return new Calibration(device, memoryBandwidthGBps, matmulEfficiency, tensorParallelSerialFraction,
+                optimizerSecondsPerParameter, gradCopySecondsPerParameter, dataParallelSyncFactor, backwardOverlapFraction,
+                contextParallelExposedFraction, collectiveLatencySeconds, gib, optimizerWorkspaceBytesPerParameter, notes);
     }
 
     /** @return the JSON form */

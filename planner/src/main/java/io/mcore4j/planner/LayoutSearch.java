@@ -119,7 +119,7 @@ public final class LayoutSearch {
                 rejected.computeIfAbsent(why, k -> new int[1])[0]++;
                 continue;
             }
-            MemoryEstimate memory = MemoryModel.estimate(workload, layout, calibration.deviceOverheadBytes());
+            MemoryEstimate memory = MemoryModel.estimate(workload, layout, calibration);
             TimeEstimate time = TimeModel.estimate(workload, layout, cluster, calibration);
             out.add(new PlannedLayout(layout, memory, time, memory.total() <= capacity));
         }

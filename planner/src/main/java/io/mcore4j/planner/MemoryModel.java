@@ -23,13 +23,13 @@ public final class MemoryModel {
      *
      * @param w the workload
      * @param layout the layout
-     * @param overheadBytes bytes the device holds besides tensors (0 on the CPU)
+     * @param cal the device's memory constants (overhead, optimizer workspace)
      * @return the estimate
      */
-    public static MemoryEstimate estimate(Workload w, Layout layout, long overheadBytes) {
+    public static MemoryEstimate estimate(Workload w, Layout layout, Calibration cal) {
         MemoryEstimate worst = null;
         for (int stage = 0; stage < layout.pipelineParallel(); stage++) {
-            MemoryEstimate e = stage(w, layout, stage, overheadBytes);
+            MemoryEstimate e = stage(w, layout, stage, cal);
             if (worst == null || e.total() > worst.total()) {
                 worst = e;
             }
@@ -43,10 +43,10 @@ public final class MemoryModel {
      * @param w the workload
      * @param layout the layout
      * @param stage the pipeline rank
-     * @param overheadBytes bytes the device holds besides tensors
+     * @param cal the device's memory constants
      * @return the estimate
      */
-    public static MemoryEstimate stage(Workload w, Layout layout, int stage, long overheadBytes) {
+    public static MemoryEstimate stage(Workload w, Layout layout, int stage, Calibration cal) {
         TransformerConfig c = w.modelFor(layout);
         OptimizerConfig opt = w.optimizerFor(layout);
         ParallelDims dims = layout.dims();
@@ -74,12 +74,15 @@ public final class MemoryModel {
         double perLayer = act.perLayer(b, s);
         int layersPerChunk = c.numLayers() / (layout.pipelineParallel() * layout.virtualStages());
         double chunksInFlight = chunksInFlight(layout, stage, m);
-        double perMicroBatch = layersPerChunk * layout.virtualStages() * perLayer + act.stageInput(b, s);
-        double kept = chunksInFlight * (layersPerChunk * perLayer + act.stageInput(b, s));
+        double input = act.stageInput(b, s) + (stage == 0 ? act.embedding(b, s) : 0);
+        double perMicroBatch = layersPerChunk * layout.virtualStages() * perLayer + input;
+        double kept = chunksInFlight * (layersPerChunk * perLayer + input);
         boolean last = stage == layout.pipelineParallel() - 1;
         double peak = kept + Math.max(act.backwardTransient(b, s), last ? act.logits(b, s) : 0);
+        long workspace = (long) ((denseShard + expertShard) * cal.optimizerWorkspaceBytesPerParameter());
         return new MemoryEstimate(stage, params, params, optimizer, (long) perMicroBatch,
-                chunksInFlight / layout.virtualStages(), (long) peak, buffers, overheadBytes);
+                chunksInFlight / layout.virtualStages(), (long) peak, params, buffers, workspace,
+                cal.deviceOverheadBytes());
     }
 
     /**

@@ -57,7 +57,17 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
     public TransformerConfig modelFor(Layout layout) {
         TransformerConfig c = model.toBuilder().recompute(layout.recompute())
                 .sequenceParallel(model.sequenceParallel() && layout.tensorParallel() > 1).build();
-        int vocab = Vocab.padded(model.vocabSize(), vocabDivisor, layout.tensorParallel());
+        return withVocab(c, Vocab.padded(model.vocabSize(), vocabDivisor, layout.tensorParallel()));
+    }
+
+    /**
+     * The same model with another vocabulary size.
+     *
+     * @param c a model
+     * @param vocab the vocabulary size
+     * @return the model with {@code vocab} entries
+     */
+    public static TransformerConfig withVocab(TransformerConfig c, int vocab) {
         return new TransformerConfig(c.numLayers(), c.hiddenSize(), c.numAttentionHeads(), c.numQueryGroups(),
                 c.ffnHiddenSize(), c.kvChannels(), vocab, c.maxSequenceLength(), c.normalization(), c.normEpsilon(),
                 c.positionEmbedding(), c.rotaryBase(), c.rotaryPercent(), c.activation(), c.addBiasLinear(),

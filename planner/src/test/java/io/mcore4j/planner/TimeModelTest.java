@@ -97,8 +97,8 @@ class TimeModelTest {
         double selective = TimeModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.SELECTIVE), one, H200).total();
         double full = TimeModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.FULL), one, H200).total();
         assertTrue(none < selective && selective < full, none + " < " + selective + " < " + full);
-        long memNone = MemoryModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.NONE), 0).activations();
-        long memFull = MemoryModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.FULL), 0).activations();
+        long memNone = MemoryModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.NONE), H200).activations();
+        long memFull = MemoryModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.FULL), H200).activations();
         assertTrue(memFull < memNone / 3, memFull + " vs " + memNone);
     }
 }

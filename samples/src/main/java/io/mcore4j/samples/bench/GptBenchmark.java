@@ -3,6 +3,8 @@ package io.mcore4j.samples.bench;
 import ai.djl.Device;
 import ai.djl.engine.Engine;
 import ai.djl.util.cuda.CudaUtils;
+import io.mcore4j.planner.Calibration;
+import io.mcore4j.samples.pretrain.PlannerInputs;
 import io.mcore4j.samples.pretrain.PretrainArgs;
 import io.mcore4j.samples.pretrain.PretrainGpt;
 import io.mcore4j.training.TrainStepResult;
@@ -10,7 +12,10 @@ import io.mcore4j.training.TrainingSummary;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Option;
 
+
 import java.io.PrintStream;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
@@ -48,6 +53,13 @@ public final class GptBenchmark {
             + " PYTORCH_NO_CUDA_MEMORY_CACHING=1 its peak approximates allocated bytes).")
     boolean sampleMemory;
 
+    @Option(names = "--calibration-out", description = "Write a planner calibration (JSON) from this one-GPU run: its"
+            + " matmul efficiency, with --phases the optimizer's cost per parameter, and the memory the planner does not count.")
+    Path calibrationOut;
+    @Option(names = "--calibration-base", description = "The calibration whose other values --calibration-out keeps:"
+            + " h200, h100 or a file. Default: ${DEFAULT-VALUE}.")
+    String calibrationBase = "h200";
+
     private GptBenchmark() {}
 
     /**
@@ -79,8 +91,14 @@ public final class GptBenchmark {
         return "1.3b";
     }
 
-    /** The flags of a preset; the benchmark's own defaults first. */
-    static List<String> presetFlags(String model) {
+    /**
+     * The flags of a preset; the benchmark's own defaults first ({@code plan --model} uses them too).
+     *
+     * @param model 1.3b, llama7b, tiny or probe
+     * @return the flags, a new mutable list
+     * @throws IllegalArgumentException for another name
+     */
+    public static List<String> presetFlags(String model) {
         List<String> flags = new ArrayList<>(List.of("--mock-data", "--micro-batch-size", "4", "--lr", "1e-4",
                 "--min-lr", "1e-4", "--lr-decay-style", "constant", "--weight-decay", "0", "--fp16"));
         flags.addAll(switch (model) {
@@ -143,6 +161,14 @@ public final class GptBenchmark {
                 Math.max(dp, 1),
                 args.attentionBackend(), args.microBatchSize(), microBatches, args.seqLength(), tokensPerGpu, tflops,
                 100 * tflops / peak, 1000 * step, memory[0], memory[1], summary.losses().get(summary.losses().size() - 1));
+        if (calibrationOut != null) {
+            Calibration cal = CalibrationWriter.calibrate(Calibration.read(calibrationBase), PlannerInputs.workload(args),
+                    PlannerInputs.layout(args, world), Calibration.read(calibrationBase).device() + " (gpt-benchmark)",
+                    step, phases ? phaseSums[1] / steps : Double.NaN, phases ? phaseSums[4] / steps : Double.NaN,
+                    phases ? (phaseSums[3] + phaseSums[5]) / steps : Double.NaN, memory[0]);
+            Files.writeString(calibrationOut, cal.toJson());
+            out.println("gpt-benchmark calibration: " + calibrationOut);
+        }
         if (phases) {
             out.printf(Locale.ROOT, "gpt-benchmark phases (ms per step, device synchronised between them): data %.1f |"
                             + " forward+backward %.1f (queued by the host in %.1f) | gradient sync %.1f | optimizer step %.1f"

@@ -54,6 +54,21 @@ public final class ParallelLayoutOptions {
         return layersPerVirtualStage > 0 ? numLayers / (pipelineParallel * layersPerVirtualStage) : 1;
     }
 
+    /**
+     * Replaces the layout (pretrain-gpt's {@code --auto-layout} writes the planner's choice here).
+     *
+     * @param tp tensor-parallel size
+     * @param pp pipeline-parallel size
+     * @param layersPerStage layers per virtual pipeline stage (0: not interleaved)
+     * @param ep expert-parallel size
+     */
+    public void set(int tp, int pp, int layersPerStage, int ep) {
+        tensorParallel = tp;
+        pipelineParallel = pp;
+        layersPerVirtualStage = layersPerStage;
+        expertParallel = ep;
+    }
+
     /** @return whether a launcher's variables ({@code RANK}, {@code SLURM_PROCID}, {@code OMPI_COMM_WORLD_RANK}) are set */
     public static boolean launched() {
         return System.getenv("RANK") != null || System.getenv("SLURM_PROCID") != null

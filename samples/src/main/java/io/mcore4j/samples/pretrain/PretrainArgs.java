@@ -91,6 +91,13 @@ public final class PretrainArgs {
     @Option(names = "--context-parallel-size", description = "Split each sequence over this many ranks (2 x size chunks,"
             + " load-balanced for causal attention). Default: ${DEFAULT-VALUE}.")
     int contextParallel = 1;
+    @Option(names = "--auto-layout", description = "Choose the parallel layout, micro-batch size, recompute and"
+            + " distributed optimizer with the planner (the fastest layout estimated to fit; the flags for them are"
+            + " replaced) for this job's ranks.")
+    boolean autoLayout;
+    @Option(names = "--auto-layout-cluster", description = "The cluster --auto-layout plans for, as a JSON file (see plan"
+            + " --help); default: this machine's GPUs (H200 or H100 calibration by their memory), or the CPU.")
+    Path autoLayoutCluster;
     @Option(names = "--cp-comm-type", description = "How attention exchanges keys and values across the context-parallel"
             + " group: p2p (a ring) or allgather. Default: ${DEFAULT-VALUE}.")
     String cpCommType = "p2p";

@@ -200,10 +200,13 @@ public final class PretrainGpt {
     public static TrainingSummary run(PretrainArgs args, PrintStream out, Consumer<TrainingLoop.Builder> loop,
                                       boolean timePhases, boolean writeMetrics) throws Exception {
         Mcore4j.ensureInitialized();
-        GptTrainingSetup setup = args.setup();
         Duration timeout = Duration.ofMillis((long) (args.timeoutMinutes * 60_000));
         boolean launched = ParallelLayoutOptions.launched();
         int world = args.layout.worldSize();
+        if (args.autoLayout) {
+            AutoLayout.apply(args, world, out); // sets the layout flags to the planner's best layout
+        }
+        GptTrainingSetup setup = args.setup();
         setup.dims(world); // fails early, naming the flags, if the layout or the batch does not divide
         try (GptSplits splits = datasets(args, out)) {
             SampleDataset train = splits.train().orElseThrow(() -> new IllegalArgumentException("the data has no training split"));
