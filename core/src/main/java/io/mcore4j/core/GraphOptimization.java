@@ -1,5 +1,6 @@
 package io.mcore4j.core;
 
+import ai.djl.engine.Engine;
 import ai.djl.pytorch.jni.JniUtils;
 
 /**
@@ -37,6 +38,7 @@ public final class GraphOptimization implements AutoCloseable {
      */
     public static GraphOptimization set(boolean enabled) {
         Mcore4j.ensureInitialized();
+        Engine.getEngine("PyTorch"); // loads libtorch's JNI library, if no tensor has been made yet
         JniUtils.setGraphExecutorOptimize(enabled);
         return new GraphOptimization();
     }
