@@ -6,6 +6,11 @@
 # mcore4j-samples (its jars and dependencies) and DJL's JNI for the host's libtorch: docs/gpu.md and the
 # scripts in scripts/gpu/ (stage.sh, then on the host `source .gpu/run-on-host.sh`, which sets CP).
 #   CP=... scripts/inference/gpu_generate_bench.sh [WORK_DIR]
+# FUSE_MODES (default "true false") lists the Generator's layer modes to time, each in its own JVM
+# (-Dmcore4j.inference.fuse=MODE): true = static-shape layer module under libtorch's graph optimisation,
+# false = caches narrowed to the length reached, optimisation off. EXTRA_JAVA_OPTS go to every JVM
+# (e.g. -Dai.djl.pytorch.graph_optimizer=true with FUSE_MODES=false: the narrowed module re-specialised
+# every step, the default before the static module).
 # Prints one line per batch size from each side, then how many leading ids the two agree on.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -14,8 +19,19 @@ WORK="${1:-/tmp/mcore4j-generate-bench}"
 JAVA="${JAVA_HOME:+$JAVA_HOME/bin/}java"
 
 python3 "$HERE/gpu_generate_bench.py" make "$WORK"
-CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" "$JAVA" -Xmx16g -Dai.djl.offline=true -cp "$CP" \
-  io.mcore4j.samples.generate.GenerateBenchmark --weights "$WORK/mcore4j.safetensors" \
-  --prompts "$WORK/prompts.json" --output "$WORK/mcore4j_tokens.json" --batch-sizes 1,16 --num-tokens-to-generate 256
+MODES="${FUSE_MODES:-true false}"
+for mode in $MODES; do
+  echo "== mcore4j, -Dmcore4j.inference.fuse=$mode ${EXTRA_JAVA_OPTS:-}"
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" "$JAVA" -Xmx16g -Dai.djl.offline=true \
+    -Dmcore4j.inference.fuse="$mode" ${EXTRA_JAVA_OPTS:-} -cp "$CP" \
+    io.mcore4j.samples.generate.GenerateBenchmark --weights "$WORK/mcore4j.safetensors" \
+    --prompts "$WORK/prompts.json" --output "$WORK/mcore4j_tokens_$mode.json" --batch-sizes 1,16 --num-tokens-to-generate 256
+done
+echo "== transformers"
 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" python3 "$HERE/gpu_generate_bench.py" hf "$WORK"
-python3 "$HERE/gpu_generate_bench.py" compare "$WORK"
+for mode in $MODES; do
+  echo "== ids, -Dmcore4j.inference.fuse=$mode against transformers"
+  cp "$WORK/mcore4j_tokens_$mode.json" "$WORK/mcore4j_tokens.json"
+  python3 "$HERE/gpu_generate_bench.py" compare "$WORK"
+done

@@ -33,13 +33,21 @@ import java.util.Set;
  * a fraction of the time Java takes to issue some seventy calls per layer), so the layer costs one call
  * (two, with an all-reduce after each, at tensor-parallel sizes above 1).
  *
+ * <p>Two forms of the module, the same computation: over the caches narrowed to the length a pass reaches
+ * (new tensor shapes on every decode step), or over the whole preallocated caches under a mask of the filled
+ * positions, with the pass's keys and values written at a position tensor and the pass's rotary rows passed
+ * in ({@link Pass}): the same shapes on every decode step, which libtorch's profiling executor specialises and
+ * fuses once instead of re-specialising every step ({@link Generator#fuse(boolean)} picks).
+ *
  * <p>Only layers whose parameters are exactly those of a dense layer run here ({@link #weightsOf} returns
  * null otherwise, for example for a mixture of experts, and the layer runs op by op). The module has no
  * parameters of its own; it is loaded once per generator and closed with the manager it was loaded on.
  */
 final class CachedLayer {
-    /** Resource path of the TorchScript archive. */
+    /** Resource path of the TorchScript archive whose caches are narrowed to the length a pass reaches. */
     static final String RESOURCE = "/io/mcore4j/inference/torchscript/cached_layer.pt";
+    /** Resource path of the archive that attends over the whole caches under a mask: the same shapes every step. */
+    static final String STATIC_RESOURCE = "/io/mcore4j/inference/torchscript/static_cached_layer.pt";
 
     /** The parameter names of a dense layer (under its {@code decoder.layers.<n>.} prefix); biases optional. */
     private static final Set<String> REQUIRED = Set.of("input_layernorm.weight", "self_attention.linear_qkv.weight",
@@ -51,14 +59,36 @@ final class CachedLayer {
     private static final Logger LOG = LoggerFactory.getLogger(CachedLayer.class);
 
     private final TorchScriptModule module;
+    private final boolean staticShapes;
 
     /**
      * @param owner manager that owns the loaded module (closed with it) and picks its device
+     * @param staticShapes whether the module attends over the whole caches under a mask, so that its tensors
+     *     have the same shapes on every decode step (what libtorch's profiling executor specialises and fuses
+     *     once), rather than over the caches narrowed to the length reached (new shapes every step)
      * @throws IllegalStateException if the module cannot be loaded
      */
-    CachedLayer(NDManager owner) {
-        this.module = TorchScriptModules.load(owner, CachedLayer.class, RESOURCE);
+    CachedLayer(NDManager owner, boolean staticShapes) {
+        this.module = TorchScriptModules.load(owner, CachedLayer.class, staticShapes ? STATIC_RESOURCE : RESOURCE);
+        this.staticShapes = staticShapes;
     }
+
+    /** @return whether this is the module of static shapes, which takes a {@link Pass}'s rows, positions and mask */
+    boolean staticShapes() {
+        return staticShapes;
+    }
+
+    /**
+     * What a pass gives every layer's module, made once per pass by the cache.
+     *
+     * @param cos rotary cos: of positions {@code 0..L-1} [L, rotaryDims] for the narrowing module, of the pass's
+     *     positions only [s, rotaryDims] for the static one (zero columns without rotary)
+     * @param sin rotary sin with the first half of its columns negated, likewise
+     * @param positions the pass's positions {@code L-s..L-1} [s] int64 on the device (static module only, else null)
+     * @param allowed [s, maxLen] bool, true where query {@code i} attends to position {@code j <= L-s+i} (static
+     *     module only, else null)
+     */
+    record Pass(NDArray cos, NDArray sin, NDArray positions, NDArray allowed) {}
 
     /**
      * One layer's arguments to the module.
@@ -163,23 +193,22 @@ final class CachedLayer {
      * @param x the layer's input [s, b, h]
      * @param keys the layer's whole key cache [b, groups/TP, maxLen, d]; positions {@code L-s..L-1} are written
      * @param values the value cache, likewise
-     * @param cos rotary cos table of positions {@code 0..L-1} [L, rotaryDims] (zero columns without rotary)
-     * @param sin rotary sin table with the first half of its columns negated, likewise
+     * @param pass the pass's rotary rows (and positions and mask, for the static module)
      * @param absent the empty tensor
      * @return the layer's output [s, b, h]
      */
-    NDArray forward(AutogradScope scope, Weights w, NDArray x, NDArray keys, NDArray values, NDArray cos, NDArray sin,
+    NDArray forward(AutogradScope scope, Weights w, NDArray x, NDArray keys, NDArray values, Pass pass,
                     NDArray absent) {
         NDManager m = scope.manager();
         if (w.tp().size() == 1) {
-            NDArray out = call(x, absent, w, keys, values, cos, sin, w.settings()[0]).singletonOrThrow();
+            NDArray out = call(x, absent, w, keys, values, pass, w.settings()[0]).singletonOrThrow();
             out.attach(m);
             return out;
         }
-        NDArray partial = call(x, absent, w, keys, values, cos, sin, w.settings()[1]).singletonOrThrow();
+        NDArray partial = call(x, absent, w, keys, values, pass, w.settings()[1]).singletonOrThrow();
         partial.attach(m);
         NDArray attention = w.tp().allReduce(partial, ReduceOp.SUM, m);
-        NDList hm = call(x, attention, w, keys, values, cos, sin, w.settings()[2]);
+        NDList hm = call(x, attention, w, keys, values, pass, w.settings()[2]);
         hm.attach(m);
         NDArray mlp = w.tp().allReduce(hm.get(1), ReduceOp.SUM, m);
         NDArray out = hm.get(0).add(mlp);
@@ -187,9 +216,9 @@ final class CachedLayer {
         return out;
     }
 
-    private NDList call(NDArray x, NDArray attention, Weights w, NDArray keys, NDArray values, NDArray cos, NDArray sin,
+    private NDList call(NDArray x, NDArray attention, Weights w, NDArray keys, NDArray values, Pass pass,
                         NDArray settings) {
-        NDList in = new NDList(20);
+        NDList in = new NDList(22);
         in.add(x);
         in.add(attention);
         for (NDArray t : w.tensors()) {
@@ -197,8 +226,12 @@ final class CachedLayer {
         }
         in.add(keys);
         in.add(values);
-        in.add(cos);
-        in.add(sin);
+        in.add(pass.cos());
+        in.add(pass.sin());
+        if (staticShapes) {
+            in.add(pass.positions());
+            in.add(pass.allowed());
+        }
         in.add(settings);
         return module.forward(in);
     }

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.GraphOptimization;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
@@ -32,7 +33,12 @@ import java.util.List;
  * <p><b>Native calls.</b> Decoding one token is bound by the host's cost per native call, not by the
  * device: each dense layer runs its pass in one call ({@link CachedLayer}, on the layer's own parameters,
  * with rotary tables computed once per generation), so a step costs a few dozen calls; the only host
- * synchronisation per step is reading the picked ids (greedy picks on the device).
+ * synchronisation per step is reading the picked ids (greedy picks on the device). By default the layer
+ * module has the same shapes on every decode step and {@link #generate} runs it under libtorch's graph
+ * executor optimisation, which specialises and fuses it once; {@link #fuse(boolean) fuse(false)} runs the
+ * module over caches narrowed to the length reached with the optimisation off. {@link #generate} sets the
+ * optimisation on its thread while it runs ({@link GraphOptimization}; the system property
+ * {@value GraphOptimization#DJL_PROPERTY}, when set, wins) and restores the thread's default afterwards.
  *
  * <p><b>Memory and autograd.</b> Every pass runs in a no-grad scope ({@link AutogradScope#openNoGrad}):
  * nothing is recorded and dropout is off. The caches and every temporary live in a manager under the
@@ -46,9 +52,13 @@ public final class Generator {
     private final int vocabularySize;
     private final int terminationId;
     private final CachedAttention attention;
-    private final CachedLayer layers;
+    /** The one-call layer modules, loaded on first use: caches narrowed to the length reached, and static shapes. */
+    private CachedLayer narrowedLayers;
+    private CachedLayer staticLayers;
     /** Whether {@link #generate} runs dense layers in one native call each; false only to compare with the op-by-op path. */
     private boolean fusedLayers = true;
+    /** Static-shape layers under libtorch's graph optimisation (true), or narrowed caches without it. */
+    private boolean fuse = fuseDefault();
 
     /**
      * A generator that picks among every id of the model's (padded) vocabulary and stops only at each
@@ -88,7 +98,31 @@ public final class Generator {
         this.vocabularySize = vocabularySize;
         this.terminationId = terminationId;
         this.attention = new CachedAttention(ctx.parameters());
-        this.layers = new CachedLayer(ctx.parameters());
+    }
+
+    /** System property that picks {@link #fuse(boolean)}'s default: {@code true} unless set to {@code false}. */
+    public static final String FUSE_PROPERTY = "mcore4j.inference.fuse";
+
+    private static boolean fuseDefault() {
+        return Boolean.parseBoolean(System.getProperty(FUSE_PROPERTY, "true"));
+    }
+
+    /**
+     * Chooses how a one-call dense layer runs. {@code true} (the default, or {@code -Dmcore4j.inference.fuse=true}):
+     * the layer module attends over the whole preallocated caches under a mask of the filled positions, so its
+     * tensors have the same shapes on every decode step, and {@link #generate} runs with libtorch's graph-executor
+     * optimisation on: the profiling executor specialises the module once per pass length (the prefill, then
+     * single tokens) and runs its optimised graph with fused element-wise kernels on GPUs. {@code false}
+     * ({@code -Dmcore4j.inference.fuse=false}): the module attends over the caches narrowed to the length
+     * reached (new shapes on every step), interpreted op by op with the optimisation off. Both give the same
+     * logits (up to summation order); which is faster depends on the host and device, so both stay available.
+     *
+     * @param fuse static shapes with graph optimisation, or narrowed caches without it
+     * @return this generator
+     */
+    public Generator fuse(boolean fuse) {
+        this.fuse = fuse;
+        return this;
     }
 
     /**
@@ -170,6 +204,9 @@ public final class Generator {
         int[] generated = new int[b];
         Completion.FinishReason[] finished = new Completion.FinishReason[b];
         int running = b;
+        // static shapes are specialised once and fused under libtorch's profiling executor; narrowed caches change
+        // shape every step and would be re-specialised on every call (slower than the plain interpreter)
+        GraphOptimization optimization = GraphOptimization.set(fuse && fusedLayers);
         try (NDManager manager = ctx.parameters().newSubManager()) {
             KvCache cache = newCache(manager, b, total, fusedLayers);
             int start = 0;
@@ -200,6 +237,8 @@ public final class Generator {
                 }
                 start = t;
             }
+        } finally {
+            optimization.close();
         }
         List<Completion> out = new ArrayList<>(b);
         for (int i = 0; i < b; i++) {
@@ -241,7 +280,15 @@ public final class Generator {
      * @return the cache, at position 0
      */
     KvCache newCache(NDManager manager, int batchSize, int maxSequenceLength, boolean fusedLayers) {
-        return new KvCache(manager, attention, fusedLayers ? layers : null, ctx.config(), groups.tp(), batchSize,
+        CachedLayer layers = null;
+        if (fusedLayers && fuse) {
+            staticLayers = staticLayers != null ? staticLayers : new CachedLayer(ctx.parameters(), true);
+            layers = staticLayers;
+        } else if (fusedLayers) {
+            narrowedLayers = narrowedLayers != null ? narrowedLayers : new CachedLayer(ctx.parameters(), false);
+            layers = narrowedLayers;
+        }
+        return new KvCache(manager, attention, layers, ctx.config(), groups.tp(), batchSize,
                 maxSequenceLength);
     }
 

@@ -50,10 +50,12 @@ public final class KvCache implements InferenceContext {
     private NDArray cosTable;
     private NDArray sinTable;
     private NDArray absent;
-    /** The tables' rows 0..viewLength-1, the positions a pass reaches. */
-    private int viewLength = -1;
-    private NDArray cosView;
-    private NDArray sinView;
+    /** All positions 0..maxSequenceLength-1 [maxSequenceLength] int64: the static module's mask is made from them. */
+    private NDArray allPositions;
+    /** What the current pass (positions passStart..passEnd-1) gives every layer; remade when the pass changes. */
+    private int passStart = -1;
+    private int passEnd = -1;
+    private CachedLayer.Pass pass;
 
     /**
      * @param manager owner of the caches (a generation's manager, on the model's device)
@@ -137,8 +139,8 @@ public final class KvCache implements InferenceContext {
         long end = checkPass(s, hidden.getShape().get(1));
         cache.allocate(new Shape(batchSize, config.numQueryGroups() / tp.size(), maxSequenceLength, config.kvChannels()),
                 DataTypes.of(hidden));
-        tableViews(hidden, (int) end);
-        return fused.forward(scope, cache.weights, hidden, cache.keys, cache.values, cosView, sinView, absent);
+        passInputs(hidden, offset, (int) end);
+        return fused.forward(scope, cache.weights, hidden, cache.keys, cache.values, pass, absent);
     }
 
     /** Checks a pass of {@code s} tokens of a batch of {@code b} against the cache; returns the length it reaches. */
@@ -154,8 +156,12 @@ public final class KvCache implements InferenceContext {
         return end;
     }
 
-    /** Sets the views of the rotary tables over positions 0..length-1, computing the tables on first use. */
-    private void tableViews(NDArray like, int length) {
+    /**
+     * Sets {@link #pass} for a pass over positions {@code start..end-1}, computing the rotary tables on first use:
+     * views of the tables' rows (rows {@code 0..end-1} for the narrowing module, {@code start..end-1} for the
+     * static one) and, for the static module, the positions and the mask, made on the device (no host copy).
+     */
+    private void passInputs(NDArray like, int start, int end) {
         if (cosTable == null) {
             DataType dtype = DataTypes.of(like);
             if (config.usesRope()) {
@@ -176,17 +182,38 @@ public final class KvCache implements InferenceContext {
                 sinTable = cosTable;
             }
         }
-        if (length != viewLength) {
-            if (cosView != null) {
-                cosView.close();
-                if (sinView != cosView) {
-                    sinView.close();
+        if (start == passStart && end == passEnd) {
+            return;
+        }
+        if (pass != null) {
+            for (NDArray t : new NDArray[] {pass.cos(), pass.sin(), pass.positions(), pass.allowed()}) {
+                if (t != null && !t.isReleased()) {
+                    t.close();
                 }
             }
-            cosView = Tensors.narrow(cosTable, 0, 0, length);
-            sinView = sinTable == cosTable ? cosView : Tensors.narrow(sinTable, 0, 0, length);
-            viewLength = length;
         }
+        int from = fused.staticShapes() ? start : 0;
+        NDArray cos = Tensors.narrow(cosTable, 0, from, end);
+        NDArray sin = sinTable == cosTable ? cos : Tensors.narrow(sinTable, 0, from, end);
+        NDArray positions = null;
+        NDArray allowed = null;
+        if (fused.staticShapes()) {
+            if (allPositions == null) {
+                allPositions = manager.arange(0, maxSequenceLength, 1, DataType.INT64);
+            }
+            positions = manager.arange(start, end, 1, DataType.INT64);
+            try (NDManager temporaries = manager.newSubManager()) {
+                NDArray row = allPositions.reshape(1, maxSequenceLength);
+                NDArray column = positions.reshape(end - start, 1);
+                row.attach(temporaries);
+                column.attach(temporaries);
+                allowed = row.lte(column);
+                allowed.attach(manager);
+            }
+        }
+        pass = new CachedLayer.Pass(cos, sin, positions, allowed);
+        passStart = start;
+        passEnd = end;
     }
 
     private final class Layer implements KeyValueCache {

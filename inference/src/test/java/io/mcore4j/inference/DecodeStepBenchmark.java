@@ -33,7 +33,10 @@ import java.util.TreeMap;
  * (top-level ones: each is at least one call from Java into libtorch) with the most frequent names.
  *
  * <p>Args: {@code [layers=22] [hidden=64] [batchSizes=1,16] [tokens=64]}; {@code -Dbench.opByOp=true} runs the
- * layers op by op (the path before {@link CachedLayer}). Run it with {@code OMP_NUM_THREADS=1} on a shared
+ * layers op by op (the path before {@link CachedLayer}); {@code -Dmcore4j.inference.fuse=false} runs the layer
+ * module over narrowed caches without libtorch's graph optimisation instead of the static-shape module under it
+ * ({@link Generator#fuse(boolean)}; {@code -Dai.djl.pytorch.graph_optimizer=true|false} forces the optimisation).
+ * Run it with {@code OMP_NUM_THREADS=1} on a shared
  * machine: libtorch's spinning worker threads distort tiny ops when the cores are busy.
  */
 public final class DecodeStepBenchmark {
@@ -54,11 +57,7 @@ public final class DecodeStepBenchmark {
                 .ffnHiddenSize(4 * hidden).dropout(0, 0).initStd(0.02).queryGroups(2)
                 .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(io.mcore4j.tensorparallel.MlpActivation.SWIGLU)
                 .addBiasLinear(false).tiedEmbeddings(false).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build();
-        boolean optimize = !Boolean.getBoolean("bench.noJitOptimize");
         InJvmWorld.run(1, rank -> {
-            if (!optimize) {
-                JniUtils.setGraphExecutorOptimize(false);
-            }
             ProcessGroups groups = rank.groups(ParallelDims.of(1, 1, 1));
             int[] numbers = new int[layers];
             for (int k = 0; k < layers; k++) {

@@ -81,15 +81,28 @@ class GeneratorTest {
                 llama().toBuilder().dtype(ai.djl.ndarray.types.DataType.FLOAT16).build())) {
             // float16 rounding of the cached passes against the full forward: about 3e-3 either way on this model
             double fused = cachedVersusFull(c, 1, true);
+            float[][] narrowedAndFull = cachedAndFull(c, 1, true, false);
+            double narrowed = maxAbsDiff(narrowedAndFull[0], narrowedAndFull[1]);
             double opByOp = cachedVersusFull(c, 1, false);
-            assertTrue(fused <= 1e-2 && opByOp <= 1e-2, c.positionEmbedding() + " float16: cached logits differ from the"
-                    + " full forward by " + fused + " in one call per layer, " + opByOp + " op by op");
+            assertTrue(fused <= 1e-2 && narrowed <= 1e-2 && opByOp <= 1e-2, c.positionEmbedding() + " float16: cached"
+                    + " logits differ from the full forward by " + fused + " in one call per layer of static shapes, "
+                    + narrowed + " over narrowed caches, " + opByOp + " op by op");
         }
     }
 
     /** Largest difference between the logits of cached passes (a prefill, a chunk, single tokens) and the full forward. */
     private static double cachedVersusFull(TransformerConfig c, int tp, boolean fusedLayers) {
+        float[][] logits = cachedAndFull(c, tp, fusedLayers, true);
+        return maxAbsDiff(logits[0], logits[1]);
+    }
+
+    /**
+     * The logits [s, b, V] of cached passes (a prefill of 4, a chunk of 3 after it, with an explicit mask, then
+     * single tokens) and of the full no-cache forward, as float32 values.
+     */
+    private static float[][] cachedAndFull(TransformerConfig c, int tp, boolean fusedLayers, boolean fuse) {
         return onModel(c, tp, 1, (model, gen) -> {
+            gen.fuse(fuse);
             int[][] tokens = {{5, 17, 3, 40, 22, 8, 1, 63, 0, 12}, {9, 1, 30, 30, 2, 44, 51, 6, 19, 27}};
             int s = tokens[0].length;
             NDManager m = model.context().parameters();
@@ -98,7 +111,6 @@ class GeneratorTest {
                 NDArray local = model.forward(scope, ids, null, null);
                 NDArray full = model.context().groups().tp().allGather(local, 2, scope.manager());
                 KvCache cache = gen.newCache(scope.manager(), 2, 16, fusedLayers);
-                // a prefill of 4, a chunk of 3 after it (explicit mask), then single tokens
                 List<NDArray> pieces = new ArrayList<>();
                 int[] cuts = {0, 4, 7, 8, 9, 10};
                 for (int k = 0; k + 1 < cuts.length; k++) {
@@ -110,9 +122,58 @@ class GeneratorTest {
                 assertEquals(fusedLayers ? LAYERS : 0, cache.layersRunWhole(), "layers run in one call");
                 NDArray cached = NDArrays.concat(new NDList(pieces), 0);
                 assertEquals(full.getShape(), cached.getShape());
-                return NativeArrays.maxAbsDiff(cached, full);
+                return new float[][] {asFloats(cached), asFloats(full)};
             }
         }).get(0);
+    }
+
+    private static float[] asFloats(NDArray a) {
+        return a.toType(ai.djl.ndarray.types.DataType.FLOAT32, false).toFloatArray();
+    }
+
+    private static double maxAbsDiff(float[] a, float[] b) {
+        assertEquals(a.length, b.length);
+        double max = 0;
+        for (int i = 0; i < a.length; i++) {
+            max = Math.max(max, Math.abs((double) a[i] - b[i]));
+        }
+        return max;
+    }
+
+    /**
+     * The static-shape module (whole caches under a mask, cache writes at a position tensor, the pass's rotary
+     * rows, run under the graph optimisation) against the module over narrowed caches (without it): the same
+     * float32 logits for a prefill, a chunk and single tokens at TP1 and TP2, and the same tokens for a batch of
+     * unequal prompts (a prefill to the shortest, then each sequence's next prompt or generated token).
+     */
+    @Test
+    void staticShapesGiveTheNarrowedCachesLogits() {
+        for (TransformerConfig c : List.of(gpt(), llama(), variants().get(1), variants().get(2))) {
+            for (int tp : new int[] {1, 2}) {
+                float[] fused = cachedAndFull(c, tp, true, true)[0];
+                float[] narrowed = cachedAndFull(c, tp, true, false)[0];
+                double diff = maxAbsDiff(fused, narrowed);
+                assertTrue(diff <= 1e-5, c + " TP" + tp + ": static-shape logits differ from the narrowed caches' by " + diff);
+            }
+        }
+        for (SamplingParams params : List.of(SamplingParams.greedy(8), SamplingParams.sample(1.0, 20, 0.95, 8, 5))) {
+            for (int tp : new int[] {1, 2}) {
+                List<List<int[]>> modes = new ArrayList<>();
+                for (boolean fuse : new boolean[] {true, false}) {
+                    modes.add(onModel(llama(), tp, 1, (model, gen) -> {
+                        List<int[]> out = new ArrayList<>();
+                        for (Completion completion : gen.fuse(fuse).generate(PROMPTS, params)) {
+                            out.add(completion.tokens());
+                        }
+                        return out;
+                    }).get(0));
+                }
+                for (int i = 0; i < PROMPTS.size(); i++) {
+                    assertArrayEquals(modes.get(1).get(i), modes.get(0).get(i), "request " + i + " at TP" + tp + " with "
+                            + params + ": static shapes and narrowed caches pick different tokens");
+                }
+            }
+        }
     }
 
     @Test

@@ -31,7 +31,7 @@ import java.util.Map;
  * which CUDA runs as fused kernels over the projection's strided views (the elementary ops
  * broadcast the tables in unvectorised kernels and concatenate strided halves: ~0.3 ms of a LLaMA-7B
  * layer's forward on an H200). In a training pass ({@link #apply(AutogradScope, NDArray, NDArray,
- * long[])}) the rotation is a {@link Function} whose backward is the inverse rotation, the same
+ * long[], NDArray...)}) the rotation is a {@link Function} whose backward is the inverse rotation, the same
  * module with {@code -sin}: libtorch's differentiation of the module took ~0.45 ms per layer on
  * that GPU, with gradients for the constant tables and zero-filled slices. It also keeps the
  * tables of positions {@code 0..s-1} between passes. Without a module owner, or with partial
