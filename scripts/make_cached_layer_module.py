@@ -120,11 +120,17 @@ def attend_static(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, k
     b = query.size(1)
     heads = query.size(2)
     d = query.size(3)
+    groups = key_cache.size(1)
+    per_group = heads // groups
     key_cache.index_copy_(2, positions, key.permute(1, 2, 0, 3))
     value_cache.index_copy_(2, positions, value.permute(1, 2, 0, 3))
-    out = F.scaled_dot_product_attention(query.permute(1, 2, 0, 3), key_cache, value_cache, attn_mask=allowed,
-                                         enable_gqa=key_cache.size(1) != heads)
-    return out.permute(2, 0, 1, 3).reshape(s, b, heads * d)
+    # a group's query heads stacked along the query axis (row p * s + i: head p of the group, query i): plain
+    # attention of `groups` heads, which CUDA's memory-efficient kernel runs with a mask (its grouped-query
+    # form, enable_gqa, takes none, and the flash kernel takes no mask: SDPA would fall back to its unfused math)
+    q = query.reshape(s, b, groups, per_group, d).permute(1, 2, 3, 0, 4).reshape(b, groups, per_group * s, d)
+    mask = allowed.repeat(per_group, 1) if per_group > 1 else allowed
+    out = F.scaled_dot_product_attention(q, key_cache, value_cache, attn_mask=mask)
+    return out.view(b, groups, per_group, s, d).permute(3, 0, 1, 2, 4).reshape(s, b, heads * d)
 
 
 def cached_layer(x: torch.Tensor, attention_out: torch.Tensor,

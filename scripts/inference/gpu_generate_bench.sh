@@ -10,7 +10,10 @@
 # (-Dmcore4j.inference.fuse=MODE): true = static-shape layer module under libtorch's graph optimisation,
 # false = caches narrowed to the length reached, optimisation off. EXTRA_JAVA_OPTS go to every JVM
 # (e.g. -Dai.djl.pytorch.graph_optimizer=true with FUSE_MODES=false: the narrowed module re-specialised
-# every step, the default before the static module).
+# every step, the default before the static module). WARMUP_TOKENS (default 16, as transformers' warm-up)
+# sets mcore4j's untimed run per batch size: the static module's shapes follow the cache length (prompt +
+# tokens), so only WARMUP_TOKENS=256 warms the timed run's own shapes (libtorch then compiles its fused
+# kernels before the clock starts; with 16 that compilation falls inside the timed run).
 # Prints one line per batch size from each side, then how many leading ids the two agree on.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -26,7 +29,8 @@ for mode in $MODES; do
   CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" "$JAVA" -Xmx16g -Dai.djl.offline=true \
     -Dmcore4j.inference.fuse="$mode" ${EXTRA_JAVA_OPTS:-} -cp "$CP" \
     io.mcore4j.samples.generate.GenerateBenchmark --weights "$WORK/mcore4j.safetensors" \
-    --prompts "$WORK/prompts.json" --output "$WORK/mcore4j_tokens_$mode.json" --batch-sizes 1,16 --num-tokens-to-generate 256
+    --prompts "$WORK/prompts.json" --output "$WORK/mcore4j_tokens_$mode.json" --batch-sizes 1,16 --num-tokens-to-generate 256 \
+    --warmup-tokens "${WARMUP_TOKENS:-16}"
 done
 echo "== transformers"
 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" python3 "$HERE/gpu_generate_bench.py" hf "$WORK"
