@@ -3,12 +3,11 @@ package io.mcore4j.data.preprocess;
 import com.google.gson.Strictness;
 import com.google.gson.stream.JsonReader;
 import com.google.gson.stream.JsonToken;
+import io.mcore4j.json.StrictValueReader;
 import java.io.IOException;
 import java.io.StringReader;
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -20,10 +19,39 @@ import java.util.regex.Pattern;
  * {@code Map<String, Object>} (in the text's order), {@code List<Object>}, {@code String}, {@code Double},
  * {@code Boolean} and {@code null}. Both refuse what RFC 8259 does not allow (comments, trailing commas,
  * raw control characters in strings, NaN), strings holding a lone surrogate, and a key that appears twice
- * in one object, with a {@link JsonSyntaxException} giving the column.
+ * in one object, with a {@link JsonSyntaxException} giving the column. The array/object walk is the
+ * shared {@link StrictValueReader} (module {@code mcore4j-json}).
  */
 public final class StrictJson {
     private static final Pattern COLUMN = Pattern.compile("line \\d+ column (\\d+)");
+
+    /** The shared walk with this class's strings (no lone surrogates), numbers (doubles) and errors. */
+    private static final StrictValueReader VALUES = new StrictValueReader() {
+        @Override
+        protected String string(JsonReader reader) throws IOException {
+            return StrictJson.string(reader);
+        }
+
+        @Override
+        protected Object number(JsonReader reader) throws IOException {
+            return reader.nextDouble();
+        }
+
+        @Override
+        protected Object keyPosition(JsonReader reader) {
+            return column(reader);
+        }
+
+        @Override
+        protected RuntimeException duplicateKey(JsonReader reader, String key, Object keyColumn) {
+            return new JsonSyntaxException("duplicate key \"" + key + "\"", (Integer) keyColumn);
+        }
+
+        @Override
+        protected RuntimeException notAValue(JsonReader reader) throws IOException {
+            return new JsonSyntaxException("expected a value, found " + describe(reader.peek()), column(reader));
+        }
+    };
 
     private StrictJson() {}
 
@@ -99,45 +127,7 @@ public final class StrictJson {
     }
 
     private static Object value(JsonReader reader) throws IOException {
-        switch (reader.peek()) {
-            case BEGIN_ARRAY -> {
-                List<Object> list = new ArrayList<>();
-                reader.beginArray();
-                while (reader.hasNext()) {
-                    list.add(value(reader));
-                }
-                reader.endArray();
-                return list;
-            }
-            case BEGIN_OBJECT -> {
-                Map<String, Object> map = new LinkedHashMap<>();
-                reader.beginObject();
-                while (reader.hasNext()) {
-                    int keyColumn = column(reader);
-                    String key = reader.nextName();
-                    if (map.containsKey(key)) {
-                        throw new JsonSyntaxException("duplicate key \"" + key + "\"", keyColumn);
-                    }
-                    map.put(key, value(reader));
-                }
-                reader.endObject();
-                return map;
-            }
-            case STRING -> {
-                return string(reader);
-            }
-            case NUMBER -> {
-                return reader.nextDouble();
-            }
-            case BOOLEAN -> {
-                return reader.nextBoolean();
-            }
-            case NULL -> {
-                reader.nextNull();
-                return null;
-            }
-            default -> throw new JsonSyntaxException("expected a value, found " + describe(reader.peek()), column(reader));
-        }
+        return VALUES.read(reader);
     }
 
     /** Skips a value, still refusing repeated keys and lone surrogates inside it. */

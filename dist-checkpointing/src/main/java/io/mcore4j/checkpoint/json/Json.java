@@ -5,11 +5,11 @@ import com.google.gson.Strictness;
 import com.google.gson.stream.JsonReader;
 import com.google.gson.stream.JsonToken;
 import com.google.gson.stream.JsonWriter;
+import io.mcore4j.json.StrictValueReader;
 import java.io.IOException;
 import java.io.StringReader;
 import java.io.StringWriter;
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.regex.Matcher;
@@ -69,46 +69,24 @@ public final class Json {
     }
 
     private static Object read(JsonReader reader, String text) throws IOException {
-        switch (reader.peek()) {
-            case BEGIN_ARRAY -> {
-                List<Object> list = new ArrayList<>();
-                reader.beginArray();
-                while (reader.hasNext()) {
-                    list.add(read(reader, text));
-                }
-                reader.endArray();
-                return list;
+        return new StrictValueReader() {
+            @Override
+            protected Object number(JsonReader r) throws IOException {
+                String where = r.toString();
+                String literal = r.nextString();
+                return Json.number(literal, text, where);
             }
-            case BEGIN_OBJECT -> {
-                Map<String, Object> map = new LinkedHashMap<>();
-                reader.beginObject();
-                while (reader.hasNext()) {
-                    String key = reader.nextName();
-                    if (map.containsKey(key)) {
-                        throw error(text, reader.toString(), "duplicate key \"" + key + "\" in one object");
-                    }
-                    map.put(key, read(reader, text));
-                }
-                reader.endObject();
-                return map;
+
+            @Override
+            protected RuntimeException duplicateKey(JsonReader r, String key, Object position) {
+                return error(text, r.toString(), "duplicate key \"" + key + "\" in one object");
             }
-            case STRING -> {
-                return reader.nextString();
+
+            @Override
+            protected RuntimeException notAValue(JsonReader r) throws IOException {
+                return error(text, r.toString(), "expected a value, found " + r.peek());
             }
-            case NUMBER -> {
-                String where = reader.toString();
-                String literal = reader.nextString();
-                return number(literal, text, where);
-            }
-            case BOOLEAN -> {
-                return reader.nextBoolean();
-            }
-            case NULL -> {
-                reader.nextNull();
-                return null;
-            }
-            default -> throw error(text, reader.toString(), "expected a value, found " + reader.peek());
-        }
+        }.read(reader);
     }
 
     private static Object number(String literal, String text, String where) {
