@@ -13,6 +13,8 @@ from typing import List
 
 import torch
 
+from torchscript_archive import write_checked
+
 
 class FusedAdam(torch.nn.Module):
     # The lists are graph inputs on purpose: the kernel mutates their tensors in place, and TorchScript
@@ -46,12 +48,7 @@ def check(module: torch.jit.ScriptModule) -> None:
 
 
 def main(path: str) -> None:
-    module = torch.jit.script(FusedAdam())
-    check(module)
-    module.save(path)
-    check(torch.jit.load(path))
-    print(module.code)
-    print(f"wrote {path} with torch {torch.__version__}")
+    write_checked(FusedAdam(), check, path)
 
 
 if __name__ == "__main__":

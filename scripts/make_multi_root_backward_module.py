@@ -13,6 +13,8 @@ from typing import List, Optional
 
 import torch
 
+from torchscript_archive import write_checked
+
 
 class MultiRootBackward(torch.nn.Module):
     def forward(self, roots: List[torch.Tensor], grads: List[torch.Tensor]) -> torch.Tensor:
@@ -33,12 +35,7 @@ def check(module: torch.jit.ScriptModule) -> None:
 
 
 def main(path: str) -> None:
-    module = torch.jit.script(MultiRootBackward())
-    check(module)
-    module.save(path)
-    check(torch.jit.load(path))
-    print(module.code)
-    print(f"wrote {path} with torch {torch.__version__}")
+    write_checked(MultiRootBackward(), check, path)
 
 
 if __name__ == "__main__":

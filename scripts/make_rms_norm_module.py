@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+from torchscript_archive import write_checked
+
 
 class RmsNorm(torch.nn.Module):
     def forward(self, x: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
@@ -35,12 +37,7 @@ def check(module: torch.jit.ScriptModule) -> None:
 
 
 def main(path: str) -> None:
-    module = torch.jit.script(RmsNorm())
-    check(module)
-    module.save(path)
-    check(torch.jit.load(path))
-    print(module.code)
-    print(f"wrote {path} with torch {torch.__version__}")
+    write_checked(RmsNorm(), check, path)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from typing import Tuple
 
 import torch
 
+from torchscript_archive import write_checked
+
 
 class Rotary(torch.nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor,
@@ -55,12 +57,7 @@ def check(module: torch.jit.ScriptModule) -> None:
 
 
 def main(path: str) -> None:
-    module = torch.jit.script(Rotary())
-    check(module)
-    module.save(path)
-    check(torch.jit.load(path))
-    print(module.code)
-    print(f"wrote {path} with torch {torch.__version__}")
+    write_checked(Rotary(), check, path)
 
 
 if __name__ == "__main__":
