@@ -1,6 +1,6 @@
 """Summarises a trace written by cupti_trace.cpp (gzipped or not) over the last N training steps.
 
-Steps are delimited by the fused Adam kernel, which runs once (per weight decay) at the end of each
+Steps are delimited by the fused Adam kernel (libtorch's or mcore4j's adam_*), which runs at the end of each
 optimizer step. Prints: wall time per step; kernel time per category and per kernel name; compute
 time (every kernel but NCCL's) and time with any kernel running, both as unions over streams, so
 that "any - compute" is communication that nothing overlapped; idle gaps; long host calls (waits).
@@ -30,7 +30,7 @@ def read(path):
 def step_ends(kernels):
     ends, last = [], None
     for s, e, _, n in kernels:
-        if "fused_adam" not in n:
+        if "fused_adam" not in n and not n.startswith("adam_"):
             continue
         if last is None or s - last > 20e6:
             ends.append(e)

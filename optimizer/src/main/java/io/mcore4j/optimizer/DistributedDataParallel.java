@@ -198,6 +198,9 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             sumAcross(groups.embedding(), sharedEmbedding, summed, temp);
             for (GradientBucket bucket : buckets) {
                 InFlight f = started[bucket.index];
+                if (f == null && inPlace(bucket)) {
+                    continue; // its gradients stay where they are; syncedShard copies them on first use
+                }
                 if (f == null) {
                     f = launch(bucket, summed, owner);
                 }
@@ -274,7 +277,8 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
                 throw new IllegalStateException("parameter " + p + " was reported ready " + n + " times, but the step was"
                         + " armed for " + expectedPasses + " backward passes (expectBackwardPasses)");
             }
-            if (n == expectedPasses && --incomplete[bucket.index] == 0 && !waitsForPreSums[bucket.index]) {
+            if (n == expectedPasses && --incomplete[bucket.index] == 0 && !waitsForPreSums[bucket.index]
+                    && !inPlace(bucket)) {
                 if (stepManager == null) {
                     stepManager = manager.newSubManager();
                 }
@@ -352,7 +356,36 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         if (synced == null) {
             throw new IllegalStateException("gradients are not synchronised: call finishGradSync() after the last backward");
         }
+        if (synced[bucket] == null) {
+            // an in-place bucket's flat copy, made on first use: its .grads hold the synchronised values
+            GradientBucket b = buckets.get(bucket);
+            try (NoGrad off = NoGrad.enter()) {
+                synced[bucket] = complete(b, launch(b, Map.of(), syncManager), Map.of(), syncManager);
+            }
+        }
         return synced[bucket];
+    }
+
+    /**
+     * Whether a bucket's synchronised gradients are exactly its parameters' {@code .grad}s (a
+     * parameter without one: zeros), so that a reader can take them from there instead of from
+     * {@link #syncedShard}: nothing is reduced for it (its group and the data-parallel group have one
+     * rank) and none of its parameters is pre-summed. {@link #finishGradSync()} makes no flat copy of
+     * such a bucket; {@link #syncedShard} makes it on first use.
+     *
+     * @param bucket the bucket index
+     * @return whether the bucket's gradients are synchronised in place
+     * @throws IllegalStateException before {@link #finishGradSync()}
+     */
+    boolean gradientsInPlace(int bucket) {
+        if (synced == null) {
+            throw new IllegalStateException("gradients are not synchronised: call finishGradSync() after the last backward");
+        }
+        return inPlace(buckets.get(bucket));
+    }
+
+    private boolean inPlace(GradientBucket bucket) {
+        return bucket.group.size() == 1 && groups.dpCp().size() == 1 && !waitsForPreSums[bucket.index];
     }
 
     /** @return how many times {@link #finishGradSync()} has completed: identifies the current synchronised gradients */

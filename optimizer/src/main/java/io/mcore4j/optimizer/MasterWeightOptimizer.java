@@ -11,6 +11,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.NoGrad;
+import io.mcore4j.core.kernel.MasterAdamKernel;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -41,6 +42,14 @@ import org.slf4j.LoggerFactory;
  * weight decay), other rules multiply first. Numbers enter these passes as 0-dim device tensors made once per step
  * ({@link Tensors#scalar}): a Java number operand would cost a host-to-device copy per shard,
  * each waiting for the queued kernels.
+ *
+ * <p><b>Fused kernel.</b> Where the parameters' device has a {@link MasterAdamKernel} (CUDA, with
+ * {@code mcore4j-nccl} on the class path) and the step allows it (fused Adam or AdamW, no
+ * distributed-optimizer shard, no zero count), a step is instead one statistics pass and one update
+ * pass per bucket that read each gradient where the DDP wrapper left it (a parameter's own
+ * {@code .grad} when nothing was reduced) and write the new weights straight into the model: no
+ * float32 copy of the gradients and no per-parameter copy back. Same math (torch's fused Adam order
+ * of operations) to float32 rounding; {@code -Dmcore4j.cuda.kernels=false} turns it off.
  */
 final class MasterWeightOptimizer implements MegatronOptimizer {
     private static final Logger LOG = LoggerFactory.getLogger(MasterWeightOptimizer.class);
@@ -74,6 +83,8 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     private final OptimizerConfig config;
     private final ParameterLayout layout;
     private final UpdateRule rule;
+    /** The fused master-weight Adam kernel for the parameters' device, or null to compose the step from {@link #rule}. */
+    private final MasterAdamKernel.Bound kernel;
     private final DynamicLossScaler scaler;
     private final NDManager manager;
     private final List<Shard> shards = new ArrayList<>();
@@ -110,6 +121,39 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 shards.add(new Shard(bucket, pieces, master, Arrays.asList(state), slotViews));
             }
         }
+        this.kernel = fusedKernel();
+    }
+
+    /**
+     * The device's fused master-weight Adam kernel ({@link MasterAdamKernel#find}) where this step
+     * can use it: fused Adam or AdamW, every bucket's master weights whole on this rank (no
+     * distributed-optimizer shard, which needs an all-gather before the model's weights are written)
+     * and no zero count (which the kernel does not make).
+     */
+    private MasterAdamKernel.Bound fusedKernel() {
+        boolean adam = config.algorithm() == OptimizerConfig.Algorithm.ADAM || config.algorithm() == OptimizerConfig.Algorithm.ADAMW;
+        if (!adam || !config.fusedAdam() || config.countZerosInGrad() || shards.isEmpty()) {
+            return null;
+        }
+        for (Shard s : shards) {
+            if (sharded(s.bucket)) {
+                return null;
+            }
+        }
+        MasterAdamKernel kernel = MasterAdamKernel.find(shards.get(0).master.getDevice()).orElse(null);
+        if (kernel == null) {
+            return null;
+        }
+        List<MasterAdamKernel.Bucket> buckets = new ArrayList<>(shards.size());
+        for (Shard s : shards) {
+            List<MasterAdamKernel.Segment> segments = new ArrayList<>(s.bucket.slots.size());
+            for (GradientBucket.Slot slot : s.bucket.slots) {
+                segments.add(new MasterAdamKernel.Segment(slot.param().data(), slot.offset(), slot.numel()));
+            }
+            buckets.add(new MasterAdamKernel.Bucket(s.master, s.state.get(0), s.state.get(1), segments,
+                    s.bucket.countsInNorm, s.bucket.decays));
+        }
+        return kernel.bind(buckets);
     }
 
     @Override
@@ -128,17 +172,14 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         lastSyncStepped = ddp.syncCount();
         try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
             double scale = lossScale();
-            NDArray[] grads = new NDArray[shards.size()];
-            for (int i = 0; i < grads.length; i++) {
-                NDArray g = ddp.syncedShard(i);
-                if (g.getDataType() != DataType.FLOAT32) {
-                    g = own(g.toType(DataType.FLOAT32, true), temp);
-                }
-                grads[i] = g;
-            }
+            MasterAdamKernel.Gradients fused = kernel != null ? kernel.gradients(kernelGradients(temp)) : null;
+            NDArray[] grads = fused != null ? null : widenedGradients(temp);
             // statistics of the still scaled gradients: the squares shrink by scale^2 afterwards,
             // and a gradient is finite exactly when its scaled value is
-            double[] stats = GradientNorm.sumOverWorld(localStatistics(grads, temp), groups, temp);
+            double[] local = fused != null
+                    ? new double[] {GradientNorm.sumOnHost(List.of(fused.sumOfSquares(temp)), temp), 0}
+                    : localStatistics(grads, temp);
+            double[] stats = GradientNorm.sumOverWorld(local, groups, temp);
             boolean foundInf = !Double.isFinite(stats[0]);
             if (scaler != null) {
                 scaler.update(foundInf);
@@ -154,6 +195,12 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             double coefficient = config.clipGrad() > 0
                     ? Math.min(1, GradientNorm.clipCoefficient(config.clipGrad(), norm)) : 1;
             stepCount++;
+            if (fused != null) {
+                // one pass: unscale and clip (the divisor), update, and write the model's weights
+                fused.step(new MasterAdamKernel.Step(learningRate, config.beta1(), config.beta2(), config.eps(),
+                        weightDecay, config.algorithm() == OptimizerConfig.Algorithm.ADAMW, stepCount, scale / coefficient));
+                return new StepResult(false, norm, lossScale(), -1);
+            }
             List<UpdateRule.ShardUpdate> updates = new ArrayList<>(grads.length);
             for (int i = 0; i < grads.length; i++) {
                 Shard s = shards.get(i);
@@ -164,6 +211,38 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             publish(temp);
             return new StepResult(false, norm, lossScale(), config.countZerosInGrad() ? Math.round(stats[1]) : -1);
         }
+    }
+
+    /** Each shard's synchronised gradient, widened to float32. */
+    private NDArray[] widenedGradients(NDManager temp) {
+        NDArray[] grads = new NDArray[shards.size()];
+        for (int i = 0; i < grads.length; i++) {
+            NDArray g = ddp.syncedShard(i);
+            if (g.getDataType() != DataType.FLOAT32) {
+                g = own(g.toType(DataType.FLOAT32, true), temp);
+            }
+            grads[i] = g;
+        }
+        return grads;
+    }
+
+    /**
+     * Per shard, per parameter, the gradient where the DDP wrapper left it: its {@code .grad} (null
+     * if none) when the bucket is synchronised in place, else its range of the synchronised buffer.
+     */
+    private List<List<NDArray>> kernelGradients(NDManager temp) {
+        List<List<NDArray>> out = new ArrayList<>(shards.size());
+        for (int i = 0; i < shards.size(); i++) {
+            Shard s = shards.get(i);
+            boolean inPlace = ddp.gradientsInPlace(i);
+            NDArray flat = inPlace ? null : ddp.syncedShard(i);
+            List<NDArray> grads = new ArrayList<>(s.bucket.slots.size());
+            for (GradientBucket.Slot slot : s.bucket.slots) {
+                grads.add(inPlace ? slot.param().gradient(temp) : range(flat, slot.offset(), slot.offset() + slot.numel(), temp));
+            }
+            out.add(grads);
+        }
+        return out;
     }
 
     /**

@@ -9,7 +9,8 @@ import io.mcore4j.core.Tensors;
 import org.bytedeco.javacpp.Pointer;
 
 /**
- * Memory addresses of DJL PyTorch tensors, to hand to NCCL: the address of the direct buffer that
+ * Memory addresses of DJL PyTorch tensors, to hand to NCCL and to mcore4j's own CUDA kernels
+ * ({@code io.mcore4j.cuda}): the address of the direct buffer that
  * core's {@link TensorMemory} wraps around a tensor's {@code data_ptr()}, read by JavaCPP
  * ({@code new Pointer(buffer).address()}). That buffer is never read from Java: for a CUDA tensor
  * it points at device memory.
@@ -19,7 +20,7 @@ import org.bytedeco.javacpp.Pointer;
  * size works. Slices of a contiguous tensor along dim 0 are contiguous views, and offsets into a
  * tensor are added to its address by the caller.
  */
-final class DevicePointers {
+public final class DevicePointers {
     /** Largest tensor whose address comes straight from DJL's direct buffer. */
     static final long DIRECT_LIMIT_BYTES = Integer.MAX_VALUE;
 
@@ -40,7 +41,7 @@ final class DevicePointers {
      * @return its data address, or 0 for a tensor without elements
      * @throws IllegalArgumentException if the tensor is not contiguous or not a PyTorch tensor
      */
-    static long address(NDArray array) {
+    public static long address(NDArray array) {
         return address(array, DIRECT_LIMIT_BYTES);
     }
 

@@ -1,0 +1,8 @@
+/**
+ * mcore4j's own CUDA kernels: CUDA C sources shipped as resources, compiled at run time for the
+ * device's architecture by NVRTC ({@link io.mcore4j.cuda.RuntimeCompiledModule}) and launched through
+ * the driver API on the legacy default stream, the stream of DJL's libtorch ops. Each kernel
+ * implements an interface of core's {@code io.mcore4j.core.kernel} package and is registered as its
+ * service, so CPU-only modules use it without depending on CUDA.
+ */
+package io.mcore4j.cuda;
