@@ -14,7 +14,6 @@ import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Optional;
 
 import org.bytedeco.javacpp.BytePointer;
 import org.bytedeco.javacpp.FloatPointer;
@@ -28,14 +27,12 @@ import org.bytedeco.javacpp.LongPointer;
  * and one update launch per such group, with no per-parameter launch and no float32 copy of the
  * gradients.
  *
- * <p>Off with {@code -Dmcore4j.cuda.kernels=false} (the optimizer then composes the step from
- * libtorch's kernels). Needs compute capability 8.0 or newer (bfloat16 conversions).
+ * <p>Made by {@link CudaKernels} (off with {@code -Dmcore4j.cuda.kernels=false}: the optimizer then
+ * composes the step from libtorch's kernels).
  */
 public final class CudaMasterAdam implements MasterAdamKernel {
     /** Resource path of the CUDA source. */
     public static final String SOURCE = "/io/mcore4j/cuda/master_adam.cu";
-    /** System property that turns mcore4j's CUDA kernels off when {@code false}. */
-    public static final String ENABLED_PROPERTY = "mcore4j.cuda.kernels";
 
     // must match master_adam.cu
     static final int MAX_SEGMENTS = 64;
@@ -46,20 +43,8 @@ public final class CudaMasterAdam implements MasterAdamKernel {
 
     private final RuntimeCompiledModule module;
 
-    private CudaMasterAdam(RuntimeCompiledModule module) {
+    CudaMasterAdam(RuntimeCompiledModule module) {
         this.module = module;
-    }
-
-    /** Registered as the {@link MasterAdamKernel.Provider} service of this artifact. */
-    public static final class Provider implements MasterAdamKernel.Provider {
-        @Override
-        public Optional<MasterAdamKernel> create(Device device) {
-            if (!device.isGpu() || "false".equalsIgnoreCase(System.getProperty(ENABLED_PROPERTY))
-                    || RuntimeCompiledModule.computeCapability(device.getDeviceId()) < 80) {
-                return Optional.empty();
-            }
-            return Optional.of(new CudaMasterAdam(RuntimeCompiledModule.compile(device.getDeviceId(), SOURCE)));
-        }
     }
 
     /**

@@ -27,6 +27,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 import org.bytedeco.cuda.cudart.CUfunc_st;
 import org.bytedeco.cuda.cudart.CUmod_st;
@@ -39,10 +40,14 @@ import org.bytedeco.javacpp.SizeTPointer;
 /**
  * A CUDA C source of ours compiled by NVRTC into a cubin for one device's architecture and loaded
  * into that device's primary context (the one libtorch uses): its {@code extern "C"} kernels by
- * name, launched on the legacy default stream. The module stays loaded for the life of the process
- * (the driver unloads it with the context).
+ * name, launched on the legacy default stream. A source is compiled once per device and process
+ * ({@link #load}): the loaded module is immutable code that stays loaded for the life of the process
+ * (the driver unloads it with the context), so every user shares it.
  */
 final class RuntimeCompiledModule {
+    /** Loaded modules by device index and resource; compiled code, never changed once loaded. */
+    private static final Map<String, RuntimeCompiledModule> LOADED = new ConcurrentHashMap<>();
+
     private final int device;
     private final String source;
     private final CUmod_st module;
@@ -52,6 +57,18 @@ final class RuntimeCompiledModule {
         this.device = device;
         this.source = source;
         this.module = module;
+    }
+
+    /**
+     * The module of a source resource for {@code device}, compiled and loaded on first use.
+     *
+     * @param device CUDA device index
+     * @param resource absolute resource path of the CUDA C source
+     * @return the loaded module
+     * @throws IllegalStateException as {@link #compile}
+     */
+    static RuntimeCompiledModule load(int device, String resource) {
+        return LOADED.computeIfAbsent(device + ":" + resource, key -> compile(device, resource));
     }
 
     /**
@@ -120,7 +137,10 @@ final class RuntimeCompiledModule {
             throw new IllegalArgumentException("grid of " + blocks + " blocks for " + kernel + " is outside [1, 2^31)");
         }
         check(cudaSetDevice(device), "cudaSetDevice(" + device + ")");
-        CUfunc_st f = functions.computeIfAbsent(kernel, this::function);
+        CUfunc_st f;
+        synchronized (functions) {
+            f = functions.computeIfAbsent(kernel, this::function);
+        }
         PointerPointer<Pointer> params = new PointerPointer<>(args);
         checkDriver(cuLaunchKernel(f, (int) blocks, 1, 1, threads, 1, 1, 0, null, params, null), "cuLaunchKernel(" + kernel + ")");
     }

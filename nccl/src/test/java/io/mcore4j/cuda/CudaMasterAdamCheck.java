@@ -39,7 +39,7 @@ public final class CudaMasterAdamCheck {
     public static void main(String[] args) {
         Device gpu = Device.gpu();
         try (NDManager manager = NDManager.newBaseManager(gpu)) {
-            MasterAdamKernel kernel = new CudaMasterAdam.Provider().create(gpu)
+            MasterAdamKernel kernel = new CudaKernels().create(MasterAdamKernel.class, gpu)
                     .orElseThrow(() -> new IllegalStateException("no CUDA kernel for " + gpu));
             CudaMasterAdamCheck check = new CudaMasterAdamCheck(manager, kernel);
             check.run(DataType.FLOAT16, DataType.FLOAT16, true, 0.1);

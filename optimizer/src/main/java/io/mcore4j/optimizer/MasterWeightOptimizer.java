@@ -11,6 +11,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.NoGrad;
+import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.kernel.MasterAdamKernel;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
@@ -125,7 +126,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     }
 
     /**
-     * The device's fused master-weight Adam kernel ({@link MasterAdamKernel#find}) where this step
+     * The device's fused master-weight Adam kernel ({@link Kernels#find}) where this step
      * can use it: fused Adam or AdamW, every bucket's master weights whole on this rank (no
      * distributed-optimizer shard, which needs an all-gather before the model's weights are written)
      * and no zero count (which the kernel does not make).
@@ -140,7 +141,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 return null;
             }
         }
-        MasterAdamKernel kernel = MasterAdamKernel.find(shards.get(0).master.getDevice()).orElse(null);
+        MasterAdamKernel kernel = Kernels.find(MasterAdamKernel.class, shards.get(0).master.getDevice()).orElse(null);
         if (kernel == null) {
             return null;
         }

@@ -1,13 +1,10 @@
 package io.mcore4j.core.kernel;
 
-import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 
 import java.util.List;
 import java.util.Objects;
-import java.util.Optional;
-import java.util.ServiceLoader;
 
 /**
  * Adam or AdamW on float32 master weights in one pass that reads each parameter's gradient where
@@ -140,30 +137,5 @@ public interface MasterAdamKernel {
          * @param step the hyperparameters
          */
         void step(Step step);
-    }
-
-    /** Makes kernels for a device; implementations are listed as {@link ServiceLoader} services. */
-    interface Provider {
-        /**
-         * @param device the device the tensors live on
-         * @return a kernel for it, or empty if this provider has none for it
-         */
-        Optional<MasterAdamKernel> create(Device device);
-    }
-
-    /**
-     * The kernel of the first provider on the class path that has one for {@code device}.
-     *
-     * @param device the device
-     * @return the kernel, or empty (no provider, or none for this device)
-     */
-    static Optional<MasterAdamKernel> find(Device device) {
-        for (Provider provider : ServiceLoader.load(Provider.class, MasterAdamKernel.class.getClassLoader())) {
-            Optional<MasterAdamKernel> kernel = provider.create(device);
-            if (kernel.isPresent()) {
-                return kernel;
-            }
-        }
-        return Optional.empty();
     }
 }

@@ -7,6 +7,9 @@ import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Frame;
+import io.mcore4j.core.kernel.Kernels;
+import io.mcore4j.core.kernel.QkvGradientKernel;
+import io.mcore4j.models.TransformerConfig;
 
 
 /**
@@ -25,6 +28,7 @@ public final class SdpaAttention implements CoreAttention {
     public static final String RESOURCE = "/io/mcore4j/models/torchscript/causal_sdpa.pt";
 
     private final TorchScriptModule module;
+    private final QkvHeadsSplit split;
 
     /**
      * @param ctx the model context; its parameter manager owns the loaded module
@@ -42,6 +46,36 @@ public final class SdpaAttention implements CoreAttention {
                     + ctx.groups().cp().size() + " needs the composed attention (DotProductAttention)");
         }
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
+        TransformerConfig c = ctx.config();
+        this.split = new QkvHeadsSplit(c.numAttentionHeads() / c.numQueryGroups(), c.kvChannels(),
+                Kernels.find(QkvGradientKernel.class, ctx.parameters().getDevice()).orElse(null));
+    }
+
+    /**
+     * Attention straight from the fused QKV projection's output, for layers without rotary
+     * embeddings: the query, key and value are heads-first views of {@code mixed}
+     * ({@link QkvHeadsSplit}), so their gradients reach the projection's layout in one packing pass
+     * instead of autograd's three strided copies. Same values as splitting {@code mixed} and calling
+     * {@link #forward}.
+     *
+     * @param scope the pass's scope
+     * @param mixed the fused projection's output {@code [s, b, groups * (heads/groups + 2) * d]}
+     * @return the attention output {@code [s, b, heads * d]}
+     */
+    public NDArray forwardFused(AutogradScope scope, NDArray mixed) {
+        long s = mixed.getShape().get(0);
+        long b = mixed.getShape().get(1);
+        return scope.frame(() -> {
+            NDArray[] heads = scope.apply(split, mixed);
+            NDArray context;
+            try (Frame call = scope.openFrame()) {
+                NDList in = new NDList(call.input(heads[0]), call.input(heads[1]), call.input(heads[2]));
+                context = call.keep(Tensors.own(module.forward(in).singletonOrThrow(), scope.manager()));
+            }
+            long np = context.getShape().get(1);
+            long d = context.getShape().get(3);
+            return context.transpose(2, 0, 1, 3).reshape(s, b, np * d);
+        });
     }
 
     @Override

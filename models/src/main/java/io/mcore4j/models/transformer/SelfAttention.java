@@ -80,6 +80,10 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
 
     private NDArray attend(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         NDArray mixed = qkv.forward(scope, x).output();
+        if (rope == null && cache == null && core instanceof SdpaAttention sdpa
+                && ctx.config().recompute() != TransformerConfig.Recompute.SELECTIVE) {
+            return sdpa.forwardFused(scope, mixed);
+        }
         long s = mixed.getShape().get(0);
         long b = mixed.getShape().get(1);
         long groups = mixed.getShape().get(2) / ((headsPerGroup + 2L) * headDim);

@@ -66,6 +66,48 @@ class SdpaAttentionTest {
         });
     }
 
+    /**
+     * Attention straight from the fused QKV output (heads-first views, packed gradient) equals
+     * splitting the output as SelfAttention's generic path does and calling the core attention:
+     * the same output, and the same gradient for the projection's output, bit for bit.
+     */
+    @ParameterizedTest
+    @CsvSource({"8, 2", "4, 4"})
+    void attentionFromTheFusedProjectionMatchesTheSplitPath(int heads, int groupsCount) {
+        TransformerConfig config = TransformerConfig.builder(1, 64, heads, 128).queryGroups(groupsCount).dropout(0, 0).build();
+        int d = 64 / heads;
+        int perGroup = heads / groupsCount;
+        InJvmWorld.run(1, rank -> {
+            ProcessGroups groups = rank.groups(ParallelDims.of(1, 1, 1));
+            NDManager m = rank.manager();
+            SdpaAttention fused = new SdpaAttention(ModelContext.create(config, groups, m, new SeedScheme(1)));
+            DeterministicRandom r = new DeterministicRandom(9);
+            NDArray mixed = r.normal(m, new Shape(12, 2, groupsCount * (perGroup + 2) * d), 0, 1, DataType.FLOAT32);
+            NDArray weights = r.normal(m, new Shape(12, 2, heads * d), 0, 1, DataType.FLOAT32);
+            NDArray[][] results = new NDArray[2][];
+            for (int i = 0; i < 2; i++) {
+                mixed.setRequiresGradient(true);
+                Tensors.zeroGradient(mixed);
+                try (AutogradScope scope = AutogradScope.open(m)) {
+                    NDArray out;
+                    if (i == 0) {
+                        NDArray grouped = mixed.reshape(12, 2, groupsCount, perGroup + 2, d);
+                        ai.djl.ndarray.NDList parts = Tensors.split(grouped, new long[] {perGroup, 1, 1}, 3);
+                        out = fused.forward(scope, parts.get(0).reshape(12, 2, heads, d), parts.get(1).reshape(12, 2, groupsCount, d),
+                                parts.get(2).reshape(12, 2, groupsCount, d));
+                    } else {
+                        out = fused.forwardFused(scope, mixed);
+                    }
+                    scope.backward(out.mul(weights).sum());
+                    results[i] = new NDArray[] {copy(out, m), copy(Tensors.gradientOrZeros(mixed, m), m)};
+                }
+            }
+            assertClose("output", results[1][0], results[0][0], 0);
+            assertClose("gradient of the fused projection's output", results[1][1], results[0][1], 0);
+            return null;
+        });
+    }
+
     private static NDArray copy(NDArray gradient, NDManager owner) {
         NDArray copy = gradient.duplicate();
         copy.attach(owner);

@@ -1,0 +1,81 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.TensorMemory;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.kernel.QkvGradientKernel;
+
+/**
+ * Splits the fused QKV projection's output {@code [s, b, groups * (perGroup + 2) * d]} into the
+ * heads-first views fused attention takes: query {@code [b, groups * perGroup, s, d]}, key and value
+ * {@code [b, groups, s, d]} (no copy). Its backward writes the three gradients into one new tensor
+ * of the projection's layout: with a {@link QkvGradientKernel} in one pass, else by concatenating
+ * the transposed parts (libtorch's strided copies, what autograd does for the split and transposes);
+ * both give the same values bit for bit.
+ */
+final class QkvHeadsSplit implements Function {
+    private final int perGroup;
+    private final int headDim;
+    private final QkvGradientKernel kernel;
+
+    /**
+     * @param perGroup query heads per group
+     * @param headDim elements per head
+     * @param kernel the device's packing kernel, or null to compose the backward
+     */
+    QkvHeadsSplit(int perGroup, int headDim, QkvGradientKernel kernel) {
+        this.perGroup = perGroup;
+        this.headDim = headDim;
+        this.kernel = kernel;
+    }
+
+    @Override
+    public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+        NDArray mixed = inputs[0];
+        long s = mixed.getShape().get(0);
+        long b = mixed.getShape().get(1);
+        long groups = mixed.getShape().get(2) / ((perGroup + 2L) * headDim);
+        NDManager m = ctx.manager();
+        NDArray grouped = Tensors.own(mixed.reshape(s, b, groups, perGroup + 2, headDim), m);
+        NDList parts = Tensors.split(grouped, new long[] {perGroup, 1, 1}, 3);
+        parts.attach(m);
+        NDArray query = parts.get(0).reshape(s, b, groups * perGroup, headDim).transpose(1, 2, 0, 3);
+        NDArray key = parts.get(1).reshape(s, b, groups, headDim).transpose(1, 2, 0, 3);
+        NDArray value = parts.get(2).reshape(s, b, groups, headDim).transpose(1, 2, 0, 3);
+        return new NDArray[] {Tensors.own(query, m), Tensors.own(key, m), Tensors.own(value, m)};
+    }
+
+    @Override
+    public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
+        NDManager m = ctx.manager();
+        NDArray dq = gradOutputs[0];
+        NDArray dk = gradOutputs[1];
+        NDArray dv = gradOutputs[2];
+        if (kernel != null) {
+            NDArray packed = kernel.pack(TensorMemory.contiguous(dq, m), TensorMemory.contiguous(dk, m),
+                    TensorMemory.contiguous(dv, m), m);
+            if (packed != null) {
+                return new NDArray[] {packed};
+            }
+        }
+        long b = dq.getShape().get(0);
+        long s = dq.getShape().get(2);
+        long groups = dk.getShape().get(1);
+        NDList parts = new NDList(
+                Tensors.own(dq.transpose(2, 0, 1, 3).reshape(s, b, groups, perGroup, headDim), m),
+                Tensors.own(dk.transpose(2, 0, 1, 3).reshape(s, b, groups, 1, headDim), m),
+                Tensors.own(dv.transpose(2, 0, 1, 3).reshape(s, b, groups, 1, headDim), m));
+        NDArray joined = Tensors.own(NDArrays.concat(parts, 3), m);
+        return new NDArray[] {Tensors.own(joined.reshape(s, b, groups * (perGroup + 2L) * headDim), m)};
+    }
+
+    @Override
+    public String name() {
+        return "qkv-heads-split";
+    }
+}

@@ -1,0 +1,37 @@
+package io.mcore4j.cuda;
+
+import ai.djl.Device;
+import io.mcore4j.core.kernel.KernelProvider;
+import io.mcore4j.core.kernel.MasterAdamKernel;
+import io.mcore4j.core.kernel.QkvGradientKernel;
+
+import java.util.Optional;
+
+/**
+ * The {@link KernelProvider} service of the CUDA artifact: {@link MasterAdamKernel} and
+ * {@link QkvGradientKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
+ * bfloat16 conversions), each source compiled once per device and process. Off with
+ * {@code -Dmcore4j.cuda.kernels=false}: callers then compose the same results from libtorch's kernels.
+ */
+public final class CudaKernels implements KernelProvider {
+    /** System property that turns mcore4j's CUDA kernels off when {@code false}. */
+    public static final String ENABLED_PROPERTY = "mcore4j.cuda.kernels";
+
+    @Override
+    public <T> Optional<T> create(Class<T> kernel, Device device) {
+        if (!device.isGpu() || "false".equalsIgnoreCase(System.getProperty(ENABLED_PROPERTY))) {
+            return Optional.empty();
+        }
+        int id = device.getDeviceId();
+        if (RuntimeCompiledModule.computeCapability(id) < 80) {
+            return Optional.empty();
+        }
+        if (kernel == MasterAdamKernel.class) {
+            return Optional.of(kernel.cast(new CudaMasterAdam(RuntimeCompiledModule.load(id, CudaMasterAdam.SOURCE))));
+        }
+        if (kernel == QkvGradientKernel.class) {
+            return Optional.of(kernel.cast(new CudaQkvGradient(RuntimeCompiledModule.load(id, CudaQkvGradient.SOURCE))));
+        }
+        return Optional.empty();
+    }
+}

@@ -1,0 +1,61 @@
+package io.mcore4j.cuda;
+
+import ai.djl.Device;
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.kernel.QkvGradientKernel;
+
+/**
+ * The GPU check of {@link CudaQkvGradient} (needs a CUDA device; CI has none):
+ * {@code java -cp <jars>:<nccl test classes> io.mcore4j.cuda.CudaQkvGradientCheck}. Random query,
+ * key and value gradients, float16 and float32, grouped and plain attention; the packed tensor must
+ * equal libtorch's concatenation of the transposed parts bit for bit, and a row that is not a
+ * multiple of 16 bytes must be declined (null). Exits 1 on any failure.
+ */
+public final class CudaQkvGradientCheck {
+    private CudaQkvGradientCheck() {}
+
+    /** @param args none */
+    public static void main(String[] args) {
+        Device gpu = Device.gpu();
+        int failed = 0;
+        try (NDManager m = NDManager.newBaseManager(gpu)) {
+            QkvGradientKernel kernel = new CudaKernels().create(QkvGradientKernel.class, gpu)
+                    .orElseThrow(() -> new IllegalStateException("no CUDA kernel for " + gpu));
+            int[][] cases = {{2, 16, 16, 128, 64}, {3, 8, 2, 64, 40}, {1, 4, 4, 32, 7}};
+            for (DataType dtype : new DataType[] {DataType.FLOAT16, DataType.FLOAT32}) {
+                for (int[] c : cases) {
+                    int b = c[0];
+                    int heads = c[1];
+                    int groups = c[2];
+                    int d = c[3];
+                    int s = c[4];
+                    NDArray dq = m.randomNormal(new Shape(b, heads, s, d)).toType(dtype, false);
+                    NDArray dk = m.randomNormal(new Shape(b, groups, s, d)).toType(dtype, false);
+                    NDArray dv = m.randomNormal(new Shape(b, groups, s, d)).toType(dtype, false);
+                    int per = heads / groups;
+                    NDArray want = NDArrays.concat(new NDList(dq.transpose(2, 0, 1, 3).reshape(s, b, groups, per, d),
+                            dk.transpose(2, 0, 1, 3).reshape(s, b, groups, 1, d),
+                            dv.transpose(2, 0, 1, 3).reshape(s, b, groups, 1, d)), 3).reshape(s, b, -1);
+                    NDArray got = kernel.pack(dq, dk, dv, m);
+                    boolean ok = got != null && got.getShape().equals(want.getShape())
+                            && got.toType(DataType.FLOAT32, false).eq(want.toType(DataType.FLOAT32, false)).all().getBoolean();
+                    String name = dtype + " b " + b + " heads " + heads + " groups " + groups + " d " + d + " s " + s;
+                    System.out.println((ok ? "PASS " : "FAIL ") + name);
+                    failed += ok ? 0 : 1;
+                }
+            }
+            NDArray odd = m.zeros(new Shape(1, 2, 3, 6), DataType.FLOAT16);
+            NDArray oddKv = m.zeros(new Shape(1, 1, 3, 6), DataType.FLOAT16);
+            boolean declined = kernel.pack(odd, oddKv, oddKv, m) == null;
+            System.out.println((declined ? "PASS " : "FAIL ") + "rows of 12 bytes are declined");
+            failed += declined ? 0 : 1;
+        }
+        System.out.println(failed == 0 ? "CudaQkvGradientCheck: all passed" : "CudaQkvGradientCheck: " + failed + " failed");
+        System.exit(failed == 0 ? 0 : 1);
+    }
+}
