@@ -1,5 +1,6 @@
 package io.mcore4j.core;
 
+import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
@@ -174,6 +175,33 @@ public final class Tensors {
             dtype = DataType.FLOAT32;
         }
         return JniUtils.full((PtNDManager) owner, new Shape(), value, dtype, like.getDevice(), SparseFormat.DENSE);
+    }
+
+    /**
+     * A tensor of {@code data} on {@code owner}'s device, made without a host wait: DJL's
+     * {@code owner.create(data, shape)} on a GPU manager copies from pageable host memory, which
+     * CUDA runs only after every kernel queued before it while the host waits (at the start of a
+     * training step, for the whole previous optimizer step). On a CUDA device the values are staged
+     * in pinned memory and the copy is queued asynchronously ({@link PinnedCopy}); on the CPU this is
+     * {@code owner.create(data, shape)}. The array may be reused as soon as this returns.
+     *
+     * @param data the values, row-major
+     * @param shape their shape ({@code data.length} elements)
+     * @param owner the manager that owns the result; its device is the target
+     * @return an int32 tensor of {@code shape}
+     * @throws IllegalArgumentException if the shape does not hold {@code data.length} elements
+     */
+    public static NDArray fromHost(int[] data, Shape shape, NDManager owner) {
+        if (shape.size() != data.length) {
+            throw new IllegalArgumentException("shape " + describe(shape) + " holds " + shape.size()
+                    + " elements, got " + data.length + " values");
+        }
+        if (!owner.getDevice().isGpu()) {
+            return owner.create(data, shape);
+        }
+        try (NDManager host = owner.newSubManager(Device.cpu())) {
+            return PinnedCopy.get().toDevice(host.create(data, shape), owner);
+        }
     }
 
     /**

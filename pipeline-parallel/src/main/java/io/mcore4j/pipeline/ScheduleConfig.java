@@ -17,9 +17,29 @@ import io.mcore4j.core.Tensors;
  * @param microBatchGroupSize micro-batches per group with interleaving ({@code G}); 0 means the pipeline size
  * @param variableSeqLengths whether activation shapes differ between micro-batches; each activation
  *                           is then preceded by its shape
+ * @param lossesOnDevice leave the last stage's losses on the device ({@link ScheduleResult#deviceLosses()})
+ *                       instead of reading them to the host at the end of the run; a read waits for
+ *                       every kernel queued so far, so a training step that reads its loss only when
+ *                       it logs sets this (Megatron keeps its losses on the device the same way)
  */
 public record ScheduleConfig(int numMicrobatches, Shape tensorShape, DataType dtype, boolean forwardOnly,
-                             int microBatchGroupSize, boolean variableSeqLengths) {
+                             int microBatchGroupSize, boolean variableSeqLengths, boolean lossesOnDevice) {
+
+    /**
+     * A configuration whose losses are read to the host at the end of the run.
+     *
+     * @param numMicrobatches micro-batches per step
+     * @param tensorShape shape of the activations sent between stages
+     * @param dtype their dtype
+     * @param forwardOnly run forwards only
+     * @param microBatchGroupSize micro-batches per group with interleaving, 0 for the pipeline size
+     * @param variableSeqLengths whether activation shapes differ between micro-batches
+     * @throws IllegalArgumentException naming the offending value
+     */
+    public ScheduleConfig(int numMicrobatches, Shape tensorShape, DataType dtype, boolean forwardOnly,
+                          int microBatchGroupSize, boolean variableSeqLengths) {
+        this(numMicrobatches, tensorShape, dtype, forwardOnly, microBatchGroupSize, variableSeqLengths, false);
+    }
 
     /**
      * Validates the values.
@@ -67,7 +87,8 @@ public record ScheduleConfig(int numMicrobatches, Shape tensorShape, DataType dt
      * @return a copy with {@code forwardOnly} set
      */
     public ScheduleConfig withForwardOnly(boolean value) {
-        return new ScheduleConfig(numMicrobatches, tensorShape, dtype, value, microBatchGroupSize, variableSeqLengths);
+        return new ScheduleConfig(numMicrobatches, tensorShape, dtype, value, microBatchGroupSize, variableSeqLengths,
+                lossesOnDevice);
     }
 
     /**
@@ -75,7 +96,8 @@ public record ScheduleConfig(int numMicrobatches, Shape tensorShape, DataType dt
      * @return a copy with {@code microBatchGroupSize} set
      */
     public ScheduleConfig withMicroBatchGroupSize(int value) {
-        return new ScheduleConfig(numMicrobatches, tensorShape, dtype, forwardOnly, value, variableSeqLengths);
+        return new ScheduleConfig(numMicrobatches, tensorShape, dtype, forwardOnly, value, variableSeqLengths,
+                lossesOnDevice);
     }
 
     /**
@@ -83,6 +105,16 @@ public record ScheduleConfig(int numMicrobatches, Shape tensorShape, DataType dt
      * @return a copy with {@code variableSeqLengths} set
      */
     public ScheduleConfig withVariableSeqLengths(boolean value) {
-        return new ScheduleConfig(numMicrobatches, tensorShape, dtype, forwardOnly, microBatchGroupSize, value);
+        return new ScheduleConfig(numMicrobatches, tensorShape, dtype, forwardOnly, microBatchGroupSize, value,
+                lossesOnDevice);
+    }
+
+    /**
+     * @param value whether to leave the last stage's losses on the device (see the record comment)
+     * @return a copy with {@code lossesOnDevice} set
+     */
+    public ScheduleConfig withLossesOnDevice(boolean value) {
+        return new ScheduleConfig(numMicrobatches, tensorShape, dtype, forwardOnly, microBatchGroupSize,
+                variableSeqLengths, value);
     }
 }

@@ -63,13 +63,18 @@ final class ScheduleRun {
 
     ScheduleResult run() {
         boolean gradMode = GradMode.isEnabled();
+        NDArray deviceLosses = null;
         try (NDManager outbox = manager.newSubManager()) {
             Throwable failure = null;
             try {
                 for (StageAction a : plan.actions(stage)) {
                     execute(a, outbox);
                 }
-                readLosses();
+                if (config.lossesOnDevice()) {
+                    deviceLosses = keepLosses();
+                } else {
+                    readLosses();
+                }
             } catch (RuntimeException | Error e) {
                 failure = e;
                 throw e;
@@ -79,7 +84,7 @@ final class ScheduleRun {
         } finally {
             GradMode.set(gradMode);
         }
-        return new ScheduleResult(losses, peak);
+        return new ScheduleResult(deviceLosses != null ? new float[0] : losses, peak, deviceLosses);
     }
 
     private void execute(StageAction a, NDManager outbox) {
@@ -218,6 +223,16 @@ final class ScheduleRun {
         if (first != null) {
             throw first;
         }
+    }
+
+    /** All micro-batch losses in one tensor owned by the run's manager, left on the device; null off the last stage. */
+    private NDArray keepLosses() {
+        if (lossTensors.length == 0) {
+            return null;
+        }
+        NDArray all = NDArrays.concat(new NDList(lossTensors), 0);
+        all.attach(manager);
+        return all;
     }
 
     /** One device-to-host transfer for all micro-batch losses. */

@@ -2,8 +2,10 @@ package io.mcore4j.pipeline;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import ai.djl.ndarray.NDArray;
@@ -95,6 +97,38 @@ class PipelineScheduleTest {
             assertClose(loop.losses(), runs.get(0).result().losses(), "losses");
             loop.grads().forEach((k, v) -> assertClose(v, runs.get(0).grads().get(k), k));
         }
+    }
+
+    @Test
+    void lossesLeftOnTheDeviceAreTheLossesAReadingRunReturns() {
+        int pp = 2;
+        ScheduleConfig train = ScheduleConfig.of(4, ToyPipelineModel.ACTIVATION, DataType.FLOAT32);
+        Reference ref = REFERENCES.get("4/false");
+        List<Object> checked = InJvmWorld.run(pp, Duration.ofSeconds(60), rank -> {
+            ProcessGroups groups = rank.groups(ParallelDims.of(pp, 1, pp));
+            LayerAssignment assignment = LayerAssignment.even(ToyPipelineModel.LAYERS, pp, 1);
+            try (ToyPipelineModel model = new ToyPipelineModel(rank.manager(), assignment, groups.pipelineRank(), null, false)) {
+                ScheduleResult kept = Schedules.forwardBackward(model::forward, 1, groups, rank.manager(),
+                        train.withLossesOnDevice(true));
+                assertEquals(0, kept.losses().length, "losses left on the device are not also read");
+                assertFalse(kept.hasLosses());
+                // the weights do not change between the runs (no optimizer): a reading run gives the same losses
+                ScheduleResult read = Schedules.forwardBackward(model::forward, 1, groups, rank.manager(), train);
+                if (groups.isLastStage()) {
+                    try (NDArray losses = kept.deviceLosses()) {
+                        assertSame(rank.manager(), losses.getManager());
+                        assertEquals(DataType.FLOAT32, losses.getDataType());
+                        assertClose(ref.losses(), losses.toFloatArray(), "losses left on the device");
+                        assertArrayEquals(read.losses(), losses.toFloatArray(), 0f);
+                        assertEquals(read.meanLoss(), ScheduleResult.meanOf(losses.toFloatArray()));
+                    }
+                } else {
+                    assertNull(kept.deviceLosses());
+                }
+            }
+            return null;
+        });
+        assertEquals(pp, checked.size());
     }
 
     @Test

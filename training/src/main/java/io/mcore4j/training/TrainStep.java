@@ -4,6 +4,7 @@ import io.mcore4j.moe.MoeAuxLossTracker;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
@@ -26,6 +27,7 @@ import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.function.DoubleSupplier;
 
 /**
  * One training iteration, in the one order every front-end uses: read this rank's micro-batches,
@@ -57,6 +59,8 @@ public final class TrainStep implements AutoCloseable {
     private final DistributedDataParallel ddp;
     private final MegatronOptimizer optimizer;
     private final ScheduleConfig schedule;
+    // the losses of steps whose results have not been read yet (see TrainStepResult)
+    private final NDManager unreadLosses;
 
     private TrainStep(Builder b) {
         this.model = b.model;
@@ -77,6 +81,7 @@ public final class TrainStep implements AutoCloseable {
         this.optimizer = Optimizers.create(parameters, ddp, groups, b.optimizer, ParameterLayout.byKey(keys::get));
         this.schedule = ScheduleConfig.of(microBatches, model.activationShape(microBatchSize, seqLength),
                 model.activationDtype());
+        this.unreadLosses = manager.newSubManager();
     }
 
     /**
@@ -138,7 +143,7 @@ public final class TrainStep implements AutoCloseable {
                     marks[0] - start / 1e9, marks[1] - marks[0], (queued - start) / 1e9 - (marks[0] - start / 1e9),
                     marks[2] - marks[1], marks[3] - marks[2], marks[4] - marks[3]) : null;
             long samples = (long) microBatches * microBatchSize * groups.dims().dataParallel();
-            return new TrainStepResult(dataParallelMean(result.meanLoss() / scale), s.gradNorm(), s.lossScale(),
+            return new TrainStepResult(deferredLoss(result.deviceLosses(), scale), s.gradNorm(), s.lossScale(),
                     s.skipped(), s.numZeros(), samples, samples * seqLength, seconds, phases);
         }
     }
@@ -171,13 +176,60 @@ public final class TrainStep implements AutoCloseable {
         return batches;
     }
 
+    /**
+     * The step's loss, {@code dataParallelMean(mean of the micro-batch losses / scale)} as {@link #evaluate}
+     * computes it on the host, left on the device and read when the result's {@link TrainStepResult#loss()}
+     * is first called. Over one rank it is read as the micro-batch losses and averaged on the host, exactly as
+     * before; over several the per-rank value is formed on the device in float64 (the sum of a few float32
+     * values is exact in float64 whatever the order, and the divisions round as the host's do) and averaged
+     * with the same collective, at the same point of the step.
+     */
+    private DoubleSupplier deferredLoss(NDArray losses, double scale) {
+        if (!groups.isLastStage()) {
+            return () -> Double.NaN;
+        }
+        Objects.requireNonNull(losses, "the schedule returned no losses on the last stage");
+        losses.attach(unreadLosses);
+        Communicator dp = groups.dpCp();
+        if (dp.size() == 1) {
+            return () -> {
+                checkUnread(losses);
+                float[] values = losses.toFloatArray();
+                losses.close();
+                return ScheduleResult.meanOf(values) / scale;
+            };
+        }
+        NDArray reduced;
+        try (NDManager temp = unreadLosses.newSubManager()) {
+            losses.attach(temp);
+            NDArray wide = Tensors.own(losses.toType(DataType.FLOAT64, false), temp);
+            NDArray mean = Tensors.own(Tensors.own(wide.sum(), temp).div(Tensors.scalar(microBatches, wide, temp)), temp);
+            NDArray unscaled = Tensors.own(mean.div(Tensors.scalar(scale, mean, temp)).reshape(1), temp);
+            reduced = dp.allReduce(unscaled, ReduceOp.AVG, temp);
+            reduced.attach(unreadLosses);
+        }
+        return () -> {
+            checkUnread(reduced);
+            double value = reduced.toDoubleArray()[0];
+            reduced.close();
+            return value;
+        };
+    }
+
+    private static void checkUnread(NDArray loss) {
+        if (loss.isReleased()) {
+            throw new IllegalStateException("the step's loss was released with its TrainStep before it was read:"
+                    + " read TrainStepResult.loss() before closing the step");
+        }
+    }
+
     private ScheduleResult schedule(List<MicroBatch> batches, double scale, boolean forwardOnly) {
         ScheduleResult result = Schedules.forwardBackward((scope, chunk, mb, input) -> {
             MicroBatch batch = model.readsData(chunk) ? batches.get(mb) : MicroBatch.NONE;
             NDArray output = model.forward(scope, chunk, input, batch);
             boolean last = groups.isLastStage() && chunk == model.numChunks() - 1;
             return last && scale != 1.0 ? Tensors.scale(output, scale, scope.manager()) : output;
-        }, model.numChunks(), groups, manager, schedule.withForwardOnly(forwardOnly));
+        }, model.numChunks(), groups, manager, schedule.withForwardOnly(forwardOnly).withLossesOnDevice(!forwardOnly));
         return result;
     }
 
@@ -265,9 +317,10 @@ public final class TrainStep implements AutoCloseable {
         return (long) microBatches * microBatchSize * groups.dims().dataParallel();
     }
 
-    /** Releases the optimizer state and the gradient buffers (not the model). */
+    /** Releases the optimizer state, the gradient buffers and the losses no result has read (not the model). */
     @Override
     public void close() {
+        unreadLosses.close();
         optimizer.close();
         ddp.close();
     }

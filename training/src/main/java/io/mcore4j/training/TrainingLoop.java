@@ -148,13 +148,15 @@ public final class TrainingLoop {
             }
             window.add(r);
             if (logging) {
-                losses.add(r.loss());
                 for (MetricsSink sink : sinks) {
                     sink.iterationDone(iteration, config.trainIters());
                 }
             }
             if (iteration % config.logInterval() == 0 || iteration == config.trainIters()) {
+                // the window's losses are read here, not per iteration: a read waits for the device
+                window.readLosses();
                 if (logging) {
+                    window.results.forEach(w -> losses.add(w.loss()));
                     report(window, lr, r);
                 }
                 window = new Window();
@@ -343,6 +345,8 @@ public final class TrainingLoop {
 
     /** Sums over the iterations of one logged window. */
     private static final class Window {
+        /** The window's results in order; their losses are read by {@link #readLosses()}. */
+        final List<TrainStepResult> results = new ArrayList<>();
         double loss;
         double seconds;
         double tokens;
@@ -364,11 +368,19 @@ public final class TrainingLoop {
         }
 
         void add(TrainStepResult r) {
-            loss += r.loss();
+            results.add(r);
             seconds += r.seconds();
             tokens += r.tokens();
             steps++;
             skipped += r.skipped() ? 1 : 0;
+        }
+
+        /** Reads the losses from the device and sums them, in iteration order. */
+        void readLosses() {
+            loss = 0;
+            for (TrainStepResult r : results) {
+                loss += r.loss();
+            }
         }
     }
 

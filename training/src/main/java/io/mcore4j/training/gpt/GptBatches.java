@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.data.sampler.PretrainingSampler;
 import io.mcore4j.training.BatchSource;
@@ -71,7 +72,9 @@ public final class GptBatches implements BatchSource {
             data.sample(indices[i], one);
             System.arraycopy(one, 0, flat, i * width, width);
         }
-        NDArray batch = manager.create(flat, new Shape(indices.length, width)).toType(DataType.INT64, false);
+        // queued without a host wait on a GPU (a pageable copy would wait for the previous step's kernels)
+        NDArray staged = Tensors.fromHost(flat, new Shape(indices.length, width), manager);
+        NDArray batch = staged.toType(DataType.INT64, false);
         NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
         NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
         if (contextParallel.size() > 1) {
