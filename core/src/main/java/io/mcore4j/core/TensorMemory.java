@@ -89,6 +89,30 @@ public final class TensorMemory {
         }
     }
 
+    /**
+     * Hands the Java buffer that {@code from} borrows (if any) to {@code to}, a handle over the same
+     * storage, so that the buffer stays reachable once {@code from} is closed: DJL drops its reference
+     * to the buffer when a handle closes, and the garbage collector then frees memory libtorch still
+     * uses through {@code to}. No-op when {@code from} borrows nothing.
+     *
+     * @param from a handle about to be closed
+     * @param to a handle over the same storage that lives on
+     * @throws IllegalStateException if DJL's {@code PtNDArray.dataRef} cannot be reached
+     */
+    static void moveHostMemory(NDArray from, NDArray to) {
+        if (!(from instanceof PtNDArray) || !(to instanceof PtNDArray)) {
+            return;
+        }
+        try {
+            Object buffer = HostBuffer.field().get(from);
+            if (buffer != null) {
+                HostBuffer.field().set(to, buffer);
+            }
+        } catch (IllegalAccessException e) {
+            throw new IllegalStateException("PtNDArray.dataRef is not accessible: " + e.getMessage(), e);
+        }
+    }
+
     private static long handle(NDArray array) {
         if (!(array instanceof PtNDArray pt)) {
             throw new IllegalArgumentException("native memory access needs PyTorch-engine tensors, got "

@@ -54,6 +54,34 @@ public final class Tensors {
     }
 
     /**
+     * A new leaf over {@code leaf}'s storage, with no gradient, replacing {@code leaf}, which is
+     * closed: the way to set a gradient to "none" (PyTorch's {@code param.grad = None}), which
+     * libtorch offers through no API DJL reaches. The new leaf requires grad, lives in
+     * {@code leaf}'s manager and shares its values, shape, dtype and version counter; views of the
+     * old storage (checkpoint pieces) keep seeing the same values. The old leaf's {@code .grad} is
+     * freed as soon as nothing refers to the old leaf (an autograd graph still holding it, or a view
+     * taken with autograd, keeps it). A Java buffer the old handle borrowed on the CPU
+     * ({@link TensorMemory#borrowsHostMemory}) moves to the new one, so that closing the old handle
+     * does not let the garbage collector free the storage.
+     *
+     * <p>The next backward that reaches the new leaf gives it a gradient without adding into a
+     * zeroed one: libtorch's {@code AccumulateGrad} takes the incoming gradient tensor itself when
+     * nothing else refers to it (no kernel) and copies it otherwise.
+     *
+     * @param leaf a leaf that requires grad; closed by this call
+     * @return the replacement leaf
+     */
+    public static NDArray renewLeaf(NDArray leaf) {
+        PtNDArray old = (PtNDArray) leaf;
+        PtNDArray fresh = JniUtils.detachGradient(old);
+        JniUtils.attachGradient(fresh, true);
+        TensorMemory.moveHostMemory(old, fresh);
+        fresh.setName(old.getName());
+        old.close();
+        return fresh;
+    }
+
+    /**
      * Sets {@code array}'s accumulated gradient to zero in place (no-op if it has none).
      *
      * @param array a tensor that requires grad

@@ -75,6 +75,8 @@ final class LocalExperts extends AbstractModule {
         int expertDpRank = groups.expertDp().rank();
         // the fc2 bias is whole on every expert-TP rank: one main copy per expert
         int biasReplica = etpRank + etp * expertDpRank;
+        // checkpoint pieces are views of detached handles: a parameter's leaf is replaced whenever its
+        // gradient is set to none, its storage never is
         this.pieceViews = parameters.newSubManager();
         for (int l = 0; l < localCount; l++) {
             String name = "local_experts." + (firstLocalExpert + l) + ".";
@@ -88,8 +90,8 @@ final class LocalExperts extends AbstractModule {
                     Parameter.Kind.EXPERT);
             fc1Weights.add(registerParameter(w1));
             fc2Weights.add(registerParameter(w2));
-            pieces.addAll(rows.describe(w1.name(), w1.data(), pieceViews, expertDpRank));
-            pieces.addAll(columns.describe(w2.name(), w2.data(), pieceViews, expertDpRank));
+            pieces.addAll(rows.describe(w1.name(), Tensors.detach(w1.data(), pieceViews), pieceViews, expertDpRank));
+            pieces.addAll(columns.describe(w2.name(), Tensors.detach(w2.data(), pieceViews), pieceViews, expertDpRank));
             if (config.addBias()) {
                 Parameter b1 = new Parameter(name + "linear_fc1.bias", Initializers.zeros().createShard(parameters,
                         new Shape(fc1Out), config.dtype(), rows), rowSplit, Parameter.Kind.EXPERT);
@@ -97,8 +99,8 @@ final class LocalExperts extends AbstractModule {
                         new Shape(hiddenSize), config.dtype()), Parameter.Partition.NONE, Parameter.Kind.EXPERT);
                 fc1Biases.add(registerParameter(b1));
                 fc2Biases.add(registerParameter(b2));
-                pieces.addAll(rows.describe(b1.name(), b1.data(), pieceViews, expertDpRank));
-                pieces.add(ShardedTensor.whole(b2.name(), b2.data()).replicatedIf(biasReplica != 0));
+                pieces.addAll(rows.describe(b1.name(), Tensors.detach(b1.data(), pieceViews), pieceViews, expertDpRank));
+                pieces.add(ShardedTensor.whole(b2.name(), Tensors.detach(b2.data(), pieceViews)).replicatedIf(biasReplica != 0));
             }
         }
     }

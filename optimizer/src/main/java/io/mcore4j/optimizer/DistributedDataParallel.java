@@ -59,6 +59,8 @@ import org.slf4j.LoggerFactory;
  * values {@code .grad} already holds, namely when the bucket's group and {@link ProcessGroups#dpCp()}
  * both have one rank (nothing is averaged) and the parameter had no sum from step 1 or 2; those
  * parameters are skipped (float16 and bfloat16 values pass through a float32 buffer unchanged).
+ * A parameter that no backward reached on this rank (its {@code .grad} is none, read as zeros)
+ * is given a copy of its synchronised slice as its {@code .grad}, unless it is skipped.
  * With the distributed optimizer, {@code .grad} keeps the local accumulation and only the shard is reduced.
  *
  * <p><b>Overlap with backward.</b> With {@link OptimizerConfig#overlapGradReduce()}, a step armed by
@@ -73,7 +75,7 @@ import org.slf4j.LoggerFactory;
  *
  * <p><b>Ownership.</b> The synchronised buffers live in a manager that is a child of
  * the parent given to the constructor (by default the first parameter's manager); {@link #zeroGrad()}
- * releases them and zeroes every {@code .grad}. The optimizer reads (and unscales and clips in
+ * releases them and sets every {@code .grad} to none ({@link #zeroGrad(boolean)} can zero them instead). The optimizer reads (and unscales and clips in
  * place) the synchronised buffers between {@link #finishGradSync()} and {@link #zeroGrad()}. All
  * ranks of each group must call {@link #finishGradSync()} together. One instance is used by one thread.
  */
@@ -296,12 +298,36 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         inFlight = null;
     }
 
-    /** Zeroes every parameter's {@code .grad} and releases the synchronised buffers. */
+    /**
+     * Sets every parameter's {@code .grad} to none and releases the synchronised buffers: the
+     * default {@code zeroGrad(true)}.
+     */
     public void zeroGrad() {
-        for (Parameter p : params) {
-            p.zeroGradient();
-        }
+        zeroGrad(true);
+    }
+
+    /**
+     * Ends the step's gradients and releases the synchronised buffers.
+     *
+     * <p>{@code setToNone} (the default, PyTorch's and Megatron's {@code zero_grad(set_to_none=True)})
+     * drops every {@code .grad} ({@link Parameter#clearGradient()}): nothing runs on the device, and
+     * the next step's first backward makes each gradient as it is instead of adding it into zeros.
+     * Otherwise every {@code .grad} is zeroed in place (one fill per parameter, and one add per
+     * parameter in the next first backward). Both give bitwise the same gradients (a sum that
+     * starts from zero adds nothing) and the same trained parameters; a parameter that gets no
+     * gradient in a step reads as zeros either way (the buckets write zeros for it).
+     *
+     * @param setToNone whether to drop the gradients rather than zero them
+     */
+    public void zeroGrad(boolean setToNone) {
         releaseSynced();
+        for (Parameter p : params) {
+            if (setToNone) {
+                p.clearGradient();
+            } else {
+                p.zeroGradient();
+            }
+        }
     }
 
     /** @return whether {@link #finishGradSync()} ran since the last {@link #zeroGrad()} */
@@ -577,10 +603,16 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
                     if (identity && !summed.containsKey(slot.param())) {
                         continue;
                     }
+                    NDArray data = slot.param().data();
+                    NDArray view = own(range(result, slot.offset(), slot.offset() + slot.numel(), temp)
+                            .reshape(data.getShape()), temp);
                     NDArray grad = slot.param().gradient(temp);
                     if (grad != null) {
-                        NDArray view = range(result, slot.offset(), slot.offset() + slot.numel(), temp);
-                        Tensors.copyInto(grad, own(view.reshape(grad.getShape()), temp));
+                        Tensors.copyInto(grad, view);
+                    } else {
+                        // no gradient here (none reached this parameter on this rank), but others
+                        // sent theirs: give it one, a copy, so that the buffer stays the optimizer's
+                        Tensors.accumulateGradient(data, own(DataTypes.toType(view, DataTypes.of(data), true), temp));
                     }
                 }
             }

@@ -325,8 +325,8 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     }
 
     @Override
-    public void zeroGrad() {
-        ddp.zeroGrad();
+    public void zeroGrad(boolean setToNone) {
+        ddp.zeroGrad(setToNone);
     }
 
     @Override

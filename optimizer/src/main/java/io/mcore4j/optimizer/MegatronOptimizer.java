@@ -48,8 +48,22 @@ public interface MegatronOptimizer extends AutoCloseable {
     /** @return the factor the training loop multiplies the loss by before backward: the current loss scale with fp16, else 1.0 */
     double lossScale();
 
-    /** Zeroes the model's gradients and releases the synchronised buffers (the DDP wrapper's {@code zeroGrad}). */
-    void zeroGrad();
+    /**
+     * Sets the model's gradients to none and releases the synchronised buffers: Megatron's
+     * {@code zero_grad()}, whose {@code set_to_none} defaults to true.
+     */
+    default void zeroGrad() {
+        zeroGrad(true);
+    }
+
+    /**
+     * Ends the step's gradients and releases the synchronised buffers (the DDP wrapper's
+     * {@link DistributedDataParallel#zeroGrad(boolean)}).
+     *
+     * @param setToNone drop every {@code .grad} (Megatron's and PyTorch's default) rather than zero it
+     *     in place; the gradients of the next step are bitwise the same either way
+     */
+    void zeroGrad(boolean setToNone);
 
     /** @return the configuration */
     OptimizerConfig config();

@@ -21,6 +21,12 @@ final class DataParallelTraining {
 
     static List<Outcome> run(int world, OptimizerConfig config, int steps, int globalBatch, int microBatches,
                              DataType dtype, double lr) {
+        return run(world, config, steps, globalBatch, microBatches, dtype, lr, true);
+    }
+
+    /** As above; {@code setToNone} picks how {@code zeroGrad} ends each step's gradients. */
+    static List<Outcome> run(int world, OptimizerConfig config, int steps, int globalBatch, int microBatches,
+                             DataType dtype, double lr, boolean setToNone) {
         return InJvmWorld.run(world, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.of(world, 1, 1));
             TinyMlp model = new TinyMlp(rank.manager(), dtype);
@@ -47,7 +53,7 @@ final class DataParallelTraining {
                 losses.add(loss / microBatches);
                 ddp.finishGradSync();
                 results.add(optimizer.step(lr, config.weightDecay()));
-                optimizer.zeroGrad();
+                optimizer.zeroGrad(setToNone);
             }
             Outcome out = new Outcome(model.values(), losses, results, optimizer.stateBytes());
             optimizer.close();

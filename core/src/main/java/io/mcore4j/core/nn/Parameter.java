@@ -14,7 +14,11 @@ import java.util.Objects;
  * A trainable tensor and how it relates to the global (unpartitioned) weight.
  *
  * <p>The parameter owns {@link #data()} (a leaf that requires grad, in the manager given at
- * creation) and its accumulated gradient; {@link #close()} releases both. {@link #partition()} says
+ * creation) and its accumulated gradient; {@link #close()} releases both. {@link #clearGradient()}
+ * replaces the leaf by a new one over the same storage (how a gradient is set to "none"), so
+ * code asks {@link #data()} each time it uses the tensor and keeps no handle of it across steps; a
+ * view kept for checkpoints is taken from a detached handle ({@code Tensors.detach}), which shares
+ * the storage without holding the leaf. {@link #partition()} says
  * along which dim this rank holds which part ({@link Partition#NONE} for a replicated weight).
  * {@link Kind} tells the optimizer over which group the gradient is averaged and whether the tensor
  * counts once or per rank in the global gradient norm.
@@ -129,7 +133,7 @@ public final class Parameter implements AutoCloseable {
     }
 
     private final String name;
-    private final NDArray data;
+    private NDArray data;
     private final Partition partition;
     private final Kind kind;
 
@@ -169,7 +173,12 @@ public final class Parameter implements AutoCloseable {
         return name;
     }
 
-    /** @return the local tensor (a leaf that requires grad) */
+    /**
+     * The local tensor: a leaf that requires grad. The handle changes at {@link #clearGradient()}
+     * (the storage does not): ask for it each time rather than keeping it.
+     *
+     * @return the current leaf
+     */
     public NDArray data() {
         return data;
     }
@@ -204,9 +213,20 @@ public final class Parameter implements AutoCloseable {
         return Tensors.gradientOrNull(data, owner);
     }
 
-    /** Zeroes the accumulated gradient in place. */
+    /** Zeroes the accumulated gradient in place (keeps it allocated; no-op when there is none). */
     public void zeroGradient() {
         Tensors.zeroGradient(data);
+    }
+
+    /**
+     * Sets the gradient to none (PyTorch's {@code zero_grad(set_to_none=True)}): afterwards
+     * {@link #gradient} returns null until a backward reaches this parameter, and that backward's
+     * gradient becomes {@code .grad} as it is instead of being added into zeros. The leaf behind
+     * {@link #data()} is replaced by a new one over the same storage ({@link Tensors#renewLeaf});
+     * the old handle is closed.
+     */
+    public void clearGradient() {
+        data = Tensors.renewLeaf(data);
     }
 
     /**
