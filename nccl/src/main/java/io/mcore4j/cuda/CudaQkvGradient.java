@@ -32,9 +32,9 @@ final class CudaQkvGradient implements QkvGradientKernel {
         Shape q = dq.getShape();
         Shape kv = dk.getShape();
         if (q.dimension() != 4 || kv.dimension() != 4 || !kv.equals(dv.getShape()) || q.get(0) != kv.get(0)
-                || q.get(2) != kv.get(2) || q.get(3) != kv.get(3) || q.get(1) % kv.get(1) != 0) {
+                || q.get(1) != kv.get(1) || q.get(3) != kv.get(3) || q.get(2) % kv.get(2) != 0) {
             throw new IllegalArgumentException("query gradient " + q + " and key/value gradients " + kv + ", "
-                    + dv.getShape() + " are not [b, heads, s, d] and [b, groups, s, d] with groups dividing heads");
+                    + dv.getShape() + " are not [s, b, heads, d] and [s, b, groups, d] with groups dividing heads");
         }
         DataType dtype = DataTypes.of(dq);
         if (DataTypes.of(dk) != dtype || DataTypes.of(dv) != dtype) {
@@ -46,10 +46,10 @@ final class CudaQkvGradient implements QkvGradientKernel {
                 || !TensorMemory.isContiguous(dv)) {
             return null;
         }
-        long b = q.get(0);
-        long heads = q.get(1);
-        long s = q.get(2);
-        long groups = kv.get(1);
+        long s = q.get(0);
+        long b = q.get(1);
+        long heads = q.get(2);
+        long groups = kv.get(2);
         long perGroup = heads / groups;
         NDArray out = DataTypes.empty(owner, new Shape(s, b, groups * (perGroup + 2) * q.get(3)), dtype, dq.getDevice());
         long rowVectors = rowBytes / 16;

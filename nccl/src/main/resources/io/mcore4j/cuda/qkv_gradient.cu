@@ -1,9 +1,9 @@
 // mcore4j's packing of attention's query/key/value gradients into the fused QKV projection's layout
 // (compiled at run time by NVRTC: io.mcore4j.cuda.CudaQkvGradient).
 //
-// dq [b, heads, s, d], dk and dv [b, groups, s, d], all contiguous (the layout fused attention's
-// backward gives them), are written into out [s, b, groups, heads/groups + 2, d], contiguous: per
-// query group its query heads, then its key head, then its value head. The elements are only moved,
+// dq [s, b, heads, d], dk and dv [s, b, groups, d], all contiguous (fused attention's backward
+// gives them in this order of strides), are interleaved into out [s, b, groups, heads/groups + 2, d],
+// contiguous: per query group its query heads, then its key head, then its value head. The elements are only moved,
 // 16 bytes per thread (any 2-byte or 4-byte dtype), so the kernel is dtype-agnostic; every row of d
 // elements must be a multiple of 16 bytes (checked by the caller).
 
@@ -24,12 +24,12 @@ extern "C" __global__ void __launch_bounds__(256) pack_qkv_gradients(
   rest /= groups;
   long long bi = rest % b;
   long long si = rest / b;
+  long long token = si * b + bi;
   const uint4* src;
   if (slot < per_group) {
-    long long heads = groups * per_group;
-    src = dq + ((bi * heads + gi * per_group + slot) * s + si) * row_vectors;
+    src = dq + (token * groups * per_group + gi * per_group + slot) * row_vectors;
   } else {
-    src = (slot == per_group ? dk : dv) + ((bi * groups + gi) * s + si) * row_vectors;
+    src = (slot == per_group ? dk : dv) + (token * groups + gi) * row_vectors;
   }
   out[idx] = src[col];
 }

@@ -34,13 +34,12 @@ public final class CudaQkvGradientCheck {
                     int groups = c[2];
                     int d = c[3];
                     int s = c[4];
-                    NDArray dq = m.randomNormal(new Shape(b, heads, s, d)).toType(dtype, false);
-                    NDArray dk = m.randomNormal(new Shape(b, groups, s, d)).toType(dtype, false);
-                    NDArray dv = m.randomNormal(new Shape(b, groups, s, d)).toType(dtype, false);
+                    NDArray dq = m.randomNormal(new Shape(s, b, heads, d)).toType(dtype, false);
+                    NDArray dk = m.randomNormal(new Shape(s, b, groups, d)).toType(dtype, false);
+                    NDArray dv = m.randomNormal(new Shape(s, b, groups, d)).toType(dtype, false);
                     int per = heads / groups;
-                    NDArray want = NDArrays.concat(new NDList(dq.transpose(2, 0, 1, 3).reshape(s, b, groups, per, d),
-                            dk.transpose(2, 0, 1, 3).reshape(s, b, groups, 1, d),
-                            dv.transpose(2, 0, 1, 3).reshape(s, b, groups, 1, d)), 3).reshape(s, b, -1);
+                    NDArray want = NDArrays.concat(new NDList(dq.reshape(s, b, groups, per, d),
+                            dk.reshape(s, b, groups, 1, d), dv.reshape(s, b, groups, 1, d)), 3).reshape(s, b, -1);
                     NDArray got = kernel.pack(dq, dk, dv, m);
                     boolean ok = got != null && got.getShape().equals(want.getShape())
                             && got.toType(DataType.FLOAT32, false).eq(want.toType(DataType.FLOAT32, false)).all().getBoolean();
@@ -49,8 +48,8 @@ public final class CudaQkvGradientCheck {
                     failed += ok ? 0 : 1;
                 }
             }
-            NDArray odd = m.zeros(new Shape(1, 2, 3, 6), DataType.FLOAT16);
-            NDArray oddKv = m.zeros(new Shape(1, 1, 3, 6), DataType.FLOAT16);
+            NDArray odd = m.zeros(new Shape(3, 1, 2, 6), DataType.FLOAT16);
+            NDArray oddKv = m.zeros(new Shape(3, 1, 1, 6), DataType.FLOAT16);
             boolean declined = kernel.pack(odd, oddKv, oddKv, m) == null;
             System.out.println((declined ? "PASS " : "FAIL ") + "rows of 12 bytes are declined");
             failed += declined ? 0 : 1;

@@ -11,9 +11,9 @@ import ai.djl.ndarray.NDManager;
  */
 public interface QkvGradientKernel {
     /**
-     * @param dq query gradient {@code [b, heads, s, d]}, contiguous
-     * @param dk key gradient {@code [b, groups, s, d]}, contiguous, same dtype
-     * @param dv value gradient {@code [b, groups, s, d]}, contiguous, same dtype
+     * @param dq query gradient {@code [s, b, heads, d]}, contiguous
+     * @param dk key gradient {@code [s, b, groups, d]}, contiguous, same dtype
+     * @param dv value gradient {@code [s, b, groups, d]}, contiguous, same dtype
      * @param owner manager that owns the result
      * @return {@code [s, b, groups * (heads / groups + 2) * d]}, contiguous, or null if the kernel
      *     cannot take these tensors (a row of {@code d} elements not a multiple of 16 bytes)

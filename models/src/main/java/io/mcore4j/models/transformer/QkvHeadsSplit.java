@@ -11,12 +11,12 @@ import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.kernel.QkvGradientKernel;
 
 /**
- * Splits the fused QKV projection's output {@code [s, b, groups * (perGroup + 2) * d]} into the
- * heads-first views fused attention takes: query {@code [b, groups * perGroup, s, d]}, key and value
- * {@code [b, groups, s, d]} (no copy). Its backward writes the three gradients into one new tensor
- * of the projection's layout: with a {@link QkvGradientKernel} in one pass, else by concatenating
- * the transposed parts (libtorch's strided copies, what autograd does for the split and transposes);
- * both give the same values bit for bit.
+ * Splits the fused QKV projection's output {@code [s, b, groups * (perGroup + 2) * d]} into query
+ * {@code [s, b, groups * perGroup, d]}, key and value {@code [s, b, groups, d]} (views, no copy). Its
+ * backward interleaves the three gradients into one new tensor of the projection's layout: with a
+ * {@link QkvGradientKernel} in one pass, else by concatenating them (libtorch's strided copies, what
+ * autograd does for a split); both give the same values bit for bit. Fused attention's backward
+ * gives the gradients contiguous in this layout, so they reach this backward without a copy.
  */
 final class QkvHeadsSplit implements Function {
     private final int perGroup;
@@ -44,9 +44,9 @@ final class QkvHeadsSplit implements Function {
         NDArray grouped = Tensors.own(mixed.reshape(s, b, groups, perGroup + 2, headDim), m);
         NDList parts = Tensors.split(grouped, new long[] {perGroup, 1, 1}, 3);
         parts.attach(m);
-        NDArray query = parts.get(0).reshape(s, b, groups * perGroup, headDim).transpose(1, 2, 0, 3);
-        NDArray key = parts.get(1).reshape(s, b, groups, headDim).transpose(1, 2, 0, 3);
-        NDArray value = parts.get(2).reshape(s, b, groups, headDim).transpose(1, 2, 0, 3);
+        NDArray query = parts.get(0).reshape(s, b, groups * perGroup, headDim);
+        NDArray key = parts.get(1).reshape(s, b, groups, headDim);
+        NDArray value = parts.get(2).reshape(s, b, groups, headDim);
         return new NDArray[] {Tensors.own(query, m), Tensors.own(key, m), Tensors.own(value, m)};
     }
 
@@ -63,13 +63,11 @@ final class QkvHeadsSplit implements Function {
                 return new NDArray[] {packed};
             }
         }
-        long b = dq.getShape().get(0);
-        long s = dq.getShape().get(2);
-        long groups = dk.getShape().get(1);
-        NDList parts = new NDList(
-                Tensors.own(dq.transpose(2, 0, 1, 3).reshape(s, b, groups, perGroup, headDim), m),
-                Tensors.own(dk.transpose(2, 0, 1, 3).reshape(s, b, groups, 1, headDim), m),
-                Tensors.own(dv.transpose(2, 0, 1, 3).reshape(s, b, groups, 1, headDim), m));
+        long s = dq.getShape().get(0);
+        long b = dq.getShape().get(1);
+        long groups = dk.getShape().get(2);
+        NDList parts = new NDList(Tensors.own(dq.reshape(s, b, groups, perGroup, headDim), m),
+                Tensors.own(dk.reshape(s, b, groups, 1, headDim), m), Tensors.own(dv.reshape(s, b, groups, 1, headDim), m));
         NDArray joined = Tensors.own(NDArrays.concat(parts, 3), m);
         return new NDArray[] {Tensors.own(joined.reshape(s, b, groups * (perGroup + 2L) * headDim), m)};
     }

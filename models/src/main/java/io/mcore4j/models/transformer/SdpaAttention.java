@@ -53,9 +53,9 @@ public final class SdpaAttention implements CoreAttention {
 
     /**
      * Attention straight from the fused QKV projection's output, for layers without rotary
-     * embeddings: the query, key and value are heads-first views of {@code mixed}
-     * ({@link QkvHeadsSplit}), so their gradients reach the projection's layout in one packing pass
-     * instead of autograd's three strided copies. Same values as splitting {@code mixed} and calling
+     * embeddings: the query, key and value are views of {@code mixed} cut by {@link QkvHeadsSplit},
+     * whose backward interleaves their gradients into the projection's layout in one pass instead
+     * of autograd's three strided copies. Same values as splitting {@code mixed} and calling
      * {@link #forward}.
      *
      * @param scope the pass's scope
@@ -63,18 +63,9 @@ public final class SdpaAttention implements CoreAttention {
      * @return the attention output {@code [s, b, heads * d]}
      */
     public NDArray forwardFused(AutogradScope scope, NDArray mixed) {
-        long s = mixed.getShape().get(0);
-        long b = mixed.getShape().get(1);
         return scope.frame(() -> {
-            NDArray[] heads = scope.apply(split, mixed);
-            NDArray context;
-            try (Frame call = scope.openFrame()) {
-                NDList in = new NDList(call.input(heads[0]), call.input(heads[1]), call.input(heads[2]));
-                context = call.keep(Tensors.own(module.forward(in).singletonOrThrow(), scope.manager()));
-            }
-            long np = context.getShape().get(1);
-            long d = context.getShape().get(3);
-            return context.transpose(2, 0, 1, 3).reshape(s, b, np * d);
+            NDArray[] qkv = scope.apply(split, mixed);
+            return forward(scope, qkv[0], qkv[1], qkv[2]);
         });
     }
 
