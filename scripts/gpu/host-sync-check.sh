@@ -6,7 +6,10 @@
 # over 20 us per step (the waits). Expected since the commit that added this script: no cudaMemcpyAsync wait
 # (the micro-batch upload is queued from pinned memory, the loss is read when the loop logs), one wait per step
 # left for the optimizer's gradient-norm read. With OLD_CP (the jars of an earlier commit) that commit runs
-# first in the same call. TRACER: where the tracer library is (built there when missing).
+# first in the same call. TRACER: where the tracer library is (built there when missing). KERNELS: name patterns
+# whose kernels are also counted per step (summarize.py --kernels), e.g. KERNELS="FillFunctor Functor_add copy_kernel"
+# for what setting the gradients to none between steps removes (#25: against a commit that zeroed them, about one
+# zero fill and one add per parameter fewer per step, 296 each for this model, and the same losses).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 profile=$here/../profile
@@ -24,7 +27,8 @@ trace_run() { # title, class path
   # shellcheck disable=SC2086
   LD_PRELOAD=$tracer CUPTI_TRACE_DIR=$dir java $java_opts -cp "$2" io.mcore4j.samples.pretrain.PretrainGpt $args \
     --metrics-dir "$dir/metrics" | grep -E "^ iteration"
-  python3 "$profile/summarize.py" "$(ls "$dir"/trace.*.txt | head -1)" --steps 5
+  # shellcheck disable=SC2086
+  python3 "$profile/summarize.py" "$(ls "$dir"/trace.*.txt | head -1)" --steps 5 ${KERNELS:+--kernels $KERNELS}
 }
 if [ -n "${OLD_CP:-}" ]; then
   trace_run "pretrain-gpt at the earlier commit (OLD_CP)" "$OLD_CP"

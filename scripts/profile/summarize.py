@@ -6,8 +6,11 @@ time (every kernel but NCCL's) and time with any kernel running, both as unions 
 that "any - compute" is communication that nothing overlapped; idle gaps; long host calls (waits).
 With --sequence PATTERN K, prints instead the kernels around the K-th kernel whose name contains
 PATTERN in the first summarised step (e.g. one layer's forward around `sdpa_sm90_flash_fprop`).
+With --kernels PATTERN..., also prints the count and time per step of the kernels whose full name
+contains each PATTERN (e.g. `FillFunctor` for zero fills, `Functor_add` for adds).
 
-Usage: python3 scripts/profile/summarize.py TRACE [--steps 3] [--sequence PATTERN K [--before 30 --count 80]]
+Usage: python3 scripts/profile/summarize.py TRACE [--steps 3] [--kernels PATTERN...]
+       [--sequence PATTERN K [--before 30 --count 80]]
 """
 import argparse
 import collections
@@ -79,6 +82,7 @@ def main():
     p.add_argument("--sequence", nargs=2, metavar=("PATTERN", "K"))
     p.add_argument("--before", type=int, default=30)
     p.add_argument("--count", type=int, default=80)
+    p.add_argument("--kernels", nargs="+", default=[], metavar="PATTERN")
     a = p.parse_args()
     kernels, calls = read(a.trace)
     ends = step_ends(kernels)
@@ -114,6 +118,9 @@ def main():
     print("top kernels (ms per step, count per step):")
     for n, (t, k) in sorted(names.items(), key=lambda x: -x[1][0])[:20]:
         print(f"  {t / per:7.2f} {k / a.steps:6.0f}  {n}")
+    for pattern in a.kernels:
+        hits = [e - s for s, e, _, n in window if pattern in n]
+        print(f"kernels containing {pattern}: {len(hits) / a.steps:.0f} per step, {sum(hits) / per:.2f} ms per step")
     waits = collections.defaultdict(lambda: [0, 0])
     for s, e, _, n in calls:
         if w0 <= s < w1:

@@ -27,10 +27,12 @@ import org.junit.jupiter.params.provider.CsvSource;
 class SetToNoneTest {
 
     @ParameterizedTest
-    @CsvSource({"1, false, FLOAT32", "2, false, FLOAT32", "2, true, FLOAT32", "2, true, FLOAT16"})
-    void droppingTheGradientsTrainsBitwiseLikeZeroingThem(int dp, boolean distributed, DataType dtype) {
+    @CsvSource({"1, false, FLOAT32, false", "2, false, FLOAT32, false", "2, true, FLOAT32, false",
+        "2, true, FLOAT16, false", "2, true, FLOAT32, true"})
+    void droppingTheGradientsTrainsBitwiseLikeZeroingThem(int dp, boolean distributed, DataType dtype, boolean overlap) {
         OptimizerConfig config = OptimizerConfig.builder().precision(Precision.ofParamDtype(dtype)).lr(1e-2)
-                .weightDecay(0.05).clipGrad(0.5).useDistributedOptimizer(distributed).build();
+                .weightDecay(0.05).clipGrad(0.5).useDistributedOptimizer(distributed).overlapGradReduce(overlap)
+                .bucketSizeBytes(100).build();
         // three steps of two micro-batches: the first micro-batch of steps 2 and 3 meets a dropped gradient
         List<DataParallelTraining.Outcome> none = DataParallelTraining.run(dp, config, 3, 8, 2, dtype, 1e-2, true);
         List<DataParallelTraining.Outcome> zero = DataParallelTraining.run(dp, config, 3, 8, 2, dtype, 1e-2, false);
