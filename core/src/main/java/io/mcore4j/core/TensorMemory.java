@@ -9,6 +9,7 @@ import java.lang.reflect.Field;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.nio.ByteBuffer;
+import java.util.List;
 
 /**
  * The memory behind a tensor: its address for a native library (NCCL) that reads and writes it, and
@@ -26,6 +27,18 @@ import java.nio.ByteBuffer;
  */
 public final class TensorMemory {
     private TensorMemory() {}
+
+    /**
+     * Empties each tensor in place (zero elements, no storage; {@code Tensor.set_()}), so that its
+     * memory goes back to the allocator now even where libtorch still refers to the tensor object:
+     * a leaf's {@code .grad}, which lives as long as the leaf. Every handle to these tensors then sees
+     * an empty tensor; use it only for values that nothing will read again.
+     *
+     * @param tensors PyTorch-engine tensors whose values are no longer needed
+     */
+    public static void releaseStorage(List<NDArray> tensors) {
+        StorageRelease.get().release(tensors);
+    }
 
     /**
      * A direct buffer over the data of a contiguous tensor of fewer than 2^31 bytes; only its

@@ -10,13 +10,19 @@ import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.kernel.QkvGradientKernel;
 
+import java.util.List;
+
 /**
  * Splits the fused QKV projection's output {@code [s, b, groups * (perGroup + 2) * d]} into query
  * {@code [s, b, groups * perGroup, d]}, key and value {@code [s, b, groups, d]} (views, no copy). Its
  * backward interleaves the three gradients into one new tensor of the projection's layout: with a
  * {@link QkvGradientKernel} in one pass, else by concatenating them (libtorch's strided copies, what
  * autograd does for a split); both give the same values bit for bit. Fused attention's backward
- * gives the gradients contiguous in this layout, so they reach this backward without a copy.
+ * gives the gradients contiguous in this layout, so they reach this backward without a copy. Once
+ * packed, the three gradients are emptied ({@link TensorMemory#releaseStorage}): they are the
+ * {@code .grad} of this Function's output leaves, which the retained graph keeps until the scope
+ * closes, and would otherwise hold three activations' worth of memory per layer for the rest of
+ * backward.
  */
 final class QkvHeadsSplit implements Function {
     private final int perGroup;
@@ -56,20 +62,26 @@ final class QkvHeadsSplit implements Function {
         NDArray dq = gradOutputs[0];
         NDArray dk = gradOutputs[1];
         NDArray dv = gradOutputs[2];
-        if (kernel != null) {
-            NDArray packed = kernel.pack(TensorMemory.contiguous(dq, m), TensorMemory.contiguous(dk, m),
-                    TensorMemory.contiguous(dv, m), m);
-            if (packed != null) {
-                return new NDArray[] {packed};
-            }
+        NDArray packed = kernel == null ? null : kernel.pack(TensorMemory.contiguous(dq, m),
+                TensorMemory.contiguous(dk, m), TensorMemory.contiguous(dv, m), m);
+        if (packed == null) {
+            packed = concatenate(dq, dk, dv, m);
         }
+        // the three gradients are the .grad of this Function's output leaves, which the retained graph
+        // keeps until the scope closes: 3 [s, b, h] tensors per layer for the rest of backward
+        TensorMemory.releaseStorage(List.of(dq, dk, dv));
+        return new NDArray[] {packed};
+    }
+
+    /** The composed backward: libtorch's concatenation of the three gradients. */
+    private NDArray concatenate(NDArray dq, NDArray dk, NDArray dv, NDManager m) {
         long s = dq.getShape().get(0);
         long b = dq.getShape().get(1);
         long groups = dk.getShape().get(2);
         NDList parts = new NDList(Tensors.own(dq.reshape(s, b, groups, perGroup, headDim), m),
                 Tensors.own(dk.reshape(s, b, groups, 1, headDim), m), Tensors.own(dv.reshape(s, b, groups, 1, headDim), m));
         NDArray joined = Tensors.own(NDArrays.concat(parts, 3), m);
-        return new NDArray[] {Tensors.own(joined.reshape(s, b, groups * (perGroup + 2L) * headDim), m)};
+        return Tensors.own(joined.reshape(s, b, groups * (perGroup + 2L) * headDim), m);
     }
 
     @Override

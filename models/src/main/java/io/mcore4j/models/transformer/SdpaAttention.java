@@ -29,6 +29,7 @@ public final class SdpaAttention implements CoreAttention {
 
     private final TorchScriptModule module;
     private final QkvHeadsSplit split;
+    private final boolean packsGradients;
 
     /**
      * @param ctx the model context; its parameter manager owns the loaded module
@@ -47,8 +48,18 @@ public final class SdpaAttention implements CoreAttention {
         }
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
         TransformerConfig c = ctx.config();
-        this.split = new QkvHeadsSplit(c.numAttentionHeads() / c.numQueryGroups(), c.kvChannels(),
-                Kernels.find(QkvGradientKernel.class, ctx.parameters().getDevice()).orElse(null));
+        QkvGradientKernel kernel = Kernels.find(QkvGradientKernel.class, ctx.parameters().getDevice()).orElse(null);
+        this.split = new QkvHeadsSplit(c.numAttentionHeads() / c.numQueryGroups(), c.kvChannels(), kernel);
+        this.packsGradients = kernel != null;
+    }
+
+    /**
+     * @return whether the device has a {@link QkvGradientKernel}, which makes {@link #forwardFused}
+     *     the faster way from the fused QKV output (elsewhere it only costs memory: the split's input
+     *     stays referenced until backward)
+     */
+    public boolean packsQkvGradients() {
+        return packsGradients;
     }
 
     /**

@@ -80,7 +80,7 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
 
     private NDArray attend(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         NDArray mixed = qkv.forward(scope, x).output();
-        if (rope == null && cache == null && core instanceof SdpaAttention sdpa
+        if (rope == null && cache == null && core instanceof SdpaAttention sdpa && sdpa.packsQkvGradients()
                 && ctx.config().recompute() != TransformerConfig.Recompute.SELECTIVE) {
             return sdpa.forwardFused(scope, mixed);
         }

@@ -1,0 +1,43 @@
+package io.mcore4j.core;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+
+import java.util.List;
+
+/**
+ * Empties tensors in place through mcore4j's own TorchScript module
+ * ({@code scripts/make_release_storage_module.py}: {@code Tensor.set_()}), so that their memory goes
+ * back to the allocator while objects that libtorch keeps (a leaf's {@code .grad}) still refer to
+ * them. The module is loaded once per process, on first use, on a manager that lives as long as the
+ * JVM; it has no parameters and no state.
+ */
+final class StorageRelease {
+    /** Resource path of the TorchScript archive. */
+    static final String RESOURCE = "/io/mcore4j/core/torchscript/release_storage.pt";
+
+    private final TorchScriptModule module;
+
+    private StorageRelease() {
+        NDManager owner = Mcore4j.newRootManager();
+        owner.setName("mcore4j-release-storage");
+        this.module = TorchScriptModules.load(owner, StorageRelease.class, RESOURCE);
+    }
+
+    /** @return the process's module, loaded on first use */
+    static StorageRelease get() {
+        return Holder.INSTANCE;
+    }
+
+    /** @param tensors tensors to empty in place */
+    void release(List<NDArray> tensors) {
+        if (!tensors.isEmpty()) {
+            module.call(TorchScriptModule.Arg.list(tensors));
+        }
+    }
+
+    /** Initialisation-on-demand holder: the module is loaded exactly once, under the JVM's class-init lock. */
+    private static final class Holder {
+        static final StorageRelease INSTANCE = new StorageRelease();
+    }
+}
