@@ -2,7 +2,7 @@
 # training-step-check.sh: on a GPU host, after `source .gpu/run-on-host.sh` (see docs/gpu.md), runs in one
 # call the figures the training-step issue compares: plain PyTorch eager (+ SDPA) as the reference,
 # GptBenchmark --model 1.3b, and pretrain-gpt with the same model and batch on --mock-data; with
-# OLD_CP set (the jars of an earlier commit), also that commit's benchmark; with LLAMA7B=1 (a GPU of 140 GB),
+# OLD_CP set (the jars of an earlier commit, one with the same GptBenchmark flags), also that commit's benchmark; with LLAMA7B=1 (a GPU of 140 GB),
 # the LLaMA-7B preset without recompute and with selective recompute. Prints each line as it comes.
 #   STEPS (10) timed steps after WARMUP (3); EXTRA: more flags for both mcore4j commands.
 set -uo pipefail
@@ -16,7 +16,7 @@ echo "== eager PyTorch + SDPA + torch.compile"
 python3 "$here/eager_gpt_bench.py" --compile 2>&1 | grep RESULT
 if [ -n "${OLD_CP:-}" ]; then
   echo "== GptBenchmark of the earlier commit"
-  java $java_opts -cp "$OLD_CP" io.mcore4j.samples.bench.GptBenchmark --model 1.3b --attention sdpa --steps "$steps" --warmup "$warmup"
+  java $java_opts -cp "$OLD_CP" io.mcore4j.samples.bench.GptBenchmark --model 1.3b --steps "$steps" --warmup "$warmup"
 fi
 echo "== GptBenchmark"
 java $java_opts -cp "$CP" io.mcore4j.samples.bench.GptBenchmark --model 1.3b --steps "$steps" --warmup "$warmup" $extra
