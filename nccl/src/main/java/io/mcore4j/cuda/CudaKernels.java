@@ -22,16 +22,22 @@ public final class CudaKernels implements KernelProvider {
         if (!device.isGpu() || "false".equalsIgnoreCase(System.getProperty(ENABLED_PROPERTY))) {
             return Optional.empty();
         }
-        int id = device.getDeviceId();
-        if (RuntimeCompiledModule.computeCapability(id) < 80) {
+        if (kernel != MasterAdamKernel.class && kernel != QkvGradientKernel.class) {
             return Optional.empty();
         }
-        if (kernel == MasterAdamKernel.class) {
-            return Optional.of(kernel.cast(new CudaMasterAdam(RuntimeCompiledModule.load(id, CudaMasterAdam.SOURCE))));
-        }
-        if (kernel == QkvGradientKernel.class) {
+        int id = device.getDeviceId();
+        try {
+            if (RuntimeCompiledModule.computeCapability(id) < 80) {
+                return Optional.empty();
+            }
+            if (kernel == MasterAdamKernel.class) {
+                return Optional.of(kernel.cast(new CudaMasterAdam(RuntimeCompiledModule.load(id, CudaMasterAdam.SOURCE))));
+            }
             return Optional.of(kernel.cast(new CudaQkvGradient(RuntimeCompiledModule.load(id, CudaQkvGradient.SOURCE))));
+        } catch (LinkageError e) {
+            throw new IllegalStateException("mcore4j's CUDA kernels could not load the CUDA runtime or NVRTC ("
+                    + e.getMessage() + "): put CUDA 13's libraries (libcudart, libnvrtc) on the library path, or run"
+                    + " with -D" + ENABLED_PROPERTY + "=false to use libtorch's kernels instead", e);
         }
-        return Optional.empty();
     }
 }
