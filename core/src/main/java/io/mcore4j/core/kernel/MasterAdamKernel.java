@@ -11,7 +11,7 @@ import java.util.Objects;
  * it is and writes the updated weights straight into the model's parameters. The optimizer's
  * composed form makes four passes over the weights instead: widen the gradients into a float32
  * buffer, the update, and a copy per parameter back into the model (plus, for the norm, a pass over
- * the widened buffer). Found through {@link #find} where an implementation for the device is on the
+ * the widened buffer). Found through {@link Kernels#find} where an implementation for the device is on the
  * class path (CUDA: {@code mcore4j-nccl}); callers keep the composed form otherwise, with the same
  * results to float32 rounding.
  *
