@@ -1,6 +1,7 @@
 package io.mcore4j.cuda;
 
 import ai.djl.Device;
+import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.KernelProvider;
 import io.mcore4j.core.kernel.MasterAdamKernel;
 import io.mcore4j.core.kernel.QkvGradientKernel;
@@ -8,8 +9,8 @@ import io.mcore4j.core.kernel.QkvGradientKernel;
 import java.util.Optional;
 
 /**
- * The {@link KernelProvider} service of the CUDA artifact: {@link MasterAdamKernel} and
- * {@link QkvGradientKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
+ * The {@link KernelProvider} service of the CUDA artifact: {@link MasterAdamKernel},
+ * {@link QkvGradientKernel} and {@link BiasGradientKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
  * bfloat16 conversions), each source compiled once per device and process. Off with
  * {@code -Dmcore4j.cuda.kernels=false}: callers then compose the same results from libtorch's kernels.
  */
@@ -22,7 +23,7 @@ public final class CudaKernels implements KernelProvider {
         if (!device.isGpu() || "false".equalsIgnoreCase(System.getProperty(ENABLED_PROPERTY))) {
             return Optional.empty();
         }
-        if (kernel != MasterAdamKernel.class && kernel != QkvGradientKernel.class) {
+        if (kernel != MasterAdamKernel.class && kernel != QkvGradientKernel.class && kernel != BiasGradientKernel.class) {
             return Optional.empty();
         }
         int id = device.getDeviceId();
@@ -33,7 +34,10 @@ public final class CudaKernels implements KernelProvider {
             if (kernel == MasterAdamKernel.class) {
                 return Optional.of(kernel.cast(new CudaMasterAdam(RuntimeCompiledModule.load(id, CudaMasterAdam.SOURCE))));
             }
-            return Optional.of(kernel.cast(new CudaQkvGradient(RuntimeCompiledModule.load(id, CudaQkvGradient.SOURCE))));
+            if (kernel == QkvGradientKernel.class) {
+                return Optional.of(kernel.cast(new CudaQkvGradient(RuntimeCompiledModule.load(id, CudaQkvGradient.SOURCE))));
+            }
+            return Optional.of(kernel.cast(new CudaBiasGradients(RuntimeCompiledModule.load(id, CudaBiasGradients.SOURCE))));
         } catch (LinkageError e) {
             throw new IllegalStateException("mcore4j's CUDA kernels could not load the CUDA runtime or NVRTC ("
                     + e.getMessage() + "): put CUDA 13's libraries (libcudart, libnvrtc) on the library path, or run"

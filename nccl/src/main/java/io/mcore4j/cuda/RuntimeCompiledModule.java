@@ -133,8 +133,24 @@ final class RuntimeCompiledModule {
      * @throws IllegalStateException if the kernel does not exist or the launch fails
      */
     void launch(String kernel, long blocks, int threads, Pointer... args) {
-        if (blocks < 1 || blocks > Integer.MAX_VALUE) {
-            throw new IllegalArgumentException("grid of " + blocks + " blocks for " + kernel + " is outside [1, 2^31)");
+        launch2d(kernel, blocks, 1, threads, args);
+    }
+
+    /**
+     * Launches {@code kernel} on a two-dimensional grid of one-dimensional blocks on the legacy default stream.
+     *
+     * @param kernel an {@code extern "C"} kernel of the source
+     * @param blocksX grid size along x, in [1, 2^31)
+     * @param blocksY grid size along y, in [1, 65536)
+     * @param threads threads per block
+     * @param args one pointer per kernel parameter, each at memory holding that parameter's value
+     * @throws IllegalStateException if the kernel does not exist or the launch fails
+     */
+    void launch2d(String kernel, long blocksX, long blocksY, int threads, Pointer... args) {
+        long blocks = blocksX;
+        if (blocksX < 1 || blocksX > Integer.MAX_VALUE || blocksY < 1 || blocksY > 65535) {
+            throw new IllegalArgumentException("grid of " + blocksX + " x " + blocksY + " blocks for " + kernel
+                    + " is outside [1, 2^31) x [1, 65536)");
         }
         check(cudaSetDevice(device), "cudaSetDevice(" + device + ")");
         CUfunc_st f;
@@ -142,7 +158,8 @@ final class RuntimeCompiledModule {
             f = functions.computeIfAbsent(kernel, this::function);
         }
         PointerPointer<Pointer> params = new PointerPointer<>(args);
-        checkDriver(cuLaunchKernel(f, (int) blocks, 1, 1, threads, 1, 1, 0, null, params, null), "cuLaunchKernel(" + kernel + ")");
+        checkDriver(cuLaunchKernel(f, (int) blocks, (int) blocksY, 1, threads, 1, 1, 0, null, params, null),
+                "cuLaunchKernel(" + kernel + ")");
     }
 
     private CUfunc_st function(String name) {

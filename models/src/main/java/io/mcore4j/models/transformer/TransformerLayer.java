@@ -1,7 +1,13 @@
 package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.Device;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.kernel.BiasGradientKernel;
+import io.mcore4j.core.kernel.Kernels;
+import io.mcore4j.core.nn.Parameter;
+
+import java.util.Map;
 import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.UnaryModule;
@@ -30,6 +36,9 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     private final Norm preMlpNorm;
     private final ParallelMlp mlp;
     private final MoeLayer moe;
+    /** The second half as one Function with a written-out backward where it applies ({@link #mlpHalf}), else null. */
+    private final MlpHalf mlpHalf;
+    private final Parameter[] mlpHalfParams;
 
     /**
      * @param ctx the model context
@@ -55,6 +64,37 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
             this.mlp = registerModule("mlp.", denseMlp(ctx, spec, key + "mlp."), dpReplica);
             this.moe = null;
         }
+        this.mlpHalf = mlpHalf(ctx, moe == null);
+        this.mlpHalfParams = mlpHalf == null ? null : mlpHalfParameters();
+    }
+
+    /**
+     * The second half {@code h + fc2(gelu(fc1(LN(h))))} as one {@link MlpHalf} where the device has a
+     * {@link BiasGradientKernel} (its bias gradients are then one pass each) and the half is that
+     * function exactly: LayerNorm, exact GELU, biases, no dropout, one tensor-parallel rank, no
+     * sequence parallelism, a dense MLP. Elsewhere the half is composed from its modules.
+     */
+    private static MlpHalf mlpHalf(ModelContext ctx, boolean dense) {
+        TransformerConfig c = ctx.config();
+        boolean applies = dense && c.normalization() == TransformerConfig.Normalization.LAYER_NORM
+                && c.activation() == MlpActivation.GELU && c.addBiasLinear() && c.hiddenDropout() == 0
+                && ctx.groups().tp().size() == 1 && !c.sequenceParallel();
+        if (!applies) {
+            return null;
+        }
+        BiasGradientKernel kernel = Kernels.find(BiasGradientKernel.class, ctx.parameters().getDevice()).orElse(null);
+        if (kernel == null) {
+            return null;
+        }
+        NDArray epsilon = ctx.parameters().newSubManager(Device.cpu()).create(c.normEpsilon());
+        return new MlpHalf(epsilon, kernel);
+    }
+
+    private Parameter[] mlpHalfParameters() {
+        Map<String, Parameter> norm = preMlpNorm.namedParameters("");
+        Map<String, Parameter> dense = mlp.namedParameters("");
+        return new Parameter[] {norm.get("weight"), norm.get("bias"), dense.get("linear_fc1.weight"),
+            dense.get("linear_fc1.bias"), dense.get("linear_fc2.weight"), dense.get("linear_fc2.bias")};
     }
 
     /** The dense MLP: the spec's fc1 (fused [gate; up] for SwiGLU) and fc2 around the activation. */
@@ -143,6 +183,14 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
             NDArray h = scope.frame(x, r -> r.add(Dropout.apply(scope,
                     attend(scope, inputNorm.forward(scope, r), inference), p, ctx.hiddenDropout())));
             return scope.frame(() -> {
+                if (mlpHalf != null && inference == null) {
+                    NDArray[] in = new NDArray[7];
+                    in[0] = h;
+                    for (int i = 0; i < 6; i++) {
+                        in[i + 1] = mlpHalfParams[i].data();
+                    }
+                    return scope.apply1(mlpHalf, in);
+                }
                 NDArray mlpIn = preMlpNorm.forward(scope, h);
                 NDArray m = moe != null ? moe.forward(scope, mlpIn) : mlp.forward(scope, mlpIn);
                 return h.add(Dropout.apply(scope, m, p, ctx.hiddenDropout()));

@@ -1,0 +1,144 @@
+package io.mcore4j.models.transformer;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.nn.Activation;
+import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.TorchScriptModule;
+import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.kernel.BiasGradientKernel;
+
+/**
+ * The second half of a pre-norm GPT layer at one tensor-parallel rank, {@code h + fc2(gelu(fc1(LN(h))))}
+ * (LayerNorm, exact GELU, biases, no dropout), as one Function whose backward is written out: the
+ * GEMMs through libtorch as autograd would run them, the LayerNorm through libtorch's own backward,
+ * and the bias gradients with a {@link BiasGradientKernel} where the device has one (the GELU's
+ * backward and the bias before it in one pass, the bias after it in one pass; libtorch takes a GELU
+ * pass and a reduction per bias). Its input is the half's input {@code h}, so the layer's attention
+ * half below is still back-propagated once. The forward runs the same libtorch ops as the composed
+ * half and saves the same tensors; the backward frees each saved tensor once used.
+ *
+ * <p>Inputs: {@code h, LN weight, LN bias, fc1 weight [F, H], fc1 bias, fc2 weight [H, F], fc2 bias}.
+ */
+final class MlpHalf implements Function {
+    private final NDArray epsilon;
+    private final BiasGradientKernel kernel;
+
+    /**
+     * @param epsilon LayerNorm's epsilon as a 0-dim CPU float64 tensor, owned by the caller
+     * @param kernel the device's bias-gradient kernel, or null to compose the same values
+     */
+    MlpHalf(NDArray epsilon, BiasGradientKernel kernel) {
+        this.epsilon = epsilon;
+        this.kernel = kernel;
+    }
+
+    @Override
+    public NDArray[] forward(FunctionContext ctx, NDArray... in) {
+        NDManager m = ctx.manager();
+        NDArray h = in[0];
+        try (NDManager temp = m.newSubManager()) {
+            NDList norm = Modules.get().layerNormForward.forward(new NDList(h, in[1], in[2], epsilon));
+            norm.attach(m);
+            NDArray normed = norm.get(0);
+            NDArray h1 = Tensors.linear(normed, in[3], in[4], m);
+            NDArray a = Tensors.own(Activation.gelu(h1), m);
+            NDArray y = Tensors.linear(a, in[5], in[6], temp);
+            NDArray out = Tensors.own(h.add(y), m);
+            ctx.saveForBackward(h, norm.get(1), norm.get(2), normed, h1, a, in[1], in[2], in[3], in[4], in[5], in[6]);
+            return new NDArray[] {out};
+        }
+    }
+
+    @Override
+    public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
+        NDManager m = ctx.manager();
+        NDArray dy = gradOutputs[0];
+        NDArray h = ctx.saved(0);
+        NDArray mean = ctx.saved(1);
+        NDArray rstd = ctx.saved(2);
+        NDArray normed = ctx.saved(3);
+        NDArray h1 = ctx.saved(4);
+        NDArray a = ctx.saved(5);
+        NDArray lnWeight = ctx.saved(6);
+        NDArray lnBias = ctx.saved(7);
+        NDArray w1 = ctx.saved(8);
+        NDArray b1 = ctx.saved(9);
+        NDArray w2 = ctx.saved(10);
+        NDArray b2 = ctx.saved(11);
+        long width = h.getShape().get(h.getShape().dimension() - 1);
+        long ffn = h1.getShape().get(h1.getShape().dimension() - 1);
+        try (NDManager temp = m.newSubManager()) {
+            NDArray dy2 = Tensors.own(dy.reshape(-1, width), temp);
+            // fc2: weight, bias, input gradients
+            NDArray dW2 = Tensors.own(dy2.transpose().matMul(Tensors.own(a.reshape(-1, ffn), temp)), m);
+            NDArray db2 = columnSum(dy, b2, temp, m);
+            a.close();
+            NDArray da = Tensors.own(Tensors.own(dy2.matMul(w2), temp).reshape(h1.getShape()), temp);
+            // GELU and fc1's bias
+            NDArray[] gelu = kernel == null ? null : kernel.geluBackward(h1, da, temp);
+            if (gelu == null) {
+                NDList out = Modules.get().geluBackward.forward(new NDList(h1, da));
+                out.attach(temp);
+                gelu = new NDArray[] {out.get(0), out.get(1)};
+            }
+            h1.close();
+            NDArray dh1 = Tensors.own(gelu[0].reshape(-1, ffn), temp);
+            NDArray db1 = Tensors.own(gelu[1].toType(b1.getDataType(), false), m);
+            // fc1: weight and input gradients
+            NDArray dW1 = Tensors.own(dh1.transpose().matMul(Tensors.own(normed.reshape(-1, width), temp)), m);
+            normed.close();
+            NDArray dNormed = Tensors.own(Tensors.own(dh1.matMul(w1), temp).reshape(h.getShape()), temp);
+            // LayerNorm, then the residual
+            NDList norm = Modules.get().layerNormBackward.forward(new NDList(dNormed, h, mean, rstd, lnWeight, lnBias));
+            norm.attach(temp);
+            NDArray dh = Tensors.own(dy.add(norm.get(0)), m);
+            NDArray dLnWeight = Tensors.own(norm.get(1), m);
+            NDArray dLnBias = Tensors.own(norm.get(2), m);
+            return new NDArray[] {dh, dLnWeight, dLnBias, dW1, db1, dW2, db2};
+        }
+    }
+
+    /** The gradient of a bias from its layer's output gradient: column sums in the bias's dtype. */
+    private NDArray columnSum(NDArray dy, NDArray bias, NDManager temp, NDManager owner) {
+        NDArray sums = kernel == null ? null : kernel.columnSum(dy, temp);
+        if (sums == null) {
+            long width = dy.getShape().get(dy.getShape().dimension() - 1);
+            return Tensors.own(Tensors.own(dy.reshape(-1, width), temp).sum(new int[] {0}), owner);
+        }
+        return Tensors.own(sums.toType(bias.getDataType(), false), owner);
+    }
+
+    @Override
+    public String name() {
+        return "mlp-half";
+    }
+
+    /** The TorchScript modules of libtorch ops DJL does not expose ({@code scripts/make_mlp_half_modules.py}), loaded once per process. */
+    private static final class Modules {
+        final TorchScriptModule layerNormForward;
+        final TorchScriptModule layerNormBackward;
+        final TorchScriptModule geluBackward;
+
+        private Modules() {
+            NDManager owner = Mcore4j.newRootManager();
+            owner.setName("mcore4j-mlp-half");
+            String dir = "/io/mcore4j/models/torchscript/";
+            this.layerNormForward = TorchScriptModules.load(owner, MlpHalf.class, dir + "layer_norm_forward.pt");
+            this.layerNormBackward = TorchScriptModules.load(owner, MlpHalf.class, dir + "layer_norm_backward.pt");
+            this.geluBackward = TorchScriptModules.load(owner, MlpHalf.class, dir + "gelu_backward.pt");
+        }
+
+        static Modules get() {
+            return Holder.INSTANCE;
+        }
+
+        private static final class Holder {
+            static final Modules INSTANCE = new Modules();
+        }
+    }
+}

@@ -1,0 +1,100 @@
+package io.mcore4j.cuda;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.TensorMemory;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.kernel.BiasGradientKernel;
+import io.mcore4j.parallel.nccl.DevicePointers;
+
+import org.bytedeco.javacpp.LongPointer;
+import org.bytedeco.javacpp.Pointer;
+
+/**
+ * {@link BiasGradientKernel} on CUDA: {@code bias_gradients.cu}, float16 and bfloat16. Each launch
+ * writes float32 partial column sums per block of {@value #ROWS} rows, summed afterwards by libtorch
+ * in a fixed order.
+ */
+final class CudaBiasGradients implements BiasGradientKernel {
+    /** Resource path of the CUDA source. */
+    static final String SOURCE = "/io/mcore4j/cuda/bias_gradients.cu";
+    // must match bias_gradients.cu
+    private static final int THREADS = 128;
+    private static final int ROWS = 64;
+
+    private final RuntimeCompiledModule module;
+
+    CudaBiasGradients(RuntimeCompiledModule module) {
+        this.module = module;
+    }
+
+    @Override
+    public NDArray[] geluBackward(NDArray h, NDArray dy, NDManager owner) {
+        String code = code(h);
+        if (code == null || !h.getShape().equals(dy.getShape()) || DataTypes.of(dy) != DataTypes.of(h)
+                || !usable(h) || !usable(dy)) {
+            return null;
+        }
+        long cols = h.getShape().get(h.getShape().dimension() - 1);
+        long rows = h.size() / cols;
+        NDArray dh = DataTypes.empty(owner, h.getShape(), DataTypes.of(h), h.getDevice());
+        NDArray sums = launch("gelu_backward_colsum_" + code, rows, cols, owner, h, dy, dh);
+        return new NDArray[] {dh, sums};
+    }
+
+    @Override
+    public NDArray columnSum(NDArray x, NDManager owner) {
+        String code = code(x);
+        if (code == null || !usable(x)) {
+            return null;
+        }
+        long cols = x.getShape().get(x.getShape().dimension() - 1);
+        return launch("column_sum_" + code, x.size() / cols, cols, owner, x);
+    }
+
+    /** Launches over {@code tensors} (inputs, then the output if any) and sums the partials. */
+    private NDArray launch(String kernel, long rows, long cols, NDManager owner, NDArray... tensors) {
+        long rowBlocks = (rows + ROWS - 1) / ROWS;
+        long colBlocks = (cols / 8 + THREADS - 1) / THREADS;
+        try (NDManager temp = owner.newSubManager()) {
+            NDArray partials = DataTypes.empty(temp, new Shape(rowBlocks, cols), DataType.FLOAT32, tensors[0].getDevice());
+            Pointer[] args = new Pointer[tensors.length + 3];
+            for (int i = 0; i < tensors.length; i++) {
+                args[i] = pointer(DevicePointers.address(tensors[i]));
+            }
+            args[tensors.length] = pointer(DevicePointers.address(partials));
+            args[tensors.length + 1] = pointer(rows);
+            args[tensors.length + 2] = pointer(cols);
+            try {
+                module.launch2d(kernel, colBlocks, rowBlocks, THREADS, args);
+            } finally {
+                for (Pointer p : args) {
+                    p.close();
+                }
+            }
+            return Tensors.own(partials.sum(new int[] {0}), owner);
+        }
+    }
+
+    private static boolean usable(NDArray t) {
+        long cols = t.getShape().get(t.getShape().dimension() - 1);
+        return cols % 8 == 0 && TensorMemory.isContiguous(t) && DevicePointers.address(t) % 16 == 0;
+    }
+
+    private static String code(NDArray t) {
+        return switch (DataTypes.of(t)) {
+            case FLOAT16 -> "f16";
+            case BFLOAT16 -> "bf16";
+            default -> null;
+        };
+    }
+
+    private static LongPointer pointer(long value) {
+        LongPointer p = new LongPointer(1);
+        p.put(value);
+        return p;
+    }
+}

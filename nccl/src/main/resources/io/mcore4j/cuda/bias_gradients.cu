@@ -1,0 +1,119 @@
+// mcore4j's bias-gradient kernels for a transformer's MLP (compiled at run time by NVRTC:
+// io.mcore4j.cuda.CudaBiasGradients).
+//
+// gelu_backward_colsum_*: dh = dy * gelu'(h) for the exact (erf) GELU, in libtorch's order of operations
+// (float32 math, the result rounded to the tensors' dtype), written like h; and per block of ROWS rows,
+// the column sums of the rounded dh in float32 into partials[rowBlock][col] (the caller sums the row
+// blocks in a fixed order: the bias gradient of the layer before the GELU).
+// column_sum_*: the same column sums of x alone (the bias gradient of a linear layer from its output
+// gradient).
+// Tensors are [rows, cols] row-major and contiguous; cols a multiple of 8 and every row 16-byte aligned
+// (checked by the caller). Thread t of a block owns 8 consecutive columns and walks ROWS rows.
+
+#define THREADS 128
+#define ROWS 64
+
+__device__ __forceinline__ float half_to_float(unsigned short h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+
+__device__ __forceinline__ unsigned short float_to_half(float f) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+__device__ __forceinline__ float bf16_to_float(unsigned short b) {
+  return __uint_as_float(((unsigned int) b) << 16);
+}
+
+__device__ __forceinline__ unsigned short float_to_bf16(float f) {
+  unsigned short b;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
+  return b;
+}
+
+// 8 elements of a 2-byte dtype (T 1: float16, 2: bfloat16) as floats, and back
+template <int T>
+__device__ __forceinline__ void unpack8(uint4 raw, float* v) {
+  unsigned int w[4] = {raw.x, raw.y, raw.z, raw.w};
+  for (int i = 0; i < 4; i++) {
+    unsigned short lo = w[i] & 0xffff, hi = w[i] >> 16;
+    v[2 * i] = T == 1 ? half_to_float(lo) : bf16_to_float(lo);
+    v[2 * i + 1] = T == 1 ? half_to_float(hi) : bf16_to_float(hi);
+  }
+}
+
+template <int T>
+__device__ __forceinline__ uint4 pack8(const float* v, float* rounded) {
+  unsigned int w[4];
+  for (int i = 0; i < 4; i++) {
+    unsigned short lo = T == 1 ? float_to_half(v[2 * i]) : float_to_bf16(v[2 * i]);
+    unsigned short hi = T == 1 ? float_to_half(v[2 * i + 1]) : float_to_bf16(v[2 * i + 1]);
+    rounded[2 * i] = T == 1 ? half_to_float(lo) : bf16_to_float(lo);
+    rounded[2 * i + 1] = T == 1 ? half_to_float(hi) : bf16_to_float(hi);
+    w[i] = lo | ((unsigned int) hi << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+template <int T, bool GELU>
+__device__ void bias_grad(const uint4* h, const uint4* dy, uint4* dh, float* partials, long long rows, long long cols) {
+  long long vectors = cols / 8;
+  long long col8 = blockIdx.x * (long long) THREADS + threadIdx.x;
+  if (col8 >= vectors) {
+    return;
+  }
+  long long first = blockIdx.y * (long long) ROWS;
+  long long last = min(first + (long long) ROWS, rows);
+  float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  const float kAlpha = 0.70710678118654752440f;
+  const float kBeta = 0.39894228040143267794f;
+  for (long long r = first; r < last; r++) {
+    long long at = r * vectors + col8;
+    float g[8];
+    unpack8<T>(dy[at], g);
+    if (GELU) {
+      float x[8];
+      unpack8<T>(h[at], x);
+      float out[8];
+      for (int i = 0; i < 8; i++) {
+        float cdf = 0.5f * (1.0f + erff(x[i] * kAlpha));
+        float pdf = expf(-0.5f * x[i] * x[i]) * kBeta;
+        out[i] = g[i] * (cdf + x[i] * pdf);
+      }
+      float rounded[8];
+      dh[at] = pack8<T>(out, rounded);
+      for (int i = 0; i < 8; i++) {
+        sum[i] += rounded[i];
+      }
+    } else {
+      for (int i = 0; i < 8; i++) {
+        sum[i] += g[i];
+      }
+    }
+  }
+  float* row = partials + blockIdx.y * cols + col8 * 8;
+  for (int i = 0; i < 8; i++) {
+    row[i] = sum[i];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS) gelu_backward_colsum_f16(const uint4* h, const uint4* dy, uint4* dh,
+    float* partials, long long rows, long long cols) {
+  bias_grad<1, true>(h, dy, dh, partials, rows, cols);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) gelu_backward_colsum_bf16(const uint4* h, const uint4* dy, uint4* dh,
+    float* partials, long long rows, long long cols) {
+  bias_grad<2, true>(h, dy, dh, partials, rows, cols);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) column_sum_f16(const uint4* x, float* partials, long long rows,
+    long long cols) {
+  bias_grad<1, false>(nullptr, x, nullptr, partials, rows, cols);
+}
+extern "C" __global__ void __launch_bounds__(THREADS) column_sum_bf16(const uint4* x, float* partials, long long rows,
+    long long cols) {
+  bias_grad<2, false>(nullptr, x, nullptr, partials, rows, cols);
+}

@@ -1,0 +1,56 @@
+package io.mcore4j.cuda;
+
+import ai.djl.Device;
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import ai.djl.nn.Activation;
+import ai.djl.training.GradientCollector;
+import io.mcore4j.core.kernel.BiasGradientKernel;
+
+/**
+ * The GPU check of {@link CudaBiasGradients} (needs a CUDA device; CI has none):
+ * {@code java -cp <jars>:<nccl test classes> io.mcore4j.cuda.CudaBiasGradientsCheck}. float16, shapes
+ * of the 1.3B model's MLP and odd row counts: the GELU backward equals libtorch's autograd bit for bit,
+ * the column sums libtorch's float32 sums within 1e-3 of their magnitude. Exits 1 on any failure.
+ */
+public final class CudaBiasGradientsCheck {
+    private CudaBiasGradientsCheck() {}
+
+    /** @param args none */
+    public static void main(String[] args) {
+        Device gpu = Device.gpu();
+        int failed = 0;
+        try (NDManager m = NDManager.newBaseManager(gpu)) {
+            BiasGradientKernel kernel = new CudaKernels().create(BiasGradientKernel.class, gpu)
+                    .orElseThrow(() -> new IllegalStateException("no CUDA kernel for " + gpu));
+            long[][] shapes = {{8192, 8192}, {8192, 2048}, {77, 64}, {3, 1032}};
+            for (long[] shape : shapes) {
+                NDArray h = m.randomNormal(new Shape(shape)).mul(2).toType(DataType.FLOAT16, false);
+                NDArray dy = m.randomNormal(new Shape(shape)).toType(DataType.FLOAT16, false);
+                h.setRequiresGradient(true);
+                try (GradientCollector c = m.getEngine().newGradientCollector()) {
+                    c.backward(Activation.gelu(h).mul(dy).sum());
+                }
+                NDArray want = h.getGradient().toType(DataType.FLOAT32, false);
+                NDArray[] got = kernel.geluBackward(h.stopGradient(), dy, m);
+                boolean ok = got != null && got[0].toType(DataType.FLOAT32, false).eq(want).all().getBoolean();
+                NDArray wantSums = want.sum(new int[] {0});
+                double scale = wantSums.abs().max().getFloat() + 1;
+                boolean sumsOk = got != null && got[1].sub(wantSums).abs().max().getFloat() <= 1e-3 * scale;
+                NDArray colWant = dy.toType(DataType.FLOAT32, false).sum(new int[] {0});
+                NDArray col = kernel.columnSum(dy, m);
+                boolean colOk = col != null && col.sub(colWant).abs().max().getFloat()
+                        <= 1e-3 * (colWant.abs().max().getFloat() + 1);
+                String name = shape[0] + " x " + shape[1];
+                System.out.println((ok ? "PASS " : "FAIL ") + name + " GELU backward bitwise");
+                System.out.println((sumsOk ? "PASS " : "FAIL ") + name + " its column sums");
+                System.out.println((colOk ? "PASS " : "FAIL ") + name + " column sums");
+                failed += (ok ? 0 : 1) + (sumsOk ? 0 : 1) + (colOk ? 0 : 1);
+            }
+        }
+        System.out.println(failed == 0 ? "CudaBiasGradientsCheck: all passed" : "CudaBiasGradientsCheck: " + failed + " failed");
+        System.exit(failed == 0 ? 0 : 1);
+    }
+}
