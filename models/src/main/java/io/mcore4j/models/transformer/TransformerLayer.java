@@ -1,21 +1,21 @@
 package io.mcore4j.models.transformer;
 
-import ai.djl.ndarray.NDArray;
 import ai.djl.Device;
+import ai.djl.ndarray.NDArray;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.Kernels;
-import io.mcore4j.core.nn.Parameter;
-
-import java.util.Map;
-import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.nn.AbstractModule;
+import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.moe.MoeLayer;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.ParallelMlp;
+
+import java.util.Map;
 
 /**
  * A pre-norm transformer layer: {@code h = x + dropout(attention(norm(x)))},
