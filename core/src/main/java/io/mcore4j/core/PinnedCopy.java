@@ -22,14 +22,12 @@ final class PinnedCopy {
     private final TorchScriptModule module;
 
     private PinnedCopy() {
-        NDManager owner = Mcore4j.newRootManager();
-        owner.setName("mcore4j-pinned-copy");
-        this.module = TorchScriptModules.load(owner, PinnedCopy.class, RESOURCE);
+        this.module = TorchScriptModules.shared(PinnedCopy.class, RESOURCE);
     }
 
-    /** @return the process's module, loaded on first use */
+    /** @return a handle on the process's shared module ({@link TorchScriptModules#shared}), loaded on first use */
     static PinnedCopy get() {
-        return Holder.INSTANCE;
+        return new PinnedCopy();
     }
 
     /**
@@ -46,10 +44,5 @@ final class PinnedCopy {
             out.attach(owner);
             return out;
         }
-    }
-
-    /** Initialisation-on-demand holder: the module is loaded exactly once, under the JVM's class-init lock. */
-    private static final class Holder {
-        static final PinnedCopy INSTANCE = new PinnedCopy();
     }
 }

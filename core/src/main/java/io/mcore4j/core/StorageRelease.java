@@ -1,7 +1,6 @@
 package io.mcore4j.core;
 
 import ai.djl.ndarray.NDArray;
-import ai.djl.ndarray.NDManager;
 
 import java.util.List;
 
@@ -19,14 +18,12 @@ final class StorageRelease {
     private final TorchScriptModule module;
 
     private StorageRelease() {
-        NDManager owner = Mcore4j.newRootManager();
-        owner.setName("mcore4j-release-storage");
-        this.module = TorchScriptModules.load(owner, StorageRelease.class, RESOURCE);
+        this.module = TorchScriptModules.shared(StorageRelease.class, RESOURCE);
     }
 
-    /** @return the process's module, loaded on first use */
+    /** @return a handle on the process's shared module ({@link TorchScriptModules#shared}), loaded on first use */
     static StorageRelease get() {
-        return Holder.INSTANCE;
+        return new StorageRelease();
     }
 
     /** @param tensors tensors to empty in place */
@@ -34,10 +31,5 @@ final class StorageRelease {
         if (!tensors.isEmpty()) {
             module.call(TorchScriptModule.Arg.list(tensors));
         }
-    }
-
-    /** Initialisation-on-demand holder: the module is loaded exactly once, under the JVM's class-init lock. */
-    private static final class Holder {
-        static final StorageRelease INSTANCE = new StorageRelease();
     }
 }

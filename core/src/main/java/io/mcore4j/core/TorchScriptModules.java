@@ -11,6 +11,8 @@ import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * Loads TorchScript modules that mcore4j ships as resources: the route to libtorch's fused kernels
@@ -19,6 +21,27 @@ import java.nio.file.StandardCopyOption;
  */
 public final class TorchScriptModules {
     private TorchScriptModules() {}
+
+    /** Modules shared by the whole process ({@link #shared}), by resource path; each loaded once and never closed. */
+    private static final Map<String, TorchScriptModule> SHARED = new ConcurrentHashMap<>();
+
+    /**
+     * The process's one instance of a module without parameters or state (libtorch ops DJL does not
+     * expose), loaded on first use on a manager that lives as long as the JVM. Such a module computes
+     * only from its arguments, so every caller on every thread can share it.
+     *
+     * @param anchor a class whose class loader finds the resource
+     * @param resource absolute resource path
+     * @return the loaded module
+     * @throws IllegalStateException if the resource is missing
+     */
+    public static TorchScriptModule shared(Class<?> anchor, String resource) {
+        return SHARED.computeIfAbsent(resource, r -> {
+            NDManager owner = Mcore4j.newRootManager();
+            owner.setName("mcore4j-shared-module " + r);
+            return load(owner, anchor, r);
+        });
+    }
 
     /**
      * Loads the module stored at {@code resource} on {@code owner}'s device.

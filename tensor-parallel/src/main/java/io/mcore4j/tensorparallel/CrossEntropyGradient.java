@@ -6,7 +6,6 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
-import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
 
@@ -25,14 +24,12 @@ final class CrossEntropyGradient {
     private final TorchScriptModule module;
 
     private CrossEntropyGradient() {
-        NDManager owner = Mcore4j.newRootManager();
-        owner.setName("mcore4j-cross-entropy-gradient");
-        this.module = TorchScriptModules.load(owner, CrossEntropyGradient.class, RESOURCE);
+        this.module = TorchScriptModules.shared(CrossEntropyGradient.class, RESOURCE);
     }
 
-    /** @return the process's module, loaded on first use */
+    /** @return a handle on the process's shared module ({@link TorchScriptModules#shared}), loaded on first use */
     static CrossEntropyGradient get() {
-        return Holder.INSTANCE;
+        return new CrossEntropyGradient();
     }
 
     /**
@@ -51,10 +48,5 @@ final class CrossEntropyGradient {
             out.attach(owner);
             return out;
         }
-    }
-
-    /** Initialisation-on-demand holder: the module is loaded exactly once, under the JVM's class-init lock. */
-    private static final class Holder {
-        static final CrossEntropyGradient INSTANCE = new CrossEntropyGradient();
     }
 }

@@ -2,8 +2,6 @@ package io.mcore4j.core.autograd;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
-import ai.djl.ndarray.NDManager;
-import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
 
@@ -26,14 +24,12 @@ final class MultiRootBackward {
     private final TorchScriptModule module;
 
     private MultiRootBackward() {
-        NDManager owner = Mcore4j.newRootManager();
-        owner.setName("mcore4j-multi-root-backward");
-        this.module = TorchScriptModules.load(owner, MultiRootBackward.class, RESOURCE);
+        this.module = TorchScriptModules.shared(MultiRootBackward.class, RESOURCE);
     }
 
-    /** @return the process's instance, loaded on first use */
+    /** @return a handle on the process's shared module ({@link TorchScriptModules#shared}), loaded on first use */
     static MultiRootBackward get() {
-        return Holder.INSTANCE;
+        return new MultiRootBackward();
     }
 
     /**
@@ -67,9 +63,5 @@ final class MultiRootBackward {
                 grads.get(i).setName(names[n + i]);
             }
         }
-    }
-
-    private static final class Holder {
-        static final MultiRootBackward INSTANCE = new MultiRootBackward();
     }
 }

@@ -4,7 +4,6 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.nn.Activation;
-import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
@@ -42,7 +41,7 @@ final class MlpHalf implements Function {
         NDManager m = ctx.manager();
         NDArray h = in[0];
         try (NDManager temp = m.newSubManager()) {
-            NDList norm = Modules.get().layerNormForward.forward(new NDList(h, in[1], in[2], epsilon));
+            NDList norm = module("layer_norm_forward.pt").forward(new NDList(h, in[1], in[2], epsilon));
             norm.attach(m);
             NDArray normed = norm.get(0);
             NDArray h1 = Tensors.linear(normed, in[3], in[4], m);
@@ -82,7 +81,7 @@ final class MlpHalf implements Function {
             // GELU and fc1's bias
             NDArray[] gelu = kernel == null ? null : kernel.geluBackward(h1, da, temp);
             if (gelu == null) {
-                NDList out = Modules.get().geluBackward.forward(new NDList(h1, da));
+                NDList out = module("gelu_backward.pt").forward(new NDList(h1, da));
                 out.attach(temp);
                 gelu = new NDArray[] {out.get(0), out.get(1)};
             }
@@ -94,7 +93,7 @@ final class MlpHalf implements Function {
             normed.close();
             NDArray dNormed = Tensors.own(Tensors.own(dh1.matMul(w1), temp).reshape(h.getShape()), temp);
             // LayerNorm, then the residual
-            NDList norm = Modules.get().layerNormBackward.forward(new NDList(dNormed, h, mean, rstd, lnWeight, lnBias));
+            NDList norm = module("layer_norm_backward.pt").forward(new NDList(dNormed, h, mean, rstd, lnWeight, lnBias));
             norm.attach(temp);
             NDArray dh = Tensors.own(dy.add(norm.get(0)), m);
             NDArray dLnWeight = Tensors.own(norm.get(1), m);
@@ -118,27 +117,8 @@ final class MlpHalf implements Function {
         return "mlp-half";
     }
 
-    /** The TorchScript modules of libtorch ops DJL does not expose ({@code scripts/make_mlp_half_modules.py}), loaded once per process. */
-    private static final class Modules {
-        final TorchScriptModule layerNormForward;
-        final TorchScriptModule layerNormBackward;
-        final TorchScriptModule geluBackward;
-
-        private Modules() {
-            NDManager owner = Mcore4j.newRootManager();
-            owner.setName("mcore4j-mlp-half");
-            String dir = "/io/mcore4j/models/torchscript/";
-            this.layerNormForward = TorchScriptModules.load(owner, MlpHalf.class, dir + "layer_norm_forward.pt");
-            this.layerNormBackward = TorchScriptModules.load(owner, MlpHalf.class, dir + "layer_norm_backward.pt");
-            this.geluBackward = TorchScriptModules.load(owner, MlpHalf.class, dir + "gelu_backward.pt");
-        }
-
-        static Modules get() {
-            return Holder.INSTANCE;
-        }
-
-        private static final class Holder {
-            static final Modules INSTANCE = new Modules();
-        }
+    /** A module of libtorch ops DJL does not expose ({@code scripts/make_mlp_half_modules.py}), shared by the process. */
+    private static TorchScriptModule module(String name) {
+        return TorchScriptModules.shared(MlpHalf.class, "/io/mcore4j/models/torchscript/" + name);
     }
 }
