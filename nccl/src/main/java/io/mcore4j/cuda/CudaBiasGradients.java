@@ -1,5 +1,7 @@
 package io.mcore4j.cuda;
 
+import static io.mcore4j.cuda.RuntimeCompiledModule.longArg;
+
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
@@ -63,11 +65,11 @@ final class CudaBiasGradients implements BiasGradientKernel {
             NDArray partials = DataTypes.empty(temp, new Shape(rowBlocks, cols), DataType.FLOAT32, tensors[0].getDevice());
             Pointer[] args = new Pointer[tensors.length + 3];
             for (int i = 0; i < tensors.length; i++) {
-                args[i] = pointer(DevicePointers.address(tensors[i]));
+                args[i] = longArg(DevicePointers.address(tensors[i]));
             }
-            args[tensors.length] = pointer(DevicePointers.address(partials));
-            args[tensors.length + 1] = pointer(rows);
-            args[tensors.length + 2] = pointer(cols);
+            args[tensors.length] = longArg(DevicePointers.address(partials));
+            args[tensors.length + 1] = longArg(rows);
+            args[tensors.length + 2] = longArg(cols);
             try {
                 module.launch2d(kernel, colBlocks, rowBlocks, THREADS, args);
             } finally {
@@ -90,11 +92,5 @@ final class CudaBiasGradients implements BiasGradientKernel {
             case BFLOAT16 -> "bf16";
             default -> null;
         };
-    }
-
-    private static LongPointer pointer(long value) {
-        LongPointer p = new LongPointer(1);
-        p.put(value);
-        return p;
     }
 }

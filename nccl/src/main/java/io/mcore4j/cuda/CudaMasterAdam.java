@@ -1,5 +1,7 @@
 package io.mcore4j.cuda;
 
+import static io.mcore4j.cuda.RuntimeCompiledModule.longArg;
+
 import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
@@ -51,7 +53,8 @@ public final class CudaMasterAdam implements MasterAdamKernel {
      * One launch: up to MAX_SEGMENTS non-empty segments of one bucket (their indices in the bucket),
      * the blocks they need, and the launch's table with every field but the gradient addresses.
      */
-    private record Launch(int bucket, int[] segments, long blocks, byte[] table, String paramCode) {}
+    private record Launch(int bucket, int[] segments, long blocks, byte[] table, String paramCode, long master,
+                          long expAvg, long expAvgSq) {}
 
     @Override
     public Bound bind(List<Bucket> buckets) {
@@ -112,7 +115,9 @@ public final class CudaMasterAdam implements MasterAdamKernel {
             buf.putLong(at + 32, firstBlock);
             firstBlock += (s.numel() + CHUNK - 1) / CHUNK;
         }
-        return new Launch(index, segments, firstBlock, buf.array(), paramCode);
+        // the buffers never move: their addresses are read once here, not at every step
+        return new Launch(index, segments, firstBlock, buf.array(), paramCode, DevicePointers.address(bucket.master()),
+                DevicePointers.address(bucket.expAvg()), DevicePointers.address(bucket.expAvgSq()));
     }
 
     /** One step's gradients: the launches' tables completed with their addresses. */
@@ -200,8 +205,8 @@ public final class CudaMasterAdam implements MasterAdamKernel {
                 Bucket b = buckets.get(launch.bucket());
                 String kernel = "adam_" + gradCodes[l] + "_" + launch.paramCode();
                 try (BytePointer table = new BytePointer(tables[l]);
-                     LongPointer master = address(b.master()); LongPointer expAvg = address(b.expAvg());
-                     LongPointer expAvgSq = address(b.expAvgSq());
+                     LongPointer master = longArg(launch.master()); LongPointer expAvg = longArg(launch.expAvg());
+                     LongPointer expAvgSq = longArg(launch.expAvgSq());
                      FloatPointer lr = new FloatPointer((float) step.lr());
                      FloatPointer beta1 = new FloatPointer((float) step.beta1());
                      FloatPointer beta2 = new FloatPointer((float) step.beta2());
@@ -226,11 +231,6 @@ public final class CudaMasterAdam implements MasterAdamKernel {
         }
     }
 
-    private static LongPointer address(NDArray t) {
-        LongPointer p = new LongPointer(1);
-        p.put(DevicePointers.address(t));
-        return p;
-    }
 
     private static String code(DataType dtype) {
         return switch (dtype) {
@@ -240,5 +240,4 @@ public final class CudaMasterAdam implements MasterAdamKernel {
             default -> throw new IllegalArgumentException("dtype " + dtype + " is not float32, float16 or bfloat16");
         };
     }
-
 }

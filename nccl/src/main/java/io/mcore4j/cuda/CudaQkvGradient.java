@@ -1,5 +1,7 @@
 package io.mcore4j.cuda;
 
+import static io.mcore4j.cuda.RuntimeCompiledModule.longArg;
+
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
@@ -54,18 +56,12 @@ final class CudaQkvGradient implements QkvGradientKernel {
         NDArray out = DataTypes.empty(owner, new Shape(s, b, groups * (perGroup + 2) * q.get(3)), dtype, dq.getDevice());
         long rowVectors = rowBytes / 16;
         long total = s * b * groups * (perGroup + 2) * rowVectors;
-        try (LongPointer pq = pointer(DevicePointers.address(dq)); LongPointer pk = pointer(DevicePointers.address(dk));
-             LongPointer pv = pointer(DevicePointers.address(dv)); LongPointer po = pointer(DevicePointers.address(out));
-             LongPointer ps = pointer(s); LongPointer pb = pointer(b); LongPointer pg = pointer(groups);
-             LongPointer pp = pointer(perGroup); LongPointer pr = pointer(rowVectors); LongPointer pt = pointer(total)) {
+        try (LongPointer pq = longArg(DevicePointers.address(dq)); LongPointer pk = longArg(DevicePointers.address(dk));
+             LongPointer pv = longArg(DevicePointers.address(dv)); LongPointer po = longArg(DevicePointers.address(out));
+             LongPointer ps = longArg(s); LongPointer pb = longArg(b); LongPointer pg = longArg(groups);
+             LongPointer pp = longArg(perGroup); LongPointer pr = longArg(rowVectors); LongPointer pt = longArg(total)) {
             module.launch("pack_qkv_gradients", (total + THREADS - 1) / THREADS, THREADS, pq, pk, pv, po, ps, pb, pg, pp, pr, pt);
         }
         return out;
-    }
-
-    private static LongPointer pointer(long value) {
-        LongPointer p = new LongPointer(1);
-        p.put(value);
-        return p;
     }
 }

@@ -33,6 +33,7 @@ import org.bytedeco.cuda.cudart.CUfunc_st;
 import org.bytedeco.cuda.cudart.CUmod_st;
 import org.bytedeco.cuda.nvrtc._nvrtcProgram;
 import org.bytedeco.javacpp.BytePointer;
+import org.bytedeco.javacpp.LongPointer;
 import org.bytedeco.javacpp.Pointer;
 import org.bytedeco.javacpp.PointerPointer;
 import org.bytedeco.javacpp.SizeTPointer;
@@ -45,6 +46,9 @@ import org.bytedeco.javacpp.SizeTPointer;
  * (the driver unloads it with the context), so every user shares it.
  */
 final class RuntimeCompiledModule {
+    /** The header every source may include, and the name it includes it by. */
+    private static final String HEADER_NAME = "mcore4j_cuda.cuh";
+    private static final String HEADER = "/io/mcore4j/cuda/" + HEADER_NAME;
     /** Loaded modules by device index and resource; compiled code, never changed once loaded. */
     private static final Map<String, RuntimeCompiledModule> LOADED = new ConcurrentHashMap<>();
 
@@ -84,8 +88,11 @@ final class RuntimeCompiledModule {
         String source = read(resource);
         String arch = "--gpu-architecture=sm_" + computeCapability(device);
         _nvrtcProgram program = new _nvrtcProgram();
+        // the one header our sources include, handed to NVRTC by name (it has no file system of ours)
+        PointerPointer<BytePointer> headers = new PointerPointer<>(new BytePointer(read(HEADER), StandardCharsets.UTF_8));
+        PointerPointer<BytePointer> headerNames = new PointerPointer<>(new BytePointer(HEADER_NAME));
         checkNvrtc(nvrtcCreateProgram(program, new BytePointer(source, StandardCharsets.UTF_8),
-                new BytePointer(resource), 0, (PointerPointer<?>) null, (PointerPointer<?>) null), "nvrtcCreateProgram", resource);
+                new BytePointer(resource), 1, headers, headerNames), "nvrtcCreateProgram", resource);
         try {
             List<String> options = List.of(arch, "--std=c++17", "-default-device");
             PointerPointer<BytePointer> opts = new PointerPointer<>(options.size());
@@ -160,6 +167,19 @@ final class RuntimeCompiledModule {
         PointerPointer<Pointer> params = new PointerPointer<>(args);
         checkDriver(cuLaunchKernel(f, (int) blocks, (int) blocksY, 1, threads, 1, 1, 0, null, params, null),
                 "cuLaunchKernel(" + kernel + ")");
+    }
+
+    /**
+     * A kernel argument of C type {@code long long} (or a device address), for {@link #launch}; the
+     * caller closes it after the launch, which has copied the value.
+     *
+     * @param value the value
+     * @return memory holding it
+     */
+    static LongPointer longArg(long value) {
+        LongPointer p = new LongPointer(1);
+        p.put(value);
+        return p;
     }
 
     private CUfunc_st function(String name) {

@@ -32,27 +32,7 @@ struct Table {
   Segment seg[MAX_SEGMENTS];
 };
 
-__device__ __forceinline__ float half_to_float(unsigned short h) {
-  float f;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-  return f;
-}
-
-__device__ __forceinline__ unsigned short float_to_half(float f) {
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-  return h;
-}
-
-__device__ __forceinline__ float bf16_to_float(unsigned short b) {
-  return __uint_as_float(((unsigned int) b) << 16);
-}
-
-__device__ __forceinline__ unsigned short float_to_bf16(float f) {
-  unsigned short b;
-  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(b) : "f"(f));
-  return b;
-}
+#include "mcore4j_cuda.cuh"
 
 // dtype codes: 0 float32, 1 float16, 2 bfloat16
 template <int T>
@@ -189,6 +169,23 @@ __device__ __forceinline__ float adam_element(const AdamArgs& a, float g, float 
   return p - a.step_size * m / denom;
 }
 
+// element i of a segment, one at a time
+template <int G, int P>
+__device__ __forceinline__ void adam_one(const Segment& s, long long i, float* master, float* exp_avg, float* exp_avg_sq,
+                                         const AdamArgs& a) {
+  long long j = s.offset + i;
+  float g = s.grad != 0 ? load<G>(s.grad, i) : 0.f;
+  float m = exp_avg[j];
+  float v = exp_avg_sq[j];
+  float p = adam_element(a, g, master[j], m, v);
+  master[j] = p;
+  exp_avg[j] = m;
+  exp_avg_sq[j] = v;
+  if (s.param != 0) {
+    store<P>(s.param, i, p);
+  }
+}
+
 template <int G, int P>
 __device__ void adam(const Table& t, float* master, float* exp_avg, float* exp_avg_sq, const AdamArgs& a) {
   const Segment s = t.seg[segment_of(t, blockIdx.x)];
@@ -218,17 +215,7 @@ __device__ void adam(const Table& t, float* master, float* exp_avg, float* exp_a
         }
       } else {
         for (long long e = i; e < end; e++) {
-          long long j = s.offset + e;
-          float g = s.grad != 0 ? load<G>(s.grad, e) : 0.f;
-          float m = exp_avg[j];
-          float v = exp_avg_sq[j];
-          float p = adam_element(a, g, master[j], m, v);
-          master[j] = p;
-          exp_avg[j] = m;
-          exp_avg_sq[j] = v;
-          if (s.param != 0) {
-            store<P>(s.param, e, p);
-          }
+          adam_one<G, P>(s, e, master, exp_avg, exp_avg_sq, a);
         }
       }
     }
@@ -238,17 +225,7 @@ __device__ void adam(const Table& t, float* master, float* exp_avg, float* exp_a
   for (int k = 0; k < CHUNK / THREADS; k++) {
     long long i = start + k * THREADS + threadIdx.x;
     if (i < end) {
-      long long j = s.offset + i;
-      float g = s.grad != 0 ? load<G>(s.grad, i) : 0.f;
-      float m = exp_avg[j];
-      float v = exp_avg_sq[j];
-      float p = adam_element(a, g, master[j], m, v);
-      master[j] = p;
-      exp_avg[j] = m;
-      exp_avg_sq[j] = v;
-      if (s.param != 0) {
-        store<P>(s.param, i, p);
-      }
+      adam_one<G, P>(s, i, master, exp_avg, exp_avg_sq, a);
     }
   }
 }
