@@ -46,7 +46,7 @@ import org.bytedeco.javacpp.SizeTPointer;
  * (the driver unloads it with the context), so every user shares it.
  */
 final class RuntimeCompiledModule {
-    /** The header every source may include, and the name it includes it by. */
+    /** The header every source may include, and the name it includes it by ({@code #include "mcore4j_cuda.cuh"}). */
     private static final String HEADER_NAME = "mcore4j_cuda.cuh";
     private static final String HEADER = "/io/mcore4j/cuda/" + HEADER_NAME;
     /** Loaded modules by device index and resource; compiled code, never changed once loaded. */
@@ -85,14 +85,12 @@ final class RuntimeCompiledModule {
      *     or the driver refuses the cubin
      */
     static RuntimeCompiledModule compile(int device, String resource) {
-        String source = read(resource);
+        // the one header our sources include, put in place of its #include (NVRTC sees one source)
+        String source = read(resource).replace("#include \"" + HEADER_NAME + "\"", read(HEADER));
         String arch = "--gpu-architecture=sm_" + computeCapability(device);
         _nvrtcProgram program = new _nvrtcProgram();
-        // the one header our sources include, handed to NVRTC by name (it has no file system of ours)
-        PointerPointer<BytePointer> headers = new PointerPointer<>(new BytePointer(read(HEADER), StandardCharsets.UTF_8));
-        PointerPointer<BytePointer> headerNames = new PointerPointer<>(new BytePointer(HEADER_NAME));
         checkNvrtc(nvrtcCreateProgram(program, new BytePointer(source, StandardCharsets.UTF_8),
-                new BytePointer(resource), 1, headers, headerNames), "nvrtcCreateProgram", resource);
+                new BytePointer(resource), 0, (PointerPointer<?>) null, (PointerPointer<?>) null), "nvrtcCreateProgram", resource);
         try {
             List<String> options = List.of(arch, "--std=c++17", "-default-device");
             PointerPointer<BytePointer> opts = new PointerPointer<>(options.size());

@@ -1,4 +1,4 @@
-// Shared by mcore4j's CUDA sources (given to NVRTC as a header by io.mcore4j.cuda.RuntimeCompiledModule):
+// Shared by mcore4j's CUDA sources (io.mcore4j.cuda.RuntimeCompiledModule puts it in place of their #include):
 // conversions between float and the 2-byte float types, written with PTX so that no CUDA header is needed.
 
 #pragma once
