@@ -39,8 +39,34 @@ __device__ __forceinline__ uint4 pack8(const float* v, float* rounded) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
+// the GELU's backward of 8 elements (float32 math in libtorch's order), rounded to T; adds the rounded values to sum
+template <int T>
+__device__ __forceinline__ uint4 gelu_backward8(uint4 hv, uint4 gv, float* sum) {
+  const float kAlpha = 0.70710678118654752440f;
+  const float kBeta = 0.39894228040143267794f;
+  float x[8], g[8], out[8], rounded[8];
+  unpack8<T>(hv, x);
+  unpack8<T>(gv, g);
+  for (int i = 0; i < 8; i++) {
+    float cdf = 0.5f * (1.0f + erff(x[i] * kAlpha));
+    float pdf = expf(-0.5f * x[i] * x[i]) * kBeta;
+    out[i] = g[i] * (cdf + x[i] * pdf);
+  }
+  uint4 packed = pack8<T>(out, rounded);
+  for (int i = 0; i < 8; i++) {
+    sum[i] += rounded[i];
+  }
+  return packed;
+}
+
+// UNROLL rows per step: their loads are all issued before the first row's math, so that each thread keeps
+// several loads in flight (one row at a time leaves the kernel waiting on memory latency). Rows are still
+// added to the sums in order.
+#define UNROLL 4
+
 template <int T, bool GELU>
-__device__ void bias_grad(const uint4* h, const uint4* dy, uint4* dh, float* partials, long long rows, long long cols) {
+__device__ void bias_grad(const uint4* __restrict__ h, const uint4* __restrict__ dy, uint4* __restrict__ dh,
+    float* __restrict__ partials, long long rows, long long cols) {
   long long vectors = cols / 8;
   long long col8 = blockIdx.x * (long long) THREADS + threadIdx.x;
   if (col8 >= vectors) {
@@ -49,27 +75,38 @@ __device__ void bias_grad(const uint4* h, const uint4* dy, uint4* dh, float* par
   long long first = blockIdx.y * (long long) ROWS;
   long long last = min(first + (long long) ROWS, rows);
   float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-  const float kAlpha = 0.70710678118654752440f;
-  const float kBeta = 0.39894228040143267794f;
-  for (long long r = first; r < last; r++) {
+  long long r = first;
+  for (; r + UNROLL <= last; r += UNROLL) {
+    uint4 gv[UNROLL], hv[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      long long at = (r + u) * vectors + col8;
+      gv[u] = dy[at];
+      if (GELU) {
+        hv[u] = h[at];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; u++) {
+      long long at = (r + u) * vectors + col8;
+      if (GELU) {
+        dh[at] = gelu_backward8<T>(hv[u], gv[u], sum);
+      } else {
+        float g[8];
+        unpack8<T>(gv[u], g);
+        for (int i = 0; i < 8; i++) {
+          sum[i] += g[i];
+        }
+      }
+    }
+  }
+  for (; r < last; r++) {
     long long at = r * vectors + col8;
-    float g[8];
-    unpack8<T>(dy[at], g);
     if (GELU) {
-      float x[8];
-      unpack8<T>(h[at], x);
-      float out[8];
-      for (int i = 0; i < 8; i++) {
-        float cdf = 0.5f * (1.0f + erff(x[i] * kAlpha));
-        float pdf = expf(-0.5f * x[i] * x[i]) * kBeta;
-        out[i] = g[i] * (cdf + x[i] * pdf);
-      }
-      float rounded[8];
-      dh[at] = pack8<T>(out, rounded);
-      for (int i = 0; i < 8; i++) {
-        sum[i] += rounded[i];
-      }
+      dh[at] = gelu_backward8<T>(h[at], dy[at], sum);
     } else {
+      float g[8];
+      unpack8<T>(dy[at], g);
       for (int i = 0; i < 8; i++) {
         sum[i] += g[i];
       }

@@ -4,12 +4,16 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.nn.Activation;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
+import io.mcore4j.core.TorchScriptModule.Arg;
 import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.kernel.BiasGradientKernel;
+import io.mcore4j.core.nn.Parameter;
 
 /**
  * The second half of a pre-norm GPT layer at one tensor-parallel rank, {@code h + fc2(gelu(fc1(LN(h))))}
@@ -21,19 +25,56 @@ import io.mcore4j.core.kernel.BiasGradientKernel;
  * half below is still back-propagated once. The forward runs the same libtorch ops as the composed
  * half and saves the same tensors; the backward frees each saved tensor once used.
  *
- * <p>Inputs: {@code h, LN weight, LN bias, fc1 weight [F, H], fc1 bias, fc2 weight [H, F], fc2 bias}.
+ * <p><b>Parameter gradients</b> (Megatron's gradient-accumulation fusion, in the parameters' own
+ * {@code .grad}): where a parameter already has a gradient (the second and later micro-batches of a
+ * step, or gradients zeroed in place), the backward adds into it in place, a weight's in its GEMM
+ * ({@code addmm_}: no separate gradient tensor and no add), and hands autograd nothing for it.
+ * Where it has none, the gradient is returned as usual; the parameters enter {@link #apply} as
+ * aliases (views) of their leaves, so that libtorch's accumulation receives a tensor nothing else
+ * refers to and keeps it as {@code .grad} instead of copying it (a tensor handed to autograd from
+ * Java is still referenced there). The sums are those of autograd up to rounding: a weight's
+ * increment is added before it is rounded to the gradient's dtype.
+ *
+ * <p>Inputs: {@code h, LN weight, LN bias, fc1 weight [F, H], fc1 bias, fc2 weight [H, F], fc2 bias}. The
+ * gradient of {@code h} is a new tensor that nothing else refers to (the layer relies on it: see
+ * {@link TransformerLayer}'s residual operand).
  */
 final class MlpHalf implements Function {
     private final NDArray epsilon;
     private final BiasGradientKernel kernel;
+    private final Parameter[] parameters;
 
     /**
      * @param epsilon LayerNorm's epsilon as a 0-dim CPU float64 tensor, owned by the caller
      * @param kernel the device's bias-gradient kernel, or null to compose the same values
+     * @param parameters the half's six parameters in input order (LN weight, LN bias, fc1 weight, fc1
+     *     bias, fc2 weight, fc2 bias); their leaves are read at each {@link #apply} and backward
      */
-    MlpHalf(NDArray epsilon, BiasGradientKernel kernel) {
+    MlpHalf(NDArray epsilon, BiasGradientKernel kernel, Parameter... parameters) {
+        if (parameters.length != 6) {
+            throw new IllegalArgumentException("the MLP half has 6 parameters, got " + parameters.length);
+        }
         this.epsilon = epsilon;
         this.kernel = kernel;
+        this.parameters = parameters.clone();
+    }
+
+    /**
+     * Applies the half to {@code h} in {@code scope}; with grad mode on, the parameters enter as
+     * aliases of their leaves (see the class comment).
+     *
+     * @param scope the pass's scope
+     * @param h the half's input [s, b, H]
+     * @return {@code h + fc2(gelu(fc1(LN(h))))}
+     */
+    NDArray apply(AutogradScope scope, NDArray h) {
+        NDArray[] in = new NDArray[7];
+        in[0] = h;
+        for (int i = 0; i < parameters.length; i++) {
+            NDArray leaf = parameters[i].data();
+            in[i + 1] = scope.isGradEnabled() ? Tensors.own(leaf.reshape(leaf.getShape()), scope.manager()) : leaf;
+        }
+        return scope.apply1(this, in);
     }
 
     @Override
@@ -74,8 +115,8 @@ final class MlpHalf implements Function {
         try (NDManager temp = m.newSubManager()) {
             NDArray dy2 = Tensors.own(dy.reshape(-1, width), temp);
             // fc2: weight, bias, input gradients
-            NDArray dW2 = Tensors.own(dy2.transpose().matMul(Tensors.own(a.reshape(-1, ffn), temp)), m);
-            NDArray db2 = columnSum(dy, b2, temp, m);
+            NDArray dW2 = weightGradient(ctx, 5, dy2, Tensors.own(a.reshape(-1, ffn), temp), temp);
+            NDArray db2 = vectorGradient(ctx, 6, columnSum(dy, b2, temp), temp);
             a.close();
             NDArray da = Tensors.own(Tensors.own(dy2.matMul(w2), temp).reshape(h1.getShape()), temp);
             // GELU and fc1's bias
@@ -87,29 +128,67 @@ final class MlpHalf implements Function {
             }
             h1.close();
             NDArray dh1 = Tensors.own(gelu[0].reshape(-1, ffn), temp);
-            NDArray db1 = Tensors.own(gelu[1].toType(b1.getDataType(), false), m);
+            NDArray db1 = vectorGradient(ctx, 4, Tensors.own(gelu[1].toType(b1.getDataType(), false), temp), temp);
             // fc1: weight and input gradients
-            NDArray dW1 = Tensors.own(dh1.transpose().matMul(Tensors.own(normed.reshape(-1, width), temp)), m);
+            NDArray dW1 = weightGradient(ctx, 3, dh1, Tensors.own(normed.reshape(-1, width), temp), temp);
             normed.close();
             NDArray dNormed = Tensors.own(Tensors.own(dh1.matMul(w1), temp).reshape(h.getShape()), temp);
             // LayerNorm, then the residual
             NDList norm = module("layer_norm_backward.pt").forward(new NDList(dNormed, h, mean, rstd, lnWeight, lnBias));
             norm.attach(temp);
             NDArray dh = Tensors.own(dy.add(norm.get(0)), m);
-            NDArray dLnWeight = Tensors.own(norm.get(1), m);
-            NDArray dLnBias = Tensors.own(norm.get(2), m);
+            NDArray dLnWeight = vectorGradient(ctx, 1, norm.get(1), temp);
+            NDArray dLnBias = vectorGradient(ctx, 2, norm.get(2), temp);
             return new NDArray[] {dh, dLnWeight, dLnBias, dW1, db1, dW2, db2};
         }
     }
 
-    /** The gradient of a bias from its layer's output gradient: column sums in the bias's dtype. */
-    private NDArray columnSum(NDArray dy, NDArray bias, NDManager temp, NDManager owner) {
+    /** The gradient of a bias from its layer's output gradient: column sums in the bias's dtype, owned by {@code temp}. */
+    private NDArray columnSum(NDArray dy, NDArray bias, NDManager temp) {
         NDArray sums = kernel == null ? null : kernel.columnSum(dy, temp);
         if (sums == null) {
             long width = dy.getShape().get(dy.getShape().dimension() - 1);
-            return Tensors.own(Tensors.own(dy.reshape(-1, width), temp).sum(new int[] {0}), owner);
+            return Tensors.own(Tensors.own(dy.reshape(-1, width), temp).sum(new int[] {0}), temp);
         }
-        return Tensors.own(sums.toType(bias.getDataType(), false), owner);
+        return Tensors.own(sums.toType(bias.getDataType(), false), temp);
+    }
+
+    /**
+     * The gradient {@code dOut^T · x} of the weight that is input {@code input}: added in place into the
+     * parameter's {@code .grad} where it has one (then null), else a new tensor owned by the context.
+     */
+    private NDArray weightGradient(FunctionContext ctx, int input, NDArray dOut, NDArray x, NDManager temp) {
+        if (!ctx.needsInputGrad(input)) {
+            return null;
+        }
+        NDArray grad = existingGradient(input, dOut, temp);
+        if (grad != null) {
+            module("accumulate_weight_gradient.pt").call(Arg.tensor(grad), Arg.tensor(dOut), Arg.tensor(x));
+            return null;
+        }
+        return Tensors.own(dOut.transpose().matMul(x), ctx.manager());
+    }
+
+    /**
+     * {@code g} (owned by {@code temp}) as the gradient of input {@code input}: added in place into the
+     * parameter's {@code .grad} where it has one (then null), else handed to the context's manager.
+     */
+    private NDArray vectorGradient(FunctionContext ctx, int input, NDArray g, NDManager temp) {
+        if (!ctx.needsInputGrad(input)) {
+            return null;
+        }
+        NDArray grad = existingGradient(input, g, temp);
+        if (grad != null) {
+            grad.addi(g);
+            return null;
+        }
+        return Tensors.own(g, ctx.manager());
+    }
+
+    /** The {@code .grad} of the parameter behind input {@code input} when it has one of {@code like}'s dtype, else null. */
+    private NDArray existingGradient(int input, NDArray like, NDManager temp) {
+        NDArray grad = Tensors.gradientOrNull(parameters[input - 1].data(), temp);
+        return grad != null && DataTypes.of(grad) == DataTypes.of(like) ? grad : null;
     }
 
     @Override

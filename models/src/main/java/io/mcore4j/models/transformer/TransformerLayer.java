@@ -38,7 +38,6 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     private final MoeLayer moe;
     /** The second half as one Function with a written-out backward where it applies ({@link #mlpHalf}), else null. */
     private final MlpHalf mlpHalf;
-    private final Parameter[] mlpHalfParams;
 
     /**
      * @param ctx the model context
@@ -64,8 +63,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
             this.mlp = registerModule("mlp.", denseMlp(ctx, spec, key + "mlp."), dpReplica);
             this.moe = null;
         }
-        this.mlpHalf = mlpHalf(ctx, moe == null);
-        this.mlpHalfParams = mlpHalf == null ? null : mlpHalfParameters();
+        this.mlpHalf = moe == null ? mlpHalf(ctx, preMlpNorm, mlp) : null;
     }
 
     /**
@@ -74,9 +72,9 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      * function exactly: LayerNorm, exact GELU, biases, no dropout, one tensor-parallel rank, no
      * sequence parallelism, a dense MLP. Elsewhere the half is composed from its modules.
      */
-    private static MlpHalf mlpHalf(ModelContext ctx, boolean dense) {
+    private static MlpHalf mlpHalf(ModelContext ctx, Norm norm, ParallelMlp mlp) {
         TransformerConfig c = ctx.config();
-        boolean applies = dense && c.normalization() == TransformerConfig.Normalization.LAYER_NORM
+        boolean applies = c.normalization() == TransformerConfig.Normalization.LAYER_NORM
                 && c.activation() == MlpActivation.GELU && c.addBiasLinear() && c.hiddenDropout() == 0
                 && ctx.groups().tp().size() == 1 && !c.sequenceParallel();
         if (!applies) {
@@ -87,14 +85,10 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
             return null;
         }
         NDArray epsilon = ctx.parameters().newSubManager(Device.cpu()).create(c.normEpsilon());
-        return new MlpHalf(epsilon, kernel);
-    }
-
-    private Parameter[] mlpHalfParameters() {
-        Map<String, Parameter> norm = preMlpNorm.namedParameters("");
-        Map<String, Parameter> dense = mlp.namedParameters("");
-        return new Parameter[] {norm.get("weight"), norm.get("bias"), dense.get("linear_fc1.weight"),
-            dense.get("linear_fc1.bias"), dense.get("linear_fc2.weight"), dense.get("linear_fc2.bias")};
+        Map<String, Parameter> n = norm.namedParameters("");
+        Map<String, Parameter> d = mlp.namedParameters("");
+        return new MlpHalf(epsilon, kernel, n.get("weight"), n.get("bias"), d.get("linear_fc1.weight"),
+                d.get("linear_fc1.bias"), d.get("linear_fc2.weight"), d.get("linear_fc2.bias"));
     }
 
     /** The dense MLP: the spec's fc1 (fused [gate; up] for SwiGLU) and fc2 around the activation. */
@@ -172,24 +166,32 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     }
 
     /**
+     * The first half's residual operand: {@code x}, or an alias (view) of it where the {@link MlpHalf}
+     * follows and grad mode is on. Then {@code h}'s gradient is always the MLP half's input gradient, a
+     * tensor nothing else refers to, and it reaches {@code x} unchanged through the residual add; through
+     * the view's backward libtorch's accumulation into {@code x}'s gradient receives an alias of it that
+     * nothing else refers to and keeps it instead of copying it (when the attention holds Functions, that
+     * is {@code x}'s first gradient of the pass; the attention's is added to it later).
+     */
+    private static NDArray residualOperand(AutogradScope scope, NDArray x, boolean mlpHalfFollows) {
+        return mlpHalfFollows && scope.isGradEnabled() ? x.reshape(x.getShape()) : x;
+    }
+
+    /**
      * The two residual halves, each a frame: a residual add saves nothing for backward, so a
      * branch's output dies with its half (the scope keeps whatever a Function still refers to,
      * libtorch whatever its graph saved), and the middle residual with the layer.
      */
     private NDArray compute(AutogradScope scope, NDArray x, InferenceContext inference) {
         double p = ctx.config().hiddenDropout();
+        boolean half = mlpHalf != null && inference == null;
         return scope.frame(() -> {
             // the residual add of the first half would land in the caller's manager: x is lent to the frame
-            NDArray h = scope.frame(x, r -> r.add(Dropout.apply(scope,
+            NDArray h = scope.frame(x, r -> residualOperand(scope, r, half).add(Dropout.apply(scope,
                     attend(scope, inputNorm.forward(scope, r), inference), p, ctx.hiddenDropout())));
             return scope.frame(() -> {
-                if (mlpHalf != null && inference == null) {
-                    NDArray[] in = new NDArray[7];
-                    in[0] = h;
-                    for (int i = 0; i < 6; i++) {
-                        in[i + 1] = mlpHalfParams[i].data();
-                    }
-                    return scope.apply1(mlpHalf, in);
+                if (half) {
+                    return mlpHalf.apply(scope, h);
                 }
                 NDArray mlpIn = preMlpNorm.forward(scope, h);
                 NDArray m = moe != null ? moe.forward(scope, mlpIn) : mlp.forward(scope, mlpIn);

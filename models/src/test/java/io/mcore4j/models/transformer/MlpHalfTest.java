@@ -12,6 +12,7 @@ import ai.djl.nn.norm.LayerNorm;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.DeterministicRandom;
 
 import org.junit.jupiter.api.Test;
@@ -20,56 +21,82 @@ import org.junit.jupiter.api.Test;
  * The second half of a GPT layer as one Function with a written-out backward ({@link MlpHalf}, its
  * composed bias gradients: the form every device without the CUDA kernel runs, and the reference of
  * that kernel's GPU check) against the same half through libtorch's autograd: the same output and the
- * same gradients for the input and all six parameters.
+ * same gradients for the input and all six parameters, over two micro-batches (the second adds into
+ * the parameters' gradients in place), from gradients set to none and from gradients zeroed in place.
  */
 class MlpHalfTest {
+    private static final String[] NAMES = {"output", "input gradient", "LN weight", "LN bias", "fc1 weight", "fc1 bias",
+        "fc2 weight", "fc2 bias"};
 
     @Test
-    void writtenOutBackwardMatchesAutograd() {
+    void writtenOutBackwardMatchesAutogradFromGradientsSetToNone() {
+        compare(false);
+    }
+
+    @Test
+    void writtenOutBackwardMatchesAutogradFromZeroedGradients() {
+        compare(true);
+    }
+
+    private static void compare(boolean zeroed) {
         try (NDManager m = Mcore4j.newRootManager()) {
             DeterministicRandom r = new DeterministicRandom(3);
             int s = 5;
             int b = 2;
             int width = 16;
             int ffn = 48;
-            NDArray h = r.normal(m, new Shape(s, b, width), 0, 1, DataType.FLOAT32);
-            NDArray[] params = {r.normal(m, new Shape(width), 1, 0.1, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32),
+            int microBatches = 2;
+            NDArray[] h = new NDArray[microBatches];
+            NDArray[] upstream = new NDArray[microBatches];
+            for (int k = 0; k < microBatches; k++) {
+                h[k] = r.normal(m, new Shape(s, b, width), 0, 1, DataType.FLOAT32);
+                upstream[k] = r.normal(m, new Shape(s, b, width), 0, 1, DataType.FLOAT32);
+            }
+            NDArray[] init = {r.normal(m, new Shape(width), 1, 0.1, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32),
                 r.normal(m, new Shape(ffn, width), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(ffn), 0, 0.1, DataType.FLOAT32),
                 r.normal(m, new Shape(width, ffn), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32)};
-            NDArray upstream = r.normal(m, new Shape(s, b, width), 0, 1, DataType.FLOAT32);
             NDArray epsilon = m.newSubManager(Device.cpu()).create(1e-5);
             NDArray[][] results = new NDArray[2][];
             for (int pass = 0; pass < 2; pass++) {
-                h.setRequiresGradient(true);
-                Tensors.zeroGradient(h);
-                for (NDArray p : params) {
-                    p.setRequiresGradient(true);
-                    Tensors.zeroGradient(p);
-                }
-                try (AutogradScope scope = AutogradScope.open(m)) {
-                    NDArray out;
-                    if (pass == 0) {
-                        NDArray normed = LayerNorm.layerNorm(h, new Shape(width), params[0], params[1], 1e-5f).get(0);
-                        NDArray a = Activation.gelu(Tensors.linear(normed, params[2], params[3], scope.manager()));
-                        out = h.add(Tensors.linear(a, params[4], params[5], scope.manager()));
-                    } else {
-                        out = scope.apply1(new MlpHalf(epsilon, null), h, params[0], params[1], params[2], params[3],
-                                params[4], params[5]);
+                Parameter[] params = new Parameter[init.length];
+                for (int i = 0; i < init.length; i++) {
+                    params[i] = Parameter.replicated("p" + i, copy(init[i], m));
+                    if (zeroed) {
+                        Tensors.accumulateGradient(params[i].data(), params[i].data().zerosLike());
                     }
-                    scope.backward(out.mul(upstream).sum());
-                    NDArray[] kept = new NDArray[8];
-                    kept[0] = copy(out, m);
-                    kept[1] = copy(Tensors.gradientOrZeros(h, m), m);
-                    for (int i = 0; i < 6; i++) {
-                        kept[i + 2] = copy(Tensors.gradientOrZeros(params[i], m), m);
-                    }
-                    results[pass] = kept;
                 }
+                MlpHalf half = new MlpHalf(epsilon, null, params);
+                NDArray[] kept = new NDArray[8];
+                for (int k = 0; k < microBatches; k++) {
+                    h[k].setRequiresGradient(true);
+                    Tensors.zeroGradient(h[k]);
+                    try (AutogradScope scope = AutogradScope.open(m)) {
+                        NDArray out;
+                        if (pass == 0) {
+                            NDArray[] p = new NDArray[6];
+                            for (int i = 0; i < 6; i++) {
+                                p[i] = params[i].data();
+                            }
+                            NDArray normed = LayerNorm.layerNorm(h[k], new Shape(width), p[0], p[1], 1e-5f).get(0);
+                            NDArray a = Activation.gelu(Tensors.linear(normed, p[2], p[3], scope.manager()));
+                            out = h[k].add(Tensors.linear(a, p[4], p[5], scope.manager()));
+                        } else {
+                            out = half.apply(scope, h[k]);
+                        }
+                        scope.backward(out.mul(upstream[k]).sum());
+                        if (k == microBatches - 1) {
+                            kept[0] = copy(out, m);
+                        }
+                    }
+                }
+                kept[1] = copy(Tensors.gradientOrZeros(h[microBatches - 1], m), m);
+                for (int i = 0; i < 6; i++) {
+                    kept[i + 2] = copy(params[i].gradient(m), m);
+                }
+                results[pass] = kept;
             }
-            String[] names = {"output", "input gradient", "LN weight", "LN bias", "fc1 weight", "fc1 bias", "fc2 weight",
-                "fc2 bias"};
-            for (int i = 0; i < names.length; i++) {
-                assertClose(names[i], results[1][i], results[0][i], 1e-5);
+            for (int i = 0; i < NAMES.length; i++) {
+                assertClose(NAMES[i], results[1][i], results[0][i], 1e-5);
             }
         }
     }
