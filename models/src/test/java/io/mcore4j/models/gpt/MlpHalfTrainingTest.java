@@ -1,0 +1,203 @@
+package io.mcore4j.models.gpt;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.optimizer.DistributedDataParallel;
+import io.mcore4j.optimizer.MegatronOptimizer;
+import io.mcore4j.optimizer.OptimizerConfig;
+import io.mcore4j.optimizer.Optimizers;
+import io.mcore4j.optimizer.ParameterLayout;
+import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.inprocess.InJvmWorld;
+import io.mcore4j.pipeline.ScheduleConfig;
+import io.mcore4j.pipeline.ScheduleResult;
+import io.mcore4j.pipeline.Schedules;
+
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+import org.junit.jupiter.api.Test;
+
+/**
+ * A whole GPT whose layers take their second half as one Function with a written-out backward
+ * ({@code MlpHalf}, built where the device has a {@link io.mcore4j.core.kernel.BiasGradientKernel}:
+ * here {@link ReferenceBiasGradients}) against the same model built from the same seed with the
+ * composed half, trained two steps of two micro-batches each through the schedule, the DDP wrapper
+ * and SGD. Per step the micro-batches' losses, every parameter's accumulated gradient after the
+ * step's backward passes and every weight after the optimizer step must agree. This exercises what
+ * {@code MlpHalfTest} cannot: which parameters the layer hands the half (and in which order), the
+ * aliases of the leaves that a first gradient is stolen through, the in-place accumulation of the
+ * second micro-batch, the attention half's residual alias, and gradients set to none between steps
+ * (the training loop's default) or zeroed in place.
+ */
+class MlpHalfTrainingTest {
+    private static final int LAYERS = 2;
+    private static final int SEQ = 8;
+    private static final int MICRO_BATCH = 2;
+    private static final int MICRO_BATCHES = 2;
+    private static final int STEPS = 2;
+    /** Largest difference allowed, relative to the largest magnitude of the compared tensor. */
+    private static final double TOLERANCE = 1e-5;
+    private static final String[] HALF_PARAMETERS = {"pre_mlp_layernorm.weight", "pre_mlp_layernorm.bias",
+        "mlp.linear_fc1.weight", "mlp.linear_fc1.bias", "mlp.linear_fc2.weight", "mlp.linear_fc2.bias"};
+
+    private static final TransformerConfig CONFIG = TransformerConfig.builder(LAYERS, 32, 4, 64)
+            .maxSequenceLength(SEQ).dropout(0, 0).build();
+    /**
+     * SGD: an update proportional to the gradient keeps the weights as close as the gradients (Adam's
+     * first step, {@code lr · g / (|g| + eps)}, turns float32 rounding in a gradient element near
+     * {@code eps} into a difference of order {@code lr}).
+     */
+    private static final OptimizerConfig OPTIMIZER = OptimizerConfig.builder()
+            .algorithm(OptimizerConfig.Algorithm.SGD).lr(0.1).build();
+
+    @Test
+    void mlpHalfTrainsAsComposedHalfWithGradientsSetToNone() {
+        compare(true);
+    }
+
+    @Test
+    void mlpHalfTrainsAsComposedHalfWithGradientsZeroedInPlace() {
+        compare(false);
+    }
+
+    /** What one run saw at each step. */
+    private record Run(List<float[]> losses, List<Map<String, double[]>> gradients, List<Map<String, double[]>> weights) {}
+
+    private static void compare(boolean setToNone) {
+        int gelu = ReferenceBiasGradients.GELU_BACKWARDS.get();
+        int sums = ReferenceBiasGradients.COLUMN_SUMS.get();
+        Run composed = train(false, setToNone);
+        assertEquals(gelu, ReferenceBiasGradients.GELU_BACKWARDS.get(), "the composed model ran the MLP half");
+        Run half = train(true, setToNone);
+        int passes = LAYERS * MICRO_BATCHES * STEPS;
+        assertEquals(passes, ReferenceBiasGradients.GELU_BACKWARDS.get() - gelu, "MLP half backward passes (GELU)");
+        assertEquals(passes, ReferenceBiasGradients.COLUMN_SUMS.get() - sums, "MLP half backward passes (fc2 bias)");
+
+        String mode = setToNone ? " (gradients set to none)" : " (gradients zeroed)";
+        for (int step = 0; step < STEPS; step++) {
+            float[] expected = composed.losses().get(step);
+            float[] actual = half.losses().get(step);
+            assertEquals(MICRO_BATCHES, expected.length);
+            for (int mb = 0; mb < MICRO_BATCHES; mb++) {
+                assertEquals(expected[mb], actual[mb], TOLERANCE * Math.abs(expected[mb]),
+                        "loss of step " + step + " micro-batch " + mb + mode);
+            }
+            assertAllClose(composed.gradients().get(step), half.gradients().get(step), "gradient at step " + step + mode);
+            assertAllClose(composed.weights().get(step), half.weights().get(step), "weight after step " + step + mode);
+        }
+        // the half's parameters must have got a gradient at all (an empty comparison would pass)
+        for (int layer = 0; layer < LAYERS; layer++) {
+            for (String name : HALF_PARAMETERS) {
+                String key = "decoder.layers." + layer + "." + name;
+                double[] g = composed.gradients().get(STEPS - 1).get(key);
+                assertTrue(g != null && maxAbs(g) > 0, key + " got no gradient");
+            }
+        }
+    }
+
+    /** Same keys, and each tensor within {@link #TOLERANCE} of its largest expected magnitude. */
+    private static void assertAllClose(Map<String, double[]> expected, Map<String, double[]> actual, String what) {
+        assertEquals(expected.keySet(), actual.keySet(), what + ": parameters");
+        for (Map.Entry<String, double[]> e : expected.entrySet()) {
+            double[] a = e.getValue();
+            double[] b = actual.get(e.getKey());
+            assertEquals(a.length, b.length, what + " " + e.getKey() + ": size");
+            double scale = Math.max(maxAbs(a), 1e-12);
+            double diff = 0;
+            for (int i = 0; i < a.length; i++) {
+                diff = Math.max(diff, Math.abs(a[i] - b[i]));
+            }
+            assertTrue(diff <= TOLERANCE * scale, what + " " + e.getKey() + ": max |difference| " + diff
+                    + " exceeds " + TOLERANCE + " x " + scale);
+        }
+    }
+
+    private static double maxAbs(double[] v) {
+        double m = 0;
+        for (double x : v) {
+            m = Math.max(m, Math.abs(x));
+        }
+        return m;
+    }
+
+    /**
+     * Builds the model (with the MLP half where {@code mlpHalf}: the layers look the kernel up when
+     * they are built) and trains it {@link #STEPS} steps on one rank.
+     */
+    private static Run train(boolean mlpHalf, boolean setToNone) {
+        return InJvmWorld.run(1, rank -> {
+            ProcessGroups groups = rank.groups(ParallelDims.of(1, 1, 1));
+            NDManager m = rank.manager();
+            GptModel model = build(mlpHalf, ModelContext.create(CONFIG, groups, m, new SeedScheme(17)));
+            Map<String, Parameter> named = model.namedParameters("");
+            Map<Parameter, String> keys = new IdentityHashMap<>();
+            named.forEach((key, p) -> keys.put(p, key));
+            Run run = new Run(new ArrayList<>(), new ArrayList<>(), new ArrayList<>());
+            try (DistributedDataParallel ddp = new DistributedDataParallel(model.parameters(), groups, OPTIMIZER,
+                    model.sharedEmbeddingParameters());
+                 MegatronOptimizer optimizer = Optimizers.create(model.parameters(), ddp, groups, OPTIMIZER,
+                         ParameterLayout.byKey(keys::get))) {
+                ScheduleConfig schedule = ScheduleConfig.of(MICRO_BATCHES, new Shape(SEQ, MICRO_BATCH, CONFIG.hiddenSize()),
+                        CONFIG.dtype());
+                for (int step = 0; step < STEPS; step++) {
+                    int s = step;
+                    ScheduleResult result = Schedules.forwardBackward((scope, chunk, mb, input) -> {
+                        NDArray[] data = TokenBatches.shifted(scope.manager(), CONFIG.vocabSize(), SEQ, MICRO_BATCH,
+                                3 + 2 * (s * MICRO_BATCHES + mb), 5 * s + mb);
+                        return model.forward(scope, data[0], input, data[1]);
+                    }, 1, groups, m, schedule);
+                    run.losses().add(result.losses().clone());
+                    run.gradients().add(read(named, true, m));
+                    ddp.finishGradSync();
+                    optimizer.step(OPTIMIZER.lr());
+                    ddp.zeroGrad(setToNone);
+                    run.weights().add(read(named, false, m));
+                }
+            }
+            return run;
+        }).get(0);
+    }
+
+    /** Builds the model with {@link ReferenceBiasGradients} offered or not, restoring the property after. */
+    private static GptModel build(boolean mlpHalf, ModelContext ctx) {
+        String before = System.getProperty(ReferenceBiasGradients.PROPERTY);
+        System.setProperty(ReferenceBiasGradients.PROPERTY, Boolean.toString(mlpHalf));
+        try {
+            return GptModel.build(ctx, LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
+        } finally {
+            if (before == null) {
+                System.clearProperty(ReferenceBiasGradients.PROPERTY);
+            } else {
+                System.setProperty(ReferenceBiasGradients.PROPERTY, before);
+            }
+        }
+    }
+
+    /** Every parameter's gradient (zeros where it has none) or value, as float64, by key. */
+    private static Map<String, double[]> read(Map<String, Parameter> named, boolean gradients, NDManager m) {
+        Map<String, double[]> values = new TreeMap<>();
+        try (NDManager temp = m.newSubManager()) {
+            named.forEach((key, p) -> {
+                NDArray t = gradients ? Tensors.gradientOrZeros(p.data(), temp) : p.data();
+                values.put(key, Tensors.own(t.toType(DataType.FLOAT64, true), temp).toDoubleArray());
+            });
+        }
+        return values;
+    }
+}

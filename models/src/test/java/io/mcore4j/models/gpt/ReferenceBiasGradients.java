@@ -1,0 +1,72 @@
+package io.mcore4j.models.gpt;
+
+import ai.djl.Device;
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.kernel.BiasGradientKernel;
+import io.mcore4j.core.kernel.KernelProvider;
+
+import java.util.Optional;
+import java.util.concurrent.atomic.AtomicInteger;
+
+/**
+ * A {@link BiasGradientKernel} for the CPU composed from DJL's ops (the exact GELU's derivative
+ * written out with {@code erf}, float32 column sums), so that a CPU test can run the layers that
+ * take the MLP half as one Function ({@code TransformerLayer} builds one only where a device has
+ * this kernel; otherwise only the CUDA kernel's GPU runs reach it). Registered as a test service and
+ * offered only while {@link #PROPERTY} is {@code true} when a layer is built: every other test keeps
+ * the composed half.
+ */
+public final class ReferenceBiasGradients implements KernelProvider {
+    /** System property that turns this provider on. */
+    static final String PROPERTY = "mcore4j.test.referenceBiasGradients";
+    /** GELU backward passes taken through this kernel (so that a test can tell the MLP half ran). */
+    static final AtomicInteger GELU_BACKWARDS = new AtomicInteger();
+    /** Column sums taken through this kernel. */
+    static final AtomicInteger COLUMN_SUMS = new AtomicInteger();
+
+    private static final double SQRT_HALF = Math.sqrt(0.5);
+    private static final double INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
+
+    @Override
+    public <T> Optional<T> create(Class<T> kernel, Device device) {
+        if (kernel != BiasGradientKernel.class || device.isGpu() || !Boolean.getBoolean(PROPERTY)) {
+            return Optional.empty();
+        }
+        return Optional.of(kernel.cast(new Kernel()));
+    }
+
+    /** {@code dy · (Φ(h) + h·φ(h))} computed in float32, and float32 column sums. */
+    private static final class Kernel implements BiasGradientKernel {
+        @Override
+        public NDArray[] geluBackward(NDArray h, NDArray dy, NDManager owner) {
+            GELU_BACKWARDS.incrementAndGet();
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray x = Tensors.own(h.toType(DataType.FLOAT32, true), temp);
+                NDArray g = Tensors.own(dy.toType(DataType.FLOAT32, true), temp);
+                NDArray cdf = x.mul(SQRT_HALF).erf().add(1).mul(0.5);
+                NDArray pdf = x.square().mul(-0.5).exp().mul(INV_SQRT_2PI);
+                NDArray dh = Tensors.own(g.mul(cdf.add(x.mul(pdf))).toType(h.getDataType(), true), owner);
+                return new NDArray[] {dh, columnSums(dh, owner)};
+            }
+        }
+
+        @Override
+        public NDArray columnSum(NDArray x, NDManager owner) {
+            COLUMN_SUMS.incrementAndGet();
+            return columnSums(x, owner);
+        }
+
+        /** The float32 column sums of {@code x} as given (in its own dtype's rounding), owned by {@code owner}. */
+        private static NDArray columnSums(NDArray x, NDManager owner) {
+            try (NDManager temp = owner.newSubManager()) {
+                long cols = x.getShape().get(x.getShape().dimension() - 1);
+                NDArray rows = Tensors.own(x.reshape(-1, cols), temp);
+                NDArray wide = rows.toType(DataType.FLOAT32, true);
+                return Tensors.own(wide.sum(new int[] {0}), owner);
+            }
+        }
+    }
+}
