@@ -17,15 +17,17 @@ import org.bytedeco.javacpp.Pointer;
 
 /**
  * {@link BiasGradientKernel} on CUDA: {@code bias_gradients.cu}, float16 and bfloat16. Each launch
- * writes float32 partial column sums per block of {@value #ROWS} rows, summed afterwards by libtorch
- * in a fixed order.
+ * writes float32 partial column sums per block of rows ({@value #GELU_ROWS} for the GELU's backward,
+ * {@value #SUM_ROWS} for plain column sums: the faster of each on an H200), summed afterwards by
+ * libtorch in a fixed order.
  */
 final class CudaBiasGradients implements BiasGradientKernel {
     /** Resource path of the CUDA source. */
     static final String SOURCE = "/io/mcore4j/cuda/bias_gradients.cu";
     // must match bias_gradients.cu
     private static final int THREADS = 128;
-    private static final int ROWS = 64;
+    private static final int GELU_ROWS = 32;
+    private static final int SUM_ROWS = 64;
 
     private final RuntimeCompiledModule module;
 
@@ -43,7 +45,7 @@ final class CudaBiasGradients implements BiasGradientKernel {
         long cols = h.getShape().get(h.getShape().dimension() - 1);
         long rows = h.size() / cols;
         NDArray dh = DataTypes.empty(owner, h.getShape(), DataTypes.of(h), h.getDevice());
-        NDArray sums = launch("gelu_backward_colsum_" + code, rows, cols, owner, h, dy, dh);
+        NDArray sums = launch("gelu_backward_colsum_" + code, GELU_ROWS, rows, cols, owner, h, dy, dh);
         return new NDArray[] {dh, sums};
     }
 
@@ -54,12 +56,12 @@ final class CudaBiasGradients implements BiasGradientKernel {
             return null;
         }
         long cols = x.getShape().get(x.getShape().dimension() - 1);
-        return launch("column_sum_" + code, x.size() / cols, cols, owner, x);
+        return launch("column_sum_" + code, SUM_ROWS, x.size() / cols, cols, owner, x);
     }
 
-    /** Launches over {@code tensors} (inputs, then the output if any) and sums the partials. */
-    private NDArray launch(String kernel, long rows, long cols, NDManager owner, NDArray... tensors) {
-        long rowBlocks = (rows + ROWS - 1) / ROWS;
+    /** Launches over {@code tensors} (inputs, then the output if any), {@code rowsPerBlock} rows a block, and sums the partials. */
+    private NDArray launch(String kernel, int rowsPerBlock, long rows, long cols, NDManager owner, NDArray... tensors) {
+        long rowBlocks = (rows + rowsPerBlock - 1) / rowsPerBlock;
         long colBlocks = (cols / 8 + THREADS - 1) / THREADS;
         try (NDManager temp = owner.newSubManager()) {
             NDArray partials = DataTypes.empty(temp, new Shape(rowBlocks, cols), DataType.FLOAT32, tensors[0].getDevice());

@@ -2,6 +2,7 @@ package io.mcore4j.cuda;
 
 import ai.djl.Device;
 import io.mcore4j.core.kernel.BiasGradientKernel;
+import io.mcore4j.core.kernel.CrossEntropyKernel;
 import io.mcore4j.core.kernel.KernelProvider;
 import io.mcore4j.core.kernel.MasterAdamKernel;
 import io.mcore4j.core.kernel.QkvGradientKernel;
@@ -10,7 +11,7 @@ import java.util.Optional;
 
 /**
  * The {@link KernelProvider} service of the CUDA artifact: {@link MasterAdamKernel},
- * {@link QkvGradientKernel} and {@link BiasGradientKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
+ * {@link QkvGradientKernel}, {@link BiasGradientKernel} and {@link CrossEntropyKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
  * bfloat16 conversions), each source compiled once per device and process. Off with
  * {@code -Dmcore4j.cuda.kernels=false}: callers then compose the same results from libtorch's kernels.
  */
@@ -23,7 +24,8 @@ public final class CudaKernels implements KernelProvider {
         if (!device.isGpu() || "false".equalsIgnoreCase(System.getProperty(ENABLED_PROPERTY))) {
             return Optional.empty();
         }
-        if (kernel != MasterAdamKernel.class && kernel != QkvGradientKernel.class && kernel != BiasGradientKernel.class) {
+        if (kernel != MasterAdamKernel.class && kernel != QkvGradientKernel.class && kernel != BiasGradientKernel.class
+                && kernel != CrossEntropyKernel.class) {
             return Optional.empty();
         }
         int id = device.getDeviceId();
@@ -36,6 +38,9 @@ public final class CudaKernels implements KernelProvider {
             }
             if (kernel == QkvGradientKernel.class) {
                 return Optional.of(kernel.cast(new CudaQkvGradient(RuntimeCompiledModule.load(id, CudaQkvGradient.SOURCE))));
+            }
+            if (kernel == CrossEntropyKernel.class) {
+                return Optional.of(kernel.cast(new CudaCrossEntropy(RuntimeCompiledModule.load(id, CudaCrossEntropy.SOURCE))));
             }
             return Optional.of(kernel.cast(new CudaBiasGradients(RuntimeCompiledModule.load(id, CudaBiasGradients.SOURCE))));
         } catch (LinkageError e) {

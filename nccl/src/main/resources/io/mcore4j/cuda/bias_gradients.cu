@@ -2,16 +2,17 @@
 // io.mcore4j.cuda.CudaBiasGradients).
 //
 // gelu_backward_colsum_*: dh = dy * gelu'(h) for the exact (erf) GELU, in libtorch's order of operations
-// (float32 math, the result rounded to the tensors' dtype), written like h; and per block of ROWS rows,
+// (float32 math, the result rounded to the tensors' dtype), written like h; and per block of GELU_ROWS rows,
 // the column sums of the rounded dh in float32 into partials[rowBlock][col] (the caller sums the row
 // blocks in a fixed order: the bias gradient of the layer before the GELU).
-// column_sum_*: the same column sums of x alone (the bias gradient of a linear layer from its output
-// gradient).
+// column_sum_*: the same column sums of x alone, SUM_ROWS rows per block (the bias gradient of a linear
+// layer from its output gradient).
 // Tensors are [rows, cols] row-major and contiguous; cols a multiple of 8 and every row 16-byte aligned
-// (checked by the caller). Thread t of a block owns 8 consecutive columns and walks ROWS rows.
+// (checked by the caller). Thread t of a block owns 8 consecutive columns and walks the block's rows.
 
 #define THREADS 128
-#define ROWS 64
+#define GELU_ROWS 32
+#define SUM_ROWS 64
 
 #include "mcore4j_cuda.cuh"
 
@@ -64,7 +65,7 @@ __device__ __forceinline__ uint4 gelu_backward8(uint4 hv, uint4 gv, float* sum) 
 // added to the sums in order.
 #define UNROLL 4
 
-template <int T, bool GELU>
+template <int T, bool GELU, int ROWS>
 __device__ void bias_grad(const uint4* __restrict__ h, const uint4* __restrict__ dy, uint4* __restrict__ dh,
     float* __restrict__ partials, long long rows, long long cols) {
   long long vectors = cols / 8;
@@ -120,17 +121,17 @@ __device__ void bias_grad(const uint4* __restrict__ h, const uint4* __restrict__
 
 extern "C" __global__ void __launch_bounds__(THREADS) gelu_backward_colsum_f16(const uint4* h, const uint4* dy, uint4* dh,
     float* partials, long long rows, long long cols) {
-  bias_grad<1, true>(h, dy, dh, partials, rows, cols);
+  bias_grad<1, true, GELU_ROWS>(h, dy, dh, partials, rows, cols);
 }
 extern "C" __global__ void __launch_bounds__(THREADS) gelu_backward_colsum_bf16(const uint4* h, const uint4* dy, uint4* dh,
     float* partials, long long rows, long long cols) {
-  bias_grad<2, true>(h, dy, dh, partials, rows, cols);
+  bias_grad<2, true, GELU_ROWS>(h, dy, dh, partials, rows, cols);
 }
 extern "C" __global__ void __launch_bounds__(THREADS) column_sum_f16(const uint4* x, float* partials, long long rows,
     long long cols) {
-  bias_grad<1, false>(nullptr, x, nullptr, partials, rows, cols);
+  bias_grad<1, false, SUM_ROWS>(nullptr, x, nullptr, partials, rows, cols);
 }
 extern "C" __global__ void __launch_bounds__(THREADS) column_sum_bf16(const uint4* x, float* partials, long long rows,
     long long cols) {
-  bias_grad<2, false>(nullptr, x, nullptr, partials, rows, cols);
+  bias_grad<2, false, SUM_ROWS>(nullptr, x, nullptr, partials, rows, cols);
 }

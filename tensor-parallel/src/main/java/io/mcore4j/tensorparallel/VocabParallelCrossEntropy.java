@@ -7,10 +7,13 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.kernel.CrossEntropyKernel;
+import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ReduceOp;
 
@@ -95,7 +98,9 @@ public final class VocabParallelCrossEntropy {
             long vocab = local * tp.size();
             long start = local * tp.rank();
             if (tp.size() == 1 && labelSmoothing == 0) {
-                return new NDArray[] {wholeVocabulary(ctx, inputs[0], inputs[1], last)};
+                CrossEntropyKernel kernel = Kernels.find(CrossEntropyKernel.class, inputs[0].getDevice()).orElse(null);
+                NDArray loss = kernel == null ? null : withKernel(ctx, kernel, inputs[0], inputs[1], last);
+                return new NDArray[] {loss != null ? loss : wholeVocabulary(ctx, inputs[0], inputs[1], last)};
             }
             try (NDManager temp = owner.newSubManager()) {
                 // a temp-owned first operand keeps every intermediate in temp; the copy is written
@@ -141,10 +146,36 @@ public final class VocabParallelCrossEntropy {
                     localIds.attach(owner);
                     inRangeF.attach(owner);
                     ctx.saveForBackward(softmax, localIds, inRangeF);
-                    ctx.setState(new Saved(DataTypes.of(inputs[0]), last, (int) local, sigma / vocab, 1 - sigma, false));
+                    ctx.setState(new Saved(DataTypes.of(inputs[0]), last, (int) local, sigma / vocab, 1 - sigma, false, null));
                 }
                 loss.attach(owner);
                 return new NDArray[] {loss};
+            }
+        }
+
+        /**
+         * The vocabulary on one rank without smoothing, through the device's {@link CrossEntropyKernel}:
+         * forward and backward read the logits once each, and what is saved is the logits themselves
+         * (kept alive) with each token's log-sum-exp. Null where the kernel cannot take the logits.
+         */
+        private NDArray withKernel(FunctionContext ctx, CrossEntropyKernel kernel, NDArray logitsIn, NDArray targetIn, int last) {
+            NDManager owner = ctx.manager();
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray logits = Tensors.detach(logitsIn, temp);
+                NDArray ids = TensorMemory.contiguous(Tensors.detach(targetIn, temp).toType(DataType.INT64, false), temp);
+                NDArray[] out = kernel.forward(logits, ids, temp);
+                if (out == null) {
+                    return null;
+                }
+                if (ctx.needsInputGrad(0)) {
+                    logits.attach(owner);
+                    ids.attach(owner);
+                    out[1].attach(owner);
+                    ctx.saveForBackward(logits, ids, out[1]);
+                    ctx.setState(new Saved(DataTypes.of(logitsIn), last, (int) logitsIn.getShape().get(last), 0, 1, false, kernel));
+                }
+                out[0].attach(owner);
+                return out[0];
             }
         }
 
@@ -169,7 +200,7 @@ public final class VocabParallelCrossEntropy {
                     logProbs.attach(owner);
                     ids.attach(owner);
                     ctx.saveForBackward(logProbs, ids);
-                    ctx.setState(new Saved(DataTypes.of(logitsIn), last, (int) logitsIn.getShape().get(last), 0, 1, true));
+                    ctx.setState(new Saved(DataTypes.of(logitsIn), last, (int) logitsIn.getShape().get(last), 0, 1, true, null));
                 }
                 loss.attach(owner);
                 return loss;
@@ -186,6 +217,16 @@ public final class VocabParallelCrossEntropy {
             Saved s = ctx.state(Saved.class);
             s.consume();
             NDManager owner = ctx.manager();
+            if (s.kernel() != null) {
+                // saved: the logits, the int64 ids and each token's log-sum-exp
+                try (NDManager temp = owner.newSubManager()) {
+                    NDArray g = TensorMemory.contiguous(Tensors.detach(grads[0], temp).toType(DataType.FLOAT32, false), temp);
+                    NDArray gradLogits = s.kernel().backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), g, owner);
+                    ctx.saved(0).close();
+                    ctx.saveForBackward();
+                    return new NDArray[] {gradLogits, null};
+                }
+            }
             if (s.logProbabilities()) {
                 // the whole vocabulary on this rank, no smoothing: one fused expression from the saved
                 // log-probabilities to the gradient in the logits' dtype
@@ -253,11 +294,13 @@ public final class VocabParallelCrossEntropy {
         private final double uniformWeight;
         private final double targetWeight;
         private final boolean logProbabilities;
+        private final CrossEntropyKernel kernel;
         private boolean consumed;
 
         Saved(DataType logitsType, int lastDim, int localVocab, double uniformWeight, double targetWeight,
-              boolean logProbabilities) {
+              boolean logProbabilities, CrossEntropyKernel kernel) {
             this.logProbabilities = logProbabilities;
+            this.kernel = kernel;
             this.logitsType = logitsType;
             this.lastDim = lastDim;
             this.localVocab = localVocab;
@@ -288,6 +331,11 @@ public final class VocabParallelCrossEntropy {
         /** Whether the first saved tensor holds log-probabilities (the one-rank path) rather than the softmax. */
         boolean logProbabilities() {
             return logProbabilities;
+        }
+
+        /** The kernel that computed forward (the saved tensors are then logits, ids, log-sum-exp), or null. */
+        CrossEntropyKernel kernel() {
+            return kernel;
         }
 
         /** Marks the saved softmax as turned into a gradient; a second backward is a defect. */
