@@ -27,7 +27,10 @@ import java.util.function.UnaryOperator;
  * {@code torch.autograd.backward} through a module of ours, {@link MultiRootBackward}), which fills
  * the {@code .grad} of the function's output leaves;
  * then it calls the Java backward with those gradients and adds the results to the pending
- * gradients of the function's inputs. Gradients from several consumers of one tensor (residual
+ * gradients of the function's inputs. A pending gradient of a tensor that is itself a recorded
+ * function's output (functions applied one after the other, an upstream gradient of such an
+ * output) is not run through libtorch: its producer gets it directly, added to whatever libtorch
+ * accumulated in the output's {@code .grad} (libtorch would copy a gradient handed to it for a leaf). Gradients from several consumers of one tensor (residual
  * connections) therefore accumulate by linearity before its producer's backward runs; parameters
  * reached from several segments accumulate in their {@code .grad} as usual. The graph is kept
  * ({@code retain_graph}) until the scope closes, because one segment can be entered more than once.
@@ -384,6 +387,13 @@ public final class AutogradScope implements AutoCloseable {
             throw new IllegalArgumentException(outputs.length + " outputs but " + grads.length + " gradients");
         }
         Pending pending = new Pending();
+        for (Node node : tape) {
+            for (NDArray leaf : node.leaves) {
+                if (leaf != null) {
+                    pending.recordedOutputs.add(leaf);
+                }
+            }
+        }
         for (int i = 0; i < outputs.length; i++) {
             if (!Tensors.requiresGrad(outputs[i])) {
                 throw new IllegalArgumentException("output " + i + " of shape " + outputs[i].getShape()
@@ -396,9 +406,12 @@ public final class AutogradScope implements AutoCloseable {
             Node node = tape.get(n);
             pending.flush();
             NDArray[] gradOutputs = new NDArray[node.leaves.length];
+            boolean[] ownedHere = new boolean[gradOutputs.length];
             for (int i = 0; i < gradOutputs.length; i++) {
                 NDArray leaf = node.leaves[i];
-                gradOutputs[i] = leaf == null ? null : Tensors.gradientOrZeros(leaf, manager);
+                if (leaf != null) {
+                    ownedHere[i] = gradientOutput(leaf, pending, gradOutputs, i);
+                }
             }
             NDArray[] gradInputs;
             GradMode.set(false);
@@ -416,18 +429,65 @@ public final class AutogradScope implements AutoCloseable {
                 if (gradInputs[i] != null && node.ctx.needsInputGrad(i)) {
                     checkSameShape(node.inputs[i], gradInputs[i],
                             node.function.name() + " gradient for input " + i);
-                    pending.add(node.inputs[i], gradInputs[i], true);
+                    // a gradient handed on as it came (an identity's) stays its owner's
+                    pending.add(node.inputs[i], gradInputs[i], !isBorrowed(gradInputs[i], gradOutputs, ownedHere));
                 }
             }
-            for (NDArray g : gradOutputs) {
-                if (g != null && !pending.holds(g)) {
-                    g.close();
+            for (int i = 0; i < gradOutputs.length; i++) {
+                if (gradOutputs[i] != null && ownedHere[i] && !pending.holds(gradOutputs[i])) {
+                    gradOutputs[i].close();
                 }
             }
         }
         pending.flush();
         tape.clear();
         referenced.clear();
+    }
+
+    /** Whether {@code grad} is one of the gradient outputs the scope does not own (a caller's tensor). */
+    private static boolean isBorrowed(NDArray grad, NDArray[] gradOutputs, boolean[] ownedHere) {
+        for (int i = 0; i < gradOutputs.length; i++) {
+            if (gradOutputs[i] == grad && !ownedHere[i]) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * Sets {@code gradOutputs[i]} to the gradient of a recorded function's output {@code leaf}: what
+     * libtorch accumulated in its {@code .grad}, plus what later functions handed for it directly (a
+     * pending gradient of a recorded output never goes through libtorch: its producer takes it here,
+     * and libtorch would copy a gradient it is handed for a leaf), or zeros.
+     *
+     * @return whether the scope may close the tensor after the function's backward
+     */
+    private boolean gradientOutput(NDArray leaf, Pending pending, NDArray[] gradOutputs, int i) {
+        Entry direct = pending.take(leaf);
+        NDArray accumulated = Tensors.gradientOrNull(leaf, manager);
+        if (direct == null) {
+            gradOutputs[i] = accumulated != null ? accumulated
+                    : DataTypes.zeros(manager, leaf.getShape(), DataTypes.of(leaf), leaf.getDevice());
+            return true;
+        }
+        NDArray g = DataTypes.toType(direct.grad, DataTypes.of(leaf), false);
+        boolean owned = direct.owned;
+        if (g != direct.grad) {
+            g.attach(manager);
+            direct.release();
+            owned = true;
+        }
+        if (accumulated == null) {
+            gradOutputs[i] = g;
+            return owned;
+        }
+        NDArray sum = Tensors.own(accumulated.add(g), manager);
+        accumulated.close();
+        if (owned) {
+            g.close();
+        }
+        gradOutputs[i] = sum;
+        return true;
     }
 
     /** Closes every tensor of the pass and restores the thread's previous grad mode. */
@@ -475,6 +535,8 @@ public final class AutogradScope implements AutoCloseable {
     private final class Pending {
         private final Map<NDArray, Entry> byTensor = new IdentityHashMap<>();
         private final List<Entry> entries = new ArrayList<>();
+        /** Outputs of recorded functions: their gradients wait for their producer ({@link #take}) instead of a flush. */
+        final Set<NDArray> recordedOutputs = Collections.newSetFromMap(new IdentityHashMap<>());
 
         void add(NDArray tensor, NDArray grad, boolean scopeOwnsGrad) {
             Entry entry = byTensor.get(tensor);
@@ -494,6 +556,15 @@ public final class AutogradScope implements AutoCloseable {
             entry.owned = true;
         }
 
+        /** Removes and returns the pending gradient of {@code tensor}, or null. */
+        Entry take(NDArray tensor) {
+            Entry entry = byTensor.remove(tensor);
+            if (entry != null) {
+                entries.remove(entry);
+            }
+            return entry;
+        }
+
         boolean holds(NDArray grad) {
             for (Entry e : entries) {
                 if (e.grad == grad) {
@@ -503,34 +574,41 @@ public final class AutogradScope implements AutoCloseable {
             return false;
         }
 
+        /** Runs libtorch's backward from every pending tensor that is not an output of a recorded function. */
         void flush() {
-            if (entries.isEmpty()) {
+            List<Entry> roots = new ArrayList<>(entries.size());
+            for (Entry e : entries) {
+                if (!recordedOutputs.contains(e.tensor)) {
+                    roots.add(e);
+                }
+            }
+            if (roots.isEmpty()) {
                 return;
             }
-            if (entries.size() == 1) {
-                Entry e = entries.get(0);
+            if (roots.size() == 1) {
+                Entry e = roots.get(0);
                 runBackward(e.tensor, DataTypes.toType(e.grad, DataTypes.of(e.tensor), false));
             } else {
                 // one traversal for all roots (torch.autograd.backward through a module of ours)
                 try (NDManager temp = manager.newSubManager()) {
-                    List<NDArray> roots = new ArrayList<>(entries.size());
-                    List<NDArray> grads = new ArrayList<>(entries.size());
-                    for (Entry e : entries) {
-                        roots.add(e.tensor);
+                    List<NDArray> tensors = new ArrayList<>(roots.size());
+                    List<NDArray> grads = new ArrayList<>(roots.size());
+                    for (Entry e : roots) {
+                        tensors.add(e.tensor);
                         NDArray g = DataTypes.toType(e.grad, DataTypes.of(e.tensor), false);
                         if (g != e.grad) {
                             g.attach(temp);
                         }
                         grads.add(g);
                     }
-                    MultiRootBackward.get().run(roots, grads);
+                    MultiRootBackward.get().run(tensors, grads);
                 }
             }
-            for (Entry e : entries) {
+            for (Entry e : roots) {
                 e.release();
+                byTensor.remove(e.tensor);
             }
-            entries.clear();
-            byTensor.clear();
+            entries.removeAll(roots);
         }
 
         private void runBackward(NDArray root, NDArray grad) {

@@ -2,6 +2,7 @@ package io.mcore4j.core.autograd;
 
 import static io.mcore4j.core.testing.NativeArrays.assertClose;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -207,6 +208,28 @@ class AutogradScopeTest {
                 assertEquals(List.of(10, 10, 1), order);
                 assertClose("grad w", w.getGradient(), m.create(new double[] {84, 126}), 0);
             }
+        }
+    }
+
+    /**
+     * Upstream gradients of recorded functions' outputs go to their producers directly (not through
+     * libtorch): a caller's gradient handed on by a chain of identities reaches the leaf below with its
+     * values, and stays the caller's (the scope does not close it).
+     */
+    @Test
+    void callersGradientOfARecordedOutputIsHandedOnAndStaysOpen() {
+        try (NDManager m = root.newSubManager()) {
+            NDArray x = m.create(new double[] {1, 2, 3});
+            x.setRequiresGradient(true);
+            NDArray upstream = m.create(new double[] {0.5, -1, 4});
+            try (AutogradScope scope = AutogradScope.open(m)) {
+                Function identity = new IdentityFunction();
+                NDArray y = scope.apply1(identity, scope.apply1(identity, x.mul(x)));
+                scope.backward(new NDArray[] {y}, new NDArray[] {upstream});
+            }
+            assertFalse(upstream.isReleased(), "the caller's upstream gradient was closed");
+            assertClose("upstream", upstream, m.create(new double[] {0.5, -1, 4}), 0);
+            assertClose("grad x", x.getGradient(), m.create(new double[] {1, -4, 24}), 0);
         }
     }
 
