@@ -5,6 +5,8 @@ hand-written backward) calls and DJL does not expose. No parameters, no state:
   native_layer_norm over the last dim (the statistics its backward needs);
 - layer_norm_backward.pt: forward(dy, x, mean, rstd, weight, bias) -> (dx, dweight, dbias), libtorch's
   native_layer_norm_backward;
+- layer_norm_weight_backward.pt: forward(dy, x, mean, rstd, weight, bias) -> (dweight, dbias), the same backward
+  for the affine parameters only (where a kernel of ours writes the input gradient);
 - gelu_backward.pt: forward(h, dy) -> (dh, column sums of dh [cols]), the exact GELU's backward and the
   gradient of the bias before it (the composed form of mcore4j's CUDA bias-gradient kernel);
 - accumulate_weight_gradient.pt: forward(grad [out, in], dy [rows, out], x [rows, in]) -> grad, which it has
@@ -35,6 +37,15 @@ class LayerNormBackward(torch.nn.Module):
                                                                [True, True, True])
         assert dx is not None and dw is not None and db is not None
         return dx, dw, db
+
+
+class LayerNormWeightBackward(torch.nn.Module):
+    def forward(self, dy: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor,
+                bias: Tensor) -> Tuple[Tensor, Tensor]:
+        _, dw, db = torch.ops.aten.native_layer_norm_backward(dy, x, [x.size(-1)], mean, rstd, weight, bias,
+                                                              [False, True, True])
+        assert dw is not None and db is not None
+        return dw, db
 
 
 class GeluBackward(torch.nn.Module):
@@ -68,6 +79,17 @@ def check_backward(m: torch.jit.ScriptModule) -> None:
         raise SystemExit("scripted native_layer_norm_backward differs from autograd")
 
 
+def check_weight_backward(m: torch.jit.ScriptModule) -> None:
+    x = torch.randn(3, 2, 8)
+    w, b = torch.randn(8, requires_grad=True), torch.randn(8, requires_grad=True)
+    dy = torch.randn(3, 2, 8)
+    torch.nn.functional.layer_norm(x, [8], w, b, 1e-5).backward(dy)
+    _, mean, rstd = torch.native_layer_norm(x, [8], w.detach(), b.detach(), 1e-5)
+    dw, db = m(dy, x, mean, rstd, w.detach(), b.detach())
+    if not (torch.allclose(dw, w.grad, atol=1e-5) and torch.allclose(db, b.grad, atol=1e-5)):
+        raise SystemExit("scripted native_layer_norm_backward (weights only) differs from autograd")
+
+
 def check_gelu(m: torch.jit.ScriptModule) -> None:
     h = torch.randn(3, 2, 8, requires_grad=True)
     dy = torch.randn(3, 2, 8)
@@ -88,6 +110,8 @@ def check_accumulate(m: torch.jit.ScriptModule) -> None:
 def main(directory: str) -> None:
     write_checked(LayerNormForward(), check_forward, os.path.join(directory, "layer_norm_forward.pt"))
     write_checked(LayerNormBackward(), check_backward, os.path.join(directory, "layer_norm_backward.pt"))
+    write_checked(LayerNormWeightBackward(), check_weight_backward,
+                  os.path.join(directory, "layer_norm_weight_backward.pt"))
     write_checked(GeluBackward(), check_gelu, os.path.join(directory, "gelu_backward.pt"))
     write_checked(AccumulateWeightGradient(), check_accumulate, os.path.join(directory, "accumulate_weight_gradient.pt"))
 

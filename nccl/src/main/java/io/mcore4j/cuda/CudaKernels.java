@@ -4,6 +4,7 @@ import ai.djl.Device;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.CrossEntropyKernel;
 import io.mcore4j.core.kernel.KernelProvider;
+import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.kernel.MasterAdamKernel;
 import io.mcore4j.core.kernel.QkvGradientKernel;
 
@@ -11,7 +12,8 @@ import java.util.Optional;
 
 /**
  * The {@link KernelProvider} service of the CUDA artifact: {@link MasterAdamKernel},
- * {@link QkvGradientKernel}, {@link BiasGradientKernel} and {@link CrossEntropyKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
+ * {@link QkvGradientKernel}, {@link BiasGradientKernel}, {@link CrossEntropyKernel} and
+ * {@link LayerNormKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
  * bfloat16 conversions), each source compiled once per device and process. Off with
  * {@code -Dmcore4j.cuda.kernels=false}: callers then compose the same results from libtorch's kernels.
  */
@@ -25,7 +27,7 @@ public final class CudaKernels implements KernelProvider {
             return Optional.empty();
         }
         if (kernel != MasterAdamKernel.class && kernel != QkvGradientKernel.class && kernel != BiasGradientKernel.class
-                && kernel != CrossEntropyKernel.class) {
+                && kernel != CrossEntropyKernel.class && kernel != LayerNormKernel.class) {
             return Optional.empty();
         }
         int id = device.getDeviceId();
@@ -38,6 +40,9 @@ public final class CudaKernels implements KernelProvider {
             }
             if (kernel == QkvGradientKernel.class) {
                 return Optional.of(kernel.cast(new CudaQkvGradient(RuntimeCompiledModule.load(id, CudaQkvGradient.SOURCE))));
+            }
+            if (kernel == LayerNormKernel.class) {
+                return Optional.of(kernel.cast(new CudaLayerNorm(RuntimeCompiledModule.load(id, CudaLayerNorm.SOURCE))));
             }
             if (kernel == CrossEntropyKernel.class) {
                 return Optional.of(kernel.cast(new CudaCrossEntropy(RuntimeCompiledModule.load(id, CudaCrossEntropy.SOURCE))));

@@ -16,19 +16,9 @@
 
 #include "mcore4j_cuda.cuh"
 
-// 8 elements of a 2-byte dtype (T 1: float16, 2: bfloat16) as floats, and back
+// pack8 (mcore4j_cuda.cuh) that also gives the rounded values as floats
 template <int T>
-__device__ __forceinline__ void unpack8(uint4 raw, float* v) {
-  unsigned int w[4] = {raw.x, raw.y, raw.z, raw.w};
-  for (int i = 0; i < 4; i++) {
-    unsigned short lo = w[i] & 0xffff, hi = w[i] >> 16;
-    v[2 * i] = T == 1 ? half_to_float(lo) : bf16_to_float(lo);
-    v[2 * i + 1] = T == 1 ? half_to_float(hi) : bf16_to_float(hi);
-  }
-}
-
-template <int T>
-__device__ __forceinline__ uint4 pack8(const float* v, float* rounded) {
+__device__ __forceinline__ uint4 pack8_rounded(const float* v, float* rounded) {
   unsigned int w[4];
   for (int i = 0; i < 4; i++) {
     unsigned short lo = T == 1 ? float_to_half(v[2 * i]) : float_to_bf16(v[2 * i]);
@@ -53,7 +43,7 @@ __device__ __forceinline__ uint4 gelu_backward8(uint4 hv, uint4 gv, float* sum) 
     float pdf = expf(-0.5f * x[i] * x[i]) * kBeta;
     out[i] = g[i] * (cdf + x[i] * pdf);
   }
-  uint4 packed = pack8<T>(out, rounded);
+  uint4 packed = pack8_rounded<T>(out, rounded);
   for (int i = 0; i < 8; i++) {
     sum[i] += rounded[i];
   }

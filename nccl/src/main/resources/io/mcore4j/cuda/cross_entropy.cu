@@ -12,16 +12,6 @@
 #include "mcore4j_cuda.cuh"
 
 template <int T>
-__device__ __forceinline__ void unpack8(uint4 raw, float* v) {
-  unsigned int w[4] = {raw.x, raw.y, raw.z, raw.w};
-  for (int i = 0; i < 4; i++) {
-    unsigned short lo = w[i] & 0xffff, hi = w[i] >> 16;
-    v[2 * i] = T == 1 ? half_to_float(lo) : bf16_to_float(lo);
-    v[2 * i + 1] = T == 1 ? half_to_float(hi) : bf16_to_float(hi);
-  }
-}
-
-template <int T>
 __device__ __forceinline__ float load1(const unsigned short* p) {
   return T == 1 ? half_to_float(*p) : bf16_to_float(*p);
 }

@@ -13,6 +13,7 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.kernel.BiasGradientKernel;
+import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.nn.Parameter;
 
 /**
@@ -21,7 +22,9 @@ import io.mcore4j.core.nn.Parameter;
  * GEMMs through libtorch as autograd would run them, the LayerNorm through libtorch's own backward,
  * and the bias gradients with a {@link BiasGradientKernel} where the device has one (the GELU's
  * backward and the bias before it in one pass, the bias after it in one pass; libtorch takes a GELU
- * pass and a reduction per bias). Its input is the half's input {@code h}, so the layer's attention
+ * pass and a reduction per bias), and the LayerNorm's forward and the input gradient (LayerNorm's plus the
+ * residual's) with a {@link LayerNormKernel} where the device has one (one read of each row; libtorch writes
+ * the LayerNorm's input gradient, then adds). Its input is the half's input {@code h}, so the layer's attention
  * half below is still back-propagated once. The forward runs the same libtorch ops as the composed
  * half and saves the same tensors; the backward frees each saved tensor once used.
  *
@@ -41,21 +44,27 @@ import io.mcore4j.core.nn.Parameter;
  */
 final class MlpHalf implements Function {
     private final NDArray epsilon;
+    private final double epsilonValue;
     private final BiasGradientKernel kernel;
+    private final LayerNormKernel normKernel;
     private final Parameter[] parameters;
 
     /**
      * @param epsilon LayerNorm's epsilon as a 0-dim CPU float64 tensor, owned by the caller
      * @param kernel the device's bias-gradient kernel, or null to compose the same values
+     * @param normKernel the device's LayerNorm kernel (its forward, and the half's input gradient in one pass with
+     *     the residual's), or null for libtorch's LayerNorm forward, backward and an add
      * @param parameters the half's six parameters in input order (LN weight, LN bias, fc1 weight, fc1
      *     bias, fc2 weight, fc2 bias); their leaves are read at each {@link #apply} and backward
      */
-    MlpHalf(NDArray epsilon, BiasGradientKernel kernel, Parameter... parameters) {
+    MlpHalf(NDArray epsilon, BiasGradientKernel kernel, LayerNormKernel normKernel, Parameter... parameters) {
         if (parameters.length != 6) {
             throw new IllegalArgumentException("the MLP half has 6 parameters, got " + parameters.length);
         }
         this.epsilon = epsilon;
+        this.epsilonValue = epsilon.getDouble();
         this.kernel = kernel;
+        this.normKernel = normKernel;
         this.parameters = parameters.clone();
     }
 
@@ -82,14 +91,18 @@ final class MlpHalf implements Function {
         NDManager m = ctx.manager();
         NDArray h = in[0];
         try (NDManager temp = m.newSubManager()) {
-            NDList norm = module("layer_norm_forward.pt").forward(new NDList(h, in[1], in[2], epsilon));
-            norm.attach(m);
-            NDArray normed = norm.get(0);
+            NDArray[] norm = normKernel == null ? null : normKernel.forward(h, in[1], in[2], epsilonValue, m);
+            if (norm == null) {
+                NDList composed = module("layer_norm_forward.pt").forward(new NDList(h, in[1], in[2], epsilon));
+                composed.attach(m);
+                norm = composed.toArray(new NDArray[0]);
+            }
+            NDArray normed = norm[0];
             NDArray h1 = Tensors.linear(normed, in[3], in[4], m);
             NDArray a = Tensors.own(Activation.gelu(h1), m);
             NDArray y = Tensors.linear(a, in[5], in[6], temp);
             NDArray out = Tensors.own(h.add(y), m);
-            ctx.saveForBackward(h, norm.get(1), norm.get(2), normed, h1, a, in[1], in[2], in[3], in[4], in[5], in[6]);
+            ctx.saveForBackward(h, norm[1], norm[2], normed, h1, a, in[1], in[2], in[3], in[4], in[5], in[6]);
             return new NDArray[] {out};
         }
     }
@@ -133,12 +146,20 @@ final class MlpHalf implements Function {
             NDArray dW1 = weightGradient(ctx, 3, dh1, Tensors.own(normed.reshape(-1, width), temp), temp);
             normed.close();
             NDArray dNormed = Tensors.own(Tensors.own(dh1.matMul(w1), temp).reshape(h.getShape()), temp);
-            // LayerNorm, then the residual
-            NDList norm = module("layer_norm_backward.pt").forward(new NDList(dNormed, h, mean, rstd, lnWeight, lnBias));
-            norm.attach(temp);
-            NDArray dh = Tensors.own(dy.add(norm.get(0)), m);
-            NDArray dLnWeight = vectorGradient(ctx, 1, norm.get(1), temp);
-            NDArray dLnBias = vectorGradient(ctx, 2, norm.get(2), temp);
+            // LayerNorm and the residual: the input gradient in one pass with the residual's where a kernel can
+            NDArray dh = normKernel == null ? null : normKernel.inputGradientPlus(dNormed, h, mean, rstd, lnWeight, dy, m);
+            NDList norm;
+            if (dh != null) {
+                norm = module("layer_norm_weight_backward.pt").forward(new NDList(dNormed, h, mean, rstd, lnWeight, lnBias));
+                norm.attach(temp);
+            } else {
+                NDList all = module("layer_norm_backward.pt").forward(new NDList(dNormed, h, mean, rstd, lnWeight, lnBias));
+                all.attach(temp);
+                dh = Tensors.own(dy.add(all.get(0)), m);
+                norm = new NDList(all.get(1), all.get(2));
+            }
+            NDArray dLnWeight = vectorGradient(ctx, 1, norm.get(0), temp);
+            NDArray dLnBias = vectorGradient(ctx, 2, norm.get(1), temp);
             return new NDArray[] {dh, dLnWeight, dLnBias, dW1, db1, dW2, db2};
         }
     }

@@ -6,6 +6,7 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.Kernels;
+import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.nn.UnaryModule;
@@ -87,7 +88,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         NDArray epsilon = ctx.parameters().newSubManager(Device.cpu()).create(c.normEpsilon());
         Map<String, Parameter> n = norm.namedParameters("");
         Map<String, Parameter> d = mlp.namedParameters("");
-        return new MlpHalf(epsilon, kernel, n.get("weight"), n.get("bias"), d.get("linear_fc1.weight"),
+        LayerNormKernel normKernel = Kernels.find(LayerNormKernel.class, ctx.parameters().getDevice()).orElse(null);
+        return new MlpHalf(epsilon, kernel, normKernel, n.get("weight"), n.get("bias"), d.get("linear_fc1.weight"),
                 d.get("linear_fc1.bias"), d.get("linear_fc2.weight"), d.get("linear_fc2.bias"));
     }
 

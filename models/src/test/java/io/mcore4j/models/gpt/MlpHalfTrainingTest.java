@@ -82,12 +82,16 @@ class MlpHalfTrainingTest {
     private static void compare(boolean setToNone) {
         int gelu = ReferenceBiasGradients.GELU_BACKWARDS.get();
         int sums = ReferenceBiasGradients.COLUMN_SUMS.get();
+        int norms = ReferenceBiasGradients.NORM_GRADIENTS.get();
+        int normForwards = ReferenceBiasGradients.NORM_FORWARDS.get();
         Run composed = train(false, setToNone);
         assertEquals(gelu, ReferenceBiasGradients.GELU_BACKWARDS.get(), "the composed model ran the MLP half");
         Run half = train(true, setToNone);
         int passes = LAYERS * MICRO_BATCHES * STEPS;
         assertEquals(passes, ReferenceBiasGradients.GELU_BACKWARDS.get() - gelu, "MLP half backward passes (GELU)");
         assertEquals(passes, ReferenceBiasGradients.COLUMN_SUMS.get() - sums, "MLP half backward passes (fc2 bias)");
+        assertEquals(passes, ReferenceBiasGradients.NORM_GRADIENTS.get() - norms, "MLP half backward passes (LayerNorm)");
+        assertEquals(passes, ReferenceBiasGradients.NORM_FORWARDS.get() - normForwards, "MLP half forward passes (LayerNorm)");
 
         String mode = setToNone ? " (gradients set to none)" : " (gradients zeroed)";
         for (int step = 0; step < STEPS; step++) {

@@ -7,14 +7,16 @@ import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.KernelProvider;
+import io.mcore4j.core.kernel.LayerNormKernel;
 
 import java.util.Optional;
 import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * A {@link BiasGradientKernel} for the CPU composed from DJL's ops (the exact GELU's derivative
- * written out with {@code erf}, float32 column sums), so that a CPU test can run the layers that
- * take the MLP half as one Function ({@code TransformerLayer} builds one only where a device has
+ * written out with {@code erf}, float32 column sums), and a {@link LayerNormKernel} (the
+ * LayerNorm's input gradient written out in float32, plus the residual's), so that a CPU test can run
+ * the layers that take the MLP half as one Function ({@code TransformerLayer} builds one only where a device has
  * this kernel; otherwise only the CUDA kernel's GPU runs reach it). Registered as a test service and
  * offered only while {@link #PROPERTY} is {@code true} when a layer is built: every other test keeps
  * the composed half.
@@ -26,16 +28,65 @@ public final class ReferenceBiasGradients implements KernelProvider {
     static final AtomicInteger GELU_BACKWARDS = new AtomicInteger();
     /** Column sums taken through this kernel. */
     static final AtomicInteger COLUMN_SUMS = new AtomicInteger();
+    /** LayerNorm input gradients taken through the LayerNorm kernel. */
+    static final AtomicInteger NORM_GRADIENTS = new AtomicInteger();
+    /** LayerNorm forwards taken through the LayerNorm kernel. */
+    static final AtomicInteger NORM_FORWARDS = new AtomicInteger();
 
     private static final double SQRT_HALF = Math.sqrt(0.5);
     private static final double INV_SQRT_2PI = 1 / Math.sqrt(2 * Math.PI);
 
     @Override
     public <T> Optional<T> create(Class<T> kernel, Device device) {
-        if (kernel != BiasGradientKernel.class || device.isGpu() || !Boolean.getBoolean(PROPERTY)) {
+        if (device.isGpu() || !Boolean.getBoolean(PROPERTY)) {
             return Optional.empty();
         }
-        return Optional.of(kernel.cast(new Kernel()));
+        if (kernel == BiasGradientKernel.class) {
+            return Optional.of(kernel.cast(new Kernel()));
+        }
+        if (kernel == LayerNormKernel.class) {
+            return Optional.of(kernel.cast(new NormKernel()));
+        }
+        return Optional.empty();
+    }
+
+    /**
+     * Forward: {@code (x − mean) · rstd · w + b} with the biased variance, in float32. Input gradient:
+     * {@code dy + rstd · (g − mean(g) − x̂ · mean(g · x̂))} with {@code g = dn · w} and
+     * {@code x̂ = (x − mean) · rstd}, in float32, rounded once to {@code x}'s dtype.
+     */
+    private static final class NormKernel implements LayerNormKernel {
+        @Override
+        public NDArray[] forward(NDArray x, NDArray weight, NDArray bias, double epsilon, NDManager owner) {
+            NORM_FORWARDS.incrementAndGet();
+            int last = x.getShape().dimension() - 1;
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray wide = Tensors.own(x.toType(DataType.FLOAT32, true), temp);
+                NDArray mean = wide.mean(new int[] {last}, true);
+                NDArray centered = wide.sub(mean);
+                NDArray rstd = centered.square().mean(new int[] {last}, true).add(epsilon).sqrt().pow(-1);
+                NDArray out = centered.mul(rstd).mul(weight.toType(DataType.FLOAT32, true)).add(bias.toType(DataType.FLOAT32, true));
+                return new NDArray[] {Tensors.own(out.toType(x.getDataType(), true), owner), Tensors.own(mean, owner),
+                    Tensors.own(rstd, owner)};
+            }
+        }
+
+        @Override
+        public NDArray inputGradientPlus(NDArray normedGradient, NDArray x, NDArray mean, NDArray rstd, NDArray weight,
+                                         NDArray residualGradient, NDManager owner) {
+            NORM_GRADIENTS.incrementAndGet();
+            int last = x.getShape().dimension() - 1;
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray xhat = Tensors.own(x.toType(DataType.FLOAT32, true), temp).sub(mean).mul(rstd);
+                NDArray g = Tensors.own(normedGradient.toType(DataType.FLOAT32, true), temp)
+                        .mul(weight.toType(DataType.FLOAT32, true));
+                NDArray meanG = g.mean(new int[] {last}, true);
+                NDArray meanGx = g.mul(xhat).mean(new int[] {last}, true);
+                NDArray dx = g.sub(meanG).sub(xhat.mul(meanGx)).mul(rstd);
+                NDArray out = Tensors.own(residualGradient.toType(DataType.FLOAT32, true), temp).add(dx);
+                return Tensors.own(out.toType(x.getDataType(), true), owner);
+            }
+        }
     }
 
     /** {@code dy · (Φ(h) + h·φ(h))} computed in float32, and float32 column sums. */

@@ -65,7 +65,7 @@ class MlpHalfTest {
                         Tensors.accumulateGradient(params[i].data(), params[i].data().zerosLike());
                     }
                 }
-                MlpHalf half = new MlpHalf(epsilon, null, params);
+                MlpHalf half = new MlpHalf(epsilon, null, null, params);
                 NDArray[] kept = new NDArray[8];
                 for (int k = 0; k < microBatches; k++) {
                     h[k].setRequiresGradient(true);
