@@ -141,7 +141,7 @@ final class MlpHalf implements Function {
             }
             h1.close();
             NDArray dh1 = Tensors.own(gelu[0].reshape(-1, ffn), temp);
-            NDArray db1 = vectorGradient(ctx, 4, Tensors.own(gelu[1].toType(b1.getDataType(), false), temp), temp);
+            NDArray db1 = vectorGradient(ctx, 4, Tensors.own(DataTypes.toType(gelu[1], DataTypes.of(b1), false), temp), temp);
             // fc1: weight and input gradients
             NDArray dW1 = weightGradient(ctx, 3, dh1, Tensors.own(normed.reshape(-1, width), temp), temp);
             normed.close();
@@ -171,7 +171,7 @@ final class MlpHalf implements Function {
             long width = dy.getShape().get(dy.getShape().dimension() - 1);
             return Tensors.own(Tensors.own(dy.reshape(-1, width), temp).sum(new int[] {0}), temp);
         }
-        return Tensors.own(sums.toType(bias.getDataType(), false), temp);
+        return Tensors.own(DataTypes.toType(sums, DataTypes.of(bias), false), temp);
     }
 
     /**

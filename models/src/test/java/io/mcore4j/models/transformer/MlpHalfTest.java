@@ -9,6 +9,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
 import ai.djl.nn.norm.LayerNorm;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
@@ -99,6 +100,65 @@ class MlpHalfTest {
                 assertClose(NAMES[i], results[1][i], results[0][i], 1e-5);
             }
         }
+    }
+
+    /**
+     * bfloat16 (which DJL cannot create or convert to itself: every cast goes through mcore4j's
+     * {@code DataTypes}): two micro-batches through the half in bfloat16 give the float32 run's output and
+     * gradients to bfloat16 precision.
+     */
+    @Test
+    void bfloat16MatchesFloat32ToItsPrecision() {
+        try (NDManager m = Mcore4j.newRootManager()) {
+            DeterministicRandom r = new DeterministicRandom(5);
+            int width = 16;
+            int ffn = 48;
+            NDArray[] h = {r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32), r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32)};
+            NDArray[] up = {r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32), r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32)};
+            NDArray[] init = {r.normal(m, new Shape(width), 1, 0.1, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32),
+                r.normal(m, new Shape(ffn, width), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(ffn), 0, 0.1, DataType.FLOAT32),
+                r.normal(m, new Shape(width, ffn), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32)};
+            NDArray epsilon = m.newSubManager(Device.cpu()).create(1e-5);
+            NDArray[] wide = run(DataType.FLOAT32, h, up, init, epsilon, m);
+            NDArray[] narrow = run(DataType.BFLOAT16, h, up, init, epsilon, m);
+            for (int i = 0; i < NAMES.length; i++) {
+                double scale = wide[i].abs().max().getFloat();
+                double diff = narrow[i].sub(wide[i]).abs().max().getFloat();
+                org.junit.jupiter.api.Assertions.assertTrue(diff <= 3e-2 * scale,
+                        NAMES[i] + ": bfloat16 differs from float32 by " + diff + " (largest magnitude " + scale + ")");
+            }
+        }
+    }
+
+    /** Two micro-batches through the half in {@code dtype}: the last output and all gradients, as float32. */
+    private static NDArray[] run(DataType dtype, NDArray[] h, NDArray[] up, NDArray[] init, NDArray epsilon, NDManager m) {
+        Parameter[] params = new Parameter[init.length];
+        for (int i = 0; i < init.length; i++) {
+            params[i] = Parameter.replicated("p" + i, DataTypes.toType(init[i], dtype, true));
+        }
+        MlpHalf half = new MlpHalf(epsilon, null, null, params);
+        NDArray[] kept = new NDArray[8];
+        NDArray[] inputs = new NDArray[h.length];
+        for (int k = 0; k < h.length; k++) {
+            inputs[k] = DataTypes.toType(h[k], dtype, true);
+            inputs[k].setRequiresGradient(true);
+            try (AutogradScope scope = AutogradScope.open(m)) {
+                NDArray out = half.apply(scope, inputs[k]);
+                scope.backward(out.mul(DataTypes.toType(up[k], dtype, true)).sum());
+                kept[0] = widen(out, m);
+            }
+        }
+        kept[1] = widen(Tensors.gradientOrZeros(inputs[h.length - 1], m), m);
+        for (int i = 0; i < 6; i++) {
+            kept[i + 2] = widen(params[i].gradient(m), m);
+        }
+        return kept;
+    }
+
+    private static NDArray widen(NDArray t, NDManager owner) {
+        NDArray c = DataTypes.toType(t, DataType.FLOAT32, true);
+        c.attach(owner);
+        return c;
     }
 
     private static NDArray copy(NDArray t, NDManager owner) {
