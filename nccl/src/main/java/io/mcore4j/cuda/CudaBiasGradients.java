@@ -1,19 +1,14 @@
 package io.mcore4j.cuda;
 
-import static io.mcore4j.cuda.RuntimeCompiledModule.longArg;
-
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
-import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.kernel.BiasGradientKernel;
-import io.mcore4j.parallel.nccl.DevicePointers;
 
-import org.bytedeco.javacpp.LongPointer;
-import org.bytedeco.javacpp.Pointer;
+import java.util.Arrays;
 
 /**
  * {@link BiasGradientKernel} on CUDA: {@code bias_gradients.cu}, float16 and bfloat16. Each launch
@@ -37,9 +32,9 @@ final class CudaBiasGradients implements BiasGradientKernel {
 
     @Override
     public NDArray[] geluBackward(NDArray h, NDArray dy, NDManager owner) {
-        String code = code(h);
+        String code = KernelArgs.halfSuffix(h);
         if (code == null || !h.getShape().equals(dy.getShape()) || DataTypes.of(dy) != DataTypes.of(h)
-                || !usable(h) || !usable(dy)) {
+                || !KernelArgs.vectorizable(h) || !KernelArgs.vectorizable(dy)) {
             return null;
         }
         long cols = h.getShape().get(h.getShape().dimension() - 1);
@@ -51,8 +46,8 @@ final class CudaBiasGradients implements BiasGradientKernel {
 
     @Override
     public NDArray columnSum(NDArray x, NDManager owner) {
-        String code = code(x);
-        if (code == null || !usable(x)) {
+        String code = KernelArgs.halfSuffix(x);
+        if (code == null || !KernelArgs.vectorizable(x)) {
             return null;
         }
         long cols = x.getShape().get(x.getShape().dimension() - 1);
@@ -65,34 +60,12 @@ final class CudaBiasGradients implements BiasGradientKernel {
         long colBlocks = (cols / 8 + THREADS - 1) / THREADS;
         try (NDManager temp = owner.newSubManager()) {
             NDArray partials = DataTypes.empty(temp, new Shape(rowBlocks, cols), DataType.FLOAT32, tensors[0].getDevice());
-            Pointer[] args = new Pointer[tensors.length + 3];
-            for (int i = 0; i < tensors.length; i++) {
-                args[i] = longArg(DevicePointers.address(tensors[i]));
-            }
-            args[tensors.length] = longArg(DevicePointers.address(partials));
-            args[tensors.length + 1] = longArg(rows);
-            args[tensors.length + 2] = longArg(cols);
-            try {
-                module.launch2d(kernel, colBlocks, rowBlocks, THREADS, args);
-            } finally {
-                for (Pointer p : args) {
-                    p.close();
-                }
+            NDArray[] operands = Arrays.copyOf(tensors, tensors.length + 1);
+            operands[tensors.length] = partials;
+            try (KernelArgs args = KernelArgs.tensors(operands).longs(rows, cols)) {
+                module.launch2d(kernel, colBlocks, rowBlocks, THREADS, args.pointers());
             }
             return Tensors.own(partials.sum(new int[] {0}), owner);
         }
-    }
-
-    private static boolean usable(NDArray t) {
-        long cols = t.getShape().get(t.getShape().dimension() - 1);
-        return cols % 8 == 0 && TensorMemory.isContiguous(t) && DevicePointers.address(t) % 16 == 0;
-    }
-
-    private static String code(NDArray t) {
-        return switch (DataTypes.of(t)) {
-            case FLOAT16 -> "f16";
-            case BFLOAT16 -> "bf16";
-            default -> null;
-        };
     }
 }

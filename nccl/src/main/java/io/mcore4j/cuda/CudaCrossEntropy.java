@@ -1,16 +1,11 @@
 package io.mcore4j.cuda;
 
-import static io.mcore4j.cuda.RuntimeCompiledModule.longArg;
-
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.kernel.CrossEntropyKernel;
-import io.mcore4j.parallel.nccl.DevicePointers;
-
-import org.bytedeco.javacpp.Pointer;
 
 /**
  * {@link CrossEntropyKernel} on CUDA: {@code cross_entropy.cu}, float16 and bfloat16 logits, one block of
@@ -30,7 +25,7 @@ final class CudaCrossEntropy implements CrossEntropyKernel {
 
     @Override
     public NDArray[] forward(NDArray logits, NDArray target, NDManager owner) {
-        String code = code(logits);
+        String code = KernelArgs.halfSuffix(logits);
         if (code == null || !usable(logits) || !ids(logits, target)) {
             return null;
         }
@@ -42,7 +37,7 @@ final class CudaCrossEntropy implements CrossEntropyKernel {
 
     @Override
     public NDArray backward(NDArray logits, NDArray target, NDArray logSumExp, NDArray grad, NDManager owner) {
-        String code = code(logits);
+        String code = KernelArgs.halfSuffix(logits);
         if (code == null || !usable(logits) || !ids(logits, target) || !perToken(target, logSumExp) || !perToken(target, grad)) {
             throw new IllegalArgumentException("cross-entropy kernel backward: logits " + logits.getShape() + " "
                     + DataTypes.of(logits) + ", target " + target.getShape() + " " + target.getDataType() + ", lse "
@@ -57,24 +52,13 @@ final class CudaCrossEntropy implements CrossEntropyKernel {
     /** Launches one block per row over {@code tensors}, then the vocabulary size. */
     private void launch(String kernel, NDArray logits, NDArray... tensors) {
         long vocab = logits.getShape().get(logits.getShape().dimension() - 1);
-        long rows = logits.size() / vocab;
-        Pointer[] args = new Pointer[tensors.length + 1];
-        for (int i = 0; i < tensors.length; i++) {
-            args[i] = longArg(DevicePointers.address(tensors[i]));
-        }
-        args[tensors.length] = longArg(vocab);
-        try {
-            module.launch(kernel, rows, THREADS, args);
-        } finally {
-            for (Pointer p : args) {
-                p.close();
-            }
+        try (KernelArgs args = KernelArgs.tensors(tensors).longs(vocab)) {
+            module.launch(kernel, logits.size() / vocab, THREADS, args.pointers());
         }
     }
 
     private static boolean usable(NDArray logits) {
-        long vocab = logits.getShape().get(logits.getShape().dimension() - 1);
-        return vocab % 8 == 0 && logits.size() > 0 && TensorMemory.isContiguous(logits) && DevicePointers.address(logits) % 16 == 0;
+        return logits.size() > 0 && KernelArgs.vectorizable(logits);
     }
 
     private static boolean ids(NDArray logits, NDArray target) {
@@ -85,13 +69,5 @@ final class CudaCrossEntropy implements CrossEntropyKernel {
 
     private static boolean perToken(NDArray target, NDArray t) {
         return t.getDataType() == DataType.FLOAT32 && TensorMemory.isContiguous(t) && t.getShape().equals(target.getShape());
-    }
-
-    private static String code(NDArray t) {
-        return switch (DataTypes.of(t)) {
-            case FLOAT16 -> "f16";
-            case BFLOAT16 -> "bf16";
-            default -> null;
-        };
     }
 }

@@ -1,7 +1,5 @@
 package io.mcore4j.cuda;
 
-import static io.mcore4j.cuda.RuntimeCompiledModule.longArg;
-
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
@@ -9,10 +7,6 @@ import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.kernel.LayerNormKernel;
-import io.mcore4j.parallel.nccl.DevicePointers;
-
-import org.bytedeco.javacpp.FloatPointer;
-import org.bytedeco.javacpp.Pointer;
 
 /**
  * {@link LayerNormKernel} on CUDA: {@code layer_norm.cu}, float16 and bfloat16, one warp per row,
@@ -36,10 +30,10 @@ final class CudaLayerNorm implements LayerNormKernel {
 
     @Override
     public NDArray[] forward(NDArray x, NDArray weight, NDArray bias, double epsilon, NDManager owner) {
-        String code = code(x);
+        String code = KernelArgs.halfSuffix(x);
         long cols = x.getShape().get(x.getShape().dimension() - 1);
         long rows = x.size() / cols;
-        if (code == null || cols % 8 != 0 || cols > CACHED_COLUMNS || rows == 0 || !usable(x) || !vector(weight, x, cols)
+        if (code == null || cols > CACHED_COLUMNS || rows == 0 || !KernelArgs.vectorizable(x) || !vector(weight, x, cols)
                 || !vector(bias, x, cols)) {
             return null;
         }
@@ -48,15 +42,9 @@ final class CudaLayerNorm implements LayerNormKernel {
         NDArray out = DataTypes.empty(owner, x.getShape(), dtype, x.getDevice());
         NDArray mean = DataTypes.empty(owner, perRow, DataType.FLOAT32, x.getDevice());
         NDArray rstd = DataTypes.empty(owner, perRow, DataType.FLOAT32, x.getDevice());
-        NDArray[] tensors = {x, weight, bias, out, mean, rstd};
-        Pointer[] args = new Pointer[tensors.length + 3];
-        for (int i = 0; i < tensors.length; i++) {
-            args[i] = longArg(DevicePointers.address(tensors[i]));
+        try (KernelArgs args = KernelArgs.tensors(x, weight, bias, out, mean, rstd).longs(rows, cols).floats((float) epsilon)) {
+            launch("layer_norm_forward_" + code, rows, args);
         }
-        args[tensors.length] = longArg(rows);
-        args[tensors.length + 1] = longArg(cols);
-        args[tensors.length + 2] = new FloatPointer((float) epsilon);
-        launch("layer_norm_forward_" + code, rows, args);
         return new NDArray[] {out, mean, rstd};
     }
 
@@ -64,55 +52,32 @@ final class CudaLayerNorm implements LayerNormKernel {
     public NDArray inputGradientPlus(NDArray normedGradient, NDArray x, NDArray mean, NDArray rstd, NDArray weight,
                                      NDArray residualGradient, NDManager owner) {
         DataType dtype = DataTypes.of(x);
-        String code = code(x);
+        String code = KernelArgs.halfSuffix(x);
         long cols = x.getShape().get(x.getShape().dimension() - 1);
         long rows = x.size() / cols;
-        if (code == null || cols % 8 != 0 || cols > CACHED_COLUMNS || rows == 0 || !like(normedGradient, x) || !like(residualGradient, x)
-                || !usable(x) || !vector(weight, x, cols) || !perRow(mean, rows) || !perRow(rstd, rows)) {
+        if (code == null || cols > CACHED_COLUMNS || rows == 0 || !like(normedGradient, x) || !like(residualGradient, x)
+                || !KernelArgs.vectorizable(x) || !vector(weight, x, cols) || !perRow(mean, rows) || !perRow(rstd, rows)) {
             return null;
         }
         NDArray out = DataTypes.empty(owner, x.getShape(), dtype, x.getDevice());
-        NDArray[] tensors = {normedGradient, x, mean, rstd, weight, residualGradient, out};
-        Pointer[] args = new Pointer[tensors.length + 2];
-        for (int i = 0; i < tensors.length; i++) {
-            args[i] = longArg(DevicePointers.address(tensors[i]));
+        try (KernelArgs args = KernelArgs.tensors(normedGradient, x, mean, rstd, weight, residualGradient, out).longs(rows, cols)) {
+            launch("layer_norm_input_gradient_plus_" + code, rows, args);
         }
-        args[tensors.length] = longArg(rows);
-        args[tensors.length + 1] = longArg(cols);
-        launch("layer_norm_input_gradient_plus_" + code, rows, args);
         return out;
     }
 
-    /** Launches {@code kernel} with one warp per row and closes the arguments. */
-    private void launch(String kernel, long rows, Pointer... args) {
-        try {
-            module.launch(kernel, (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS, args);
-        } finally {
-            for (Pointer p : args) {
-                p.close();
-            }
-        }
-    }
-
-    private static String code(NDArray x) {
-        return switch (DataTypes.of(x)) {
-            case FLOAT16 -> "f16";
-            case BFLOAT16 -> "bf16";
-            default -> null;
-        };
+    /** Launches {@code kernel} with one warp per row. */
+    private void launch(String kernel, long rows, KernelArgs args) {
+        module.launch(kernel, (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, THREADS, args.pointers());
     }
 
     /** Whether {@code t} is a usable {@code [cols]} vector of {@code x}'s dtype. */
     private static boolean vector(NDArray t, NDArray x, long cols) {
-        return DataTypes.of(t) == DataTypes.of(x) && t.size() == cols && usable(t);
+        return DataTypes.of(t) == DataTypes.of(x) && t.size() == cols && KernelArgs.vectorizable(t);
     }
 
     private static boolean like(NDArray t, NDArray x) {
-        return t.getShape().equals(x.getShape()) && DataTypes.of(t) == DataTypes.of(x) && usable(t);
-    }
-
-    private static boolean usable(NDArray t) {
-        return TensorMemory.isContiguous(t) && DevicePointers.address(t) % 16 == 0;
+        return t.getShape().equals(x.getShape()) && DataTypes.of(t) == DataTypes.of(x) && KernelArgs.vectorizable(t);
     }
 
     private static boolean perRow(NDArray t, long rows) {

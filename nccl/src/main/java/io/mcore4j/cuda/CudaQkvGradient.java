@@ -1,6 +1,5 @@
 package io.mcore4j.cuda;
 
-import static io.mcore4j.cuda.RuntimeCompiledModule.longArg;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
@@ -9,9 +8,7 @@ import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.kernel.QkvGradientKernel;
-import io.mcore4j.parallel.nccl.DevicePointers;
 
-import org.bytedeco.javacpp.LongPointer;
 
 /**
  * {@link QkvGradientKernel} on CUDA: {@code qkv_gradient.cu}'s one pass, 16 bytes per thread, that
@@ -56,11 +53,8 @@ final class CudaQkvGradient implements QkvGradientKernel {
         NDArray out = DataTypes.empty(owner, new Shape(s, b, groups * (perGroup + 2) * q.get(3)), dtype, dq.getDevice());
         long rowVectors = rowBytes / 16;
         long total = s * b * groups * (perGroup + 2) * rowVectors;
-        try (LongPointer pq = longArg(DevicePointers.address(dq)); LongPointer pk = longArg(DevicePointers.address(dk));
-             LongPointer pv = longArg(DevicePointers.address(dv)); LongPointer po = longArg(DevicePointers.address(out));
-             LongPointer ps = longArg(s); LongPointer pb = longArg(b); LongPointer pg = longArg(groups);
-             LongPointer pp = longArg(perGroup); LongPointer pr = longArg(rowVectors); LongPointer pt = longArg(total)) {
-            module.launch("pack_qkv_gradients", (total + THREADS - 1) / THREADS, THREADS, pq, pk, pv, po, ps, pb, pg, pp, pr, pt);
+        try (KernelArgs args = KernelArgs.tensors(dq, dk, dv, out).longs(s, b, groups, perGroup, rowVectors, total)) {
+            module.launch("pack_qkv_gradients", (total + THREADS - 1) / THREADS, THREADS, args.pointers());
         }
         return out;
     }
