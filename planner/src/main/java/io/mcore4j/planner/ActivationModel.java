@@ -68,9 +68,9 @@ final class ActivationModel {
         double sp = c.sequenceParallel() ? tp : 1;
         double h = c.hiddenSize();
         if (c.recompute() == TransformerConfig.Recompute.FULL) {
-            // the layer's input, kept for the recomputation, and the gradient of its output leaf, which
-            // the pass keeps until it ends
-            return 2 * tokens * h / sp * bytes;
+            // the layer's input, kept for the recomputation (the gradient of its output leaf goes from the
+            // next layer's recomputation to this one directly and is freed once used)
+            return tokens * h / sp * bytes;
         }
         double n = (double) c.numAttentionHeads() / tp;
         double g = (double) c.numQueryGroups() / tp;
