@@ -54,6 +54,28 @@ public final class VocabParallelCrossEntropy {
      */
     public static NDArray lossPerToken(AutogradScope scope, Communicator tp, NDArray logits, NDArray target,
                                        double labelSmoothing) {
+        return lossPerToken(scope, tp, logits, target, labelSmoothing,
+                Kernels.find(CrossEntropyKernel.class, logits.getDevice()).orElse(null));
+    }
+
+    /**
+     * Per-token cross-entropy losses, with the device's {@link CrossEntropyKernel} looked up by the caller
+     * (once, where the same call repeats every step: {@link #lossPerToken(AutogradScope, Communicator, NDArray,
+     * NDArray, double)} looks it up on each call). The kernel runs the one-rank case without smoothing where it
+     * takes the logits; everything else is composed.
+     *
+     * @param scope the pass's scope; owns the result
+     * @param tp the tensor-parallel communicator the logits are split over
+     * @param logits this rank's logits {@code [s, b, V/t]} (or any leading dims), float32 or float16
+     * @param target the target ids {@code [s, b]}, int32 or int64, in {@code [0, V)}; the same on every rank
+     * @param labelSmoothing {@code ε} in {@code [0, 1)}; 0 for plain cross-entropy
+     * @param kernel the logits' device's kernel, or null to compose
+     * @return float32 losses of {@code target}'s shape, an autograd leaf when the logits require grad
+     * @throws IllegalArgumentException if the shapes do not match, the target is not integer, or
+     *         {@code labelSmoothing} is out of range
+     */
+    public static NDArray lossPerToken(AutogradScope scope, Communicator tp, NDArray logits, NDArray target,
+                                       double labelSmoothing, CrossEntropyKernel kernel) {
         if (!(labelSmoothing >= 0 && labelSmoothing < 1)) {
             throw new IllegalArgumentException("label smoothing " + labelSmoothing + " is outside [0, 1)");
         }
@@ -74,7 +96,7 @@ public final class VocabParallelCrossEntropy {
         if (labelSmoothing > 0 && vocab < 2) {
             throw new IllegalArgumentException("label smoothing needs a vocabulary of at least 2, got " + vocab);
         }
-        return scope.apply1(new CrossEntropy(tp, labelSmoothing), logits, target);
+        return scope.apply1(new CrossEntropy(tp, labelSmoothing, kernel), logits, target);
     }
 
     /**
@@ -88,7 +110,7 @@ public final class VocabParallelCrossEntropy {
      * Backward therefore consumes what forward saved and refuses to run twice; the scope runs each
      * recorded node's backward once.
      */
-    private record CrossEntropy(Communicator tp, double labelSmoothing) implements Function {
+    private record CrossEntropy(Communicator tp, double labelSmoothing, CrossEntropyKernel kernel) implements Function {
 
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
@@ -98,8 +120,7 @@ public final class VocabParallelCrossEntropy {
             long vocab = local * tp.size();
             long start = local * tp.rank();
             if (tp.size() == 1 && labelSmoothing == 0) {
-                CrossEntropyKernel kernel = Kernels.find(CrossEntropyKernel.class, inputs[0].getDevice()).orElse(null);
-                NDArray loss = kernel == null ? null : withKernel(ctx, kernel, inputs[0], inputs[1], last);
+                NDArray loss = kernel == null ? null : withKernel(ctx, inputs[0], inputs[1], last);
                 return new NDArray[] {loss != null ? loss : wholeVocabulary(ctx, inputs[0], inputs[1], last)};
             }
             try (NDManager temp = owner.newSubManager()) {
@@ -158,7 +179,7 @@ public final class VocabParallelCrossEntropy {
          * forward and backward read the logits once each, and what is saved is the logits themselves
          * (kept alive) with each token's log-sum-exp. Null where the kernel cannot take the logits.
          */
-        private NDArray withKernel(FunctionContext ctx, CrossEntropyKernel kernel, NDArray logitsIn, NDArray targetIn, int last) {
+        private NDArray withKernel(FunctionContext ctx, NDArray logitsIn, NDArray targetIn, int last) {
             NDManager owner = ctx.manager();
             try (NDManager temp = owner.newSubManager()) {
                 NDArray logits = Tensors.detach(logitsIn, temp);
@@ -217,22 +238,15 @@ public final class VocabParallelCrossEntropy {
             Saved s = ctx.state(Saved.class);
             s.consume();
             NDManager owner = ctx.manager();
-            if (s.kernel() != null) {
-                // saved: the logits, the int64 ids and each token's log-sum-exp
+            if (s.kernel() != null || s.logProbabilities()) {
+                // the whole vocabulary on this rank, no smoothing: the kernel from the saved logits, ids and
+                // log-sum-exps, or one fused expression from the saved log-probabilities and ids
                 try (NDManager temp = owner.newSubManager()) {
-                    NDArray g = TensorMemory.contiguous(Tensors.detach(grads[0], temp).toType(DataType.FLOAT32, false), temp);
-                    NDArray gradLogits = s.kernel().backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), g, owner);
-                    ctx.saved(0).close();
-                    ctx.saveForBackward();
-                    return new NDArray[] {gradLogits, null};
-                }
-            }
-            if (s.logProbabilities()) {
-                // the whole vocabulary on this rank, no smoothing: one fused expression from the saved
-                // log-probabilities to the gradient in the logits' dtype
-                try (NDManager temp = owner.newSubManager()) {
-                    NDArray g = Tensors.detach(grads[0], temp).toType(DataType.FLOAT32, false).expandDims(s.lastDim());
-                    NDArray gradLogits = CrossEntropyGradient.get().compute(ctx.saved(0), ctx.saved(1), g, s.logitsType(), owner);
+                    NDArray g = Tensors.detach(grads[0], temp).toType(DataType.FLOAT32, false);
+                    NDArray gradLogits = s.kernel() != null
+                            ? s.kernel().backward(ctx.saved(0), ctx.saved(1), ctx.saved(2), TensorMemory.contiguous(g, temp), owner)
+                            : CrossEntropyGradient.get().compute(ctx.saved(0), ctx.saved(1), g.expandDims(s.lastDim()),
+                                    s.logitsType(), owner);
                     ctx.saved(0).close();
                     ctx.saveForBackward();
                     return new NDArray[] {gradLogits, null};

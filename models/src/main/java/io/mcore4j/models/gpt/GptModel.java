@@ -8,6 +8,8 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.kernel.CrossEntropyKernel;
+import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.ModuleList;
@@ -56,6 +58,8 @@ public final class GptModel extends AbstractModule {
     private final ColumnParallelLinear output;
     private final ColumnParallelLinear tiedOutput;
     private final boolean outputIsEmbeddingCopy;
+    /** The device's cross-entropy kernel (looked up once, not every step), or null. */
+    private final CrossEntropyKernel crossEntropyKernel;
     private final List<GradientReadyListener> gradientListeners = new CopyOnWriteArrayList<>();
 
     private GptModel(ModelContext ctx, LayerSpec spec, int[] layerNumbers, boolean preProcess, boolean postProcess) {
@@ -80,11 +84,13 @@ public final class GptModel extends AbstractModule {
             this.output = reuseEmbedding ? null : registerModule(outputIsEmbeddingCopy ? GptEmbedding.WORD_KEY : OUTPUT_KEY,
                     head.initializer(ctx.initializer(key + "weight", c.initStd())).build(), dpReplica || outputIsEmbeddingCopy);
             this.tiedOutput = reuseEmbedding ? head.skipWeightAllocation(true).build() : null;
+            this.crossEntropyKernel = Kernels.find(CrossEntropyKernel.class, ctx.parameters().getDevice()).orElse(null);
         } else {
             this.finalNorm = null;
             this.output = null;
             this.tiedOutput = null;
             this.outputIsEmbeddingCopy = false;
+            this.crossEntropyKernel = null;
         }
     }
 
@@ -249,7 +255,8 @@ public final class GptModel extends AbstractModule {
         if (labels == null) {
             return logits;
         }
-        NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0);
+        NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0,
+                crossEntropyKernel);
         return lossMask == null ? Cast.apply(scope, losses, DataType.FLOAT32).mean() : maskedLoss(scope, losses, lossMask);
     }
 
