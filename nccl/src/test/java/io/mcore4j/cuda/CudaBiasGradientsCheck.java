@@ -21,35 +21,16 @@ public final class CudaBiasGradientsCheck {
 
     /** Prints the microseconds per call of both kernels on {@code h, dy} (20 calls after 3 warm-up calls). */
     private static void time(String name, BiasGradientKernel kernel, NDArray h, NDArray dy, NDManager m) {
-        int calls = 20;
-        for (boolean gelu : new boolean[] {true, false}) {
-            long start = 0;
-            for (int i = -3; i < calls; i++) {
-                if (i == 0) {
-                    m.zeros(new Shape(1)).getFloat(0);
-                    start = System.nanoTime();
-                }
-                try (NDManager temp = m.newSubManager()) {
-                    if (gelu) {
-                        kernel.geluBackward(h, dy, temp);
-                    } else {
-                        kernel.columnSum(dy, temp);
-                    }
-                }
-            }
-            m.zeros(new Shape(1)).getFloat(0);
-            System.out.printf("TIME %s %s: %.1f us per call%n", name, gelu ? "GELU backward + column sums" : "column sums",
-                    (System.nanoTime() - start) / 1e3 / calls);
-        }
+        GpuCheck.time(m, name + " GELU backward + column sums", 3, 20, temp -> kernel.geluBackward(h, dy, temp));
+        GpuCheck.time(m, name + " column sums", 3, 20, temp -> kernel.columnSum(dy, temp));
     }
 
     /** @param args none */
     public static void main(String[] args) {
         Device gpu = Device.gpu();
-        int failed = 0;
+        GpuCheck check = new GpuCheck("CudaBiasGradientsCheck");
         try (NDManager m = NDManager.newBaseManager(gpu)) {
-            BiasGradientKernel kernel = new CudaKernels().create(BiasGradientKernel.class, gpu)
-                    .orElseThrow(() -> new IllegalStateException("no CUDA kernel for " + gpu));
+            BiasGradientKernel kernel = GpuCheck.kernel(BiasGradientKernel.class, gpu);
             long[][] shapes = {{8192, 8192}, {8192, 2048}, {77, 64}, {3, 1032}};
             for (long[] shape : shapes) {
                 NDArray h = m.randomNormal(new Shape(shape)).mul(2).toType(DataType.FLOAT16, false);
@@ -69,16 +50,14 @@ public final class CudaBiasGradientsCheck {
                 boolean colOk = col != null && col.sub(colWant).abs().max().getFloat()
                         <= 1e-3 * (colWant.abs().max().getFloat() + 1);
                 String name = shape[0] + " x " + shape[1];
-                System.out.println((ok ? "PASS " : "FAIL ") + name + " GELU backward bitwise");
-                System.out.println((sumsOk ? "PASS " : "FAIL ") + name + " its column sums");
-                System.out.println((colOk ? "PASS " : "FAIL ") + name + " column sums");
-                failed += (ok ? 0 : 1) + (sumsOk ? 0 : 1) + (colOk ? 0 : 1);
+                check.expect(ok, name + " GELU backward bitwise");
+                check.expect(sumsOk, name + " its column sums");
+                check.expect(colOk, name + " column sums");
                 if (shape == shapes[0]) {
                     time(name, kernel, h.stopGradient(), dy, m);
                 }
             }
         }
-        System.out.println(failed == 0 ? "CudaBiasGradientsCheck: all passed" : "CudaBiasGradientsCheck: " + failed + " failed");
-        System.exit(failed == 0 ? 0 : 1);
+        check.exit();
     }
 }

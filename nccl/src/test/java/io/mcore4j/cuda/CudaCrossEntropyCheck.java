@@ -21,10 +21,9 @@ public final class CudaCrossEntropyCheck {
     /** @param args none */
     public static void main(String[] args) {
         Device gpu = Device.gpu();
-        int failed = 0;
+        GpuCheck check = new GpuCheck("CudaCrossEntropyCheck");
         try (NDManager m = NDManager.newBaseManager(gpu)) {
-            CrossEntropyKernel kernel = new CudaKernels().create(CrossEntropyKernel.class, gpu)
-                    .orElseThrow(() -> new IllegalStateException("no CUDA kernel for " + gpu));
+            CrossEntropyKernel kernel = GpuCheck.kernel(CrossEntropyKernel.class, gpu);
             long[][] shapes = {{4096, 32768}, {3, 1032}};
             for (long[] shape : shapes) {
                 long rows = shape[0];
@@ -44,43 +43,23 @@ public final class CudaCrossEntropyCheck {
                 boolean gradOk = grad != null && grad.getDataType() == DataType.FLOAT16
                         && grad.toType(DataType.FLOAT32, false).sub(wantGrad).abs().max().getFloat() <= 2e-3 * 1.5;
                 String name = rows + " x " + vocab;
-                System.out.println((lossOk ? "PASS " : "FAIL ") + name + " losses");
-                System.out.println((lseOk ? "PASS " : "FAIL ") + name + " log-sum-exp");
-                System.out.println((gradOk ? "PASS " : "FAIL ") + name + " gradient");
-                failed += (lossOk ? 0 : 1) + (lseOk ? 0 : 1) + (gradOk ? 0 : 1);
+                check.expect(lossOk, name + " losses");
+                check.expect(lseOk, name + " log-sum-exp");
+                check.expect(gradOk, name + " gradient");
                 if (shape == shapes[0] && got != null) {
                     time(name, kernel, logits, ids, got[1], g, m);
                 }
             }
         }
-        System.out.println(failed == 0 ? "CudaCrossEntropyCheck: all passed" : "CudaCrossEntropyCheck: " + failed + " failed");
-        System.exit(failed == 0 ? 0 : 1);
+        check.exit();
     }
 
     /** Prints the microseconds per call of forward, backward and libtorch's float32 log-softmax (200 calls after 20). */
     private static void time(String name, CrossEntropyKernel kernel, NDArray logits, NDArray ids, NDArray lse, NDArray g,
                              NDManager m) {
-        int calls = 200;
-        for (int which = 0; which < 3; which++) {
-            long start = 0;
-            for (int i = -20; i < calls; i++) {
-                if (i == 0) {
-                    m.zeros(new Shape(1)).getFloat(0);
-                    start = System.nanoTime();
-                }
-                try (NDManager temp = m.newSubManager()) {
-                    if (which == 0) {
-                        kernel.forward(logits, ids, temp);
-                    } else if (which == 1) {
-                        kernel.backward(logits, ids, lse, g, temp);
-                    } else {
-                        logits.toType(DataType.FLOAT32, false).logSoftmax(1).attach(temp);
-                    }
-                }
-            }
-            m.zeros(new Shape(1)).getFloat(0);
-            String what = which == 0 ? "kernel forward" : which == 1 ? "kernel backward" : "libtorch log-softmax (float32)";
-            System.out.printf("TIME %s %s: %.1f us per call%n", name, what, (System.nanoTime() - start) / 1e3 / calls);
-        }
+        GpuCheck.time(m, name + " kernel forward", 20, 200, temp -> kernel.forward(logits, ids, temp));
+        GpuCheck.time(m, name + " kernel backward", 20, 200, temp -> kernel.backward(logits, ids, lse, g, temp));
+        GpuCheck.time(m, name + " libtorch log-softmax (float32)", 20, 200,
+                temp -> logits.toType(DataType.FLOAT32, false).logSoftmax(1).attach(temp));
     }
 }

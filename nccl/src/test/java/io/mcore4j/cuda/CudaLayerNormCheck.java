@@ -22,10 +22,9 @@ public final class CudaLayerNormCheck {
     /** @param args none */
     public static void main(String[] args) {
         Device gpu = Device.gpu();
-        int failed = 0;
+        GpuCheck check = new GpuCheck("CudaLayerNormCheck");
         try (NDManager m = NDManager.newBaseManager(gpu)) {
-            LayerNormKernel kernel = new CudaKernels().create(LayerNormKernel.class, gpu)
-                    .orElseThrow(() -> new IllegalStateException("no CUDA kernel for " + gpu));
+            LayerNormKernel kernel = GpuCheck.kernel(LayerNormKernel.class, gpu);
             long[][] shapes = {{2048, 4, 2048}, {77, 1032}, {3, 1, 8}, {5, 4104}};
             for (long[] dims : shapes) {
                 Shape shape = new Shape(dims);
@@ -51,31 +50,26 @@ public final class CudaLayerNormCheck {
                     boolean fwdOk = fwd != null && fwd[0].getDataType() == DataType.FLOAT16
                             && within(fwd[0].toType(DataType.FLOAT32, false), wantOut, 2e-3)
                             && within(fwd[1], mean, 1e-5) && within(fwd[2], rstd, 1e-5);
-                    System.out.println((fwdOk ? "PASS " : "FAIL ") + name + " forward");
-                    failed += fwdOk ? 0 : 1;
+                    check.expect(fwdOk, name + " forward");
                 } else {
                     boolean refused = fwd == null;
-                    System.out.println((refused ? "PASS " : "FAIL ") + name + " forward refused (row longer than it holds)");
-                    failed += refused ? 0 : 1;
+                    check.expect(refused, name + " forward refused (row longer than it holds)");
                 }
                 NDArray got = kernel.inputGradientPlus(dn, x, mean, rstd, w, dy, m);
                 if (cols > 2048) {
                     boolean refused = got == null;
-                    System.out.println((refused ? "PASS " : "FAIL ") + name + " input gradient refused (row longer than it holds)");
-                    failed += refused ? 0 : 1;
+                    check.expect(refused, name + " input gradient refused (row longer than it holds)");
                     continue;
                 }
                 boolean ok = got != null && got.getDataType() == DataType.FLOAT16 && got.getShape().equals(shape)
                         && within(got.toType(DataType.FLOAT32, false), want, 2e-3);
-                System.out.println((ok ? "PASS " : "FAIL ") + name + " input gradient plus residual");
-                failed += ok ? 0 : 1;
+                check.expect(ok, name + " input gradient plus residual");
                 if (dims == shapes[0] && got != null) {
                     time(name, kernel, dn, x, mean, rstd, w, dy, m);
                 }
             }
         }
-        System.out.println(failed == 0 ? "CudaLayerNormCheck: all passed" : "CudaLayerNormCheck: " + failed + " failed");
-        System.exit(failed == 0 ? 0 : 1);
+        check.exit();
     }
 
     /** Whether every element of {@code got} is within {@code tolerance} of the larger of the expected magnitude and 1. */
@@ -87,25 +81,8 @@ public final class CudaLayerNormCheck {
     /** Prints the microseconds per call (200 calls after 20). */
     private static void time(String name, LayerNormKernel kernel, NDArray dn, NDArray x, NDArray mean,
                              NDArray rstd, NDArray w, NDArray dy, NDManager m) {
-        int calls = 200;
-        for (boolean forward : new boolean[] {true, false}) {
-            long start = 0;
-            for (int i = -20; i < calls; i++) {
-                if (i == 0) {
-                    m.zeros(new Shape(1)).getFloat(0);
-                    start = System.nanoTime();
-                }
-                try (NDManager temp = m.newSubManager()) {
-                    if (forward) {
-                        kernel.forward(x, w, w, 1e-5, temp);
-                    } else {
-                        kernel.inputGradientPlus(dn, x, mean, rstd, w, dy, temp);
-                    }
-                }
-            }
-            m.zeros(new Shape(1)).getFloat(0);
-            System.out.printf("TIME %s %s: %.1f us per call%n", name, forward ? "forward" : "input gradient plus residual",
-                    (System.nanoTime() - start) / 1e3 / calls);
-        }
+        GpuCheck.time(m, name + " forward", 20, 200, temp -> kernel.forward(x, w, w, 1e-5, temp));
+        GpuCheck.time(m, name + " input gradient plus residual", 20, 200,
+                temp -> kernel.inputGradientPlus(dn, x, mean, rstd, w, dy, temp));
     }
 }

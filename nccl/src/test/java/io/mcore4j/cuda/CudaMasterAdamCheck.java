@@ -28,7 +28,7 @@ public final class CudaMasterAdamCheck {
     private final NDManager manager;
     private final MasterAdamKernel kernel;
     private final Random random = new Random(7);
-    private int failed;
+    private final GpuCheck result = new GpuCheck("CudaMasterAdamCheck");
 
     private CudaMasterAdamCheck(NDManager manager, MasterAdamKernel kernel) {
         this.manager = manager;
@@ -39,16 +39,14 @@ public final class CudaMasterAdamCheck {
     public static void main(String[] args) {
         Device gpu = Device.gpu();
         try (NDManager manager = NDManager.newBaseManager(gpu)) {
-            MasterAdamKernel kernel = new CudaKernels().create(MasterAdamKernel.class, gpu)
-                    .orElseThrow(() -> new IllegalStateException("no CUDA kernel for " + gpu));
+            MasterAdamKernel kernel = GpuCheck.kernel(MasterAdamKernel.class, gpu);
             CudaMasterAdamCheck check = new CudaMasterAdamCheck(manager, kernel);
             check.run(DataType.FLOAT16, DataType.FLOAT16, true, 0.1);
             check.run(DataType.FLOAT16, DataType.FLOAT16, false, 0.01);
             check.run(DataType.FLOAT32, DataType.FLOAT16, true, 0.0);
             check.run(DataType.FLOAT32, DataType.FLOAT32, true, 0.1);
             check.nonFinite();
-            System.out.println(check.failed == 0 ? "CudaMasterAdamCheck: all passed" : "CudaMasterAdamCheck: " + check.failed + " failed");
-            System.exit(check.failed == 0 ? 0 : 1);
+            check.result.exit();
         }
     }
 
@@ -211,9 +209,6 @@ public final class CudaMasterAdamCheck {
     }
 
     private void report(String what, boolean ok) {
-        System.out.println((ok ? "PASS " : "FAIL ") + what);
-        if (!ok) {
-            failed++;
-        }
+        result.expect(ok, what);
     }
 }

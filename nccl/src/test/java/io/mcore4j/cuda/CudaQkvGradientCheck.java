@@ -22,10 +22,9 @@ public final class CudaQkvGradientCheck {
     /** @param args none */
     public static void main(String[] args) {
         Device gpu = Device.gpu();
-        int failed = 0;
+        GpuCheck check = new GpuCheck("CudaQkvGradientCheck");
         try (NDManager m = NDManager.newBaseManager(gpu)) {
-            QkvGradientKernel kernel = new CudaKernels().create(QkvGradientKernel.class, gpu)
-                    .orElseThrow(() -> new IllegalStateException("no CUDA kernel for " + gpu));
+            QkvGradientKernel kernel = GpuCheck.kernel(QkvGradientKernel.class, gpu);
             int[][] cases = {{2, 16, 16, 128, 64}, {3, 8, 2, 64, 40}, {1, 4, 4, 32, 7}};
             for (DataType dtype : new DataType[] {DataType.FLOAT16, DataType.FLOAT32}) {
                 for (int[] c : cases) {
@@ -44,17 +43,14 @@ public final class CudaQkvGradientCheck {
                     boolean ok = got != null && got.getShape().equals(want.getShape())
                             && got.toType(DataType.FLOAT32, false).eq(want.toType(DataType.FLOAT32, false)).all().getBoolean();
                     String name = dtype + " b " + b + " heads " + heads + " groups " + groups + " d " + d + " s " + s;
-                    System.out.println((ok ? "PASS " : "FAIL ") + name);
-                    failed += ok ? 0 : 1;
+                    check.expect(ok, name);
                 }
             }
             NDArray odd = m.zeros(new Shape(3, 1, 2, 6), DataType.FLOAT16);
             NDArray oddKv = m.zeros(new Shape(3, 1, 1, 6), DataType.FLOAT16);
             boolean declined = kernel.pack(odd, oddKv, oddKv, m) == null;
-            System.out.println((declined ? "PASS " : "FAIL ") + "rows of 12 bytes are declined");
-            failed += declined ? 0 : 1;
+            check.expect(declined, "rows of 12 bytes are declined");
         }
-        System.out.println(failed == 0 ? "CudaQkvGradientCheck: all passed" : "CudaQkvGradientCheck: " + failed + " failed");
-        System.exit(failed == 0 ? 0 : 1);
+        check.exit();
     }
 }
