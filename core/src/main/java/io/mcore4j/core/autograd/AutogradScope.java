@@ -27,12 +27,13 @@ import java.util.function.UnaryOperator;
  * {@code torch.autograd.backward} through a module of ours, {@link MultiRootBackward}), which fills
  * the {@code .grad} of the function's output leaves;
  * then it calls the Java backward with those gradients and adds the results to the pending
- * gradients of the function's inputs. A pending gradient of a tensor that is itself a recorded
- * function's output (functions applied one after the other, an upstream gradient of such an
- * output) is not run through libtorch: its producer gets it directly, added to whatever libtorch
- * accumulated in the output's {@code .grad} (libtorch would copy a gradient handed to it for a leaf). Gradients from several consumers of one tensor (residual
+ * gradients of the function's inputs. Gradients from several consumers of one tensor (residual
  * connections) therefore accumulate by linearity before its producer's backward runs; parameters
- * reached from several segments accumulate in their {@code .grad} as usual. The graph is kept
+ * reached from several segments accumulate in their {@code .grad} as usual. A pending gradient of
+ * a tensor that is itself a recorded function's output (functions applied one after the other, an
+ * upstream gradient of such an output) is not run through libtorch: its producer gets it directly,
+ * added to whatever libtorch accumulated in the output's {@code .grad} (libtorch would copy a
+ * gradient handed to it for a leaf). The graph is kept
  * ({@code retain_graph}) until the scope closes, because one segment can be entered more than once.
  * The Java backward of each recorded application runs at most once (the tape is dropped after the
  * walk), so a Function may consume what its forward saved.
