@@ -11,6 +11,7 @@ import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.StandardCopyOption;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -48,6 +49,11 @@ import org.slf4j.LoggerFactory;
 public final class CheckpointManager {
     /** Name of the marker file under the root. */
     public static final String LATEST_MARKER = "latest";
+    /**
+     * The common-state entry in which every save records its iteration; a load refuses a checkpoint
+     * whose entry disagrees with its directory's name.
+     */
+    public static final String ITERATION_KEY = "iteration";
 
     private static final Logger LOG = LoggerFactory.getLogger(CheckpointManager.class);
     private static final Pattern ITERATION_DIR = Pattern.compile("iter_(\\d+)");
@@ -198,7 +204,7 @@ public final class CheckpointManager {
     public void save(long iteration, List<ShardedTensor> state, Map<String, Object> common, Communicator world,
                      SaveOptions options) {
         finishPending();
-        DistCheckpointing.save(stagingDirectoryFor(iteration), state, common, world, options);
+        DistCheckpointing.save(stagingDirectoryFor(iteration), state, withIteration(iteration, common), world, options);
         commit(iteration, world);
     }
 
@@ -229,7 +235,8 @@ public final class CheckpointManager {
     public AsyncSave saveAsync(long iteration, List<ShardedTensor> state, Map<String, Object> common,
                                Communicator world, SaveOptions options) {
         finishPending();
-        AsyncSave save = DistCheckpointing.saveAsync(stagingDirectoryFor(iteration), state, common, world, options);
+        AsyncSave save = DistCheckpointing.saveAsync(stagingDirectoryFor(iteration), state,
+                withIteration(iteration, common), world, options);
         save.afterCommit(() -> commit(iteration, world));
         pending = save;
         return save;
@@ -289,8 +296,49 @@ public final class CheckpointManager {
      * @return the load's result, or empty when no checkpoint exists (then nothing is touched)
      */
     public Optional<LoadResult> loadLatest(List<ShardedTensor> targets, Communicator world, StrictMode strict) {
-        Optional<Path> dir = latest();
-        return dir.map(d -> DistCheckpointing.load(d, targets, world, strict));
+        OptionalLong iteration = latestIteration();
+        if (iteration.isEmpty()) {
+            return Optional.empty();
+        }
+        Path dir = directoryFor(iteration.getAsLong());
+        LoadResult result = DistCheckpointing.load(dir, targets, world, strict);
+        checkRecordedIteration(dir, iteration.getAsLong(), result.common());
+        return Optional.of(result);
+    }
+
+    /**
+     * A copy of {@code common} with {@link #ITERATION_KEY} set to {@code iteration}.
+     *
+     * @throws IllegalArgumentException if {@code common} already records another iteration
+     */
+    private static Map<String, Object> withIteration(long iteration, Map<String, Object> common) {
+        Object given = common.get(ITERATION_KEY);
+        if (given != null && !(given instanceof Number n && n.longValue() == iteration
+                && n.doubleValue() == (double) iteration)) {
+            throw new IllegalArgumentException("the common state records " + ITERATION_KEY + " = " + given
+                    + " but the save is of iteration " + iteration);
+        }
+        Map<String, Object> out = new LinkedHashMap<>(common);
+        out.put(ITERATION_KEY, iteration);
+        return out;
+    }
+
+    /**
+     * Refuses a checkpoint whose recorded iteration is not the one its directory (and the marker)
+     * name: resuming would skip or repeat iterations without a word. Checkpoints written without the
+     * entry (by {@link DistCheckpointing} directly) are not checked.
+     */
+    private static void checkRecordedIteration(Path dir, long iteration, Map<String, Object> common) {
+        if (!common.containsKey(ITERATION_KEY)) {
+            return;
+        }
+        Object recorded = common.get(ITERATION_KEY);
+        if (!(recorded instanceof Long l) || l != iteration) {
+            throw new CorruptCheckpointException(dir.resolve(CheckpointMetadata.FILE_NAME) + " records "
+                    + ITERATION_KEY + " = " + recorded + " but the directory " + dir.getFileName()
+                    + " is the checkpoint of iteration " + iteration + "; refusing to resume from a checkpoint"
+                    + " whose iteration is in doubt (was it renamed or edited?)");
+        }
     }
 
     /**

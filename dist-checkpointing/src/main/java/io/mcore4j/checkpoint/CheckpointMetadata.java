@@ -9,6 +9,8 @@ import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -147,6 +149,7 @@ record CheckpointMetadata(Map<String, Object> common, SortedMap<String, StoredFi
             files.put(name, new StoredFile(name, size, Integer.parseUnsignedInt(crc, 16)));
         }
         SortedMap<String, StoredTensor> tensors = new TreeMap<>();
+        Map<String, String> readers = new HashMap<>(); // file and tensor name -> the shard that reads it
         Fields tensorFields = root.object("tensors");
         for (String key : tensorFields.map().keySet()) {
             Fields t = tensorFields.object(key);
@@ -166,13 +169,41 @@ record CheckpointMetadata(Map<String, Object> common, SortedMap<String, StoredFi
                 }
                 Box box = new Box(s.longs("offset"), s.longs("shape"));
                 if (!box.fitsIn(shape)) {
-                    throw s.error("block " + box + " lies outside the global shape " + java.util.Arrays.toString(shape));
+                    throw s.error("block " + box + " lies outside the global shape " + Arrays.toString(shape));
                 }
-                shards.add(new StoredShard(shardFile, s.string("name"), box));
+                StoredShard shard = new StoredShard(shardFile, s.string("name"), box);
+                String previous = readers.putIfAbsent(shardFile + "\u0000" + shard.name(), t.path + ".shards[" + i + "]");
+                if (previous != null) {
+                    throw s.error("reads tensor \"" + shard.name() + "\" of " + shardFile + ", which " + previous
+                            + " reads too; each stored piece belongs to one shard");
+                }
+                shards.add(shard);
             }
+            checkTiling(t, shape, shards);
             tensors.put(key, new StoredTensor(key, dtype, shape, shards));
         }
         return new CheckpointMetadata(common, files, tensors);
+    }
+
+    /**
+     * Refuses a tensor whose shards do not cover it exactly once: a shard entry removed, doubled or
+     * moved would otherwise load as silently wrong (or stale) weights, since a load copies whatever
+     * overlaps its targets.
+     */
+    private static void checkTiling(Fields t, long[] shape, List<StoredShard> shards) {
+        List<Box> boxes = shards.stream().map(StoredShard::box).toList();
+        Tiling.Problem problem = Tiling.check(shape, boxes);
+        if (problem instanceof Tiling.Overlap o) {
+            StoredShard a = shards.get(o.first());
+            StoredShard b = shards.get(o.second());
+            throw t.error("shards " + a.box() + " (" + a.file() + ") and " + b.box() + " (" + b.file()
+                    + ") both hold elements " + o.common() + " of global shape " + Arrays.toString(shape)
+                    + "; the checkpoint is damaged");
+        }
+        if (problem instanceof Tiling.Gap g) {
+            throw t.error("the shards leave a gap: " + g.describe() + " of global shape " + Arrays.toString(shape)
+                    + " (" + g.covered() + " of " + g.total() + " elements covered); the checkpoint is damaged");
+        }
     }
 
     private static List<Object> longs(long[] values) {

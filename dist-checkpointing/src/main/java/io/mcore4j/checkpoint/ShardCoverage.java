@@ -2,18 +2,15 @@ package io.mcore4j.checkpoint;
 
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Comparator;
-import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
 import java.util.TreeMap;
 
 /**
- * Checks, by box arithmetic, that the main replicas of every tensor tile it exactly: all boxes lie
- * inside the global shape, no two overlap, and their volumes sum to the global volume (together
- * these mean every element is written exactly once). Cost is a sort plus a sweep per tensor, not a
- * pass over elements.
+ * Checks, before a save writes anything, that the main replicas of every tensor tile it exactly:
+ * every rank declares the same dtype and global shape, all boxes lie inside that shape, and the
+ * main replicas neither overlap nor leave a gap ({@link Tiling}), so every element is written
+ * exactly once.
  */
 final class ShardCoverage {
     private ShardCoverage() {}
@@ -60,33 +57,22 @@ final class ShardCoverage {
             throw new InvalidShardingException("key \"" + key + "\": no rank holds a main replica (replicaId 0), so "
                     + "nothing would write its " + globalVolume + " elements; replicas seen: " + describe(all));
         }
-        int sweepDim = mostVariedDim(mains);
+        List<Box> boxes = mains.stream().map(ShardEntry::box).toList();
+        Tiling.Problem problem = Tiling.check(reference.globalShape(), boxes);
+        if (problem instanceof Tiling.Overlap o) {
+            ShardEntry a = mains.get(o.first());
+            ShardEntry b = mains.get(o.second());
+            throw new InvalidShardingException("key \"" + key + "\": the main replicas of rank " + a.rank() + " "
+                    + a.box() + " and rank " + b.rank() + " " + b.box() + " overlap in " + o.common()
+                    + "; each element needs exactly one main replica (replicaId 0) - mark the copies with a non-zero"
+                    + " replicaId");
+        }
+        if (problem instanceof Tiling.Gap g) {
+            throw new InvalidShardingException("key \"" + key + "\": main replicas cover " + g.covered() + " of "
+                    + g.total() + " elements of global shape " + Arrays.toString(reference.globalShape())
+                    + ", leaving a gap (" + g.describe() + "); main replicas: " + describe(mains));
+        }
         List<ShardEntry> sorted = new ArrayList<>(mains);
-        sorted.sort(Comparator.<ShardEntry>comparingLong(e -> sweepDim < 0 ? 0 : e.box().offset(sweepDim))
-                .thenComparing(ShardCoverage::compareOffsets));
-        long covered = 0;
-        for (int i = 0; i < sorted.size(); i++) {
-            Box a = sorted.get(i).box();
-            covered = Math.addExact(covered, a.volume());
-            for (int j = i + 1; j < sorted.size(); j++) {
-                Box b = sorted.get(j).box();
-                if (sweepDim >= 0 && b.offset(sweepDim) >= a.end(sweepDim)) {
-                    break; // sorted by start along the sweep dim: no later box can reach back into a
-                }
-                Box common = a.intersect(b);
-                if (common != null) {
-                    throw new InvalidShardingException("key \"" + key + "\": the main replicas of rank "
-                            + sorted.get(i).rank() + " " + a + " and rank " + sorted.get(j).rank() + " " + b
-                            + " overlap in " + common + "; each element needs exactly one main replica (replicaId 0)"
-                            + " - mark the copies with a non-zero replicaId");
-                }
-            }
-        }
-        if (covered != globalVolume) {
-            throw new InvalidShardingException("key \"" + key + "\": main replicas cover " + covered + " of "
-                    + globalVolume + " elements of global shape " + Arrays.toString(reference.globalShape())
-                    + ", leaving a gap; main replicas: " + describe(mains));
-        }
         sorted.sort(ShardCoverage::compareOffsets);
         return sorted;
     }
@@ -94,24 +80,6 @@ final class ShardCoverage {
     /** Lexicographic order of offsets: the order shards are listed in the metadata. */
     static int compareOffsets(ShardEntry a, ShardEntry b) {
         return Arrays.compare(a.box().offset(), b.box().offset());
-    }
-
-    /** The dim along which boxes start at the most distinct offsets: sweeping along it prunes the most pairs. */
-    private static int mostVariedDim(List<ShardEntry> boxes) {
-        int dims = boxes.get(0).box().dims();
-        int best = -1;
-        int bestCount = 0;
-        for (int d = 0; d < dims; d++) {
-            Set<Long> starts = new HashSet<>();
-            for (ShardEntry e : boxes) {
-                starts.add(e.box().offset(d));
-            }
-            if (starts.size() > bestCount) {
-                best = d;
-                bestCount = starts.size();
-            }
-        }
-        return best;
     }
 
     private static String describe(List<ShardEntry> entries) {
