@@ -12,7 +12,7 @@ import java.util.List;
  * update its parameters at once. The copies are owned by this object and released as soon as the
  * file is written. The checkpoint is not complete, and not loadable, until every rank has called
  * {@link #finish()}: that collective (over the save's world communicator) waits for every rank's
- * file and then has rank 0 write {@code metadata.json}.
+ * file and then has rank 0 write {@code mcore4j_metadata.json}.
  *
  * <p>Every rank must call {@link #finish()} exactly once before starting another save with the
  * same communicator; later calls return at once (or rethrow the first failure). Not thread-safe:
@@ -40,11 +40,11 @@ public final class AsyncSave {
 
     /**
      * Waits for this rank's file, then completes the checkpoint collectively. Returns on every rank
-     * only if every rank's file was written and {@code metadata.json} is on disk.
+     * only if every rank's file was written and {@code mcore4j_metadata.json} is on disk.
      *
      * @throws CheckpointException on every rank if any rank's background write failed (with that
      *     rank's failure as the message) or the metadata could not be written; no
-     *     {@code metadata.json} exists then
+     *     {@code mcore4j_metadata.json} exists then
      */
     public void finish() {
         if (finished) {

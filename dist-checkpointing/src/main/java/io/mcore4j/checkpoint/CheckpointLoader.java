@@ -31,7 +31,7 @@ import org.slf4j.LoggerFactory;
 
 /**
  * One load. Collective steps over {@code world}, in order: (1) every rank reads
- * {@code metadata.json}, checks its targets' dtypes and shapes and shares the keys it wants, so all
+ * {@code mcore4j_metadata.json}, checks its targets' dtypes and shapes and shares the keys it wants, so all
  * ranks compute the same missing and unexpected keys; (2) optionally, the files holding wanted keys
  * are checksummed, spread round-robin over the ranks; (3) every rank copies the overlapping parts of
  * the stored shards into its targets. Each step ends with an agreement, so a failure anywhere is

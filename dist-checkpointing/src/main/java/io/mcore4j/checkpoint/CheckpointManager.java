@@ -34,7 +34,7 @@ import org.slf4j.LoggerFactory;
  * then moves the staging directory into place (the old one, if any, is first renamed to
  * {@code iter_0000100.replaced} and deleted after the move), rewrites the marker atomically
  * (temporary file, fsync, rename) and deletes iteration directories older than the {@code keepLast}
- * newest complete ones (their {@code metadata.json} first, so a half-deleted directory never looks
+ * newest complete ones (their {@code mcore4j_metadata.json} first, so a half-deleted directory never looks
  * complete), plus staging leftovers of interrupted saves. The marker holds the iteration number as
  * text. A process killed or a disk filling up during a save therefore leaves the marker on the
  * previous checkpoint, which stays loadable; if the marker ever names a directory that is not
@@ -334,7 +334,7 @@ public final class CheckpointManager {
         }
         Object recorded = common.get(ITERATION_KEY);
         if (!(recorded instanceof Long l) || l != iteration) {
-            throw new CorruptCheckpointException(dir.resolve(CheckpointMetadata.FILE_NAME) + " records "
+            throw new CorruptCheckpointException(CheckpointMetadata.locate(dir) + " records "
                     + ITERATION_KEY + " = " + recorded + " but the directory " + dir.getFileName()
                     + " is the checkpoint of iteration " + iteration + "; refusing to resume from a checkpoint"
                     + " whose iteration is in doubt (was it renamed or edited?)");
@@ -361,7 +361,7 @@ public final class CheckpointManager {
         Files.move(staged, dir, StandardCopyOption.ATOMIC_MOVE);
         DurableFiles.fsyncDirectory(root);
         if (hadOld) {
-            Files.deleteIfExists(replaced.resolve(CheckpointMetadata.FILE_NAME));
+            CheckpointMetadata.deleteMarkers(replaced);
             DurableFiles.deleteTree(replaced);
         }
     }
@@ -382,7 +382,7 @@ public final class CheckpointManager {
             }
             Path dir = directoryFor(iteration);
             try {
-                Files.deleteIfExists(dir.resolve(CheckpointMetadata.FILE_NAME));
+                CheckpointMetadata.deleteMarkers(dir);
                 DurableFiles.fsyncDirectory(dir);
                 DurableFiles.deleteTree(dir);
             } catch (IOException e) {
@@ -407,7 +407,7 @@ public final class CheckpointManager {
                     continue;
                 }
                 try {
-                    Files.deleteIfExists(p.resolve(CheckpointMetadata.FILE_NAME));
+                    CheckpointMetadata.deleteMarkers(p);
                     DurableFiles.deleteTree(p);
                 } catch (IOException e) {
                     LOG.warn("could not delete the leftover {} of an interrupted save: {}", p, e.toString());

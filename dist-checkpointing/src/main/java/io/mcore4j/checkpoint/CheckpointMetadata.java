@@ -4,9 +4,9 @@ import io.mcore4j.checkpoint.json.Json;
 import io.mcore4j.checkpoint.json.JsonException;
 
 import java.io.IOException;
+import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
-import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -18,17 +18,27 @@ import java.util.SortedMap;
 import java.util.TreeMap;
 
 /**
- * The content of {@code metadata.json}: format version, the shard files with size and CRC32C,
- * every tensor with dtype, global shape and its shards, and the caller's common state.
+ * The content of {@code mcore4j_metadata.json}: format version, the shard files with size and
+ * CRC32C, every tensor with dtype, global shape and its shards, and the caller's common state.
  *
  * <p>Its presence marks a complete checkpoint: rank 0 writes it last, after every shard file is on
  * disk. The text is deterministic (sorted keys, shards sorted by offset, no timestamps), so two
  * saves of equal state give byte-identical files.
+ *
+ * <p>Beside it, rank 0 writes {@code metadata.json} in Megatron-Core's own form (its
+ * {@code CheckpointingConfig}: {@code sharded_backend} and {@code common_backend}, here
+ * {@code "mcore4j"}), so Megatron's tools see a distributed checkpoint of a backend they do not
+ * have and refuse it by name, instead of failing on fields they do not know. Checkpoints of earlier
+ * mcore4j versions kept this class's content in {@code metadata.json} itself; they are still read.
  */
 record CheckpointMetadata(Map<String, Object> common, SortedMap<String, StoredFile> files,
                           SortedMap<String, StoredTensor> tensors) {
 
-    static final String FILE_NAME = "metadata.json";
+    static final String FILE_NAME = "mcore4j_metadata.json";
+    /** Megatron-Core's checkpoint config file; earlier mcore4j versions kept the metadata itself there. */
+    static final String MEGATRON_CONFIG = "metadata.json";
+    /** The backend name the Megatron config gives for both the sharded tensors and the common state. */
+    static final String MEGATRON_BACKEND = "mcore4j";
     static final String FORMAT = "mcore4j-dist-checkpoint";
     static final long VERSION = 1;
     static final String CHECKSUM = "crc32c";
@@ -96,17 +106,77 @@ record CheckpointMetadata(Map<String, Object> common, SortedMap<String, StoredFi
      * @throws IncompatibleCheckpointException if it was written by a newer format version
      */
     static CheckpointMetadata read(Path dir) {
-        Path file = dir.resolve(FILE_NAME);
+        Path file = locate(dir);
+        if (file == null) {
+            throw new CorruptCheckpointException("no " + FILE_NAME + " in " + dir
+                    + ": the directory is not a checkpoint or its save did not complete");
+        }
         String text;
         try {
             text = Files.readString(file, StandardCharsets.UTF_8);
-        } catch (NoSuchFileException e) {
-            throw new CorruptCheckpointException("no " + FILE_NAME + " in " + dir
-                    + ": the directory is not a checkpoint or its save did not complete", e);
         } catch (IOException e) {
             throw new CorruptCheckpointException("cannot read " + file + ": " + e, e);
         }
         return parse(text, file);
+    }
+
+    /**
+     * The file holding the metadata of a complete checkpoint in {@code dir}: {@link #FILE_NAME}, or
+     * for a checkpoint of an earlier mcore4j version {@link #MEGATRON_CONFIG} when it holds this
+     * format (recognised by the format name among its first bytes; Megatron's own config never
+     * holds it).
+     *
+     * @param dir a directory
+     * @return the file, or null if {@code dir} holds no complete checkpoint
+     */
+    static Path locate(Path dir) {
+        Path file = dir.resolve(FILE_NAME);
+        if (Files.isRegularFile(file)) {
+            return file;
+        }
+        Path legacy = dir.resolve(MEGATRON_CONFIG);
+        if (!Files.isRegularFile(legacy)) {
+            return null;
+        }
+        byte[] head = new byte[4096];
+        int n;
+        try (InputStream in = Files.newInputStream(legacy)) {
+            n = in.readNBytes(head, 0, head.length);
+        } catch (IOException e) {
+            throw new CorruptCheckpointException("cannot read " + legacy + ": " + e, e);
+        }
+        return new String(head, 0, n, StandardCharsets.UTF_8).contains("\"" + FORMAT + "\"") ? legacy : null;
+    }
+
+    /**
+     * Writes Megatron's config, then this metadata, which marks the checkpoint complete.
+     *
+     * @param dir the checkpoint directory
+     * @param fsync force each file to disk before its rename
+     * @throws IOException if either cannot be written
+     */
+    void write(Path dir, boolean fsync) throws IOException {
+        Map<String, Object> megatron = new LinkedHashMap<>();
+        megatron.put("sharded_backend", MEGATRON_BACKEND);
+        megatron.put("sharded_backend_version", VERSION);
+        megatron.put("common_backend", MEGATRON_BACKEND);
+        megatron.put("common_backend_version", VERSION);
+        DurableFiles.writeAtomically(dir.resolve(MEGATRON_CONFIG),
+                (Json.writePretty(megatron) + "\n").getBytes(StandardCharsets.UTF_8), fsync);
+        DurableFiles.writeAtomically(dir.resolve(FILE_NAME), toJson().getBytes(StandardCharsets.UTF_8), fsync);
+    }
+
+    /**
+     * Deletes the files that make {@code dir} look complete, the metadata first, so that a directory
+     * being deleted or rewritten never does.
+     *
+     * @param dir a checkpoint directory
+     * @return whether anything was deleted
+     * @throws IOException if a file cannot be deleted
+     */
+    static boolean deleteMarkers(Path dir) throws IOException {
+        boolean ours = Files.deleteIfExists(dir.resolve(FILE_NAME));
+        return Files.deleteIfExists(dir.resolve(MEGATRON_CONFIG)) || ours;
     }
 
     static CheckpointMetadata parse(String text, Path file) {

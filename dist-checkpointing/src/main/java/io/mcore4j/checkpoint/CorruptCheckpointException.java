@@ -1,7 +1,7 @@
 package io.mcore4j.checkpoint;
 
 /**
- * A checkpoint directory cannot be trusted: {@code metadata.json} is absent (the save never
+ * A checkpoint directory cannot be trusted: {@code mcore4j_metadata.json} is absent (the save never
  * completed) or unreadable, or a shard file is missing, has the wrong size or fails its CRC32C
  * checksum, or its safetensors header disagrees with the metadata. The message names the file.
  */

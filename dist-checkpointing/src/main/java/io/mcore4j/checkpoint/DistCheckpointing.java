@@ -6,6 +6,8 @@ import io.mcore4j.parallel.Communicator;
 import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
+import java.util.SortedMap;
+import java.util.TreeMap;
 
 /**
  * Saves and loads sharded checkpoints: Megatron-Core's {@code dist_checkpointing} for mcore4j.
@@ -13,9 +15,9 @@ import java.util.Map;
  * <p><b>Layout on disk.</b> A checkpoint is a directory holding one safetensors file per rank that
  * has main replicas ({@code rank_00003.safetensors}; each tensor inside is named
  * {@code key@offset0,offset1,...}, so any Python safetensors reader opens it) and
- * {@code metadata.json}: the format version, each file's size and CRC32C, each key's dtype, global
+ * {@code mcore4j_metadata.json}: the format version, each file's size and CRC32C, each key's dtype, global
  * shape and stored blocks, and the caller's common (non-tensor) state. Files are written under a
- * temporary name, forced to disk and renamed; {@code metadata.json} comes last and is what makes
+ * temporary name, forced to disk and renamed; {@code mcore4j_metadata.json} comes last and is what makes
  * the directory a checkpoint, so a save killed half-way leaves no loadable directory behind.
  *
  * <p><b>Keys are layout-free.</b> A {@link ShardedTensor} places a rank's piece in the global tensor
@@ -40,7 +42,7 @@ public final class DistCheckpointing {
      * Saves {@code state} to {@code dir} and returns once the checkpoint is complete on disk.
      *
      * @param dir the checkpoint directory (created if absent; an earlier checkpoint there is replaced,
-     *     its {@code metadata.json} removed first)
+     *     its {@code mcore4j_metadata.json} removed first)
      * @param state this rank's shards; replicas with {@code replicaId != 0} are validated but not written
      * @param common non-tensor state (rank 0's is stored)
      * @param world communicator over all ranks
@@ -112,7 +114,7 @@ public final class DistCheckpointing {
      * @param world communicator over all ranks
      * @param strict what to do about missing and unexpected keys
      * @return the common state and the missing and unexpected keys (the same on every rank)
-     * @throws CorruptCheckpointException on every rank if {@code metadata.json} is absent or
+     * @throws CorruptCheckpointException on every rank if {@code mcore4j_metadata.json} is absent or
      *     malformed, or a needed file is missing, of the wrong size or fails its checksum (naming the file)
      * @throws IncompatibleCheckpointException on every rank for a newer format version, a key whose
      *     global shape or dtype differs (naming both), or keys {@code strict} raises on
@@ -141,7 +143,7 @@ public final class DistCheckpointing {
      *
      * @param dir a checkpoint directory
      * @return the common state (integers as {@code Long}, other numbers as {@code Double})
-     * @throws CorruptCheckpointException if {@code metadata.json} is absent or malformed
+     * @throws CorruptCheckpointException if {@code mcore4j_metadata.json} is absent or malformed
      * @throws IncompatibleCheckpointException if it was written by a newer format version
      */
     public static Map<String, Object> loadCommon(Path dir) {
@@ -153,7 +155,7 @@ public final class DistCheckpointing {
      *
      * @param dir a checkpoint directory
      * @return the common state
-     * @throws CorruptCheckpointException if {@code metadata.json} is absent or malformed
+     * @throws CorruptCheckpointException if {@code mcore4j_metadata.json} is absent or malformed
      * @throws IncompatibleCheckpointException if it was written by a newer format version
      */
     public static CommonState loadCommonState(Path dir) {
@@ -161,12 +163,27 @@ public final class DistCheckpointing {
     }
 
     /**
-     * Whether {@code dir} holds a complete checkpoint (its {@code metadata.json} exists); reads nothing else.
+     * The tensors a checkpoint stores, with dtype and global shape; reads only its metadata.
+     *
+     * @param dir a checkpoint directory
+     * @return the tensors by key, sorted
+     * @throws CorruptCheckpointException if the metadata is absent or malformed
+     * @throws IncompatibleCheckpointException if it was written by a newer format version
+     */
+    public static SortedMap<String, StoredTensorInfo> storedTensors(Path dir) {
+        SortedMap<String, StoredTensorInfo> out = new TreeMap<>();
+        CheckpointMetadata.read(dir).tensors().forEach((key, t) -> out.put(key,
+                new StoredTensorInfo(key, t.dtype(), t.shape())));
+        return out;
+    }
+
+    /**
+     * Whether {@code dir} holds a complete checkpoint (its {@code mcore4j_metadata.json} exists); reads nothing else.
      *
      * @param dir a directory
      * @return true if a save into it completed
      */
     public static boolean isComplete(Path dir) {
-        return java.nio.file.Files.isRegularFile(dir.resolve(CheckpointMetadata.FILE_NAME));
+        return CheckpointMetadata.locate(dir) != null;
     }
 }

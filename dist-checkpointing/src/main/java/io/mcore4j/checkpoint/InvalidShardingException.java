@@ -3,7 +3,7 @@ package io.mcore4j.checkpoint;
 /**
  * The shards handed to a save do not describe each tensor exactly once: two main replicas overlap,
  * some element has no main replica, ranks disagree on a tensor's dtype or global shape, or a dtype
- * cannot be stored. Nothing is written (no {@code metadata.json}) when this is thrown.
+ * cannot be stored. Nothing is written (no {@code mcore4j_metadata.json}) when this is thrown.
  */
 public class InvalidShardingException extends CheckpointException {
     private static final long serialVersionUID = 1L;

@@ -5,7 +5,7 @@ import java.util.Objects;
 /**
  * Options of a save; every rank of one save must pass equal options.
  *
- * @param fsync force each shard file and {@code metadata.json} to disk before renaming them, and
+ * @param fsync force each shard file and {@code mcore4j_metadata.json} to disk before renaming them, and
  *     the directory after (default true; turning it off trades crash safety for speed)
  * @param writeChunkBytes size of the writes a shard file is cut into (default 8 MiB)
  * @param listener called after each chunk (default {@link ShardWriteListener#NONE})

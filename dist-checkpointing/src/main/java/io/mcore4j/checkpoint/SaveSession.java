@@ -32,7 +32,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 
 /**
- * One save, from the declaration of shards to {@code metadata.json}. The collective steps, in the
+ * One save, from the declaration of shards to {@code mcore4j_metadata.json}. The collective steps, in the
  * order every rank runs them over {@code world}:
  * <ol>
  *   <li>all ranks exchange their shard entries; rank 0 validates coverage, snapshots the common
@@ -40,7 +40,7 @@ import java.util.concurrent.ExecutionException;
  *   <li>each rank stages its main replicas as host bytes (a copy when asynchronous) and writes its
  *       file, inline or on a background thread;</li>
  *   <li>in {@link #finish()}, ranks exchange their file records (or failures); rank 0 writes
- *       {@code metadata.json}; the outcome is agreed by all ranks.</li>
+ *       {@code mcore4j_metadata.json}; the outcome is agreed by all ranks.</li>
  * </ol>
  */
 final class SaveSession {
@@ -150,7 +150,7 @@ final class SaveSession {
         return written.isDone();
     }
 
-    /** Waits for this rank's file, then runs the collective that writes {@code metadata.json}. */
+    /** Waits for this rank's file, then runs the collective that writes {@code mcore4j_metadata.json}. */
     void finish() {
         StoredFile file = null;
         Throwable failure = null;
@@ -172,9 +172,7 @@ final class SaveSession {
         Throwable verdict = null;
         if (world.rank() == 0) {
             try {
-                CheckpointMetadata metadata = metadata(files);
-                DurableFiles.writeAtomically(dir.resolve(CheckpointMetadata.FILE_NAME),
-                        metadata.toJson().getBytes(StandardCharsets.UTF_8), options.fsync());
+                metadata(files).write(dir, options.fsync());
             } catch (RuntimeException | IOException e) {
                 verdict = e instanceof IOException ? new CheckpointException("cannot write the metadata of " + dir + ": " + e, e) : e;
             }
@@ -240,7 +238,7 @@ final class SaveSession {
      */
     private static void clearDirectory(Path dir, boolean fsync) throws IOException {
         Files.createDirectories(dir);
-        if (Files.deleteIfExists(dir.resolve(CheckpointMetadata.FILE_NAME)) && fsync) {
+        if (CheckpointMetadata.deleteMarkers(dir) && fsync) {
             DurableFiles.fsyncDirectory(dir);
         }
         try (DirectoryStream<Path> entries = Files.newDirectoryStream(dir)) {
@@ -248,7 +246,8 @@ final class SaveSession {
                 String name = p.getFileName().toString();
                 String base = name.endsWith(DurableFiles.TEMPORARY_SUFFIX)
                         ? name.substring(0, name.length() - DurableFiles.TEMPORARY_SUFFIX.length()) : name;
-                if (ShardEntry.isShardFileName(base) || base.equals(CheckpointMetadata.FILE_NAME)) {
+                if (ShardEntry.isShardFileName(base) || base.equals(CheckpointMetadata.FILE_NAME)
+                        || base.equals(CheckpointMetadata.MEGATRON_CONFIG)) {
                     Files.deleteIfExists(p);
                 }
             }

@@ -13,7 +13,7 @@ import java.util.TreeSet;
  * and their volumes sum to the global volume (with every box inside the shape, which the caller
  * has checked, together these mean every element lies in exactly one box). Cost is a sort plus a
  * sweep, not a pass over elements. Saving checks the main replicas it is about to write with it
- * ({@link ShardCoverage}); loading checks the shards {@code metadata.json} lists
+ * ({@link ShardCoverage}); loading checks the shards {@code mcore4j_metadata.json} lists
  * ({@link CheckpointMetadata}), so a checkpoint with a gap or a doubled piece is never read.
  */
 final class Tiling {

@@ -56,7 +56,7 @@ class AsyncSaveTest {
         assertEquals(names, fileNames(async));
         assertTrue(names.contains(CheckpointMetadata.FILE_NAME));
         // writers: the 4 DP-rank-0 ranks (TP x PP), plus DP rank 1 of stage 0 / TP 0, which holds experts 2-3
-        assertEquals(5 + 1, names.size(), "five shard files plus metadata.json: " + names);
+        assertEquals(5 + 2, names.size(), "five shard files, mcore4j_metadata.json and Megatron's metadata.json: " + names);
         for (String name : names) {
             assertArrayEquals(Files.readAllBytes(sync.resolve(name)), Files.readAllBytes(async.resolve(name)), name);
         }

@@ -71,7 +71,7 @@ class CrashSafetyTest {
             return null;
         });
         assertEquals(iterationB, manager.latest().orElseThrow());
-        assertEquals(List.of("metadata.json", "rank_00000.safetensors", "rank_00001.safetensors"), names(iterationB));
+        assertEquals(List.of("mcore4j_metadata.json", "metadata.json", "rank_00000.safetensors", "rank_00001.safetensors"), names(iterationB));
         assertEquals("B", DistCheckpointing.loadCommon(iterationB).get("name"));
     }
 

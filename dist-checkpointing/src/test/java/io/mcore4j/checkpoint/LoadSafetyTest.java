@@ -130,7 +130,7 @@ class LoadSafetyTest {
     @Test
     void aDirectoryWithoutMetadataIsRefused() throws IOException {
         Files.delete(dir.resolve(CheckpointMetadata.FILE_NAME));
-        assertEveryRank(loadAll(), CorruptCheckpointException.class, "no metadata.json in " + dir, "did not complete");
+        assertEveryRank(loadAll(), CorruptCheckpointException.class, "no mcore4j_metadata.json in " + dir, "did not complete");
     }
 
     @Test

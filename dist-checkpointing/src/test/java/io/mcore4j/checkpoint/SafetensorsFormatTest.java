@@ -25,7 +25,7 @@ import org.junit.jupiter.api.io.TempDir;
 /**
  * The files on disk, read back by hand as a Python safetensors reader would: 8-byte little-endian
  * header length, JSON header with dtype, shape and data offsets, raw little-endian data. And
- * {@code metadata.json}'s sizes and CRC32C values match the files.
+ * {@code mcore4j_metadata.json}'s sizes and CRC32C values match the files.
  */
 class SafetensorsFormatTest {
     @TempDir

@@ -1,17 +1,12 @@
 package io.mcore4j.samples.generate;
 
 import ai.djl.ndarray.types.DataType;
-import com.google.gson.JsonElement;
-import com.google.gson.JsonObject;
-import com.google.gson.JsonParser;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.checkpoint.CheckpointManager;
+import io.mcore4j.checkpoint.DistCheckpointing;
+import io.mcore4j.checkpoint.StoredTensorInfo;
 import io.mcore4j.models.TransformerConfig;
 
-import java.io.IOException;
-import java.io.UncheckedIOException;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
@@ -20,7 +15,7 @@ import java.util.regex.Pattern;
 
 /**
  * A GPT's shape as a pretrain-gpt checkpoint records it: the global shapes and dtypes of its
- * {@code model.} tensors in {@code metadata.json}. From them come the layer count, widths, (padded)
+ * {@code model.} tensors in its metadata. From them come the layer count, widths, (padded)
  * vocabulary, MLP kind, norm kind, biases, tied or untied output layer, position embedding and query
  * groups; the attention-head count, which no shape records, is given by the caller.
  *
@@ -41,28 +36,16 @@ record CheckpointShapes(Path directory, Map<String, long[]> shapes, Map<String, 
      * @throws IllegalArgumentException if there is no complete checkpoint or it holds no GPT
      */
     static CheckpointShapes read(Path load) {
-        Path dir = Files.isRegularFile(load.resolve("metadata.json")) ? load
+        Path dir = DistCheckpointing.isComplete(load) ? load
                 : new CheckpointManager(load, Integer.MAX_VALUE).latest()
                         .orElseThrow(() -> new IllegalArgumentException("--load " + load + " holds no complete checkpoint"));
-        JsonObject root;
-        try {
-            root = JsonParser.parseString(Files.readString(dir.resolve("metadata.json"), StandardCharsets.UTF_8)).getAsJsonObject();
-        } catch (IOException e) {
-            throw new UncheckedIOException("cannot read " + dir.resolve("metadata.json"), e);
-        }
         Map<String, long[]> shapes = new HashMap<>();
         Map<String, String> dtypes = new HashMap<>();
-        for (Map.Entry<String, JsonElement> e : root.getAsJsonObject("tensors").entrySet()) {
-            if (!e.getKey().startsWith(PREFIX)) {
-                continue;
+        for (StoredTensorInfo t : DistCheckpointing.storedTensors(dir).values()) {
+            if (t.key().startsWith(PREFIX)) {
+                shapes.put(t.key(), t.shape());
+                dtypes.put(t.key(), t.dtype().name());
             }
-            JsonObject t = e.getValue().getAsJsonObject();
-            long[] shape = new long[t.getAsJsonArray("shape").size()];
-            for (int i = 0; i < shape.length; i++) {
-                shape[i] = t.getAsJsonArray("shape").get(i).getAsLong();
-            }
-            shapes.put(e.getKey(), shape);
-            dtypes.put(e.getKey(), t.get("dtype").getAsString());
         }
         if (!shapes.containsKey(PREFIX + "embedding.word_embeddings.weight")) {
             throw new IllegalArgumentException("checkpoint " + dir + " holds no model.embedding.word_embeddings.weight:"
