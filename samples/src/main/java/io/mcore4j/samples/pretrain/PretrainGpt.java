@@ -315,6 +315,9 @@ public final class PretrainGpt {
         long validSamples = args.evalInterval > 0 ? (long) args.evalIters * args.globalBatchSize : 0;
         GptDatasetBuilder builder = GptDatasetBuilder.create().sequenceLength(args.seqLength).seed(args.seed)
                 .split(args.splitWeights()).samples(trainSamples, validSamples, 0);
+        if (args.dataCachePath != null) {
+            builder.cacheDirectory(args.dataCachePath);
+        }
         if (args.mockData) {
             builder.mock(args.tokenVocabSize());
         } else {
