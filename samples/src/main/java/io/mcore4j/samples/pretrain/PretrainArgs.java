@@ -616,11 +616,19 @@ public final class PretrainArgs {
         return loadHf == null ? vocabSize : hfConfig().vocabSize();
     }
 
+    /**
+     * @return --sequence-parallel where it has an effect: Megatron turns it off at
+     *     --tensor-model-parallel-size 1 (with a warning, which {@link PretrainGpt} prints too)
+     */
+    boolean sequenceParallelInEffect() {
+        return sequenceParallel && layout.tensorParallel() > 1;
+    }
+
     private TransformerConfig model() {
         if (loadHf != null) {
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
             return hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(), Precision.of(fp16, bf16).paramDtype())
-                    .toBuilder().sequenceParallel(sequenceParallel)
+                    .toBuilder().sequenceParallel(sequenceParallelInEffect())
                     .recompute(recompute.recompute).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
@@ -630,7 +638,7 @@ public final class PretrainArgs {
                 .dropout(hiddenDropout, attentionDropout)
                 .initStd(initMethodStd)
                 .rotary(rotaryBase, rotaryPercent)
-                .sequenceParallel(sequenceParallel)
+                .sequenceParallel(sequenceParallelInEffect())
                 .tiedEmbeddings(!untieEmbeddings)
                 .recompute(recompute.recompute)
                 .dtype(Precision.of(fp16, bf16).paramDtype())

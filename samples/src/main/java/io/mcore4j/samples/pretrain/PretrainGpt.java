@@ -207,6 +207,9 @@ public final class PretrainGpt {
             AutoLayout.apply(args, world, out); // sets the layout flags to the planner's best layout
         }
         GptTrainingSetup setup = args.setup();
+        if (args.sequenceParallel && !args.sequenceParallelInEffect()) {
+            out.println("warning: --sequence-parallel is off at --tensor-model-parallel-size 1 (as in Megatron)");
+        }
         setup.dims(world); // fails early, naming the flags, if the layout or the batch does not divide
         try (GptSplits splits = datasets(args, out)) {
             SampleDataset train = splits.train().orElseThrow(() -> new IllegalArgumentException("the data has no training split"));

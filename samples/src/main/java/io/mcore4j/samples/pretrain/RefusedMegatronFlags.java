@@ -12,7 +12,8 @@ import java.util.List;
  * mixin of {@link PretrainArgs}; the lines are listed in docs/megatron-flags.md.
  */
 public final class RefusedMegatronFlags {
-    private static final String LATER = "is not implemented yet (a later change adds it)";
+    private static final String TOKENIZERS = "tokenizers are not implemented yet (a later change adds them);"
+            + " pretrain-gpt reads token ids (--data-path, or --mock-data with --vocab-size)";
 
     // tokenizers: pretrain-gpt reads token ids (--data-path) or makes them (--mock-data, --corpus-from-sources)
     @Option(names = "--tokenizer-type", description = "Only NullTokenizer (token ids below --vocab-size, what pretrain-gpt"
@@ -24,7 +25,8 @@ public final class RefusedMegatronFlags {
     String mergeFile;
     @Option(names = "--tokenizer-model", description = "Refused: tokenizers are not implemented yet.")
     String tokenizerModel;
-    @Option(names = "--tiktoken-pattern", description = "Refused: tokenizers are not implemented yet.")
+    @Option(names = "--tiktoken-pattern", description = "Accepted without effect: it configures Megatron's TikTokenizer,"
+            + " which is refused.")
     String tiktokenPattern;
 
     // optimizer offload
@@ -99,17 +101,16 @@ public final class RefusedMegatronFlags {
     void check() {
         List<String> refusals = new ArrayList<>();
         if (tokenizerType != null && !nullTokenizer()) {
-            refusals.add("--tokenizer-type " + tokenizerType + ": tokenizers " + LATER + "; pretrain-gpt reads token ids"
-                    + " (--data-path, --mock-data with --vocab-size: --tokenizer-type NullTokenizer)");
+            refusals.add("--tokenizer-type " + tokenizerType + ": " + TOKENIZERS + "; --tokenizer-type NullTokenizer"
+                    + " names that");
         }
         file(refusals, "--vocab-file", vocabFile);
         file(refusals, "--merge-file", mergeFile);
         file(refusals, "--tokenizer-model", tokenizerModel);
-        file(refusals, "--tiktoken-pattern", tiktokenPattern);
         if (optimizerCpuOffload || cpuOptimizer || optimizerOffloadFraction != null) {
             String flag = optimizerCpuOffload ? "--optimizer-cpu-offload" : cpuOptimizer ? "--cpu-optimizer"
                     : "--optimizer-offload-fraction " + optimizerOffloadFraction;
-            refusals.add(flag + ": optimizer CPU offload " + LATER + "; the optimizer state stays on the training device"
+            refusals.add(flag + ": optimizer CPU offload is not implemented yet (a later change adds it); the optimizer state stays on the training device"
                     + " (--use-distributed-optimizer shards it over data-parallel ranks)");
         }
         flag(refusals, qkLayernorm, "--qk-layernorm: normalising queries and keys per head is not implemented;"
@@ -157,8 +158,7 @@ public final class RefusedMegatronFlags {
     }
 
     private static void file(List<String> refusals, String flag, String value) {
-        value(refusals, flag, value, "tokenizers " + LATER + "; pretrain-gpt reads token ids (--data-path, or"
-                + " --mock-data with --vocab-size)");
+        value(refusals, flag, value, TOKENIZERS);
     }
 
     private static void flag(List<String> refusals, boolean given, String line) {
