@@ -328,14 +328,28 @@ public final class PretrainArgs {
     @Option(names = "--save-retain", description = "Complete checkpoints kept in --save: the newest N (0: all, as"
             + " Megatron, which deletes none unless --save-retain-interval). Default: ${DEFAULT-VALUE}.")
     int saveRetain = 2;
-    @Option(names = {"--no-masked-softmax-fusion", "--cross-entropy-loss-fusion", "--no-create-attention-mask-in-dataloader",
-            "--no-mmap-bin-files", "--manual-gc", "--log-throughput"}, description = "Accepted without effect: kernel,"
-            + " loader and logging choices of Megatron that do not change what is computed (mcore4j picks its kernels,"
-            + " memory-maps the data, never builds an attention mask in the loader, and logs TFLOP/s per rank).")
-    boolean megatronImplementationChoice;
-    @Option(names = {"--num-workers", "--empty-unused-memory-level"}, description = "Accepted without effect: data-loader"
-            + " processes and cache emptying are PyTorch's; mcore4j reads samples in the training thread.")
-    int megatronImplementationLevel;
+    // accepted without effect: Megatron's kernel, loader and logging choices that do not change what is computed
+    @Option(names = "--no-masked-softmax-fusion", description = "Accepted without effect: mcore4j picks its attention kernels"
+            + " (--attention-backend).")
+    boolean noMaskedSoftmaxFusion;
+    @Option(names = "--cross-entropy-loss-fusion", description = "Accepted without effect: mcore4j's vocabulary-parallel"
+            + " cross-entropy is fused where a kernel exists.")
+    boolean crossEntropyLossFusion;
+    @Option(names = "--no-create-attention-mask-in-dataloader", description = "Accepted without effect: mcore4j's loader"
+            + " never builds an attention mask (attention is causal).")
+    boolean noAttentionMaskInDataloader;
+    @Option(names = "--no-mmap-bin-files", description = "Accepted without effect: mcore4j memory-maps the .bin files.")
+    boolean noMmapBinFiles;
+    @Option(names = "--manual-gc", description = "Accepted without effect: Python's garbage collector; the JVM's runs on its own.")
+    boolean manualGc;
+    @Option(names = "--log-throughput", description = "Accepted without effect: throughput (tokens/s, TFLOP/s per rank) is"
+            + " always logged.")
+    boolean logThroughput;
+    @Option(names = "--num-workers", description = "Accepted without effect: mcore4j reads samples in the training thread,"
+            + " not in loader processes.")
+    int numWorkers = 2;
+    @Option(names = "--empty-unused-memory-level", description = "Accepted without effect: PyTorch's cache emptying.")
+    int emptyUnusedMemoryLevel;
     @Mixin
     final RefusedMegatronFlags refused = new RefusedMegatronFlags();
 
