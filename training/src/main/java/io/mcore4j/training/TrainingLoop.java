@@ -115,14 +115,15 @@ public final class TrainingLoop {
             sink.begin(start, config.trainIters());
         }
         if (logging) {
+            // a resumed run with nothing left says so instead of naming an empty range ("iterations 121 to 120")
+            String range = start < config.trainIters()
+                    ? String.format(Locale.ROOT, "iterations %d to %d", start + 1, config.trainIters())
+                    : start == 0 ? "nothing to train: --train-iters is 0"
+                    : String.format(Locale.ROOT, "nothing left to train: the checkpoint is at iteration %d and"
+                            + " --train-iters is %d", start, config.trainIters());
             out.printf(Locale.ROOT, "training: %s, %,d parameters on this rank, %d micro-batches of %d per iteration, "
-                            + "iterations %d to %d%n", groups.dims(), step.model().parameters().stream()
-                            .mapToLong(p -> p.data().size()).sum(), step.microBatches(), step.microBatchSize(),
-                    start + 1, config.trainIters());
-            if (start >= config.trainIters()) {
-                out.printf(Locale.ROOT, "nothing to train: iteration %d already reached --train-iters %d%n", start,
-                        config.trainIters());
-            }
+                            + "%s%n", groups.dims(), step.model().parameters().stream()
+                            .mapToLong(p -> p.data().size()).sum(), step.microBatches(), step.microBatchSize(), range);
         }
         try {
             return iterate(ckpt, start);

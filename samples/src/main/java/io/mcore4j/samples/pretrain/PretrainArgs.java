@@ -3,6 +3,7 @@ package io.mcore4j.samples.pretrain;
 import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.Precision;
 import io.mcore4j.data.gpt.SplitWeights;
+import io.mcore4j.data.sampler.DataloaderType;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
@@ -87,6 +88,20 @@ public final class PretrainArgs {
         private final CpCommType type;
 
         CpCommKind(CpCommType type) {
+            this.type = type;
+        }
+    }
+
+    /** Megatron's {@code --transformer-impl} values. */
+    public enum TransformerImpl { local, transformer_engine }
+
+    /** Megatron's {@code --dataloader-type} values that are implemented, and the order each selects. */
+    public enum DataloaderKind {
+        single(DataloaderType.SINGLE), cyclic(DataloaderType.CYCLIC);
+
+        private final DataloaderType type;
+
+        DataloaderKind(DataloaderType type) {
             this.type = type;
         }
     }
@@ -261,6 +276,83 @@ public final class PretrainArgs {
     @Option(names = "--cpu-initialization", description = "Initialise weights on the CPU even when training on a GPU.")
     boolean cpuInitialization;
 
+    // flags of Megatron-LM's example scripts (GPT-3, LLaMA 3, Mixtral): implemented, accepted without effect, or
+    // refused with one line (RefusedMegatronFlags); docs/megatron-flags.md lists them
+    @Option(names = "--init-method-std", description = "Standard deviation of the normal initialisation of the weights;"
+            + " the output projections (attention linear_proj, MLP linear_fc2) use it / sqrt(2 x --num-layers), as"
+            + " Megatron does. Default: ${DEFAULT-VALUE}.")
+    double initMethodStd = 0.02;
+    @Option(names = "--kv-channels", description = "Width of one attention head (0: --hidden-size / --num-attention-heads)."
+            + " Default: ${DEFAULT-VALUE}.")
+    int kvChannels = 0;
+    @Option(names = "--group-query-attention", description = "Grouped-query attention with --num-query-groups key/value"
+            + " heads (Megatron's default of 1 when --num-query-groups is not given). mcore4j also honours"
+            + " --num-query-groups without this flag (Megatron ignores it then).")
+    boolean groupQueryAttention;
+    @Option(names = "--rotary-base", description = "RoPE base (theta). Default: ${DEFAULT-VALUE}.")
+    double rotaryBase = 10000;
+    @Option(names = "--rotary-percent", description = "Fraction of each head's channels that RoPE rotates. Default: ${DEFAULT-VALUE}.")
+    double rotaryPercent = 1.0;
+    @Option(names = "--no-position-embedding", description = "Megatron's deprecated flag: accepted with"
+            + " --position-embedding-type rope (which has no learned position embedding), refused otherwise.")
+    boolean noPositionEmbedding;
+    @Option(names = "--transformer-impl", description = "${COMPLETION-CANDIDATES}: transformer_engine is mcore4j's fused"
+            + " path (the --attention-backend given; auto: libtorch's fused attention); local composes attention from"
+            + " tensor ops (--attention-backend unfused), as Megatron's local spec does. No Transformer Engine is"
+            + " involved. Default: ${DEFAULT-VALUE}.")
+    TransformerImpl transformerImpl = TransformerImpl.transformer_engine;
+    @Option(names = "--use-flash-attn", description = "Megatron's older name for --attention-backend flash.")
+    boolean useFlashAttn;
+    @Option(names = "--use-mcore-models", description = "Accepted without effect: mcore4j's models are Megatron-Core's (as"
+            + " in Megatron-LM today, where the flag is deprecated).")
+    boolean useMcoreModels;
+    @Option(names = "--moe-router-load-balancing-type", description = "aux_loss (Megatron's default: the switch-transformer"
+            + " loss weighted by --moe-aux-loss-coeff) or none (no load-balancing loss); seq_aux_loss, global_aux_loss"
+            + " and sinkhorn are refused. Default: ${DEFAULT-VALUE}.")
+    String moeLoadBalancingType = "aux_loss";
+    @Option(names = "--lr-warmup-fraction", description = "Warmup as a fraction of --lr-decay-iters (instead of"
+            + " --lr-warmup-iters); it must give a whole number of iterations.")
+    Double lrWarmupFraction;
+    @Option(names = "--grad-reduce-in-bf16", description = "Reduce gradients in bfloat16 under --bf16 (the same as"
+            + " --no-accumulate-allreduce-grads-in-fp32).")
+    boolean gradReduceInBf16;
+    @Option(names = "--dataloader-type", description = "${COMPLETION-CANDIDATES}: single reads the samples in order"
+            + " (Megatron's pretraining sampler); cyclic gives each data-parallel rank its own part of the samples in a"
+            + " random order per epoch and starts a new epoch when it runs out (Megatron's random sampler with data"
+            + " sharding; the order is mcore4j's, not PyTorch's). Megatron's external is not offered."
+            + " Default: ${DEFAULT-VALUE}.")
+    DataloaderKind dataloaderType = DataloaderKind.single;
+    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files (default: next to each"
+            + " dataset's files).")
+    Path dataCachePath;
+    @Option(names = "--save-retain", description = "Complete checkpoints kept in --save: the newest N (0: all, as"
+            + " Megatron, which deletes none unless --save-retain-interval). Default: ${DEFAULT-VALUE}.")
+    int saveRetain = 2;
+    // accepted without effect: Megatron's kernel, loader and logging choices that do not change what is computed
+    @Option(names = "--no-masked-softmax-fusion", description = "Accepted without effect: mcore4j picks its attention kernels"
+            + " (--attention-backend).")
+    boolean noMaskedSoftmaxFusion;
+    @Option(names = "--cross-entropy-loss-fusion", description = "Accepted without effect: mcore4j's vocabulary-parallel"
+            + " cross-entropy is fused where a kernel exists.")
+    boolean crossEntropyLossFusion;
+    @Option(names = "--no-create-attention-mask-in-dataloader", description = "Accepted without effect: mcore4j's loader"
+            + " never builds an attention mask (attention is causal).")
+    boolean noAttentionMaskInDataloader;
+    @Option(names = "--no-mmap-bin-files", description = "Accepted without effect: mcore4j memory-maps the .bin files.")
+    boolean noMmapBinFiles;
+    @Option(names = "--manual-gc", description = "Accepted without effect: Python's garbage collector; the JVM's runs on its own.")
+    boolean manualGc;
+    @Option(names = "--log-throughput", description = "Accepted without effect: throughput (tokens/s, TFLOP/s per rank) is"
+            + " always logged.")
+    boolean logThroughput;
+    @Option(names = "--num-workers", description = "Accepted without effect: mcore4j reads samples in the training thread,"
+            + " not in loader processes.")
+    int numWorkers = 2;
+    @Option(names = "--empty-unused-memory-level", description = "Accepted without effect: PyTorch's cache emptying.")
+    int emptyUnusedMemoryLevel;
+    @Mixin
+    final RefusedMegatronFlags refused = new RefusedMegatronFlags();
+
     /**
      * Sets the global batch (front-ends that derive it from micro-batches per replica).
      *
@@ -301,9 +393,25 @@ public final class PretrainArgs {
         return seqLength;
     }
 
-    /** @return --attention-backend */
+    /** @return the attention kind in effect: --attention-backend, after --use-flash-attn and --transformer-impl */
     public AttentionKind attentionBackend() {
-        return attentionBackend;
+        AttentionKind kind = attentionBackend;
+        if (useFlashAttn) {
+            if (kind != AttentionKind.auto && kind != AttentionKind.flash) {
+                throw new IllegalArgumentException("--use-flash-attn asks for --attention-backend flash but"
+                        + " --attention-backend is " + kind + " (give one of them)");
+            }
+            kind = AttentionKind.flash;
+        }
+        if (transformerImpl == TransformerImpl.local) {
+            if (kind == AttentionKind.flash || kind == AttentionKind.fused) {
+                throw new IllegalArgumentException("--transformer-impl local composes attention from tensor ops but "
+                        + (useFlashAttn ? "--use-flash-attn" : "--attention-backend " + kind) + " asks for the fused"
+                        + " kernel (use --transformer-impl transformer_engine, or drop it)");
+            }
+            kind = kind == AttentionKind.auto ? AttentionKind.unfused : kind;
+        }
+        return kind;
     }
 
     /**
@@ -331,6 +439,7 @@ public final class PretrainArgs {
      * @throws IllegalArgumentException naming the flag and the value that is wrong
      */
     public GptTrainingSetup setup() {
+        refused.check();
         positive("--nproc", layout.nproc());
         positive("--tensor-model-parallel-size", layout.tensorParallel());
         positive("--pipeline-model-parallel-size", layout.pipelineParallel());
@@ -358,7 +467,10 @@ public final class PretrainArgs {
         atLeastZero("--lr-warmup-iters", lrWarmupIters);
         atLeastZero("--lr-decay-iters", lrDecayIters);
         atLeastZero("--num-experts", numExperts);
-        if (hiddenSize % numAttentionHeads != 0) {
+        atLeastZero("--kv-channels", kvChannels);
+        atLeastZero("--save-retain", saveRetain);
+        checkMegatronScriptFlags();
+        if (kvChannels == 0 && hiddenSize % numAttentionHeads != 0) {
             throw new IllegalArgumentException("--hidden-size " + hiddenSize + " is not divisible by --num-attention-heads "
                     + numAttentionHeads);
         }
@@ -395,31 +507,76 @@ public final class PretrainArgs {
             virtualStages = numLayers / (layout.pipelineParallel() * layout.layersPerVirtualStage());
         }
         TransformerConfig model = model();
+        long decay = lrDecayIters > 0 ? lrDecayIters : trainIters;
+        long warmup = warmupIterations(decay);
         OptimizerConfig optimizerConfig = OptimizerConfig.builder()
                 .algorithm(optimizer == OptimizerKind.sgd ? OptimizerConfig.Algorithm.SGD : OptimizerConfig.Algorithm.ADAMW)
                 .lr(lr).beta1(adamBeta1).beta2(adamBeta2).eps(adamEps).weightDecay(weightDecay).clipGrad(clipGrad)
                 .precision(Precision.of(fp16, bf16)).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
-                .gradReduceInFp32(gradReduceInFp32).overlapGradReduce(overlapGradReduce)
+                .gradReduceInFp32(gradReduceInFp32 && !gradReduceInBf16).overlapGradReduce(overlapGradReduce)
                 .bucketSizeBytes(4 * ddpBucketSize).build();
-        long decay = lrDecayIters > 0 ? lrDecayIters : trainIters;
         LearningRateSchedule schedule;
         try {
-            schedule = new LearningRateSchedule(lr, minLr, lrWarmupIters, decay,
+            schedule = new LearningRateSchedule(lr, minLr, warmup, decay,
                     lrDecayStyle.style);
         } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException("--lr " + lr + ", --min-lr " + minLr + ", --lr-warmup-iters " + lrWarmupIters
+            throw new IllegalArgumentException("--lr " + lr + ", --min-lr " + minLr + ", --lr-warmup-iters " + warmup
                     + ", --lr-decay-iters " + decay + ": " + e.getMessage(), e);
         }
-        CheckpointConfig checkpoint = new CheckpointConfig(save, load, saveInterval, 2,
+        CheckpointConfig checkpoint = new CheckpointConfig(save, load, saveInterval,
+                saveRetain == 0 ? Integer.MAX_VALUE : saveRetain,
                 overrideScheduler ? CheckpointConfig.SchedulerOnResume.OVERRIDE
                         : useCheckpointScheduler ? CheckpointConfig.SchedulerOnResume.USE_CHECKPOINT
                         : CheckpointConfig.SchedulerOnResume.CHECK, exitOnMissingCheckpoint);
         TrainingConfig training = new TrainingConfig(trainIters, schedule, weightDecay, logInterval, evalInterval,
                 evalIters, checkpoint, seed);
-        AttentionBackend attention = attentionBackend.backend;
+        AttentionBackend attention = attentionBackend().backend;
         checkAttentionMemory(model, attention);
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
-                contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization);
+                contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
+                dataloaderType.type);
+    }
+
+    /** The values of the Megatron script flags that are checked on their own (one line naming the flag). */
+    private void checkMegatronScriptFlags() {
+        if (!(initMethodStd > 0)) {
+            throw new IllegalArgumentException("--init-method-std " + initMethodStd + " must be positive");
+        }
+        if (!(rotaryPercent > 0 && rotaryPercent <= 1)) {
+            throw new IllegalArgumentException("--rotary-percent " + rotaryPercent + " must be in (0, 1]");
+        }
+        if (!(rotaryBase > 0)) {
+            throw new IllegalArgumentException("--rotary-base " + rotaryBase + " must be positive");
+        }
+        if (noPositionEmbedding && positionEmbedding != PositionEmbeddingKind.rope) {
+            // Megatron's own check, in its words
+            throw new IllegalArgumentException("--no-position-embedding is deprecated, use --position-embedding-type"
+                    + " (it is " + positionEmbedding + ")");
+        }
+        if (!moeLoadBalancingType.equals("aux_loss") && !moeLoadBalancingType.equals("none")) {
+            throw new IllegalArgumentException("--moe-router-load-balancing-type " + moeLoadBalancingType + ": only aux_loss"
+                    + " (weighted by --moe-aux-loss-coeff) and none are implemented");
+        }
+        attentionBackend(); // --use-flash-attn and --transformer-impl against --attention-backend
+    }
+
+    /** --lr-warmup-iters, or --lr-warmup-fraction of the decay iterations (a whole number of them). */
+    private long warmupIterations(long decayIterations) {
+        if (lrWarmupFraction == null) {
+            return lrWarmupIters;
+        }
+        if (lrWarmupIters != 0) {
+            throw new IllegalArgumentException("--lr-warmup-fraction " + lrWarmupFraction + " and --lr-warmup-iters "
+                    + lrWarmupIters + " exclude each other (give one)");
+        }
+        double iterations = lrWarmupFraction * decayIterations;
+        long whole = Math.round(iterations);
+        if (!(lrWarmupFraction >= 0 && lrWarmupFraction <= 1) || Math.abs(iterations - whole) > 1e-6 * Math.max(1, iterations)) {
+            throw new IllegalArgumentException(String.format(Locale.ROOT, "--lr-warmup-fraction %s of %d decay iterations"
+                    + " is %.6g iterations; mcore4j warms up over whole iterations in [0, %d] (use --lr-warmup-iters)",
+                    lrWarmupFraction, decayIterations, iterations, decayIterations));
+        }
+        return whole;
     }
 
     /**
@@ -473,11 +630,19 @@ public final class PretrainArgs {
         return loadHf == null ? vocabSize : hfConfig().vocabSize();
     }
 
+    /**
+     * @return --sequence-parallel where it has an effect: Megatron turns it off at
+     *     --tensor-model-parallel-size 1 (with a warning, which {@link PretrainGpt} prints too)
+     */
+    boolean sequenceParallelInEffect() {
+        return sequenceParallel && layout.tensorParallel() > 1;
+    }
+
     private TransformerConfig model() {
         if (loadHf != null) {
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
             return hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(), Precision.of(fp16, bf16).paramDtype())
-                    .toBuilder().sequenceParallel(sequenceParallel)
+                    .toBuilder().sequenceParallel(sequenceParallelInEffect())
                     .recompute(recompute.recompute).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
@@ -485,13 +650,20 @@ public final class PretrainArgs {
         TransformerConfig.Builder b = TransformerConfig.builder(numLayers, hiddenSize, numAttentionHeads, vocab)
                 .maxSequenceLength(maxPositionEmbeddings == 0 ? seqLength : maxPositionEmbeddings)
                 .dropout(hiddenDropout, attentionDropout)
-                .sequenceParallel(sequenceParallel)
+                .initStd(initMethodStd)
+                .rotary(rotaryBase, rotaryPercent)
+                .sequenceParallel(sequenceParallelInEffect())
                 .tiedEmbeddings(!untieEmbeddings)
                 .recompute(recompute.recompute)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
                 .cpCommType(cpCommType.type);
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);
+        } else if (groupQueryAttention) {
+            b.queryGroups(1); // Megatron's --num-query-groups default
+        }
+        if (kvChannels > 0) {
+            b.kvChannels(kvChannels);
         }
         if (ffnHiddenSize > 0) {
             b.ffnHiddenSize(ffnHiddenSize);
@@ -510,7 +682,8 @@ public final class PretrainArgs {
         }
         if (numExperts > 0) {
             int ffn = moeFfnHiddenSize > 0 ? moeFfnHiddenSize : ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize;
-            b.moe(new TransformerConfig.MoeSettings(numExperts, moeTopK, moeLayerFrequency, ffn, moeAuxLossCoeff,
+            double auxLossCoeff = moeLoadBalancingType.equals("none") ? 0 : moeAuxLossCoeff;
+            b.moe(new TransformerConfig.MoeSettings(numExperts, moeTopK, moeLayerFrequency, ffn, auxLossCoeff,
                     moeDispatcher == DispatcherKind.alltoall ? MoeConfig.Dispatcher.ALL_TO_ALL : MoeConfig.Dispatcher.ALL_GATHER));
         }
         try {

@@ -207,6 +207,9 @@ public final class PretrainGpt {
             AutoLayout.apply(args, world, out); // sets the layout flags to the planner's best layout
         }
         GptTrainingSetup setup = args.setup();
+        if (args.sequenceParallel && !args.sequenceParallelInEffect()) {
+            out.println("warning: --sequence-parallel is off at --tensor-model-parallel-size 1 (as in Megatron)");
+        }
         setup.dims(world); // fails early, naming the flags, if the layout or the batch does not divide
         try (GptSplits splits = datasets(args, out)) {
             SampleDataset train = splits.train().orElseThrow(() -> new IllegalArgumentException("the data has no training split"));
@@ -315,6 +318,9 @@ public final class PretrainGpt {
         long validSamples = args.evalInterval > 0 ? (long) args.evalIters * args.globalBatchSize : 0;
         GptDatasetBuilder builder = GptDatasetBuilder.create().sequenceLength(args.seqLength).seed(args.seed)
                 .split(args.splitWeights()).samples(trainSamples, validSamples, 0);
+        if (args.dataCachePath != null) {
+            builder.cacheDirectory(args.dataCachePath);
+        }
         if (args.mockData) {
             builder.mock(args.tokenVocabSize());
         } else {

@@ -1,6 +1,7 @@
 package io.mcore4j.samples.pretrain;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -12,23 +13,33 @@ import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 import picocli.CommandLine;
 
-/** The README's list of pretrain-gpt flags is exactly the command's options. */
+/**
+ * The README's list of pretrain-gpt flags and docs/megatron-flags.md's list of the Megatron script
+ * flags are together exactly the command's options.
+ */
 class PretrainGptReadmeTest {
     @Test
     void theReadmeListsEveryFlagAndNoOther() throws Exception {
         Path readme = Path.of("..", "README.md");
-        String text = Files.readString(readme);
-        int start = text.indexOf("<!-- flags:");
-        int end = text.indexOf("<!-- end of flags -->");
-        String list = text.substring(start, end).replace("--[no-]", "--");
         Set<String> listed = new TreeSet<>();
+        listed(readme, "<!-- flags:", "<!-- end of flags -->", listed);
+        listed(Path.of("..", "docs", "megatron-flags.md"), "<!-- megatron flags:", "<!-- end of megatron flags -->", listed);
+        Set<String> options = new TreeSet<>();
+        new CommandLine(new PretrainArgs()).getCommandSpec().options()
+                .forEach(o -> options.add(o.longestName().replace("--[no-]", "--")));
+        assertEquals(options, listed, "README.md's and docs/megatron-flags.md's pretrain-gpt flag lists");
+    }
+
+    /** Adds the flags quoted between two markers of a file. */
+    private static void listed(Path file, String from, String to, Set<String> listed) throws Exception {
+        String text = Files.readString(file);
+        int start = text.indexOf(from);
+        int end = text.indexOf(to);
+        assertTrue(start >= 0 && end > start, file + " has the markers " + from + " and " + to);
+        String list = text.substring(start, end).replace("--[no-]", "--");
         Matcher m = Pattern.compile("`(--[a-z0-9_-]+)").matcher(list);
         while (m.find()) {
             listed.add(m.group(1));
         }
-        Set<String> options = new TreeSet<>();
-        new CommandLine(new PretrainArgs()).getCommandSpec().options()
-                .forEach(o -> options.add(o.longestName().replace("--[no-]", "--")));
-        assertEquals(options, listed, "README.md's pretrain-gpt flag list");
     }
 }

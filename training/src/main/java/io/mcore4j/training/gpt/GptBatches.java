@@ -7,6 +7,8 @@ import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.data.gpt.SampleDataset;
+import io.mcore4j.data.sampler.CyclicPretrainingSampler;
+import io.mcore4j.data.sampler.DataloaderType;
 import io.mcore4j.data.sampler.PretrainingSampler;
 import io.mcore4j.training.BatchSource;
 import io.mcore4j.training.MicroBatch;
@@ -15,7 +17,8 @@ import java.util.Objects;
 
 /**
  * Micro-batches of GPT samples for one data-parallel rank, taken in order with Megatron's
- * pretraining sampler (wrapping around the dataset): each sample of {@code s + 1} tokens gives
+ * pretraining sampler (wrapping around the dataset), or with {@link DataloaderType#CYCLIC} in the
+ * random order of {@link CyclicPretrainingSampler}: each sample of {@code s + 1} tokens gives
  * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}; under context
  * parallelism, this rank's {@code [s / CP, b]} part of them.
  */
@@ -25,6 +28,7 @@ public final class GptBatches implements BatchSource {
     private final int dataParallelRank;
     private final int dataParallelSize;
     private final ContextParallelSplit contextParallel;
+    private final CyclicPretrainingSampler cyclic;
 
     /**
      * Micro-batches of whole sequences (no context parallelism).
@@ -51,19 +55,43 @@ public final class GptBatches implements BatchSource {
      */
     public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize,
                       ContextParallelSplit contextParallel) {
+        this(data, microBatchSize, dataParallelRank, dataParallelSize, contextParallel, DataloaderType.SINGLE);
+    }
+
+    /**
+     * Micro-batches of this context-parallel rank's part of each sequence, read in the given order.
+     *
+     * @param data the samples
+     * @param microBatchSize samples per micro-batch
+     * @param dataParallelRank this rank's data-parallel index
+     * @param dataParallelSize the data-parallel size
+     * @param contextParallel this rank's split of each sequence
+     * @param order in order ({@link DataloaderType#SINGLE}) or shuffled per epoch ({@link DataloaderType#CYCLIC})
+     * @throws IllegalArgumentException if the samples' length cannot be split, or (cyclic) the
+     *         dataset does not fill one micro-batch on every data-parallel rank
+     */
+    public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize,
+                      ContextParallelSplit contextParallel, DataloaderType order) {
         this.data = Objects.requireNonNull(data, "data");
         this.microBatchSize = microBatchSize;
         this.dataParallelRank = dataParallelRank;
         this.dataParallelSize = dataParallelSize;
         this.contextParallel = Objects.requireNonNull(contextParallel, "contextParallel");
         contextParallel.checkSequenceLength(data.sequenceLength());
+        this.cyclic = Objects.requireNonNull(order, "order") == DataloaderType.CYCLIC
+                ? new CyclicPretrainingSampler(data.size(), microBatchSize, dataParallelRank, dataParallelSize) : null;
     }
 
     @Override
     public MicroBatch microBatch(NDManager manager, long consumedSamples, int microBatch) {
-        PretrainingSampler sampler = new PretrainingSampler(data.size(), consumedSamples % data.size(), microBatchSize,
-                dataParallelRank, dataParallelSize, true);
-        long[] indices = sampler.microBatch(microBatch % sampler.steps());
+        long[] indices;
+        if (cyclic != null) {
+            indices = cyclic.microBatch(consumedSamples + (long) microBatch * microBatchSize * dataParallelSize);
+        } else {
+            PretrainingSampler sampler = new PretrainingSampler(data.size(), consumedSamples % data.size(), microBatchSize,
+                    dataParallelRank, dataParallelSize, true);
+            indices = sampler.microBatch(microBatch % sampler.steps());
+        }
         int seq = data.sequenceLength();
         int width = seq + 1;
         int[] flat = new int[indices.length * width];

@@ -98,9 +98,9 @@ public final class GptPretraining {
                 int dp = dims.dataParallel();
                 ContextParallelSplit cp = ContextParallelSplit.of(groups.cp());
                 TrainingLoop.Builder b = TrainingLoop.builder(step, setup.training(),
-                        new GptBatches(train, setup.microBatchSize(), dpRank, dp, cp));
+                        new GptBatches(train, setup.microBatchSize(), dpRank, dp, cp, setup.dataloaderType()));
                 if (valid != null) {
-                    b.valid(new GptBatches(valid, setup.microBatchSize(), dpRank, dp, cp));
+                    b.valid(new GptBatches(valid, setup.microBatchSize(), dpRank, dp, cp, setup.dataloaderType()));
                 }
                 loop.accept(b);
                 TrainingSummary summary = b.build().run();

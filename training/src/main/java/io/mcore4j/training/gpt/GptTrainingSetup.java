@@ -1,5 +1,6 @@
 package io.mcore4j.training.gpt;
 
+import io.mcore4j.data.sampler.DataloaderType;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.optimizer.OptimizerConfig;
@@ -29,12 +30,13 @@ import java.util.Objects;
  * @param seed base seed of the weights and of dropout
  * @param deviceInitialization initialise weights on the training device (fast on GPUs; same values
  *                             only up to the device's random generator), instead of on the CPU
+ * @param dataloaderType the order training samples are read in (Megatron's {@code --dataloader-type})
  */
 public record GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
                                int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
                                OptimizerConfig optimizer,
                                int microBatchSize, long globalBatchSize, int seqLength, TrainingConfig training,
-                               long seed, boolean deviceInitialization) {
+                               long seed, boolean deviceInitialization, DataloaderType dataloaderType) {
 
     /** Checks what can be checked without knowing the world size. */
     public GptTrainingSetup {
@@ -42,6 +44,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
         Objects.requireNonNull(attention, "attention");
         Objects.requireNonNull(optimizer, "optimizer");
         Objects.requireNonNull(training, "training");
+        Objects.requireNonNull(dataloaderType, "dataloaderType");
         positive("--tensor-model-parallel-size", tensorParallel);
         positive("--pipeline-model-parallel-size", pipelineParallel);
         positive("virtual pipeline stages", virtualStages);
@@ -62,6 +65,18 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
                     + " (the load-balanced causal split cuts each sequence into 2·CP equal chunks)");
         }
         attention.layerSpec(model); // refuses a fused kind with attention dropout
+    }
+
+    /**
+     * A setup that reads its samples in order ({@link DataloaderType#SINGLE}, Megatron's default);
+     * the parameters are the canonical constructor's.
+     */
+    public GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
+                            int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
+                            OptimizerConfig optimizer, int microBatchSize, long globalBatchSize, int seqLength,
+                            TrainingConfig training, long seed, boolean deviceInitialization) {
+        this(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel, contextParallel, optimizer,
+                microBatchSize, globalBatchSize, seqLength, training, seed, deviceInitialization, DataloaderType.SINGLE);
     }
 
     private static void positive(String flag, long value) {

@@ -1,0 +1,184 @@
+package io.mcore4j.samples.pretrain;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.stream.Stream;
+
+import io.mcore4j.data.sampler.DataloaderType;
+import io.mcore4j.models.transformer.AttentionBackend;
+import io.mcore4j.training.gpt.GptTrainingSetup;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Megatron-LM's training flags in pretrain-gpt one by one (issue #38): what each accepted flag sets,
+ * the one line and exit 2 of each refused one, and the run-level ones (--dataloader-type cyclic,
+ * --save-retain, the message of a resumed run with nothing left).
+ */
+class PretrainGptMegatronFlagsTest {
+    @TempDir
+    Path dir;
+
+    private static final List<String> BASE = List.of("--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
+            "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--mock-data", "--vocab-size", "250",
+            "--make-vocab-size-divisible-by", "64", "--log-interval", "1", "--seed", "5");
+
+    private static GptTrainingSetup setup(String... more) {
+        return PretrainArgs.parse(Stream.concat(BASE.stream(), Arrays.stream(more)).toArray(String[]::new)).setup();
+    }
+
+    /** The first line pretrain-gpt prints on standard error for these flags, after checking it exits with 2. */
+    private static String refusal(String... more) {
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        int exit = PretrainGpt.execute("pretrain-gpt", Stream.concat(BASE.stream(), Arrays.stream(more)).toArray(String[]::new),
+                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), (args, out) -> {
+                    throw new AssertionError("no run expected");
+                });
+        String text = err.toString(StandardCharsets.UTF_8);
+        assertEquals(2, exit, text);
+        return text.lines().findFirst().orElse("").replaceFirst("^pretrain-gpt: ", "");
+    }
+
+    private List<String> run(int iterations, String... more) {
+        List<String> f = new ArrayList<>(BASE);
+        f.addAll(List.of("--nproc", "2", "--train-iters", String.valueOf(iterations), "--lr", "1e-3", "--min-lr", "1e-4",
+                "--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
+        f.addAll(List.of(more));
+        return f;
+    }
+
+    private static String console(List<String> flags) throws Exception {
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)), new PrintStream(out, true, StandardCharsets.UTF_8));
+        return out.toString(StandardCharsets.UTF_8);
+    }
+
+    private static List<Double> losses(List<String> flags) throws Exception {
+        return PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)),
+                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8));
+    }
+
+    @Test
+    void theIssuesFlagsAreAcceptedWithMegatronsMeaning() {
+        GptTrainingSetup s = setup("--use-mcore-models", "--transformer-impl", "transformer_engine", "--use-flash-attn",
+                "--init-method-std", "0.006", "--dataloader-type", "cyclic", "--tokenizer-type", "NullTokenizer",
+                "--group-query-attention", "--num-query-groups", "2", "--moe-router-load-balancing-type", "aux_loss",
+                "--kv-channels", "16", "--rotary-base", "500000", "--rotary-percent", "0.5", "--position-embedding-type", "rope");
+        assertEquals(0.006, s.model().initStd());
+        assertEquals(AttentionBackend.FLASH, s.attention());
+        assertEquals(DataloaderType.CYCLIC, s.dataloaderType());
+        assertEquals(2, s.model().numQueryGroups());
+        assertEquals(16, s.model().kvChannels());
+        assertEquals(500000, s.model().rotaryBase());
+        assertEquals(0.5, s.model().rotaryPercent());
+        // Megatron's defaults
+        GptTrainingSetup d = setup();
+        assertEquals(0.02, d.model().initStd());
+        assertEquals(DataloaderType.SINGLE, d.dataloaderType());
+        assertEquals(AttentionBackend.AUTO, d.attention());
+        assertEquals(1, setup("--group-query-attention").model().numQueryGroups(), "Megatron's --num-query-groups default");
+        assertEquals(AttentionBackend.UNFUSED, setup("--transformer-impl", "local").attention());
+        assertEquals(5, setup("--train-iters", "100", "--lr-decay-iters", "50", "--lr-warmup-fraction", "0.1")
+                .training().lrSchedule().warmupSteps());
+        assertFalse(setup("--bf16", "--grad-reduce-in-bf16").optimizer().gradReduceInFp32());
+        assertFalse(setup("--sequence-parallel").model().sequenceParallel(), "off at TP 1, as in Megatron");
+        assertEquals(0, setup("--num-experts", "2", "--moe-aux-loss-coeff", "0.01", "--moe-router-load-balancing-type", "none")
+                .model().moe().auxLossCoeff());
+        assertEquals(0.01, setup("--num-experts", "2", "--moe-aux-loss-coeff", "0.01").model().moe().auxLossCoeff());
+    }
+
+    @Test
+    void refusedFlagsSayWhatMcore4jDoesInsteadInOneLine() {
+        String tokenizers = "tokenizers are not implemented yet (a later change adds them); pretrain-gpt reads token ids"
+                + " (--data-path, or --mock-data with --vocab-size)";
+        assertEquals("--tokenizer-type HuggingFaceTokenizer: " + tokenizers + "; --tokenizer-type NullTokenizer names that",
+                refusal("--tokenizer-type", "HuggingFaceTokenizer"));
+        assertEquals("--tokenizer-type GPT2BPETokenizer: " + tokenizers + "; --tokenizer-type NullTokenizer names that",
+                refusal("--tokenizer-type", "GPT2BPETokenizer"));
+        assertEquals("--vocab-file v.json: " + tokenizers, refusal("--vocab-file", "v.json"));
+        assertEquals("--merge-file m.txt: " + tokenizers, refusal("--merge-file", "m.txt"));
+        assertEquals("--tokenizer-model t.model: " + tokenizers, refusal("--tokenizer-model", "t.model"));
+        String offload = ": optimizer CPU offload is not implemented yet (a later change adds it); the optimizer state stays"
+                + " on the training device (--use-distributed-optimizer shards it over data-parallel ranks)";
+        assertEquals("--optimizer-cpu-offload" + offload, refusal("--optimizer-cpu-offload"));
+        assertEquals("--cpu-optimizer" + offload, refusal("--cpu-optimizer"));
+        assertEquals("--optimizer-offload-fraction 0.5" + offload, refusal("--optimizer-offload-fraction", "0.5"));
+        assertEquals("--ckpt-format torch_dist: mcore4j does not write Megatron's checkpoint formats; --save writes"
+                + " mcore4j's own sharded format (iter_NNNNNNN directories, resharded on --load); drop the flag, or use"
+                + " --save-hf for a Hugging Face copy", refusal("--ckpt-format", "torch_dist"));
+        assertEquals("--qk-layernorm: normalising queries and keys per head is not implemented; drop the flag (the model"
+                + " has no q/k norms)", refusal("--qk-layernorm"));
+        assertEquals("--init-method-xavier-uniform: only normal initialisation is implemented; use --init-method-std",
+                refusal("--init-method-xavier-uniform"));
+        assertEquals("--moe-router-load-balancing-type sinkhorn: only aux_loss (weighted by --moe-aux-loss-coeff) and"
+                + " none are implemented", refusal("--num-experts", "2", "--moe-router-load-balancing-type", "sinkhorn"));
+        assertEquals("--save-retain-interval 100: keeping every n-th checkpoint is not implemented; --save-retain N keeps"
+                + " the N newest (0: all)", refusal("--save-retain-interval", "100"));
+        assertEquals("--transformer-impl local composes attention from tensor ops but --use-flash-attn asks for the fused"
+                + " kernel (use --transformer-impl transformer_engine, or drop it)",
+                refusal("--transformer-impl", "local", "--use-flash-attn"));
+        assertEquals("--use-flash-attn asks for --attention-backend flash but --attention-backend is unfused (give one"
+                + " of them)", refusal("--use-flash-attn", "--attention-backend", "unfused"));
+        assertEquals("--no-position-embedding is deprecated, use --position-embedding-type (it is learned_absolute)",
+                refusal("--no-position-embedding"));
+        assertEquals("--lr-warmup-fraction 0.001 of 100 decay iterations is 0.100000 iterations; mcore4j warms up over"
+                + " whole iterations in [0, 100] (use --lr-warmup-iters)", refusal("--train-iters", "100",
+                "--lr-warmup-fraction", "0.001"));
+        assertEquals("--init-method-std 0.0 must be positive", refusal("--init-method-std", "0"));
+        assertEquals("--train-samples 1000: training is counted in iterations; use --train-iters (--train-samples /"
+                + " --global-batch-size)", refusal("--train-samples", "1000"));
+        assertTrue(refusal("--dataloader-type", "external").startsWith("Invalid value for option '--dataloader-type':"
+                + " expected one of [single, cyclic]"));
+    }
+
+    @Test
+    void cyclicDataloaderReadsOtherSamplesThanSingleAndTheSameOnEveryRun() throws Exception {
+        List<Double> single = losses(run(4));
+        List<Double> cyclic = losses(run(4, "--dataloader-type", "cyclic"));
+        assertEquals(4, cyclic.size());
+        assertNotEquals(single, cyclic, "a random order gives other batches, so other losses");
+        assertEquals(cyclic, losses(run(4, "--dataloader-type", "cyclic")));
+    }
+
+    @Test
+    void aResumedRunWithNothingLeftSaysSo() throws Exception {
+        Path save = dir.resolve("done");
+        console(run(2, "--save", save.toString()));
+        String again = console(run(2, "--load", save.toString(), "--save", save.toString()));
+        assertTrue(again.contains("nothing left to train: the checkpoint is at iteration 2 and --train-iters is 2"), again);
+        assertFalse(again.contains("iterations 3 to 2"), again);
+    }
+
+    @Test
+    void saveRetainKeepsTheNewestCheckpoints() throws Exception {
+        assertEquals(List.of("iter_0000003", "iter_0000004"), checkpointsAfter("default"));
+        assertEquals(List.of("iter_0000002", "iter_0000003", "iter_0000004"), checkpointsAfter("three", "--save-retain", "3"));
+        assertEquals(List.of("iter_0000001", "iter_0000002", "iter_0000003", "iter_0000004"),
+                checkpointsAfter("all", "--save-retain", "0"));
+    }
+
+    private List<String> checkpointsAfter(String name, String... retain) throws Exception {
+        Path save = dir.resolve(name);
+        List<String> f = run(4, "--save", save.toString(), "--save-interval", "1");
+        f.addAll(List.of(retain));
+        losses(f);
+        try (Stream<Path> entries = Files.list(save)) {
+            return entries.map(p -> p.getFileName().toString()).filter(n -> n.startsWith("iter_")).sorted().toList();
+        } catch (IOException e) {
+            throw new AssertionError(e);
+        }
+    }
+}
