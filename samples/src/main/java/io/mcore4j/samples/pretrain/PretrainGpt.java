@@ -3,15 +3,12 @@ package io.mcore4j.samples.pretrain;
 import ai.djl.Device;
 import ai.djl.engine.Engine;
 import ai.djl.ndarray.NDManager;
-import io.mcore4j.checkpoint.CheckpointException;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.gpt.DataBlend;
 import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
 import io.mcore4j.data.gpt.SampleDataset;
-import io.mcore4j.data.indexed.CorruptDatasetException;
 import io.mcore4j.hf.HfCheckpoint;
-import io.mcore4j.hf.HfCheckpointException;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.hf.HfExport;
@@ -21,6 +18,7 @@ import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.samples.generate.GenerateGpt;
+import io.mcore4j.samples.launch.FailureReport;
 import io.mcore4j.samples.launch.LaunchedRank;
 import io.mcore4j.samples.launch.ParallelLayoutOptions;
 import io.mcore4j.training.TrainingLoop;
@@ -33,14 +31,11 @@ import io.mcore4j.training.gpt.GptPretraining;
 import io.mcore4j.training.gpt.GptTrainingSetup;
 import picocli.CommandLine;
 
-import java.io.IOException;
 import java.io.PrintStream;
-import java.io.UncheckedIOException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
 import java.util.Locale;
-import java.util.concurrent.TimeoutException;
 import java.util.function.Consumer;
 
 /**
@@ -132,74 +127,18 @@ public final class PretrainGpt {
             }
             args.setup(); // every flag checked before anything is allocated
         } catch (CommandLine.ParameterException | IllegalArgumentException e) {
-            err.println(name + ": " + oneLine(e.getMessage()));
+            err.println(name + ": " + FailureReport.oneLine(e.getMessage()));
             err.println("Usage: " + name + " [FLAGS]; '" + name + " --help' lists the flags.");
             return 2;
         } catch (RuntimeException e) {
-            return failed(name, e, err);
+            return FailureReport.report(name, e, err);
         }
         try {
             job.run(args, out);
             return 0;
         } catch (Exception | OutOfMemoryError e) {
-            return failed(name, e, err);
+            return FailureReport.report(name, e, err);
         }
-    }
-
-    /**
-     * Reports a failure in one line and returns its exit code: 2 for bad input (an
-     * IllegalArgumentException anywhere in the cause chain, as ranks wrap what they throw, or a corrupt
-     * dataset), 1 for a failed run, named with each cause. A stack trace follows only a failure that
-     * no input or resource explains (not an I/O, checkpoint, Hugging Face or memory failure): a bug.
-     */
-    private static int failed(String name, Throwable e, PrintStream err) {
-        IllegalArgumentException bad = badInput(e);
-        if (bad != null) {
-            err.println(name + ": " + oneLine(bad.getMessage()));
-            return 2;
-        }
-        for (Throwable t = e; t != null; t = t.getCause()) {
-            if (t instanceof CorruptDatasetException corrupt) {
-                err.println(name + ": " + oneLine(corrupt.getMessage()));
-                return 2;
-            }
-        }
-        String hint = e instanceof OutOfMemoryError ? String.format(Locale.ROOT, " (this JVM's heap is %.3g GB: raise -Xmx,"
-                + " or use smaller model flags)", Runtime.getRuntime().maxMemory() / 1e9) : "";
-        err.println(name + " failed: " + causes(e) + hint);
-        if (!explained(e)) {
-            e.printStackTrace(err);
-        }
-        return 1;
-    }
-
-    /** @return each distinct message of the cause chain, outermost first, on one line */
-    private static String causes(Throwable e) {
-        StringBuilder text = new StringBuilder();
-        for (Throwable t = e; t != null; t = t.getCause()) {
-            String message = t.getMessage() == null ? t.getClass().getSimpleName()
-                    : t instanceof IOException || t instanceof Error
-                    ? t.getClass().getSimpleName() + ": " + t.getMessage() : t.getMessage();
-            if (!text.toString().contains(message)) {
-                text.append(text.length() == 0 ? "" : ": ").append(message);
-            }
-        }
-        return oneLine(text.toString());
-    }
-
-    /** @return whether the failure comes from the file system, a checkpoint, a Hugging Face directory or memory */
-    private static boolean explained(Throwable e) {
-        for (Throwable t = e; t != null; t = t.getCause()) {
-            if (t instanceof IOException || t instanceof UncheckedIOException || t instanceof CheckpointException
-                    || t instanceof HfCheckpointException || t instanceof OutOfMemoryError || t instanceof TimeoutException) {
-                return true;
-            }
-        }
-        return false;
-    }
-
-    private static String oneLine(String text) {
-        return text == null ? "" : text.replaceAll("\\s*\\R\\s*", " ");
     }
 
     /** The bad-input exception behind a failure (ranks wrap what they throw), or null. */
