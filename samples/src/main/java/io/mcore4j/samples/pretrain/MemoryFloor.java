@@ -22,13 +22,16 @@ import java.util.function.BooleanSupplier;
  *       {@code --fp16}/{@code --bf16} a 4-byte float32 master weight, those two divided over the
  *       data-parallel ranks with {@code --use-distributed-optimizer};</li>
  *   <li><b>activations</b>: each of a rank's layers keeps its input for the backward pass (micro-batch
- *       x sequence/CP x hidden, at the parameters' width, even under full recompute), and the last stage
- *       its float32 logits (micro-batch x sequence/CP x padded vocabulary/TP);</li>
+ *       x sequence/CP x hidden, the sequence also over TP with {@code --sequence-parallel}, even under
+ *       full recompute), and the last stage its logits (micro-batch x sequence/CP x padded
+ *       vocabulary/TP), both at the parameters' width;</li>
  *   <li>on the <b>CPU</b> the ranks of this process (launched: of this node, {@code LOCAL_WORLD_SIZE})
  *       share the machine's physical memory ({@code /proc/meminfo}); and each weight, drawn whole on
  *       the Java side (also on a GPU with {@code --cpu-initialization}), must fit in one Java array and
  *       in the JVM's heap ({@link Runtime#maxMemory()}). On a GPU the device's allocator is the check.</li>
  * </ul>
+ * With {@code --auto-layout} the first check is the planner's (it picks a layout that fits or says
+ * that none does); the heap check stays.
  * Sizes are computed in floating point, so no flag value overflows them.
  */
 final class MemoryFloor {
@@ -146,11 +149,13 @@ final class MemoryFloor {
                 + s.expertParameters() / (tp * (double) pp * a.layout.expertParallel());
         double state = parameters * perParameter;
         double tokens = (double) a.microBatchSize * a.seqLength / cp;
-        double activations = Math.ceil(s.layers() / pp) * tokens * s.hidden() * width + tokens * s.paddedVocab() / tp * 4;
+        double layerInput = tokens / (a.sequenceParallel ? tp : 1) * s.hidden() * width;
+        double activations = Math.ceil(s.layers() / pp) * layerInput + tokens * s.paddedVocab() / tp * width;
         double ranksHere = launched ? localWorldSize() : world;
         double needed = (state + activations) * ranksHere;
         long physical = PretrainArgs.physicalMemoryBytes();
-        if (physical > 0 && needed > physical && onCpu.getAsBoolean()) {
+        // --auto-layout: the planner chooses a layout that fits, or says that none does
+        if (!a.autoLayout && physical > 0 && needed > physical && onCpu.getAsBoolean()) {
             String where = String.format(Locale.ROOT, "%.3g GB on each rank, %.3g GB for the %d rank%s sharing this machine,"
                     + " which has %.3g GB", (state + activations) / GB, needed / GB, (long) ranksHere, ranksHere == 1 ? "" : "s",
                     physical / GB);

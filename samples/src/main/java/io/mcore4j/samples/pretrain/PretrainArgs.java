@@ -396,12 +396,14 @@ public final class PretrainArgs {
             virtualStages = numLayers / (layout.pipelineParallel() * layout.layersPerVirtualStage());
         }
         checkRanges();
-        PathFlags.check(this);
-        if (loadHf == null) {
+        if (trainsHere) {
+            PathFlags.check(this);
+        }
+        if (trainsHere && loadHf == null) {
             MemoryFloor.check(this, MemoryFloor.ofFlags(this), () -> MemoryFloor.onCpu(this));
         }
         TransformerConfig model = model();
-        if (loadHf != null) {
+        if (trainsHere && loadHf != null) {
             MemoryFloor.check(this, MemoryFloor.of(model, "--load-hf " + loadHf), () -> MemoryFloor.onCpu(this));
         }
         OptimizerConfig optimizerConfig = OptimizerConfig.builder()
@@ -451,6 +453,12 @@ public final class PretrainArgs {
     }
 
     /**
+     * Whether these flags describe a job to run on this machine (false for {@code plan}, which only
+     * estimates: its paths need not exist here, nor its model fit this machine's memory).
+     */
+    boolean trainsHere = true;
+
+    /**
      * The checks of values picocli parses but cannot judge: floating-point flags finite and in their
      * range (a NaN learning rate would train to NaN losses; an infinite timeout overflows the deadline),
      * counts and intervals non-negative, and the split weights parsed even without evaluation.
@@ -484,6 +492,10 @@ public final class PretrainArgs {
         if (ddpBucketSize > Long.MAX_VALUE / 4) {
             throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " is too large (at most "
                     + Long.MAX_VALUE / 4 + " parameters)");
+        }
+        if (numQueryGroups > 0 && numAttentionHeads % numQueryGroups != 0) {
+            throw new IllegalArgumentException("--num-query-groups " + numQueryGroups + " does not divide --num-attention-heads "
+                    + numAttentionHeads);
         }
         if (numExperts > 0 && (moeTopK < 1 || moeTopK > numExperts)) {
             throw new IllegalArgumentException("--moe-router-topk " + moeTopK + " must be from 1 to --num-experts " + numExperts);
