@@ -72,8 +72,10 @@ final class MemoryFloor {
                 : a.maxPositionEmbeddings > 0 ? a.maxPositionEmbeddings : a.seqLength;
         double moeFfn = a.moeFfnHiddenSize > 0 ? a.moeFfnHiddenSize : ffn;
         String describe = String.format(Locale.ROOT, "--num-layers %d, --hidden-size %d, --ffn-hidden-size %s, --vocab-size %d"
-                        + "%s%s", a.numLayers, a.hiddenSize, a.ffnHiddenSize > 0 ? String.valueOf(a.ffnHiddenSize) : "(4 x hidden)",
-                a.vocabSize, positions > 0 ? ", --seq-length " + a.seqLength : "",
+                        + "%s%s%s", a.numLayers, a.hiddenSize, a.ffnHiddenSize > 0 ? String.valueOf(a.ffnHiddenSize) : "(4 x hidden)",
+                a.vocabSize, vocab > 2.0 * a.vocabSize ? String.format(Locale.ROOT, " (padded to %.4g by"
+                        + " --make-vocab-size-divisible-by %d)", vocab, a.vocabDivisor) : "",
+                positions > 0 ? ", --seq-length " + a.seqLength : "",
                 a.numExperts > 0 ? ", --num-experts " + a.numExperts : "");
         return shape(describe, a.numLayers, h, (heads + 2 * groups) * kv, heads * kv, ffn, a.swiglu, vocab, positions,
                 a.untieEmbeddings, a.numExperts, a.moeLayerFrequency, moeFfn,

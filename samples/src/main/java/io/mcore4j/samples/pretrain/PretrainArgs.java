@@ -493,6 +493,10 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " is too large (at most "
                     + Long.MAX_VALUE / 4 + " parameters)");
         }
+        if (evalInterval > 0 && evalIters > 0 && globalBatchSize > (Integer.MAX_VALUE - 1) / evalIters) {
+            throw new IllegalArgumentException("--eval-iters " + evalIters + " x --global-batch-size " + globalBatchSize
+                    + " asks for more than " + (Integer.MAX_VALUE - 1) + " validation samples (the sample index holds at most that)");
+        }
         if (numQueryGroups > 0 && numAttentionHeads % numQueryGroups != 0) {
             throw new IllegalArgumentException("--num-query-groups " + numQueryGroups + " does not divide --num-attention-heads "
                     + numAttentionHeads);

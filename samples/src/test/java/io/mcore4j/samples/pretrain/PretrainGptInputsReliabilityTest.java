@@ -126,6 +126,7 @@ class PretrainGptInputsReliabilityTest {
         refused(tiny("--mock-data", "--num-layers", "1000000"), "--num-layers 1000000");
         refused(tiny("--mock-data", "--ffn-hidden-size", "2147483647"), "--ffn-hidden-size 2147483647");
         refused(tiny("--mock-data", "--vocab-size", "2147483647"), "--vocab-size 2147483647");
+        refused(tiny("--mock-data", "--make-vocab-size-divisible-by", "2000000000"), "--make-vocab-size-divisible-by 2000000000");
         // learned positions: the position table; rotary: the activations of the sequence
         refused(tiny("--mock-data", "--seq-length", "2147483647"), "--seq-length 2147483647");
         refused(tiny("--mock-data", "--seq-length", "2147483647", "--position-embedding-type", "rope"),
@@ -140,13 +141,14 @@ class PretrainGptInputsReliabilityTest {
             {"--hidden-dropout", "1.5"}, {"--attention-dropout", "-0.1"}, {"--peak-tflops", "Infinity"},
             {"--save-interval", "-1"}, {"--eval-interval", "-1"}, {"--ddp-bucket-size", "0"}, {"--split", "abc"},
             {"--num-experts", "4", "--moe-router-topk", "5"}, {"--moe-layer-freq", "0"},
+            {"--eval-interval", "1", "--eval-iters", "2147483647"},
         };
         for (String[] c : cases) {
             List<String> argv = tiny("--mock-data");
             argv.addAll(List.of(c));
             String flag = c[c.length - 2];
             refused(argv, flag + " " + (flag.equals("--split") || flag.startsWith("--moe") || flag.endsWith("-interval")
-                    || flag.equals("--ddp-bucket-size") ? c[c.length - 1] : String.valueOf(Double.parseDouble(c[c.length - 1]))));
+                    || flag.equals("--ddp-bucket-size") || flag.equals("--eval-iters") ? c[c.length - 1] : String.valueOf(Double.parseDouble(c[c.length - 1]))));
         }
     }
 }
