@@ -54,7 +54,7 @@ final class PathFlags {
     private static void dataPath(List<String> tokens) {
         DataBlend blend;
         try {
-            blend = DataBlend.parse(tokens);
+            blend = DataBlend.parse(String.join(" ", tokens)); // as the dataset builder reads it
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("--data-path " + String.join(" ", tokens) + ": " + e.getMessage(), e);
         }

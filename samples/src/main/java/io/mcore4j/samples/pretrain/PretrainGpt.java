@@ -4,7 +4,6 @@ import ai.djl.Device;
 import ai.djl.engine.Engine;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Mcore4j;
-import io.mcore4j.data.gpt.DataBlend;
 import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
 import io.mcore4j.data.gpt.SampleDataset;
@@ -322,7 +321,7 @@ public final class PretrainGpt {
                     + " -> " + prefix + ".bin/.idx (byte-level tokens)");
             builder.dataPath(prefix.toString());
         } else {
-            builder.blend(DataBlend.parse(args.dataPath)); // the tokens as given: a prefix may hold spaces
+            builder.dataPath(String.join(" ", args.dataPath));
         }
         return builder.build();
     }
