@@ -78,6 +78,8 @@ class PretrainGptInputsReliabilityTest {
     void missingOrEmptySourceTreeNamesTheCorpusFlag() throws IOException {
         Path none = dir.resolve("no-sources");
         refused(tiny("--corpus-from-sources", none.toString()), "--corpus-from-sources " + none + " does not exist");
+        Path file = Files.writeString(dir.resolve("a-source-file.java"), "class A {}");
+        refused(tiny("--corpus-from-sources", file.toString()), "--corpus-from-sources " + file + " is a file");
         Path empty = Files.createDirectories(dir.resolve("empty-sources"));
         refused(tiny("--corpus-from-sources", empty.toString()), "--corpus-from-sources " + empty + " holds no .md or .java files");
     }
@@ -93,6 +95,7 @@ class PretrainGptInputsReliabilityTest {
         refused(tiny("--mock-data", "--metrics-dir", under.toString()), "--metrics-dir " + under + ": " + file + " is a file");
         refused(tiny("--mock-data", "--metrics-dir", file.toString()), "--metrics-dir " + file + " is a file");
         refused(tiny("--mock-data", "--tensorboard-dir", file.toString()), "--tensorboard-dir " + file + " is a file");
+        refused(tiny("--mock-data", "--save-hf", under.toString()), "--save-hf " + under + ": " + file + " is a file");
     }
 
     @Test
