@@ -5,6 +5,7 @@ import io.mcore4j.moe.MoeAuxLossTracker;
 import ai.djl.Device;
 import ai.djl.util.cuda.CudaUtils;
 import io.mcore4j.checkpoint.CheckpointManager;
+import io.mcore4j.checkpoint.DistCheckpointing;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StrictMode;
 import io.mcore4j.core.shard.ShardedTensor;
@@ -39,7 +40,10 @@ import java.util.stream.Stream;
  * {@code seed}, {@code layout} and the learning-rate schedule ({@code opt_param_scheduler}). A resumed
  * run continues the stopped run's samples and schedule: a schedule that differs fails naming the value
  * (see {@link CheckpointConfig.SchedulerOnResume}). A run never writes into a save directory holding
- * another run's checkpoints: without resuming from that directory it fails before training.
+ * another run's complete checkpoints: without resuming from that directory it fails before training.
+ * Incomplete saves (an {@code iter_*} directory without {@code mcore4j_metadata.json}, left by a save that was
+ * killed or ran out of disk) are not checkpoints: the loop prints one line naming them and trains from
+ * scratch, or resumes from the newest complete checkpoint; the next save replaces or deletes them.
  */
 public final class TrainingLoop {
     private final TrainStep step;
@@ -180,12 +184,15 @@ public final class TrainingLoop {
     private boolean resume(Path directory) {
         CheckpointManager manager = new CheckpointManager(directory, config.checkpoint().keepLast());
         if (manager.latestIteration().isEmpty()) {
+            List<Path> incomplete = incompleteSaves(directory);
             if (config.checkpoint().exitOnMissingCheckpoint()) {
                 throw new IllegalArgumentException("--load " + directory + " holds no complete checkpoint"
+                        + (incomplete.isEmpty() ? "" : " (only the incomplete save " + incomplete.get(0) + ")")
                         + " (--exit-on-missing-checkpoint)");
             }
             if (logging) {
-                out.println("no checkpoint in " + directory + ": starting from scratch");
+                out.println(incomplete.isEmpty() ? "no checkpoint in " + directory + ": starting from scratch"
+                        : ignoring(incomplete) + "; training from scratch");
             }
             return false;
         }
@@ -204,6 +211,10 @@ public final class TrainingLoop {
         if (logging) {
             out.println("resumed from " + directory + " at iteration " + iteration + " (saved under "
                     + common.get("layout") + ")");
+            List<Path> incomplete = incompleteSaves(directory);
+            if (!incomplete.isEmpty()) {
+                out.println(ignoring(incomplete) + "; resuming from iteration " + iteration);
+            }
         }
         return true;
     }
@@ -216,27 +227,63 @@ public final class TrainingLoop {
                 + "' in its common state (found " + common.get(key) + ")");
     }
 
+    /**
+     * Refuses a save directory that is a file or holds another run's complete checkpoints, and names
+     * the incomplete saves (staging leftovers of a killed or failed save) it ignores: they are not
+     * checkpoints, and the next save replaces or deletes them.
+     */
     private void checkSaveDirectory(CheckpointConfig ckpt, boolean resumed) {
-        if (ckpt.save() == null) {
+        Path save = ckpt.save();
+        if (save == null) {
             return;
         }
-        boolean sameAsLoad = resumed && ckpt.load().toAbsolutePath().normalize()
-                .equals(ckpt.save().toAbsolutePath().normalize());
+        if (Files.exists(save) && !Files.isDirectory(save)) {
+            throw new IllegalArgumentException("--save " + save + " is a file, not a directory");
+        }
+        boolean sameAsLoad = ckpt.load() != null && ckpt.load().toAbsolutePath().normalize()
+                .equals(save.toAbsolutePath().normalize());
         if (sameAsLoad) {
-            return;
+            return; // resume() loaded its newest complete checkpoint, or found none, and named the incomplete ones
         }
-        OptionalLong latest = new CheckpointManager(ckpt.save(), ckpt.keepLast()).latestIteration();
-        boolean iterationDirs;
-        try (Stream<Path> list = Files.isDirectory(ckpt.save()) ? Files.list(ckpt.save()) : Stream.empty()) {
-            iterationDirs = list.anyMatch(p -> p.getFileName().toString().startsWith("iter_"));
-        } catch (IOException e) {
-            throw new UncheckedIOException("cannot list --save " + ckpt.save(), e);
-        }
-        if (latest.isPresent() || iterationDirs) {
-            throw new IllegalArgumentException("--save " + ckpt.save() + " already holds checkpoints"
+        CheckpointManager manager = new CheckpointManager(save, ckpt.keepLast());
+        OptionalLong latest = manager.latestIteration();
+        if (latest.isPresent() || !completeSaves(save).isEmpty()) {
+            throw new IllegalArgumentException("--save " + save + " already holds checkpoints"
                     + (latest.isPresent() ? " (latest iteration " + latest.getAsLong() + ")" : "")
-                    + " of another run; pass --load " + ckpt.save() + " to resume that run, or choose an empty --save directory");
+                    + " of another run; pass --load " + save + " to resume that run, or choose an empty --save directory");
         }
+        List<Path> incomplete = incompleteSaves(save);
+        if (logging && !incomplete.isEmpty()) {
+            out.println(ignoring(incomplete) + (resumed ? "; resuming from iteration " + iteration : "; training from scratch"));
+        }
+    }
+
+    /** @return the iteration directories under {@code dir} ({@code iter_*}, staging leftovers included), sorted */
+    private static List<Path> iterationDirectories(Path dir) {
+        if (!Files.isDirectory(dir)) {
+            return List.of();
+        }
+        try (Stream<Path> list = Files.list(dir)) {
+            return list.filter(p -> p.getFileName().toString().startsWith("iter_") && Files.isDirectory(p)).sorted().toList();
+        } catch (IOException e) {
+            throw new UncheckedIOException("cannot list " + dir, e);
+        }
+    }
+
+    /** @return the iteration directories under {@code dir} that hold a complete checkpoint (a metadata file) */
+    private static List<Path> completeSaves(Path dir) {
+        return iterationDirectories(dir).stream().filter(DistCheckpointing::isComplete).toList();
+    }
+
+    /** @return the iteration directories under {@code dir} without a metadata file: saves that never finished */
+    private static List<Path> incompleteSaves(Path dir) {
+        return iterationDirectories(dir).stream().filter(p -> !DistCheckpointing.isComplete(p)).toList();
+    }
+
+    private static String ignoring(List<Path> incomplete) {
+        return "ignoring incomplete save" + (incomplete.size() > 1 ? "s " : " ")
+                + String.join(", ", incomplete.stream().map(Path::toString).toList())
+                + " (no mcore4j_metadata.json)";
     }
 
     private void evaluate() {

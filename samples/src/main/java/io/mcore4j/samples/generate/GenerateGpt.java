@@ -21,9 +21,11 @@ import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.pipeline.LayerAssignment;
+import io.mcore4j.samples.launch.FailureReport;
 import io.mcore4j.samples.launch.LaunchedRank;
 
 import java.io.PrintStream;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -104,7 +106,8 @@ public final class GenerateGpt implements Callable<Integer> {
      * @param argv flags; {@code --help} lists them
      */
     public static void main(String[] argv) {
-        System.exit(new CommandLine(new GenerateGpt()).execute(argv));
+        System.exit(new CommandLine(new GenerateGpt()).setExecutionExceptionHandler(FailureReport.handler("generate-gpt"))
+                .execute(argv));
     }
 
     /**
@@ -112,16 +115,30 @@ public final class GenerateGpt implements Callable<Integer> {
      *
      * @param out where completions go
      * @param argv flags
-     * @return the exit code (0 on success, 2 for bad flags)
+     * @return the exit code: 0 on success, 2 for bad flags or values (one line naming the flag), 1 for a failed run
      */
     public static int run(PrintStream out, String... argv) {
+        return run(out, System.err, argv);
+    }
+
+    /**
+     * Parses flags and runs, printing completions to {@code out} and failures to {@code err}.
+     *
+     * @param out where completions go
+     * @param err where a failure's line goes
+     * @param argv flags
+     * @return the exit code: 0 on success, 2 for bad flags or values (one line naming the flag), 1 for a failed run
+     */
+    public static int run(PrintStream out, PrintStream err, String... argv) {
         GenerateGpt command = new GenerateGpt();
         command.out = out;
-        return new CommandLine(command).setOut(new java.io.PrintWriter(out, true)).execute(argv);
+        return new CommandLine(command).setOut(new java.io.PrintWriter(out, true)).setErr(new java.io.PrintWriter(err, true))
+                .setExecutionExceptionHandler(FailureReport.handler("generate-gpt")).execute(argv);
     }
 
     @Override
     public Integer call() throws Exception {
+        checkFlags();
         SamplingParams params = greedy ? SamplingParams.greedy(numTokensToGenerate)
                 : SamplingParams.sample(temperature, topK, topP, numTokensToGenerate, seed);
         CheckpointShapes checkpoint = CheckpointShapes.read(load);
@@ -162,6 +179,43 @@ public final class GenerateGpt implements Callable<Integer> {
             }
         }
         return 0;
+    }
+
+    /** The values picocli parses but cannot judge, and the input paths, checked before anything is loaded. */
+    private void checkFlags() {
+        if (!Files.isDirectory(load)) {
+            throw new IllegalArgumentException("--load " + load + (Files.exists(load) ? " is a file" : " does not exist")
+                    + "; expected a pretrain-gpt --save directory or one checkpoint directory");
+        }
+        if (tokenizerModel != null && !Files.exists(tokenizerModel)) {
+            throw new IllegalArgumentException("--tokenizer-model " + tokenizerModel + " does not exist; expected a tokenizer.json"
+                    + " or its directory");
+        }
+        atLeast("--num-tokens-to-generate", numTokensToGenerate, 1);
+        atLeast("--top_k", topK, 0);
+        atLeast("--num-attention-heads", heads, 1);
+        atLeast("--seq-length", seqLength, 1);
+        atLeast("--tensor-model-parallel-size", tensorParallel, 1);
+        atLeast("--pipeline-model-parallel-size", pipelineParallel, 1);
+        atLeast("--distributed-timeout-seconds", timeoutSeconds, 1);
+        if (!greedy && (!(temperature > 0) || Double.isInfinite(temperature))) {
+            throw new IllegalArgumentException("--temperature " + temperature + " must be a positive finite number");
+        }
+        if (!(topP >= 0 && topP <= 1)) {
+            throw new IllegalArgumentException("--top_p " + topP + " must be from 0 to 1");
+        }
+        if (!(rotaryBase > 0) || Double.isInfinite(rotaryBase)) {
+            throw new IllegalArgumentException("--rotary-base " + rotaryBase + " must be a positive finite number");
+        }
+        if (!(normEpsilon > 0) || Double.isInfinite(normEpsilon)) {
+            throw new IllegalArgumentException("--norm-epsilon " + normEpsilon + " must be a positive finite number");
+        }
+    }
+
+    private static void atLeast(String flag, long value, long least) {
+        if (value < least) {
+            throw new IllegalArgumentException(flag + " " + value + " must be at least " + least);
+        }
     }
 
     private Tokenizer tokenizer() throws Exception {

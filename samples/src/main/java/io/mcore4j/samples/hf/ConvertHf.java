@@ -6,6 +6,7 @@ import io.mcore4j.hf.HfCheckpoint;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.samples.launch.FailureReport;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
@@ -48,11 +49,17 @@ public final class ConvertHf implements Callable<Integer> {
 
     /** @param argv the flags; {@code --help} lists them */
     public static void main(String[] argv) {
-        System.exit(new CommandLine(new ConvertHf()).execute(argv));
+        System.exit(commandLine().execute(argv));
+    }
+
+    /** @return the command, its failures reported in one line with exit 2 for bad input, 1 for a failed run */
+    static CommandLine commandLine() {
+        return new CommandLine(new ConvertHf()).setExecutionExceptionHandler(FailureReport.handler("convert-hf"));
     }
 
     @Override
     public Integer call() throws Exception {
+        HfLayout.checkHfDirectory("--load-hf", hfDir);
         HfConfig hf;
         try (HfCheckpoint ck = HfCheckpoint.open(hfDir, Set.copyOf(ignoredKeys))) {
             hf = ck.config();

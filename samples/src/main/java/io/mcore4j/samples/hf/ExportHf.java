@@ -13,11 +13,13 @@ import io.mcore4j.hf.HfDtype;
 import io.mcore4j.hf.HfExport;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.samples.launch.FailureReport;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -74,11 +76,30 @@ public final class ExportHf implements Callable<Integer> {
 
     /** @param argv the flags; {@code --help} lists them */
     public static void main(String[] argv) {
-        System.exit(new CommandLine(new ExportHf()).execute(argv));
+        System.exit(commandLine().execute(argv));
+    }
+
+    /** @return the command, its failures reported in one line with exit 2 for bad input, 1 for a failed run */
+    static CommandLine commandLine() {
+        return new CommandLine(new ExportHf()).setExecutionExceptionHandler(FailureReport.handler("export-hf"));
     }
 
     @Override
     public Integer call() throws Exception {
+        if (!Files.isDirectory(load)) {
+            throw new IllegalArgumentException("--load " + load + (Files.exists(load) ? " is a file" : " does not exist")
+                    + "; expected a convert-hf or pretrain-gpt checkpoint directory");
+        }
+        if (hfConfigDir != null) {
+            HfLayout.checkHfDirectory("--hf-config", hfConfigDir);
+        }
+        if (tokenizerFrom != null && !Files.isDirectory(tokenizerFrom)) {
+            throw new IllegalArgumentException("--tokenizer-from " + tokenizerFrom + " is not a directory");
+        }
+        if (maxShardBytes < 1 || paddedVocab < 0) {
+            throw new IllegalArgumentException(maxShardBytes < 1 ? "--max-shard-bytes " + maxShardBytes + " must be at least 1"
+                    : "--padded-vocab-size " + paddedVocab + " must not be negative");
+        }
         HfDtype type = dtype.dtype;
         Path checkpoint = new CheckpointManager(load, 1).latest().orElse(load);
         HfConfig hf;

@@ -18,6 +18,8 @@ import io.mcore4j.samples.launch.ParallelLayoutOptions;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -56,8 +58,28 @@ final class HfLayout {
                 : hf.transformerConfig(vocabDivisor, layout.tensorParallel(), dtype);
     }
 
+    /**
+     * @param flag the flag naming {@code dir}, for the message
+     * @param dir a Hugging Face checkpoint directory
+     * @throws IllegalArgumentException naming the flag if {@code dir} has no config.json
+     */
+    static void checkHfDirectory(String flag, Path dir) {
+        if (!Files.isRegularFile(dir.resolve("config.json"))) {
+            throw new IllegalArgumentException(flag + " " + dir + (Files.isDirectory(dir) ? " has no config.json"
+                    : Files.exists(dir) ? " is a file" : " does not exist")
+                    + "; expected a Hugging Face checkpoint directory (config.json and safetensors files)");
+        }
+    }
+
     /** Builds this rank's chunks of {@code config} on every rank and runs {@code task}; returns rank 0's result. */
     <T> T run(TransformerConfig config, RankTask<T> task) throws Exception {
+        if (layout.nproc() < 1 || layout.tensorParallel() < 1 || layout.pipelineParallel() < 1 || layout.expertParallel() < 1
+                || timeoutSeconds < 1) {
+            throw new IllegalArgumentException("--nproc " + layout.nproc() + ", --tensor-model-parallel-size "
+                    + layout.tensorParallel() + ", --pipeline-model-parallel-size " + layout.pipelineParallel()
+                    + ", --expert-model-parallel-size " + layout.expertParallel() + " and --timeout-seconds " + timeoutSeconds
+                    + " must each be at least 1");
+        }
         Mcore4j.ensureInitialized();
         Duration timeout = Duration.ofSeconds(timeoutSeconds);
         boolean launched = ParallelLayoutOptions.launched();

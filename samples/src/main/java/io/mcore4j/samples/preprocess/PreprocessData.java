@@ -9,6 +9,7 @@ import picocli.CommandLine.Option;
 
 import java.io.IOException;
 import java.io.PrintStream;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -99,6 +100,7 @@ public final class PreprocessData {
                 return 0;
             }
             options = command.options();
+            command.checkPaths();
         } catch (CommandLine.ParameterException | IllegalArgumentException e) {
             err.println("preprocess: " + e.getMessage());
             err.println("Usage: preprocess --input FILE --output-prefix PREFIX --tokenizer-type TYPE [FLAGS]; "
@@ -127,6 +129,23 @@ public final class PreprocessData {
         return PreprocessOptions.builder(input, outputPrefix, tokenizerType).jsonKeys(jsonKeys).tokenizerModel(tokenizerModel)
                 .eodToken(eodToken).appendEod(appendEod).workers(workers).onBadLine(policy).batchLines(batchLines)
                 .progress(!noProgress).build();
+    }
+
+    /** The input files must exist and the output prefix's directory must be one, before anything is read. */
+    private void checkPaths() {
+        if (!Files.isRegularFile(input)) {
+            throw new IllegalArgumentException("--input " + input + (Files.isDirectory(input) ? " is a directory"
+                    : " does not exist") + "; expected a JSON Lines file");
+        }
+        if (tokenizerModel != null && !Files.exists(tokenizerModel)) {
+            throw new IllegalArgumentException("--tokenizer-model " + tokenizerModel + " does not exist; expected a"
+                    + " tokenizer.json or its directory");
+        }
+        Path parent = outputPrefix.toAbsolutePath().getParent();
+        if (parent != null && !Files.isDirectory(parent)) {
+            throw new IllegalArgumentException("--output-prefix " + outputPrefix + ": " + parent + (Files.exists(parent)
+                    ? " is a file" : " does not exist") + "; expected the directory of the output files");
+        }
     }
 
     /** {@code --tokenizer-type}'s spellings, as Megatron-LM writes them. */

@@ -36,7 +36,11 @@ final class AutoLayout {
         boolean gpu = Engine.getInstance().getGpuCount() > 0
                 && !System.getenv().getOrDefault("MCORE4J_DEVICE", "").equalsIgnoreCase("cpu");
         if (args.autoLayoutCluster != null) {
-            cluster = ClusterSpec.read(args.autoLayoutCluster);
+            try {
+                cluster = ClusterSpec.read(args.autoLayoutCluster);
+            } catch (IllegalArgumentException | java.io.UncheckedIOException e) {
+                throw new IllegalArgumentException("--auto-layout-cluster " + args.autoLayoutCluster + ": " + e.getMessage(), e);
+            }
             calibration = Calibration.builtIn(cluster.gpuMemoryGiB() > 100 ? "h200" : "h100");
         } else if (gpu) {
             double gib = CudaUtils.getGpuMemory(Device.gpu()).getMax() / (double) (1L << 30);

@@ -95,7 +95,9 @@ public final class PlanLayouts {
                 presets.remove("--fp16");
             }
         }
-        return PretrainGpt.execute("plan", new PretrainArgs(), plan, presets, argv, out, err, (args, o) -> plan.run(args, o));
+        PretrainArgs flags = new PretrainArgs();
+        flags.trainsHere = false; // a plan for a cluster: no file or memory of this machine matters
+        return PretrainGpt.execute("plan", flags, plan, presets, argv, out, err, (args, o) -> plan.run(args, o));
     }
 
     ClusterSpec cluster() {

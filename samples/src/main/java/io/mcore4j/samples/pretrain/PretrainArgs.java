@@ -4,6 +4,7 @@ import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.Precision;
 import io.mcore4j.data.gpt.SplitWeights;
 import io.mcore4j.data.sampler.DataloaderType;
+import io.mcore4j.hf.HfCheckpointException;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
@@ -506,7 +507,17 @@ public final class PretrainArgs {
             }
             virtualStages = numLayers / (layout.pipelineParallel() * layout.layersPerVirtualStage());
         }
+        checkRanges();
+        if (trainsHere) {
+            PathFlags.check(this);
+        }
+        if (trainsHere && loadHf == null) {
+            MemoryFloor.check(this, MemoryFloor.ofFlags(this), () -> MemoryFloor.onCpu(this));
+        }
         TransformerConfig model = model();
+        if (trainsHere && loadHf != null) {
+            MemoryFloor.check(this, MemoryFloor.of(model, "--load-hf " + loadHf), () -> MemoryFloor.onCpu(this));
+        }
         long decay = lrDecayIters > 0 ? lrDecayIters : trainIters;
         long warmup = warmupIterations(decay);
         OptimizerConfig optimizerConfig = OptimizerConfig.builder()
@@ -598,7 +609,79 @@ public final class PretrainArgs {
         }
     }
 
-    private static long physicalMemoryBytes() {
+    /**
+     * Whether these flags describe a job to run on this machine (false for {@code plan}, which only
+     * estimates: its paths need not exist here, nor its model fit this machine's memory).
+     */
+    boolean trainsHere = true;
+
+    /**
+     * The checks of values picocli parses but cannot judge: floating-point flags finite and in their
+     * range (a NaN learning rate would train to NaN losses; an infinite timeout overflows the deadline),
+     * counts and intervals non-negative, and the split weights parsed even without evaluation.
+     */
+    private void checkRanges() {
+        atLeastZero("--lr", lr);
+        atLeastZero("--min-lr", minLr);
+        atLeastZero("--weight-decay", weightDecay);
+        atLeastZero("--clip-grad", clipGrad);
+        atLeastZero("--moe-aux-loss-coeff", moeAuxLossCoeff);
+        belowOne("--adam-beta1", adamBeta1);
+        belowOne("--adam-beta2", adamBeta2);
+        belowOne("--hidden-dropout", hiddenDropout);
+        belowOne("--attention-dropout", attentionDropout);
+        if (!(adamEps > 0) || Double.isInfinite(adamEps)) {
+            throw new IllegalArgumentException("--adam-eps " + adamEps + " must be a positive finite number");
+        }
+        if (peakTflops != null && (!(peakTflops > 0) || peakTflops.isInfinite())) {
+            throw new IllegalArgumentException("--peak-tflops " + peakTflops + " must be a positive finite number");
+        }
+        if (!(timeoutMinutes >= MIN_TIMEOUT_MINUTES && timeoutMinutes <= MAX_TIMEOUT_MINUTES)) {
+            throw new IllegalArgumentException("--distributed-timeout-minutes " + timeoutMinutes + " must be a number of"
+                    + " minutes from " + MIN_TIMEOUT_MINUTES + " (60 ms) to " + (long) MAX_TIMEOUT_MINUTES + " (about 19 months)");
+        }
+        atLeastZero("--save-interval", saveInterval);
+        atLeastZero("--eval-interval", evalInterval);
+        atLeastZero("--eval-iters", evalIters);
+        atLeastZero("--moe-ffn-hidden-size", moeFfnHiddenSize);
+        positive("--moe-layer-freq", moeLayerFrequency);
+        positive("--ddp-bucket-size", ddpBucketSize);
+        if (ddpBucketSize > Long.MAX_VALUE / 4) {
+            throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " is too large (at most "
+                    + Long.MAX_VALUE / 4 + " parameters)");
+        }
+        if (evalInterval > 0 && evalIters > 0 && globalBatchSize > (Integer.MAX_VALUE - 1) / evalIters) {
+            throw new IllegalArgumentException("--eval-iters " + evalIters + " x --global-batch-size " + globalBatchSize
+                    + " asks for more than " + (Integer.MAX_VALUE - 1) + " validation samples (the sample index holds at most that)");
+        }
+        if (numQueryGroups > 0 && numAttentionHeads % numQueryGroups != 0) {
+            throw new IllegalArgumentException("--num-query-groups " + numQueryGroups + " does not divide --num-attention-heads "
+                    + numAttentionHeads);
+        }
+        if (numExperts > 0 && (moeTopK < 1 || moeTopK > numExperts)) {
+            throw new IllegalArgumentException("--moe-router-topk " + moeTopK + " must be from 1 to --num-experts " + numExperts);
+        }
+        splitWeights();
+    }
+
+    /** Smallest {@code --distributed-timeout-minutes}: 60 ms, below which no collective can finish. */
+    private static final double MIN_TIMEOUT_MINUTES = 0.001;
+    /** Largest {@code --distributed-timeout-minutes}: deadlines are counted in nanoseconds of a {@code long}. */
+    private static final double MAX_TIMEOUT_MINUTES = 1e6;
+
+    private static void atLeastZero(String flag, double value) {
+        if (!(value >= 0) || Double.isInfinite(value)) {
+            throw new IllegalArgumentException(flag + " " + value + " must be a finite number, at least 0");
+        }
+    }
+
+    private static void belowOne(String flag, double value) {
+        if (!(value >= 0 && value < 1)) {
+            throw new IllegalArgumentException(flag + " " + value + " must be at least 0 and below 1");
+        }
+    }
+
+    static long physicalMemoryBytes() {
         try {
             for (String line : java.nio.file.Files.readAllLines(Path.of("/proc/meminfo"))) {
                 if (line.startsWith("MemTotal:")) {
@@ -622,7 +705,11 @@ public final class PretrainArgs {
 
     /** @return the Hugging Face config of {@code --load-hf}, or null without it */
     HfConfig hfConfig() {
-        return loadHf == null ? null : HfConfig.read(loadHf, Set.of());
+        try {
+            return loadHf == null ? null : HfConfig.read(loadHf, Set.of());
+        } catch (HfCheckpointException e) {
+            throw new IllegalArgumentException("--load-hf " + loadHf + ": " + e.getMessage(), e);
+        }
     }
 
     /** @return the vocabulary of the tokens (the Hugging Face checkpoint's with {@code --load-hf}) */

@@ -7,7 +7,6 @@ import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
 import io.mcore4j.data.gpt.SampleDataset;
-import io.mcore4j.data.indexed.CorruptDatasetException;
 import io.mcore4j.hf.HfCheckpoint;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
@@ -18,6 +17,7 @@ import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.samples.generate.GenerateGpt;
+import io.mcore4j.samples.launch.FailureReport;
 import io.mcore4j.samples.launch.LaunchedRank;
 import io.mcore4j.samples.launch.ParallelLayoutOptions;
 import io.mcore4j.training.TrainingLoop;
@@ -126,26 +126,17 @@ public final class PretrainGpt {
             }
             args.setup(); // every flag checked before anything is allocated
         } catch (CommandLine.ParameterException | IllegalArgumentException e) {
-            err.println(name + ": " + e.getMessage());
+            err.println(name + ": " + FailureReport.oneLine(e.getMessage()));
             err.println("Usage: " + name + " [FLAGS]; '" + name + " --help' lists the flags.");
             return 2;
+        } catch (RuntimeException e) {
+            return FailureReport.report(name, e, err);
         }
         try {
             job.run(args, out);
             return 0;
-        } catch (Exception e) {
-            IllegalArgumentException bad = badInput(e);
-            if (bad != null) {
-                err.println(name + ": " + bad.getMessage());
-                return 2;
-            }
-            if (e instanceof CorruptDatasetException corrupt) {
-                err.println(name + ": " + corrupt.getMessage());
-                return 2;
-            }
-            err.println(name + " failed: " + e);
-            e.printStackTrace(err);
-            return 1;
+        } catch (Exception | OutOfMemoryError e) {
+            return FailureReport.report(name, e, err);
         }
     }
 

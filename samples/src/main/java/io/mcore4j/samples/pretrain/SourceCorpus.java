@@ -26,7 +26,8 @@ final class SourceCorpus {
      * @param root the source tree
      * @param prefix output prefix; {@code prefix.bin} and {@code prefix.idx} are written atomically
      * @return number of documents
-     * @throws IOException if reading or writing fails, or the tree has no text files
+     * @throws IOException if reading or writing fails
+     * @throws IllegalArgumentException naming --corpus-from-sources if the tree has no text files
      */
     static int build(Path root, Path prefix) throws IOException {
         List<Path> files;
@@ -45,7 +46,8 @@ final class SourceCorpus {
                     .collect(Collectors.toList());
         }
         if (files.isEmpty()) {
-            throw new IOException("no .md or .java files under " + root.toAbsolutePath());
+            throw new IllegalArgumentException("--corpus-from-sources " + root + " holds no .md or .java files"
+                    + " (build outputs, runs/ and hidden folders are skipped)");
         }
         Files.createDirectories(prefix.toAbsolutePath().getParent());
         ByteLevelTokenizer tokenizer = new ByteLevelTokenizer();

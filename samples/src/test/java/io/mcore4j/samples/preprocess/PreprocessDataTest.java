@@ -70,6 +70,21 @@ class PreprocessDataTest {
         assertBadFlag(run("--input", "a.jsonl"), "--output-prefix");
     }
 
+    /** Issue 40, item 7: a missing input or output directory was exit 1 with a bare path ("preprocess: a.jsonl"). */
+    @Test
+    void missingInputsAndOutputDirectoriesNameTheirFlags() throws IOException {
+        Path missing = dir.resolve("missing.jsonl");
+        assertBadFlag(run("--input", missing.toString(), "--output-prefix", dir.resolve("b").toString(), "--tokenizer-type",
+                "ByteLevel"), "--input " + missing + " does not exist");
+        Path input = Files.writeString(dir.resolve("in.jsonl"), "{\"text\": \"ab\"}\n", StandardCharsets.UTF_8);
+        Path noDir = dir.resolve("no-such-dir");
+        assertBadFlag(run("--input", input.toString(), "--output-prefix", noDir.resolve("b").toString(), "--tokenizer-type",
+                "ByteLevel"), "--output-prefix " + noDir.resolve("b") + ": " + noDir + " does not exist");
+        Path tokenizer = dir.resolve("no-tokenizer.json");
+        assertBadFlag(run("--input", input.toString(), "--output-prefix", dir.resolve("b").toString(), "--tokenizer-type",
+                "HuggingFaceTokenizer", "--tokenizer-model", tokenizer.toString()), "--tokenizer-model " + tokenizer + " does not exist");
+    }
+
     @Test
     void runsAndReportsOneLineOrFailsWithOne() throws IOException {
         Path input = dir.resolve("p.jsonl");
