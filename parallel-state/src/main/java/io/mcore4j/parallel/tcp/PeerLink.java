@@ -22,6 +22,10 @@ import org.slf4j.LoggerFactory;
  * a stalled peer cannot hang a caller, whose receive then fails at its deadline instead. Frames
  * between two ranks arrive in the order sent.
  *
+ * <p>The reader thread also answers a peer's {@link Frame#STATUS_QUERY} itself, with what the inbox
+ * says this process is waiting for ({@link Inbox#status}), so even a process blocked in a call
+ * answers; and it hands the answers to this process's own queries to the inbox.
+ *
  * <p>{@link #finish} sends a goodbye frame after everything queued and half-closes the socket;
  * {@link #awaitPeerFinished} waits for the peer's end of stream; {@link #abort} closes the socket.
  */
@@ -127,6 +131,10 @@ final class PeerLink {
                     } else {
                         inbox.gone(peer, "rank " + peer + " closed its backend after a failure: " + f.operation(), f.blamed());
                     }
+                } else if (f.kind() == Frame.STATUS_QUERY) {
+                    outgoing.add(inbox.status().reply(f.sequence()));
+                } else if (f.kind() == Frame.STATUS_REPLY) {
+                    inbox.answer(peer, f.sequence(), PeerStatus.of(f));
                 } else {
                     inbox.deliver(peer, f);
                 }

@@ -319,6 +319,25 @@ final class PeerMesh {
         return inbox;
     }
 
+    /**
+     * Takes the next frame of {@code channel}/{@code kind} from each sender (see
+     * {@link Inbox#take}); at the deadline, asks the missing ranks what they wait for
+     * ({@link WaitChain}, for at most {@link #graceMillis}) and blames the rank their chain ends at.
+     *
+     * @throws CommunicationException if a sender is gone or the deadline passes
+     */
+    Frame[] take(String channel, byte kind, int[] from, long deadlineNanos, long timeoutMillis, String groupKey, String operation) {
+        return inbox.take(channel, kind, from, deadlineNanos, timeoutMillis, groupKey, operation,
+                new WaitChain(rank, inbox, this::offer, graceMillis(timeoutMillis)));
+    }
+
+    /**
+     * How long a rank whose call timed out waits for the answers to its status queries: a quarter of
+     * the timeout, at least 1 s (a loaded machine) and at most 5 s (it delays every stall's report).
+     */
+    static long graceMillis(long timeoutMillis) {
+        return Math.min(5_000, Math.max(1_000, timeoutMillis / 4));
+    }
 
     /**
      * Says goodbye to every peer after the frames already queued, waits up to {@code waitMillis} for
