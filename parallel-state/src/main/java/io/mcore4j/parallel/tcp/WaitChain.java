@@ -15,8 +15,8 @@ import java.util.function.BiConsumer;
  * thread answers, so a rank blocked in a call answers at once) and follows the answers:
  * <ul>
  *   <li>a rank waiting for other ranks points on to them (they are asked in turn);</li>
- *   <li>a rank that has failed points to the ranks its failure blamed, as does a rank that left
- *       after a failure;</li>
+ *   <li>a rank in no call that has failed points to the ranks its failure blamed, as does a rank
+ *       that left after a failure;</li>
  *   <li>the chain ends at a rank that does not answer within the grace (stopped, hung, cut off),
  *       one that answers but is in no call (busy, or it never made the call), one that waits only
  *       for this rank (the two made their calls in a different order), or one that left without a
@@ -68,9 +68,7 @@ final class WaitChain {
                 answers = inbox.awaitAnswers(id, asked, answers.size(), deadline);
                 boolean askedMore = false;
                 for (PeerStatus s : answers.values()) {
-                    if (!s.failed()) {
-                        askedMore |= ask(id, s.waitingFor(), asked);
-                    }
+                    askedMore |= ask(id, s.waitingFor(), asked);
                 }
                 if (!askedMore && (settled(asked, answers) || System.nanoTime() - deadline >= 0)) {
                     return resolve(missing, answers);
@@ -125,7 +123,26 @@ final class WaitChain {
         }
         PeerStatus s = answers.get(r);
         String gone = inbox.goneReason(r);
-        if (s != null && s.failed()) {
+        if (s == null && gone != null) {
+            why.append("; ").append(gone);
+            roots.addAll(inbox.blameFor(r));
+        } else if (s == null) {
+            why.append("; rank ").append(r).append(" did not answer a status query within ").append(graceMillis)
+                    .append(" ms (stopped, hung or cut off?)");
+            roots.add(r);
+        } else if (s.waitingFor().equals(List.of(self))) {
+            why.append("; rank ").append(r).append(" is itself waiting for this rank (").append(self).append(") in ")
+                    .append(s.waitingIn()).append(": the two made their calls in a different order?");
+            roots.add(r);
+        } else if (!s.waitingFor().isEmpty()) {
+            why.append("; rank ").append(r).append(" is itself waiting for rank(s) ").append(s.waitingFor()).append(" in ")
+                    .append(s.waitingIn());
+            for (int next : s.waitingFor()) {
+                if (next != self) {
+                    visit(next, answers, seen, roots, why);
+                }
+            }
+        } else if (s.failed()) {
             List<Integer> blamed = new ArrayList<>(s.blamed());
             blamed.remove(Integer.valueOf(self));
             blamed.remove(Integer.valueOf(r));
@@ -135,28 +152,9 @@ final class WaitChain {
             } else {
                 roots.addAll(blamed);
             }
-        } else if (s == null && gone != null) {
-            why.append("; ").append(gone);
-            roots.addAll(inbox.blameFor(r));
-        } else if (s == null) {
-            why.append("; rank ").append(r).append(" did not answer a status query within ").append(graceMillis)
-                    .append(" ms (stopped, hung or cut off?)");
-            roots.add(r);
-        } else if (s.waitingFor().isEmpty()) {
+        } else {
             why.append("; rank ").append(r).append(" answers but is in no call (busy, or it has not made this call)");
             roots.add(r);
-        } else if (s.waitingFor().equals(List.of(self))) {
-            why.append("; rank ").append(r).append(" is itself waiting for this rank (").append(self).append(") in ")
-                    .append(s.waitingIn()).append(": the two made their calls in a different order?");
-            roots.add(r);
-        } else {
-            why.append("; rank ").append(r).append(" is itself waiting for rank(s) ").append(s.waitingFor()).append(" in ")
-                    .append(s.waitingIn());
-            for (int next : s.waitingFor()) {
-                if (next != self) {
-                    visit(next, answers, seen, roots, why);
-                }
-            }
         }
     }
 }
