@@ -18,20 +18,27 @@ import java.util.Set;
  * <ul>
  *   <li>A handshake has {@code limit} from its admission to its {@link Slot#finish}, however its
  *       bytes trickle in: past that, a reaper thread closes its socket.</li>
- *   <li>At most {@code capacity} are pending at once. Admitting one more does not turn the newcomer
- *       away: it closes (evicts) the oldest pending connection of the source address that holds the
- *       most pending ones. A flood therefore evicts its own connections first; a real client from
- *       the flooder's own address (all of loopback is one address) finishes its handshake in
- *       milliseconds and is evicted only if {@code capacity} newer connections arrive meanwhile,
- *       after which it redials like after any lost connection.</li>
+ *   <li>At most {@code capacity} are pending at once. One more closes (evicts) the oldest pending
+ *       connection of the source address that holds the most pending ones, if that one has been
+ *       pending for {@value #EVICTABLE_AFTER_MS} ms or more; otherwise the newcomer is refused. A real
+ *       handshake takes milliseconds, so the connections that are evicted are those that hold a
+ *       slot without finishing (slow or silent), the flood's own first; a real client, even from
+ *       the flood's own address (all of loopback is one address), is never evicted while it
+ *       shakes hands, and gets in as soon as it tries while any slot is held that long. A herd of
+ *       real clients arriving together is served as before: the newcomers are refused and redial,
+ *       and no handshake in progress is cut off.</li>
  * </ul>
  * A closed connection's handshake thread fails at its next read; {@link Slot#closedBecause} says
  * why, for the log. Thread-safe. Owns its reaper thread and the sockets still pending, which
  * {@link #close()} closes.
  */
 public final class HandshakeSlots implements AutoCloseable {
+    /** How long a connection must have been in its handshake before a newcomer may evict it. */
+    public static final int EVICTABLE_AFTER_MS = 1_000;
+
     private final int capacity;
     private final long limitNanos;
+    private final long evictableAfterNanos;
     private final String name;
     /** Pending slots in admission order, so the first is the oldest and the first to expire. */
     private final Set<Slot> pending = new LinkedHashSet<>();
@@ -46,6 +53,11 @@ public final class HandshakeSlots implements AutoCloseable {
      * @param name the listener, for thread names and messages (e.g. {@code rendezvous store on port 29500})
      */
     public HandshakeSlots(int capacity, Duration limit, String name) {
+        this(capacity, limit, Duration.ofMillis(EVICTABLE_AFTER_MS), name);
+    }
+
+    /** With the age at which a pending connection may be evicted given (tests shorten it). */
+    HandshakeSlots(int capacity, Duration limit, Duration evictableAfter, String name) {
         if (capacity < 1) {
             throw new IllegalArgumentException("capacity must be positive, got " + capacity);
         }
@@ -54,6 +66,7 @@ public final class HandshakeSlots implements AutoCloseable {
         }
         this.capacity = capacity;
         this.limitNanos = limit.toNanos();
+        this.evictableAfterNanos = evictableAfter.toNanos();
         this.name = name;
         this.reaper = new Thread(this::reapLoop, "mcore4j-handshake-reaper-" + name);
         reaper.setDaemon(true);
@@ -61,11 +74,14 @@ public final class HandshakeSlots implements AutoCloseable {
     }
 
     /**
-     * Admits {@code socket} into its handshake, evicting the oldest pending connection of the
-     * busiest source address if all slots are taken. Once closed, the socket is closed at once.
+     * Admits {@code socket} into its handshake if a slot is free or can be freed by evicting the
+     * oldest pending connection of the busiest source address (pending for
+     * {@value #EVICTABLE_AFTER_MS} ms or more).
      *
      * @param socket an accepted connection
-     * @return its slot, which the handshake must {@link Slot#finish}
+     * @return its slot, which the handshake must {@link Slot#finish}; null if every slot is held by
+     *         a younger connection (or the slots are closed): the caller closes the socket, and the
+     *         client redials
      */
     public Slot admit(Socket socket) {
         return admit(socket, socket.getInetAddress());
@@ -73,14 +89,11 @@ public final class HandshakeSlots implements AutoCloseable {
 
     /** {@link #admit(Socket)} with the source address given (tests stand in other hosts with it). */
     synchronized Slot admit(Socket socket, InetAddress source) {
-        Slot slot = new Slot(socket, source, System.nanoTime() + limitNanos);
-        if (closed) {
-            slot.closeBecause(name + " is closed");
-            return slot;
+        long now = System.nanoTime();
+        if (closed || pending.size() >= capacity && !evictOne(now)) {
+            return null;
         }
-        if (pending.size() >= capacity) {
-            evictOne();
-        }
+        Slot slot = new Slot(socket, source, now, now + limitNanos);
         pending.add(slot);
         notifyAll();
         return slot;
@@ -102,7 +115,8 @@ public final class HandshakeSlots implements AutoCloseable {
         notifyAll();
     }
 
-    private void evictOne() {
+    /** Evicts the oldest pending connection of the busiest source if it is old enough; says whether it did. */
+    private boolean evictOne(long now) {
         Map<InetAddress, Integer> perSource = new HashMap<>();
         int most = 0;
         for (Slot s : pending) {
@@ -111,12 +125,16 @@ public final class HandshakeSlots implements AutoCloseable {
         for (Iterator<Slot> it = pending.iterator(); it.hasNext(); ) {
             Slot s = it.next();
             if (perSource.get(s.source) == most) {
+                if (now - s.admittedNanos < evictableAfterNanos) {
+                    return false;
+                }
                 it.remove();
                 s.closeBecause("evicted: " + capacity + " connections were in their handshake with " + name + ", this was the oldest of the "
-                        + most + " from " + s.source.getHostAddress());
-                return;
+                        + most + " from " + s.source.getHostAddress() + " (" + (now - s.admittedNanos) / 1_000_000 + " ms)");
+                return true;
             }
         }
+        return false;
     }
 
     private synchronized void reapLoop() {
@@ -147,12 +165,14 @@ public final class HandshakeSlots implements AutoCloseable {
     public final class Slot {
         private final Socket socket;
         private final InetAddress source;
+        private final long admittedNanos;
         private final long deadlineNanos;
         private String closedBecause;
 
-        private Slot(Socket socket, InetAddress source, long deadlineNanos) {
+        private Slot(Socket socket, InetAddress source, long admittedNanos, long deadlineNanos) {
             this.socket = socket;
             this.source = source;
+            this.admittedNanos = admittedNanos;
             this.deadlineNanos = deadlineNanos;
         }
 

@@ -41,9 +41,10 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Resources are bounded whatever clients send: at most {@value #MAX_HANDSHAKES} connections
  * are in their handshake at once, and one more evicts the oldest pending connection of the source
- * address with the most pending ones (see {@link HandshakeSlots}), so unauthenticated connections
- * cost at most that many threads and cannot keep a real client out (it finishes its handshake in
- * milliseconds; a client that is evicted redials). At most {@value #MAX_CLIENTS} authenticated
+ * address with the most pending ones if that one has been pending for a second (see
+ * {@link HandshakeSlots}), else it is closed at once and its client redials. So unauthenticated
+ * connections cost at most that many threads, and slow or silent ones cannot keep a real client out
+ * (its handshake takes milliseconds). At most {@value #MAX_CLIENTS} authenticated
  * clients are served, a wait names at most 10,000 keys, a value holds at most 64 MiB and all values
  * together at most
  * {@value #MAX_STORED_BYTES} bytes. A request beyond a bound fails that client with a message
@@ -56,7 +57,7 @@ public final class TcpStoreServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(TcpStoreServer.class);
     /** How long a connection may take to prove the token, from its acceptance to the end of its handshake. */
     public static final int HANDSHAKE_TIMEOUT_MS = 5_000;
-    /** Most connections in their handshake at once; one more evicts one of them. */
+    /** Most connections in their handshake at once; one more evicts one pending for a second or more, if any. */
     public static final int MAX_HANDSHAKES = 128;
     /** Most authenticated clients served at once. */
     public static final int MAX_CLIENTS = 4096;
@@ -152,6 +153,12 @@ public final class TcpStoreServer implements AutoCloseable {
                 return;
             }
             HandshakeSlots.Slot slot = handshakes.admit(client);
+            if (slot == null) {
+                closeQuietly(client);
+                reject(client, MAX_HANDSHAKES + " connections are already in their handshake, none for "
+                        + HandshakeSlots.EVICTABLE_AFTER_MS + " ms yet");
+                continue;
+            }
             clients.add(client);
             Thread t = new Thread(() -> serve(client, slot), "mcore4j-store-client-" + client.getRemoteSocketAddress());
             t.setDaemon(true);

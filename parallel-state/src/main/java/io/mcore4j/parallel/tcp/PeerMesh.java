@@ -36,7 +36,8 @@ import org.slf4j.LoggerFactory;
  * connections shake hands in parallel, each on its own short-lived thread, within
  * {@value #HANDSHAKE_TIMEOUT_MS} ms in all however their bytes trickle in; at most
  * {@value #MAX_PENDING_HANDSHAKES} at once, one more evicting the oldest of the busiest source
- * address ({@link HandshakeSlots}; an evicted dialer redials). So silent, slow or hostile
+ * address once that one has been pending for a second, else closed at once (see
+ * {@link HandshakeSlots}; a dialer whose connection is closed redials). So silent, slow or hostile
  * connections to the peer port cannot delay or keep out the real peers. Lower ranks accept before
  * they could wait on anyone higher, so establishing cannot deadlock.
  */
@@ -44,7 +45,7 @@ final class PeerMesh {
     private static final Logger LOG = LoggerFactory.getLogger(PeerMesh.class);
     private static final String GROUP = "world";
     private static final String CONNECT = "connect";
-    /** Most accepted connections in their handshake at once; one more evicts one of them. */
+    /** Most accepted connections in their handshake at once; one more evicts one pending for a second or more, if any. */
     static final int MAX_PENDING_HANDSHAKES = 64;
     /** Longest an accepted connection's handshake may take, from its acceptance to its end. */
     static final int HANDSHAKE_TIMEOUT_MS = 10_000;
@@ -229,6 +230,12 @@ final class PeerMesh {
 
         void handshakeAsync(Socket s) {
             HandshakeSlots.Slot slot = slots.admit(s);
+            if (slot == null) {
+                closeQuietly(s);
+                rejected(s, MAX_PENDING_HANDSHAKES + " handshakes are in progress, none for " + HandshakeSlots.EVICTABLE_AFTER_MS
+                        + " ms yet");
+                return;
+            }
             Thread t = new Thread(() -> {
                 try {
                     handshake(s, slot);
@@ -267,20 +274,24 @@ final class PeerMesh {
                 }
             } catch (IOException e) {
                 slot.finish();
-                String why = slot.closedBecause() != null ? slot.closedBecause() : e.getMessage();
-                int n;
-                synchronized (this) {
-                    n = ++rejectedCount;
-                    if (n == 1) {
-                        firstRejection = s.getRemoteSocketAddress() + ": " + why;
-                    }
-                }
-                if (n <= LOGGED_REJECTIONS || n % REJECTION_LOG_EVERY == 0) {
-                    LOG.warn("rank {}: rejected a peer connection from {}: {}{}", rank, s.getRemoteSocketAddress(), why,
-                            n == LOGGED_REJECTIONS ? " (further rejections are logged every " + REJECTION_LOG_EVERY + "th)"
-                                    : n > LOGGED_REJECTIONS ? " (" + n + " rejected so far)" : "");
-                }
                 closeQuietly(s);
+                rejected(s, slot.closedBecause() != null ? slot.closedBecause() : e.getMessage());
+            }
+        }
+
+        /** Counts and logs (the first ten, then every hundredth) a connection closed without joining. */
+        private void rejected(Socket s, String why) {
+            int n;
+            synchronized (this) {
+                n = ++rejectedCount;
+                if (n == 1) {
+                    firstRejection = s.getRemoteSocketAddress() + ": " + why;
+                }
+            }
+            if (n <= LOGGED_REJECTIONS || n % REJECTION_LOG_EVERY == 0) {
+                LOG.warn("rank {}: rejected a peer connection from {}: {}{}", rank, s.getRemoteSocketAddress(), why,
+                        n == LOGGED_REJECTIONS ? " (further rejections are logged every " + REJECTION_LOG_EVERY + "th)"
+                                : n > LOGGED_REJECTIONS ? " (" + n + " rejected so far)" : "");
             }
         }
     }

@@ -90,7 +90,8 @@ class StartupReliabilityTest {
 
     /**
      * Starts rank 0, then opens {@code onStore} slow clients on the store and {@code onPeerPort} on
-     * rank 0's peer port, then starts the other ranks: every rank must connect and pass a barrier.
+     * rank 0's peer port, then starts the other ranks: every rank must connect within the connect
+     * timeout (10 s) and pass a barrier.
      */
     private static void startsUnderSlowClients(int worldSize, int onStore, int onPeerPort) throws Exception {
         Mcore4j.ensureInitialized();
@@ -109,7 +110,6 @@ class StartupReliabilityTest {
             try (SlowClients onStoreClients = SlowClients.open(port, Handshake.STORE, onStore, Duration.ofMillis(200));
                  SlowClients onPeerClients = SlowClients.open(peerPort, Handshake.PEER, onPeerPort, Duration.ofMillis(200))) {
                 Thread.sleep(500); // every slot is taken before the other ranks start
-                long start = System.nanoTime();
                 for (int r = 1; r < worldSize; r++) {
                     int rank = r;
                     ranks.add(pool.submit(() -> joinAndPassABarrier(rank, worldSize, port, token, connectTimeout)));
@@ -122,8 +122,6 @@ class StartupReliabilityTest {
                                 + onPeerPort + " on rank 0's peer port: " + e.getCause().getMessage(), e.getCause());
                     }
                 }
-                double seconds = (System.nanoTime() - start) / 1e9;
-                assertTrue(seconds < 8, "the job took " + seconds + " s to start");
             }
         } finally {
             pool.shutdownNow();
