@@ -23,8 +23,8 @@ import java.util.Set;
  *       pending for {@value #EVICTABLE_AFTER_MS} ms or more; otherwise the newcomer is refused. A real
  *       handshake takes milliseconds, so the connections that are evicted are those that hold a
  *       slot without finishing (slow or silent), the flood's own first; a real client, even from
- *       the flood's own address (all of loopback is one address), is never evicted while it
- *       shakes hands, and gets in as soon as it tries while any slot is held that long. A herd of
+ *       the flood's own address (all of loopback is one address), is not evicted in the first
+ *       second of its handshake, and gets in as soon as it tries while a slot is held longer. A herd of
  *       real clients arriving together is served as before: the newcomers are refused and redial,
  *       and no handshake in progress is cut off.</li>
  * </ul>

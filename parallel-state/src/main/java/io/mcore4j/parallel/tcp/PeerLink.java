@@ -6,6 +6,7 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
+import java.io.InputStream;
 import java.net.Socket;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -62,7 +63,12 @@ final class PeerLink {
 
     /** Buffered streams over {@code socket}, for the handshake and then the link. */
     static DataInputStream input(Socket socket) throws IOException {
-        return new DataInputStream(new BufferedInputStream(socket.getInputStream(), BUFFER_BYTES));
+        return input(socket.getInputStream());
+    }
+
+    /** A buffered stream over {@code raw} (a socket's input, possibly limited by a deadline), for the handshake and then the link. */
+    static DataInputStream input(InputStream raw) {
+        return new DataInputStream(new BufferedInputStream(raw, BUFFER_BYTES));
     }
 
     static DataOutputStream output(Socket socket) throws IOException {

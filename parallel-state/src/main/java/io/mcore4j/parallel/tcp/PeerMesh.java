@@ -1,6 +1,7 @@
 package io.mcore4j.parallel.tcp;
 
 import io.mcore4j.parallel.CommunicationException;
+import io.mcore4j.parallel.rendezvous.DeadlineInputStream;
 import io.mcore4j.parallel.rendezvous.Handshake;
 import io.mcore4j.parallel.rendezvous.HandshakeSlots;
 import io.mcore4j.parallel.rendezvous.JobToken;
@@ -123,10 +124,13 @@ final class PeerMesh {
             try {
                 s.setTcpNoDelay(true);
                 s.connect(new InetSocketAddress(host, port), (int) Math.min(remaining, 5_000));
-                s.setSoTimeout((int) Math.max(1, Math.min(remaining, 30_000)));
-                DataInputStream in = PeerLink.input(s);
+                // the whole handshake, however the other side trickles its bytes, ends by the connect deadline
+                DeadlineInputStream input = new DeadlineInputStream(s);
+                input.setDeadline(deadlineNanos);
+                DataInputStream in = PeerLink.input(input);
                 DataOutputStream out = PeerLink.output(s);
                 Handshake.respond(in, out, token, Handshake.PEER, rank, worldSize, peer, random);
+                input.clearDeadline();
                 return new PeerLink(rank, peer, s, in, out, inbox);
             } catch (Handshake.RejectedException e) {
                 closeQuietly(s);

@@ -199,6 +199,20 @@ class RendezvousReliabilityTest {
         }
     }
 
+    /** The dialing side too: a squatter trickling its challenge cannot hold a client past its timeout. */
+    @Test
+    void aStoreTricklingItsHandshakeCannotHoldAClientPastItsTimeout() throws Exception {
+        try (TricklingServer squatter = new TricklingServer(Handshake.STORE, -1, -1, Duration.ofMillis(200))) {
+            long start = System.nanoTime();
+            StoreException e = assertThrows(StoreException.class,
+                    () -> TcpStore.connect("127.0.0.1", squatter.port(), TOKEN, Duration.ofSeconds(2)));
+            double seconds = (System.nanoTime() - start) / 1e9;
+            assertTrue(seconds < 3.5, "the client gave up after " + seconds + " s: " + e.getMessage());
+            assertTrue(e.getMessage().contains("was not reachable within 2000 ms") && e.getMessage().contains("did not finish in time"),
+                    e.getMessage());
+        }
+    }
+
     /** Issue 40, item 6: connections that trickle in every handshake slot cannot keep a real client out. */
     @Test
     void slowClientsInEveryHandshakeSlotDoNotKeepARealClientOut() throws Exception {

@@ -1,15 +1,18 @@
 package io.mcore4j.parallel.tcp;
 
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
+import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.rendezvous.Handshake;
 import io.mcore4j.parallel.rendezvous.JobToken;
 import io.mcore4j.parallel.rendezvous.SlowClients;
 import io.mcore4j.parallel.rendezvous.TcpStore;
 import io.mcore4j.parallel.rendezvous.TcpStoreServer;
+import io.mcore4j.parallel.rendezvous.TricklingServer;
 
 import java.net.InetAddress;
 import java.net.Socket;
@@ -73,6 +76,25 @@ class StartupReliabilityTest {
             if (one != null) {
                 one.close();
             }
+        }
+    }
+
+    /** The dialing side: a squatter at rank 0's address trickling its challenge cannot hold rank 1 past its connect timeout. */
+    @Test
+    void aPeerAddressTricklingItsHandshakeCannotHoldADialingRankPastItsConnectTimeout() throws Exception {
+        JobToken token = JobToken.of("trickle-" + System.nanoTime());
+        try (TcpStoreServer server = TcpStoreServer.start(InetAddress.getLoopbackAddress(), 0, token);
+             TricklingServer squatter = new TricklingServer(Handshake.PEER, 0, 2, Duration.ofMillis(200));
+             TcpStore store = TcpStore.connect("127.0.0.1", server.port(), token, Duration.ofSeconds(5))) {
+            store.set(PeerMesh.addressKey(0), ("127.0.0.1:" + squatter.port()).getBytes(StandardCharsets.UTF_8));
+            long start = System.nanoTime();
+            CommunicationException e = assertThrows(CommunicationException.class, () -> TcpBackend.builder(
+                    LaunchEnvironment.loopback(1, 2, server.port())).jobToken(token).timeout(Duration.ofSeconds(20))
+                    .connectTimeout(Duration.ofSeconds(2)).connect());
+            double seconds = (System.nanoTime() - start) / 1e9;
+            assertTrue(seconds < 3.5, "rank 1 gave up after " + seconds + " s: " + e.getMessage());
+            assertTrue(e.getMessage().contains("could not connect to rank 0 at 127.0.0.1:" + squatter.port() + " within 2000 ms")
+                    && e.getMessage().contains("did not finish in time"), e.getMessage());
         }
     }
 
