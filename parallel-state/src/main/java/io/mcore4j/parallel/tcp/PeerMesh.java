@@ -303,7 +303,8 @@ final class PeerMesh {
     /**
      * Hands {@code frame} to {@code peer}'s link (or straight to the inbox for this rank).
      *
-     * @throws CommunicationException if the peer is already known to be gone
+     * @throws CommunicationException if the peer is already known to be gone, naming it, or the
+     *         ranks its failure blamed if it left after one
      */
     void send(int peer, Frame frame, String groupKey, String operation) {
         if (peer == rank) {
@@ -312,7 +313,9 @@ final class PeerMesh {
         }
         String gone = inbox.goneReason(peer);
         if (gone != null) {
-            throw new CommunicationException(groupKey, operation, List.of(peer), "rank(s) [" + peer + "] will not answer: " + gone, null);
+            List<Integer> blamed = inbox.blameFor(peer);
+            String root = blamed.equals(List.of(peer)) ? "" : " (the root cause: rank(s) " + blamed + ")";
+            throw new CommunicationException(groupKey, operation, blamed, "rank(s) [" + peer + "] will not answer: " + gone + root, null);
         }
         links[peer].send(frame);
     }
