@@ -36,10 +36,10 @@ public final class TcpStore implements AutoCloseable {
     private final Duration timeout;
     private StoreException broken;
 
-    private TcpStore(String address, Socket socket, Duration timeout) throws IOException {
+    private TcpStore(String address, Socket socket, DeadlineInputStream input, Duration timeout) throws IOException {
         this.address = address;
         this.socket = socket;
-        this.in = new DataInputStream(new BufferedInputStream(socket.getInputStream()));
+        this.in = new DataInputStream(new BufferedInputStream(input));
         this.out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream()));
         this.timeout = timeout;
     }
@@ -53,7 +53,8 @@ public final class TcpStore implements AutoCloseable {
      * @param token the job token to prove
      * @param timeout how long to keep trying, and the default timeout of blocking calls
      * @return the connected client, which the caller owns and must close
-     * @throws StoreException if the store stays unreachable, rejects the token, or does not prove
+     * @throws StoreException if the store stays unreachable (a handshake not finished by the deadline
+     *         counts as unreachable), rejects the token, or does not prove
      *         that it knows the token itself
      */
     public static TcpStore connect(String host, int port, JobToken token, Duration timeout) {
@@ -75,9 +76,12 @@ public final class TcpStore implements AutoCloseable {
             try {
                 s.setTcpNoDelay(true);
                 s.connect(new InetSocketAddress(host, port), (int) Math.min(remainingMs, 5_000));
-                s.setSoTimeout((int) Math.min(Math.max(remainingMs, 1_000), 30_000));
-                TcpStore store = new TcpStore(address, s, timeout);
+                // the whole handshake, however the server trickles its bytes, ends by then
+                DeadlineInputStream input = new DeadlineInputStream(s);
+                input.setDeadline(System.nanoTime() + Math.min(Math.max(remainingMs, 1_000), 30_000) * 1_000_000);
+                TcpStore store = new TcpStore(address, s, input, timeout);
                 Handshake.respond(store.in, store.out, token, Handshake.STORE, rank, -1, -1, new SecureRandom());
+                input.clearDeadline();
                 s.setSoTimeout(0);
                 return store;
             } catch (Handshake.RejectedException e) {

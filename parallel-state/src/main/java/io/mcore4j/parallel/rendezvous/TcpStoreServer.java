@@ -32,17 +32,20 @@ import org.slf4j.LoggerFactory;
  *
  * <p>One daemon thread accepts connections and one daemon thread serves each client. A client must
  * first prove it holds the job's {@link JobToken} (and the server proves it back, see
- * {@link Handshake}); a connection that does not (wrong token, another protocol, silence for
- * {@value #HANDSHAKE_TIMEOUT_MS} ms) is answered with a rejection, closed, counted in
- * {@link #rejectedConnections()} and logged at WARN with its remote address (the first
- * {@value #LOGGED_REJECTIONS} individually, then every {@value #REJECTION_LOG_EVERY}th with the count).
- * Blocking reads wait on the server with the client's timeout, so a timed-out read leaves the
- * connection usable.
+ * {@link Handshake}); a connection that does not (wrong token, another protocol, a handshake not
+ * finished within {@value #HANDSHAKE_TIMEOUT_MS} ms in all, however its bytes trickle in) is
+ * answered with a rejection or closed, counted in {@link #rejectedConnections()} and logged at WARN
+ * with its remote address (the first {@value #LOGGED_REJECTIONS} individually, then every
+ * {@value #REJECTION_LOG_EVERY}th with the count). Blocking reads wait on the server with the
+ * client's timeout, so a timed-out read leaves the connection usable.
  *
  * <p>Resources are bounded whatever clients send: at most {@value #MAX_HANDSHAKES} connections
- * are in their handshake at once (more are closed at once, so a flood of unauthenticated
- * connections costs no threads beyond that), at most {@value #MAX_CLIENTS} authenticated clients
- * are served, a wait names at most 10,000 keys, a value holds at most 64 MiB and all values
+ * are in their handshake at once, and one more evicts the oldest pending connection of the source
+ * address with the most pending ones if that one has been pending for a second (see
+ * {@link HandshakeSlots}), else it is closed at once and its client redials. So unauthenticated
+ * connections cost at most that many threads, and slow or silent ones cannot keep a real client out
+ * (its handshake takes milliseconds). At most {@value #MAX_CLIENTS} authenticated
+ * clients are served, a wait names at most 10,000 keys, a value holds at most 64 MiB and all values
  * together at most
  * {@value #MAX_STORED_BYTES} bytes. A request beyond a bound fails that client with a message
  * naming the bound.
@@ -52,9 +55,9 @@ import org.slf4j.LoggerFactory;
  */
 public final class TcpStoreServer implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger(TcpStoreServer.class);
-    /** How long a connection may take to prove the token. */
+    /** How long a connection may take to prove the token, from its acceptance to the end of its handshake. */
     public static final int HANDSHAKE_TIMEOUT_MS = 5_000;
-    /** Most connections in their handshake at once. */
+    /** Most connections in their handshake at once; one more evicts one pending for a second or more, if any. */
     public static final int MAX_HANDSHAKES = 128;
     /** Most authenticated clients served at once. */
     public static final int MAX_CLIENTS = 4096;
@@ -69,7 +72,7 @@ public final class TcpStoreServer implements AutoCloseable {
     private final Map<String, byte[]> values = new HashMap<>();
     private final Set<Socket> clients = ConcurrentHashMap.newKeySet();
     private final AtomicLong rejected = new AtomicLong();
-    private final Semaphore handshakes = new Semaphore(MAX_HANDSHAKES);
+    private final HandshakeSlots handshakes;
     private final Semaphore authenticated = new Semaphore(MAX_CLIENTS);
     private long storedBytes;
     private volatile boolean closed;
@@ -77,6 +80,8 @@ public final class TcpStoreServer implements AutoCloseable {
     private TcpStoreServer(ServerSocket server, JobToken token) {
         this.server = server;
         this.token = token;
+        this.handshakes = new HandshakeSlots(MAX_HANDSHAKES, Duration.ofMillis(HANDSHAKE_TIMEOUT_MS),
+                "the rendezvous store on port " + server.getLocalPort());
         Thread acceptor = new Thread(this::acceptLoop, "mcore4j-store-accept-" + server.getLocalPort());
         acceptor.setDaemon(true);
         acceptor.start();
@@ -113,7 +118,7 @@ public final class TcpStoreServer implements AutoCloseable {
         return server.getLocalPort();
     }
 
-    /** @return how many connections were rejected (wrong token or protocol, silence, over a bound) so far */
+    /** @return how many connections were rejected (wrong token or protocol, too slow, evicted, over a bound) so far */
     public long rejectedConnections() {
         return rejected.get();
     }
@@ -127,6 +132,7 @@ public final class TcpStoreServer implements AutoCloseable {
         } catch (IOException e) {
             LOG.debug("closing the store's server socket", e);
         }
+        handshakes.close();
         for (Socket c : clients) {
             closeQuietly(c);
         }
@@ -146,13 +152,15 @@ public final class TcpStoreServer implements AutoCloseable {
                 }
                 return;
             }
-            if (!handshakes.tryAcquire()) {
+            HandshakeSlots.Slot slot = handshakes.admit(client);
+            if (slot == null) {
                 closeQuietly(client);
-                reject(client, MAX_HANDSHAKES + " connections are already in their handshake");
+                reject(client, MAX_HANDSHAKES + " connections are already in their handshake, none for "
+                        + HandshakeSlots.EVICTABLE_AFTER_MS + " ms yet");
                 continue;
             }
             clients.add(client);
-            Thread t = new Thread(() -> serve(client), "mcore4j-store-client-" + client.getRemoteSocketAddress());
+            Thread t = new Thread(() -> serve(client, slot), "mcore4j-store-client-" + client.getRemoteSocketAddress());
             t.setDaemon(true);
             t.start();
         }
@@ -167,7 +175,7 @@ public final class TcpStoreServer implements AutoCloseable {
         }
     }
 
-    private void serve(Socket client) {
+    private void serve(Socket client, HandshakeSlots.Slot slot) {
         boolean admitted = false;
         try (client) {
             client.setTcpNoDelay(true);
@@ -176,6 +184,9 @@ public final class TcpStoreServer implements AutoCloseable {
             DataOutputStream out = new DataOutputStream(new BufferedOutputStream(client.getOutputStream()));
             try {
                 Handshake.Hello hello = Handshake.challenge(in, out, token, Handshake.STORE, -1, -1, random);
+                if (!slot.finish()) {
+                    throw new IOException(slot.closedBecause());
+                }
                 if (!authenticated.tryAcquire()) {
                     Handshake.reject(out, "the store already serves " + MAX_CLIENTS + " clients");
                     throw new Handshake.RejectedException("the store already serves " + MAX_CLIENTS + " clients");
@@ -183,22 +194,12 @@ public final class TcpStoreServer implements AutoCloseable {
                 admitted = true;
                 Handshake.accept(out, hello);
             } catch (IOException e) {
-                reject(client, e.getMessage());
+                slot.finish();
+                reject(client, slot.closedBecause() != null ? slot.closedBecause() : e.getMessage());
                 return;
-            } finally {
-                handshakes.release();
             }
             client.setSoTimeout(0);
-            while (!closed) {
-                byte op;
-                try {
-                    op = in.readByte();
-                } catch (EOFException e) {
-                    return;
-                }
-                handle(op, in, out);
-                out.flush();
-            }
+            serveRequests(in, out);
         } catch (SocketException | EOFException e) {
             LOG.debug("store client {} left: {}", client.getRemoteSocketAddress(), e.toString());
         } catch (IOException | RuntimeException e) {
@@ -206,10 +207,24 @@ public final class TcpStoreServer implements AutoCloseable {
                 LOG.warn("store client {} failed: {}", client.getRemoteSocketAddress(), e.toString());
             }
         } finally {
+            slot.finish();
             if (admitted) {
                 authenticated.release();
             }
             clients.remove(client);
+        }
+    }
+
+    private void serveRequests(DataInputStream in, DataOutputStream out) throws IOException {
+        while (!closed) {
+            byte op;
+            try {
+                op = in.readByte();
+            } catch (EOFException e) {
+                return;
+            }
+            handle(op, in, out);
+            out.flush();
         }
     }
 

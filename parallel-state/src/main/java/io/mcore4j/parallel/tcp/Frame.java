@@ -15,9 +15,11 @@ import java.util.List;
  * and check it (sequence number, operation, dtype, shape, row count) before touching the payload,
  * which is a tensor's bytes in little-endian order (or any bytes for all-gather-bytes).
  *
- * @param kind {@link #COLLECTIVE}, {@link #POINT_TO_POINT} or {@link #GOODBYE}
+ * @param kind {@link #COLLECTIVE}, {@link #POINT_TO_POINT}, {@link #GOODBYE}, {@link #STATUS_QUERY} or
+ *             {@link #STATUS_REPLY}
  * @param channel the communicator this frame belongs to (group key and instance)
- * @param sequence the sender's collective call number on the channel (0 for point-to-point)
+ * @param sequence the sender's collective call number on the channel (0 for point-to-point; the
+ *                 query's number for a status query or reply)
  * @param operation the sender's description of the call, e.g. {@code all-reduce SUM float32 (8, 4)}
  * @param dtype the payload's dtype, or null for raw bytes or none
  * @param shape the payload's shape, or null
@@ -29,6 +31,10 @@ record Frame(byte kind, String channel, long sequence, String operation, DataTyp
     static final byte POINT_TO_POINT = 2;
     /** The sender closed its backend: nothing more will come on this connection. */
     static final byte GOODBYE = 3;
+    /** "What are you waiting for?": the receiver's reader thread answers with a {@link #STATUS_REPLY}. */
+    static final byte STATUS_QUERY = 4;
+    /** The answer to a {@link #STATUS_QUERY}: a {@link PeerStatus} in the payload. */
+    static final byte STATUS_REPLY = 5;
 
     /** Wire codes of the dtypes a frame can carry (the index in this list). */
     static final List<DataType> DTYPES =
@@ -62,6 +68,11 @@ record Frame(byte kind, String channel, long sequence, String operation, DataTyp
             out.add(ranks.getInt());
         }
         return out;
+    }
+
+    /** A {@link #STATUS_QUERY} numbered {@code id}, which the reply repeats. */
+    static Frame statusQuery(long id) {
+        return new Frame(STATUS_QUERY, "", id, "", null, null, 0, EMPTY);
     }
 
     static byte[] empty() {

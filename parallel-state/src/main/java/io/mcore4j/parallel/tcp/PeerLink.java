@@ -6,6 +6,7 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
+import java.io.InputStream;
 import java.net.Socket;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -21,6 +22,10 @@ import org.slf4j.LoggerFactory;
  * A writer thread drains a queue of outgoing frames, so {@link #send} never blocks on the network:
  * a stalled peer cannot hang a caller, whose receive then fails at its deadline instead. Frames
  * between two ranks arrive in the order sent.
+ *
+ * <p>The reader thread also answers a peer's {@link Frame#STATUS_QUERY} itself, with what the inbox
+ * says this process is waiting for ({@link Inbox#status}), so even a process blocked in a call
+ * answers; and it hands the answers to this process's own queries to the inbox.
  *
  * <p>{@link #finish} sends a goodbye frame after everything queued and half-closes the socket;
  * {@link #awaitPeerFinished} waits for the peer's end of stream; {@link #abort} closes the socket.
@@ -58,7 +63,12 @@ final class PeerLink {
 
     /** Buffered streams over {@code socket}, for the handshake and then the link. */
     static DataInputStream input(Socket socket) throws IOException {
-        return new DataInputStream(new BufferedInputStream(socket.getInputStream(), BUFFER_BYTES));
+        return input(socket.getInputStream());
+    }
+
+    /** A buffered stream over {@code raw} (a socket's input, possibly limited by a deadline), for the handshake and then the link. */
+    static DataInputStream input(InputStream raw) {
+        return new DataInputStream(new BufferedInputStream(raw, BUFFER_BYTES));
     }
 
     static DataOutputStream output(Socket socket) throws IOException {
@@ -127,6 +137,10 @@ final class PeerLink {
                     } else {
                         inbox.gone(peer, "rank " + peer + " closed its backend after a failure: " + f.operation(), f.blamed());
                     }
+                } else if (f.kind() == Frame.STATUS_QUERY) {
+                    outgoing.add(inbox.status().reply(f.sequence()));
+                } else if (f.kind() == Frame.STATUS_REPLY) {
+                    inbox.answer(peer, f.sequence(), PeerStatus.of(f));
                 } else {
                     inbox.deliver(peer, f);
                 }

@@ -1,7 +1,9 @@
 package io.mcore4j.parallel.tcp;
 
 import io.mcore4j.parallel.CommunicationException;
+import io.mcore4j.parallel.rendezvous.DeadlineInputStream;
 import io.mcore4j.parallel.rendezvous.Handshake;
+import io.mcore4j.parallel.rendezvous.HandshakeSlots;
 import io.mcore4j.parallel.rendezvous.JobToken;
 import io.mcore4j.parallel.rendezvous.StoreTimeoutException;
 import io.mcore4j.parallel.rendezvous.TcpStore;
@@ -16,9 +18,9 @@ import java.net.Socket;
 import java.net.SocketTimeoutException;
 import java.nio.charset.StandardCharsets;
 import java.security.SecureRandom;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.Semaphore;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -30,20 +32,27 @@ import org.slf4j.LoggerFactory;
  * <p>Establishing it: every rank listens on a free port and publishes {@code host:port} in the
  * store under {@code mcore4j/peer/<rank>}; then it dials every lower rank (proving the job token,
  * checking the peer proves it too and that it reached the rank it meant to) and accepts every
- * higher rank (checking their proof, rank and world size; anything else is rejected and logged, and
- * the rank keeps waiting). Accepted connections shake hands in parallel, each on its own short-lived
- * thread (at most {@value #MAX_PENDING_HANDSHAKES} at once; more are closed and the dialer retries),
- * so silent or hostile connections to the peer port cannot delay the real peers. Lower ranks accept
- * before they could wait on anyone higher, so establishing cannot deadlock.
+ * higher rank (checking their proof, rank and world size; anything else is rejected and logged,
+ * the first ten individually, then every hundredth, and the rank keeps waiting). Accepted
+ * connections shake hands in parallel, each on its own short-lived thread, within
+ * {@value #HANDSHAKE_TIMEOUT_MS} ms in all however their bytes trickle in; at most
+ * {@value #MAX_PENDING_HANDSHAKES} at once, one more evicting the oldest of the busiest source
+ * address once that one has been pending for a second, else closed at once (see
+ * {@link HandshakeSlots}; a dialer whose connection is closed redials). So silent, slow or hostile
+ * connections to the peer port cannot delay or keep out the real peers. Lower ranks accept before
+ * they could wait on anyone higher, so establishing cannot deadlock.
  */
 final class PeerMesh {
     private static final Logger LOG = LoggerFactory.getLogger(PeerMesh.class);
     private static final String GROUP = "world";
     private static final String CONNECT = "connect";
-    /** Most accepted connections in their handshake at once. */
+    /** Most accepted connections in their handshake at once; one more evicts one pending for a second or more, if any. */
     static final int MAX_PENDING_HANDSHAKES = 64;
-    private static final int HANDSHAKE_TIMEOUT_MS = 10_000;
+    /** Longest an accepted connection's handshake may take, from its acceptance to its end. */
+    static final int HANDSHAKE_TIMEOUT_MS = 10_000;
     private static final int ACCEPT_POLL_MS = 100;
+    private static final int LOGGED_REJECTIONS = 10;
+    private static final int REJECTION_LOG_EVERY = 100;
 
     private final int rank;
     private final PeerLink[] links;
@@ -115,10 +124,13 @@ final class PeerMesh {
             try {
                 s.setTcpNoDelay(true);
                 s.connect(new InetSocketAddress(host, port), (int) Math.min(remaining, 5_000));
-                s.setSoTimeout((int) Math.max(1, Math.min(remaining, 30_000)));
-                DataInputStream in = PeerLink.input(s);
+                // the whole handshake, however the other side trickles its bytes, ends by the connect deadline
+                DeadlineInputStream input = new DeadlineInputStream(s);
+                input.setDeadline(deadlineNanos);
+                DataInputStream in = PeerLink.input(input);
                 DataOutputStream out = PeerLink.output(s);
                 Handshake.respond(in, out, token, Handshake.PEER, rank, worldSize, peer, random);
+                input.clearDeadline();
                 return new PeerLink(rank, peer, s, in, out, inbox);
             } catch (Handshake.RejectedException e) {
                 closeQuietly(s);
@@ -160,8 +172,8 @@ final class PeerMesh {
 
     /**
      * The handshakes of the connections a rank accepts, each on its own daemon thread: a connection
-     * that stays silent or fails holds only its own thread (until its handshake timeout), never the
-     * accept loop or another peer's handshake.
+     * that stays silent, trickles or fails holds only its own thread (until its handshake limit or
+     * its eviction), never the accept loop or another peer's handshake.
      */
     private static final class Acceptance {
         private final int rank;
@@ -171,7 +183,7 @@ final class PeerMesh {
         private final Inbox inbox;
         private final SecureRandom random;
         private final long deadlineNanos;
-        private final Semaphore pending = new Semaphore(MAX_PENDING_HANDSHAKES);
+        private final HandshakeSlots slots;
         private String firstRejection;
         private int rejectedCount;
         private int accepted;
@@ -186,6 +198,8 @@ final class PeerMesh {
             this.inbox = inbox;
             this.random = random;
             this.deadlineNanos = deadlineNanos;
+            this.slots = new HandshakeSlots(MAX_PENDING_HANDSHAKES, Duration.ofMillis(HANDSHAKE_TIMEOUT_MS),
+                    "rank " + rank + "'s peer port");
         }
 
         synchronized boolean complete() {
@@ -207,30 +221,37 @@ final class PeerMesh {
             return rejectedCount == 0 ? "" : "; rejected " + rejectedCount + " other connection(s), the first from " + firstRejection;
         }
 
-        /** Ends acceptance: a handshake finishing later closes its connection instead of joining. */
-        synchronized void stop() {
-            stopped = true;
+        /**
+         * Ends acceptance: connections still in their handshake are closed, and a handshake
+         * finishing later closes its connection instead of joining.
+         */
+        void stop() {
+            synchronized (this) {
+                stopped = true;
+            }
+            slots.close();
         }
 
         void handshakeAsync(Socket s) {
-            if (!pending.tryAcquire()) {
-                LOG.warn("rank {}: closed a peer connection from {}: {} handshakes are already in progress", rank,
-                        s.getRemoteSocketAddress(), MAX_PENDING_HANDSHAKES);
+            HandshakeSlots.Slot slot = slots.admit(s);
+            if (slot == null) {
                 closeQuietly(s);
+                rejected(s, MAX_PENDING_HANDSHAKES + " handshakes are in progress, none for " + HandshakeSlots.EVICTABLE_AFTER_MS
+                        + " ms yet");
                 return;
             }
             Thread t = new Thread(() -> {
                 try {
-                    handshake(s);
+                    handshake(s, slot);
                 } finally {
-                    pending.release();
+                    slot.finish();
                 }
             }, "mcore4j-tcp-" + rank + "-handshake-" + s.getRemoteSocketAddress());
             t.setDaemon(true);
             t.start();
         }
 
-        private void handshake(Socket s) {
+        private void handshake(Socket s, HandshakeSlots.Slot slot) {
             try {
                 long remaining = (deadlineNanos - System.nanoTime()) / 1_000_000;
                 s.setTcpNoDelay(true);
@@ -238,6 +259,9 @@ final class PeerMesh {
                 DataInputStream in = PeerLink.input(s);
                 DataOutputStream out = PeerLink.output(s);
                 Handshake.Hello hello = Handshake.challenge(in, out, token, Handshake.PEER, rank, worldSize, random);
+                if (!slot.finish()) {
+                    throw new IOException(slot.closedBecause());
+                }
                 synchronized (this) {
                     String problem = stopped ? "rank " + rank + " is no longer accepting"
                             : hello.worldSize() != worldSize ? "world size " + hello.worldSize() + " differs from " + worldSize
@@ -253,13 +277,25 @@ final class PeerMesh {
                     accepted++;
                 }
             } catch (IOException e) {
-                synchronized (this) {
-                    if (rejectedCount++ == 0) {
-                        firstRejection = s.getRemoteSocketAddress() + ": " + e.getMessage();
-                    }
-                }
-                LOG.warn("rank {}: rejected a peer connection from {}: {}", rank, s.getRemoteSocketAddress(), e.getMessage());
+                slot.finish();
                 closeQuietly(s);
+                rejected(s, slot.closedBecause() != null ? slot.closedBecause() : e.getMessage());
+            }
+        }
+
+        /** Counts and logs (the first ten, then every hundredth) a connection closed without joining. */
+        private void rejected(Socket s, String why) {
+            int n;
+            synchronized (this) {
+                n = ++rejectedCount;
+                if (n == 1) {
+                    firstRejection = s.getRemoteSocketAddress() + ": " + why;
+                }
+            }
+            if (n <= LOGGED_REJECTIONS || n % REJECTION_LOG_EVERY == 0) {
+                LOG.warn("rank {}: rejected a peer connection from {}: {}{}", rank, s.getRemoteSocketAddress(), why,
+                        n == LOGGED_REJECTIONS ? " (further rejections are logged every " + REJECTION_LOG_EVERY + "th)"
+                                : n > LOGGED_REJECTIONS ? " (" + n + " rejected so far)" : "");
             }
         }
     }
@@ -267,7 +303,8 @@ final class PeerMesh {
     /**
      * Hands {@code frame} to {@code peer}'s link (or straight to the inbox for this rank).
      *
-     * @throws CommunicationException if the peer is already known to be gone
+     * @throws CommunicationException if the peer is already known to be gone, naming it, or the
+     *         ranks its failure blamed if it left after one
      */
     void send(int peer, Frame frame, String groupKey, String operation) {
         if (peer == rank) {
@@ -276,7 +313,9 @@ final class PeerMesh {
         }
         String gone = inbox.goneReason(peer);
         if (gone != null) {
-            throw new CommunicationException(groupKey, operation, List.of(peer), "rank(s) [" + peer + "] will not answer: " + gone, null);
+            List<Integer> blamed = inbox.blameFor(peer);
+            String root = blamed.equals(List.of(peer)) ? "" : " (the root cause: rank(s) " + blamed + ")";
+            throw new CommunicationException(groupKey, operation, blamed, "rank(s) [" + peer + "] will not answer: " + gone + root, null);
         }
         links[peer].send(frame);
     }
@@ -296,6 +335,26 @@ final class PeerMesh {
 
     Inbox inbox() {
         return inbox;
+    }
+
+    /**
+     * Takes the next frame of {@code channel}/{@code kind} from each sender (see
+     * {@link Inbox#take}); at the deadline, asks the missing ranks what they wait for
+     * ({@link WaitChain}, for at most {@link #graceMillis}) and blames the rank their chain ends at.
+     *
+     * @throws CommunicationException if a sender is gone or the deadline passes
+     */
+    Frame[] take(String channel, byte kind, int[] from, long deadlineNanos, long timeoutMillis, String groupKey, String operation) {
+        return inbox.take(channel, kind, from, deadlineNanos, timeoutMillis, groupKey, operation,
+                new WaitChain(rank, inbox, this::offer, graceMillis(timeoutMillis)));
+    }
+
+    /**
+     * How long a rank whose call timed out waits for the answers to its status queries: a quarter of
+     * the timeout, at least 1 s (a loaded machine) and at most 5 s (it delays every stall's report).
+     */
+    static long graceMillis(long timeoutMillis) {
+        return Math.min(5_000, Math.max(1_000, timeoutMillis / 4));
     }
 
     /**

@@ -45,7 +45,11 @@ import org.slf4j.LoggerFactory;
  * fails with a {@link CommunicationException} for group {@code world}, operation {@code connect},
  * naming the ranks that did not show up. Afterwards, a peer whose process dies makes every call
  * waiting for it fail at once (its socket closes), and a stalled peer makes them fail at the
- * timeout, each naming the group, the operation and the missing ranks. A backend closed after one
+ * timeout, each naming the group, the operation and the missing ranks. Before a call fails at its
+ * timeout it asks the ranks it waited for what they are waiting for, and follows the answers to
+ * the rank that holds everyone up (see {@link WaitChain}; at most {@link PeerMesh#graceMillis} more),
+ * so that a rank waiting for a live peer that itself waits for a stalled one blames the stalled
+ * one ({@link CommunicationException#ranks()}) and says so. A backend closed after one
  * of its communicators failed does not wait for its peers' goodbyes (a stalled peer never sends
  * one) and tells every peer the failure and the ranks it blamed, so a peer that fails next because
  * this rank left names those ranks, the root cause, rather than this one.
@@ -255,6 +259,8 @@ public final class TcpBackend extends LaunchedBackend {
                 firstFailure = e;
             }
         }
+        // peers that time out waiting for this rank ask it why: it names the ranks it blamed
+        mesh.inbox().failed(e);
     }
 
     /**

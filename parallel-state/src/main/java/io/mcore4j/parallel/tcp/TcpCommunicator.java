@@ -211,7 +211,7 @@ final class TcpCommunicator implements Communicator {
         from[peer] = group.globalRank(peer);
         Frame got;
         try {
-            got = mesh.inbox().take(channel, Frame.POINT_TO_POINT, from, System.nanoTime() + timeoutNanos,
+            got = mesh.take(channel, Frame.POINT_TO_POINT, from, System.nanoTime() + timeoutNanos,
                     timeout.toMillis(), group.key(), what)[peer];
         } catch (CommunicationException e) {
             throw fail(e);
@@ -255,7 +255,7 @@ final class TcpCommunicator implements Communicator {
                     mesh.offer(peers[j], outgoing.apply(j));
                 }
             }
-            Frame[] got = mesh.inbox().take(channel, Frame.COLLECTIVE, peers, System.nanoTime() + timeoutNanos,
+            Frame[] got = mesh.take(channel, Frame.COLLECTIVE, peers, System.nanoTime() + timeoutNanos,
                     timeout.toMillis(), group.key(), what);
             checkSameCall(what, got);
             return got;

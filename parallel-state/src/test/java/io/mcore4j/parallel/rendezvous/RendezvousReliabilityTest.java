@@ -12,9 +12,13 @@ import java.io.BufferedOutputStream;
 import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
+import java.io.InputStream;
+import java.io.OutputStream;
 import java.net.InetAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
+import java.net.SocketTimeoutException;
+import java.nio.ByteBuffer;
 import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -25,9 +29,10 @@ import java.util.concurrent.CompletableFuture;
 import org.junit.jupiter.api.Test;
 
 /**
- * Reliability (issue 22, items 2, 3 and 7): the store proves the job token to its clients, a job
- * without a secret token refuses to listen beyond loopback, and the store's threads and request
- * sizes are bounded whatever connects to it. Loopback only.
+ * Reliability (issue 22, items 2, 3 and 7; issue 40, item 6): the store proves the job token to its
+ * clients, a job without a secret token refuses to listen beyond loopback, the store's threads and
+ * request sizes are bounded whatever connects to it, and connections that trickle their handshake
+ * in are cut off and cannot keep real clients out. Loopback only.
  */
 class RendezvousReliabilityTest {
     private static final JobToken TOKEN = JobToken.of("rendezvous-reliability");
@@ -125,7 +130,7 @@ class RendezvousReliabilityTest {
     }
 
     @Test
-    void silentConnectionsCostBoundedThreadsAndRealClientsStillConnect() throws Exception {
+    void silentConnectionsCostBoundedThreadsAndDoNotKeepRealClientsOut() throws Exception {
         try (TcpStoreServer server = TcpStoreServer.start(LOOPBACK, 0, TOKEN)) {
             List<Socket> silent = new ArrayList<>();
             try {
@@ -133,23 +138,91 @@ class RendezvousReliabilityTest {
                     silent.add(new Socket(LOOPBACK, server.port()));
                 }
                 long deadline = System.nanoTime() + 5_000_000_000L;
-                while (server.rejectedConnections() < 300 - TcpStoreServer.MAX_HANDSHAKES && System.nanoTime() < deadline) {
+                while ((server.rejectedConnections() < 300 - TcpStoreServer.MAX_HANDSHAKES || storeThreads() > TcpStoreServer.MAX_HANDSHAKES)
+                        && System.nanoTime() < deadline) {
                     Thread.sleep(20);
                 }
-                long storeThreads = Thread.getAllStackTraces().keySet().stream()
-                        .filter(t -> t.getName().startsWith("mcore4j-store-client-")).count();
-                assertTrue(storeThreads <= TcpStoreServer.MAX_HANDSHAKES, storeThreads + " store threads for 300 silent connections");
+                assertTrue(storeThreads() <= TcpStoreServer.MAX_HANDSHAKES, storeThreads() + " store threads for 300 silent connections");
                 assertTrue(server.rejectedConnections() >= 300 - TcpStoreServer.MAX_HANDSHAKES,
                         server.rejectedConnections() + " rejected");
+                // with every handshake slot taken, a real client still gets in at once
+                assertTimeoutPreemptively(Duration.ofSeconds(10), () -> {
+                    try (TcpStore client = TcpStore.connect("127.0.0.1", server.port(), TOKEN, Duration.ofSeconds(8))) {
+                        client.set("k", new byte[] {1});
+                    }
+                });
             } finally {
                 for (Socket s : silent) {
                     s.close();
                 }
             }
-            // once the silent ones are gone, a real client gets in at once
+        }
+    }
+
+    private static long storeThreads() {
+        return Thread.getAllStackTraces().keySet().stream().filter(t -> t.getName().startsWith("mcore4j-store-client-")).count();
+    }
+
+    /** Issue 40, item 6: the limit is on the whole handshake, not on each read. */
+    @Test
+    void aHandshakeTricklingInIsCutOffAtTheLimitOfTheWholeHandshake() throws Exception {
+        try (TcpStoreServer server = TcpStoreServer.start(LOOPBACK, 0, TOKEN); Socket s = new Socket(LOOPBACK, server.port())) {
+            s.setSoTimeout(5_000);
+            InputStream in = s.getInputStream();
+            OutputStream out = s.getOutputStream();
+            assertEquals(29, in.readNBytes(29).length, "the store's challenge");
+            byte[] prefix = ByteBuffer.allocate(60).putInt(Handshake.MAGIC).put(Handshake.STORE).putInt(0).putInt(-1).array();
+            s.setSoTimeout(200); // also the pace: one byte per 200 ms, well within any per-read limit
+            long start = System.nanoTime();
+            double seconds = -1;
+            for (int i = 0; seconds < 0 && System.nanoTime() - start < (TcpStoreServer.HANDSHAKE_TIMEOUT_MS + 3_000) * 1_000_000L; i++) {
+                try {
+                    out.write(prefix[Math.min(i, prefix.length - 1)]);
+                    out.flush();
+                    if (in.read() < 0) {
+                        seconds = (System.nanoTime() - start) / 1e9;
+                    }
+                } catch (SocketTimeoutException e) {
+                    // still open: send the next byte
+                } catch (IOException e) {
+                    seconds = (System.nanoTime() - start) / 1e9;
+                }
+            }
+            assertTrue(seconds > 0, "the store still kept a connection sending a byte per 200 ms after "
+                    + (TcpStoreServer.HANDSHAKE_TIMEOUT_MS + 3_000) + " ms");
+            assertTrue(seconds < TcpStoreServer.HANDSHAKE_TIMEOUT_MS / 1000.0 + 1.5, "closed after " + seconds + " s");
+            long deadline = System.nanoTime() + 2_000_000_000L;
+            while (server.rejectedConnections() == 0 && System.nanoTime() < deadline) {
+                Thread.sleep(10);
+            }
+            assertEquals(1, server.rejectedConnections());
+        }
+    }
+
+    /** The dialing side too: a squatter trickling its challenge cannot hold a client past its timeout. */
+    @Test
+    void aStoreTricklingItsHandshakeCannotHoldAClientPastItsTimeout() throws Exception {
+        try (TricklingServer squatter = new TricklingServer(Handshake.STORE, -1, -1, Duration.ofMillis(200))) {
+            long start = System.nanoTime();
+            StoreException e = assertThrows(StoreException.class,
+                    () -> TcpStore.connect("127.0.0.1", squatter.port(), TOKEN, Duration.ofSeconds(2)));
+            double seconds = (System.nanoTime() - start) / 1e9;
+            assertTrue(seconds < 3.5, "the client gave up after " + seconds + " s: " + e.getMessage());
+            assertTrue(e.getMessage().contains("was not reachable within 2000 ms") && e.getMessage().contains("did not finish in time"),
+                    e.getMessage());
+        }
+    }
+
+    /** Issue 40, item 6: connections that trickle in every handshake slot cannot keep a real client out. */
+    @Test
+    void slowClientsInEveryHandshakeSlotDoNotKeepARealClientOut() throws Exception {
+        try (TcpStoreServer server = TcpStoreServer.start(LOOPBACK, 0, TOKEN);
+             SlowClients slow = SlowClients.open(server.port(), Handshake.STORE, TcpStoreServer.MAX_HANDSHAKES + 20, Duration.ofMillis(200))) {
+            Thread.sleep(500); // every slot is taken, and the slow clients keep it so
             assertTimeoutPreemptively(Duration.ofSeconds(10), () -> {
-                try (TcpStore client = TcpStore.connect("127.0.0.1", server.port(), TOKEN, Duration.ofSeconds(8))) {
+                try (TcpStore client = TcpStore.connect("127.0.0.1", server.port(), TOKEN, Duration.ofSeconds(4))) {
                     client.set("k", new byte[] {1});
+                    assertEquals(1, client.get("k")[0]);
                 }
             });
         }

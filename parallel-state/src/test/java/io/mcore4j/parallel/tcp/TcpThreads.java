@@ -53,12 +53,21 @@ final class TcpThreads {
 
     static <T> List<Outcome<T>> run(int worldSize, Duration timeout, Duration connectTimeout, IntFunction<JobToken> tokens,
                                     RankTask<T> task) {
+        return run(worldSize, worldSize, freePort(), timeout, connectTimeout, tokens, task);
+    }
+
+    /**
+     * Runs ranks {@code 0 .. threads-1} of a job of {@code worldSize} ranks as threads, with the
+     * store at {@code port} (rank 0 hosts it); the other ranks must be started elsewhere (e.g. as
+     * processes) with the same port and token.
+     */
+    static <T> List<Outcome<T>> run(int threads, int worldSize, int port, Duration timeout, Duration connectTimeout,
+                                    IntFunction<JobToken> tokens, RankTask<T> task) {
         Mcore4j.ensureInitialized();
-        int port = freePort();
-        ExecutorService pool = Executors.newFixedThreadPool(worldSize);
+        ExecutorService pool = Executors.newFixedThreadPool(threads);
         try {
             List<Future<Outcome<T>>> futures = new ArrayList<>();
-            for (int r = 0; r < worldSize; r++) {
+            for (int r = 0; r < threads; r++) {
                 int rank = r;
                 futures.add(pool.submit(() -> {
                     long start = System.nanoTime();
