@@ -147,8 +147,11 @@ public final class CheckpointManager {
         try {
             iteration = Long.parseLong(text);
         } catch (NumberFormatException e) {
+            // not chained: the parser's own message ("For input string") is no news, and front-ends that report
+            // the bad-input exception of a failure's cause chain would print it instead of this one
             throw new CorruptCheckpointException("the marker " + marker + " holds \"" + text
-                    + "\", not an iteration number", e);
+                    + "\", not an iteration number (it should hold the iteration of the latest checkpoint;"
+                    + " write it, or delete the marker to use the newest complete checkpoint)");
         }
         if (iteration < 0) {
             throw new CorruptCheckpointException("the marker " + marker + " holds the negative iteration " + iteration);

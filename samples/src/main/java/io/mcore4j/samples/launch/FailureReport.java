@@ -84,6 +84,11 @@ public final class FailureReport {
             String message = t.getMessage() == null ? t.getClass().getSimpleName()
                     : t instanceof IOException || t instanceof Error ? t.getClass().getSimpleName() + ": " + t.getMessage()
                     : t.getMessage();
+            Throwable cause = t.getCause();
+            if (cause != null && cause.getMessage() != null) {
+                // a wrapper quoting its cause as "pkg.SomeException: message" (a rank's failure) keeps the message alone
+                message = message.replace(cause.toString(), cause.getMessage());
+            }
             if (!text.toString().contains(message)) {
                 text.append(text.length() == 0 ? "" : ": ").append(message);
             }

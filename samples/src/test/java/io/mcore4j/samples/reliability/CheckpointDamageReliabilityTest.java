@@ -104,6 +104,31 @@ class CheckpointDamageReliabilityTest {
         assertEquals(1, train(flags(1, 3, "--load", checkpoint.getParent().getParent().toString())).size());
     }
 
+    @Test
+    void aLatestMarkerHoldingGarbageFailsInOneLineNamingIt() throws IOException {
+        Path root = checkpoint.getParent().getParent();
+        Path marker = root.resolve("latest");
+        String kept = Files.readString(marker);
+        try {
+            for (String text : List.of("abc", "", "-3", "99999999999999999999")) {
+                Files.writeString(marker, text);
+                ByteArrayOutputStream err = new ByteArrayOutputStream();
+                List<String> argv = flags(2, 3, "--load", root.toString());
+                int code = PretrainGpt.execute("pretrain-gpt", new PretrainArgs(), null, List.of(),
+                        argv.toArray(String[]::new), new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
+                        new PrintStream(err, true, StandardCharsets.UTF_8), (a, o) -> PretrainGpt.run(a, o));
+                String printed = err.toString(StandardCharsets.UTF_8);
+                assertEquals(1, code, "\"" + text + "\": " + printed);
+                assertEquals(1, printed.lines().count(), "\"" + text + "\": one line, no stack trace: " + printed);
+                String holds = text.equals("-3") ? "the negative iteration -3" : "\"" + text + "\", not an iteration number";
+                assertTrue(printed.startsWith("pretrain-gpt failed: rank 0 failed: the marker " + marker + " holds "
+                        + holds), printed);
+            }
+        } finally {
+            Files.writeString(marker, kept);
+        }
+    }
+
     private static String messages(Throwable e) {
         StringBuilder b = new StringBuilder();
         for (Throwable t = e; t != null; t = t.getCause()) {
