@@ -21,7 +21,8 @@ import java.util.OptionalInt;
  * tokenizer is created, so it never touches the network. Texts are encoded as Megatron's
  * {@code HuggingFaceTokenizer} does: with the tokenizer's special tokens, without truncation or padding.
  * DJL exposes neither the vocabulary size nor the end-of-document token, so both are read from the
- * {@code tokenizer.json} itself. Each instance owns a native tokenizer that {@link #close()} frees; use one
+ * {@code tokenizer.json} itself, and, as Megatron's end of document is the tokenizer's {@code eos_token}, from a
+ * {@code tokenizer_config.json} beside it when there is one. Each instance owns a native tokenizer that {@link #close()} frees; use one
  * instance per thread.
  */
 public final class HuggingFaceTokenizerAdapter implements Tokenizer {
@@ -42,12 +43,12 @@ public final class HuggingFaceTokenizerAdapter implements Tokenizer {
      * Loads a {@code tokenizer.json}.
      *
      * @param tokenizerJson the file (or a directory holding {@code tokenizer.json})
-     * @param eodToken the end-of-document token's text, or null to look for one of
-     *     {@link #DEFAULT_EOD_TOKENS}
+     * @param eodToken the end-of-document token's text, or null for the {@code eos_token} of a
+     *     {@code tokenizer_config.json} beside the file, else the first of {@link #DEFAULT_EOD_TOKENS} it has
      * @return the tokenizer
      * @throws IOException if the file cannot be read
      * @throws IllegalArgumentException if the file is not a tokenizer definition, or the named end-of-document
-     *     token is not in it
+     *     token (or the configuration's {@code eos_token}) is not in it
      */
     public static HuggingFaceTokenizerAdapter load(Path tokenizerJson, String eodToken) throws IOException {
         Path file = Files.isDirectory(tokenizerJson) ? tokenizerJson.resolve("tokenizer.json") : tokenizerJson;
@@ -57,10 +58,14 @@ public final class HuggingFaceTokenizerAdapter implements Tokenizer {
             throw new IllegalArgumentException("tokenizer " + file + " has an empty vocabulary");
         }
         OptionalInt eod = OptionalInt.empty();
-        if (eodToken != null) {
-            Integer id = ids.get(eodToken);
+        String configured = eodToken != null ? null : configuredEos(file.resolveSibling("tokenizer_config.json"));
+        if (eodToken != null || configured != null) {
+            String token = eodToken != null ? eodToken : configured;
+            Integer id = ids.get(token);
             if (id == null) {
-                throw new IllegalArgumentException("end-of-document token \"" + eodToken + "\" is not in the vocabulary of " + file);
+                throw new IllegalArgumentException("end-of-document token \"" + token + "\"" + (eodToken != null ? ""
+                        : " (eos_token of " + file.resolveSibling("tokenizer_config.json") + ")")
+                        + " is not in the vocabulary of " + file);
             }
             eod = OptionalInt.of(id);
         } else {
@@ -76,6 +81,29 @@ public final class HuggingFaceTokenizerAdapter implements Tokenizer {
         HuggingFaceTokenizer tokenizer = HuggingFaceTokenizer.newInstance(file,
                 Map.of("addSpecialTokens", "true", "truncation", "false", "padding", "false"));
         return new HuggingFaceTokenizerAdapter(tokenizer, vocabularySize, eod);
+    }
+
+    /** The {@code eos_token} of a {@code tokenizer_config.json} (a string or an object with "content"), or null. */
+    private static String configuredEos(Path config) throws IOException {
+        if (!Files.isRegularFile(config)) {
+            return null;
+        }
+        Object root;
+        try {
+            root = StrictJson.parse(Files.readString(config, StandardCharsets.UTF_8));
+        } catch (JsonSyntaxException e) {
+            throw new IllegalArgumentException("tokenizer configuration " + config + " is not valid JSON: " + e.getMessage(), e);
+        }
+        if (root instanceof Map<?, ?> top) {
+            Object eos = top.get("eos_token");
+            if (eos instanceof String text) {
+                return text;
+            }
+            if (eos instanceof Map<?, ?> token && token.get("content") instanceof String content) {
+                return content;
+            }
+        }
+        return null;
     }
 
     /** Token text to id, from the model's vocabulary and the added tokens. */

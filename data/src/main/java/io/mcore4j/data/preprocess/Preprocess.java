@@ -3,7 +3,6 @@ package io.mcore4j.data.preprocess;
 import io.mcore4j.data.indexed.DType;
 import io.mcore4j.data.indexed.IndexedDatasetWriter;
 import io.mcore4j.data.progress.ProgressBar;
-import io.mcore4j.data.tokenizer.ByteLevelTokenizer;
 import io.mcore4j.data.tokenizer.Tokenizer;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -64,14 +63,15 @@ public final class Preprocess {
     public static PreprocessResult run(PreprocessOptions options, PrintStream console) throws IOException {
         long start = System.nanoTime();
         Queue<Tokenizer> created = new ConcurrentLinkedQueue<>();
-        Tokenizer probe = newTokenizer(options);
+        TokenizerSpec spec = options.tokenizer();
+        Tokenizer probe = spec.open();
         created.add(probe);
         ThreadLocal<Tokenizer> perThread = ThreadLocal.withInitial(() -> {
-            if (options.tokenizerType() == PreprocessOptions.TokenizerType.BYTE_LEVEL) {
+            if (spec.threadSafe()) {
                 return probe;
             }
             try {
-                Tokenizer t = newTokenizer(options);
+                Tokenizer t = spec.open();
                 created.add(t);
                 return t;
             } catch (IOException e) {
@@ -139,13 +139,6 @@ public final class Preprocess {
         }
     }
 
-    private static Tokenizer newTokenizer(PreprocessOptions options) throws IOException {
-        return switch (options.tokenizerType()) {
-            case BYTE_LEVEL -> new ByteLevelTokenizer();
-            case HUGGING_FACE -> HuggingFaceTokenizerAdapter.load(options.tokenizerModel(), options.eodToken());
-        };
-    }
-
     private static BatchResult await(Future<BatchResult> future) throws IOException {
         try {
             return future.get();
@@ -197,7 +190,15 @@ public final class Preprocess {
             }
             tokens[i] = new int[keys.size()][];
             for (int k = 0; k < texts.length; k++) {
-                int[] ids = tokenizer.encode(texts[k]);
+                int[] ids;
+                try {
+                    ids = tokenizer.encode(texts[k]);
+                } catch (IllegalArgumentException e) {
+                    // a text the tokenizer cannot read (a NullTokenizer text that is not ids) is a bad line
+                    problems[i] = "field \"" + keys.get(k) + "\": " + e.getMessage();
+                    tokens[i] = null;
+                    break;
+                }
                 if (eod >= 0 && ids.length > 0) {
                     ids = Arrays.copyOf(ids, ids.length + 1);
                     ids[ids.length - 1] = eod;

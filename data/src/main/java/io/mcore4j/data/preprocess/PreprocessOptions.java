@@ -12,6 +12,9 @@ import java.util.List;
  * @param tokenizerType which tokenizer
  * @param tokenizerModel the {@code tokenizer.json} (HuggingFace tokenizer only, else null)
  * @param eodToken text of the end-of-document token (HuggingFace tokenizer only; null to look for a usual one)
+ * @param vocabFile GPT-2's {@code vocab.json} (GPT2BPETokenizer only, else null)
+ * @param mergeFile GPT-2's {@code merges.txt} (GPT2BPETokenizer only, else null)
+ * @param vocabSize Megatron's {@code --vocab-size}: the NullTokenizer's ids before its end-of-document id
  * @param appendEod whether to end each non-empty document with the end-of-document id
  * @param workers tokenizing threads
  * @param outputPrefix datasets are written to {@code <outputPrefix>_<key>_document.bin/.idx}
@@ -20,7 +23,7 @@ import java.util.List;
  * @param progress whether to draw a progress bar on the console
  */
 public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType tokenizerType, Path tokenizerModel,
-                                String eodToken, boolean appendEod, int workers, Path outputPrefix,
+                                String eodToken, Path vocabFile, Path mergeFile, int vocabSize, boolean appendEod, int workers, Path outputPrefix,
                                 BadLinePolicy onBadLine, int batchLines, boolean progress) {
 
     /** The tokenizers {@code --tokenizer-type} accepts. */
@@ -28,7 +31,11 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
         /** UTF-8 bytes as ids, needs no file ({@code ByteLevel}). */
         BYTE_LEVEL("ByteLevel"),
         /** A {@code tokenizer.json} through DJL ({@code HuggingFaceTokenizer}). */
-        HUGGING_FACE("HuggingFaceTokenizer");
+        HUGGING_FACE("HuggingFaceTokenizer"),
+        /** GPT-2's byte-level BPE from {@code vocab.json} and {@code merges.txt} ({@code GPT2BPETokenizer}). */
+        GPT2_BPE("GPT2BPETokenizer"),
+        /** Texts of space-separated ids, Megatron's {@code NullTokenizer}. */
+        NULL("NullTokenizer");
 
         private final String argument;
 
@@ -48,7 +55,7 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
         /**
          * The tokenizer a command-line spelling names.
          *
-         * @param value {@code ByteLevel} or {@code HuggingFaceTokenizer}
+         * @param value {@code ByteLevel}, {@code GPT2BPETokenizer}, {@code HuggingFaceTokenizer} or {@code NullTokenizer}
          * @return the tokenizer type
          * @throws IllegalArgumentException naming the value and the accepted ones
          */
@@ -58,7 +65,9 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
                     return t;
                 }
             }
-            throw new IllegalArgumentException("--tokenizer-type " + value + " is unknown (expected ByteLevel or HuggingFaceTokenizer)");
+            throw new IllegalArgumentException("--tokenizer-type " + value
+                    + " is unknown (expected GPT2BPETokenizer, HuggingFaceTokenizer, NullTokenizer or ByteLevel; for a"
+                    + " SentencePiece or tiktoken model, HuggingFaceTokenizer reads its tokenizer.json)");
         }
     }
 
@@ -79,9 +88,7 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
         if (jsonKeys.isEmpty() || jsonKeys.stream().anyMatch(String::isEmpty) || jsonKeys.stream().distinct().count() != jsonKeys.size()) {
             throw new IllegalArgumentException("--json-keys " + jsonKeys + " must be distinct, non-empty names");
         }
-        if (tokenizerType == TokenizerType.HUGGING_FACE && tokenizerModel == null) {
-            throw new IllegalArgumentException("--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model path/to/tokenizer.json");
-        }
+        new TokenizerSpec(tokenizerType, vocabFile, mergeFile, tokenizerModel, eodToken, vocabSize); // validates the combination
         if (workers < 1) {
             throw new IllegalArgumentException("--workers " + workers + " must be at least 1");
         }
@@ -94,6 +101,8 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
     public static final int DEFAULT_WORKERS = 1;
     /** Default of {@code --batch-lines}. */
     public static final int DEFAULT_BATCH_LINES = 256;
+    /** Default of {@code --vocab-size} (Megatron's {@code tools/preprocess_data.py} default). */
+    public static final int DEFAULT_VOCAB_SIZE = 786;
     /** Default of {@code --json-keys}. */
     public static final List<String> DEFAULT_JSON_KEYS = List.of("text");
 
@@ -118,6 +127,9 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
         private List<String> jsonKeys = DEFAULT_JSON_KEYS;
         private Path tokenizerModel;
         private String eodToken;
+        private Path vocabFile;
+        private Path mergeFile;
+        private int vocabSize = DEFAULT_VOCAB_SIZE;
         private boolean appendEod;
         private int workers = DEFAULT_WORKERS;
         private BadLinePolicy onBadLine = BadLinePolicy.FAIL;
@@ -160,6 +172,30 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
          */
         public Builder eodToken(String text) {
             this.eodToken = text;
+            return this;
+        }
+
+        /**
+         * Sets {@code --vocab-file} and {@code --merge-file}.
+         *
+         * @param vocab GPT-2's {@code vocab.json}
+         * @param merges GPT-2's {@code merges.txt}
+         * @return this builder
+         */
+        public Builder gpt2Files(Path vocab, Path merges) {
+            this.vocabFile = vocab;
+            this.mergeFile = merges;
+            return this;
+        }
+
+        /**
+         * Sets {@code --vocab-size}.
+         *
+         * @param size the NullTokenizer's ids before its end-of-document id
+         * @return this builder
+         */
+        public Builder vocabSize(int size) {
+            this.vocabSize = size;
             return this;
         }
 
@@ -225,9 +261,19 @@ public record PreprocessOptions(Path input, List<String> jsonKeys, TokenizerType
          * @throws IllegalArgumentException naming the flag whose value is wrong
          */
         public PreprocessOptions build() {
-            return new PreprocessOptions(input, jsonKeys, tokenizerType, tokenizerModel, eodToken, appendEod, workers,
+            return new PreprocessOptions(input, jsonKeys, tokenizerType, tokenizerModel, eodToken, vocabFile, mergeFile,
+                    vocabSize, appendEod, workers,
                     outputPrefix, onBadLine, batchLines, progress);
         }
+    }
+
+    /**
+     * The tokenizer these settings name.
+     *
+     * @return the tokenizer's type and files
+     */
+    public TokenizerSpec tokenizer() {
+        return new TokenizerSpec(tokenizerType, vocabFile, mergeFile, tokenizerModel, eodToken, vocabSize);
     }
 
     /**

@@ -3,8 +3,12 @@ package io.mcore4j.samples.preprocess;
 import io.mcore4j.data.preprocess.Preprocess;
 import io.mcore4j.data.preprocess.PreprocessOptions;
 import io.mcore4j.data.preprocess.PreprocessResult;
+import io.mcore4j.data.preprocess.TokenizerSpec;
+import io.mcore4j.data.tokenizer.Tokenizer;
+import io.mcore4j.samples.tokenizer.TokenizerOptions;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 import java.io.IOException;
@@ -19,8 +23,9 @@ import java.util.Locale;
  * {@code preprocess}: tokenizes the string fields of a JSON Lines file into Megatron indexed datasets
  * ({@code <prefix>_<key>_document.bin/.idx}) through {@link Preprocess#run}. Flags are Megatron-LM's
  * {@code tools/preprocess_data.py} flags where it has them ({@code --input}, {@code --json-keys},
- * {@code --tokenizer-type}, {@code --tokenizer-model}, {@code --append-eod}, {@code --output-prefix},
- * {@code --workers}), plus mcore4j's own. Exit codes: 0 done, 1 the run failed (unreadable input, a bad line
+ * {@code --tokenizer-type}, {@code --vocab-file}, {@code --merge-file}, {@code --tokenizer-model},
+ * {@code --vocab-size}, {@code --append-eod}, {@code --output-prefix}, {@code --workers}), plus mcore4j's own;
+ * the tokenizer flags are {@link TokenizerOptions}, shared with {@code pretrain-gpt}. Exit codes: 0 done, 1 the run failed (unreadable input, a bad line
  * under {@code --on-bad-line fail}), 2 bad flags or values (one line naming it, then how to get the usage).
  */
 @Command(name = "preprocess", sortOptions = false,
@@ -33,16 +38,12 @@ public final class PreprocessData {
             description = "writes PREFIX_<key>_document.bin/.idx for each key")
     Path outputPrefix;
 
-    @Option(names = "--tokenizer-type", required = true, paramLabel = "TYPE", converter = TokenizerTypeConverter.class,
-            description = "ByteLevel (UTF-8 bytes, no file) or HuggingFaceTokenizer (a tokenizer.json through DJL)")
-    PreprocessOptions.TokenizerType tokenizerType;
+    @Mixin
+    final TokenizerOptions tokenizer = new TokenizerOptions();
 
-    @Option(names = "--tokenizer-model", paramLabel = "FILE", description = "the tokenizer.json of HuggingFaceTokenizer")
-    Path tokenizerModel;
-
-    @Option(names = "--eod-token", paramLabel = "TEXT",
-            description = "text of the end-of-document token (HuggingFaceTokenizer; default: a usual one such as <|endoftext|> or </s>)")
-    String eodToken;
+    @Option(names = "--vocab-size", paramLabel = "N", defaultValue = "" + PreprocessOptions.DEFAULT_VOCAB_SIZE,
+            description = "NullTokenizer: ids are below N and N is the end of document (default: ${DEFAULT-VALUE}, as Megatron's)")
+    int vocabSize;
 
     @Option(names = "--json-keys", arity = "1..*", paramLabel = "KEY",
             description = "fields to tokenize, each into its own dataset (default: text)")
@@ -126,8 +127,16 @@ public final class PreprocessData {
             case "fail" -> PreprocessOptions.BadLinePolicy.FAIL;
             default -> throw new IllegalArgumentException("--on-bad-line " + onBadLine + " is unknown (expected skip or fail)");
         };
-        return PreprocessOptions.builder(input, outputPrefix, tokenizerType).jsonKeys(jsonKeys).tokenizerModel(tokenizerModel)
-                .eodToken(eodToken).appendEod(appendEod).workers(workers).onBadLine(policy).batchLines(batchLines)
+        TokenizerSpec spec = tokenizer.spec(vocabSize);
+        // a tokenizer file that does not read is a bad flag value (exit 2), found before any output is created
+        try (Tokenizer probe = spec.open()) {
+            probe.vocabularySize();
+        } catch (IOException e) {
+            throw new IllegalArgumentException("--tokenizer-type " + spec.type().argument() + ": cannot read " + e.getMessage(), e);
+        }
+        return PreprocessOptions.builder(input, outputPrefix, spec.type()).jsonKeys(jsonKeys)
+                .tokenizerModel(spec.tokenizerModel()).gpt2Files(spec.vocabFile(), spec.mergeFile()).vocabSize(spec.vocabSize())
+                .eodToken(spec.eodToken()).appendEod(appendEod).workers(workers).onBadLine(policy).batchLines(batchLines)
                 .progress(!noProgress).build();
     }
 
@@ -137,26 +146,10 @@ public final class PreprocessData {
             throw new IllegalArgumentException("--input " + input + (Files.isDirectory(input) ? " is a directory"
                     : " does not exist") + "; expected a JSON Lines file");
         }
-        if (tokenizerModel != null && !Files.exists(tokenizerModel)) {
-            throw new IllegalArgumentException("--tokenizer-model " + tokenizerModel + " does not exist; expected a"
-                    + " tokenizer.json or its directory");
-        }
         Path parent = outputPrefix.toAbsolutePath().getParent();
         if (parent != null && !Files.isDirectory(parent)) {
             throw new IllegalArgumentException("--output-prefix " + outputPrefix + ": " + parent + (Files.exists(parent)
                     ? " is a file" : " does not exist") + "; expected the directory of the output files");
-        }
-    }
-
-    /** {@code --tokenizer-type}'s spellings, as Megatron-LM writes them. */
-    static final class TokenizerTypeConverter implements CommandLine.ITypeConverter<PreprocessOptions.TokenizerType> {
-        @Override
-        public PreprocessOptions.TokenizerType convert(String value) {
-            try {
-                return PreprocessOptions.TokenizerType.fromArgument(value);
-            } catch (IllegalArgumentException e) {
-                throw new CommandLine.TypeConversionException(e.getMessage());
-            }
         }
     }
 }

@@ -67,19 +67,20 @@ final class MemoryFloor {
         double groups = a.numQueryGroups > 0 ? a.numQueryGroups : heads;
         double ffn = a.ffnHiddenSize > 0 ? a.ffnHiddenSize : 4 * h;
         double multiple = (double) a.vocabDivisor * a.layout.tensorParallel();
-        double vocab = Math.ceil(a.vocabSize / multiple) * multiple;
+        int tokens = a.tokenVocabulary().size(); // --vocab-size, or the tokenizer's
+        double vocab = Math.ceil(tokens / multiple) * multiple;
         double positions = a.positionEmbedding == PretrainArgs.PositionEmbeddingKind.rope ? 0
                 : a.maxPositionEmbeddings > 0 ? a.maxPositionEmbeddings : a.seqLength;
         double moeFfn = a.moeFfnHiddenSize > 0 ? a.moeFfnHiddenSize : ffn;
         String describe = String.format(Locale.ROOT, "--num-layers %d, --hidden-size %d, --ffn-hidden-size %s, --vocab-size %d"
                         + "%s%s%s", a.numLayers, a.hiddenSize, a.ffnHiddenSize > 0 ? String.valueOf(a.ffnHiddenSize) : "(4 x hidden)",
-                a.vocabSize, vocab > 2.0 * a.vocabSize ? String.format(Locale.ROOT, " (padded to %.4g by"
+                tokens, vocab > 2.0 * tokens ? String.format(Locale.ROOT, " (padded to %.4g by"
                         + " --make-vocab-size-divisible-by %d)", vocab, a.vocabDivisor) : "",
                 positions > 0 ? ", --seq-length " + a.seqLength : "",
                 a.numExperts > 0 ? ", --num-experts " + a.numExperts : "");
         return shape(describe, a.numLayers, h, (heads + 2 * groups) * kv, heads * kv, ffn, a.swiglu, vocab, positions,
                 a.untieEmbeddings, a.numExperts, a.moeLayerFrequency, moeFfn,
-                String.format(Locale.ROOT, "--vocab-size %d x --hidden-size %d", a.vocabSize, a.hiddenSize),
+                String.format(Locale.ROOT, "--vocab-size %d x --hidden-size %d", tokens, a.hiddenSize),
                 String.format(Locale.ROOT, "--seq-length %d x --hidden-size %d", positions > 0 ? (long) positions : 0, a.hiddenSize),
                 String.format(Locale.ROOT, "--ffn-hidden-size %s x --hidden-size %d", a.ffnHiddenSize > 0
                         ? String.valueOf(a.ffnHiddenSize) : "(4 x hidden)", a.hiddenSize));

@@ -2,6 +2,9 @@ package io.mcore4j.samples.pretrain;
 
 import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.Precision;
+import io.mcore4j.data.preprocess.PreprocessOptions;
+import io.mcore4j.data.preprocess.TokenizerSpec;
+import io.mcore4j.data.tokenizer.Tokenizer;
 import io.mcore4j.data.gpt.SplitWeights;
 import io.mcore4j.data.sampler.DataloaderType;
 import io.mcore4j.hf.HfCheckpointException;
@@ -13,6 +16,7 @@ import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.samples.launch.ParallelLayoutOptions;
+import io.mcore4j.samples.tokenizer.TokenizerOptions;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.Vocab;
 import io.mcore4j.training.CheckpointConfig;
@@ -26,6 +30,7 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
+import java.util.OptionalInt;
 import java.util.Set;
 
 /**
@@ -107,6 +112,9 @@ public final class PretrainArgs {
         }
     }
 
+    /** The vocabulary without {@code --vocab-size} or {@code --tokenizer-type}: byte-level tokens and their end of document. */
+    static final int DEFAULT_VOCAB_SIZE = 257;
+
     /** Megatron's {@code --optimizer} values ({@code adam} is Adam with decoupled weight decay, as in Megatron). */
     public enum OptimizerKind { adam, sgd }
 
@@ -145,8 +153,11 @@ public final class PretrainArgs {
     int seqLength = 64;
     @Option(names = "--max-position-embeddings", description = "0: the sequence length. Default: ${DEFAULT-VALUE}.")
     int maxPositionEmbeddings = 0;
-    @Option(names = "--vocab-size", description = "Vocabulary of --mock-data and byte-level corpora. Default: ${DEFAULT-VALUE}.")
-    int vocabSize = 257;
+    @Option(names = "--vocab-size", description = "Without --tokenizer-type: the vocabulary of --mock-data, --data-path"
+            + " and byte-level corpora (default 257). With NullTokenizer (required): Megatron's meaning, the ids below it"
+            + " and itself the end of document (vocabulary --vocab-size + 1). Other tokenizer types give the vocabulary"
+            + " themselves; a --vocab-size that differs is refused.")
+    Integer vocabSize;
     @Option(names = "--make-vocab-size-divisible-by", description = "The vocabulary is padded to a multiple of this x TP. Default: ${DEFAULT-VALUE}.")
     int vocabDivisor = 128;
     @Option(names = "--swiglu", description = "SwiGLU MLP instead of GeLU.")
@@ -233,6 +244,8 @@ public final class PretrainArgs {
     List<String> dataPath = new ArrayList<>();
     @Option(names = "--mock-data", description = "Random tokens (for benchmarks).")
     boolean mockData;
+    @Mixin
+    final TokenizerOptions tokenizer = new TokenizerOptions();
     @Option(names = "--corpus-from-sources", description = "Build a byte-level corpus from the text files under a directory.")
     Path corpus;
     @Option(names = "--split", description = "Train, validation and test weights. Default: ${DEFAULT-VALUE}.")
@@ -354,6 +367,9 @@ public final class PretrainArgs {
     @Mixin
     final RefusedMegatronFlags refused = new RefusedMegatronFlags();
 
+    /** What {@link #tokenVocabulary()} read from the tokenizer; null until then. */
+    private TokenVocabulary derivedVocabulary;
+
     /**
      * Sets the global batch (front-ends that derive it from micro-batches per replica).
      *
@@ -452,7 +468,9 @@ public final class PretrainArgs {
         positive("--seq-length", seqLength);
         positive("--micro-batch-size", microBatchSize);
         positive("--global-batch-size", globalBatchSize);
-        positive("--vocab-size", vocabSize);
+        if (vocabSize != null) {
+            positive("--vocab-size", vocabSize);
+        }
         positive("--make-vocab-size-divisible-by", vocabDivisor);
         positive("--log-interval", logInterval);
         try {
@@ -479,6 +497,15 @@ public final class PretrainArgs {
         if (sources != 1) {
             throw new IllegalArgumentException("give exactly one of --data-path, --mock-data and --corpus-from-sources (got "
                     + sources + ")");
+        }
+        TokenVocabulary vocabulary = tokenVocabulary();
+        if (corpus != null && tokenizer.type() != null && tokenizer.type() != PreprocessOptions.TokenizerType.BYTE_LEVEL) {
+            throw new IllegalArgumentException("--corpus-from-sources builds a byte-level corpus; it takes --tokenizer-type"
+                    + " ByteLevel or none, not " + tokenizer.type().argument());
+        }
+        if (loadHf != null && tokenizer.type() != null && vocabulary.size() > hfConfig().vocabSize()) {
+            throw new IllegalArgumentException("--tokenizer-type " + tokenizer.type().argument() + " has " + vocabulary.size()
+                    + " ids but --load-hf " + loadHf + " has a vocab_size of " + hfConfig().vocabSize());
         }
         if (numExperts == 0 && layout.expertParallel() > 1) {
             throw new IllegalArgumentException("--expert-model-parallel-size " + layout.expertParallel() + " needs --num-experts");
@@ -714,7 +741,57 @@ public final class PretrainArgs {
 
     /** @return the vocabulary of the tokens (the Hugging Face checkpoint's with {@code --load-hf}) */
     int tokenVocabSize() {
-        return loadHf == null ? vocabSize : hfConfig().vocabSize();
+        return loadHf == null ? tokenVocabulary().size() : hfConfig().vocabSize();
+    }
+
+    /**
+     * The end-of-document id of {@code --tokenizer-type} (Megatron's {@code tokenizer.eod}).
+     *
+     * @return the id; empty without a tokenizer type, or for a HuggingFace tokenizer that has none
+     * @throws IllegalArgumentException as {@link #setup()} does for the tokenizer flags
+     */
+    public OptionalInt endOfDocument() {
+        return tokenVocabulary().endOfDocument();
+    }
+
+    /**
+     * The vocabulary before padding and the end-of-document id, as Megatron's {@code build_tokenizer} derives
+     * them: from the tokenizer when {@code --tokenizer-type} is given, else {@code --vocab-size} (default 257).
+     *
+     * @param size ids the tokens use, before padding to {@code --make-vocab-size-divisible-by} x TP
+     * @param endOfDocument the tokenizer's end-of-document id
+     */
+    record TokenVocabulary(int size, OptionalInt endOfDocument) {}
+
+    /** The tokens' vocabulary, read from the tokenizer once (the flags do not change after parsing). */
+    TokenVocabulary tokenVocabulary() {
+        if (derivedVocabulary == null) {
+            derivedVocabulary = deriveVocabulary();
+        }
+        return derivedVocabulary;
+    }
+
+    private TokenVocabulary deriveVocabulary() {
+        PreprocessOptions.TokenizerType type = tokenizer.type();
+        if (type == null) {
+            return new TokenVocabulary(vocabSize != null ? vocabSize : DEFAULT_VOCAB_SIZE, OptionalInt.empty());
+        }
+        if (type == PreprocessOptions.TokenizerType.NULL && vocabSize == null) {
+            throw new IllegalArgumentException("--tokenizer-type NullTokenizer needs --vocab-size (its ids are below it,"
+                    + " and it is the end-of-document id)");
+        }
+        TokenizerSpec spec = tokenizer.spec(vocabSize != null ? vocabSize : 0);
+        TokenVocabulary derived;
+        try (Tokenizer t = spec.open()) {
+            derived = new TokenVocabulary(t.vocabularySize(), t.endOfDocument());
+        } catch (java.io.IOException e) {
+            throw new IllegalArgumentException("--tokenizer-type " + type.argument() + ": cannot read " + e.getMessage(), e);
+        }
+        if (type != PreprocessOptions.TokenizerType.NULL && vocabSize != null && vocabSize != derived.size()) {
+            throw new IllegalArgumentException("--vocab-size " + vocabSize + " disagrees with --tokenizer-type "
+                    + type.argument() + ", whose vocabulary has " + derived.size() + " ids (leave --vocab-size out)");
+        }
+        return derived;
     }
 
     /**
@@ -733,7 +810,7 @@ public final class PretrainArgs {
                     .recompute(recompute.recompute).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
-        int vocab = Vocab.padded(vocabSize, vocabDivisor, layout.tensorParallel());
+        int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());
         TransformerConfig.Builder b = TransformerConfig.builder(numLayers, hiddenSize, numAttentionHeads, vocab)
                 .maxSequenceLength(maxPositionEmbeddings == 0 ? seqLength : maxPositionEmbeddings)
                 .dropout(hiddenDropout, attentionDropout)

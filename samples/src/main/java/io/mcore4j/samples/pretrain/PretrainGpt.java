@@ -202,6 +202,13 @@ public final class PretrainGpt {
             out.println("warning: --sequence-parallel is off at --tensor-model-parallel-size 1 (as in Megatron)");
         }
         setup.dims(world); // fails early, naming the flags, if the layout or the batch does not divide
+        if (args.tokenizer.type() != null && args.loadHf == null) {
+            // Megatron's build_tokenizer lines
+            int size = args.tokenVocabSize();
+            int padded = setup.model().vocabSize();
+            out.println("> building " + args.tokenizer.type().argument() + " tokenizer ...");
+            out.printf(Locale.ROOT, " > padded vocab (size: %d) with %d dummy tokens (new size: %d)%n", size, padded - size, padded);
+        }
         try (GptSplits splits = datasets(args, out)) {
             SampleDataset train = splits.train().orElseThrow(() -> new IllegalArgumentException("the data has no training split"));
             SampleDataset valid = args.evalInterval > 0 ? splits.valid().orElse(null) : null;
@@ -291,7 +298,7 @@ public final class PretrainGpt {
                     return;
                 }
                 long start = System.nanoTime();
-                HfConfig hf = args.loadHf != null ? args.hfConfig() : HfConfig.forModel(setup.model(), args.vocabSize);
+                HfConfig hf = args.loadHf != null ? args.hfConfig() : HfConfig.forModel(setup.model(), args.tokenVocabSize());
                 HfExport.write(args.saveHf, hf, chunks, groups.world(), HfDtype.parse(args.saveHfDtype));
                 if (groups.worldRank() == 0) {
                     if (args.loadHf != null) {

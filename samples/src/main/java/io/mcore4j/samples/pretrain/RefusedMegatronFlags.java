@@ -12,19 +12,7 @@ import java.util.List;
  * mixin of {@link PretrainArgs}; the lines are listed in docs/megatron-flags.md.
  */
 public final class RefusedMegatronFlags {
-    private static final String TOKENIZERS = "tokenizers are not implemented yet (a later change adds them);"
-            + " pretrain-gpt reads token ids (--data-path, or --mock-data with --vocab-size)";
-
-    // tokenizers: pretrain-gpt reads token ids (--data-path) or makes them (--mock-data, --corpus-from-sources)
-    @Option(names = "--tokenizer-type", description = "Only NullTokenizer (token ids below --vocab-size, what pretrain-gpt"
-            + " reads); the other tokenizers are not implemented yet.")
-    String tokenizerType;
-    @Option(names = "--vocab-file", description = "Refused: tokenizers are not implemented yet.")
-    String vocabFile;
-    @Option(names = "--merge-file", description = "Refused: tokenizers are not implemented yet.")
-    String mergeFile;
-    @Option(names = "--tokenizer-model", description = "Refused: tokenizers are not implemented yet.")
-    String tokenizerModel;
+    // tokenizers (the others are TokenizerOptions')
     @Option(names = "--tiktoken-pattern", description = "Accepted without effect: it configures Megatron's TikTokenizer,"
             + " which is refused.")
     String tiktokenPattern;
@@ -88,11 +76,6 @@ public final class RefusedMegatronFlags {
     @Option(names = "--wandb-exp-name", description = "Refused: no Weights & Biases logger (--tensorboard-dir, --metrics-dir).")
     String wandbExpName;
 
-    /** @return whether {@code --tokenizer-type} was given as Megatron's {@code NullTokenizer} */
-    boolean nullTokenizer() {
-        return "NullTokenizer".equals(tokenizerType);
-    }
-
     /**
      * Refuses the first of these flags that was given.
      *
@@ -100,13 +83,6 @@ public final class RefusedMegatronFlags {
      */
     void check() {
         List<String> refusals = new ArrayList<>();
-        if (tokenizerType != null && !nullTokenizer()) {
-            refusals.add("--tokenizer-type " + tokenizerType + ": " + TOKENIZERS + "; --tokenizer-type NullTokenizer"
-                    + " names that");
-        }
-        file(refusals, "--vocab-file", vocabFile);
-        file(refusals, "--merge-file", mergeFile);
-        file(refusals, "--tokenizer-model", tokenizerModel);
         if (optimizerCpuOffload || cpuOptimizer || optimizerOffloadFraction != null) {
             String flag = optimizerCpuOffload ? "--optimizer-cpu-offload" : cpuOptimizer ? "--cpu-optimizer"
                     : "--optimizer-offload-fraction " + optimizerOffloadFraction;
@@ -155,10 +131,6 @@ public final class RefusedMegatronFlags {
         if (!refusals.isEmpty()) {
             throw new IllegalArgumentException(refusals.get(0));
         }
-    }
-
-    private static void file(List<String> refusals, String flag, String value) {
-        value(refusals, flag, value, TOKENIZERS);
     }
 
     private static void flag(List<String> refusals, boolean given, String line) {

@@ -163,9 +163,9 @@ class MegatronExampleScriptsTest {
     }
 
     @Test
-    void gpt3ScriptStopsAtItsTokenizerFilesAndTrainsWithoutThem() {
-        assertRefused("--vocab-file gpt2-vocab.json: tokenizers are not implemented yet (a later change adds them);"
-                + " pretrain-gpt reads token ids (--data-path, or --mock-data with --vocab-size)", gpt3(true));
+    void gpt3ScriptStopsAtItsBatchSizeRampUpAndTrainsWithoutIt() {
+        assertRefused("--step-batch-size-schedule 0:16 2.4B:320 4.8B:624 7.2B:928 9.6B:1232 12B:1536: batch-size ramp-up"
+                + " is not implemented; the global batch is --global-batch-size from the first iteration", gpt3(true));
         List<String> noTokenizer = gpt3(false);
         assertTrainsOneIteration(noTokenizer);
     }
@@ -179,9 +179,9 @@ class MegatronExampleScriptsTest {
 
     @Test
     void mixtralScriptStopsAtItsTokenizerAndTrainsWithoutIt() {
-        assertRefused("--tokenizer-type Llama2Tokenizer: tokenizers are not implemented yet (a later change adds them);"
-                + " pretrain-gpt reads token ids (--data-path, or --mock-data with --vocab-size); --tokenizer-type"
-                + " NullTokenizer names that", mixtral(true));
+        assertRefused("Invalid value for option '--tokenizer-type': --tokenizer-type Llama2Tokenizer is unknown (expected GPT2BPETokenizer, HuggingFaceTokenizer,"
+                + " NullTokenizer or ByteLevel; for a SentencePiece or tiktoken model, HuggingFaceTokenizer reads its"
+                + " tokenizer.json)", mixtral(true));
         assertTrainsOneIteration(mixtral(false));
     }
 }

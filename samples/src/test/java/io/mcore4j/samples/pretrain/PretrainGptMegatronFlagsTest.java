@@ -102,15 +102,6 @@ class PretrainGptMegatronFlagsTest {
 
     @Test
     void refusedFlagsSayWhatMcore4jDoesInsteadInOneLine() {
-        String tokenizers = "tokenizers are not implemented yet (a later change adds them); pretrain-gpt reads token ids"
-                + " (--data-path, or --mock-data with --vocab-size)";
-        assertEquals("--tokenizer-type HuggingFaceTokenizer: " + tokenizers + "; --tokenizer-type NullTokenizer names that",
-                refusal("--tokenizer-type", "HuggingFaceTokenizer"));
-        assertEquals("--tokenizer-type GPT2BPETokenizer: " + tokenizers + "; --tokenizer-type NullTokenizer names that",
-                refusal("--tokenizer-type", "GPT2BPETokenizer"));
-        assertEquals("--vocab-file v.json: " + tokenizers, refusal("--vocab-file", "v.json"));
-        assertEquals("--merge-file m.txt: " + tokenizers, refusal("--merge-file", "m.txt"));
-        assertEquals("--tokenizer-model t.model: " + tokenizers, refusal("--tokenizer-model", "t.model"));
         String offload = ": optimizer CPU offload is not implemented yet (a later change adds it); the optimizer state stays"
                 + " on the training device (--use-distributed-optimizer shards it over data-parallel ranks)";
         assertEquals("--optimizer-cpu-offload" + offload, refusal("--optimizer-cpu-offload"));
