@@ -39,6 +39,8 @@ import io.mcore4j.tensorparallel.MlpActivation;
  * @param addQkvBias biases on the fused QKV projection even without {@code addBiasLinear}
  *     (Megatron's {@code add_qkv_bias}; Qwen2)
  * @param ropeScaling frequency scaling of the rotary embedding (LLaMA 3.1's), or null for none
+ * @param qkLayernorm normalise each query and key head over its channels (the layer's norm kind) before
+ *     the rotary embedding (Megatron's {@code qk_layernorm}; Qwen3, OLMo 2)
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -47,7 +49,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 MlpActivation activation, boolean addBiasLinear, boolean tiedEmbeddings,
                                 double hiddenDropout, double attentionDropout, double initStd,
                                 Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe,
-                                CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling) {
+                                CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling,
+                                boolean qkLayernorm) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -264,6 +267,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.cpComm = cpCommType;
         b.qkvBias = addQkvBias;
         b.scaling = ropeScaling;
+        b.qkNorm = qkLayernorm;
         return b;
     }
 
@@ -301,6 +305,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private CpCommType cpComm = CpCommType.P2P;
         private boolean qkvBias;
         private RopeScaling scaling;
+        private boolean qkNorm;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -430,6 +435,12 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /** @param enabled normalise query and key heads before the rotary embedding (Megatron's qk_layernorm) @return this */
+        public Builder qkLayernorm(boolean enabled) {
+            this.qkNorm = enabled;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -441,7 +452,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             int channels = kv < 0 ? hidden / heads : kv;
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, sp,
-                    type, moeSettings, cpComm, qkvBias, scaling);
+                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm);
         }
     }
 }

@@ -72,7 +72,8 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
                 c.ffnHiddenSize(), c.kvChannels(), vocab, c.maxSequenceLength(), c.normalization(), c.normEpsilon(),
                 c.positionEmbedding(), c.rotaryBase(), c.rotaryPercent(), c.activation(), c.addBiasLinear(),
                 c.tiedEmbeddings(), c.hiddenDropout(), c.attentionDropout(), c.initStd(), c.recompute(),
-                c.sequenceParallel(), c.dtype(), c.moe(), c.cpCommType(), c.addQkvBias(), c.ropeScaling());
+                c.sequenceParallel(), c.dtype(), c.moe(), c.cpCommType(), c.addQkvBias(), c.ropeScaling(),
+                c.qkLayernorm());
     }
 
     /** @return the optimizer settings of a layout */

@@ -41,11 +41,22 @@ public final class Norm extends AbstractModule implements UnaryModule {
      * @param size normalised width
      */
     public Norm(ModelContext ctx, int size) {
+        this(ctx, size, ctx.config().sequenceParallel());
+    }
+
+    /**
+     * @param ctx the model context (config, parameter manager, TP rank)
+     * @param size normalised width
+     * @param differsOverTensorParallel each tensor-parallel rank normalises other activations with the
+     *     same weights (a slice of the sequence under sequence parallelism, or its own attention heads for
+     *     the query and key norms), so the weights' gradients are summed over the group
+     */
+    public Norm(ModelContext ctx, int size, boolean differsOverTensorParallel) {
         TransformerConfig c = ctx.config();
         this.kind = c.normalization();
         this.epsilon = c.normEpsilon();
         int tpRank = ctx.groups().tensorParallelRank();
-        Parameter.Kind paramKind = c.sequenceParallel() ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE;
+        Parameter.Kind paramKind = differsOverTensorParallel ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE;
         this.weight = registerParameter("", new Parameter("weight", DataTypes.ones(ctx.parameters(), new Shape(size), c.dtype(), ctx.parameters().getDevice()),
                 Parameter.Partition.NONE, paramKind), tpRank);
         this.bias = kind == TransformerConfig.Normalization.LAYER_NORM

@@ -12,7 +12,8 @@ import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.tensorparallel.ParallelLinear;
 
 /**
- * Causal self-attention with grouped queries: linear_qkv → (RoPE) → core attention → linear_proj.
+ * Causal self-attention with grouped queries: linear_qkv → (per-head query and key norms) → (RoPE) →
+ * core attention → linear_proj.
  *
  * <p>The fused QKV output is laid out group by group, each group holding its
  * {@code heads/groups} query heads, then its key head, then its value head, so splitting the output
@@ -25,6 +26,9 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
     private final ParallelLinear proj;
     private final CoreAttention core;
     private final RotaryEmbedding rope;
+    /** Megatron's q_layernorm and k_layernorm (per head, over its channels), or null. */
+    private final Norm queryNorm;
+    private final Norm keyNorm;
     private final ContextParallelSplit contextParallel;
     private final int headsPerGroup;
     private final int headDim;
@@ -46,6 +50,9 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         this.proj = registerModule("linear_proj.", spec.linearProj().create(ctx, key + "linear_proj.",
                 new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)));
         this.core = spec.coreAttention().create(ctx);
+        // every rank normalises its own heads with the same weights: their gradients are summed over TP
+        this.queryNorm = c.qkLayernorm() ? registerModule("q_layernorm.", new Norm(ctx, headDim, true)) : null;
+        this.keyNorm = c.qkLayernorm() ? registerModule("k_layernorm.", new Norm(ctx, headDim, true)) : null;
         this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling(),
                 ctx.parameters()) : null;
         this.contextParallel = ContextParallelSplit.of(ctx.groups().cp());
@@ -80,7 +87,7 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
 
     private NDArray attend(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         NDArray mixed = qkv.forward(scope, x).output();
-        if (rope == null && cache == null && core instanceof SdpaAttention sdpa && sdpa.packsQkvGradients()
+        if (rope == null && queryNorm == null && cache == null && core instanceof SdpaAttention sdpa && sdpa.packsQkvGradients()
                 && ctx.config().recompute() != TransformerConfig.Recompute.SELECTIVE) {
             return sdpa.forwardFused(scope, mixed);
         }
@@ -97,6 +104,10 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         NDArray query = queryGroups.reshape(s, b, groups * headsPerGroup, headDim);
         NDArray key = parts.get(1).reshape(s, b, groups, headDim);
         NDArray value = parts.get(2).reshape(s, b, groups, headDim);
+        if (queryNorm != null) {
+            query = queryNorm.forward(scope, query);
+            key = keyNorm.forward(scope, key);
+        }
         NDArray rotatedQuery = query;
         NDArray rotatedKey = key;
         if (rope != null) {

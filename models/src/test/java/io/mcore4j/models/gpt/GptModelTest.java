@@ -66,6 +66,41 @@ class GptModelTest {
         }
     }
 
+    /**
+     * Megatron's qk_layernorm (per-head query and key norms, weights shared by the heads and summed over
+     * TP, since each rank normalises its own heads): TP2 and TP2 with sequence parallelism match TP1,
+     * with LayerNorm and with RMSNorm + RoPE + query groups; the norms receive gradients, and change
+     * the model (the loss differs from the same weights without them).
+     */
+    @Test
+    void queryKeyNormsMatchSerialAtTp2() {
+        TransformerConfig rms = base().queryGroups(2).positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
+                .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build();
+        for (TransformerConfig without : List.of(base().build(), rms)) {
+            TransformerConfig c = without.toBuilder().qkLayernorm(true).build();
+            Result ref = run(c, 1);
+            assertTrue(Math.abs(ref.loss - run(without, 1).loss) > 1e-6, "the norms change nothing with " + describe(c));
+            for (TransformerConfig parallel : List.of(c, c.toBuilder().sequenceParallel(true).build())) {
+                Result tp2 = run(parallel, 2);
+                assertEquals(ref.loss, tp2.loss, 1e-5 * Math.abs(ref.loss), "loss with " + describe(parallel));
+                int norms = 0;
+                for (String key : tp2.gradients.keySet()) {
+                    double[] a = ref.gradients.get(key);
+                    double[] b = tp2.gradients.get(key);
+                    for (int i = 0; i < a.length; i++) {
+                        assertEquals(a[i], b[i], 1e-5, key + "[" + i + "] with " + describe(parallel));
+                    }
+                    if (key.contains(".q_layernorm.") || key.contains(".k_layernorm.")) {
+                        norms++;
+                        assertTrue(java.util.Arrays.stream(b).anyMatch(v -> v != 0), key + " got no gradient");
+                    }
+                }
+                int expected = 2 * 2 * (c.normalization() == TransformerConfig.Normalization.LAYER_NORM ? 2 : 1);
+                assertEquals(expected, norms, "q/k norm parameters compared, 2 layers");
+            }
+        }
+    }
+
     @Test
     void recomputeGivesIdenticalGradients() {
         for (int tp : new int[] {1, 2}) {
@@ -145,7 +180,8 @@ class GptModelTest {
     }
 
     private static String describe(TransformerConfig c) {
-        return "SP=" + c.sequenceParallel() + " groups=" + c.numQueryGroups() + " " + c.activation() + " " + c.positionEmbedding();
+        return "SP=" + c.sequenceParallel() + " groups=" + c.numQueryGroups() + " " + c.activation() + " " + c.positionEmbedding()
+                + (c.qkLayernorm() ? " qk_layernorm " + c.normalization() : "");
     }
 
     private record Result(double loss, Map<String, double[]> gradients) {}

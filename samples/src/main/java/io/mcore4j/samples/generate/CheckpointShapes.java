@@ -17,7 +17,7 @@ import java.util.regex.Pattern;
  * A GPT's shape as a pretrain-gpt checkpoint records it: the global shapes and dtypes of its
  * {@code model.} tensors in its metadata. From them come the layer count, widths, (padded)
  * vocabulary, MLP kind, norm kind, biases, tied or untied output layer, position embedding and query
- * groups; the attention-head count, which no shape records, is given by the caller.
+ * groups and query/key norms; the attention-head count, which no shape records, is given by the caller.
  *
  * @param directory the checkpoint directory read (an {@code iter_*} directory)
  * @param shapes global shape by tensor key
@@ -100,6 +100,7 @@ record CheckpointShapes(Path directory, Map<String, long[]> shapes, Map<String, 
                 .rotary(rotaryBase, 1.0)
                 .activation(swiglu ? MlpActivation.SWIGLU : MlpActivation.GELU)
                 .addBiasLinear(has("decoder.layers.0.self_attention.linear_qkv.bias"))
+                .qkLayernorm(has("decoder.layers.0.self_attention.q_layernorm.weight"))
                 .tiedEmbeddings(!has("output_layer.weight"))
                 .dropout(0, 0)
                 .dtype("F16".equals(dtypes.get(PREFIX + "embedding.word_embeddings.weight")) ? DataType.FLOAT16 : DataType.FLOAT32);

@@ -124,6 +124,13 @@ public final class ExportHf implements Callable<Integer> {
             }
             // optimizer state and other keys of a training checkpoint are not needed here
             LoadResult loaded = DistCheckpointing.load(checkpoint, targets, groups.world(), StrictMode.RAISE_MISSING);
+            List<String> dropped = loaded.unexpectedKeys().stream().filter(k -> k.startsWith(ConvertHf.MODEL_PREFIX)).toList();
+            if (!dropped.isEmpty()) {
+                // a model weight with no place in the architecture would be left out of the export without a word
+                throw new IllegalArgumentException(checkpoint + " holds model weights that " + hf.architecture().className()
+                        + " has no place for (" + dropped.size() + ", e.g. " + dropped.get(0) + "; a --qk-layernorm model's"
+                        + " query and key norms are such weights): exporting would drop them");
+            }
             double loadSeconds = (System.nanoTime() - start) / 1e9;
             long exportStart = System.nanoTime();
             HfExport.write(saveHf, hf, chunks, groups.world(), type, maxShardBytes);

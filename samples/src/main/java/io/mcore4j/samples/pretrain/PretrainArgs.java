@@ -303,6 +303,10 @@ public final class PretrainArgs {
             + " heads (Megatron's default of 1 when --num-query-groups is not given). mcore4j also honours"
             + " --num-query-groups without this flag (Megatron ignores it then).")
     boolean groupQueryAttention;
+    @Option(names = "--qk-layernorm", description = "Normalise each query and key head over its channels (the"
+            + " --normalization kind, weights shared by the heads) before the rotary embedding, as Megatron-Core's"
+            + " qk_layernorm (Qwen3, OLMo 2).")
+    boolean qkLayernorm;
     @Option(names = "--rotary-base", description = "RoPE base (theta). Default: ${DEFAULT-VALUE}.")
     double rotaryBase = 10000;
     @Option(names = "--rotary-percent", description = "Fraction of each head's channels that RoPE rotates. Default: ${DEFAULT-VALUE}.")
@@ -804,6 +808,10 @@ public final class PretrainArgs {
 
     private TransformerConfig model() {
         if (loadHf != null) {
+            if (qkLayernorm) {
+                throw new IllegalArgumentException("--qk-layernorm with --load-hf " + loadHf + ": the model's shapes"
+                        + " come from its config.json, whose architecture has no query and key norms; drop the flag");
+            }
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
             return hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(), Precision.of(fp16, bf16).paramDtype())
                     .toBuilder().sequenceParallel(sequenceParallelInEffect())
@@ -821,6 +829,7 @@ public final class PretrainArgs {
                 .recompute(recompute.recompute)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
                 .cpCommType(cpCommType.type);
+        b.qkLayernorm(qkLayernorm);
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);
         } else if (groupQueryAttention) {

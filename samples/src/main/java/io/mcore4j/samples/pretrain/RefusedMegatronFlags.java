@@ -26,8 +26,6 @@ public final class RefusedMegatronFlags {
     boolean cpuOptimizer;
 
     // model
-    @Option(names = "--qk-layernorm", description = "Refused: normalising queries and keys per head is not implemented.")
-    boolean qkLayernorm;
     @Option(names = "--apply-layernorm-1p", description = "Refused: zero-centred norm weights are not implemented"
             + " (mcore4j's norm weights start at 1).")
     boolean applyLayernorm1p;
@@ -89,8 +87,6 @@ public final class RefusedMegatronFlags {
             refusals.add(flag + ": optimizer CPU offload is not implemented yet (a later change adds it); the optimizer state stays on the training device"
                     + " (--use-distributed-optimizer shards it over data-parallel ranks)");
         }
-        flag(refusals, qkLayernorm, "--qk-layernorm: normalising queries and keys per head is not implemented;"
-                + " drop the flag (the model has no q/k norms)");
         flag(refusals, applyLayernorm1p, "--apply-layernorm-1p: zero-centred norm weights are not implemented; drop the"
                 +  " flag (mcore4j's LayerNorm and RMSNorm weights start at 1)");
         flag(refusals, initMethodXavierUniform, "--init-method-xavier-uniform: only normal initialisation is implemented;"

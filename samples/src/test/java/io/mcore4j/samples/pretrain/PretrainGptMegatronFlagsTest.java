@@ -95,6 +95,8 @@ class PretrainGptMegatronFlagsTest {
                 .training().lrSchedule().warmupSteps());
         assertFalse(setup("--bf16", "--grad-reduce-in-bf16").optimizer().gradReduceInFp32());
         assertFalse(setup("--sequence-parallel").model().sequenceParallel(), "off at TP 1, as in Megatron");
+        assertTrue(setup("--qk-layernorm").model().qkLayernorm());
+        assertFalse(setup().model().qkLayernorm());
         assertEquals(0, setup("--num-experts", "2", "--moe-aux-loss-coeff", "0.01", "--moe-router-load-balancing-type", "none")
                 .model().moe().auxLossCoeff());
         assertEquals(0.01, setup("--num-experts", "2", "--moe-aux-loss-coeff", "0.01").model().moe().auxLossCoeff());
@@ -110,8 +112,6 @@ class PretrainGptMegatronFlagsTest {
         assertEquals("--ckpt-format torch_dist: mcore4j does not write Megatron's checkpoint formats; --save writes"
                 + " mcore4j's own sharded format (iter_NNNNNNN directories, resharded on --load); drop the flag, or use"
                 + " --save-hf for a Hugging Face copy", refusal("--ckpt-format", "torch_dist"));
-        assertEquals("--qk-layernorm: normalising queries and keys per head is not implemented; drop the flag (the model"
-                + " has no q/k norms)", refusal("--qk-layernorm"));
         assertEquals("--init-method-xavier-uniform: only normal initialisation is implemented; use --init-method-std",
                 refusal("--init-method-xavier-uniform"));
         assertEquals("--moe-router-load-balancing-type sinkhorn: only aux_loss (weighted by --moe-aux-loss-coeff) and"
