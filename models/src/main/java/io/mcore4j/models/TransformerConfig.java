@@ -69,8 +69,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     public enum PositionEmbedding { LEARNED_ABSOLUTE, ROPE }
 
     /**
-     * Activation recompute granularity: none, the {@link #recomputeModules} of every layer, or whole
-     * layers as {@link #recomputeMethod} says.
+     * Activation recompute granularity: none, the {@link TransformerConfig#recomputeModules()} of every
+     * layer, or whole layers as {@link TransformerConfig#recomputeMethod()} says.
      */
     public enum Recompute { NONE, SELECTIVE, FULL }
 
