@@ -5,7 +5,7 @@
 #     of the commit before context parallelism, 83f2db5) that commit's, same flags, same call;
 #  2. the longest sequence the 1.3B model trains at on this GPU: for each length in LENGTHS, micro-batch 1
 #     and one micro-batch per step (the tokens of a step grow with the length), first without recompute,
-#     and if that does not fit with --recompute-granularity full; each beside plain PyTorch eager + SDPA at
+#     and if that does not fit with --recompute-granularity full (uniform, one layer per group); each beside plain PyTorch eager + SDPA at
 #     the same length and batch (eager has no recompute: it stops where it runs out of memory).
 # Prints every result line as it comes; a run that fails prints its last error line.
 #   STEPS (5) timed steps after WARMUP (2); LENGTHS ("8192 16384 32768 65536"); EAGER (path of
@@ -44,6 +44,6 @@ for s in $lengths; do
   echo "-- seq $s: mcore4j"
   if ! bench "$CP" --seq-length "$s" --micro-batch-size 1 --micro-batches 1; then
     echo "-- seq $s: mcore4j with --recompute-granularity full"
-    bench "$CP" --seq-length "$s" --micro-batch-size 1 --micro-batches 1 --recompute-granularity full
+    bench "$CP" --seq-length "$s" --micro-batch-size 1 --micro-batches 1 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1
   fi
 done

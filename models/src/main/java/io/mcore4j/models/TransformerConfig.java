@@ -6,6 +6,11 @@ import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.tensorparallel.MlpActivation;
 
+import java.util.Collections;
+import java.util.EnumSet;
+import java.util.Locale;
+import java.util.Set;
+
 /**
  * The shape and numerics of a decoder-only transformer, validated once. {@link #validate(ParallelDims)} checks it
  * against a parallel layout (heads divisible by TP, query groups compatible with TP, layers split
@@ -30,7 +35,14 @@ import io.mcore4j.tensorparallel.MlpActivation;
  * @param hiddenDropout dropout after attention and MLP and on embeddings
  * @param attentionDropout dropout on attention probabilities
  * @param initStd standard deviation of normal initialisation
- * @param recompute activation recompute granularity
+ * @param recompute activation recompute granularity (Megatron's {@code recompute_granularity})
+ * @param recomputeMethod with {@link Recompute#FULL}, which layers of each model chunk are recomputed
+ *     (Megatron's {@code recompute_method}); null otherwise
+ * @param recomputeNumLayers with {@link Recompute#FULL}, the layers of one recomputed group
+ *     ({@link RecomputeMethod#UNIFORM}) or the layers recomputed per model chunk
+ *     ({@link RecomputeMethod#BLOCK}), at least 1 (Megatron's {@code recompute_num_layers}); 0 otherwise
+ * @param recomputeModules with {@link Recompute#SELECTIVE}, the parts of each layer that are recomputed
+ *     (Megatron's {@code recompute_modules}); empty otherwise. Held as an unmodifiable set
  * @param sequenceParallel shard norms, dropout and residuals along the sequence over TP
  * @param dtype parameter and compute dtype (Megatron's params_dtype): FLOAT32, FLOAT16 or BFLOAT16
  * @param moe mixture-of-experts settings, or null for dense MLPs
@@ -48,7 +60,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 PositionEmbedding positionEmbedding, double rotaryBase, double rotaryPercent,
                                 MlpActivation activation, boolean addBiasLinear, boolean tiedEmbeddings,
                                 double hiddenDropout, double attentionDropout, double initStd,
-                                Recompute recompute, boolean sequenceParallel, DataType dtype, MoeSettings moe,
+                                Recompute recompute, RecomputeMethod recomputeMethod, int recomputeNumLayers,
+                                Set<RecomputeModule> recomputeModules, boolean sequenceParallel, DataType dtype, MoeSettings moe,
                                 CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling,
                                 boolean qkLayernorm) {
 
@@ -58,8 +71,73 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     /** Position encoding. */
     public enum PositionEmbedding { LEARNED_ABSOLUTE, ROPE }
 
-    /** Activation recompute granularity: none, core attention only, or whole layers. */
+    /**
+     * Activation recompute granularity: none, the {@link TransformerConfig#recomputeModules()} of every
+     * layer, or whole layers as {@link TransformerConfig#recomputeMethod()} says.
+     */
     public enum Recompute { NONE, SELECTIVE, FULL }
+
+    /**
+     * Which layers of a model chunk (a pipeline stage, or a virtual stage when interleaving) full
+     * recompute checkpoints, Megatron's {@code --recompute-method}.
+     */
+    public enum RecomputeMethod {
+        /**
+         * The chunk's layers in consecutive groups of {@code recomputeNumLayers} (the last group may
+         * be shorter): each group keeps only its input and is recomputed as a whole in backward.
+         */
+        UNIFORM,
+        /**
+         * The chunk's first {@code recomputeNumLayers} layers each keep only their input and are
+         * recomputed in backward; the chunk's other layers keep their activations.
+         */
+        BLOCK;
+
+        /** @return Megatron's name, {@code uniform} or {@code block} */
+        public String megatronName() {
+            return name().toLowerCase(Locale.ROOT);
+        }
+    }
+
+    /**
+     * A part of a layer that selective recompute recomputes in backward instead of keeping its
+     * activations, by Megatron's {@code --recompute-modules} name. Megatron-Core's {@code moe_act},
+     * {@code layernorm}, {@code mla_up_proj} and {@code shared_experts} have no counterpart here.
+     */
+    public enum RecomputeModule {
+        /** The core attention (softmax(QK^T)V, its dropout): keeps the rotated queries, keys and values. */
+        CORE_ATTN,
+        /** A dense layer's MLP (fc1, activation, fc2): keeps its input, the pre-MLP norm's output. */
+        MLP,
+        /** A mixture-of-experts layer's MLP (router, dispatch, experts, combine): keeps its input. */
+        MOE;
+
+        /** @return Megatron's name: {@code core_attn}, {@code mlp} or {@code moe} */
+        public String megatronName() {
+            return name().toLowerCase(Locale.ROOT);
+        }
+
+        /**
+         * @param name Megatron's name of a module
+         * @return the module
+         * @throws IllegalArgumentException naming the value, for Megatron's modules mcore4j does not
+         *     implement and for unknown names
+         */
+        public static RecomputeModule ofMegatronName(String name) {
+            for (RecomputeModule m : values()) {
+                if (m.megatronName().equals(name)) {
+                    return m;
+                }
+            }
+            if (MEGATRON_ONLY.contains(name)) {
+                throw new IllegalArgumentException("recompute module " + name + " is Megatron-Core's but not implemented"
+                        + " in mcore4j: use core_attn, mlp or moe");
+            }
+            throw new IllegalArgumentException("unknown recompute module " + name + ": expected core_attn, mlp or moe");
+        }
+
+        private static final Set<String> MEGATRON_ONLY = Set.of("moe_act", "layernorm", "mla_up_proj", "shared_experts");
+    }
 
     /**
      * Mixture-of-experts settings.
@@ -146,6 +224,27 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         if (cpCommType == null) {
             throw new IllegalArgumentException("the context-parallel communication type must be given (ALL_GATHER or P2P)");
         }
+        if (recompute == null) {
+            throw new IllegalArgumentException("the recompute granularity must be given (NONE, SELECTIVE or FULL)");
+        }
+        recomputeModules = recomputeModules == null || recomputeModules.isEmpty() ? Set.of()
+                : Collections.unmodifiableSet(EnumSet.copyOf(recomputeModules));
+        if (recompute == Recompute.FULL) {
+            if (recomputeMethod == null) {
+                throw new IllegalArgumentException("full recompute needs a recompute method (uniform or block)");
+            }
+            if (recomputeNumLayers < 1) {
+                throw new IllegalArgumentException("recompute num layers " + recomputeNumLayers
+                        + " must be at least 1 with full recompute");
+            }
+        } else if (recomputeMethod != null || recomputeNumLayers != 0) {
+            throw new IllegalArgumentException("recompute method " + recomputeMethod + " and recompute num layers "
+                    + recomputeNumLayers + " apply only to full recompute, not " + recompute);
+        }
+        if (recompute != Recompute.SELECTIVE && !recomputeModules.isEmpty()) {
+            throw new IllegalArgumentException("recompute modules " + recomputeModules
+                    + " apply only to selective recompute, not " + recompute);
+        }
     }
 
     /**
@@ -166,6 +265,11 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         if (layersPerVirtualStage > 0 && layersPerVirtualStage * pp * vp != numLayers) {
             throw new IllegalArgumentException(layersPerVirtualStage + " layers per virtual stage x " + pp + " stages x "
                     + vp + " virtual stages != " + numLayers + " layers");
+        }
+        int perChunk = numLayers / (pp * vp);
+        if (recompute == Recompute.FULL && recomputeNumLayers > perChunk) {
+            throw new IllegalArgumentException("recompute num layers " + recomputeNumLayers + " must be between 1 and the "
+                    + perChunk + " layers of a pipeline stage" + (vp > 1 ? " (virtual stage)" : ""));
         }
     }
 
@@ -209,6 +313,14 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
      */
     public boolean isMoeLayer(int layerNumber) {
         return moe != null && layerNumber % moe.layerFrequency() == 0;
+    }
+
+    /**
+     * @param module a part of a layer
+     * @return whether selective recompute recomputes it
+     */
+    public boolean recomputes(RecomputeModule module) {
+        return recompute == Recompute.SELECTIVE && recomputeModules.contains(module);
     }
 
     /** @return whether rotary position embeddings are used */
@@ -261,6 +373,9 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.attnDrop = attentionDropout;
         b.std = initStd;
         b.recomputeMode = recompute;
+        b.method = recomputeMethod;
+        b.methodLayers = recomputeNumLayers;
+        b.modules = recomputeModules;
         b.sp = sequenceParallel;
         b.type = dtype;
         b.moeSettings = moe;
@@ -299,6 +414,9 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private double attnDrop = 0.1;
         private double std = 0.02;
         private Recompute recomputeMode = Recompute.NONE;
+        private RecomputeMethod method;
+        private int methodLayers;
+        private Set<RecomputeModule> modules = Set.of();
         private boolean sp;
         private DataType type = DataType.FLOAT32;
         private MoeSettings moeSettings;
@@ -389,9 +507,49 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
-        /** @param mode recompute granularity @return this */
+        /**
+         * Sets the granularity with its usual detail: {@link Recompute#FULL} recomputes every layer
+         * on its own ({@link RecomputeMethod#UNIFORM} groups of 1), {@link Recompute#SELECTIVE} the
+         * core attention (Megatron's default module); {@link #recomputeFull} and
+         * {@link #recomputeSelective} choose otherwise.
+         *
+         * @param mode recompute granularity
+         * @return this
+         */
         public Builder recompute(Recompute mode) {
             this.recomputeMode = mode;
+            this.method = mode == Recompute.FULL ? RecomputeMethod.UNIFORM : null;
+            this.methodLayers = mode == Recompute.FULL ? 1 : 0;
+            this.modules = mode == Recompute.SELECTIVE ? Set.of(RecomputeModule.CORE_ATTN) : Set.of();
+            return this;
+        }
+
+        /**
+         * Full recompute (Megatron's {@code --recompute-granularity full}).
+         *
+         * @param recomputeMethod which layers of each model chunk are recomputed
+         * @param numLayers layers per recomputed group (uniform) or recomputed per chunk (block), at least 1
+         * @return this
+         */
+        public Builder recomputeFull(RecomputeMethod recomputeMethod, int numLayers) {
+            this.recomputeMode = Recompute.FULL;
+            this.method = recomputeMethod;
+            this.methodLayers = numLayers;
+            this.modules = Set.of();
+            return this;
+        }
+
+        /**
+         * Selective recompute (Megatron's {@code --recompute-granularity selective}).
+         *
+         * @param recomputed the parts of each layer recomputed in backward (empty: none)
+         * @return this
+         */
+        public Builder recomputeSelective(Set<RecomputeModule> recomputed) {
+            this.recomputeMode = Recompute.SELECTIVE;
+            this.method = null;
+            this.methodLayers = 0;
+            this.modules = Set.copyOf(recomputed);
             return this;
         }
 
@@ -451,7 +609,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             }
             int channels = kv < 0 ? hidden / heads : kv;
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
-                    position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, sp,
+                    position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
+                    methodLayers, modules, sp,
                     type, moeSettings, cpComm, qkvBias, scaling, qkNorm);
         }
     }

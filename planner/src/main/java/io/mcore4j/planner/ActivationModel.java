@@ -1,7 +1,10 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.RecomputeSegment;
 import io.mcore4j.tensorparallel.MlpActivation;
+
+import java.util.Set;
 
 /**
  * Bytes a layer keeps for backward, per micro-batch, from what each module of the layer saves:
@@ -10,7 +13,9 @@ import io.mcore4j.tensorparallel.MlpActivation;
  * queries and keys and its output (the attention block runs in a frame, so the rotation's
  * intermediates are freed), the MLP its pre-activation and activation (SwiGLU: the fused
  * gate/up output, the sigmoid, the SiLU and the product, as the scripted SwiGLU's graph keeps them), the row-parallel linears their inputs,
- * dropout its masks. Validated against native peaks on the CPU ({@code MemoryModelCpuTest}).
+ * dropout its masks; full recompute's checkpointed runs keep their inputs, selective recompute's
+ * modules their inputs and output leaves. Validated against native peaks on the CPU
+ * ({@code MemoryModelCpuTest}).
  *
  * <p>Shapes are per rank: {@code T = (s / CP) x b} tokens, {@code heads/TP} query heads,
  * {@code groups/TP} key/value heads, {@code ffn/TP} MLP columns; what sits outside the
@@ -61,21 +66,46 @@ final class ActivationModel {
     /**
      * @param microBatch samples per micro-batch
      * @param seqLength tokens per sample
-     * @return bytes one layer keeps for backward for one micro-batch under the config's recompute policy
+     * @param layers the layers of one model chunk
+     * @return bytes a chunk's layers keep for backward for one micro-batch: a run that full recompute
+     *     checkpoints keeps its input ({@link RecomputeSegment}: every group under uniform, the first
+     *     layers under block), any other layer what {@link #plainLayer} says
      */
-    double perLayer(int microBatch, int seqLength) {
-        double tokens = (double) seqLength / cp * microBatch;
-        double sp = c.sequenceParallel() ? tp : 1;
-        double h = c.hiddenSize();
-        if (c.recompute() == TransformerConfig.Recompute.FULL) {
-            // the layer's input, kept for the recomputation (the gradient of its output leaf goes from the
-            // next layer's recomputation to this one directly and is freed once used)
-            return tokens * h / sp * bytes;
+    double perChunk(int microBatch, int seqLength, int layers) {
+        double kept = 0;
+        for (RecomputeSegment segment : RecomputeSegment.of(c, layers)) {
+            // a checkpointed run keeps its input; the gradient of its output leaf goes from the next
+            // run's recomputation to this one directly and is freed once used
+            kept += segment.recomputed() ? layerInput(microBatch, seqLength) : plainLayer(microBatch, seqLength);
         }
+        return kept;
+    }
+
+    /**
+     * @param microBatch samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return bytes of one layer's input (what a checkpointed layer keeps)
+     */
+    double layerInput(int microBatch, int seqLength) {
+        double tokens = (double) seqLength / cp * microBatch;
+        return tokens * c.hiddenSize() / (c.sequenceParallel() ? tp : 1) * bytes;
+    }
+
+    /**
+     * @param microBatch samples per micro-batch
+     * @param seqLength tokens per sample
+     * @return bytes one layer that full recompute does not checkpoint keeps for backward for one
+     *     micro-batch, less what selective recompute of its modules saves
+     */
+    double plainLayer(int microBatch, int seqLength) {
+        double tokens = (double) seqLength / cp * microBatch;
+        double h = c.hiddenSize();
         double n = (double) c.numAttentionHeads() / tp;
         double g = (double) c.numQueryGroups() / tp;
         double d = c.kvChannels();
-        boolean selective = c.recompute() == TransformerConfig.Recompute.SELECTIVE;
+        boolean coreAttn = c.recomputes(TransformerConfig.RecomputeModule.CORE_ATTN);
+        // the planner sizes every layer of a model with experts as a mixture of experts (mlpWidth)
+        boolean mlp = c.recomputes(c.moe() != null ? TransformerConfig.RecomputeModule.MOE : TransformerConfig.RecomputeModule.MLP);
         double kept = replicatedTerms(tokens);
         kept += 2 * tokens * h * bytes;                          // linear_qkv and linear_fc1 inputs (gathered)
         kept += tokens * (n + 2 * g) * d * bytes;                // the fused QKV output
@@ -90,8 +120,8 @@ final class ActivationModel {
         }
         kept += tokens * n * d * bytes;                          // attention output = linear_proj input
         if (fusedAttention) {
-            kept += selective ? 0 : tokens * n * 4;              // log-sum-exp per query, float32
-        } else if (!selective) {
+            kept += coreAttn ? 0 : tokens * n * 4;               // log-sum-exp per query, float32
+        } else if (!coreAttn) {
             double keys = (double) seqLength;                    // each query attends over the whole sequence under CP
             // the recorded casts keep the raw scores and their float32 copy, softmax its float32 output,
             // and in half precision the cast back keeps the probabilities again (a same-dtype cast is none)
@@ -105,43 +135,63 @@ final class ActivationModel {
         // a recorded function's output is a leaf whose gradient the pass keeps until it ends: at TP > 1
         // the tensor-parallel mappings' (two before the column-parallel linears, two after the
         // row-parallel ones)
-        if (selective) {
+        if (coreAttn) {
             kept += tokens * n * d * bytes;                      // the recomputed attention's output leaf
+        }
+        if (mlp) {
+            kept += tokens * h * bytes;                          // the recomputed MLP's output leaf
         }
         if (tp > 1) {
             // the recorded functions also keep their inputs and outputs: the row-parallel linears'
             // partial sums and their reductions (with sequence parallelism the reduce-scatter's shard
-            // and the all-gathers' shards)
-            kept += 2 * tokens * h * bytes * (c.sequenceParallel() ? 1 + 2.0 / tp : 2);
-            kept += 2 * tokens * h * bytes * (c.sequenceParallel() ? 1 + 1.0 / tp : 2);
+            // and the all-gathers' shards); a recomputed MLP keeps none of its own (half of them)
+            double linears = mlp ? 1 : 2;
+            kept += linears * tokens * h * bytes * (c.sequenceParallel() ? 1 + 2.0 / tp : 2);
+            kept += linears * tokens * h * bytes * (c.sequenceParallel() ? 1 + 1.0 / tp : 2);
         }
-        double f = (double) mlpWidth() / tp;
-        if (c.activation() == MlpActivation.SWIGLU) {
-            kept += 5 * tokens * f * bytes;                      // [gate; up], sigmoid, SiLU, product
-        } else {
-            kept += 2 * tokens * f * bytes;                      // pre-activation, activation
+        if (!mlp) {
+            double f = (double) mlpWidth() / tp;
+            if (c.activation() == MlpActivation.SWIGLU) {
+                kept += 5 * tokens * f * bytes;                  // [gate; up], sigmoid, SiLU, product
+            } else {
+                kept += 2 * tokens * f * bytes;                  // pre-activation, activation
+            }
         }
         return kept;
     }
 
     /**
-     * Bytes live at once while one layer runs backward beyond what it kept: the gradients flowing
-     * through it, and with full recompute the recomputed activations of that layer.
+     * Bytes live at once while a layer runs backward beyond what the layers kept: the gradients
+     * flowing through it, and under full recompute the activations of the largest checkpointed run,
+     * recomputed together (a uniform group's {@code recomputeNumLayers} layers, one layer under block);
+     * under selective recompute those of the largest recomputed module, rerun one at a time.
      *
      * @param microBatch samples per micro-batch
      * @param seqLength tokens per sample
+     * @param layers the layers of one model chunk
      * @return bytes
      */
-    double backwardTransient(int microBatch, int seqLength) {
+    double backwardTransient(int microBatch, int seqLength, int layers) {
         double tokens = (double) seqLength / cp * microBatch;
         double f = (double) mlpWidth() / tp;
         double fc1 = c.activation() == MlpActivation.SWIGLU ? 2 * f : f;
         double grads = tokens * (2 * fc1 + 2 * c.hiddenSize()) * bytes;
-        if (c.recompute() == TransformerConfig.Recompute.FULL) {
-            TransformerConfig inner = c.toBuilder().recompute(TransformerConfig.Recompute.NONE).build();
-            return grads + new ActivationModel(inner, tp, cp, fusedAttention).perLayer(microBatch, seqLength);
+        int rerun = 0;
+        for (RecomputeSegment segment : RecomputeSegment.of(c, layers)) {
+            rerun = segment.recomputed() ? Math.max(rerun, segment.size()) : rerun;
         }
-        return grads;
+        TransformerConfig plain = c.toBuilder().recompute(TransformerConfig.Recompute.NONE).build();
+        double plainLayer = new ActivationModel(plain, tp, cp, fusedAttention).plainLayer(microBatch, seqLength);
+        if (rerun > 0) {
+            return grads + rerun * plainLayer;
+        }
+        // selective recompute reruns one module at a time: what it keeps without recompute is live again
+        double module = 0;
+        for (TransformerConfig.RecomputeModule m : c.recomputeModules()) {
+            TransformerConfig only = c.toBuilder().recomputeSelective(Set.of(m)).build();
+            module = Math.max(module, plainLayer - new ActivationModel(only, tp, cp, fusedAttention).plainLayer(microBatch, seqLength));
+        }
+        return grads + module;
     }
 
     /**

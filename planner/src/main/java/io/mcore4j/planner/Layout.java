@@ -1,6 +1,7 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig.Recompute;
+import io.mcore4j.models.TransformerConfig.RecomputeMethod;
 import io.mcore4j.parallel.ParallelDims;
 
 import java.util.Locale;
@@ -18,10 +19,15 @@ import java.util.Locale;
  * @param expertParallel EP size (1 for dense models)
  * @param microBatchSize samples per micro-batch
  * @param recompute activation recompute granularity
+ * @param recomputeMethod with {@link Recompute#FULL}, which layers of each model chunk are recomputed
+ *     (Megatron's {@code --recompute-method}); null otherwise
+ * @param recomputeNumLayers with {@link Recompute#FULL}, layers per recomputed group (uniform) or
+ *     recomputed per model chunk (block), at least 1 (Megatron's {@code --recompute-num-layers}); 0 otherwise
  * @param distributedOptimizer whether optimizer state is sharded over data-parallel ranks
  */
 public record Layout(int tensorParallel, int pipelineParallel, int virtualStages, int dataParallel, int contextParallel,
-                     int expertParallel, int microBatchSize, Recompute recompute, boolean distributedOptimizer) {
+                     int expertParallel, int microBatchSize, Recompute recompute, RecomputeMethod recomputeMethod,
+                     int recomputeNumLayers, boolean distributedOptimizer) {
 
     /**
      * Checks the sizes are positive.
@@ -39,6 +45,43 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
         if (recompute == null) {
             throw new IllegalArgumentException("recompute must be given (NONE, SELECTIVE or FULL)");
         }
+        if (recompute == Recompute.FULL ? recomputeMethod == null || recomputeNumLayers < 1
+                : recomputeMethod != null || recomputeNumLayers != 0) {
+            throw new IllegalArgumentException("recompute method " + recomputeMethod + " with " + recomputeNumLayers
+                    + " layers does not fit " + recompute + " recompute: full needs uniform or block and at least 1 layer,"
+                    + " the others neither");
+        }
+    }
+
+    /**
+     * A layout whose full recompute, if chosen, is uniform with one layer per group (every layer
+     * recomputed on its own).
+     *
+     * @param tensorParallel TP size
+     * @param pipelineParallel PP size
+     * @param virtualStages model chunks per pipeline rank
+     * @param dataParallel DP size
+     * @param contextParallel CP size
+     * @param expertParallel EP size
+     * @param microBatchSize samples per micro-batch
+     * @param recompute activation recompute granularity
+     * @param distributedOptimizer whether optimizer state is sharded
+     */
+    public Layout(int tensorParallel, int pipelineParallel, int virtualStages, int dataParallel, int contextParallel,
+                  int expertParallel, int microBatchSize, Recompute recompute, boolean distributedOptimizer) {
+        this(tensorParallel, pipelineParallel, virtualStages, dataParallel, contextParallel, expertParallel, microBatchSize,
+                recompute, recompute == Recompute.FULL ? RecomputeMethod.UNIFORM : null, recompute == Recompute.FULL ? 1 : 0,
+                distributedOptimizer);
+    }
+
+    /**
+     * @param method which layers of each chunk are recomputed
+     * @param numLayers layers per group (uniform) or per chunk (block)
+     * @return this layout with full recompute by that method
+     */
+    public Layout withFullRecompute(RecomputeMethod method, int numLayers) {
+        return new Layout(tensorParallel, pipelineParallel, virtualStages, dataParallel, contextParallel, expertParallel,
+                microBatchSize, Recompute.FULL, method, numLayers, distributedOptimizer);
     }
 
     /** @return ranks this layout uses: TP x PP x CP x DP */
@@ -83,13 +126,17 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
         }
         b.append(" --micro-batch-size ").append(microBatchSize);
         b.append(" --recompute-granularity ").append(recompute.name().toLowerCase(Locale.ROOT));
+        if (recompute == Recompute.FULL) {
+            b.append(" --recompute-method ").append(recomputeMethod.megatronName());
+            b.append(" --recompute-num-layers ").append(recomputeNumLayers);
+        }
         if (distributedOptimizer) {
             b.append(" --use-distributed-optimizer");
         }
         return b.toString();
     }
 
-    /** @return a short name such as {@code TP2 PP2 VP2 DP2 mb1 selective} */
+    /** @return a short name such as {@code TP2 PP2 VP2 DP2 mb1 selective} or {@code TP1 PP1 DP8 mb2 full block 3} */
     public String name() {
         StringBuilder b = new StringBuilder("TP" + tensorParallel + " PP" + pipelineParallel);
         if (virtualStages > 1) {
@@ -103,6 +150,9 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
         }
         b.append(" DP").append(dataParallel).append(" mb").append(microBatchSize).append(' ')
                 .append(recompute.name().toLowerCase(Locale.ROOT));
+        if (recompute == Recompute.FULL) {
+            b.append(' ').append(recomputeMethod.megatronName()).append(' ').append(recomputeNumLayers);
+        }
         if (distributedOptimizer && dataParallel > 1) {
             b.append(" dist-opt");
         }

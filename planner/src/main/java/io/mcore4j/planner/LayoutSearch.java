@@ -20,7 +20,9 @@ import java.util.Objects;
  * ({@link GptTrainingSetup#dims}, the checks {@code pretrain-gpt} runs: heads, query groups, FFN and
  * padded vocabulary divisible by TP, layers by PP x VP, experts by EP, the world by TP x CP x PP,
  * the global batch by micro-batch x DP, the sequence by 2 x CP), estimates their memory and time,
- * and ranks those that fit by estimated iteration time (then by memory).
+ * and ranks those that fit by estimated iteration time (then by memory). A layout with full
+ * recompute is tried as Megatron's {@code uniform} method with one layer per group, and also as its
+ * {@code block} method with the fewest recomputed layers per chunk that fit.
  */
 public final class LayoutSearch {
     private static final TrainingConfig VALIDATION_ONLY =
@@ -122,6 +124,11 @@ public final class LayoutSearch {
             MemoryEstimate memory = MemoryModel.estimate(workload, layout, calibration);
             TimeEstimate time = TimeModel.estimate(workload, layout, cluster, calibration);
             out.add(new PlannedLayout(layout, memory, time, memory.total() <= capacity));
+            Layout block = layout.recompute() == Recompute.FULL ? fewestBlockLayers(layout, capacity) : null;
+            if (block != null) {
+                MemoryEstimate blockMemory = MemoryModel.estimate(workload, block, calibration);
+                out.add(new PlannedLayout(block, blockMemory, TimeModel.estimate(workload, block, cluster, calibration), true));
+            }
         }
         out.sort(Comparator.comparingDouble((PlannedLayout p) -> p.time().total())
                 .thenComparingLong(p -> p.memory().total()));
@@ -167,6 +174,31 @@ public final class LayoutSearch {
             msg.append(" no layout passes those checks");
         }
         throw new NoLayoutFitsException(msg.toString());
+    }
+
+    /**
+     * Full recompute by Megatron's {@code block} method with the fewest recomputed layers per chunk
+     * (the least recompute time) whose memory fits, when fewer than all of a chunk's layers do: the
+     * estimate falls as layers are added, so a binary search finds it.
+     *
+     * @return the layout, or null when no block of fewer layers than a chunk has fits
+     */
+    private Layout fewestBlockLayers(Layout full, long capacity) {
+        int perChunk = workload.model().numLayers() / (full.pipelineParallel() * full.virtualStages());
+        int lo = 1;
+        int hi = perChunk - 1;
+        Layout best = null;
+        while (lo <= hi) {
+            int mid = (lo + hi) >>> 1;
+            Layout block = full.withFullRecompute(TransformerConfig.RecomputeMethod.BLOCK, mid);
+            if (MemoryModel.estimate(workload, block, calibration).total() <= capacity) {
+                best = block;
+                hi = mid - 1;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        return best;
     }
 
     private static String describe(TransformerConfig c) {

@@ -71,14 +71,14 @@ public final class MemoryModel {
         int b = layout.microBatchSize();
         int s = w.seqLength();
         long m = layout.microBatches(w.globalBatchSize());
-        double perLayer = act.perLayer(b, s);
         int layersPerChunk = c.numLayers() / (layout.pipelineParallel() * layout.virtualStages());
+        double perChunk = act.perChunk(b, s, layersPerChunk);
         double chunksInFlight = chunksInFlight(layout, stage, m);
         double input = act.stageInput(b, s) + (stage == 0 ? act.embedding(b, s) : 0);
-        double perMicroBatch = layersPerChunk * layout.virtualStages() * perLayer + input;
-        double kept = chunksInFlight * (layersPerChunk * perLayer + input);
+        double perMicroBatch = layout.virtualStages() * perChunk + input;
+        double kept = chunksInFlight * (perChunk + input);
         boolean last = stage == layout.pipelineParallel() - 1;
-        double peak = kept + Math.max(act.backwardTransient(b, s), last ? act.logits(b, s) : 0);
+        double peak = kept + Math.max(act.backwardTransient(b, s, layersPerChunk), last ? act.logits(b, s) : 0);
         long workspace = (long) ((denseShard + expertShard) * cal.optimizerWorkspaceBytesPerParameter());
         return new MemoryEstimate(stage, params, params, optimizer, (long) perMicroBatch,
                 chunksInFlight / layout.virtualStages(), (long) peak, params, buffers, workspace,

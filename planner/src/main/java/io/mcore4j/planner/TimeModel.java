@@ -1,6 +1,7 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.RecomputeSegment;
 import io.mcore4j.optimizer.OptimizerConfig;
 
 import java.util.List;
@@ -11,7 +12,8 @@ import java.util.List;
  * <ul>
  *   <li>compute: each stage's training FLOPs per micro-batch (Megatron's counting: {@code 6} per
  *       weight element and token, {@code 12·s·h} of attention per layer and token, recompute's
- *       extra forward) at the calibrated fraction of peak; tensor parallelism divides all but the
+ *       extra forward of what it reruns: the layers full recompute checkpoints, selective recompute's
+ *       core attention and MLPs) at the calibrated fraction of peak; tensor parallelism divides all but the
  *       calibrated serial share, context parallelism divides everything;</li>
  *   <li>TP: two all-reduces of a micro-batch's hidden states per layer in forward (nothing to
  *       overlap with), two in backward of which the calibrated share hides behind weight gradients;</li>
@@ -79,8 +81,9 @@ public final class TimeModel {
             // recompute: one more forward of what is recomputed (a third of forward + backward)
             double recomputed = switch (c.recompute()) {
                 case NONE -> 0;
-                case SELECTIVE -> layers * attention / 3;
-                case FULL -> (flops - (last ? 6.0 * c.hiddenSize() * c.vocabSize() : 0)) / 3;
+                case SELECTIVE -> layers * ((c.recomputes(TransformerConfig.RecomputeModule.CORE_ATTN) ? attention : 0)
+                        + (recomputesMlp(c) ? mlpFlops(c) : 0)) / 3;
+                case FULL -> (flops - (last ? 6.0 * c.hiddenSize() * c.vocabSize() : 0)) / 3 * recomputedShare(c, c.numLayers() / (pp * vp));
             };
             double total = (flops + recomputed) * b * s; // per micro-batch, whole model width (TP1, CP1)
             double split = total * (1 - cal.tensorParallelSerialFraction()) / (tp * cp);
@@ -99,7 +102,7 @@ public final class TimeModel {
             double allReduce = latency + hiddenBytes * 2.0 * (tp - 1) / tp / tpBw;
             double exposedPerLayer = 2 * allReduce + 2 * allReduce * (1 - cal.backwardOverlapFraction());
             if (c.recompute() == TransformerConfig.Recompute.FULL) {
-                exposedPerLayer += 2 * allReduce;
+                exposedPerLayer += 2 * allReduce * recomputedShare(c, c.numLayers() / (pp * vp));
             }
             tpPerMicroBatch = worstLayers * exposedPerLayer;
         }
@@ -152,5 +155,32 @@ public final class TimeModel {
 
     private static boolean isMatrix(ParameterInventory.Tensor t) {
         return t.key().endsWith("weight") && !t.key().contains("layernorm") && !t.key().contains("router");
+    }
+
+    /**
+     * The share of a chunk's layers that full recompute reruns: all of them under uniform, the first
+     * {@code recomputeNumLayers} under block ({@code RecomputeSegment}).
+     */
+    static double recomputedShare(TransformerConfig c, int layersPerChunk) {
+        int perChunk = Math.max(1, layersPerChunk);
+        double recomputed = 0;
+        for (RecomputeSegment segment : RecomputeSegment.of(c, perChunk)) {
+            recomputed += segment.recomputed() ? segment.size() : 0;
+        }
+        return recomputed / perChunk;
+    }
+
+    /** Whether selective recompute reruns the layers' MLPs (the planner sizes every layer of a model with experts as MoE). */
+    private static boolean recomputesMlp(TransformerConfig c) {
+        return c.recomputes(c.moe() != null ? TransformerConfig.RecomputeModule.MOE : TransformerConfig.RecomputeModule.MLP);
+    }
+
+    /** Training FLOPs of one layer's MLP per token (6 per weight element; a token passes top-k experts). */
+    private static double mlpFlops(TransformerConfig c) {
+        int factor = c.activation().fc1Factor();
+        if (c.moe() != null) {
+            return 6.0 * c.hiddenSize() * c.moe().ffnHiddenSize() * (factor + 1) * c.moe().topK();
+        }
+        return 6.0 * c.hiddenSize() * c.ffnHiddenSize() * (factor + 1);
     }
 }

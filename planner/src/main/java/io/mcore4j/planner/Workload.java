@@ -49,14 +49,21 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
     }
 
     /**
-     * The model as a layout builds it: vocabulary padded for its TP size, its recompute policy.
+     * The model as a layout builds it: vocabulary padded for its TP size, its recompute policy (a
+     * selective layout keeps the model's recompute modules where the model is selective already, else
+     * recomputes the core attention).
      *
      * @param layout the layout
      * @return the config
      */
     public TransformerConfig modelFor(Layout layout) {
-        TransformerConfig c = model.toBuilder().recompute(layout.recompute())
-                .sequenceParallel(model.sequenceParallel() && layout.tensorParallel() > 1).build();
+        TransformerConfig.Builder b = model.toBuilder().sequenceParallel(model.sequenceParallel() && layout.tensorParallel() > 1);
+        if (layout.recompute() == TransformerConfig.Recompute.FULL) {
+            b.recomputeFull(layout.recomputeMethod(), layout.recomputeNumLayers());
+        } else if (layout.recompute() != model.recompute()) {
+            b.recompute(layout.recompute());
+        }
+        TransformerConfig c = b.build();
         return withVocab(c, Vocab.padded(model.vocabSize(), vocabDivisor, layout.tensorParallel()));
     }
 
@@ -71,7 +78,8 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
         return new TransformerConfig(c.numLayers(), c.hiddenSize(), c.numAttentionHeads(), c.numQueryGroups(),
                 c.ffnHiddenSize(), c.kvChannels(), vocab, c.maxSequenceLength(), c.normalization(), c.normEpsilon(),
                 c.positionEmbedding(), c.rotaryBase(), c.rotaryPercent(), c.activation(), c.addBiasLinear(),
-                c.tiedEmbeddings(), c.hiddenDropout(), c.attentionDropout(), c.initStd(), c.recompute(),
+                c.tiedEmbeddings(), c.hiddenDropout(), c.attentionDropout(), c.initStd(), c.recompute(), c.recomputeMethod(),
+                c.recomputeNumLayers(), c.recomputeModules(),
                 c.sequenceParallel(), c.dtype(), c.moe(), c.cpCommType(), c.addQkvBias(), c.ropeScaling(),
                 c.qkLayernorm());
     }

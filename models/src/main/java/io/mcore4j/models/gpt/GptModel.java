@@ -19,6 +19,7 @@ import io.mcore4j.models.transformer.InferenceContext;
 import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.models.transformer.Norm;
+import io.mcore4j.models.transformer.RecomputeSegment;
 import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ReduceOp;
@@ -61,6 +62,10 @@ public final class GptModel extends AbstractModule {
     /** The device's cross-entropy kernel (looked up once, not every step), or null. */
     private final CrossEntropyKernel crossEntropyKernel;
     private final List<GradientReadyListener> gradientListeners = new CopyOnWriteArrayList<>();
+    /** How training runs this chunk's layers: as full recompute cuts them (every layer a plain run without it). */
+    private final List<RecomputeSegment> segments;
+    /** How generation runs them: every layer a plain run. */
+    private final List<RecomputeSegment> plainSegments;
 
     private GptModel(ModelContext ctx, LayerSpec spec, int[] layerNumbers, boolean preProcess, boolean postProcess) {
         TransformerConfig c = ctx.config();
@@ -72,6 +77,8 @@ public final class GptModel extends AbstractModule {
         for (int n : layerNumbers) {
             layers.put(n, new TransformerLayer(ctx, spec, n));
         }
+        this.segments = List.copyOf(RecomputeSegment.of(c, layerNumbers.length));
+        this.plainSegments = List.copyOf(RecomputeSegment.plain(layerNumbers.length));
         if (postProcess) {
             this.finalNorm = registerModule("decoder.final_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
             boolean reuseEmbedding = c.tiedEmbeddings() && preProcess;
@@ -212,14 +219,25 @@ public final class GptModel extends AbstractModule {
         } else {
             throw new IllegalArgumentException("a chunk without the embedding needs the previous stage's hidden states");
         }
-        boolean cut = ctx.config().recompute() != TransformerConfig.Recompute.FULL && scope.isGradEnabled();
-        for (TransformerLayer layer : layers) {
-            // a cut per layer keeps each backward segment to one layer instead of the whole residual
-            // chain; when backward reaches it, the layer after it is done
-            boolean cutHere = cut && hidden != input;
-            hidden = stage(scope, hidden, input,
-                    h -> layer.forward(scope, cutHere ? scope.apply1(boundary(layer.parameters()), h) : h, inference));
+        boolean grad = scope.isGradEnabled();
+        List<TransformerLayer> chunk = layers.asList();
+        boolean lastRecomputed = false;
+        for (RecomputeSegment segment : inference == null ? segments : plainSegments) {
+            List<TransformerLayer> run = chunk.subList(segment.start(), segment.end());
+            if (segment.recomputed()) {
+                // full recompute: the run keeps only its input (its Recompute is the graph's cut)
+                hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run, h));
+            } else {
+                TransformerLayer layer = run.get(0);
+                // a cut per layer keeps each backward segment to one layer instead of the whole residual
+                // chain; when backward reaches it, the layer after it is done
+                boolean cutHere = grad && hidden != input;
+                hidden = stage(scope, hidden, input,
+                        h -> layer.forward(scope, cutHere ? scope.apply1(boundary(layer.parameters()), h) : h, inference));
+            }
+            lastRecomputed = segment.recomputed();
         }
+        boolean cut = grad && !lastRecomputed;
         if (finalNorm == null) {
             return hidden;
         }
@@ -324,8 +342,9 @@ public final class GptModel extends AbstractModule {
      * Adds a listener told during backward, per pass, when the parameters of each layer (and of the
      * final norm and output layer together) have their gradients from that pass complete: when
      * backward leaves the layer. Parameters of a chunk's first layer fed by a previous pipeline
-     * stage, of the embedding, and every parameter under full recompute are not reported (their
-     * gradients are complete when the pass's backward returns). Data-parallel wrappers use this to
+     * stage, of the embedding, of the layers full recompute checkpoints, and of the final norm and
+     * output layer after a checkpointed layer are not reported (their gradients are complete when
+     * the pass's backward returns). Data-parallel wrappers use this to
      * start gradient reduction during backward.
      *
      * @param listener the listener; called on the thread running backward

@@ -88,7 +88,7 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
     private NDArray attend(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         NDArray mixed = qkv.forward(scope, x).output();
         if (rope == null && queryNorm == null && cache == null && core instanceof SdpaAttention sdpa && sdpa.packsQkvGradients()
-                && ctx.config().recompute() != TransformerConfig.Recompute.SELECTIVE) {
+                && !ctx.config().recomputes(TransformerConfig.RecomputeModule.CORE_ATTN)) {
             return sdpa.forwardFused(scope, mixed);
         }
         long s = mixed.getShape().get(0);
@@ -124,7 +124,7 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         if (cache != null) {
             return cache.attend(scope, rotatedQuery, rotatedKey, value);
         }
-        if (ctx.config().recompute() == TransformerConfig.Recompute.SELECTIVE && scope.isGradEnabled()) {
+        if (ctx.config().recomputes(TransformerConfig.RecomputeModule.CORE_ATTN) && scope.isGradEnabled()) {
             Recompute recompute = new Recompute("recompute(core attention)",
                     (inner, in) -> new NDArray[] {core.forward(inner, in[0], in[1], in[2])},
                     new DropoutReplay(ctx.attentionDropout()));

@@ -16,12 +16,16 @@ import io.mcore4j.moe.MoeLayer;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.ParallelMlp;
 
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 
 /**
  * A pre-norm transformer layer: {@code h = x + dropout(attention(norm(x)))},
- * {@code out = h + dropout(mlp(norm(h)))}. With full recompute the whole layer is recomputed in
- * backward; its dropout masks are replayed.
+ * {@code out = h + dropout(mlp(norm(h)))}. Full recompute checkpoints runs of layers
+ * ({@link #forwardRecomputed}, which the model calls as {@link RecomputeSegment} says); selective
+ * recompute of {@code core_attn}, {@code mlp} or {@code moe} checkpoints that part of every layer.
+ * Recomputed parts replay their dropout masks.
  *
  * <p>Keys, relative to the layer's {@link #keyPrefix}: {@code input_layernorm.*},
  * {@code self_attention.*}, {@code pre_mlp_layernorm.*}, {@code mlp.*}. Dense parts held
@@ -71,13 +75,15 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      * The second half {@code h + fc2(gelu(fc1(LN(h))))} as one {@link MlpHalf} where the device has a
      * {@link BiasGradientKernel} (its bias gradients are then one pass each) and the half is that
      * function exactly: LayerNorm, exact GELU, biases, no dropout, one tensor-parallel rank, no
-     * sequence parallelism, a dense MLP. Elsewhere the half is composed from its modules.
+     * sequence parallelism, a dense MLP, no selective recompute of the MLP. Elsewhere the half is
+     * composed from its modules.
      */
     private static MlpHalf mlpHalf(ModelContext ctx, Norm norm, ParallelMlp mlp) {
         TransformerConfig c = ctx.config();
         boolean applies = c.normalization() == TransformerConfig.Normalization.LAYER_NORM
                 && c.activation() == MlpActivation.GELU && c.addBiasLinear() && c.hiddenDropout() == 0
-                && ctx.groups().tp().size() == 1 && !c.sequenceParallel();
+                && ctx.groups().tp().size() == 1 && !c.sequenceParallel()
+                && !c.recomputes(TransformerConfig.RecomputeModule.MLP);
         if (!applies) {
             return null;
         }
@@ -156,15 +162,77 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
             NDArray fused = inference.forwardLayer(scope, this, x);
             return fused != null ? fused : compute(scope, x, inference);
         }
+        return compute(scope, x, null);
+    }
+
+    /**
+     * Runs consecutive layers as one checkpointed unit (full recompute): forward keeps only
+     * {@code x}, backward reruns all of them with their dropout masks replayed. In a scope without
+     * grad the layers simply run. The layers must follow each other in the model (each one's output is
+     * the next one's input).
+     *
+     * @param scope the pass's scope
+     * @param layers the layers, in order, at least one
+     * @param x the first layer's input
+     * @return the last layer's output
+     */
+    public static NDArray forwardRecomputed(AutogradScope scope, List<TransformerLayer> layers, NDArray x) {
+        if (layers.isEmpty()) {
+            throw new IllegalArgumentException("a recomputed run needs at least one layer");
+        }
+        Recompute.Body body = (inner, in) -> new NDArray[] {runAll(inner, layers, in[0])};
+        if (!scope.isGradEnabled()) {
+            return body.run(scope, x)[0];
+        }
         // recompute saves activations for backward, so it follows grad mode; the dropout inside
         // follows training, which the recomputed runs inherit from this scope
-        if (ctx.config().recompute() == TransformerConfig.Recompute.FULL && scope.isGradEnabled()) {
-            Recompute recompute = new Recompute("recompute(layer " + layerNumber + ")",
-                    (inner, in) -> new NDArray[] {compute(inner, in[0], null)},
-                    new DropoutReplay(ctx.hiddenDropout(), ctx.attentionDropout()));
-            return scope.apply1(recompute, x);
+        TransformerLayer first = layers.get(0);
+        TransformerLayer last = layers.get(layers.size() - 1);
+        String name = layers.size() == 1 ? "recompute(layer " + first.layerNumber + ")"
+                : "recompute(layers " + first.layerNumber + "-" + last.layerNumber + ")";
+        return scope.apply1(new Recompute(name, body, replay(first.ctx, layers)), x);
+    }
+
+    /** Runs the layers one after the other, each in a frame; a layer's input dies once the next has it. */
+    private static NDArray runAll(AutogradScope scope, List<TransformerLayer> layers, NDArray x) {
+        NDArray hidden = x;
+        for (TransformerLayer layer : layers) {
+            NDArray in = hidden;
+            hidden = scope.frame(() -> layer.compute(scope, in, null));
+            if (in != x) {
+                scope.release(in);
+            }
         }
-        return compute(scope, x, null);
+        return hidden;
+    }
+
+    /** The random state a run of layers consumes: the dropout generators and each mixture of experts' own. */
+    private static Recompute.Replay replay(ModelContext ctx, List<TransformerLayer> layers) {
+        List<Recompute.Replay> parts = new ArrayList<>();
+        parts.add(new DropoutReplay(ctx.hiddenDropout(), ctx.attentionDropout()));
+        for (TransformerLayer layer : layers) {
+            if (layer.moe != null) {
+                parts.add(layer.moe.randomState());
+            }
+        }
+        return parts.size() == 1 ? parts.get(0) : new Recompute.Replay() {
+            @Override
+            public Object capture() {
+                Object[] tokens = new Object[parts.size()];
+                for (int i = 0; i < tokens.length; i++) {
+                    tokens[i] = parts.get(i).capture();
+                }
+                return tokens;
+            }
+
+            @Override
+            public void restore(Object token) {
+                Object[] tokens = (Object[]) token;
+                for (int i = 0; i < tokens.length; i++) {
+                    parts.get(i).restore(tokens[i]);
+                }
+            }
+        };
     }
 
     /**
@@ -196,10 +264,29 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
                     return mlpHalf.apply(scope, h);
                 }
                 NDArray mlpIn = preMlpNorm.forward(scope, h);
-                NDArray m = moe != null ? moe.forward(scope, mlpIn) : mlp.forward(scope, mlpIn);
-                return h.add(Dropout.apply(scope, m, p, ctx.hiddenDropout()));
+                return h.add(Dropout.apply(scope, feedForward(scope, mlpIn, inference), p, ctx.hiddenDropout()));
             });
         });
+    }
+
+    /**
+     * The MLP or mixture of experts on the normed {@code h}; under selective recompute of {@code mlp}
+     * (dense layers) or {@code moe} (mixture-of-experts layers) in a scope with grad, recomputed in
+     * backward: only its input is kept.
+     */
+    private NDArray feedForward(AutogradScope scope, NDArray mlpIn, InferenceContext inference) {
+        TransformerConfig c = ctx.config();
+        boolean recomputed = inference == null && scope.isGradEnabled()
+                && c.recomputes(moe != null ? TransformerConfig.RecomputeModule.MOE : TransformerConfig.RecomputeModule.MLP);
+        if (!recomputed) {
+            return moe != null ? moe.forward(scope, mlpIn) : mlp.forward(scope, mlpIn);
+        }
+        Recompute recompute = moe != null
+                ? new Recompute("recompute(moe of layer " + layerNumber + ")",
+                        (inner, in) -> new NDArray[] {moe.forward(inner, in[0])}, moe.randomState())
+                : new Recompute("recompute(mlp of layer " + layerNumber + ")",
+                        (inner, in) -> new NDArray[] {mlp.forward(inner, in[0])}, Recompute.Replay.NONE);
+        return scope.apply1(recompute, mlpIn);
     }
 
     private NDArray attend(AutogradScope scope, NDArray normed, InferenceContext inference) {

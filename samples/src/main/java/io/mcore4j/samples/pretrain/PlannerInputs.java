@@ -38,7 +38,8 @@ public final class PlannerInputs {
         }
         return new Layout(setup.tensorParallel(), setup.pipelineParallel(), setup.virtualStages(),
                 worldSize / modelParallel, setup.contextParallel(), setup.expertParallel(), setup.microBatchSize(),
-                setup.model().recompute(), setup.optimizer().useDistributedOptimizer());
+                setup.model().recompute(), setup.model().recomputeMethod(), setup.model().recomputeNumLayers(),
+                setup.optimizer().useDistributedOptimizer());
     }
 
     /**
@@ -53,7 +54,16 @@ public final class PlannerInputs {
                 ? numLayers / (layout.pipelineParallel() * layout.virtualStages()) : 0, layout.expertParallel());
         args.contextParallel = layout.contextParallel();
         args.microBatchSize = layout.microBatchSize();
-        args.recompute = PretrainArgs.RecomputeGranularity.valueOf(layout.recompute().name().toLowerCase(java.util.Locale.ROOT));
+        PretrainArgs.RecomputeGranularity granularity =
+                PretrainArgs.RecomputeGranularity.valueOf(layout.recompute().name().toLowerCase(java.util.Locale.ROOT));
+        if (granularity != args.recompute) {
+            // the planner's selective recompute is the core attention; its full recompute names its method
+            args.recomputeModules = null;
+        }
+        args.recompute = granularity;
+        boolean full = layout.recompute() == io.mcore4j.models.TransformerConfig.Recompute.FULL;
+        args.recomputeMethod = full ? PretrainArgs.RecomputeMethodKind.valueOf(layout.recomputeMethod().megatronName()) : null;
+        args.recomputeNumLayers = full ? layout.recomputeNumLayers() : null;
         args.useDistributedOptimizer = layout.distributedOptimizer();
     }
 }

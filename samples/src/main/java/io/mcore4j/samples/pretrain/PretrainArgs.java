@@ -28,6 +28,7 @@ import picocli.CommandLine.Option;
 
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.EnumSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.OptionalInt;
@@ -63,6 +64,17 @@ public final class PretrainArgs {
 
         RecomputeGranularity(TransformerConfig.Recompute recompute) {
             this.recompute = recompute;
+        }
+    }
+
+    /** Megatron's {@code --recompute-method} values and the model's method for each. */
+    public enum RecomputeMethodKind {
+        uniform(TransformerConfig.RecomputeMethod.UNIFORM), block(TransformerConfig.RecomputeMethod.BLOCK);
+
+        private final TransformerConfig.RecomputeMethod method;
+
+        RecomputeMethodKind(TransformerConfig.RecomputeMethod method) {
+            this.method = method;
         }
     }
 
@@ -178,6 +190,19 @@ public final class PretrainArgs {
     AttentionKind attentionBackend = AttentionKind.auto;
     @Option(names = "--recompute-granularity", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
     RecomputeGranularity recompute = RecomputeGranularity.none;
+    @Option(names = "--recompute-method", description = "Required with --recompute-granularity full, refused otherwise"
+            + " (Megatron's rule): uniform: each model chunk's layers in groups of --recompute-num-layers, each group"
+            + " keeping only its input and recomputed as a whole in backward; block: the first --recompute-num-layers"
+            + " layers of each chunk recomputed one by one, the others keeping their activations.")
+    RecomputeMethodKind recomputeMethod;
+    @Option(names = "--recompute-num-layers", description = "Required with --recompute-granularity full, refused otherwise:"
+            + " layers per group (uniform) or recomputed per pipeline stage, or virtual stage (block); 1 to the layers of a stage.")
+    Integer recomputeNumLayers;
+    @Option(names = "--recompute-modules", arity = "1..*", description = "With --recompute-granularity selective (refused"
+            + " otherwise): the parts of every layer recomputed in backward: core_attn (the core attention), mlp (a dense"
+            + " layer's MLP), moe (a mixture of experts). Megatron-Core's moe_act, layernorm, mla_up_proj and"
+            + " shared_experts are refused. Default: core_attn.")
+    List<String> recomputeModules;
     @Option(names = "--fp16", description = "float16 parameters and activations, float32 master weights, dynamic loss scaling.")
     boolean fp16;
     @Option(names = "--bf16", description = "bfloat16 parameters and activations, float32 master weights and optimizer state, no loss scaling.")
@@ -551,6 +576,11 @@ public final class PretrainArgs {
         }
         long decay = lrDecayIters > 0 ? lrDecayIters : trainIters;
         long warmup = warmupIterations(decay);
+        int layersPerChunk = model.numLayers() / (layout.pipelineParallel() * virtualStages);
+        if (recomputeNumLayers != null && layersPerChunk > 0 && recomputeNumLayers > layersPerChunk) {
+            throw new IllegalArgumentException("--recompute-num-layers " + recomputeNumLayers + " must be between 1 and the "
+                    + layersPerChunk + " layers of a pipeline stage" + (virtualStages > 1 ? " (virtual stage)" : ""));
+        }
         OptimizerConfig optimizerConfig = OptimizerConfig.builder()
                 .algorithm(optimizer == OptimizerKind.sgd ? OptimizerConfig.Algorithm.SGD : OptimizerConfig.Algorithm.ADAMW)
                 .lr(lr).beta1(adamBeta1).beta2(adamBeta2).eps(adamEps).weightDecay(weightDecay).clipGrad(clipGrad)
@@ -813,9 +843,8 @@ public final class PretrainArgs {
                         + " come from its config.json, whose architecture has no query and key norms; drop the flag");
             }
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
-            return hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(), Precision.of(fp16, bf16).paramDtype())
-                    .toBuilder().sequenceParallel(sequenceParallelInEffect())
-                    .recompute(recompute.recompute).build();
+            return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
+                    Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());
@@ -826,7 +855,6 @@ public final class PretrainArgs {
                 .rotary(rotaryBase, rotaryPercent)
                 .sequenceParallel(sequenceParallelInEffect())
                 .tiedEmbeddings(!untieEmbeddings)
-                .recompute(recompute.recompute)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
                 .cpCommType(cpCommType.type);
         b.qkLayernorm(qkLayernorm);
@@ -853,6 +881,7 @@ public final class PretrainArgs {
         if (disableBiasLinear) {
             b.addBiasLinear(false);
         }
+        recompute(b);
         if (numExperts > 0) {
             int ffn = moeFfnHiddenSize > 0 ? moeFfnHiddenSize : ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize;
             double auxLossCoeff = moeLoadBalancingType.equals("none") ? 0 : moeAuxLossCoeff;
@@ -864,6 +893,55 @@ public final class PretrainArgs {
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("model flags: " + e.getMessage(), e);
         }
+    }
+
+    /**
+     * Sets the recompute flags on a model, checked as Megatron checks them: full needs
+     * {@code --recompute-method} and {@code --recompute-num-layers}, selective and none refuse both;
+     * {@code --recompute-modules} only with selective, of the modules mcore4j implements.
+     */
+    private TransformerConfig.Builder recompute(TransformerConfig.Builder b) {
+        if (recompute == RecomputeGranularity.full) {
+            if (recomputeMethod == null) {
+                throw new IllegalArgumentException("--recompute-granularity full needs --recompute-method uniform or block");
+            }
+            if (recomputeNumLayers == null) {
+                throw new IllegalArgumentException("--recompute-granularity full needs --recompute-num-layers (1 to the layers"
+                        + " of a pipeline stage)");
+            }
+            positive("--recompute-num-layers", recomputeNumLayers);
+            b.recomputeFull(recomputeMethod.method, recomputeNumLayers);
+        } else if (recomputeMethod != null) {
+            throw new IllegalArgumentException("--recompute-method " + recomputeMethod + " applies only to"
+                    + " --recompute-granularity full, got " + recompute);
+        } else if (recomputeNumLayers != null) {
+            throw new IllegalArgumentException("--recompute-num-layers " + recomputeNumLayers + " applies only to"
+                    + " --recompute-granularity full, got " + recompute);
+        }
+        if (recompute != RecomputeGranularity.selective) {
+            if (recomputeModules != null) {
+                throw new IllegalArgumentException("--recompute-modules " + String.join(" ", recomputeModules)
+                        + " applies only to --recompute-granularity selective, got " + recompute);
+            }
+            return recompute == RecomputeGranularity.none ? b.recompute(recompute.recompute) : b;
+        }
+        Set<TransformerConfig.RecomputeModule> modules = EnumSet.noneOf(TransformerConfig.RecomputeModule.class);
+        for (String name : recomputeModules == null ? List.of("core_attn") : recomputeModules) {
+            try {
+                modules.add(TransformerConfig.RecomputeModule.ofMegatronName(name));
+            } catch (IllegalArgumentException e) {
+                throw new IllegalArgumentException("--recompute-modules " + name + ": " + e.getMessage(), e);
+            }
+        }
+        if (modules.contains(TransformerConfig.RecomputeModule.MOE) && numExperts == 0 && loadHf == null) {
+            throw new IllegalArgumentException("--recompute-modules moe recomputes mixture-of-experts layers, but there are"
+                    + " none (--num-experts 0)");
+        }
+        if (modules.contains(TransformerConfig.RecomputeModule.MLP) && numExperts > 0 && moeLayerFrequency == 1) {
+            throw new IllegalArgumentException("--recompute-modules mlp recomputes dense MLPs, but every layer is a mixture"
+                    + " of experts (--moe-layer-freq 1): use moe");
+        }
+        return b.recomputeSelective(modules);
     }
 
     private static void positive(String flag, long value) {
