@@ -22,7 +22,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 import picocli.CommandLine;
 
-/** The preprocess command line: help, errors and exit codes, a run, and the README's flag list. */
+/** The preprocess command line: help, errors and exit codes, a run, and the flag list of docs/cli.md. */
 class PreprocessDataTest {
     @TempDir
     Path dir;
@@ -95,10 +95,10 @@ class PreprocessDataTest {
 
     @Test
     void theReadmeListsEveryFlagAndNoOther() throws IOException {
-        String text = Files.readString(Path.of("..", "README.md"));
+        String text = Files.readString(Path.of("..", "docs", "cli.md"));
         int start = text.indexOf("<!-- preprocess flags:");
         int end = text.indexOf("<!-- end of preprocess flags -->");
-        assertTrue(start >= 0 && end > start, "README.md has no preprocess flag list");
+        assertTrue(start >= 0 && end > start, "docs/cli.md has no preprocess flag list");
         Set<String> listed = new TreeSet<>();
         Matcher m = Pattern.compile("`(--[a-z0-9_-]+)").matcher(text.substring(start, end));
         while (m.find()) {
@@ -106,7 +106,7 @@ class PreprocessDataTest {
         }
         Set<String> options = new TreeSet<>();
         new CommandLine(new PreprocessData()).getCommandSpec().options().forEach(o -> options.add(o.longestName()));
-        assertEquals(options, listed, "README.md's preprocess flag list");
+        assertEquals(options, listed, "docs/cli.md's preprocess flag list");
     }
 
     private static String[] concat(String[] a, String... b) {
