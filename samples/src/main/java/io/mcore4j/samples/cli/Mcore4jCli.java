@@ -13,6 +13,8 @@ import picocli.CommandLine;
 
 import java.io.PrintStream;
 import java.io.PrintWriter;
+import java.lang.management.ManagementFactory;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.LinkedHashMap;
@@ -103,7 +105,7 @@ public final class Mcore4jCli {
                 new Subcommand("benchmark", "time pretrain-gpt's training step on a model preset (GptBenchmark)",
                         GptBenchmark::execute),
                 new Subcommand("launch", "run a main class in one JVM per rank on this machine (LocalLauncher)",
-                        LocalLauncher::run))) {
+                        (argv, out, err) -> LocalLauncher.run(withThisJvmsOptions(argv), out, err)))) {
             all.put(c.name(), c);
         }
         return Collections.unmodifiableMap(all);
@@ -146,6 +148,20 @@ public final class Mcore4jCli {
             });
             return cmd.execute(argv);
         };
+    }
+
+    /**
+     * The launcher's flags with this JVM's options ({@code MCORE4J_JAVA_OPTS} and the script's own) put
+     * first as {@code --jvm-arg}s, so that every rank runs with them; the user's {@code --jvm-arg}s follow
+     * and win.
+     */
+    static String[] withThisJvmsOptions(String[] argv) {
+        List<String> all = new ArrayList<>();
+        for (String option : ManagementFactory.getRuntimeMXBean().getInputArguments()) {
+            all.add("--jvm-arg=" + option);
+        }
+        all.addAll(List.of(argv));
+        return all.toArray(String[]::new);
     }
 
     private static String oneLine(String message) {

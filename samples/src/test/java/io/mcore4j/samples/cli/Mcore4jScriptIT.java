@@ -71,9 +71,6 @@ class Mcore4jScriptIT {
         assertEquals(2, unknown.code());
         assertEquals(List.of("mcore4j: unknown command 'pretrain' (expected one of demo, pretrain-gpt, generate-gpt, preprocess,"
                 + " convert-hf, export-hf, plan, benchmark, launch; 'mcore4j --help' describes them)"), unknown.errLines());
-        Result none = run(script, Map.of());
-        assertEquals(2, none.code());
-        assertEquals(1, none.errLines().size(), none.err());
     }
 
     @Test
@@ -115,11 +112,25 @@ class Mcore4jScriptIT {
         assertTrue(flag.err().startsWith("generate-gpt: ") && flag.err().contains("--load"), flag.err());
     }
 
+    @Test
+    void launchedRanksRunWithTheJvmOptionsOfTheCommand() throws Exception {
+        // -XX:+PrintCommandLineFlags makes every JVM that has it print its flags: ranks print with their prefix
+        Result r = run(script, Map.of("MCORE4J_JAVA_OPTS", "-Xmx200m -XX:+PrintCommandLineFlags"),
+                "launch", "--nproc", "2", Mcore4jCli.class.getName(), "--help");
+        assertEquals(0, r.code(), r.err());
+        for (String rank : List.of("[rank 0] ", "[rank 1] ")) {
+            assertTrue(r.out().lines().anyMatch(l -> l.startsWith(rank) && l.contains("-XX:MaxHeapSize=209715200")
+                    && l.contains("-XX:+PrintCommandLineFlags")), r.out());
+            assertTrue(r.out().lines().anyMatch(l -> l.startsWith(rank + "Usage: mcore4j COMMAND")), r.out());
+        }
+    }
+
     private Result run(Path command, Map<String, String> env, String... args) throws IOException, InterruptedException {
         List<String> argv = new ArrayList<>(List.of(command.toString()));
         argv.addAll(List.of(args));
         ProcessBuilder pb = new ProcessBuilder(argv).directory(work.toFile());
         pb.environment().put("MCORE4J_JAVA_OPTS", "-Xmx256m -XX:TieredStopAtLevel=1");
+        pb.environment().remove("JAVA_TOOL_OPTIONS");
         pb.environment().putAll(env);
         Path out = work.resolve(".out");
         Path err = work.resolve(".err");
