@@ -47,7 +47,8 @@ import java.util.function.Consumer;
  * NCCL when CUDA devices are visible, otherwise on the CPU over TCP, meeting at MASTER_ADDR:MASTER_PORT
  * (see {@link LaunchedRank}).
  *
- * <p>Exit codes: 0 done; 2 a bad flag or value (one line naming it); 1 the run failed.
+ * <p>Exit codes: 0 done; 2 a bad flag or value (one line naming it); 1 the run failed (one line naming
+ * the exception and its causes; {@code -Dmcore4j.stacktrace=true} adds the stack trace).
  */
 public final class PretrainGpt {
     private PretrainGpt() {}
@@ -154,10 +155,30 @@ public final class PretrainGpt {
                 err.println(name + ": " + corrupt.getMessage());
                 return 2;
             }
-            err.println(name + " failed: " + e);
-            e.printStackTrace(err);
+            err.println(name + " failed: " + failure(e));
+            if (Boolean.getBoolean("mcore4j.stacktrace")) {
+                e.printStackTrace(err); // asked for: -Dmcore4j.stacktrace=true
+            }
             return 1;
         }
+    }
+
+    /**
+     * A failed run in one line: the exception, then each cause whose text the line does not hold yet
+     * (ranks and executors wrap what they throw), without a stack trace.
+     *
+     * @param e what the job threw
+     * @return one line
+     */
+    static String failure(Throwable e) {
+        StringBuilder line = new StringBuilder(String.valueOf(e));
+        Throwable t = e.getCause();
+        for (int depth = 0; t != null && depth < 16; depth++, t = t.getCause()) {
+            if (line.indexOf(String.valueOf(t)) < 0) {
+                line.append("; caused by ").append(t);
+            }
+        }
+        return line.toString().strip().replaceAll("\\s*\\R\\s*", " ");
     }
 
     /** The bad-input exception behind a failure (ranks wrap what they throw), or null. */
