@@ -2,6 +2,10 @@ package io.mcore4j.core;
 
 import ai.djl.ndarray.NDManager;
 
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Locale;
+
 /**
  * Process-wide runtime settings that mcore4j applies before DJL first loads its engine.
  *
@@ -11,6 +15,16 @@ import ai.djl.ndarray.NDManager;
  * explicit {@code -Dai.djl.offline=false} given by the user is left alone. Every mcore4j entry point
  * that creates native arrays calls {@link #ensureInitialized()} first; calling it yourself before
  * your own first DJL call covers code that reaches DJL directly.
+ *
+ * <p>On a machine without an NVIDIA driver, DJL's GPU detection finds a CUDA runtime library (a
+ * CUDA toolkit or another program's copy) whose {@code cudaGetDeviceCount} fails, and logs "Failed to
+ * detect GPU count: CUDA driver version is insufficient" at warning level on every engine start,
+ * although nothing is wrong for a CPU run. Where no driver is installed (see
+ * {@link #cudaDriverPresent(String, Path)}) mcore4j raises the level of that one logger,
+ * {@code ai.djl.util.cuda.CudaUtils}, to error for SLF4J's simple binding
+ * ({@code org.slf4j.simpleLogger.log.ai.djl.util.cuda.CudaUtils=error}), unless the user set it; on a
+ * machine with a driver the warning stays, since there it means a driver too old for the runtime.
+ * Other SLF4J bindings are configured by their own files.
  *
  * <p>These are JVM-wide system properties, not mutable state of mcore4j: they are written once and
  * never read back by this library.
@@ -36,6 +50,28 @@ public final class Mcore4j {
         return NDManager.newBaseManager();
     }
 
+    /**
+     * Whether an NVIDIA driver is installed, as far as files tell without loading a library: on Linux
+     * the kernel module's {@code /proc/driver/nvidia/version}, the {@code /dev/nvidiactl} device, or
+     * WSL 2's GPU device {@code /dev/dxg}; on macOS never (CUDA has no macOS driver); on other systems
+     * always (they are not inspected, so their warnings stay).
+     *
+     * @param osName the {@code os.name} system property
+     * @param root the file-system root to look under ({@code /} outside tests)
+     * @return false only where no driver can be present
+     */
+    static boolean cudaDriverPresent(String osName, Path root) {
+        String os = osName.toLowerCase(Locale.ROOT);
+        if (os.startsWith("mac") || os.startsWith("darwin")) {
+            return false;
+        }
+        if (!os.startsWith("linux")) {
+            return true;
+        }
+        return Files.exists(root.resolve("proc/driver/nvidia/version")) || Files.exists(root.resolve("dev/nvidiactl"))
+                || Files.exists(root.resolve("dev/dxg"));
+    }
+
     /** Initialisation-on-demand holder: the class initialiser runs exactly once, under the JVM's lock. */
     private static final class Holder {
         static {
@@ -43,6 +79,10 @@ public final class Mcore4j {
             setIfAbsent("OPT_OUT_TRACKING", "true");
             // keep DJL's engine from writing a model-zoo cache or probing for other engines
             setIfAbsent("ai.djl.default_engine", "PyTorch");
+            if (!cudaDriverPresent(System.getProperty("os.name", ""), Path.of("/"))) {
+                // no driver: DJL's "Failed to detect GPU count" warning is noise on a CPU machine
+                setIfAbsent("org.slf4j.simpleLogger.log.ai.djl.util.cuda.CudaUtils", "error");
+            }
         }
 
         static void touch() {

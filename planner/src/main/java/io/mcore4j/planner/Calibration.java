@@ -20,7 +20,7 @@ import java.util.Locale;
  * run's shape from its forward+backward time, and the optimizer and gradient-copy cost per parameter
  * from its phases; the coefficients that need several GPUs (TP's serial share, the data-parallel
  * sync factor) are carried over from the calibration it started from. {@code h200.json} and
- * {@code h100.json} in this package are the defaults, derived from the README's measurements (each
+ * {@code h100.json} in this package are the defaults, derived from the measurements of docs/benchmarks.md (each
  * value says where it comes from).
  *
  * @param device the GPU it was measured on

@@ -8,7 +8,7 @@ import io.mcore4j.models.TransformerConfig.Recompute;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.optimizer.OptimizerConfig;
 
-/** The runs the README and the issue quote, as workloads and layouts (fp16, fused Adam, seq 2048). */
+/** The runs docs/benchmarks.md (formerly the README) and the issue quote, as workloads and layouts (fp16, fused Adam, seq 2048). */
 final class ReadmeFigures {
     private ReadmeFigures() {}
 

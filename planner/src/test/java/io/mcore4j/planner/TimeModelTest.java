@@ -13,9 +13,10 @@ import java.util.List;
 import org.junit.jupiter.api.Test;
 
 /**
- * The time model against the GPU figures of the README and the issue. One-GPU rows are what the
- * calibrations are fitted to (so they check the fit and the arithmetic); the 2-GPU PP2 row and all
- * 4-GPU rows are predictions (only TP2 and DP2 went into the calibration).
+ * The time model against the GPU figures of docs/benchmarks.md (the README's until issue 38) and the
+ * issue. One-GPU rows are what the calibrations are fitted to (so they check the fit and the
+ * arithmetic); the 2-GPU PP2 row and all 4-GPU rows are predictions (only TP2 and DP2 went into the
+ * calibration).
  */
 class TimeModelTest {
     private static final Calibration H200 = Calibration.builtIn("h200");
@@ -36,7 +37,7 @@ class TimeModelTest {
         Layout tp1 = ReadmeFigures.layout(1, 1, 1, 4, Recompute.NONE);
         double h200 = tokensPerGpu(w, tp1, ClusterSpec.h200(1, 1), H200);
         within(56_727, h200, 0.15, "1.3B TP1 on one H200 (the issue's figure)");
-        within(59_092, h200, 0.15, "1.3B TP1 on one H200 (the README table)");
+        within(59_092, h200, 0.15, "1.3B TP1 on one H200 (the docs/benchmarks.md table)");
         within(53_315, tokensPerGpu(w, tp1, ClusterSpec.h100(1, 1), Calibration.builtIn("h100")), 0.15,
                 "1.3B TP1 on one H100");
         Workload llama = ReadmeFigures.workload(GptConfigs.llama7b(), 1, 4, 1, true);
@@ -61,7 +62,7 @@ class TimeModelTest {
                 two, H200), 0.15, "DP2");
     }
 
-    /** The README's 4-GPU rows: TP2 x DP2 and DP4 ahead of TP4 and TP2 x PP2. */
+    /** The 4-GPU rows of docs/benchmarks.md: TP2 x DP2 and DP4 ahead of TP4 and TP2 x PP2. */
     @Test
     void theReadmeFourGpuRankingIsReproduced() {
         ClusterSpec four = ClusterSpec.h200(4, 1);

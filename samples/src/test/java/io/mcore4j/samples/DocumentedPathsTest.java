@@ -21,7 +21,8 @@ import org.junit.jupiter.api.Test;
  * back-quotes or a fenced code block that starts with one of the repository's top-level entries (or with {@code ../}, which
  * leaves the repository and always fails), or a bare {@code .md/.py/.sh} file name (which must exist
  * somewhere in the repository). Folders the build or the commands create ({@code runs/}, {@code target/}, {@code .gpu/},
- * {@code checkpoints/}) are exempt.
+ * {@code checkpoints/}) are exempt, and so is a path through a module's {@code target/} (the distribution,
+ * {@code samples/target/mcore4j}).
  */
 class DocumentedPathsTest {
     private static final Pattern CODE = Pattern.compile("`([^`]+)`");
@@ -96,7 +97,7 @@ class DocumentedPathsTest {
             return w.matches("[\\w.-]+\\.(md|py|sh)") ? w : null;
         }
         String first = w.substring(0, slash);
-        if (GENERATED.contains(first) || !Files.exists(root.resolve(first))) {
+        if (GENERATED.contains(first) || !Files.exists(root.resolve(first)) || w.contains("/target/") || w.endsWith("/target")) {
             return null;
         }
         return w;

@@ -130,7 +130,15 @@ public final class GptBenchmark {
         System.exit(execute(argv, System.out, System.err));
     }
 
-    static int execute(String[] argv, PrintStream out, PrintStream err) {
+    /**
+     * Runs the benchmark without exiting the JVM.
+     *
+     * @param argv flags, see the class comment and {@code --help}
+     * @param out where the result line goes
+     * @param err where errors go
+     * @return 0 done, 2 a bad flag or value, 1 a failed run
+     */
+    public static int execute(String[] argv, PrintStream out, PrintStream err) {
         GptBenchmark bench = new GptBenchmark();
         PretrainArgs args = new PretrainArgs();
         // the preset is read first so that every flag given on the command line overrides it; a value

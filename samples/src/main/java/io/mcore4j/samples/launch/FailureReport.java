@@ -17,11 +17,15 @@ import java.util.concurrent.TimeoutException;
  * {@code generate-gpt}, {@code convert-hf}, {@code export-hf}) report a failure: one line, and an
  * exit status. Bad input is exit 2: an {@link IllegalArgumentException} anywhere in the cause chain
  * (ranks wrap what they throw), whose message names the flag, or a corrupt dataset. Anything else is
- * a failed run, exit 1, named with each distinct message of its cause chain; a stack trace follows
- * only a failure that no input or resource explains (not an I/O, checkpoint, Hugging Face, timeout or
- * memory failure), that is, a bug to report.
+ * a failed run, exit 1, named with each distinct message of its cause chain. No stack trace follows
+ * unless asked for with {@code -Dmcore4j.stacktrace=true} (in {@code MCORE4J_JAVA_OPTS} for the
+ * {@code mcore4j} script); a failure that no input or resource explains (not an I/O, checkpoint,
+ * Hugging Face, timeout or memory failure), that is, a bug to report, says so on its line.
  */
 public final class FailureReport {
+    /** The system property that adds the stack trace after a failure's line. */
+    public static final String STACK_TRACE_PROPERTY = "mcore4j.stacktrace";
+
     private FailureReport() {}
 
     /**
@@ -52,8 +56,9 @@ public final class FailureReport {
         }
         String hint = e instanceof OutOfMemoryError ? String.format(Locale.ROOT, " (this JVM's heap is %.3g GB: raise -Xmx,"
                 + " or use smaller model flags)", Runtime.getRuntime().maxMemory() / 1e9) : "";
-        err.println(name + " failed: " + causes(e) + hint);
-        if (!explained(e)) {
+        err.println(name + " failed: " + causes(e) + hint + (explained(e) ? ""
+                : " (unexpected: -D" + STACK_TRACE_PROPERTY + "=true prints the stack trace to report)"));
+        if (Boolean.getBoolean(STACK_TRACE_PROPERTY)) {
             e.printStackTrace(err);
         }
         return 1;

@@ -103,9 +103,9 @@ public final class PreprocessData {
             options = command.options();
             command.checkPaths();
         } catch (CommandLine.ParameterException | IllegalArgumentException e) {
-            err.println("preprocess: " + e.getMessage());
-            err.println("Usage: preprocess --input FILE --output-prefix PREFIX --tokenizer-type TYPE [FLAGS]; "
-                    + "'preprocess --help' lists the flags.");
+            // one line, as pretrain-gpt's: the flag, the value and what was expected, then where the flags are listed
+            err.println("preprocess: " + String.valueOf(e.getMessage()).strip().replaceAll("\\s*\\R\\s*", " ")
+                    + " ('preprocess --help' lists the flags)");
             return 2;
         }
         try {

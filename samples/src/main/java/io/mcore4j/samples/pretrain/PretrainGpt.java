@@ -47,7 +47,8 @@ import java.util.function.Consumer;
  * NCCL when CUDA devices are visible, otherwise on the CPU over TCP, meeting at MASTER_ADDR:MASTER_PORT
  * (see {@link LaunchedRank}).
  *
- * <p>Exit codes: 0 done; 2 a bad flag or value (one line naming it); 1 the run failed.
+ * <p>Exit codes: 0 done; 2 a bad flag or value (one line naming it); 1 the run failed (one line naming
+ * the exception and its causes; {@code -Dmcore4j.stacktrace=true} adds the stack trace).
  */
 public final class PretrainGpt {
     private PretrainGpt() {}
@@ -56,16 +57,26 @@ public final class PretrainGpt {
      * @param argv Megatron-LM-style flags; {@code --help} lists them
      */
     public static void main(String[] argv) {
-        System.exit(execute("pretrain-gpt", argv, System.out, System.err, (args, out) -> {
-            run(args, out);
-            // a byte-level run in this JVM ends with what its model learned: a completion from its last checkpoint
-            // (seeded sampling at a low temperature: greedy decoding of so small a model repeats one byte)
-            if (args.corpus != null && args.save != null && System.getenv("RANK") == null) {
-                GenerateGpt.run(out, "--load", args.save.toString(), "--prompts", "public final class ", "--temperature", "0.7",
-                        "--top_k", "20", "--seed", "1234", "--num-tokens-to-generate", "48",
-                        "--num-attention-heads", String.valueOf(args.numAttentionHeads));
-            }
-        }));
+        System.exit(execute("pretrain-gpt", argv, System.out, System.err, PretrainGpt::trainThenComplete));
+    }
+
+    /**
+     * The command line's job: trains, and a byte-level run in this JVM ({@code --corpus-from-sources}
+     * with {@code --save}, not launched as a rank) ends with what its model learned, a completion of
+     * {@code public final class } from its last checkpoint (seeded sampling at a low temperature: greedy
+     * decoding of so small a model repeats one byte).
+     *
+     * @param args the parsed, checked flags
+     * @param out where progress and the completion go
+     * @throws Exception if a rank fails
+     */
+    public static void trainThenComplete(PretrainArgs args, PrintStream out) throws Exception {
+        run(args, out);
+        if (args.corpus != null && args.save != null && System.getenv("RANK") == null) {
+            GenerateGpt.run(out, "--load", args.save.toString(), "--prompts", "public final class ", "--temperature", "0.7",
+                    "--top_k", "20", "--seed", "1234", "--num-tokens-to-generate", "48",
+                    "--num-attention-heads", String.valueOf(args.numAttentionHeads));
+        }
     }
 
     /** A front-end's job once its flags are parsed. */
@@ -126,8 +137,8 @@ public final class PretrainGpt {
             }
             args.setup(); // every flag checked before anything is allocated
         } catch (CommandLine.ParameterException | IllegalArgumentException e) {
-            err.println(name + ": " + FailureReport.oneLine(e.getMessage()));
-            err.println("Usage: " + name + " [FLAGS]; '" + name + " --help' lists the flags.");
+            // one line: the flag, the value and what was expected, then where the flags are listed
+            err.println(name + ": " + FailureReport.oneLine(e.getMessage()) + " ('" + name + " --help' lists the flags)");
             return 2;
         } catch (RuntimeException e) {
             return FailureReport.report(name, e, err);

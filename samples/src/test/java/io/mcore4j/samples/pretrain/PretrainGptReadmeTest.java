@@ -14,20 +14,20 @@ import org.junit.jupiter.api.Test;
 import picocli.CommandLine;
 
 /**
- * The README's list of pretrain-gpt flags and docs/megatron-flags.md's list of the Megatron script
- * flags are together exactly the command's options.
+ * docs/megatron-flags.md's list of pretrain-gpt flags (moved there from the README) and its list of the
+ * Megatron script flags are together exactly the command's options.
  */
 class PretrainGptReadmeTest {
     @Test
     void theReadmeListsEveryFlagAndNoOther() throws Exception {
-        Path readme = Path.of("..", "README.md");
+        Path page = Path.of("..", "docs", "megatron-flags.md");
         Set<String> listed = new TreeSet<>();
-        listed(readme, "<!-- flags:", "<!-- end of flags -->", listed);
-        listed(Path.of("..", "docs", "megatron-flags.md"), "<!-- megatron flags:", "<!-- end of megatron flags -->", listed);
+        listed(page, "<!-- flags:", "<!-- end of flags -->", listed);
+        listed(page, "<!-- megatron flags:", "<!-- end of megatron flags -->", listed);
         Set<String> options = new TreeSet<>();
         new CommandLine(new PretrainArgs()).getCommandSpec().options()
                 .forEach(o -> options.add(o.longestName().replace("--[no-]", "--")));
-        assertEquals(options, listed, "README.md's and docs/megatron-flags.md's pretrain-gpt flag lists");
+        assertEquals(options, listed, "docs/megatron-flags.md's pretrain-gpt flag lists");
     }
 
     /** Adds the flags quoted between two markers of a file. */

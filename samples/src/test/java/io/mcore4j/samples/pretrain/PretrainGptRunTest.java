@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.ByteArrayOutputStream;
+import java.io.IOException;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -201,6 +202,20 @@ class PretrainGptRunTest {
         String text = err.toString(StandardCharsets.UTF_8);
         assertEquals(2, code, text);
         assertTrue(text.contains("token id 300 at position 7 of document 3"), text);
+    }
+
+    @Test
+    void aFailedRunIsOneLineWithItsCausesAndExitsWithOne() {
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        int code = PretrainGpt.execute("pretrain-gpt", new String[] {"--mock-data"},
+                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), (a, o) -> {
+                    throw new IllegalStateException("rank 1 failed", new IOException("No space left on device"));
+                });
+        String text = err.toString(StandardCharsets.UTF_8);
+        assertEquals(1, code, text);
+        assertEquals(List.of("pretrain-gpt failed: rank 1 failed: IOException: No space left on device"),
+                text.lines().toList());
     }
 
     @Test
