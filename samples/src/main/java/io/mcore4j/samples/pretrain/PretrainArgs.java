@@ -310,6 +310,11 @@ public final class PretrainArgs {
     Path tensorboardDir;
     @Option(names = "--peak-tflops", description = "The device's peak TFLOP/s per rank, for MFU (default: 989 on CUDA devices, none on the CPU).")
     Double peakTflops;
+    @Option(names = "--cpu-threads", description = "libtorch's intra-op threads per operation on the CPU (default:"
+            + " -Dai.djl.pytorch.num_threads or OMP_NUM_THREADS when set, else the cores divided by the ranks sharing"
+            + " them, at least 1, so that in-JVM ranks do not oversubscribe the cores; the run's first lines say what"
+            + " was chosen).")
+    Integer cpuThreads;
     @Option(names = "--distributed-timeout-minutes", description = "How long a collective or a peer may stall before the run fails. Default: ${DEFAULT-VALUE}.")
     double timeoutMinutes = 10;
     @Option(names = "--cpu-initialization", description = "Initialise weights on the CPU even when training on a GPU.")

@@ -3,6 +3,7 @@ package io.mcore4j.samples.pretrain;
 import ai.djl.Device;
 import ai.djl.engine.Engine;
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.CpuThreads;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.gpt.GptDatasetBuilder;
 import io.mcore4j.data.gpt.GptSplits;
@@ -16,6 +17,7 @@ import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
+import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.samples.generate.GenerateGpt;
 import io.mcore4j.samples.launch.FailureReport;
 import io.mcore4j.samples.launch.LaunchedRank;
@@ -209,6 +211,16 @@ public final class PretrainGpt {
             AutoLayout.apply(args, world, out); // sets the layout flags to the planner's best layout
         }
         GptTrainingSetup setup = args.setup();
+        // ranks sharing this machine's cores: this JVM's threads, or the launcher's processes on this node
+        int sharing = launched ? LaunchEnvironment.fromSystem().localWorldSize() : world;
+        CpuThreads threads = CpuThreads.choose(args.cpuThreads, sharing);
+        boolean onCpu = !launched && world > 1 || !onGpu();
+        if (onCpu || args.cpuThreads != null) { // a GPU run keeps libtorch's default unless told
+            threads.apply();
+        }
+        if (onCpu) {
+            out.println(threads.describe());
+        }
         if (args.sequenceParallel && !args.sequenceParallelInEffect()) {
             out.println("warning: --sequence-parallel is off at --tensor-model-parallel-size 1 (as in Megatron)");
         }
@@ -244,9 +256,13 @@ public final class PretrainGpt {
 
     /** One rank in this JVM: on the GPU when CUDA is visible (and MCORE4J_DEVICE is not cpu), else the CPU. */
     private static LaunchedRank singleRank(Duration timeout) {
-        boolean gpu = !System.getenv().getOrDefault("MCORE4J_DEVICE", "").equalsIgnoreCase("cpu")
+        return new LaunchedRank(new InJvmFabric(1, timeout).backend(0), onGpu() ? Device.gpu() : Device.cpu());
+    }
+
+    /** @return whether a single or launched rank runs on a GPU: CUDA is visible and MCORE4J_DEVICE is not cpu */
+    private static boolean onGpu() {
+        return !System.getenv().getOrDefault("MCORE4J_DEVICE", "").equalsIgnoreCase("cpu")
                 && Engine.getInstance().getGpuCount() > 0;
-        return new LaunchedRank(new InJvmFabric(1, timeout).backend(0), gpu ? Device.gpu() : Device.cpu());
     }
 
     private static Consumer<TrainingLoop.Builder> rankOptions(PretrainArgs args, PrintStream out,

@@ -218,6 +218,29 @@ class PretrainGptRunTest {
                 text.lines().toList());
     }
 
+    /** The run says how many threads each CPU operation gets, and --cpu-threads sets libtorch's count. */
+    @Test
+    void theRunSaysItsCpuThreadsAndTheFlagSetsThem() throws Exception {
+        int before = io.mcore4j.core.CpuThreads.current();
+        try {
+            ByteArrayOutputStream out = new ByteArrayOutputStream();
+            PretrainGpt.run(PretrainArgs.parse(flags(1, "--cpu-threads", "2").toArray(String[]::new)),
+                    new PrintStream(out, true, StandardCharsets.UTF_8));
+            String text = out.toString(StandardCharsets.UTF_8);
+            assertTrue(text.lines().anyMatch(l -> l.equals("CPU: 2 intra-op threads per operation (--cpu-threads;"
+                    + " --cpu-threads sets it)")), text);
+            assertEquals(2, io.mcore4j.core.CpuThreads.current());
+            out.reset();
+            PretrainGpt.run(PretrainArgs.parse(flags(1).toArray(String[]::new)), new PrintStream(out, true, StandardCharsets.UTF_8));
+            // surefire runs the tests with -Dai.djl.pytorch.num_threads=1, which a run without the flag keeps
+            assertTrue(out.toString(StandardCharsets.UTF_8).contains("CPU: 1 intra-op thread per operation"
+                    + " (-Dai.djl.pytorch.num_threads; --cpu-threads sets it)"), out.toString(StandardCharsets.UTF_8));
+            assertEquals(1, io.mcore4j.core.CpuThreads.current());
+        } finally {
+            new io.mcore4j.core.CpuThreads(before, "test").apply();
+        }
+    }
+
     @Test
     void helpListsTheFlagsAndExitsWithZero() {
         ByteArrayOutputStream out = new ByteArrayOutputStream();
