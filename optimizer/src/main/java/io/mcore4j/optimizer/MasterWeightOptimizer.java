@@ -79,7 +79,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         final List<Piece> pieces;
         final NDArray master;
         final List<NDArray> state;
-        /** Per slot, the master's range shaped like the parameter; empty when the master is a shard. */
+        /** Per slot, the master's range shaped like the parameter; empty when the master is a shard or on the host. */
         final List<NDArray> slotViews;
 
         Shard(GradientBucket bucket, boolean onHost, List<Piece> pieces, NDArray master, List<NDArray> state,
@@ -136,7 +136,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 }
                 // the master never moves (updates and loads write into it), so views made once stay valid
                 List<NDArray> slotViews = new ArrayList<>();
-                if (!sharded(bucket)) {
+                if (!sharded(bucket) && !onHost) {
                     for (GradientBucket.Slot slot : bucket.slots) {
                         NDArray view = range(master, slot.offset(), slot.offset() + slot.numel(), owner);
                         slotViews.add(own(view.reshape(slot.param().data().getShape()), owner));
@@ -306,13 +306,14 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
 
     /**
      * Copies the master weights into the model parameters, all-gathering the shards first with the
-     * distributed optimizer; a host shard is cast to the parameters' dtype on the host ({@code hostTemp})
-     * and copied to the device before the all-gather.
+     * distributed optimizer. A host shard is cast to the parameters' dtype on the host
+     * ({@code hostTemp}) and crosses to the device in one copy per bucket ({@code temp}); the
+     * parameters are then written from device views, as a device shard's are.
      */
     private void publish(NDManager temp, NDManager hostTemp) {
         for (Shard s : shards) {
             GradientBucket bucket = s.bucket;
-            if (!sharded(bucket)) {
+            if (!sharded(bucket) && !s.onHost) {
                 // one copy per parameter from its ready-made view (the step's host time is mostly these calls)
                 for (int i = 0; i < bucket.slots.size(); i++) {
                     Tensors.copyInto(bucket.slots.get(i).param().data(), s.slotViews.get(i));
@@ -322,9 +323,10 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
                     : own(DataTypes.toType(s.master, bucket.paramDtype, false), s.onHost ? hostTemp : temp);
             if (s.onHost) {
+                // DataTypes' copy: DJL's own, which a cross-device write would make, fails on bfloat16
                 local = own(DataTypes.toDevice(local, bucket.slots.get(0).param().data().getDevice(), true), temp);
             }
-            NDArray full = bucket.group.allGather(local, 0, temp);
+            NDArray full = sharded(bucket) ? bucket.group.allGather(local, 0, temp) : local;
             for (GradientBucket.Slot slot : bucket.slots) {
                 NDArray view = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
                 NDArray data = slot.param().data();
