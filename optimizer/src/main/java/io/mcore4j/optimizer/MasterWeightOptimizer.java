@@ -55,9 +55,9 @@ import org.slf4j.LoggerFactory;
  * <p><b>CPU offload.</b> With {@link OptimizerConfig#optimizerCpuOffload()} the shards that
  * {@link HostPlacement} picks keep their master and moments on the host. The statistics are taken on
  * the device as without offload; then their gradients are copied to the host, the device's shards
- * are updated (queued on the device), the host's shards are updated on the host meanwhile, and the
- * new parameters are copied back (cast to the parameters' dtype on the host first where the master is
- * a distributed-optimizer shard). The update of each shard is the same sequence of elementwise
+ * are updated (queued on the device), the host's shards are updated on the host meanwhile, and their
+ * new parameters cross back cast to the parameters' dtype on the host, one copy per bucket (before the
+ * all-gather with the distributed optimizer). The update of each shard is the same sequence of elementwise
  * operations wherever it runs, and the checkpoint describes the same tensors: a run saved with
  * offload resumes without it and vice versa. The fused kernel above is not used while a shard is on
  * the host.
@@ -74,7 +74,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     /** Optimizer state of one bucket shard. */
     private static final class Shard {
         final GradientBucket bucket;
-        /** Whether master, state and slot views live on the host ({@link HostPlacement}). */
+        /** Whether master and state live on the host ({@link HostPlacement}). */
         final boolean onHost;
         final List<Piece> pieces;
         final NDArray master;
