@@ -51,6 +51,16 @@ import org.slf4j.LoggerFactory;
  * {@code .grad} when nothing was reduced) and write the new weights straight into the model: no
  * float32 copy of the gradients and no per-parameter copy back. Same math (torch's fused Adam order
  * of operations) to float32 rounding; {@code -Dmcore4j.cuda.kernels=false} turns it off.
+ *
+ * <p><b>CPU offload.</b> With {@link OptimizerConfig#optimizerCpuOffload()} the shards that
+ * {@link HostPlacement} picks keep their master and moments on the host. The statistics are taken on
+ * the device as without offload; then their gradients are copied to the host, the device's shards
+ * are updated (queued on the device), the host's shards are updated on the host meanwhile, and their
+ * new parameters cross back cast to the parameters' dtype on the host, one copy per bucket (before the
+ * all-gather with the distributed optimizer). The update of each shard is the same sequence of elementwise
+ * operations wherever it runs, and the checkpoint describes the same tensors: a run saved with
+ * offload resumes without it and vice versa. The fused kernel above is not used while a shard is on
+ * the host.
  */
 final class MasterWeightOptimizer implements MegatronOptimizer {
     private static final Logger LOG = LoggerFactory.getLogger(MasterWeightOptimizer.class);
@@ -64,14 +74,18 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     /** Optimizer state of one bucket shard. */
     private static final class Shard {
         final GradientBucket bucket;
+        /** Whether master and state live on the host ({@link HostPlacement}). */
+        final boolean onHost;
         final List<Piece> pieces;
         final NDArray master;
         final List<NDArray> state;
-        /** Per slot, the master's range shaped like the parameter; empty when the master is a shard. */
+        /** Per slot, the master's range shaped like the parameter; empty when the master is a shard or on the host. */
         final List<NDArray> slotViews;
 
-        Shard(GradientBucket bucket, List<Piece> pieces, NDArray master, List<NDArray> state, List<NDArray> slotViews) {
+        Shard(GradientBucket bucket, boolean onHost, List<Piece> pieces, NDArray master, List<NDArray> state,
+              List<NDArray> slotViews) {
             this.bucket = bucket;
+            this.onHost = onHost;
             this.pieces = pieces;
             this.master = master;
             this.state = List.copyOf(state);
@@ -88,6 +102,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     private final MasterAdamKernel.Bound kernel;
     private final DynamicLossScaler scaler;
     private final NDManager manager;
+    private final HostPlacement host;
     private final List<Shard> shards = new ArrayList<>();
     private NDManager checkpointViews;
     private long stepCount;
@@ -103,23 +118,31 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         this.manager = ddp.manager().newSubManager();
         this.rule = UpdateRule.of(config, manager);
         this.manager.setName("optimizer-state");
+        List<Long> numels = new ArrayList<>();
+        for (GradientBucket bucket : ddp.buckets()) {
+            numels.add(bucket.shardNumel);
+        }
+        this.host = HostPlacement.of(numels, config, manager);
         try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
             for (GradientBucket bucket : ddp.buckets()) {
+                boolean onHost = host.onHost(shards.size());
+                NDManager owner = onHost ? host.manager() : manager;
                 List<Piece> pieces = piecesOf(bucket);
-                NDArray master = own(masterValues(bucket, pieces, temp), manager);
+                NDArray values = masterValues(bucket, pieces, temp);
+                NDArray master = onHost ? HostPlacement.toHost(values, owner) : own(values, owner);
                 NDArray[] state = new NDArray[rule.stateNames().size()];
                 for (int i = 0; i < state.length; i++) {
-                    state[i] = manager.zeros(new Shape(bucket.shardNumel), DataType.FLOAT32);
+                    state[i] = owner.zeros(new Shape(bucket.shardNumel), DataType.FLOAT32);
                 }
                 // the master never moves (updates and loads write into it), so views made once stay valid
                 List<NDArray> slotViews = new ArrayList<>();
-                if (!sharded(bucket)) {
+                if (!sharded(bucket) && !onHost) {
                     for (GradientBucket.Slot slot : bucket.slots) {
-                        NDArray view = range(master, slot.offset(), slot.offset() + slot.numel(), manager);
-                        slotViews.add(own(view.reshape(slot.param().data().getShape()), manager));
+                        NDArray view = range(master, slot.offset(), slot.offset() + slot.numel(), owner);
+                        slotViews.add(own(view.reshape(slot.param().data().getShape()), owner));
                     }
                 }
-                shards.add(new Shard(bucket, pieces, master, Arrays.asList(state), slotViews));
+                shards.add(new Shard(bucket, onHost, pieces, master, Arrays.asList(state), slotViews));
             }
         }
         this.kernel = fusedKernel();
@@ -128,12 +151,12 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     /**
      * The device's fused master-weight Adam kernel ({@link Kernels#find}) where this step
      * can use it: fused Adam or AdamW, every bucket's master weights whole on this rank (no
-     * distributed-optimizer shard, which needs an all-gather before the model's weights are written)
-     * and no zero count (which the kernel does not make).
+     * distributed-optimizer shard, which needs an all-gather before the model's weights are written),
+     * no zero count (which the kernel does not make) and no shard on the host.
      */
     private MasterAdamKernel.Bound fusedKernel() {
         boolean adam = config.algorithm() == OptimizerConfig.Algorithm.ADAM || config.algorithm() == OptimizerConfig.Algorithm.ADAMW;
-        if (!adam || !config.fusedAdam() || config.countZerosInGrad() || shards.isEmpty()) {
+        if (!adam || !config.fusedAdam() || config.countZerosInGrad() || shards.isEmpty() || host.any()) {
             return null;
         }
         for (Shard s : shards) {
@@ -171,7 +194,8 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                     + " backward and finishGradSync() first");
         }
         lastSyncStepped = ddp.syncCount();
-        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager();
+             NDManager hostTemp = host.manager().newSubManager()) {
             double scale = lossScale();
             MasterAdamKernel.Gradients fused = kernel != null ? kernel.gradients(kernelGradients(temp)) : null;
             NDArray[] grads = fused != null ? null : widenedGradients(temp);
@@ -202,14 +226,20 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                         weightDecay, config.algorithm() == OptimizerConfig.Algorithm.ADAMW, stepCount, scale / coefficient));
                 return new StepResult(false, norm, lossScale(), -1);
             }
-            List<UpdateRule.ShardUpdate> updates = new ArrayList<>(grads.length);
+            List<UpdateRule.ShardUpdate> onDevice = new ArrayList<>(grads.length);
+            List<UpdateRule.ShardUpdate> onHost = new ArrayList<>();
             for (int i = 0; i < grads.length; i++) {
                 Shard s = shards.get(i);
-                updates.add(new UpdateRule.ShardUpdate(s.master, grads[i], s.state, s.bucket.decays ? weightDecay : 0));
+                // the host's gradients cross first: each copy waits for the device's queued work,
+                // so the device's updates are queued after them and run while the host updates
+                NDArray g = s.onHost ? HostPlacement.toHost(grads[i], hostTemp) : grads[i];
+                (s.onHost ? onHost : onDevice).add(new UpdateRule.ShardUpdate(s.master, g, s.state,
+                        s.bucket.decays ? weightDecay : 0));
             }
             // unscaling and clipping are one division, which the rule makes (the fused kernel inside its pass)
-            rule.applyAll(updates, learningRate, stepCount, scale / coefficient, temp);
-            publish(temp);
+            rule.applyAll(onDevice, learningRate, stepCount, scale / coefficient, temp);
+            rule.applyAll(onHost, learningRate, stepCount, scale / coefficient, hostTemp);
+            publish(temp, hostTemp);
             return new StepResult(false, norm, lossScale(), config.countZerosInGrad() ? Math.round(stats[1]) : -1);
         }
     }
@@ -274,11 +304,16 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         return new double[] {GradientNorm.sumOnHost(squares, temp), GradientNorm.sumOnHost(zeros, temp)};
     }
 
-    /** Copies the master weights into the model parameters, all-gathering the shards first with the distributed optimizer. */
-    private void publish(NDManager temp) {
+    /**
+     * Copies the master weights into the model parameters, all-gathering the shards first with the
+     * distributed optimizer. A host shard is cast to the parameters' dtype on the host
+     * ({@code hostTemp}) and crosses to the device in one copy per bucket ({@code temp}); the
+     * parameters are then written from device views, as a device shard's are.
+     */
+    private void publish(NDManager temp, NDManager hostTemp) {
         for (Shard s : shards) {
             GradientBucket bucket = s.bucket;
-            if (!sharded(bucket)) {
+            if (!sharded(bucket) && !s.onHost) {
                 // one copy per parameter from its ready-made view (the step's host time is mostly these calls)
                 for (int i = 0; i < bucket.slots.size(); i++) {
                     Tensors.copyInto(bucket.slots.get(i).param().data(), s.slotViews.get(i));
@@ -286,8 +321,12 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 continue;
             }
             NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
-                    : own(DataTypes.toType(s.master, bucket.paramDtype, false), temp);
-            NDArray full = bucket.group.allGather(local, 0, temp);
+                    : own(DataTypes.toType(s.master, bucket.paramDtype, false), s.onHost ? hostTemp : temp);
+            if (s.onHost) {
+                // DataTypes' copy: DJL's own, which a cross-device write would make, fails on bfloat16
+                local = own(DataTypes.toDevice(local, bucket.slots.get(0).param().data().getDevice(), true), temp);
+            }
+            NDArray full = sharded(bucket) ? bucket.group.allGather(local, 0, temp) : local;
             for (GradientBucket.Slot slot : bucket.slots) {
                 NDArray view = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
                 NDArray data = slot.param().data();
@@ -341,14 +380,46 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
 
     @Override
     public long stateBytes() {
+        return stateBytes(false) + stateBytes(true);
+    }
+
+    @Override
+    public long hostStateBytes() {
+        return stateBytes(true);
+    }
+
+    private long stateBytes(boolean onHost) {
         long bytes = 0;
         for (Shard s : shards) {
+            if (s.onHost != onHost) {
+                continue;
+            }
             bytes += bytes(s.master);
             for (NDArray t : s.state) {
                 bytes += bytes(t);
             }
         }
         return bytes;
+    }
+
+    /**
+     * Per shard, in the optimizer's order, its master and state tensors and whether the host
+     * manager owns each: what the tests read to check where the state lives.
+     *
+     * @return per shard, {@code [placed on host, master owned by the host manager, each state tensor owned by it]}
+     */
+    List<boolean[]> placements() {
+        List<boolean[]> out = new ArrayList<>(shards.size());
+        for (Shard s : shards) {
+            boolean[] row = new boolean[2 + s.state.size()];
+            row[0] = s.onHost;
+            row[1] = host.owns(s.master);
+            for (int t = 0; t < s.state.size(); t++) {
+                row[2 + t] = host.owns(s.state.get(t));
+            }
+            out.add(row);
+        }
+        return out;
     }
 
     private static long bytes(NDArray t) {

@@ -71,8 +71,14 @@ public interface MegatronOptimizer extends AutoCloseable {
     /** @return number of steps taken, skipped steps excluded (Adam's step count) */
     long stepCount();
 
-    /** @return bytes of optimizer state this rank holds: master weights and moments */
+    /** @return bytes of optimizer state this rank holds: master weights and moments, on the device and the host */
     long stateBytes();
+
+    /**
+     * @return the part of {@link #stateBytes()} held on the host under
+     *     {@link OptimizerConfig#optimizerCpuOffload()} (0 without it); the rest is device memory
+     */
+    long hostStateBytes();
 
     /**
      * Re-reads the master weights from the model parameters, e.g. after loading model weights

@@ -34,12 +34,21 @@ import java.util.Objects;
  * @param overlapGradReduce start each gradient bucket's data-parallel reduction during the step's last
  *     backward, as soon as the model reports its parameters' gradients complete (Megatron's
  *     {@code --overlap-grad-reduce}); see {@link DistributedDataParallel#expectBackwardPasses}
+ * @param optimizerCpuOffload hold part of this rank's optimizer state (fp32 master weights and
+ *     moments) on the host and step it there (Megatron's {@code --optimizer-cpu-offload}, its hybrid
+ *     device optimizer): each step copies those gradients to the host, updates there and copies the
+ *     new parameters back. Same values and same checkpoints as without it. Needs Adam with decoupled
+ *     weight decay (ADAMW) or SGD, as Megatron-Core's hybrid optimizer does
+ * @param optimizerOffloadFraction the share of this rank's optimizer state elements held on the host
+ *     under {@code optimizerCpuOffload}, in (0, 1] (Megatron's {@code --optimizer-offload-fraction},
+ *     default 1.0); which state goes is {@link HostPlacement}'s rule
  */
 public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, double beta2, double eps,
                               double weightDecay, double sgdMomentum, double clipGrad, boolean fp16, boolean bf16,
                               double initialLossScale, double minLossScale, int lossScaleWindow, int hysteresis,
                               boolean useDistributedOptimizer, long bucketSizeBytes, boolean averageInCollective,
-                              boolean gradReduceInFp32, boolean countZerosInGrad, boolean fusedAdam, boolean overlapGradReduce) {
+                              boolean gradReduceInFp32, boolean countZerosInGrad, boolean fusedAdam, boolean overlapGradReduce,
+                              boolean optimizerCpuOffload, double optimizerOffloadFraction) {
 
     /** The update rule. */
     public enum Algorithm {
@@ -84,6 +93,14 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         if (bucketSizeBytes < 1) {
             throw new IllegalArgumentException("bucket size " + bucketSizeBytes + " bytes must be >= 1");
         }
+        if (!(optimizerOffloadFraction > 0 && optimizerOffloadFraction <= 1)) {
+            throw new IllegalArgumentException("optimizer offload fraction " + optimizerOffloadFraction
+                    + " must be in (0, 1]");
+        }
+        if (optimizerCpuOffload && algorithm == Algorithm.ADAM) {
+            throw new IllegalArgumentException("optimizer CPU offload needs decoupled weight decay (ADAMW), as in"
+                    + " Megatron-Core; the algorithm is ADAM");
+        }
     }
 
     /**
@@ -108,7 +125,8 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
     /**
      * A builder holding the defaults: AdamW, lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay
      * 0.01, SGD momentum 0.9, clipping at 1.0, fp32, loss scale 2^16 (min 1, window 1000,
-     * hysteresis 2), no distributed optimizer, 40 MB buckets, pre-divided sums, fp32 reduction.
+     * hysteresis 2), no distributed optimizer, 40 MB buckets, pre-divided sums, fp32 reduction, no
+     * CPU offload (offload fraction 1.0 once it is on).
      *
      * @return a new builder
      */
@@ -127,7 +145,8 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
                 .minLossScale(minLossScale).lossScaleWindow(lossScaleWindow).hysteresis(hysteresis)
                 .useDistributedOptimizer(useDistributedOptimizer).bucketSizeBytes(bucketSizeBytes)
                 .averageInCollective(averageInCollective).gradReduceInFp32(gradReduceInFp32)
-                .countZerosInGrad(countZerosInGrad).fusedAdam(fusedAdam).overlapGradReduce(overlapGradReduce);
+                .countZerosInGrad(countZerosInGrad).fusedAdam(fusedAdam).overlapGradReduce(overlapGradReduce)
+                .optimizerCpuOffload(optimizerCpuOffload).optimizerOffloadFraction(optimizerOffloadFraction);
     }
 
     /** Mutable builder; {@link #build()} validates. */
@@ -153,8 +172,22 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         private boolean countZerosInGrad;
         private boolean fusedAdam;
         private boolean overlapGradReduce;
+        private boolean optimizerCpuOffload;
+        private double optimizerOffloadFraction = 1.0;
 
         private Builder() {}
+
+        /** @param v hold part of the optimizer state on the host and step it there (default false) @return this */
+        public Builder optimizerCpuOffload(boolean v) {
+            optimizerCpuOffload = v;
+            return this;
+        }
+
+        /** @param v share of the optimizer state on the host under CPU offload, in (0, 1] (default 1.0) @return this */
+        public Builder optimizerOffloadFraction(double v) {
+            optimizerOffloadFraction = v;
+            return this;
+        }
 
         /** @param v use the fused Adam kernel (default false) @return this */
         public Builder fusedAdam(boolean v) {
@@ -303,7 +336,8 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         public OptimizerConfig build() {
             return new OptimizerConfig(algorithm, lr, beta1, beta2, eps, weightDecay, sgdMomentum, clipGrad, fp16, bf16,
                     initialLossScale, minLossScale, lossScaleWindow, hysteresis, useDistributedOptimizer,
-                    bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad, fusedAdam, overlapGradReduce);
+                    bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad, fusedAdam, overlapGradReduce,
+                    optimizerCpuOffload, optimizerOffloadFraction);
         }
     }
 }

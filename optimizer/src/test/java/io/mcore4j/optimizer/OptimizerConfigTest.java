@@ -32,6 +32,36 @@ class OptimizerConfigTest {
         assertMessage(() -> OptimizerConfig.builder().hysteresis(0).build(), "hysteresis 0");
     }
 
+    @Test
+    void cpuOffloadIsOffByDefaultWithMegatronsFractionAndRefusesWhatMegatronRefuses() {
+        OptimizerConfig c = OptimizerConfig.builder().build();
+        assertEquals(false, c.optimizerCpuOffload());
+        assertEquals(1.0, c.optimizerOffloadFraction());
+        OptimizerConfig on = c.toBuilder().optimizerCpuOffload(true).optimizerOffloadFraction(0.25).build();
+        assertEquals(on, on.toBuilder().build());
+        assertEquals(0.25, on.optimizerOffloadFraction());
+        assertMessage(() -> OptimizerConfig.builder().optimizerOffloadFraction(0).build(),
+                "optimizer offload fraction 0.0 must be in (0, 1]");
+        assertMessage(() -> OptimizerConfig.builder().optimizerOffloadFraction(1.5).build(),
+                "optimizer offload fraction 1.5 must be in (0, 1]");
+        assertMessage(() -> OptimizerConfig.builder().optimizerOffloadFraction(Double.NaN).build(),
+                "optimizer offload fraction NaN must be in (0, 1]");
+        assertMessage(() -> OptimizerConfig.builder().optimizerCpuOffload(true).algorithm(OptimizerConfig.Algorithm.ADAM)
+                .build(), "optimizer CPU offload needs decoupled weight decay (ADAMW)");
+    }
+
+    /** Megatron's rule: in order, a shard goes to the host while the host holds less than fraction x total. */
+    @Test
+    void hostShardsAreTheFirstUntilTheFractionIsReached() {
+        java.util.List<Long> numels = java.util.List.of(60L, 10L, 30L, 3L);
+        assertEquals("[true, true, true, true]", java.util.Arrays.toString(HostPlacement.chooseHostShards(numels, 1.0)));
+        // 51.5 elements: 60 reach it at once
+        assertEquals("[true, false, false, false]", java.util.Arrays.toString(HostPlacement.chooseHostShards(numels, 0.5)));
+        // 72.1: 60 + 10 = 70 fall short, so the third goes too
+        assertEquals("[true, true, true, false]", java.util.Arrays.toString(HostPlacement.chooseHostShards(numels, 0.7)));
+        assertEquals("[true, false, false, false]", java.util.Arrays.toString(HostPlacement.chooseHostShards(numels, 1e-9)));
+    }
+
     private static void assertMessage(org.junit.jupiter.api.function.Executable build, String fragment) {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class, build);
         assertTrue(e.getMessage().contains(fragment), e.getMessage());

@@ -13,7 +13,10 @@ import java.util.Locale;
  * @param parameters the model's parameters on this rank, in their dtype
  * @param gradients {@code .grad} of every parameter (its dtype), from backward to the end of the step
  * @param optimizerState float32 master weights and the update rule's state (Adam: two moments),
- *     sharded over data-parallel ranks with the distributed optimizer
+ *     sharded over data-parallel ranks with the distributed optimizer; on the device: without the
+ *     share {@code optimizerStateOnHost}
+ * @param optimizerStateOnHost the share of the optimizer state held in host memory under
+ *     {@link io.mcore4j.optimizer.OptimizerConfig#optimizerCpuOffload()} (0 without it); not in {@link #total()}
  * @param activationsPerMicroBatch bytes one micro-batch keeps for backward on this stage
  * @param inFlightMicroBatches micro-batches whose activations the schedule holds at once on this stage
  *     (1F1B: PP - stage; interleaved: counted in model chunks and converted to micro-batches)
@@ -27,12 +30,12 @@ import java.util.Locale;
  * @param optimizerWorkspace what the optimizer step allocates beyond gradients and buffers (calibrated)
  * @param overhead what the device holds besides tensors (CUDA context, allocator slack), from the calibration
  */
-public record MemoryEstimate(int stage, long parameters, long gradients, long optimizerState,
+public record MemoryEstimate(int stage, long parameters, long gradients, long optimizerState, long optimizerStateOnHost,
                              long activationsPerMicroBatch, double inFlightMicroBatches, long activations,
                              long gradientsAtActivationPeak, long gradientBuffers, long optimizerWorkspace,
                              long overhead) {
 
-    /** @return the peak bytes */
+    /** @return the peak bytes of device memory */
     public long total() {
         return parameters + optimizerState + Math.max(activations + gradientsAtActivationPeak,
                 gradients + gradientBuffers + optimizerWorkspace)
@@ -43,11 +46,12 @@ public record MemoryEstimate(int stage, long parameters, long gradients, long op
     public String describe() {
         return String.format(Locale.ROOT, "%.2f GiB = params %.2f + optimizer %.2f + max(activations %.2f [%.3f per"
                         + " micro-batch x %.2f in flight, logits, transients] + grads so far %.2f, grads %.2f + grad buffers"
-                        + " %.2f + optimizer workspace %.2f) + overhead %.2f (pipeline stage %d)",
+                        + " %.2f + optimizer workspace %.2f) + overhead %.2f (pipeline stage %d)%s",
                 gib(total()), gib(parameters), gib(optimizerState), gib(activations), gib(activationsPerMicroBatch),
                 inFlightMicroBatches, gib(gradientsAtActivationPeak), gib(gradients), gib(gradientBuffers),
                 gib(optimizerWorkspace), gib(overhead),
-                stage);
+                stage, optimizerStateOnHost > 0
+                        ? String.format(Locale.ROOT, "; optimizer state on the host %.2f", gib(optimizerStateOnHost)) : "");
     }
 
     static double gib(long bytes) {

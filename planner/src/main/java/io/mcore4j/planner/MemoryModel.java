@@ -13,7 +13,11 @@ import java.util.List;
  * momentum one), in buckets padded to a multiple of the reduction group and sharded over it with
  * the distributed optimizer (dense parameters over DP x CP, expert parameters over expert-DP);
  * the reduction buffer has the gradient dtype (float32 unless
- * {@code --no-accumulate-allreduce-grads-in-fp32}); activations from {@link ActivationModel}.
+ * {@code --no-accumulate-allreduce-grads-in-fp32}); activations from {@link ActivationModel}. Under
+ * {@link OptimizerConfig#optimizerCpuOffload()} the fraction {@code optimizerOffloadFraction} of the
+ * optimizer state leaves device memory (the optimizer moves whole bucket shards and so moves at least
+ * that much: the device share estimated is an upper bound); the gradients, their buffers and the
+ * step's workspace stay on the device.
  */
 public final class MemoryModel {
     private MemoryModel() {}
@@ -60,7 +64,9 @@ public final class MemoryModel {
         boolean shard = opt.useDistributedOptimizer();
         long denseShard = shard ? ceilDiv(dense, denseGroup) : dense;
         long expertShard = shard ? ceilDiv(expert, expertGroup) : expert;
-        long optimizer = (denseShard + expertShard) * 4L * (1 + stateTensors(opt));
+        long state = (denseShard + expertShard) * 4L * (1 + stateTensors(opt));
+        long onHost = opt.optimizerCpuOffload() ? (long) Math.floor(opt.optimizerOffloadFraction() * state) : 0;
+        long optimizer = state - onHost;
         int gradBytes = opt.gradReduceInFp32() ? 4 : bytes;
         long buffers = (denseShard + expertShard) * gradBytes;
         if (shard && (denseGroup > 1 || expertGroup > 1)) {
@@ -80,7 +86,7 @@ public final class MemoryModel {
         boolean last = stage == layout.pipelineParallel() - 1;
         double peak = kept + Math.max(act.backwardTransient(b, s, layersPerChunk), last ? act.logits(b, s) : 0);
         long workspace = (long) ((denseShard + expertShard) * cal.optimizerWorkspaceBytesPerParameter());
-        return new MemoryEstimate(stage, params, params, optimizer, (long) perMicroBatch,
+        return new MemoryEstimate(stage, params, params, optimizer, onHost, (long) perMicroBatch,
                 chunksInFlight / layout.virtualStages(), (long) peak, params, buffers, workspace,
                 cal.deviceOverheadBytes());
     }

@@ -258,6 +258,16 @@ public final class PretrainArgs {
     @Option(names = "--accumulate-allreduce-grads-in-fp32", negatable = true, description = "Reduce gradients in float32 under --fp16 and --bf16 (mcore4j's default; Megatron's is off). Default: ${DEFAULT-VALUE}.")
     boolean gradReduceInFp32 = true;
 
+    // optimizer CPU offload (Megatron's hybrid device optimizer)
+    @Option(names = {"--optimizer-cpu-offload", "--cpu-optimizer"}, description = "Hold the fp32 master weights and"
+            + " moments of --optimizer-offload-fraction of the optimizer state in host memory and step them there"
+            + " (gradients to the host, new parameters back each step); needs --use-distributed-optimizer and"
+            + " --optimizer adam, as Megatron's does (through --use-precision-aware-optimizer).")
+    boolean optimizerCpuOffload;
+    @Option(names = "--optimizer-offload-fraction", description = "Share of the optimizer state --optimizer-cpu-offload"
+            + " holds on the host, in (0, 1]. Default: ${DEFAULT-VALUE}.")
+    double optimizerOffloadFraction = 1.0;
+
     // iterations, data, checkpoints, logging
     @Option(names = "--micro-batch-size", description = "Default: ${DEFAULT-VALUE}.")
     int microBatchSize = 4;
@@ -548,6 +558,7 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--override-opt-param-scheduler and --use-checkpoint-opt_param-scheduler"
                     + " exclude each other");
         }
+        checkOptimizerOffload();
         if (!(timeoutMinutes > 0)) {
             throw new IllegalArgumentException("--distributed-timeout-minutes " + timeoutMinutes + " must be positive");
         }
@@ -591,7 +602,8 @@ public final class PretrainArgs {
                 .lr(lr).beta1(adamBeta1).beta2(adamBeta2).eps(adamEps).weightDecay(weightDecay).clipGrad(clipGrad)
                 .precision(Precision.of(fp16, bf16)).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
                 .gradReduceInFp32(gradReduceInFp32 && !gradReduceInBf16).overlapGradReduce(overlapGradReduce)
-                .bucketSizeBytes(4 * ddpBucketSize).build();
+                .bucketSizeBytes(4 * ddpBucketSize).optimizerCpuOffload(optimizerCpuOffload)
+                .optimizerOffloadFraction(optimizerOffloadFraction).build();
         LearningRateSchedule schedule;
         try {
             schedule = new LearningRateSchedule(lr, minLr, warmup, decay,
@@ -654,6 +666,32 @@ public final class PretrainArgs {
                     lrWarmupFraction, decayIterations, iterations, decayIterations));
         }
         return whole;
+    }
+
+    /**
+     * Megatron's rules for {@code --optimizer-cpu-offload}: it requires
+     * {@code --use-precision-aware-optimizer}, which in turn requires the distributed optimizer and
+     * {@code adam}; mcore4j's optimizer state is already what that flag selects with its default
+     * dtypes (fp32 masters and moments), so the requirement becomes the other two flags. With
+     * {@code --auto-layout} the planner decides the distributed optimizer, so only the optimizer is
+     * checked then.
+     */
+    private void checkOptimizerOffload() {
+        if (!(optimizerOffloadFraction > 0 && optimizerOffloadFraction <= 1)) {
+            throw new IllegalArgumentException("--optimizer-offload-fraction " + optimizerOffloadFraction
+                    + " must be in (0, 1]");
+        }
+        if (!optimizerCpuOffload) {
+            return;
+        }
+        if (optimizer != OptimizerKind.adam) {
+            throw new IllegalArgumentException("--optimizer-cpu-offload needs --optimizer adam (got " + optimizer
+                    + "): Megatron requires --use-precision-aware-optimizer with it, which supports only adam");
+        }
+        if (!useDistributedOptimizer && !autoLayout) {
+            throw new IllegalArgumentException("--optimizer-cpu-offload needs --use-distributed-optimizer: Megatron"
+                    + " requires --use-precision-aware-optimizer with it, which supports only the distributed optimizer");
+        }
     }
 
     /**

@@ -17,14 +17,6 @@ public final class RefusedMegatronFlags {
             + " which is refused.")
     String tiktokenPattern;
 
-    // optimizer offload
-    @Option(names = "--optimizer-cpu-offload", description = "Refused: optimizer CPU offload is not implemented yet.")
-    boolean optimizerCpuOffload;
-    @Option(names = "--optimizer-offload-fraction", description = "Refused: optimizer CPU offload is not implemented yet.")
-    String optimizerOffloadFraction;
-    @Option(names = "--cpu-optimizer", description = "Refused: optimizer CPU offload is not implemented yet.")
-    boolean cpuOptimizer;
-
     // model
     @Option(names = "--apply-layernorm-1p", description = "Refused: zero-centred norm weights are not implemented"
             + " (mcore4j's norm weights start at 1).")
@@ -81,12 +73,6 @@ public final class RefusedMegatronFlags {
      */
     void check() {
         List<String> refusals = new ArrayList<>();
-        if (optimizerCpuOffload || cpuOptimizer || optimizerOffloadFraction != null) {
-            String flag = optimizerCpuOffload ? "--optimizer-cpu-offload" : cpuOptimizer ? "--cpu-optimizer"
-                    : "--optimizer-offload-fraction " + optimizerOffloadFraction;
-            refusals.add(flag + ": optimizer CPU offload is not implemented yet (a later change adds it); the optimizer state stays on the training device"
-                    + " (--use-distributed-optimizer shards it over data-parallel ranks)");
-        }
         flag(refusals, applyLayernorm1p, "--apply-layernorm-1p: zero-centred norm weights are not implemented; drop the"
                 +  " flag (mcore4j's LayerNorm and RMSNorm weights start at 1)");
         flag(refusals, initMethodXavierUniform, "--init-method-xavier-uniform: only normal initialisation is implemented;"

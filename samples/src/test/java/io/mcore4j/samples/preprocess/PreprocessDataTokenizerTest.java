@@ -84,12 +84,12 @@ class PreprocessDataTokenizerTest {
         assertTrue(outside.err.contains("line 2: field \"text\": NullTokenizer: piece 1 \"99\" is not a token id in [0, 51)"), outside.err);
     }
 
-    /** Exit code 2, the first of two lines is exactly {@code message}, and nothing on standard output. */
+    /** Exit code 2, one line holding exactly {@code message}, and nothing on standard output. */
     private static void assertRefused(Output o, String message) {
         assertEquals(2, o.code, o.err);
         String[] lines = o.err.split("\n");
-        assertEquals(2, lines.length, o.err);
-        assertEquals("preprocess: " + message, lines[0]);
+        assertEquals(1, lines.length, o.err);
+        assertEquals("preprocess: " + message + " ('preprocess --help' lists the flags)", lines[0]);
         assertEquals("", o.out);
     }
 
