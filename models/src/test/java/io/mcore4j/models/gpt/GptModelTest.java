@@ -50,18 +50,8 @@ class GptModelTest {
                         .activation(MlpActivation.SWIGLU)
                         .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build())) {
             Result ref = c.numQueryGroups() == 2 ? run(c.toBuilder().build(), 1) : reference;
-            Result tp2 = run(c, 2);
-            assertEquals(ref.loss, tp2.loss, 1e-5 * Math.abs(ref.loss), "loss with " + describe(c));
             // strided (fused SwiGLU) weights are described in pieces and skipped here; everything else is compared
-            int compared = 0;
-            for (String key : tp2.gradients.keySet()) {
-                double[] a = ref.gradients.get(key);
-                double[] b = tp2.gradients.get(key);
-                compared++;
-                for (int i = 0; i < a.length; i++) {
-                    assertEquals(a[i], b[i], 1e-5, key + "[" + i + "] with " + describe(c));
-                }
-            }
+            int compared = assertMatches(ref, run(c, 2), c).size();
             assertTrue(compared >= 12, "compared only " + compared + " gradients");
         }
     }
@@ -82,17 +72,11 @@ class GptModelTest {
             assertTrue(Math.abs(ref.loss - run(without, 1).loss) > 1e-6, "the norms change nothing with " + describe(c));
             for (TransformerConfig parallel : List.of(c, c.toBuilder().sequenceParallel(true).build())) {
                 Result tp2 = run(parallel, 2);
-                assertEquals(ref.loss, tp2.loss, 1e-5 * Math.abs(ref.loss), "loss with " + describe(parallel));
                 int norms = 0;
-                for (String key : tp2.gradients.keySet()) {
-                    double[] a = ref.gradients.get(key);
-                    double[] b = tp2.gradients.get(key);
-                    for (int i = 0; i < a.length; i++) {
-                        assertEquals(a[i], b[i], 1e-5, key + "[" + i + "] with " + describe(parallel));
-                    }
+                for (String key : assertMatches(ref, tp2, parallel)) {
                     if (key.contains(".q_layernorm.") || key.contains(".k_layernorm.")) {
                         norms++;
-                        assertTrue(java.util.Arrays.stream(b).anyMatch(v -> v != 0), key + " got no gradient");
+                        assertTrue(java.util.Arrays.stream(tp2.gradients.get(key)).anyMatch(v -> v != 0), key + " got no gradient");
                     }
                 }
                 int expected = 2 * 2 * (c.normalization() == TransformerConfig.Normalization.LAYER_NORM ? 2 : 1);
@@ -177,6 +161,23 @@ class GptModelTest {
             }
             return null;
         });
+    }
+
+    /**
+     * Fails unless {@code parallel}'s loss and every gradient it reassembled equal {@code ref}'s.
+     *
+     * @return the keys compared
+     */
+    private static java.util.Set<String> assertMatches(Result ref, Result parallel, TransformerConfig c) {
+        assertEquals(ref.loss, parallel.loss, 1e-5 * Math.abs(ref.loss), "loss with " + describe(c));
+        for (String key : parallel.gradients.keySet()) {
+            double[] a = ref.gradients.get(key);
+            double[] b = parallel.gradients.get(key);
+            for (int i = 0; i < a.length; i++) {
+                assertEquals(a[i], b[i], 1e-5, key + "[" + i + "] with " + describe(c));
+            }
+        }
+        return parallel.gradients.keySet();
     }
 
     private static String describe(TransformerConfig c) {

@@ -85,7 +85,7 @@ class Mcore4jScriptIT {
 
         Result missing = run(script, Map.of(), "preprocess", "--input", "absent.jsonl", "--output-prefix", "x",
                 "--tokenizer-type", "ByteLevel", "--no-progress");
-        assertEquals(1, missing.code(), missing.err());
+        assertEquals(2, missing.code(), missing.err()); // a bad --input is a bad flag value
         assertEquals(1, missing.errLines().size(), missing.err());
         assertTrue(missing.err().contains("absent.jsonl"), missing.err());
     }
