@@ -73,12 +73,19 @@ public final class Mcore4j {
     }
 
     /** Initialisation-on-demand holder: the class initialiser runs exactly once, under the JVM's lock. */
+    /** JavaCPP's cap on the process's resident memory, which mcore4j lifts (0) unless the user set it. */
+    static final String JAVACPP_MAX_PHYSICAL_BYTES = "org.bytedeco.javacpp.maxPhysicalBytes";
+
     private static final class Holder {
         static {
             setIfAbsent("ai.djl.offline", "true");
             setIfAbsent("OPT_OUT_TRACKING", "true");
             // keep DJL's engine from writing a model-zoo cache or probing for other engines
             setIfAbsent("ai.djl.default_engine", "PyTorch");
+            // JavaCPP (NCCL, CUDA) refuses its own small allocations once the whole process's resident memory
+            // passes 4 x -Xmx; libtorch's host tensors (optimizer state offloaded to the host: 75 GiB for a
+            // 7B model) are not JavaCPP's to budget
+            setIfAbsent(JAVACPP_MAX_PHYSICAL_BYTES, "0");
             if (!cudaDriverPresent(System.getProperty("os.name", ""), Path.of("/"))) {
                 // no driver: DJL's "Failed to detect GPU count" warning is noise on a CPU machine
                 setIfAbsent("org.slf4j.simpleLogger.log.ai.djl.util.cuda.CudaUtils", "error");
