@@ -421,6 +421,33 @@ public final class CheckpointManager {
         }
     }
 
+    /**
+     * Every save's directory under the root, complete or not: the iteration directories and the
+     * staging and replaced directories that interrupted saves leave ({@code iter_N.saving},
+     * {@code iter_N.replaced}). Reads only the directory listing.
+     *
+     * @return the directories, sorted by name; empty when the root does not exist
+     * @throws CheckpointException if the root cannot be listed
+     */
+    public List<Path> saveDirectories() {
+        if (!Files.isDirectory(root)) {
+            return List.of();
+        }
+        List<Path> out = new ArrayList<>();
+        try (DirectoryStream<Path> entries = Files.newDirectoryStream(root)) {
+            for (Path p : entries) {
+                String name = p.getFileName().toString();
+                if ((ITERATION_DIR.matcher(name).matches() || LEFTOVER_DIR.matcher(name).matches()) && Files.isDirectory(p)) {
+                    out.add(p);
+                }
+            }
+        } catch (IOException e) {
+            throw new CheckpointException("cannot list " + root + ": " + e, e);
+        }
+        out.sort(null);
+        return out;
+    }
+
     /** @return the iterations that have a directory under the root, ascending */
     private List<Long> iterationDirectories() {
         TreeSet<Long> found = new TreeSet<>();

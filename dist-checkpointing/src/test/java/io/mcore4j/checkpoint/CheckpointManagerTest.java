@@ -68,6 +68,18 @@ class CheckpointManagerTest {
     }
 
     @Test
+    void saveDirectoriesListsIterationsAndInterruptedSavesOnly() throws IOException {
+        CheckpointManager manager = new CheckpointManager(root, 2);
+        assertEquals(List.of(), manager.saveDirectories());
+        for (String name : List.of("iter_0000002", "iter_0000003.saving", "iter_0000001.replaced", "iter_notes", "other")) {
+            Files.createDirectories(root.resolve(name));
+        }
+        Files.writeString(root.resolve("iter_0000004"), "a file, not a save");
+        assertEquals(List.of(root.resolve("iter_0000001.replaced"), root.resolve("iter_0000002"),
+                root.resolve("iter_0000003.saving")), manager.saveDirectories());
+    }
+
+    @Test
     void withoutAMarkerTheNewestCompleteDirectoryIsLatest() {
         CheckpointManager manager = new CheckpointManager(root, 1);
         InJvmWorld.run(2, rank -> {

@@ -17,7 +17,6 @@ import io.mcore4j.training.metrics.MetricsSink;
 
 import java.io.IOException;
 import java.io.PrintStream;
-import java.io.UncheckedIOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -28,7 +27,6 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalLong;
-import java.util.stream.Stream;
 
 /**
  * The training loop: resume, iterations of {@link TrainStep}, logging every {@code logInterval},
@@ -258,26 +256,14 @@ public final class TrainingLoop {
         }
     }
 
-    /** @return the iteration directories under {@code dir} ({@code iter_*}, staging leftovers included), sorted */
-    private static List<Path> iterationDirectories(Path dir) {
-        if (!Files.isDirectory(dir)) {
-            return List.of();
-        }
-        try (Stream<Path> list = Files.list(dir)) {
-            return list.filter(p -> p.getFileName().toString().startsWith("iter_") && Files.isDirectory(p)).sorted().toList();
-        } catch (IOException e) {
-            throw new UncheckedIOException("cannot list " + dir, e);
-        }
-    }
-
     /** @return the iteration directories under {@code dir} that hold a complete checkpoint (a metadata file) */
     private static List<Path> completeSaves(Path dir) {
-        return iterationDirectories(dir).stream().filter(DistCheckpointing::isComplete).toList();
+        return new CheckpointManager(dir, 1).saveDirectories().stream().filter(DistCheckpointing::isComplete).toList();
     }
 
     /** @return the iteration directories under {@code dir} without a metadata file: saves that never finished */
     private static List<Path> incompleteSaves(Path dir) {
-        return iterationDirectories(dir).stream().filter(p -> !DistCheckpointing.isComplete(p)).toList();
+        return new CheckpointManager(dir, 1).saveDirectories().stream().filter(p -> !DistCheckpointing.isComplete(p)).toList();
     }
 
     private static String ignoring(List<Path> incomplete) {
