@@ -97,6 +97,21 @@ public interface Communicator {
     }
 
     /**
+     * Starts {@link #allGather} along dim 0, letting it overlap the caller's later work where the
+     * backend can (see {@link #startAllReduceInPlace}). The default runs it at once.
+     *
+     * @param input this rank's piece, contiguous; keep it open and unmodified until
+     *              {@link PendingCollective#await()}
+     * @param owner manager that owns the result
+     * @return the pending collective; its {@code await()} returns every rank's piece concatenated along
+     *         dim 0 in rank order
+     */
+    default PendingCollective startAllGather(NDArray input, NDManager owner) {
+        NDArray out = allGather(input, 0, owner);
+        return () -> out;
+    }
+
+    /**
      * Concatenates every rank's {@code input} along {@code dim}, in rank order. Inputs must have
      * equal shapes.
      *

@@ -203,6 +203,30 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         });
     }
 
+    /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: as {@link #startAllReduceInPlace}; the result is allocated before the collective is
+     * enqueued.
+     */
+    @Override
+    public PendingCollective startAllGather(NDArray input, NDManager owner) {
+        int d = args.checkDim(input, 0);
+        String what = describe("all-gather dim " + d, input);
+        requireContiguous(what, input);
+        return run(what, () -> {
+            if (comm == null) {
+                NDArray out = copyOwnedBy(input, owner);
+                return () -> out;
+            }
+            NDArray out = DataTypes.empty(owner, RankMajorLayout.gathered(input.getShape(), 0, size()), DataTypes.of(input),
+                    owner.getDevice());
+            CUstream_st on = comm.sideStream(what);
+            enqueueAllGather(what, input, out, on);
+            return joinLater(what, comm.startedOnSideStream(what), out);
+        });
+    }
+
     private PendingCollective joinLater(String what, CUevent_st event, NDArray result) {
         boolean[] joined = {false};
         return () -> {
@@ -478,6 +502,11 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     /** Rank {@code r}'s {@code src} lands at elements {@code [r n, (r + 1) n)} of {@code buffer}. */
     private void gather(String what, NDArray src, NDArray buffer, boolean hostWait) {
+        enqueueAllGather(what, src, buffer, NcclComm.stream());
+        finish(what, hostWait);
+    }
+
+    private void enqueueAllGather(String what, NDArray src, NDArray buffer, CUstream_st on) {
         int dt = NcclCodes.dataType(DataTypes.of(src));
         int es = DataTypes.of(src).getNumOfBytes();
         long n = src.size();
@@ -485,19 +514,18 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         long to = address(buffer);
         ChunkPlan plan = ChunkPlan.of(n, es, chunkBytes);
         if (plan.chunks() == 1) {
-            comm.check(ncclAllGather(pointer(from), pointer(to), n, dt, comm.handle(), NcclComm.stream()), "ncclAllGather", what);
+            comm.check(ncclAllGather(pointer(from), pointer(to), n, dt, comm.handle(), on), "ncclAllGather", what);
         } else {
             for (int c = 0; c < plan.chunks(); c++) {
                 long off = plan.offset(c);
                 try (NcclComm.Group calls = comm.group(what)) {
                     for (int r = 0; r < size(); r++) {
                         calls.add(ncclBroadcast(pointer(from + off * es), pointer(to + (r * n + off) * es), plan.length(c), dt, r,
-                                comm.handle(), NcclComm.stream()), "ncclBroadcast");
+                                comm.handle(), on), "ncclBroadcast");
                     }
                 }
             }
         }
-        finish(what, hostWait);
     }
 
     /** This rank gets the reduction of elements {@code [rank n, (rank + 1) n)} of every member's {@code src}. */
