@@ -25,6 +25,14 @@ _mc4j_host() {
       || { tail -30 "$log" >&2; echo "run-on-host: the JNI build failed (log: $log)" >&2; return 1; }
     tail -1 "$log"
   fi
+  # mcore4j's CUDA graph library, against the same libtorch (once per torch version); without it graphs are off
+  local graphs=${MCORE4J_CUDA_GRAPHS_LIB:-$(dirname "$DJL_JNI_PATH")/libmcore4j_cuda_graphs.so}
+  if [ -f "$gpu/native/cuda_graphs.cpp" ] && { [ ! -f "$graphs" ] || [ "$gpu/native/cuda_graphs.cpp" -nt "$graphs" ]; }; then
+    JNI_INCLUDE_DIRS="$gpu/jni-include" bash "$gpu/scripts/build-cuda-graphs.sh" "$gpu/native/cuda_graphs.cpp" \
+      "$(dirname "$PYTORCH_LIBRARY_PATH")" "$graphs" >"$host/cuda-graphs-build.log" 2>&1 \
+      || { tail -20 "$host/cuda-graphs-build.log" >&2; echo "run-on-host: the CUDA graph library did not build; graphs stay off" >&2; }
+  fi
+  [ -f "$graphs" ] && export MCORE4J_JAVA_OPTS="$MCORE4J_JAVA_OPTS -Dmcore4j.cuda.graphs.library=$graphs"
   echo "java: $(java -version 2>&1 | head -1); CP=$CP"
 }
 if [ "${BASH_SOURCE[0]}" != "$0" ]; then

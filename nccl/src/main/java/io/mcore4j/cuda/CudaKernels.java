@@ -3,6 +3,7 @@ package io.mcore4j.cuda;
 import ai.djl.Device;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.CrossEntropyKernel;
+import io.mcore4j.core.kernel.GraphCapture;
 import io.mcore4j.core.kernel.KernelProvider;
 import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.kernel.MasterAdamKernel;
@@ -14,7 +15,8 @@ import java.util.Optional;
  * The {@link KernelProvider} service of the CUDA artifact: {@link MasterAdamKernel},
  * {@link QkvGradientKernel}, {@link BiasGradientKernel}, {@link CrossEntropyKernel} and
  * {@link LayerNormKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
- * bfloat16 conversions), each source compiled once per device and process. Off with
+ * bfloat16 conversions), each source compiled once per device and process; and {@link GraphCapture}
+ * (CUDA graphs) where mcore4j's native graph library is loaded ({@link NativeCudaGraphs}). Off with
  * {@code -Dmcore4j.cuda.kernels=false}: callers then compose the same results from libtorch's kernels.
  */
 public final class CudaKernels implements KernelProvider {
@@ -23,6 +25,10 @@ public final class CudaKernels implements KernelProvider {
 
     @Override
     public <T> Optional<T> create(Class<T> kernel, Device device) {
+        if (kernel == GraphCapture.class) {
+            return device.isGpu() && CudaGraphCapture.available()
+                    ? Optional.of(kernel.cast(new CudaGraphCapture(device.getDeviceId()))) : Optional.empty();
+        }
         if (!device.isGpu() || "false".equalsIgnoreCase(System.getProperty(ENABLED_PROPERTY))) {
             return Optional.empty();
         }

@@ -41,7 +41,7 @@ import org.bytedeco.javacpp.SizeTPointer;
 /**
  * A CUDA C source of ours compiled by NVRTC into a cubin for one device's architecture and loaded
  * into that device's primary context (the one libtorch uses): its {@code extern "C"} kernels by
- * name, launched on the legacy default stream. A source is compiled once per device and process
+ * name, launched on the calling thread's {@link CurrentStream}. A source is compiled once per device and process
  * ({@link #load}): the loaded module is immutable code that stays loaded for the life of the process
  * (the driver unloads it with the context), so every user shares it.
  */
@@ -129,7 +129,7 @@ final class RuntimeCompiledModule {
     }
 
     /**
-     * Launches {@code kernel} with one-dimensional blocks on the legacy default stream.
+     * Launches {@code kernel} with one-dimensional blocks on the thread's {@link CurrentStream}.
      *
      * @param kernel an {@code extern "C"} kernel of the source
      * @param blocks grid size, >= 1
@@ -142,7 +142,7 @@ final class RuntimeCompiledModule {
     }
 
     /**
-     * Launches {@code kernel} on a two-dimensional grid of one-dimensional blocks on the legacy default stream.
+     * Launches {@code kernel} on a two-dimensional grid of one-dimensional blocks on the thread's {@link CurrentStream}.
      *
      * @param kernel an {@code extern "C"} kernel of the source
      * @param blocksX grid size along x, in [1, 2^31)
@@ -163,7 +163,7 @@ final class RuntimeCompiledModule {
             f = functions.computeIfAbsent(kernel, this::function);
         }
         PointerPointer<Pointer> params = new PointerPointer<>(args);
-        checkDriver(cuLaunchKernel(f, (int) blocks, (int) blocksY, 1, threads, 1, 1, 0, null, params, null),
+        checkDriver(cuLaunchKernel(f, (int) blocks, (int) blocksY, 1, threads, 1, 1, 0, CurrentStream.get(), params, null),
                 "cuLaunchKernel(" + kernel + ")");
     }
 

@@ -330,6 +330,15 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         }
     }
 
+    /**
+     * Ends the step's gradients like {@link #zeroGrad()} but leaves every {@code .grad} as it is: for
+     * steps whose next backward writes the gradients afresh instead of adding to them (a forward-backward
+     * replayed from a CUDA graph, whose first micro-batch makes each {@code .grad}).
+     */
+    public void keepGradients() {
+        releaseSynced();
+    }
+
     /** @return whether {@link #finishGradSync()} ran since the last {@link #zeroGrad()} */
     public boolean isGradSynced() {
         return synced != null;

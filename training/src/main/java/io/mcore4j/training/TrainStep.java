@@ -7,6 +7,8 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.kernel.GraphCapture;
+import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.optimizer.DistributedDataParallel;
@@ -29,6 +31,9 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.function.DoubleSupplier;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 /**
  * One training iteration, in the one order every front-end uses: read this rank's micro-batches,
  * run the forward-backward schedule over them with the loss multiplied by the loss scale (and the
@@ -43,6 +48,7 @@ import java.util.function.DoubleSupplier;
  * stays the caller's. One instance is used by one thread.
  */
 public final class TrainStep implements AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(TrainStep.class);
     /** Prefix of model keys in checkpoints. */
     public static final String MODEL_PREFIX = "model.";
     /** Prefix of optimizer keys in checkpoints. */
@@ -61,6 +67,8 @@ public final class TrainStep implements AutoCloseable {
     private final ScheduleConfig schedule;
     // the losses of steps whose results have not been read yet (see TrainStepResult)
     private final NDManager unreadLosses;
+    // the schedule's second implementation, replayed from a CUDA graph; null when every step is eager
+    private final ScheduleGraph graph;
 
     private TrainStep(Builder b) {
         this.model = b.model;
@@ -82,6 +90,12 @@ public final class TrainStep implements AutoCloseable {
         this.schedule = ScheduleConfig.of(microBatches, model.activationShape(microBatchSize, seqLength),
                 model.activationDtype());
         this.unreadLosses = manager.newSubManager();
+        this.graph = b.cudaGraph.enabled() ? Kernels.find(GraphCapture.class, manager.getDevice())
+                .map(capture -> new ScheduleGraph(capture, b.cudaGraph, manager)).orElseGet(() -> {
+                    LOG.warn("--cuda-graph-impl local: no CUDA graph support on {} (a CUDA device and mcore4j's graph"
+                            + " library are needed); every step runs eagerly", manager.getDevice());
+                    return null;
+                }) : null;
     }
 
     /**
@@ -125,7 +139,8 @@ public final class TrainStep implements AutoCloseable {
             // gradient the dp-cp average divides by CP, so it is scaled by CP like the main loss (Megatron's)
             model.setAuxLossScale(scale * groups.cp().size() / microBatches);
             ddp.expectBackwardPasses(microBatches);
-            ScheduleResult result = schedule(batches, scale, false);
+            ScheduleResult result = graph == null ? schedule(batches, scale, false)
+                    : graph.run(batches, scale, b -> schedule(b, scale, false), ddp::zeroGrad, manager);
             long queued = System.nanoTime();
             marks[1] = mark();
             model.finishStep();
@@ -133,7 +148,11 @@ public final class TrainStep implements AutoCloseable {
             marks[2] = mark();
             StepResult s = optimizer.step(learningRate, weightDecay); // reads the gradient norm: one host sync
             marks[3] = mark();
-            ddp.zeroGrad();
+            if (graph != null && graph.ownsGradients()) {
+                ddp.keepGradients(); // the next replay writes them afresh
+            } else {
+                ddp.zeroGrad();
+            }
             marks[4] = mark();
             // Megatron's MoE metrics: loss / coeff per layer, summed over the micro-batches, scaled by 1 / micro-batches
             // (collective; after the step's own collectives so that every group sees the same order)
@@ -320,6 +339,9 @@ public final class TrainStep implements AutoCloseable {
     /** Releases the optimizer state, the gradient buffers and the losses no result has read (not the model). */
     @Override
     public void close() {
+        if (graph != null) {
+            graph.close();
+        }
         unreadLosses.close();
         optimizer.close();
         ddp.close();
@@ -335,6 +357,7 @@ public final class TrainStep implements AutoCloseable {
         private int seqLength = 1;
         private int microBatches = 1;
         private boolean timePhases;
+        private CudaGraphConfig cudaGraph = CudaGraphConfig.NONE;
 
         private Builder(TrainingModel model, ProcessGroups groups, NDManager manager) {
             this.model = Objects.requireNonNull(model, "model");
@@ -396,6 +419,16 @@ public final class TrainStep implements AutoCloseable {
         }
 
         /**
+         * @param v whether steps after a warm-up replay their forward-backward from a CUDA graph; where the
+         *          device has no graph support every step stays eager, with one line in the log
+         * @return this builder
+         */
+        public Builder cudaGraph(CudaGraphConfig v) {
+            cudaGraph = Objects.requireNonNull(v, "cudaGraph");
+            return this;
+        }
+
+        /**
          * @return the step, with its data-parallel wrapper and optimizer created
          * @throws IllegalArgumentException naming a bad value
          */
@@ -407,6 +440,17 @@ public final class TrainStep implements AutoCloseable {
             if (model instanceof SingleStageModel && groups.dims().pipelineParallel() > 1) {
                 throw new IllegalArgumentException("a single-stage model cannot run at pipeline-parallel size "
                         + groups.dims().pipelineParallel() + "; implement TrainingModel's chunks for pipelining");
+            }
+            if (cudaGraph.enabled()) {
+                if (optimizer.overlapGradReduce()) {
+                    throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --overlap-grad-reduce exclude"
+                            + " each other for now: the overlapped reduction starts inside the backward the graph captures");
+                }
+                if (groups.dims().pipelineParallel() > 1) {
+                    throw new IllegalArgumentException("--cuda-graph-scope full_iteration needs --pipeline-model-parallel-size 1"
+                            + " for now (it is " + groups.dims().pipelineParallel() + "): the pipeline's shape exchange waits"
+                            + " on the host");
+                }
             }
             return new TrainStep(this);
         }

@@ -11,7 +11,9 @@ import static org.bytedeco.cuda.global.cudart.cudaGetDeviceCount;
 import static org.bytedeco.cuda.global.cudart.cudaGetErrorString;
 import static org.bytedeco.cuda.global.cudart.cudaSetDevice;
 import static org.bytedeco.cuda.global.cudart.cudaStreamCreateWithPriority;
+import static org.bytedeco.cuda.global.cudart.cudaStreamCaptureStatusNone;
 import static org.bytedeco.cuda.global.cudart.cudaStreamDestroy;
+import static org.bytedeco.cuda.global.cudart.cudaStreamIsCapturing;
 import static org.bytedeco.cuda.global.cudart.cudaStreamNonBlocking;
 import static org.bytedeco.cuda.global.cudart.cudaStreamWaitEvent;
 import static org.bytedeco.cuda.global.cudart.cudaSuccess;
@@ -28,6 +30,7 @@ import static org.bytedeco.cuda.global.nccl.ncclGroupStart;
 import static org.bytedeco.cuda.global.nccl.ncclInProgress;
 import static org.bytedeco.cuda.global.nccl.ncclSuccess;
 
+import io.mcore4j.cuda.CurrentStream;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.ProcessGroup;
 
@@ -54,7 +57,8 @@ import org.slf4j.LoggerFactory;
  * when an {@link NcclBackend} is created.
  *
  * <p><b>Streams.</b> Every call is enqueued on the legacy default stream ({@code null}), the stream
- * DJL's libtorch ops run on: an NCCL call runs after the DJL ops enqueued before it and before
+ * DJL's libtorch ops run on (while the thread captures a CUDA graph, on the capture's stream instead,
+ * {@link CurrentStream}, where nothing is handed to the watchdog and nothing may wait on the host): an NCCL call runs after the DJL ops enqueued before it and before
  * those enqueued after it, so inputs are ready and results are visible without extra
  * synchronisation. Collectives started to overlap later work run on a second, non-blocking,
  * highest-priority stream of this communicator ({@link #sideStream}), after an event on the default
@@ -200,9 +204,12 @@ final class NcclComm implements AutoCloseable {
         return comm;
     }
 
-    /** @return the stream every call is enqueued on: the legacy default stream */
+    /**
+     * @return the stream every call is enqueued on: the calling thread's {@link CurrentStream}, the legacy
+     *     default stream unless the thread captures a CUDA graph
+     */
     static CUstream_st stream() {
-        return null;
+        return CurrentStream.get();
     }
 
     /**
@@ -227,10 +234,14 @@ final class NcclComm implements AutoCloseable {
                 throw fail(what, "cudaSetDevice(" + device + ") failed: " + cudaError(r), List.of());
             }
             if (sideUnordered) {
-                // work of this communicator on the side stream comes first: NCCL needs one order per communicator
+                // work of this communicator on the side stream comes first: NCCL needs one order per communicator.
+                // Side work queued before a graph capture began was joined into the default stream, which the
+                // capture stream started after; a capture cannot wait on an event recorded outside it.
                 sideUnordered = false;
-                check(cudaEventRecord(sideTail, side), "cudaEventRecord", what, true);
-                check(cudaStreamWaitEvent(stream(), sideTail, 0), "cudaStreamWaitEvent", what, true);
+                if (!CurrentStream.capturing() || isCapturing(side, what)) {
+                    check(cudaEventRecord(sideTail, side), "cudaEventRecord", what, true);
+                    check(cudaStreamWaitEvent(stream(), sideTail, 0), "cudaStreamWaitEvent", what, true);
+                }
             }
             return calls::unlock;
         } catch (RuntimeException e) {
@@ -295,6 +306,12 @@ final class NcclComm implements AutoCloseable {
         }
     }
 
+    private boolean isCapturing(CUstream_st stream, String what) {
+        int[] status = new int[1];
+        check(cudaStreamIsCapturing(stream, status), "cudaStreamIsCapturing", what, true);
+        return status[0] != cudaStreamCaptureStatusNone;
+    }
+
     private CUevent_st newEvent(String what) {
         CUevent_st event = new CUevent_st();
         check(cudaEventCreateWithFlags(event, cudaEventDisableTiming), "cudaEventCreateWithFlags", what, true);
@@ -352,6 +369,9 @@ final class NcclComm implements AutoCloseable {
     }
 
     private void enqueued(String what, CUstream_st on) {
+        if (CurrentStream.capturing()) {
+            return; // recorded into a CUDA graph, not run: each replay's work is the replaying step's to wait for
+        }
         CUevent_st event = freeEvents.poll();
         if (event == null) {
             event = newEvent(what);
@@ -374,6 +394,10 @@ final class NcclComm implements AutoCloseable {
      *         if the watchdog aborts the communicator meanwhile
      */
     void await(String what, Duration timeout) {
+        if (CurrentStream.capturing()) {
+            throw new IllegalStateException(group.key() + " " + what + ": waits for the device, which a CUDA graph"
+                    + " capture cannot (the work is recorded, not run)");
+        }
         int r = cudaEventRecord(done, stream());
         if (r != cudaSuccess) {
             throw fail(what, "cudaEventRecord failed: " + cudaError(r), List.of());

@@ -19,6 +19,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.cuda.CurrentStream;
 import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
@@ -581,7 +582,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 comm.check(ncclRecv(pointer(at + off), plan.length(c), dt, peer, comm.handle(), NcclComm.stream()), "ncclRecv", what);
             }
         }
-        comm.await(what, timeout);
+        // inside a CUDA graph capture the stream orders the transfer before its consumers; nothing runs to wait for
+        finish(what, !CurrentStream.capturing());
     }
 
     // ---- checks and bookkeeping ----

@@ -20,6 +20,7 @@ import io.mcore4j.samples.tokenizer.TokenizerOptions;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.Vocab;
 import io.mcore4j.training.CheckpointConfig;
+import io.mcore4j.training.CudaGraphConfig;
 import io.mcore4j.training.TrainingConfig;
 import io.mcore4j.training.gpt.GptTrainingSetup;
 import picocli.CommandLine;
@@ -257,6 +258,16 @@ public final class PretrainArgs {
     boolean fusedAdam = true;
     @Option(names = "--accumulate-allreduce-grads-in-fp32", negatable = true, description = "Reduce gradients in float32 under --fp16 and --bf16 (mcore4j's default; Megatron's is off). Default: ${DEFAULT-VALUE}.")
     boolean gradReduceInFp32 = true;
+
+    // CUDA graphs (Megatron's --cuda-graph-*)
+    @Option(names = "--cuda-graph-impl", description = "none or local: local with --cuda-graph-scope full_iteration"
+            + " replays each step's forward-backward from one CUDA graph (on GPUs with mcore4j's graph library).")
+    String cudaGraphImpl = "none";
+    @Option(names = "--cuda-graph-scope", arity = "1..*", description = "What a graph holds: full_iteration (every"
+            + " micro-batch's forward and backward of a step; Megatron's per-layer scopes are not implemented).")
+    List<String> cudaGraphScope = new ArrayList<>();
+    @Option(names = "--cuda-graph-warmup-steps", description = "Eager steps before the capture. Default: ${DEFAULT-VALUE}.")
+    int cudaGraphWarmupSteps = 3;
 
     // optimizer CPU offload (Megatron's hybrid device optimizer)
     @Option(names = {"--optimizer-cpu-offload", "--cpu-optimizer"}, description = "Hold the fp32 master weights and"
@@ -623,7 +634,42 @@ public final class PretrainArgs {
         checkAttentionMemory(model, attention);
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
-                dataloaderType.type);
+                dataloaderType.type, cudaGraph());
+    }
+
+    /** --cuda-graph-impl, --cuda-graph-scope and --cuda-graph-warmup-steps as the step's graph setting. */
+    private CudaGraphConfig cudaGraph() {
+        if (cudaGraphWarmupSteps < 1) {
+            throw new IllegalArgumentException("--cuda-graph-warmup-steps " + cudaGraphWarmupSteps + " must be at least 1");
+        }
+        switch (cudaGraphImpl) {
+            case "none" -> {
+                if (!cudaGraphScope.isEmpty()) {
+                    throw new IllegalArgumentException("--cuda-graph-scope " + String.join(" ", cudaGraphScope)
+                            + " has no effect without --cuda-graph-impl local");
+                }
+                return CudaGraphConfig.NONE;
+            }
+            case "local" -> {
+                if (!cudaGraphScope.equals(List.of("full_iteration"))) {
+                    throw new IllegalArgumentException("--cuda-graph-scope " + (cudaGraphScope.isEmpty() ? "(none: Megatron's"
+                            + " per-layer graphs)" : String.join(" ", cudaGraphScope)) + ": mcore4j captures full_iteration"
+                            + " only (every micro-batch's forward and backward of a step); give --cuda-graph-scope full_iteration");
+                }
+                if (hiddenDropout > 0 || attentionDropout > 0) {
+                    throw new IllegalArgumentException("--cuda-graph-impl local needs --hidden-dropout 0 and --attention-dropout 0"
+                            + " for now (they are " + hiddenDropout + " and " + attentionDropout + "): a replayed graph"
+                            + " would repeat the captured step's dropout masks");
+                }
+                if (numExperts > 0) {
+                    throw new IllegalArgumentException("--cuda-graph-impl local does not take MoE layers yet (--num-experts "
+                            + numExperts + "): the routers' auxiliary losses are read per step");
+                }
+                return CudaGraphConfig.fullIteration(cudaGraphWarmupSteps);
+            }
+            default -> throw new IllegalArgumentException("--cuda-graph-impl " + cudaGraphImpl + " is not one of none, local"
+                    + (cudaGraphImpl.equals("transformer_engine") ? " (mcore4j has no Transformer Engine)" : ""));
+        }
     }
 
     /** The values of the Megatron script flags that are checked on their own (one line naming the flag). */

@@ -93,7 +93,7 @@ public final class GptPretraining {
                     setup.attention().layerSpec(setup.model()), setup.virtualStages()), hooks, groups);
                  TrainStep step = TrainStep.builder(model, groups, root).optimizer(setup.optimizer())
                          .microBatchSize(setup.microBatchSize()).seqLength(setup.seqLength())
-                         .globalBatchSize(setup.globalBatchSize()).timePhases(timePhases).build()) {
+                         .globalBatchSize(setup.globalBatchSize()).timePhases(timePhases).cudaGraph(setup.cudaGraph()).build()) {
                 int dpRank = groups.dataParallelRank();
                 int dp = dims.dataParallel();
                 ContextParallelSplit cp = ContextParallelSplit.of(groups.cp());

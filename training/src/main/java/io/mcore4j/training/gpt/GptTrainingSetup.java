@@ -5,6 +5,7 @@ import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.training.CudaGraphConfig;
 import io.mcore4j.training.TrainingConfig;
 
 import java.util.Objects;
@@ -31,12 +32,14 @@ import java.util.Objects;
  * @param deviceInitialization initialise weights on the training device (fast on GPUs; same values
  *                             only up to the device's random generator), instead of on the CPU
  * @param dataloaderType the order training samples are read in (Megatron's {@code --dataloader-type})
+ * @param cudaGraph whether steps replay their forward-backward from a CUDA graph after a warm-up
  */
 public record GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
                                int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
                                OptimizerConfig optimizer,
                                int microBatchSize, long globalBatchSize, int seqLength, TrainingConfig training,
-                               long seed, boolean deviceInitialization, DataloaderType dataloaderType) {
+                               long seed, boolean deviceInitialization, DataloaderType dataloaderType,
+                               CudaGraphConfig cudaGraph) {
 
     /** Checks what can be checked without knowing the world size. */
     public GptTrainingSetup {
@@ -45,6 +48,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
         Objects.requireNonNull(optimizer, "optimizer");
         Objects.requireNonNull(training, "training");
         Objects.requireNonNull(dataloaderType, "dataloaderType");
+        Objects.requireNonNull(cudaGraph, "cudaGraph");
         positive("--tensor-model-parallel-size", tensorParallel);
         positive("--pipeline-model-parallel-size", pipelineParallel);
         positive("virtual pipeline stages", virtualStages);
@@ -65,6 +69,19 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
                     + " (the load-balanced causal split cuts each sequence into 2·CP equal chunks)");
         }
         attention.layerSpec(model); // refuses a fused kind with attention dropout
+    }
+
+    /**
+     * A setup whose steps are all eager ({@link CudaGraphConfig#NONE}); the parameters are the canonical
+     * constructor's.
+     */
+    public GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
+                            int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
+                            OptimizerConfig optimizer, int microBatchSize, long globalBatchSize, int seqLength,
+                            TrainingConfig training, long seed, boolean deviceInitialization, DataloaderType dataloaderType) {
+        this(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel, contextParallel, optimizer,
+                microBatchSize, globalBatchSize, seqLength, training, seed, deviceInitialization, dataloaderType,
+                CudaGraphConfig.NONE);
     }
 
     /**

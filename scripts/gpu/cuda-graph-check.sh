@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# cuda-graph-check.sh: on a GPU host, after `source .gpu/run-on-host.sh` (which builds mcore4j's CUDA graph
+# library and names it in MCORE4J_JAVA_OPTS), compares eager steps with steps replayed from a CUDA graph
+# (--cuda-graph-impl local --cuda-graph-scope full_iteration) in one call:
+#   1. the host's cost: GptBenchmark --model probe --phases, eager and graphed (fp16 and bf16);
+#   2. the 1.3B model at TP1, eager and graphed;
+#   3. the same losses: pretrain-gpt --mock-data on a small model for ITERS iterations, eager and graphed,
+#      every iteration logged (a graph replays the eager step's kernels, so the losses must agree).
+# With NPROC>1 every run is launched under torchrun with --tensor-model-parallel-size NPROC.
+#   STEPS (10) timed steps after WARMUP (5); ROWS (probe 1.3b losses) picks the parts; EXTRA: more flags.
+set -uo pipefail
+steps=${STEPS:-10}; warmup=${WARMUP:-5}; rows=${ROWS:-probe 1.3b losses}; extra=${EXTRA:-}; n=${NPROC:-1}
+java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Dmcore4j.stacktrace=true"
+graph="--cuda-graph-impl local --cuda-graph-scope full_iteration --cuda-graph-warmup-steps 2"
+export NCCL_NVLS_ENABLE=0
+run() {
+  if [ "$n" -gt 1 ]; then
+    torchrun --standalone --nproc_per_node="$n" --no-python java $java_opts -cp "$CP" "$@" --tensor-model-parallel-size "$n"
+  else
+    java $java_opts -cp "$CP" "$@"
+  fi
+}
+log=$(mktemp)
+bench() {
+  run io.mcore4j.samples.bench.GptBenchmark --steps "$steps" --warmup "$warmup" "$@" $extra >"$log" 2>&1
+  grep -E "gpt-benchmark|WARN" "$log" || { echo "(no result; the run's last lines:)"; grep -vE "^\s+at (java|jdk|ai\.djl|picocli)" "$log" | tail -40; }
+}
+for row in $rows; do
+  case $row in
+    probe)
+      for p in "" "--bf16"; do
+        echo "== probe ${p:-fp16} eager";  bench --model probe --phases $p
+        echo "== probe ${p:-fp16} graph";  bench --model probe --phases $p $graph
+      done ;;
+    1.3b)
+      echo "== 1.3b bf16 eager"; bench --model 1.3b --bf16
+      echo "== 1.3b bf16 graph"; bench --model 1.3b --bf16 $graph ;;
+    losses)
+      for g in "" "$graph"; do
+        echo "== pretrain-gpt losses ${g:+graph}${g:-eager}"
+        run io.mcore4j.samples.pretrain.PretrainGpt --num-layers 4 --hidden-size 256 --num-attention-heads 8 \
+          --seq-length 256 --vocab-size 4096 --mock-data --micro-batch-size 2 --global-batch-size 8 --bf16 \
+          --train-iters 12 --log-interval 1 --lr 1e-3 --min-lr 1e-3 $g $extra 2>&1 \
+          | grep -oE "iteration +[0-9]+/ +[0-9]+ \| loss [0-9.]+ \| lr [^|]+\| grad norm [0-9.]+|.*(Exception|Error|WARN).*"
+      done ;;
+    *) echo "cuda-graph-check: unknown row $row (probe, 1.3b, losses)" >&2; exit 2 ;;
+  esac
+done
