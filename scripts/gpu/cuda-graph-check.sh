@@ -6,16 +6,17 @@
 #   2. the 1.3B model at TP1, eager and graphed;
 #   3. the same losses: pretrain-gpt --mock-data on a small model for ITERS iterations, eager and graphed,
 #      every iteration logged (a graph replays the eager step's kernels, so the losses must agree).
-# With NPROC>1 every run is launched under torchrun with --tensor-model-parallel-size NPROC.
-#   STEPS (10) timed steps after WARMUP (5); ROWS (probe 1.3b losses) picks the parts; EXTRA: more flags.
+# With NPROC>1 every run is launched under torchrun on NPROC GPUs with --tensor-model-parallel-size TP (default NPROC).
+#   STEPS (10) timed steps after WARMUP (5); ROWS (probe 1.3b losses) picks the parts; PROBE ("fp16 bf16") the
+#   probe's precisions; EXTRA: more flags for every run.
 set -uo pipefail
-steps=${STEPS:-10}; warmup=${WARMUP:-5}; rows=${ROWS:-probe 1.3b losses}; extra=${EXTRA:-}; n=${NPROC:-1}
+steps=${STEPS:-10}; warmup=${WARMUP:-5}; rows=${ROWS:-probe 1.3b losses}; extra=${EXTRA:-}; n=${NPROC:-1}; tp=${TP:-$n}
 java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Dmcore4j.stacktrace=true"
 graph="--cuda-graph-impl local --cuda-graph-scope full_iteration --cuda-graph-warmup-steps 2"
 export NCCL_NVLS_ENABLE=0
 run() {
   if [ "$n" -gt 1 ]; then
-    torchrun --standalone --nproc_per_node="$n" --no-python java $java_opts -cp "$CP" "$@" --tensor-model-parallel-size "$n"
+    torchrun --standalone --nproc_per_node="$n" --no-python java $java_opts -cp "$CP" "$@" --tensor-model-parallel-size "$tp"
   else
     java $java_opts -cp "$CP" "$@"
   fi
@@ -28,9 +29,10 @@ bench() {
 for row in $rows; do
   case $row in
     probe)
-      for p in "" "--bf16"; do
-        echo "== probe ${p:-fp16} eager";  bench --model probe --phases $p
-        echo "== probe ${p:-fp16} graph";  bench --model probe --phases $p $graph
+      for p in ${PROBE:-fp16 bf16}; do
+        f=; [ "$p" = bf16 ] && f=--bf16
+        echo "== probe $p eager";  bench --model probe --phases $f
+        echo "== probe $p graph";  bench --model probe --phases $f $graph
       done ;;
     1.3b)
       echo "== 1.3b bf16 eager"; bench --model 1.3b --bf16

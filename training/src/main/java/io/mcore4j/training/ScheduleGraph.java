@@ -14,8 +14,9 @@ import java.util.function.Function;
  * A step's forward-backward schedule replayed from a CUDA graph ({@link CudaGraphConfig}): the second
  * implementation of {@link TrainStep}'s schedule, which chooses it. The first
  * {@link CudaGraphConfig#warmupSteps()} steps run the schedule eagerly. The next copies its micro-batches
- * into tensors of the graph's own (its inputs), captures the schedule over them, with every gradient
- * cleared so that the graph makes each {@code .grad} itself, and replays it; every later step copies its
+ * into tensors of the graph's own (its inputs) and captures a body that clears every gradient (host work
+ * only, so that the graph makes each {@code .grad} itself), runs the schedule over the inputs and leaves
+ * the losses in the graph's output; then it replays the graph; every later step copies its
  * micro-batches into the inputs and replays. A changed loss scale (fp16's dynamic scaler) is part of the
  * captured work, so it closes the graph and captures again.
  *
@@ -92,21 +93,29 @@ final class ScheduleGraph implements AutoCloseable {
     private void capture(List<MicroBatch> batches, double scale, Function<List<MicroBatch>, ScheduleResult> schedule,
                          Runnable clearGradients) {
         release();
-        clearGradients.run();
+        clearGradients.run(); // the step's buffers go before the capture; the body's clearing is host work only
         captured = manager.newSubManager();
         inputs = new ArrayList<>(batches.size());
         for (MicroBatch b : batches) {
             inputs.add(new MicroBatch(copyOf(b.tokens()), copyOf(b.labels()), copyOf(b.lossMask())));
         }
         capture.releaseCachedMemory();
-        ScheduleResult[] result = new ScheduleResult[1];
-        graph = capture.capture(() -> result[0] = schedule.apply(inputs));
+        // the body is what a replay repeats: gradients cleared (no device work: the graph's first micro-batch
+        // makes each .grad), the schedule over the inputs, its losses into the graph's output
+        graph = capture.capture(() -> {
+            clearGradients.run();
+            ScheduleResult r = schedule.apply(inputs);
+            capturedPeak = r.peakLiveMicroBatches();
+            NDArray out = r.deviceLosses();
+            if (out != null && losses == null) {
+                losses = out;
+                losses.attach(captured);
+            } else if (out != null) {
+                Tensors.copyInto(losses, out);
+                out.close();
+            }
+        });
         capturedScale = scale;
-        capturedPeak = result[0].peakLiveMicroBatches();
-        losses = result[0].deviceLosses();
-        if (losses != null) {
-            losses.attach(captured);
-        }
     }
 
     private NDArray copyOf(NDArray t) {
