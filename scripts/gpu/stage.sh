@@ -4,8 +4,8 @@
 # Assembles GPU_DIR (default .gpu, git-ignored): everything a GPU host with Python torch, g++ and cmake
 # but no Java, no Maven and no network needs to run mcore4j from this checkout:
 #   jre.tgz        a jlinked Java runtime (scripts/gpu/pack-runtime.sh)
-#   lib/*.jar      mcore4j's jars and their runtime dependencies, without DJL's CPU libtorch
-#                  (pytorch-native-cpu: the host's libtorch replaces it)
+#   lib/*.jar      mcore4j's jars (mcore4j-cuda and mcore4j-nccl among them) and their runtime dependencies,
+#                  without DJL's CPU libtorch (pytorch-native-cpu: the host's libtorch replaces it)
 #   djl-src/       the DJL v0.35.1 sources the JNI build needs (native sources, CMakeLists.txt, utils.h)
 #   jni-include/   jni.h, jni_md.h and DJL's generated ai_djl_pytorch_jni_PyTorchLibrary.h
 #   scripts/       build-djl-jni.sh, host-env.sh, eager_gpt_bench.py
@@ -51,6 +51,10 @@ $mvn -B -q -pl samples dependency:copy-dependencies -DincludeScope=runtime \
   -DexcludeArtifactIds=pytorch-native-cpu -DoutputDirectory="$gpu/lib"
 cp samples/target/mcore4j-samples-*.jar "$gpu/lib/"
 rm -f "$gpu"/lib/*-sources.jar "$gpu"/lib/*-javadoc.jar
+# a GPU run needs both CUDA artifacts: the kernels (any number of GPUs) and NCCL (several)
+for artifact in mcore4j-cuda mcore4j-nccl; do
+  ls "$gpu"/lib/"$artifact"-*.jar >/dev/null 2>&1 || { echo "stage: $artifact is missing from $gpu/lib" >&2; exit 1; }
+done
 
 "$here/pack-runtime.sh" "$gpu" >/dev/null
 cp "$here/build-djl-jni.sh" "$here/host-env.sh" "$here/eager_gpt_bench.py" "$gpu/scripts/"
