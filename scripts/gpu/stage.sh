@@ -8,7 +8,7 @@
 #                  without DJL's CPU libtorch (pytorch-native-cpu: the host's libtorch replaces it)
 #   djl-src/       the DJL v0.35.1 sources the JNI build needs (native sources, CMakeLists.txt, utils.h)
 #   jni-include/   jni.h, jni_md.h and DJL's generated ai_djl_pytorch_jni_PyTorchLibrary.h
-#   scripts/       build-djl-jni.sh, host-env.sh, eager_gpt_bench.py
+#   scripts/       build-djl-jni.sh, host-env.sh, eager_gpt_bench.py, torch_dist_gpt_bench.py
 #   run-on-host.sh the prologue to run on the host (see docs/gpu.md):
 #                    source .gpu/run-on-host.sh && java $MCORE4J_JAVA_OPTS -cp "$CP" MAIN ARGS
 #
@@ -57,6 +57,6 @@ for artifact in mcore4j-cuda mcore4j-nccl; do
 done
 
 "$here/pack-runtime.sh" "$gpu" >/dev/null
-cp "$here/build-djl-jni.sh" "$here/host-env.sh" "$here/eager_gpt_bench.py" "$gpu/scripts/"
+cp "$here/build-djl-jni.sh" "$here/host-env.sh" "$here/eager_gpt_bench.py" "$here/torch_dist_gpt_bench.py" "$gpu/scripts/"
 cp "$here/run-on-host.sh" "$gpu/run-on-host.sh"
 echo "stage: $gpu ($(du -sh "$gpu" | cut -f1)): $(ls "$gpu/lib" | wc -l) jars, jre.tgz, DJL JNI sources and headers"
