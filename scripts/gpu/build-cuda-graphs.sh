@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build-cuda-graphs.sh SRC TORCH_DIR OUT
 #
-# Builds mcore4j's CUDA graph library (libmcore4j_cuda_graphs.so) from SRC (nccl/src/main/native/cuda_graphs.cpp,
+# Builds mcore4j's CUDA graph library (libmcore4j_cuda_graphs.so) from SRC (cuda/src/main/native/cuda_graphs.cpp,
 # staged as .gpu/native/cuda_graphs.cpp) against the libtorch in TORCH_DIR, the one DJL drives: the library calls
 # libtorch's at::cuda::CUDAGraph, which DJL's JNI does not expose. mcore4j loads it from the path in the system
 # property mcore4j.cuda.graphs.library (run-on-host.sh sets it in MCORE4J_JAVA_OPTS); without it CUDA graphs are off.

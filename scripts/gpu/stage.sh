@@ -4,11 +4,11 @@
 # Assembles GPU_DIR (default .gpu, git-ignored): everything a GPU host with Python torch, g++ and cmake
 # but no Java, no Maven and no network needs to run mcore4j from this checkout:
 #   jre.tgz        a jlinked Java runtime (scripts/gpu/pack-runtime.sh)
-#   lib/*.jar      mcore4j's jars and their runtime dependencies, without DJL's CPU libtorch
-#                  (pytorch-native-cpu: the host's libtorch replaces it)
+#   lib/*.jar      mcore4j's jars (mcore4j-cuda and mcore4j-nccl among them) and their runtime dependencies,
+#                  without DJL's CPU libtorch (pytorch-native-cpu: the host's libtorch replaces it)
 #   djl-src/       the DJL v0.35.1 sources the JNI build needs (native sources, CMakeLists.txt, utils.h)
 #   jni-include/   jni.h, jni_md.h and DJL's generated ai_djl_pytorch_jni_PyTorchLibrary.h
-#   scripts/       build-djl-jni.sh, build-cuda-graphs.sh, host-env.sh, eager_gpt_bench.py
+#   scripts/       build-djl-jni.sh, build-cuda-graphs.sh, host-env.sh, eager_gpt_bench.py, torch_dist_gpt_bench.py
 #   native/        the source of mcore4j's CUDA graph library (built on the host by run-on-host.sh)
 #   run-on-host.sh the prologue to run on the host (see docs/gpu.md):
 #                    source .gpu/run-on-host.sh && java $MCORE4J_JAVA_OPTS -cp "$CP" MAIN ARGS
@@ -52,9 +52,14 @@ $mvn -B -q -pl samples dependency:copy-dependencies -DincludeScope=runtime \
   -DexcludeArtifactIds=pytorch-native-cpu -DoutputDirectory="$gpu/lib"
 cp samples/target/mcore4j-samples-*.jar "$gpu/lib/"
 rm -f "$gpu"/lib/*-sources.jar "$gpu"/lib/*-javadoc.jar
+# a GPU run needs both CUDA artifacts: the kernels (any number of GPUs) and NCCL (several)
+for artifact in mcore4j-cuda mcore4j-nccl; do
+  ls "$gpu"/lib/"$artifact"-*.jar >/dev/null 2>&1 || { echo "stage: $artifact is missing from $gpu/lib" >&2; exit 1; }
+done
 
 "$here/pack-runtime.sh" "$gpu" >/dev/null
-cp "$here/build-djl-jni.sh" "$here/build-cuda-graphs.sh" "$here/host-env.sh" "$here/eager_gpt_bench.py" "$gpu/scripts/"
-mkdir -p "$gpu/native" && cp "$root/nccl/src/main/native/cuda_graphs.cpp" "$gpu/native/"
+cp "$here/build-djl-jni.sh" "$here/build-cuda-graphs.sh" "$here/host-env.sh" "$here/eager_gpt_bench.py" \
+  "$here/torch_dist_gpt_bench.py" "$gpu/scripts/"
+mkdir -p "$gpu/native" && cp "$root/cuda/src/main/native/cuda_graphs.cpp" "$gpu/native/"
 cp "$here/run-on-host.sh" "$gpu/run-on-host.sh"
 echo "stage: $gpu ($(du -sh "$gpu" | cut -f1)): $(ls "$gpu/lib" | wc -l) jars, jre.tgz, DJL JNI sources and headers"

@@ -45,7 +45,7 @@ import org.slf4j.LoggerFactory;
  * each waiting for the queued kernels.
  *
  * <p><b>Fused kernel.</b> Where the parameters' device has a {@link MasterAdamKernel} (CUDA, with
- * {@code mcore4j-nccl} on the class path) and the step allows it (fused Adam or AdamW, no
+ * {@code mcore4j-cuda} on the class path) and the step allows it (fused Adam or AdamW, no
  * distributed-optimizer shard, no zero count), a step is instead one statistics pass and one update
  * pass per bucket that read each gradient where the DDP wrapper left it (a parameter's own
  * {@code .grad} when nothing was reduced) and write the new weights straight into the model: no

@@ -12,7 +12,7 @@ import java.util.Objects;
  * composed form makes four passes over the weights instead: widen the gradients into a float32
  * buffer, the update, and a copy per parameter back into the model (plus, for the norm, a pass over
  * the widened buffer). Found through {@link Kernels#find} where an implementation for the device is on the
- * class path (CUDA: {@code mcore4j-nccl}); callers keep the composed form otherwise, with the same
+ * class path (CUDA: {@code mcore4j-cuda}); callers keep the composed form otherwise, with the same
  * results to float32 rounding.
  *
  * <p>Launches are enqueued on the device's stream in program order with libtorch's own kernels

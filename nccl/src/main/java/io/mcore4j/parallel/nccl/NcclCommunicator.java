@@ -2,8 +2,8 @@ package io.mcore4j.parallel.nccl;
 
 import static io.mcore4j.parallel.CollectiveResults.copyOwnedBy;
 import static io.mcore4j.parallel.CollectiveResults.withoutGrad;
-import static io.mcore4j.parallel.nccl.DevicePointers.address;
-import static io.mcore4j.parallel.nccl.DevicePointers.pointer;
+import static io.mcore4j.cuda.DevicePointers.address;
+import static io.mcore4j.cuda.DevicePointers.pointer;
 import static org.bytedeco.cuda.global.nccl.ncclAllGather;
 import static org.bytedeco.cuda.global.nccl.ncclAllReduce;
 import static org.bytedeco.cuda.global.nccl.ncclBroadcast;
@@ -18,6 +18,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.cuda.CurrentStream;
 import io.mcore4j.parallel.CollectiveArguments;
@@ -132,7 +133,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
-                NDArray src = DevicePointers.contiguous(input, temp);
+                NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray out = DataTypes.empty(temp, input.getShape(), DataTypes.of(input), temp.getDevice());
                 reduce(what, src, out, op, false);
                 out.attach(owner);
@@ -148,12 +149,12 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             if (comm == null) {
                 return tensor;
             }
-            if (DevicePointers.isContiguous(tensor)) {
+            if (TensorMemory.isContiguous(tensor)) {
                 reduce(what, tensor, tensor, op, false);
                 return tensor;
             }
             try (NDManager temp = tensor.getManager().newSubManager(device)) {
-                NDArray work = DevicePointers.contiguous(tensor, temp);
+                NDArray work = TensorMemory.contiguous(tensor, temp);
                 reduce(what, work, work, op, false);
                 Tensors.copyInto(tensor, work);
             }
@@ -241,7 +242,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     }
 
     private void requireContiguous(String what, NDArray t) {
-        if (comm != null && !DevicePointers.isContiguous(t)) {
+        if (comm != null && !TensorMemory.isContiguous(t)) {
             throw new IllegalArgumentException(group.key() + " " + what + ": a started collective needs a contiguous tensor"
                     + " (it is read after the call returns, so no temporary copy can stand in for it)");
         }
@@ -257,7 +258,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 Shape piece = input.getShape();
-                NDArray src = DevicePointers.contiguous(input, temp);
+                NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray buffer = DataTypes.empty(temp, d == 0 ? RankMajorLayout.gathered(piece, 0, size())
                         : RankMajorLayout.gatherBuffer(piece, size()), DataTypes.of(input), temp.getDevice());
                 gather(what, src, buffer, false);
@@ -277,7 +278,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
-                NDArray src = d == 0 ? DevicePointers.contiguous(input, temp) : RankMajorLayout.toScatterBuffer(input, d, size(), temp);
+                NDArray src = d == 0 ? TensorMemory.contiguous(input, temp) : RankMajorLayout.toScatterBuffer(input, d, size(), temp);
                 NDArray out = DataTypes.empty(temp, RankMajorLayout.scattered(input.getShape(), d, size()), DataTypes.of(input), temp.getDevice());
                 scatter(what, src, out, op);
                 out.attach(owner);
@@ -297,7 +298,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray out = DataTypes.empty(temp, input.getShape(), DataTypes.of(input), temp.getDevice());
                 long to = address(out);
-                long from = rank() == root ? address(DevicePointers.contiguous(input, temp)) : to;
+                long from = rank() == root ? address(TensorMemory.contiguous(input, temp)) : to;
                 int dt = NcclCodes.dataType(DataTypes.of(input));
                 int es = DataTypes.of(input).getNumOfBytes();
                 ChunkPlan plan = ChunkPlan.of(input.size(), es, chunkBytes);
@@ -327,7 +328,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return copyOwnedBy(input, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
-                NDArray src = DevicePointers.contiguous(input, temp);
+                NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray out = DataTypes.empty(temp, new Shape(totalRows).addAll(rest), DataTypes.of(input), temp.getDevice());
                 long from = address(src);
                 long to = address(out);
@@ -377,7 +378,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return tensor;
             }
             try (NDManager temp = tensor.getManager().newSubManager(device)) {
-                NDArray src = DevicePointers.contiguous(tensor, temp);
+                NDArray src = TensorMemory.contiguous(tensor, temp);
                 pointToPoint(what, src, peer, true);
             }
             return tensor;

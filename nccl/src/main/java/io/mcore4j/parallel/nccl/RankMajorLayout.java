@@ -3,6 +3,7 @@ package io.mcore4j.parallel.nccl;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.TensorMemory;
 
 /**
  * NCCL's all-gather and reduce-scatter work on rank-major flat buffers: all-gather writes rank
@@ -160,7 +161,7 @@ final class RankMajorLayout {
             view.attach(temp);
             NDArray moved = view.transpose(scatterPermutation(input.getShape().dimension(), dim));
             moved.attach(temp);
-            NDArray r = DevicePointers.contiguous(moved, owner);
+            NDArray r = TensorMemory.contiguous(moved, owner);
             if (r == moved) {
                 r.attach(owner);
             }

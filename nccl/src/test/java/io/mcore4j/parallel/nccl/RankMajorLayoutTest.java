@@ -12,6 +12,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.testing.NativeArrays;
 
@@ -97,7 +98,7 @@ class RankMajorLayoutTest {
                     try (NDManager m = root.newSubManager()) {
                         NDArray input = piece(m, 1, shape);
                         NDArray buffer = RankMajorLayout.toScatterBuffer(input, dim, size, m);
-                        assertTrue(DevicePointers.isContiguous(buffer), "NCCL needs a contiguous buffer");
+                        assertTrue(TensorMemory.isContiguous(buffer), "NCCL needs a contiguous buffer");
                         float[] all = buffer.toFloatArray();
                         Shape chunkShape = RankMajorLayout.scattered(shape, dim, size);
                         int n = (int) chunkShape.size();

@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.nccl;
+package io.mcore4j.cuda;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
@@ -9,8 +9,8 @@ import io.mcore4j.core.Tensors;
 import org.bytedeco.javacpp.Pointer;
 
 /**
- * Memory addresses of DJL PyTorch tensors, to hand to NCCL and to mcore4j's own CUDA kernels
- * ({@code io.mcore4j.cuda}): the address of the direct buffer that
+ * Memory addresses of DJL PyTorch tensors, to hand to mcore4j's own CUDA kernels (this package) and
+ * to NCCL ({@code mcore4j-nccl}): the address of the direct buffer that
  * core's {@link TensorMemory} wraps around a tensor's {@code data_ptr()}, read by JavaCPP
  * ({@code new Pointer(buffer).address()}). That buffer is never read from Java: for a CUDA tensor
  * it points at device memory.
@@ -51,9 +51,9 @@ public final class DevicePointers {
         if (bytes == 0) {
             return 0;
         }
-        if (!isContiguous(array)) {
+        if (!TensorMemory.isContiguous(array)) {
             throw new IllegalArgumentException("tensor " + array.getShape() + " " + DataTypes.of(array)
-                    + " is not contiguous; NCCL needs contiguous memory");
+                    + " is not contiguous; device code (NCCL, CUDA kernels) needs contiguous memory");
         }
         if (bytes <= directLimitBytes) {
             return directAddress(array);
@@ -68,32 +68,12 @@ public final class DevicePointers {
     }
 
     /**
-     * @param array a PyTorch-engine tensor
-     * @return whether its memory is contiguous in row-major order
-     */
-    static boolean isContiguous(NDArray array) {
-        return TensorMemory.isContiguous(array);
-    }
-
-    /**
-     * {@code array} itself if it is contiguous, else a contiguous copy (on the same device) owned by
-     * {@code owner}.
-     *
-     * @param array a PyTorch-engine tensor
-     * @param owner manager that owns a copy, if one is made
-     * @return a contiguous tensor with the same values
-     */
-    static NDArray contiguous(NDArray array, NDManager owner) {
-        return TensorMemory.contiguous(array, owner);
-    }
-
-    /**
      * A JavaCPP pointer at {@code address} that owns nothing (closing or collecting it frees nothing).
      *
      * @param address a memory address
      * @return the pointer
      */
-    static Pointer pointer(long address) {
+    public static Pointer pointer(long address) {
         return new AddressPointer(address);
     }
 

@@ -9,7 +9,7 @@ import io.mcore4j.core.kernel.CrossEntropyKernel;
 
 /**
  * The GPU check of {@link CudaCrossEntropy} (needs a CUDA device; CI has none):
- * {@code java -cp <jars>:<nccl test classes> io.mcore4j.cuda.CudaCrossEntropyCheck}. float16 logits of the
+ * {@code java -cp <jars>:<cuda test classes> io.mcore4j.cuda.CudaCrossEntropyCheck}. float16 logits of the
  * 1.3B benchmark's vocabulary and an odd shape, against libtorch's float32 log-softmax: each loss within
  * 1e-4 of {@code −log p[target]}, the log-sum-exp likewise, and the gradient within one float16 rounding
  * (2e-3 of the upstream gradient) of {@code (softmax − onehot)·g}. Exits 1 on any failure. Also prints the

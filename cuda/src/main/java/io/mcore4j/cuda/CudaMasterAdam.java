@@ -10,7 +10,6 @@ import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.kernel.MasterAdamKernel;
-import io.mcore4j.parallel.nccl.DevicePointers;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;

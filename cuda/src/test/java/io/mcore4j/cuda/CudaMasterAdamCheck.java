@@ -13,7 +13,7 @@ import java.util.Random;
 
 /**
  * The GPU check of {@link CudaMasterAdam} (needs a CUDA device; CI has none):
- * {@code java -cp <jars>:<nccl test classes> io.mcore4j.cuda.CudaMasterAdamCheck}.
+ * {@code java -cp <jars>:<cuda test classes> io.mcore4j.cuda.CudaMasterAdamCheck}.
  *
  * <p>Random buckets (parameters of 1 to 9,000 elements, 70 of them in one bucket so that a bucket
  * takes two launches, one without a gradient) against the update computed in Java in float64 from

@@ -3,7 +3,6 @@ package io.mcore4j.cuda;
 import ai.djl.ndarray.NDArray;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
-import io.mcore4j.parallel.nccl.DevicePointers;
 
 import org.bytedeco.javacpp.FloatPointer;
 import org.bytedeco.javacpp.Pointer;

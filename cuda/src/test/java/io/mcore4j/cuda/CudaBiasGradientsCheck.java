@@ -11,7 +11,7 @@ import io.mcore4j.core.kernel.BiasGradientKernel;
 
 /**
  * The GPU check of {@link CudaBiasGradients} (needs a CUDA device; CI has none):
- * {@code java -cp <jars>:<nccl test classes> io.mcore4j.cuda.CudaBiasGradientsCheck}. float16, shapes
+ * {@code java -cp <jars>:<cuda test classes> io.mcore4j.cuda.CudaBiasGradientsCheck}. float16, shapes
  * of the 1.3B model's MLP and odd row counts: the GELU backward equals libtorch's autograd bit for bit,
  * the column sums libtorch's float32 sums within 1e-3 of their magnitude. Exits 1 on any failure. Also
  * prints the time per call of both kernels at the largest shape (a figure, not a check).

@@ -11,7 +11,7 @@ import io.mcore4j.core.kernel.QkvGradientKernel;
 
 /**
  * The GPU check of {@link CudaQkvGradient} (needs a CUDA device; CI has none):
- * {@code java -cp <jars>:<nccl test classes> io.mcore4j.cuda.CudaQkvGradientCheck}. Random query,
+ * {@code java -cp <jars>:<cuda test classes> io.mcore4j.cuda.CudaQkvGradientCheck}. Random query,
  * key and value gradients, float16 and float32, grouped and plain attention; the packed tensor must
  * equal libtorch's concatenation of the transposed parts bit for bit, and a row that is not a
  * multiple of 16 bytes must be declined (null). Exits 1 on any failure.

@@ -1,4 +1,4 @@
-package io.mcore4j.parallel.nccl;
+package io.mcore4j.cuda;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -13,6 +13,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.testing.NativeArrays;
 
 import org.bytedeco.javacpp.FloatPointer;
@@ -51,7 +52,7 @@ class DevicePointersTest {
             assertNotEquals(0, base);
             assertArrayEquals(x.toFloatArray(), read(base, 12), 0f);
             NDArray rows = x.get("1:3");
-            assertTrue(DevicePointers.isContiguous(rows));
+            assertTrue(TensorMemory.isContiguous(rows));
             assertEquals(base + 3 * 4, DevicePointers.address(rows), "rows 1..2 start 3 floats in");
             assertArrayEquals(new float[] {3, 4, 5, 6, 7, 8}, read(DevicePointers.address(rows), 6), 0f);
             assertEquals(24, DevicePointers.bytes(rows));
@@ -75,14 +76,14 @@ class DevicePointersTest {
     void nonContiguousTensorsAreCopiedAndRefused() {
         try (NDManager m = root.newSubManager()) {
             NDArray x = m.arange(0f, 6f, 1f).reshape(2, 3);
-            assertSame(x, DevicePointers.contiguous(x, m), "a contiguous tensor is used as it is");
+            assertSame(x, TensorMemory.contiguous(x, m), "a contiguous tensor is used as it is");
             NDArray t = x.transpose();
-            assertFalse(DevicePointers.isContiguous(t));
+            assertFalse(TensorMemory.isContiguous(t));
             IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> DevicePointers.address(t));
             assertTrue(e.getMessage().contains("not contiguous"), e.getMessage());
             try (NDManager temp = m.newSubManager()) {
-                NDArray c = DevicePointers.contiguous(t, temp);
-                assertTrue(DevicePointers.isContiguous(c));
+                NDArray c = TensorMemory.contiguous(t, temp);
+                assertTrue(TensorMemory.isContiguous(c));
                 assertEquals(new Shape(3, 2), c.getShape());
                 assertEquals(DataType.FLOAT32, c.getDataType());
                 assertArrayEquals(new float[] {0, 3, 1, 4, 2, 5}, read(DevicePointers.address(c), 6), 0f);
@@ -90,8 +91,8 @@ class DevicePointersTest {
             }
             // a strided 1-d column
             NDArray column = x.get(":, 1");
-            assertFalse(DevicePointers.isContiguous(column));
-            assertArrayEquals(new float[] {1, 4}, DevicePointers.contiguous(column, m).toFloatArray(), 0f);
+            assertFalse(TensorMemory.isContiguous(column));
+            assertArrayEquals(new float[] {1, 4}, TensorMemory.contiguous(column, m).toFloatArray(), 0f);
         }
     }
 }

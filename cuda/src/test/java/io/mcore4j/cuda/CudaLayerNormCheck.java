@@ -9,7 +9,7 @@ import io.mcore4j.core.kernel.LayerNormKernel;
 
 /**
  * The GPU check of {@link CudaLayerNorm} (needs a CUDA device; CI has none):
- * {@code java -cp <jars>:<nccl test classes> io.mcore4j.cuda.CudaLayerNormCheck}. float16, the 1.3B
+ * {@code java -cp <jars>:<cuda test classes> io.mcore4j.cuda.CudaLayerNormCheck}. float16, the 1.3B
  * model's LayerNorm shape and odd ones (and one longer than the kernel takes: refused), against the same functions
  * composed in float32 from libtorch's ops: the forward's statistics within 1e-5 of their magnitude and its output,
  * and the input gradient plus residual ({@code dy + rstd·(g − mean(g) − x̂·mean(g·x̂))}, {@code g = dn·w}),

@@ -1,0 +1,318 @@
+#!/usr/bin/env bash
+# multi-gpu-check.sh: on a 2- or 4-GPU host, after `source .gpu/run-on-host.sh` (see docs/gpu.md; CP holds
+# mcore4j's jars), runs in one call every row of issue 32's table with the PyTorch references beside them, and
+# ends with a markdown table of tokens/s per GPU and MFU (docs/benchmarks.md, "Regenerating the multi-GPU table").
+#   multi-gpu-check.sh               run the rows (ROWS, default: every row that fits the host's GPUs)
+#   multi-gpu-check.sh --table FILE  the table again from this script's saved output (stdout of an earlier call)
+#   multi-gpu-check.sh --selftest    checks the parsing and the table on fake lines, and a dry run of the whole
+#                                    script with fake java, torchrun, python3 and nvidia-smi (no GPU, no Java)
+# Rows (GPUs): tp1 (1), tp2 (2), tp4 (4), pp2 (2), tp2pp2 (4), tp2dp2 (4), dp2 (2), dp4 (4),
+#   llama-tp4sp (4), llama-tp2dp2 (4), probe-tp1 (1), probe-tp2 (2), probe-tp4 (4); and, only when named,
+#   tp2sp (2), llama-dp4 (4). "probe" names the three probe rows. Every row is GptBenchmark (= pretrain-gpt
+#   --mock-data) of the 1.3B model (L=24 h=2048 heads=16 s=2048 V=32768, micro-batch 4 x 2 per replica), of
+#   LLaMA-7B, or of the probe preset with --phases (its step is the host's time); one process per GPU under
+#   torchrun. References: eager_gpt_bench.py next to tp1, torch_dist_gpt_bench.py (DTensor TP) next to tp2 and
+#   tp4, DDP and FSDP2 next to dp2 and dp4.
+# Environment:
+#   ROWS        rows to run, in this order (default: all that fit GPUS; 4 GPUs: tp1 tp2 tp4 pp2 tp2pp2 tp2dp2 dp4
+#               llama-tp4sp llama-tp2dp2 probe; 2 GPUs: tp1 tp2 pp2 dp2 probe-tp1 probe-tp2)
+#   GPUS        the host's GPU count (default: nvidia-smi's); a row needing more is reported as skipped
+#   BF16        1 (default): --bf16 for mcore4j and bf16 autocast for PyTorch, as issue 32 quotes; 0: fp16 (the
+#               presets' default; DDP and eager with fp16 + GradScaler, DTensor TP and FSDP2 stay bf16, their only mode)
+#   STEPS (5), WARMUP (2)   timed and untimed steps of every run
+#   REFS        1 (default) runs the PyTorch references, 0 leaves them out
+#   EXTRA       more flags for every GptBenchmark run (JVM options, e.g. -Dmcore4j.cuda.kernels=false, go in
+#               MCORE4J_JAVA_OPTS)
+#   DEADLINE_S  (540) seconds after the start past which no run starts (the rest are reported as skipped), so
+#               that the table is printed within one 10-minute call; ROW_TIMEOUT_S (240) caps each run
+#   OUT         (/tmp/multi-gpu-check) where each run's full log goes
+# The output: `[row] ...` lines (the row's layout, its result lines, failures with the log's tail), then the table.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+PROBE_LAYERS=24 # the probe preset's layers: a step is PROBE_LAYERS x micro-batches layer passes
+
+# ---- the table, from `[row] ...` lines on stdin -------------------------------------------------------------
+summarise() {
+  awk -v probe_layers="$PROBE_LAYERS" '
+    function commas(n,   s, r) { s = sprintf("%.0f", n); r = ""
+      while (length(s) > 3) { r = "," substr(s, length(s) - 2) r; s = substr(s, 1, length(s) - 3) }
+      return s r }
+    function field(line, re,   m) { return match(line, re) ? substr(line, RSTART, RLENGTH) : "" }
+    function after(s, prefix) { return substr(s, length(prefix) + 1) }
+    function remember(row) { if (!(row in seen)) { seen[row] = 1; order[++rows] = row } }
+    /^\[[A-Za-z0-9_.-]+\] / {
+      row = substr($1, 2, length($1) - 2); text = substr($0, length($1) + 2); remember(row)
+      if (text ~ /^layout: /) { layout[row] = after(text, "layout: ") }
+      else if (text ~ /^gpt-benchmark model=/) {
+        tps = field(text, "tokens/s/GPU [0-9.]+"); mfu = field(text, "MFU [0-9.]+%")
+        mem = field(text, "memory peak [0-9.]+ GiB"); step = field(text, "step [0-9.]+ ms")
+        micro = field(text, "micro=[0-9]+")
+        mc[row] = commas(after(tps, "tokens/s/GPU ")) " (" after(mfu, "MFU ") ")"
+        memory[row] = after(mem, "memory peak "); steps[row] = after(step, "step "); sub(/ ms$/, "", steps[row])
+        micros[row] = after(micro, "micro=")
+      } else if (text ~ /^gpt-benchmark phases/) {
+        fb = field(text, "forward[+]backward [0-9.]+"); q = field(text, "queued by the host in [0-9.]+")
+        fbs[row] = after(fb, "forward+backward "); queued[row] = after(q, "queued by the host in ")
+      } else if (text ~ /^RESULT /) {
+        name = $3; tps = field(text, "tokens/s/gpu=[0-9.]+"); mfu = field(text, "MFU=[0-9.]+%")
+        dev = field(text, "device=[0-9.]+GiB"); world = field(text, "world=[0-9]+")
+        sub(/^RESULT /, "", name); sub(/^torch-/, "", name)
+        ref = name (world != "" ? " ×" after(world, "world=") : "") " " commas(after(tps, "tokens/s/gpu=")) \
+              " (" after(mfu, "MFU=") (dev != "" ? ", " after(dev, "device=") " in use" : "") ")"
+        prev = (row in refs) ? refs[row] "; " : ""; refs[row] = prev ref
+      } else if (text ~ /^status: /) { status[row] = after(text, "status: ")
+      } else if (text ~ /^reference status: /) {
+        prev = (row in refs) ? refs[row] "; " : ""; refs[row] = prev after(text, "reference status: ")
+      }
+    }
+    END {
+      print "| row | layout | mcore4j tokens/s/GPU (MFU) | GPU memory peak | PyTorch, same call |"
+      print "|---|---|---|---|---|"
+      for (i = 1; i <= rows; i++) {
+        r = order[i]; if (r ~ /^probe/) { probes++; continue }
+        v = (r in mc) ? mc[r] : ((r in status) ? status[r] : "no result")
+        printf "| %s | %s | %s | %s | %s |\n", r, layout[r], v, ((r in memory) ? memory[r] : ""), ((r in refs) ? refs[r] : "—")
+      }
+      if (probes) {
+        print ""
+        print "| row | layout | step (ms) | forward+backward (ms) | queued by the host (ms) | host ms per layer pass |"
+        print "|---|---|---|---|---|---|"
+        for (i = 1; i <= rows; i++) {
+          r = order[i]; if (r !~ /^probe/) continue
+          if (!(r in fbs)) { printf "| %s | %s | %s | | | |\n", r, layout[r], ((r in status) ? status[r] : "no result"); continue }
+          passes = probe_layers * (((r in micros) && micros[r] > 0) ? micros[r] : 2)
+          printf "| %s | %s | %s | %s | %s | %.2f |\n", r, layout[r], steps[r], fbs[r], queued[r], queued[r] / passes
+        }
+      }
+    }'
+}
+
+# ---- rows -----------------------------------------------------------------------------------------------
+# row NAME: sets gpus, layout (words for the table), args (GptBenchmark flags) and refs (reference runs, each
+# "N|mode|description": N GPUs, mode eager or a torch_dist_gpt_bench.py --mode); returns 1 for an unknown name
+row() {
+  refs=()
+  case $1 in
+    tp1)          gpus=1; layout="1.3B, 1 GPU"; args="--model 1.3b"; refs=("1|eager|eager + SDPA");;
+    tp2)          gpus=2; layout="1.3B, TP2"; args="--model 1.3b --tensor-model-parallel-size 2"
+                  refs=("2|tp|DTensor TP2");;
+    tp2sp)        gpus=2; layout="1.3B, TP2 + SP"; args="--model 1.3b --tensor-model-parallel-size 2 --sequence-parallel";;
+    tp4)          gpus=4; layout="1.3B, TP4"; args="--model 1.3b --tensor-model-parallel-size 4"
+                  refs=("4|tp|DTensor TP4");;
+    pp2)          gpus=2; layout="1.3B, PP2"; args="--model 1.3b --pipeline-model-parallel-size 2";;
+    tp2pp2)       gpus=4; layout="1.3B, TP2 × PP2"
+                  args="--model 1.3b --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";;
+    tp2dp2)       gpus=4; layout="1.3B, TP2 × DP2"; args="--model 1.3b --tensor-model-parallel-size 2 --overlap-grad-reduce";;
+    dp2)          gpus=2; layout="1.3B, DP2, distributed optimizer"
+                  args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce"; refs=("2|ddp|DDP" "2|fsdp2|FSDP2");;
+    dp4)          gpus=4; layout="1.3B, DP4, distributed optimizer"
+                  args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce"; refs=("4|ddp|DDP" "4|fsdp2|FSDP2");;
+    llama-tp4sp)  gpus=4; layout="LLaMA-7B, TP4 + SP, micro-batch 1 × 8"
+                  args="--model llama7b --tensor-model-parallel-size 4 --sequence-parallel --micro-batch-size 1 --micro-batches 8";;
+    llama-tp2dp2) gpus=4; layout="LLaMA-7B, TP2 × DP2, SP, distributed optimizer, micro-batch 1 × 4"
+                  args="--model llama7b --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"
+                  args+=" --overlap-grad-reduce --micro-batch-size 1 --micro-batches 4";;
+    llama-dp4)    gpus=4; layout="LLaMA-7B, DP4, distributed optimizer, selective recompute, micro-batch 1 × 4"
+                  args="--model llama7b --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity selective"
+                  args+=" --micro-batch-size 1 --micro-batches 4";;
+    probe-tp1)    gpus=1; layout="probe, TP1"; args="--model probe --phases";;
+    probe-tp2)    gpus=2; layout="probe, TP2"; args="--model probe --phases --tensor-model-parallel-size 2";;
+    probe-tp4)    gpus=4; layout="probe, TP4"; args="--model probe --phases --tensor-model-parallel-size 4";;
+    *) return 1;;
+  esac
+}
+
+# ---- running --------------------------------------------------------------------------------------------
+# Every line for the table goes to stdout and to $results (say, and the filtered lines of a run's log), so that
+# the TERM trap can print the table from what has come so far.
+start=$SECONDS
+current=""; current_row=""   # the run in progress and its row, for the TERM trap
+say() { echo "[$1] ${*:2}" | tee -a "$results"; }
+
+# run ROW NAME N CMD...: runs CMD on N GPUs (N > 1: one process per GPU under torchrun) with a timeout, its full
+# log in $out/ROW-NAME.log; prints the result lines (benchmark, phases, RESULT) prefixed by the row, and the
+# log's tail when the run fails
+run() {
+  local r=$1 name=$2 n=$3; shift 3
+  local left=$((deadline - (SECONDS - start)))
+  local status="status:"; [ "$name" = mcore4j ] || status="reference status: $name"
+  if [ "$left" -lt 30 ]; then say "$r" "$status skipped (the ${deadline}-second deadline)"; return 1; fi
+  local limit=$((left < row_timeout ? left : row_timeout)) log="$out/$r-${name// /_}.log" code
+  say "$r" "run: $name on $n GPU(s), at most ${limit} s (log: $log)"
+  if [ "$n" -eq 1 ]; then
+    CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0} timeout -k 10 "$limit" "$@" >"$log" 2>&1 &
+  else
+    NCCL_NVLS_ENABLE=0 timeout -k 10 "$limit" torchrun --standalone --nproc_per_node="$n" --no-python "$@" >"$log" 2>&1 &
+  fi
+  current=$!; current_row=$r; wait "$current"; code=$?; current=""
+  grep -E '^(gpt-benchmark|RESULT )' "$log" | sed "s/^/[$r] /" | tee -a "$results"
+  if [ "$code" -ne 0 ]; then
+    local why="exit $code"; [ "$code" -eq 124 ] && why="timed out after ${limit} s"
+    grep -q 'out of memory\|OutOfMemory' "$log" && why="$why, out of memory"
+    tail -n 12 "$log" | sed "s/^/[$r]   | /" | tee -a "$results"
+    say "$r" "$status failed ($why)"
+    return 1
+  fi
+}
+
+bench() { # bench ROW N: GptBenchmark with the row's flags
+  # shellcheck disable=SC2086 # java_opts, args, prec and extra are flag lists
+  run "$1" mcore4j "$2" java $java_opts -cp "$CP" io.mcore4j.samples.bench.GptBenchmark $args $prec \
+    --steps "$steps" --warmup "$warmup" $extra
+}
+
+reference() { # reference ROW "N|mode|description"
+  local r=$1 n mode desc; IFS='|' read -r n mode desc <<<"$2"
+  local flags=(--steps "$steps" --warmup "$warmup")
+  if [ "$mode" = eager ]; then
+    [ "$bf16" = 1 ] && flags+=(--bf16)
+    run "$r" "$desc" "$n" python3 "$here/eager_gpt_bench.py" "${flags[@]}"
+  else
+    [ "$bf16" = 1 ] || [ "$mode" != ddp ] || flags+=(--fp16)
+    run "$r" "$desc" "$n" python3 "$here/torch_dist_gpt_bench.py" --mode "$mode" "${flags[@]}"
+  fi
+}
+
+# dryrun: the whole script with fake java, torchrun, python3 and nvidia-smi on PATH (4 GPUs; LLaMA runs out of
+# memory, FSDP2 outlives its timeout), checking the rows' commands and the table
+dryrun() {
+  local fake got fail=0; fake=$(mktemp -d)
+  cat >"$fake/nvidia-smi" <<'EOF'
+#!/bin/bash
+if [ "${1:-}" = -L ]; then for i in 0 1 2 3; do echo "GPU $i: Fake H200 (UUID: GPU-$i)"; done; else echo "Fake H200"; fi
+EOF
+  cat >"$fake/torchrun" <<'EOF'
+#!/bin/bash
+n=1; while [ $# -gt 0 ]; do case $1 in --nproc_per_node=*) n=${1#*=};; --standalone|--no-python) ;; *) break;; esac; shift; done
+[ "${NCCL_NVLS_ENABLE:-}" = 0 ] || { echo "NCCL_NVLS_ENABLE is not 0" >&2; exit 9; }
+WORLD_SIZE=$n exec "$@"
+EOF
+  cat >"$fake/java" <<'EOF'
+#!/bin/bash
+a=" $* "; tp=1; pp=1; model=1.3b; micro=2
+[[ $a =~ --tensor-model-parallel-size\ ([0-9]) ]] && tp=${BASH_REMATCH[1]}
+[[ $a =~ --pipeline-model-parallel-size\ ([0-9]) ]] && pp=${BASH_REMATCH[1]}
+[[ $a =~ --model\ ([a-z0-9.]+) ]] && model=${BASH_REMATCH[1]}
+[[ $a =~ --micro-batches\ ([0-9]+) ]] && micro=${BASH_REMATCH[1]}
+[[ $a == *" --bf16 "* && $a == *" --steps 5 --warmup 2 "* && $a == *" -cp fake.jar "* ]] || { echo "bad flags: $a" >&2; exit 8; }
+[ "$model" = llama7b ] && { echo "java.lang.OutOfMemoryError: CUDA out of memory" >&2; exit 1; }
+w=${WORLD_SIZE:-1}; dp=$((w / tp / pp))
+echo "gpt-benchmark model=$model layout=TP$tp CP1 PP$pp DP$dp attention=sdpa mbs=4 micro=$micro seq=2048 | tokens/s/GPU $((60000 / tp / pp)).4 | TFLOP/s/GPU 1.0 | MFU $((50 / tp)).5% | step 99.0 ms | GPU memory peak 3$tp.0 GiB, end of step 1.0 GiB | loss 10.1"
+[[ $a == *" --phases "* ]] && echo "gpt-benchmark phases (ms per step, device synchronised between them): data 0.1 | forward+backward $((100 * tp)).0 (queued by the host in $((96 * tp)).0) | gradient sync 0.1 | optimizer step 1.0 | zero grad 0.1"
+exit 0
+EOF
+  cat >"$fake/python3" <<'EOF'
+#!/bin/bash
+case "$*" in
+  *eager_gpt_bench.py*--bf16*) echo "RESULT eager-sdpa-bf16 L=24 step=1ms tokens/s/gpu=50000 TFLOP/s/gpu=1 MFU=44.0% peakmem=1GiB (allocated) device=40.0GiB (in use, of 139.8)";;
+  *--mode\ fsdp2*) sleep 20;;
+  *--mode\ *) m=$(sed 's/.*--mode \([a-z0-9]*\).*/\1/' <<<"$*"); echo "RESULT torch-$m-bf16 world=$WORLD_SIZE tp=1 dp=1 step=1ms tokens/s/gpu=9000 MFU=8.0% loss=10 peakmem=1GiB (allocated) device=20.0GiB (in use)";;
+  *) echo "unexpected python3 $*" >&2; exit 7;;
+esac
+EOF
+  chmod +x "$fake"/*
+  got=$(PATH="$fake:$PATH" CP=fake.jar GPUS= ROWS="tp1 tp4 dp4 llama-tp4sp probe" ROW_TIMEOUT_S=3 OUT="$fake/out" \
+        STEPS= WARMUP= BF16= EXTRA= REFS= DEADLINE_S= MCORE4J_JAVA_OPTS=-Dx=1 bash "$0" 2>&1)
+  expect() { grep -qF -- "$1" <<<"$got" || { echo "selftest: FAIL, the dry run has no line with: $1"; fail=1; }; }
+  expect "[tp1] gpt-benchmark model=1.3b layout=TP1 CP1 PP1 DP1"
+  expect "| tp1 | 1.3B, 1 GPU | 60,000 (50.5%) | 31.0 GiB | eager-sdpa-bf16 50,000 (44.0%, 40.0GiB in use) |"
+  expect "| tp4 | 1.3B, TP4 | 15,000 (12.5%) | 34.0 GiB | tp-bf16 ×4 9,000 (8.0%, 20.0GiB in use) |"
+  expect "| dp4 | 1.3B, DP4, distributed optimizer | 60,000 (50.5%) | 31.0 GiB | ddp-bf16 ×4 9,000 (8.0%, 20.0GiB in use); FSDP2 failed (timed out after 3 s) |"
+  expect "| llama-tp4sp | LLaMA-7B, TP4 + SP, micro-batch 1 × 8 | failed (exit 1, out of memory) |  | — |"
+  expect "| probe-tp4 | probe, TP4 | 99.0 | 400.0 | 384.0 | 8.00 |"
+  expect "multi-GPU check, "
+  [ "$fail" -eq 0 ] || echo "$got" | sed 's/^/dry run: /'
+  rm -rf "$fake"
+  [ "$fail" -eq 0 ]
+}
+
+selftest() {
+  local got fail=0
+  got=$(summarise <<'EOF'
+[tp1] layout: 1.3B, 1 GPU
+[tp1] gpt-benchmark model=1.3b layout=TP1 CP1 PP1 DP1 attention=sdpa mbs=4 micro=2 seq=2048 | tokens/s/GPU 64944 | TFLOP/s/GPU 575.6 | MFU 58.2% | step 252.3 ms | GPU memory peak 33.7 GiB, end of step 33.1 GiB | loss 10.4512
+[tp1] RESULT eager-sdpa-bf16 L=24 h=2048 s=2048 V=32768 mbs=4 micro=2 step=318.5ms tokens/s/gpu=51447 TFLOP/s/gpu=456.0 MFU=46.1% peakmem=39.1GiB (allocated) device=41.0GiB (in use, of 139.8)
+[tp4] layout: 1.3B, TP4
+[tp4] run: mcore4j on 4 GPU(s), at most 240 s (log: /tmp/x)
+[tp4] gpt-benchmark model=1.3b layout=TP4 CP1 PP1 DP1 attention=sdpa mbs=4 micro=2 seq=2048 | tokens/s/GPU 16120 | TFLOP/s/GPU 142.9 | MFU 14.4% | step 254.1 ms | GPU memory peak 14.2 GiB, end of step 14.0 GiB | loss 10.4600
+[tp4] RESULT torch-tp-bf16 world=4 tp=4 dp=1 L=24 h=2048 s=2048 V=32768 mbs=4 micro=2 step=467.3ms tokens/s/gpu=8765 MFU=7.9% loss=10.512 peakmem=20.1GiB (allocated) device=22.0GiB (in use)
+[dp4] layout: 1.3B, DP4, distributed optimizer
+[dp4] gpt-benchmark model=1.3b layout=TP1 CP1 PP1 DP4 attention=sdpa mbs=4 micro=2 seq=2048 | tokens/s/GPU 58474 | TFLOP/s/GPU 517.9 | MFU 52.4% | step 280.2 ms | GPU memory peak 25.5 GiB, end of step 25.0 GiB | loss 10.45
+[dp4] RESULT torch-ddp-bf16 world=4 tp=1 dp=4 L=24 h=2048 s=2048 V=32768 mbs=4 micro=2 step=332.4ms tokens/s/gpu=49292 MFU=44.2% loss=10.5 peakmem=30.0GiB (allocated) device=31.2GiB (in use)
+[dp4] reference status: DDP failed (timed out after 240 s)
+[dp4] RESULT torch-fsdp2-bf16 world=4 tp=1 dp=4 L=24 h=2048 s=2048 V=32768 mbs=4 micro=2 step=352.4ms tokens/s/gpu=46499 MFU=41.6% loss=10.5 peakmem=24.0GiB (allocated) device=25.5GiB (in use)
+[llama-tp4sp] layout: LLaMA-7B, TP4 + SP, micro-batch 1 × 8
+[llama-tp4sp]   | java.lang.OutOfMemoryError: CUDA out of memory
+[llama-tp4sp] status: failed (exit 1, out of memory)
+[pp2] layout: 1.3B, PP2
+[pp2] status: skipped (needs 2 GPUs, the host has 1)
+[probe-tp1] layout: probe, TP1
+[probe-tp1] gpt-benchmark model=probe layout=TP1 CP1 PP1 DP1 attention=sdpa mbs=4 micro=2 seq=2048 | tokens/s/GPU 95000 | TFLOP/s/GPU 1.0 | MFU 0.1% | step 180.2 ms | GPU memory peak 2.1 GiB, end of step 2.0 GiB | loss 10.3
+[probe-tp1] gpt-benchmark phases (ms per step, device synchronised between them): data 0.4 | forward+backward 172.0 (queued by the host in 168.5) | gradient sync 0.1 | optimizer step 4.2 | zero grad 0.3
+[probe-tp4] layout: probe, TP4
+[probe-tp4] status: skipped (the 540-second deadline)
+some other line that is not a row's
+EOF
+)
+  echo "$got"
+  expect() { grep -qF -- "$1" <<<"$got" || { echo "selftest: FAIL, no line with: $1"; fail=1; }; }
+  expect "| tp1 | 1.3B, 1 GPU | 64,944 (58.2%) | 33.7 GiB | eager-sdpa-bf16 51,447 (46.1%, 41.0GiB in use) |"
+  expect "| tp4 | 1.3B, TP4 | 16,120 (14.4%) | 14.2 GiB | tp-bf16 ×4 8,765 (7.9%, 22.0GiB in use) |"
+  expect "| dp4 | 1.3B, DP4, distributed optimizer | 58,474 (52.4%) | 25.5 GiB | ddp-bf16 ×4 49,292 (44.2%, 31.2GiB in use); DDP failed (timed out after 240 s); fsdp2-bf16 ×4 46,499 (41.6%, 25.5GiB in use) |"
+  expect "| llama-tp4sp | LLaMA-7B, TP4 + SP, micro-batch 1 × 8 | failed (exit 1, out of memory) |  | — |"
+  expect "| pp2 | 1.3B, PP2 | skipped (needs 2 GPUs, the host has 1) |  | — |"
+  expect "| probe-tp1 | probe, TP1 | 180.2 | 172.0 | 168.5 | 3.51 |"
+  expect "| probe-tp4 | probe, TP4 | skipped (the 540-second deadline) | | | |"
+  [ "$(grep -c '^| tp1 ' <<<"$got")" -eq 1 ] || { echo "selftest: FAIL, tp1 is not one row"; fail=1; }
+  grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
+  # every default row is defined, and an unknown one is refused
+  local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 probe-tp4; do
+    row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
+  done
+  row nonsense && { echo "selftest: FAIL, an unknown row was accepted"; fail=1; }
+  dryrun || fail=1
+  [ "$fail" -eq 0 ] && echo "selftest: PASS (the table from fake lines, and a dry run with fake java, torchrun and python3)" \
+    || { echo "selftest: FAIL"; return 1; }
+}
+
+case ${1:-} in
+  --selftest) selftest; exit $?;;
+  --table) summarise <"${2:?usage: multi-gpu-check.sh --table FILE}"; exit 0;;
+  "") ;;
+  *) echo "usage: multi-gpu-check.sh [--selftest | --table FILE]" >&2; exit 2;;
+esac
+
+: "${CP:?CP is not set: source .gpu/run-on-host.sh first (docs/gpu.md)}"
+steps=${STEPS:-5}; warmup=${WARMUP:-2}; extra=${EXTRA:-}; bf16=${BF16:-1}
+deadline=${DEADLINE_S:-540}; row_timeout=${ROW_TIMEOUT_S:-240}
+out=${OUT:-/tmp/multi-gpu-check}; mkdir -p "$out"
+java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
+prec=""; [ "$bf16" = 1 ] && prec="--bf16"
+host_gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
+if [ -z "${ROWS:-}" ]; then
+  if [ "$host_gpus" -ge 4 ]; then ROWS="tp1 tp2 tp4 pp2 tp2pp2 tp2dp2 dp4 llama-tp4sp llama-tp2dp2 probe"
+  else ROWS="tp1 tp2 pp2 dp2 probe-tp1 probe-tp2"; fi
+fi
+rows=""; for r in $ROWS; do [ "$r" = probe ] && rows+=" probe-tp1 probe-tp2 probe-tp4" || rows+=" $r"; done
+for r in $rows; do row "$r" || { echo "multi-gpu-check: unknown row $r" >&2; exit 2; }; done
+
+results=$out/results.txt
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+echo "multi-gpu-check: $(date -u +%Y-%m-%d), ${host_gpus} × ${gpu_name:-unknown GPU}, $([ "$bf16" = 1 ] && echo bf16 || echo fp16)," \
+  "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown), steps $steps after warmup $warmup, rows:$rows" \
+  | tee "$results"
+table() { echo; echo "## $(head -1 "$results" | sed 's/^multi-gpu-check: /multi-GPU check, /')"; echo; summarise <"$results"; }
+stopped() {
+  if [ -n "$current" ]; then kill -TERM "$current" 2>/dev/null; say "$current_row" "status: stopped with the call"; fi
+  echo "multi-gpu-check: stopped"; table; exit 124
+}
+trap stopped TERM INT
+for r in $rows; do
+  row "$r"
+  say "$r" "layout: $layout"
+  if [ "$gpus" -gt "$host_gpus" ]; then say "$r" "status: skipped (needs $gpus GPUs, the host has $host_gpus)"; continue; fi
+  bench "$r" "$gpus"
+  if [ "${REFS:-1}" = 1 ]; then for ref in "${refs[@]}"; do reference "$r" "$ref"; done; fi
+done
+table
