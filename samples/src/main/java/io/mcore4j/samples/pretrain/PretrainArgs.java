@@ -208,6 +208,14 @@ public final class PretrainArgs {
     boolean fp16;
     @Option(names = "--bf16", description = "bfloat16 parameters and activations, float32 master weights and optimizer state, no loss scaling.")
     boolean bf16;
+    @Option(names = "--initial-loss-scale", description = "fp16's first loss scale. Default: ${DEFAULT-VALUE}.")
+    double initialLossScale = 65536;
+    @Option(names = "--min-loss-scale", description = "fp16's smallest loss scale. Default: ${DEFAULT-VALUE}.")
+    double minLossScale = 1;
+    @Option(names = "--loss-scale-window", description = "Clean fp16 steps before the loss scale doubles. Default: ${DEFAULT-VALUE}.")
+    int lossScaleWindow = 1000;
+    @Option(names = "--hysteresis", description = "Overflowing fp16 steps tolerated before the loss scale halves. Default: ${DEFAULT-VALUE}.")
+    int hysteresis = 2;
 
     // mixture of experts
     @Option(names = "--num-experts", description = "Experts per MoE layer (0: dense MLPs). Default: ${DEFAULT-VALUE}.")
@@ -614,7 +622,8 @@ public final class PretrainArgs {
                 .precision(Precision.of(fp16, bf16)).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
                 .gradReduceInFp32(gradReduceInFp32 && !gradReduceInBf16).overlapGradReduce(overlapGradReduce)
                 .bucketSizeBytes(4 * ddpBucketSize).optimizerCpuOffload(optimizerCpuOffload)
-                .optimizerOffloadFraction(optimizerOffloadFraction).build();
+                .optimizerOffloadFraction(optimizerOffloadFraction).initialLossScale(initialLossScale)
+                .minLossScale(minLossScale).lossScaleWindow(lossScaleWindow).hysteresis(hysteresis).build();
         LearningRateSchedule schedule;
         try {
             schedule = new LearningRateSchedule(lr, minLr, warmup, decay,

@@ -1,0 +1,129 @@
+package io.mcore4j.samples.pretrain;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Steps replayed from a graph ({@code --cuda-graph-impl local --cuda-graph-scope full_iteration}) against
+ * eager steps, on the CPU through {@link ReplayingGraphCapture}, which replays a capture by running its body
+ * again: the step's warm-up, the copies into the graph's inputs, the gradients the graph makes (left alone
+ * between replays), the losses read from the graph's output and the capture again after the loss scale
+ * changes must give the eager losses exactly. On GPUs, scripts/gpu/cuda-graph-check.sh compares the same with
+ * real CUDA graphs.
+ */
+class PretrainGptCudaGraphTest {
+    private static final List<String> GRAPH = List.of("--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration",
+            "--cuda-graph-warmup-steps", "2");
+
+    @TempDir
+    Path dir;
+
+    @AfterEach
+    void off() {
+        ReplayingGraphCapture.enabled = false;
+    }
+
+    private List<String> flags(int nproc, int steps, String... more) {
+        List<String> f = new ArrayList<>(List.of("--nproc", String.valueOf(nproc), "--num-layers", "2", "--hidden-size", "32",
+                "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size",
+                String.valueOf(4 * Math.max(1, nproc / 2)), "--lr", "1e-3", "--min-lr", "1e-4", "--lr-warmup-iters", "2",
+                "--train-iters", String.valueOf(steps), "--mock-data", "--vocab-size", "128", "--log-interval", "1",
+                "--seed", "11", "--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
+        f.addAll(List.of(more));
+        return f;
+    }
+
+    private static List<Double> train(List<String> flags) throws Exception {
+        PrintStream quiet = new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8);
+        return PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)), quiet);
+    }
+
+    private static List<Double> graphed(List<String> flags) throws Exception {
+        List<String> g = new ArrayList<>(flags);
+        g.addAll(GRAPH);
+        ReplayingGraphCapture.enabled = true;
+        try {
+            return train(g);
+        } finally {
+            ReplayingGraphCapture.enabled = false;
+        }
+    }
+
+    @Test
+    void replayedStepsGiveTheEagerLossesAtTp2Dp2() throws Exception {
+        List<String> layout = flags(4, 6, "--tensor-model-parallel-size", "2", "--sequence-parallel",
+                "--use-distributed-optimizer");
+        List<Double> eager = train(layout);
+        int captures = ReplayingGraphCapture.CAPTURES.get();
+        int replays = ReplayingGraphCapture.REPLAYS.get();
+        List<Double> replayed = graphed(layout);
+        assertEquals(eager, replayed, "losses of eager steps and of steps replayed from the graph");
+        assertEquals(4, ReplayingGraphCapture.CAPTURES.get() - captures, "one capture per rank, after 2 eager steps");
+        assertEquals(4 * 4, ReplayingGraphCapture.REPLAYS.get() - replays, "steps 3 to 6 replayed on each of 4 ranks");
+    }
+
+    @Test
+    void aChangedLossScaleCapturesAgain() throws Exception {
+        // with a window of one clean step the loss scale doubles every step (or halves on an overflow): each change captures again
+        List<String> fp16 = flags(1, 6, "--fp16", "--loss-scale-window", "1");
+        List<Double> eager = train(fp16);
+        int captures = ReplayingGraphCapture.CAPTURES.get();
+        List<Double> replayed = graphed(fp16);
+        assertEquals(eager, replayed, "losses under fp16's dynamic loss scale");
+        int made = ReplayingGraphCapture.CAPTURES.get() - captures;
+        // at most one per graphed step, and more than one: the scale changed (an overflow within the hysteresis keeps it)
+        assertTrue(made > 1 && made <= 4, made + " captures for the 4 graphed steps");
+    }
+
+    @Test
+    void withoutGraphSupportEveryStepIsEager() throws Exception {
+        List<String> serial = flags(1, 4);
+        List<Double> eager = train(serial);
+        List<String> g = new ArrayList<>(serial);
+        g.addAll(GRAPH);
+        int captures = ReplayingGraphCapture.CAPTURES.get();
+        assertEquals(eager, train(g));
+        assertEquals(captures, ReplayingGraphCapture.CAPTURES.get(), "no graph support here: nothing captured");
+    }
+
+    @Test
+    void flagsAGraphCannotHoldAreRefused() {
+        assertRefused("mcore4j captures full_iteration only", "--cuda-graph-impl", "local");
+        assertRefused("mcore4j captures full_iteration only", "--cuda-graph-impl", "local", "--cuda-graph-scope", "attn");
+        assertRefused("is not one of none, local", "--cuda-graph-impl", "transformer_engine");
+        assertRefused("has no effect without --cuda-graph-impl local", "--cuda-graph-scope", "full_iteration");
+        assertRefused("must be at least 1", "--cuda-graph-warmup-steps", "0");
+        List<String> dropout = new ArrayList<>(GRAPH);
+        dropout.addAll(List.of("--hidden-dropout", "0.1"));
+        assertRefused("needs --hidden-dropout 0 and --attention-dropout 0", dropout.toArray(String[]::new));
+    }
+
+    @Test
+    void layoutsTheGraphDoesNotTakeYetAreRefusedByTheStep() {
+        ReplayingGraphCapture.enabled = true;
+        IllegalArgumentException overlap = assertThrows(IllegalArgumentException.class,
+                () -> graphed(flags(2, 3, "--overlap-grad-reduce")));
+        assertTrue(overlap.getMessage().contains("--overlap-grad-reduce exclude"), overlap.getMessage());
+        IllegalArgumentException pp = assertThrows(IllegalArgumentException.class,
+                () -> graphed(flags(2, 3, "--pipeline-model-parallel-size", "2")));
+        assertTrue(pp.getMessage().contains("needs --pipeline-model-parallel-size 1"), pp.getMessage());
+    }
+
+    private void assertRefused(String expected, String... more) {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> PretrainArgs.parse(flags(1, 2, more).toArray(String[]::new)).setup());
+        assertTrue(e.getMessage().contains(expected), e.getMessage());
+    }
+}
