@@ -446,11 +446,6 @@ public final class TrainStep implements AutoCloseable {
                     throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --overlap-grad-reduce exclude"
                             + " each other for now: the overlapped reduction starts inside the backward the graph captures");
                 }
-                if (groups.dims().pipelineParallel() > 1) {
-                    throw new IllegalArgumentException("--cuda-graph-scope full_iteration needs --pipeline-model-parallel-size 1"
-                            + " for now (it is " + groups.dims().pipelineParallel() + "): the pipeline's shape exchange waits"
-                            + " on the host");
-                }
             }
             return new TrainStep(this);
         }
