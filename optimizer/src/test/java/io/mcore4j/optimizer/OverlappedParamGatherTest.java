@@ -5,12 +5,21 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.parallel.Backend;
+import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ParallelDims;
+import io.mcore4j.parallel.PendingCollective;
+import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -83,6 +92,84 @@ class OverlappedParamGatherTest {
             model.close();
             return null;
         });
+    }
+
+    /**
+     * A backend whose started all-gathers have not run when the step returns: each runs only when it
+     * is awaited. The forward that asks for a parameter is what runs (waits for) its bucket's gather,
+     * and only that one; the others stay unrun until asked for or finished.
+     */
+    @Test
+    void aForwardThatReachesABucketBeforeItsGatherRanWaitsForThatGatherOnly() {
+        List<List<float[]>> reference = oneStep(GATHERED);
+        List<float[]> initial = TinyMlp.initialValues();
+        InJvmWorld.run(2, rank -> {
+            List<String> log = new ArrayList<>();
+            ProcessGroups groups = ProcessGroups.create(ParallelDims.of(2, 1, 1), deferringGathers(rank.backend(), log));
+            TinyMlp model = new TinyMlp(rank.manager(), DataType.FLOAT32);
+            DistributedDataParallel ddp = new DistributedDataParallel(model.params, groups, OVERLAPPED, List.of());
+            MegatronOptimizer optimizer = Optimizers.create(model.params, ddp, groups, OVERLAPPED);
+            step(model, ddp, optimizer, groups, 0, 1);
+            // published in forward order: fc1.weight's bucket, the biases' (fc1.bias is second), fc2.weight's
+            assertEquals(List.of("start 30", "start 7", "start 15"), log);
+            assertValues(model, initial.toArray(float[][]::new));
+            optimizer.beforeForward(List.of(model.params.get(2)));
+            assertEquals(List.of("start 30", "start 7", "start 15", "run 15"), log);
+            List<float[]> expected = reference.get(rank.rank());
+            assertValues(model, initial.get(0), initial.get(1), expected.get(2), initial.get(3));
+            optimizer.beforeForward(List.of(model.params.get(0), model.params.get(1)));
+            assertEquals(List.of("start 30", "start 7", "start 15", "run 15", "run 30", "run 7"), log);
+            assertValues(model, expected.get(0), expected.get(1), expected.get(2), expected.get(3));
+            optimizer.close();
+            ddp.close();
+            model.close();
+            return null;
+        });
+    }
+
+    /**
+     * {@code backend}'s communicators, except that a started all-gather runs when awaited; {@code log}
+     * records "start N" and "run N" for a shard of N elements.
+     */
+    private static Backend deferringGathers(Backend backend, List<String> log) {
+        return new Backend() {
+            @Override
+            public int worldRank() {
+                return backend.worldRank();
+            }
+
+            @Override
+            public int worldSize() {
+                return backend.worldSize();
+            }
+
+            @Override
+            public Communicator communicator(ProcessGroup group) {
+                Communicator inner = backend.communicator(group);
+                return (Communicator) Proxy.newProxyInstance(Communicator.class.getClassLoader(),
+                        new Class<?>[] {Communicator.class}, (proxy, method, args) -> {
+                            if (method.getName().equals("startAllGather")) {
+                                NDArray input = (NDArray) args[0];
+                                NDManager owner = (NDManager) args[1];
+                                long n = input.size();
+                                log.add("start " + n);
+                                return (PendingCollective) () -> {
+                                    log.add("run " + n);
+                                    return inner.allGather(input, 0, owner);
+                                };
+                            }
+                            try {
+                                return method.isDefault() ? InvocationHandler.invokeDefault(proxy, method, args)
+                                        : method.invoke(inner, args);
+                            } catch (InvocationTargetException e) {
+                                throw e.getCause();
+                            }
+                        });
+            }
+
+            @Override
+            public void close() {}
+        };
     }
 
     @Test
