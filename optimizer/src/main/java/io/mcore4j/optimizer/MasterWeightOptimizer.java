@@ -61,6 +61,12 @@ import org.slf4j.LoggerFactory;
  * operations wherever it runs, and the checkpoint describes the same tensors: a run saved with
  * offload resumes without it and vice versa. The fused kernel above is not used while a shard is on
  * the host.
+ *
+ * <p><b>Parameter all-gather.</b> With the distributed optimizer the updated shards reach the model
+ * through {@link ParamGather}, chosen once here: gathered and written during the step, or with
+ * {@link OptimizerConfig#overlapParamGather()} started during the step and written bucket by bucket
+ * as the next forward reaches them ({@link #beforeForward}); {@link #finishParamSync()} writes what is
+ * left. The step, {@link #reloadModelParams()}, loading and {@link #close()} finish the gathers first.
  */
 final class MasterWeightOptimizer implements MegatronOptimizer {
     private static final Logger LOG = LoggerFactory.getLogger(MasterWeightOptimizer.class);
@@ -103,6 +109,9 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     private final DynamicLossScaler scaler;
     private final NDManager manager;
     private final HostPlacement host;
+    private final ParamGather gather;
+    /** Shard indices in the order {@link #gather} wants them published. */
+    private final int[] publishOrder;
     private final List<Shard> shards = new ArrayList<>();
     private NDManager checkpointViews;
     private long stepCount;
@@ -146,6 +155,8 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             }
         }
         this.kernel = fusedKernel();
+        this.gather = ParamGather.of(config, ddp);
+        this.publishOrder = gather.publishOrder(ddp.buckets());
     }
 
     /**
@@ -186,6 +197,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             throw new IllegalArgumentException("learning rate " + learningRate + " and weight decay " + weightDecay
                     + " must be finite and >= 0");
         }
+        gather.finish(); // the last step's gathers read the masters this step updates
         if (!ddp.isGradSynced()) {
             throw new IllegalStateException("gradients are not synchronised: call finishGradSync() after the last backward");
         }
@@ -311,7 +323,8 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
      * parameters are then written from device views, as a device shard's are.
      */
     private void publish(NDManager temp, NDManager hostTemp) {
-        for (Shard s : shards) {
+        for (int index : publishOrder) {
+            Shard s = shards.get(index);
             GradientBucket bucket = s.bucket;
             if (!sharded(bucket) && !s.onHost) {
                 // one copy per parameter from its ready-made view (the step's host time is mostly these calls)
@@ -320,19 +333,30 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 }
                 continue;
             }
+            // a gathered bucket's shard lives until the gather has written it (ParamGather closes its manager)
+            NDManager buffers = sharded(bucket) ? manager.newSubManager() : temp;
             NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
-                    : own(DataTypes.toType(s.master, bucket.paramDtype, false), s.onHost ? hostTemp : temp);
+                    : own(DataTypes.toType(s.master, bucket.paramDtype, false), s.onHost ? hostTemp : buffers);
             if (s.onHost) {
                 // DataTypes' copy: DJL's own, which a cross-device write would make, fails on bfloat16
-                local = own(DataTypes.toDevice(local, bucket.slots.get(0).param().data().getDevice(), true), temp);
+                local = own(DataTypes.toDevice(local, bucket.slots.get(0).param().data().getDevice(), true), buffers);
             }
-            NDArray full = sharded(bucket) ? bucket.group.allGather(local, 0, temp) : local;
-            for (GradientBucket.Slot slot : bucket.slots) {
-                NDArray view = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
-                NDArray data = slot.param().data();
-                Tensors.copyInto(data, own(view.reshape(data.getShape()), temp));
+            if (sharded(bucket)) {
+                gather.publish(bucket, local, buffers);
+            } else {
+                ParamGather.writeParameters(bucket, local, temp);
             }
         }
+    }
+
+    @Override
+    public void beforeForward(List<Parameter> parameters) {
+        gather.beforeForward(parameters);
+    }
+
+    @Override
+    public void finishParamSync() {
+        gather.finish();
     }
 
     /** @return whether this rank holds only a shard of the bucket's master weights (distributed optimizer) */
@@ -428,6 +452,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
 
     @Override
     public void reloadModelParams() {
+        gather.finish();
         try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
             for (Shard s : shards) {
                 Tensors.copyInto(s.master, masterValues(s.bucket, s.pieces, temp));
@@ -531,6 +556,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
 
     @Override
     public void loadShardedState(String prefix, ParameterLayout layout, List<ShardedTensor> loaded) {
+        gather.finish(); // a bucket written after the load would overwrite the loaded weights
         Map<String, ShardedTensor> byPlace = new HashMap<>();
         for (ShardedTensor t : loaded) {
             byPlace.put(place(t), t);
@@ -573,8 +599,12 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
 
     @Override
     public void close() {
-        releaseCheckpointViews();
-        manager.close();
+        try {
+            gather.finish();
+        } finally {
+            releaseCheckpointViews();
+            manager.close();
+        }
     }
 
     private void releaseCheckpointViews() {

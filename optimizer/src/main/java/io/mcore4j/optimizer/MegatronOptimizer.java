@@ -1,6 +1,8 @@
 package io.mcore4j.optimizer;
 
 import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.nn.ForwardPreHook;
+import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 
 import java.util.List;
@@ -19,10 +21,16 @@ import java.util.List;
  * (after an all-gather over the data-parallel group with the distributed optimizer, where each rank
  * owns only its shard of masters and moments).
  *
+ * <p>With {@link OptimizerConfig#overlapParamGather()} that all-gather is only started by the step,
+ * bucket by bucket: a bucket's parameters keep the previous values until the next forward is about to
+ * read one of them and calls {@link #beforeForward} (the optimizer is the model's forward pre-hook),
+ * or until {@link #finishParamSync()}. Whoever reads the weights outside such a forward (evaluation,
+ * a checkpoint save, the end of training) calls {@link #finishParamSync()} first.
+ *
  * <p>The optimizer owns its state (master weights, moments) in a child of the DDP wrapper's
  * manager: close the optimizer before the wrapper. One instance is used by one thread.
  */
-public interface MegatronOptimizer extends AutoCloseable {
+public interface MegatronOptimizer extends ForwardPreHook, AutoCloseable {
 
     /**
      * One optimizer step (see the class comment). Communicates over the world group, and with the
@@ -44,6 +52,26 @@ public interface MegatronOptimizer extends AutoCloseable {
     default StepResult step(double learningRate) {
         return step(learningRate, config().weightDecay());
     }
+
+    /**
+     * Forward pre-hook: writes the parameters of every bucket holding one of {@code parameters} whose
+     * all-gather the last step started and nothing has written yet, waiting for the gather (on a GPU:
+     * making the caller's stream wait). Cheap when nothing is pending; does nothing without
+     * {@link OptimizerConfig#overlapParamGather()}. Communicates nothing; call it on the thread that
+     * runs the steps.
+     *
+     * @param parameters parameters the forward is about to read
+     */
+    @Override
+    void beforeForward(List<Parameter> parameters);
+
+    /**
+     * Writes every parameter whose all-gather the last step started and nothing has written yet
+     * (Megatron's {@code finish_param_sync} of every bucket); afterwards the model holds the updated
+     * weights. Does nothing when none is pending. Communicates nothing; the step, loading and
+     * {@link #close()} call it themselves.
+     */
+    void finishParamSync();
 
     /** @return the factor the training loop multiplies the loss by before backward: the current loss scale with fp16, else 1.0 */
     double lossScale();

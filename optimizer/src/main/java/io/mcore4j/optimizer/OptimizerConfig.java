@@ -34,6 +34,10 @@ import java.util.Objects;
  * @param overlapGradReduce start each gradient bucket's data-parallel reduction during the step's last
  *     backward, as soon as the model reports its parameters' gradients complete (Megatron's
  *     {@code --overlap-grad-reduce}); see {@link DistributedDataParallel#expectBackwardPasses}
+ * @param overlapParamGather with the distributed optimizer, start each bucket's all-gather of the
+ *     updated parameters at the end of the step and wait for it only when the next forward is about to
+ *     read a parameter of that bucket (Megatron's {@code --overlap-param-gather}); see
+ *     {@link MegatronOptimizer#beforeForward}. Needs {@code useDistributedOptimizer}
  * @param optimizerCpuOffload hold part of this rank's optimizer state (fp32 master weights and
  *     moments) on the host and step it there (Megatron's {@code --optimizer-cpu-offload}, its hybrid
  *     device optimizer): each step copies those gradients to the host, updates there and copies the
@@ -48,7 +52,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
                               double initialLossScale, double minLossScale, int lossScaleWindow, int hysteresis,
                               boolean useDistributedOptimizer, long bucketSizeBytes, boolean averageInCollective,
                               boolean gradReduceInFp32, boolean countZerosInGrad, boolean fusedAdam, boolean overlapGradReduce,
-                              boolean optimizerCpuOffload, double optimizerOffloadFraction) {
+                              boolean overlapParamGather, boolean optimizerCpuOffload, double optimizerOffloadFraction) {
 
     /** The update rule. */
     public enum Algorithm {
@@ -96,6 +100,11 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         if (!(optimizerOffloadFraction > 0 && optimizerOffloadFraction <= 1)) {
             throw new IllegalArgumentException("optimizer offload fraction " + optimizerOffloadFraction
                     + " must be in (0, 1]");
+        }
+        if (overlapParamGather && !useDistributedOptimizer) {
+            throw new IllegalArgumentException("overlapping the parameter all-gather (overlapParamGather=true) needs the"
+                    + " distributed optimizer, which is off (useDistributedOptimizer=false): without it every rank"
+                    + " updates all its parameters and nothing is gathered");
         }
         if (optimizerCpuOffload && algorithm == Algorithm.ADAM) {
             throw new IllegalArgumentException("optimizer CPU offload needs decoupled weight decay (ADAMW), as in"
@@ -146,7 +155,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
                 .useDistributedOptimizer(useDistributedOptimizer).bucketSizeBytes(bucketSizeBytes)
                 .averageInCollective(averageInCollective).gradReduceInFp32(gradReduceInFp32)
                 .countZerosInGrad(countZerosInGrad).fusedAdam(fusedAdam).overlapGradReduce(overlapGradReduce)
-                .optimizerCpuOffload(optimizerCpuOffload).optimizerOffloadFraction(optimizerOffloadFraction);
+                .overlapParamGather(overlapParamGather).optimizerCpuOffload(optimizerCpuOffload).optimizerOffloadFraction(optimizerOffloadFraction);
     }
 
     /** Mutable builder; {@link #build()} validates. */
@@ -172,6 +181,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         private boolean countZerosInGrad;
         private boolean fusedAdam;
         private boolean overlapGradReduce;
+        private boolean overlapParamGather;
         private boolean optimizerCpuOffload;
         private double optimizerOffloadFraction = 1.0;
 
@@ -198,6 +208,16 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         /** @param v start bucket reductions during the last backward of a step @return this */
         public Builder overlapGradReduce(boolean v) {
             overlapGradReduce = v;
+            return this;
+        }
+
+        /**
+         * @param v start the distributed optimizer's parameter all-gathers after the step and wait for each
+         *     bucket just before the next forward reads it (default false; needs the distributed optimizer)
+         * @return this
+         */
+        public Builder overlapParamGather(boolean v) {
+            overlapParamGather = v;
             return this;
         }
 
@@ -337,7 +357,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
             return new OptimizerConfig(algorithm, lr, beta1, beta2, eps, weightDecay, sgdMomentum, clipGrad, fp16, bf16,
                     initialLossScale, minLossScale, lossScaleWindow, hysteresis, useDistributedOptimizer,
                     bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad, fusedAdam, overlapGradReduce,
-                    optimizerCpuOffload, optimizerOffloadFraction);
+                    overlapParamGather, optimizerCpuOffload, optimizerOffloadFraction);
         }
     }
 }

@@ -50,6 +50,16 @@ class OptimizerConfigTest {
                 .build(), "optimizer CPU offload needs decoupled weight decay (ADAMW)");
     }
 
+    @Test
+    void overlappingTheParameterGatherIsOffByDefaultAndNeedsTheDistributedOptimizer() {
+        assertEquals(false, OptimizerConfig.builder().build().overlapParamGather());
+        OptimizerConfig on = OptimizerConfig.builder().useDistributedOptimizer(true).overlapParamGather(true).build();
+        assertEquals(on, on.toBuilder().build());
+        assertMessage(() -> OptimizerConfig.builder().overlapParamGather(true).build(),
+                "overlapping the parameter all-gather (overlapParamGather=true) needs the distributed optimizer, which is"
+                        + " off (useDistributedOptimizer=false)");
+    }
+
     /** Megatron's rule: in order, a shard goes to the host while the host holds less than fraction x total. */
     @Test
     void hostShardsAreTheFirstUntilTheFractionIsReached() {

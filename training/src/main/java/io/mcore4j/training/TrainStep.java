@@ -42,6 +42,14 @@ import org.slf4j.LoggerFactory;
  * unscale, clip or skip, step the optimizer, zero the gradients. This class is the only place that
  * knows the micro-batch count and applies the loss scale; the optimizer owns the scale's value.
  *
+ * <p>With {@link OptimizerConfig#overlapParamGather()} the optimizer step only starts the
+ * distributed optimizer's parameter all-gathers; the next iteration's forward waits for each bucket
+ * as it reaches its parameters (the optimizer is the model's forward pre-hook), or, for a model that
+ * cannot tell ({@link TrainingModel#addForwardPreHook}), before its first forward. {@link #evaluate},
+ * {@link #shardedState()} and {@link #close()} write every pending parameter first, as Megatron
+ * disables its pre-hooks for evaluation and checkpoints; {@link #finishParamSync()} does it for other
+ * readers of the weights.
+ *
  * <p>Communicates over the pipeline group (schedule), the data- and context-parallel groups
  * (gradients, the reported loss) and the world group (gradient norm). Every rank of the world calls {@link #run}
  * and {@link #evaluate} together. Owns the data-parallel wrapper and the optimizer; the model
@@ -65,6 +73,8 @@ public final class TrainStep implements AutoCloseable {
     private final DistributedDataParallel ddp;
     private final MegatronOptimizer optimizer;
     private final ScheduleConfig schedule;
+    /** Whether the model tells the optimizer before each forward reads parameters (overlapped parameter all-gather). */
+    private final boolean forwardWaitsForGather;
     // the losses of steps whose results have not been read yet (see TrainStepResult)
     private final NDManager unreadLosses;
     // the schedule's second implementation, replayed from a CUDA graph; null when every step is eager
@@ -87,6 +97,7 @@ public final class TrainStep implements AutoCloseable {
         Map<Parameter, String> keys = new IdentityHashMap<>();
         model.namedParameters(MODEL_PREFIX).forEach((key, p) -> keys.put(p, key));
         this.optimizer = Optimizers.create(parameters, ddp, groups, b.optimizer, ParameterLayout.byKey(keys::get));
+        this.forwardWaitsForGather = b.optimizer.overlapParamGather() && model.addForwardPreHook(optimizer);
         this.schedule = ScheduleConfig.of(microBatches, model.activationShape(microBatchSize, seqLength),
                 model.activationDtype());
         this.unreadLosses = manager.newSubManager();
@@ -139,6 +150,10 @@ public final class TrainStep implements AutoCloseable {
             // gradient the dp-cp average divides by CP, so it is scaled by CP like the main loss (Megatron's)
             model.setAuxLossScale(scale * groups.cp().size() / microBatches);
             ddp.expectBackwardPasses(microBatches);
+            if (!forwardWaitsForGather || graph != null) {
+                // a replayed graph's forward calls no hooks, and a capture cannot wait on the gathers started after the step
+                optimizer.finishParamSync();
+            }
             ScheduleResult result = graph == null ? schedule(batches, scale, false)
                     : graph.run(batches, scale, b -> schedule(b, scale, false), ddp::zeroGrad, manager);
             long queued = System.nanoTime();
@@ -175,6 +190,7 @@ public final class TrainStep implements AutoCloseable {
      * @return the mean loss over the micro-batches and data-parallel ranks on the last stage; NaN elsewhere
      */
     public double evaluate(BatchSource data, long consumedSamples) {
+        optimizer.finishParamSync();
         try (NDManager step = manager.newSubManager()) {
             return dataParallelMean(schedule(read(step, data, consumedSamples), 1.0, true).meanLoss());
         }
@@ -286,6 +302,7 @@ public final class TrainStep implements AutoCloseable {
      * @return the pieces
      */
     public List<ShardedTensor> shardedState() {
+        optimizer.finishParamSync(); // the model's pieces are views of its parameters
         List<ShardedTensor> state = new ArrayList<>(model.shardedState(MODEL_PREFIX));
         state.addAll(optimizer.shardedState(OPTIMIZER_PREFIX));
         return state;
@@ -299,6 +316,17 @@ public final class TrainStep implements AutoCloseable {
      */
     public void loadOptimizerState(List<ShardedTensor> loaded) {
         optimizer.loadShardedState(OPTIMIZER_PREFIX, loaded);
+    }
+
+    /**
+     * Writes every parameter whose all-gather the last iteration started and the next forward has not
+     * yet written ({@link MegatronOptimizer#finishParamSync()}): afterwards the model holds the trained
+     * weights. Nothing to do without {@link OptimizerConfig#overlapParamGather()}. Call it before
+     * reading the model's weights between iterations other than through {@link #evaluate} or
+     * {@link #shardedState()}, which call it themselves.
+     */
+    public void finishParamSync() {
+        optimizer.finishParamSync();
     }
 
     /** @return the optimizer (its configuration, loss scale, state size) */
@@ -343,7 +371,7 @@ public final class TrainStep implements AutoCloseable {
             graph.close();
         }
         unreadLosses.close();
-        optimizer.close();
+        optimizer.close(); // writes the pending parameters first
         ddp.close();
     }
 

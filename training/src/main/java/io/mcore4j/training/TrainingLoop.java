@@ -176,6 +176,7 @@ public final class TrainingLoop {
         if (ckpt.save() != null && !savedLast && iteration > start) {
             save(ckpt);
         }
+        step.finishParamSync(); // the caller reads the trained weights (e.g. --save-hf)
         return new TrainingSummary(start, iteration, consumedSamples, losses);
     }
 

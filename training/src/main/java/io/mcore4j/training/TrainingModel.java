@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.ForwardPreHook;
 import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
@@ -90,6 +91,19 @@ public interface TrainingModel extends Module {
      * @param listener the listener
      */
     default void addGradientReadyListener(GradientReadyListener listener) {}
+
+    /**
+     * Registers a hook told before a forward reads parameters, so that the distributed optimizer's
+     * parameter all-gather can overlap the forward ({@link io.mcore4j.optimizer.OptimizerConfig#overlapParamGather()}):
+     * every parameter must be named to the hook before a forward first reads it. Models that cannot
+     * tell return false (the default); the step then writes every gathered parameter before its first forward.
+     *
+     * @param hook the hook
+     * @return whether the model calls the hook
+     */
+    default boolean addForwardPreHook(ForwardPreHook hook) {
+        return false;
+    }
 
     /** Called once after the step's last backward, before the gradients are synchronised. */
     default void finishStep() {}

@@ -5,6 +5,8 @@
  * pieces. {@link io.mcore4j.core.nn.AbstractModule} derives all of those from children and
  * parameters registered once in the constructor; {@link io.mcore4j.core.nn.ModuleList} and
  * {@link io.mcore4j.core.nn.Sequential} hold children for users, and
- * {@link io.mcore4j.core.nn.UnaryModule} is what a sequential chain calls.
+ * {@link io.mcore4j.core.nn.UnaryModule} is what a sequential chain calls. Models tell the training
+ * machinery when gradients are complete ({@link io.mcore4j.core.nn.GradientReadyListener}) and before
+ * parameters are read ({@link io.mcore4j.core.nn.ForwardPreHook}).
  */
 package io.mcore4j.core.nn;

@@ -11,6 +11,7 @@ import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.kernel.CrossEntropyKernel;
 import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.nn.AbstractModule;
+import io.mcore4j.core.nn.ForwardPreHook;
 import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.ModuleList;
 import io.mcore4j.core.nn.Parameter;
@@ -62,6 +63,11 @@ public final class GptModel extends AbstractModule {
     /** The device's cross-entropy kernel (looked up once, not every step), or null. */
     private final CrossEntropyKernel crossEntropyKernel;
     private final List<GradientReadyListener> gradientListeners = new CopyOnWriteArrayList<>();
+    private final List<ForwardPreHook> forwardPreHooks = new CopyOnWriteArrayList<>();
+    /** Per layer of this chunk, its parameters; the embedding's; the head's (the tied word weight included): what the hooks are told. */
+    private final List<List<Parameter>> layerParameters;
+    private final List<Parameter> embeddingParameters;
+    private final List<Parameter> headReads;
     /** How training runs this chunk's layers: as full recompute cuts them (every layer a plain run without it). */
     private final List<RecomputeSegment> segments;
     /** How generation runs them: every layer a plain run. */
@@ -99,6 +105,18 @@ public final class GptModel extends AbstractModule {
             this.outputIsEmbeddingCopy = false;
             this.crossEntropyKernel = null;
         }
+        List<List<Parameter>> perLayer = new ArrayList<>();
+        for (TransformerLayer layer : layers.asList()) {
+            perLayer.add(List.copyOf(layer.parameters()));
+        }
+        this.layerParameters = List.copyOf(perLayer);
+        this.embeddingParameters = embedding == null ? List.of() : List.copyOf(embedding.parameters());
+        List<Parameter> head = new ArrayList<>();
+        if (finalNorm != null) {
+            head.addAll(finalNorm.parameters());
+            head.addAll(output != null ? output.parameters() : List.of(embedding.wordWeight()));
+        }
+        this.headReads = List.copyOf(head);
     }
 
     /**
@@ -212,6 +230,7 @@ public final class GptModel extends AbstractModule {
                         InferenceContext inference) {
         NDArray hidden;
         if (embedding != null) {
+            beforeForward(embeddingParameters);
             hidden = inference == null ? embedding.forward(scope, tokens)
                     : embedding.forward(scope, tokens, inference.sequenceLengthOffset());
         } else if (input != null) {
@@ -225,10 +244,14 @@ public final class GptModel extends AbstractModule {
         for (RecomputeSegment segment : inference == null ? segments : plainSegments) {
             List<TransformerLayer> run = chunk.subList(segment.start(), segment.end());
             if (segment.recomputed()) {
+                for (int i = segment.start(); i < segment.end(); i++) {
+                    beforeForward(layerParameters.get(i));
+                }
                 // full recompute: the run keeps only its input (its Recompute is the graph's cut)
                 hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run, h));
             } else {
                 TransformerLayer layer = run.get(0);
+                beforeForward(layerParameters.get(segment.start()));
                 // a cut per layer keeps each backward segment to one layer instead of the whole residual
                 // chain; when backward reaches it, the layer after it is done
                 boolean cutHere = grad && hidden != input;
@@ -243,6 +266,7 @@ public final class GptModel extends AbstractModule {
         }
         // the same cut before the final norm and the output layer, for listeners
         boolean cutHead = cut && !gradientListeners.isEmpty() && hidden != input;
+        beforeForward(headReads);
         return stage(scope, hidden, input,
                 h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, labels, lossMask));
     }
@@ -351,6 +375,30 @@ public final class GptModel extends AbstractModule {
      */
     public void addGradientReadyListener(GradientReadyListener listener) {
         gradientListeners.add(Objects.requireNonNull(listener, "listener"));
+    }
+
+    /**
+     * Adds a hook told before each forward of this chunk reads parameters: the embedding's before the
+     * embedding runs, each layer's before that layer (every layer of a fully recomputed run before
+     * the run), and the final norm's and output layer's (the word embedding weight where the output
+     * layer reuses it) before the head. Every parameter of the chunk is named before it is first read
+     * by that forward; the backward and the recomputation in backward read nothing not named before.
+     * The distributed optimizer's overlapped parameter all-gather uses this to wait for a bucket only
+     * when its parameters are needed ({@code --overlap-param-gather}).
+     *
+     * @param hook the hook; called on the thread running forward
+     */
+    public void addForwardPreHook(ForwardPreHook hook) {
+        forwardPreHooks.add(Objects.requireNonNull(hook, "hook"));
+    }
+
+    private void beforeForward(List<Parameter> parameters) {
+        if (parameters.isEmpty()) {
+            return;
+        }
+        for (ForwardPreHook hook : forwardPreHooks) {
+            hook.beforeForward(parameters);
+        }
     }
 
     private Function boundary(List<Parameter> completed) {

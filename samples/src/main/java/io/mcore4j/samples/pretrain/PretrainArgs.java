@@ -260,6 +260,10 @@ public final class PretrainArgs {
     boolean useDistributedOptimizer;
     @Option(names = "--overlap-grad-reduce", description = "Start data-parallel gradient reduction during the last backward.")
     boolean overlapGradReduce;
+    @Option(names = "--overlap-param-gather", description = "With --use-distributed-optimizer: start the all-gather of"
+            + " the updated parameters bucket by bucket after the optimizer step and wait for each bucket only when the"
+            + " next forward reaches its parameters; needs --overlap-grad-reduce, as Megatron does.")
+    boolean overlapParamGather;
     @Option(names = "--ddp-bucket-size", description = "Parameters per data-parallel gradient bucket. Default: ${DEFAULT-VALUE}.")
     long ddpBucketSize = 10_000_000L;
     @Option(names = "--fused-adam", negatable = true, description = "Adam through libtorch's fused kernel (--no-fused-adam: one op at a time). Default: ${DEFAULT-VALUE}.")
@@ -578,6 +582,7 @@ public final class PretrainArgs {
                     + " exclude each other");
         }
         checkOptimizerOffload();
+        checkOverlapParamGather();
         if (!(timeoutMinutes > 0)) {
             throw new IllegalArgumentException("--distributed-timeout-minutes " + timeoutMinutes + " must be positive");
         }
@@ -621,6 +626,8 @@ public final class PretrainArgs {
                 .lr(lr).beta1(adamBeta1).beta2(adamBeta2).eps(adamEps).weightDecay(weightDecay).clipGrad(clipGrad)
                 .precision(Precision.of(fp16, bf16)).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
                 .gradReduceInFp32(gradReduceInFp32 && !gradReduceInBf16).overlapGradReduce(overlapGradReduce)
+                // under --auto-layout the planner decides the distributed optimizer: without it nothing is gathered
+                .overlapParamGather(overlapParamGather && useDistributedOptimizer)
                 .bucketSizeBytes(4 * ddpBucketSize).optimizerCpuOffload(optimizerCpuOffload)
                 .optimizerOffloadFraction(optimizerOffloadFraction).initialLossScale(initialLossScale)
                 .minLossScale(minLossScale).lossScaleWindow(lossScaleWindow).hysteresis(hysteresis).build();
@@ -746,6 +753,26 @@ public final class PretrainArgs {
         if (!useDistributedOptimizer && !autoLayout) {
             throw new IllegalArgumentException("--optimizer-cpu-offload needs --use-distributed-optimizer: Megatron"
                     + " requires --use-precision-aware-optimizer with it, which supports only the distributed optimizer");
+        }
+    }
+
+    /**
+     * Megatron's assertions for {@code --overlap-param-gather}: it needs the distributed optimizer
+     * (the only optimizer that gathers parameters) and {@code --overlap-grad-reduce}. With
+     * {@code --auto-layout} the planner decides the distributed optimizer, so only the second is
+     * checked then, and the flag does nothing where the planner leaves the optimizer unsharded.
+     */
+    private void checkOverlapParamGather() {
+        if (!overlapParamGather) {
+            return;
+        }
+        if (!useDistributedOptimizer && !autoLayout) {
+            throw new IllegalArgumentException("--overlap-param-gather needs --use-distributed-optimizer (not given):"
+                    + " only the distributed optimizer all-gathers the updated parameters, as Megatron asserts");
+        }
+        if (!overlapGradReduce) {
+            throw new IllegalArgumentException("--overlap-param-gather needs --overlap-grad-reduce (not given), as"
+                    + " Megatron asserts (\"Must use --overlap-param-gather with --overlap-grad-reduce\")");
         }
     }
 

@@ -24,7 +24,7 @@ import org.junit.jupiter.api.io.TempDir;
  * sizes, the parallel layout, paths and iteration counts are reduced; every other flag is the
  * script's, in the script's order. Left out because other issues cover them: the FP8 flags
  * ({@code --fp8-format}, {@code --fp8-amax-history-len}, {@code --fp8-amax-compute-algo},
- * {@code --fp8-param-gather}), {@code --overlap-param-gather} and {@code --moe-grouped-gemm}.
+ * {@code --fp8-param-gather}) and {@code --moe-grouped-gemm}.
  */
 class MegatronExampleScriptsTest {
     @TempDir
@@ -87,7 +87,7 @@ class MegatronExampleScriptsTest {
             f.addAll(List.of("--exit-duration-in-mins", "235"));
         }
         f.addAll(List.of("--tensor-model-parallel-size", "1", "--context-parallel-size", "1", "--sequence-parallel",
-                "--use-distributed-optimizer", "--overlap-grad-reduce",
+                "--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
                 "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "250",
                 "--data-cache-path", dir.resolve("llama-cache").toString(), "--tiktoken-pattern", "v2", "--split", "99,1,0",
                 "--no-create-attention-mask-in-dataloader", "--no-mmap-bin-files", "--num-workers", "1",
@@ -111,7 +111,8 @@ class MegatronExampleScriptsTest {
                 "--untie-embeddings-and-output-weights", "--group-query-attention", "--num-query-groups", "2",
                 "--no-masked-softmax-fusion", "--no-position-embedding", "--rotary-base", "1000000",
                 "--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type", "aux_loss",
-                "--moe-aux-loss-coeff", "1e-2", "--moe-token-dispatcher-type", "alltoall", "--overlap-grad-reduce"));
+                "--moe-aux-loss-coeff", "1e-2", "--moe-token-dispatcher-type", "alltoall", "--overlap-param-gather",
+                "--overlap-grad-reduce"));
         if (refused) {
             f.addAll(List.of("--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "tokenizer.model",
                     "--data-path", "mixtral_text_document"));

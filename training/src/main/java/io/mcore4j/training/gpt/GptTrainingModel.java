@@ -8,6 +8,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.AbstractModule;
+import io.mcore4j.core.nn.ForwardPreHook;
 import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.models.TransformerConfig;
@@ -150,6 +151,14 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
         for (GptModel m : chunks) {
             m.addGradientReadyListener(listener);
         }
+    }
+
+    @Override
+    public boolean addForwardPreHook(ForwardPreHook hook) {
+        for (GptModel m : chunks) {
+            m.addForwardPreHook(hook);
+        }
+        return true;
     }
 
     @Override
