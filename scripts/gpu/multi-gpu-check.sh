@@ -21,6 +21,9 @@
 #               presets' default; DDP and eager with fp16 + GradScaler, DTensor TP and FSDP2 stay bf16, their only mode)
 #   STEPS (5), WARMUP (2)   timed and untimed steps of every run
 #   REFS        1 (default) runs the PyTorch references, 0 leaves them out
+#   GRAPH       1: every mcore4j row replays its steps from a CUDA graph (--cuda-graph-impl local --cuda-graph-scope
+#               full_iteration, captured within the WARMUP steps; --overlap-grad-reduce is left out, a graph does not
+#               take it); 0 (default): eager steps
 #   EXTRA       more flags for every GptBenchmark run (JVM options, e.g. -Dmcore4j.cuda.kernels=false, go in
 #               MCORE4J_JAVA_OPTS)
 #   DEADLINE_S  (540) seconds after the start past which no run starts (the rest are reported as skipped), so
@@ -284,7 +287,8 @@ case ${1:-} in
 esac
 
 : "${CP:?CP is not set: source .gpu/run-on-host.sh first (docs/gpu.md)}"
-steps=${STEPS:-5}; warmup=${WARMUP:-2}; extra=${EXTRA:-}; bf16=${BF16:-1}
+steps=${STEPS:-5}; warmup=${WARMUP:-2}; extra=${EXTRA:-}; bf16=${BF16:-1}; graph=${GRAPH:-0}
+graph_warmup=$((warmup > 2 ? 2 : 1)) # eager steps before the capture, which comes within the untimed steps
 deadline=${DEADLINE_S:-540}; row_timeout=${ROW_TIMEOUT_S:-240}
 out=${OUT:-/tmp/multi-gpu-check}; mkdir -p "$out"
 java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
@@ -299,7 +303,7 @@ for r in $rows; do row "$r" || { echo "multi-gpu-check: unknown row $r" >&2; exi
 
 results=$out/results.txt
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
-echo "multi-gpu-check: $(date -u +%Y-%m-%d), ${host_gpus} × ${gpu_name:-unknown GPU}, $([ "$bf16" = 1 ] && echo bf16 || echo fp16)," \
+echo "multi-gpu-check: $(date -u +%Y-%m-%d), ${host_gpus} × ${gpu_name:-unknown GPU}, $([ "$bf16" = 1 ] && echo bf16 || echo fp16),$([ "$graph" = 1 ] && echo " CUDA graphs,")" \
   "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown), steps $steps after warmup $warmup, rows:$rows" \
   | tee "$results"
 table() { echo; echo "## $(head -1 "$results" | sed 's/^multi-gpu-check: /multi-GPU check, /')"; echo; summarise <"$results"; }
@@ -310,6 +314,13 @@ stopped() {
 trap stopped TERM INT
 for r in $rows; do
   row "$r"
+  if [ "$graph" = 1 ]; then
+    # a graphed step reduces its gradients after the replay: --overlap-grad-reduce (and --overlap-param-gather,
+    # which needs it) start inside the backward the graph holds, so they go
+    args=$(echo " $args " | sed -e 's/ --overlap-grad-reduce / /g' -e 's/ --overlap-param-gather / /g')
+    args+=" --cuda-graph-impl local --cuda-graph-scope full_iteration --cuda-graph-warmup-steps $graph_warmup"
+    layout+=", CUDA graph"
+  fi
   say "$r" "layout: $layout"
   if [ "$gpus" -gt "$host_gpus" ]; then say "$r" "status: skipped (needs $gpus GPUs, the host has $host_gpus)"; continue; fi
   bench "$r" "$gpus"
