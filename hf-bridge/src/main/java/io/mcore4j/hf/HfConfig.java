@@ -379,7 +379,7 @@ public final class HfConfig {
                 .activation(c.activation()).addBiasLinear(c.addBiasLinear()).tiedEmbeddings(c.tiedEmbeddings())
                 .dropout(c.hiddenDropout(), c.attentionDropout()).initStd(c.initStd()).recompute(c.recompute())
                 .sequenceParallel(c.sequenceParallel()).dtype(c.dtype()).moe(c.moe()).addQkvBias(c.addQkvBias())
-                .cpCommType(c.cpCommType()).ropeScaling(c.ropeScaling()).build();
+                .cpCommType(c.cpCommType()).ropeScaling(c.ropeScaling()).tpCommOverlap(c.tpCommOverlap()).build();
     }
 
     /** Typed access to the config's values, errors naming file and key; JSON nulls count as absent. */

@@ -53,6 +53,9 @@ import java.util.Set;
  * @param ropeScaling frequency scaling of the rotary embedding (LLaMA 3.1's), or null for none
  * @param qkLayernorm normalise each query and key head over its channels (the layer's norm kind) before
  *     the rotary embedding (Megatron's {@code qk_layernorm}; Qwen3, OLMo 2)
+ * @param tpCommOverlap with sequence parallelism, the layers' column- and row-parallel linears overlap
+ *     their sequence all-gather and reduce-scatter with their GEMMs, piece by piece (Megatron's
+ *     {@code tp_comm_overlap}; the same results); needs {@code sequenceParallel}
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -63,7 +66,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 Recompute recompute, RecomputeMethod recomputeMethod, int recomputeNumLayers,
                                 Set<RecomputeModule> recomputeModules, boolean sequenceParallel, DataType dtype, MoeSettings moe,
                                 CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling,
-                                boolean qkLayernorm) {
+                                boolean qkLayernorm, boolean tpCommOverlap) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -245,6 +248,11 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException("recompute modules " + recomputeModules
                     + " apply only to selective recompute, not " + recompute);
         }
+        if (tpCommOverlap && !sequenceParallel) {
+            // Megatron asserts the same: the overlap splits the sequence-parallel collectives
+            throw new IllegalArgumentException("tensor-parallel communication overlap (tp_comm_overlap) needs sequence"
+                    + " parallelism, which is off");
+        }
     }
 
     /**
@@ -383,6 +391,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.qkvBias = addQkvBias;
         b.scaling = ropeScaling;
         b.qkNorm = qkLayernorm;
+        b.tpOverlap = tpCommOverlap;
         return b;
     }
 
@@ -424,6 +433,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private boolean qkvBias;
         private RopeScaling scaling;
         private boolean qkNorm;
+        private boolean tpOverlap;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -599,6 +609,16 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param enabled overlap the linears' sequence-parallel collectives with their GEMMs (Megatron's
+         *     {@code tp_comm_overlap}); needs {@link #sequenceParallel}
+         * @return this
+         */
+        public Builder tpCommOverlap(boolean enabled) {
+            this.tpOverlap = enabled;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -611,7 +631,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
-                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm);
+                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm, tpOverlap);
         }
     }
 }

@@ -26,6 +26,10 @@ class TransformerConfigTest {
         TransformerConfig sp = TransformerConfig.builder(4, 64, 4, 1024).sequenceParallel(true).build();
         assertEquals("sequence parallelism needs tensor parallel size > 1, got 1",
                 assertThrows(IllegalArgumentException.class, () -> sp.validate(ParallelDims.of(1, 1, 1), 0)).getMessage());
+        assertEquals("tensor-parallel communication overlap (tp_comm_overlap) needs sequence parallelism, which is off",
+                assertThrows(IllegalArgumentException.class,
+                        () -> TransformerConfig.builder(4, 64, 4, 1024).tpCommOverlap(true).build()).getMessage());
+        assertEquals(true, sp.toBuilder().tpCommOverlap(true).build().toBuilder().build().tpCommOverlap());
     }
 
     @Test

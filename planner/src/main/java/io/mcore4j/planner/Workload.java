@@ -57,7 +57,9 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
      * @return the config
      */
     public TransformerConfig modelFor(Layout layout) {
-        TransformerConfig.Builder b = model.toBuilder().sequenceParallel(model.sequenceParallel() && layout.tensorParallel() > 1);
+        boolean sequenceParallel = model.sequenceParallel() && layout.tensorParallel() > 1;
+        TransformerConfig.Builder b = model.toBuilder().sequenceParallel(sequenceParallel)
+                .tpCommOverlap(model.tpCommOverlap() && sequenceParallel);
         if (layout.recompute() == TransformerConfig.Recompute.FULL) {
             b.recomputeFull(layout.recomputeMethod(), layout.recomputeNumLayers());
         } else if (layout.recompute() != model.recompute()) {
@@ -81,7 +83,7 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
                 c.tiedEmbeddings(), c.hiddenDropout(), c.attentionDropout(), c.initStd(), c.recompute(), c.recomputeMethod(),
                 c.recomputeNumLayers(), c.recomputeModules(),
                 c.sequenceParallel(), c.dtype(), c.moe(), c.cpCommType(), c.addQkvBias(), c.ropeScaling(),
-                c.qkLayernorm());
+                c.qkLayernorm(), c.tpCommOverlap());
     }
 
     /** @return the optimizer settings of a layout */

@@ -24,7 +24,9 @@ import java.util.List;
  * all-gathered first ({@link Mappings#gatherFromSequenceParallelRegion} with a reduce-scattered
  * gradient). When training with more than one rank and no sequence parallelism, the copy and the
  * linear run as one Function whose backward overlaps the input gradient's all-reduce with the
- * weight-gradient GEMM (same result). With {@code gatherOutput} the output slices are all-gathered into the full output.
+ * weight-gradient GEMM (same result). With sequence parallelism and {@code tpCommOverlap} (Megatron's
+ * {@code --tp-comm-overlap}) the gather and the linear run as one Function that pipelines the
+ * all-gather piece by piece with the GEMMs ({@link PipelinedGatherLinear}; same result). With {@code gatherOutput} the output slices are all-gathered into the full output.
  * All communication is over the {@code tp} communicator given to the builder.
  *
  * <p>The layer owns its parameters (in the builder's manager) and closes them in {@link #close()}.
@@ -39,6 +41,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
     private final boolean gatherOutput;
     private final boolean skipBiasAdd;
     private final boolean sequenceParallel;
+    private final boolean tpCommOverlap;
     private final StridedPartition partition;
     private final Parameter weight;
     private final Parameter bias;
@@ -53,6 +56,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
         this.gatherOutput = b.gatherOutput;
         this.skipBiasAdd = b.skipBiasAdd;
         this.sequenceParallel = b.sequenceParallel;
+        this.tpCommOverlap = b.tpCommOverlap;
         this.manager = b.manager;
         this.partition = new StridedPartition(0, tp.rank(), tp.size(), b.stride);
         Shape weightShape = new Shape(outputSize, inputSize);
@@ -118,6 +122,12 @@ public final class ColumnParallelLinear implements ParallelLinear {
         }
         LayerArguments.checkLastDim(input, inputSize, name, "the input size");
         NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
+        if (sequenceParallel && tpCommOverlap && tp.size() > 1) {
+            NDArray local = addedBias == null
+                    ? scope.apply1(new PipelinedGatherLinear(tp), input, weight.data())
+                    : scope.apply1(new PipelinedGatherLinear(tp), input, weight.data(), addedBias);
+            return new LinearOutput(local, bias != null && skipBiasAdd ? bias.data() : null);
+        }
         if (!sequenceParallel && tp.size() > 1 && scope.isGradEnabled()) {
             // copy-to-region and the linear as one Function: backward all-reduces the input gradient
             // while it computes the weight gradient
@@ -220,7 +230,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
     public String toString() {
         return name + "{" + inputSize + " -> " + outputSize + ", tp " + tp.rank() + "/" + tp.size()
                 + (partition.stride() > 1 ? ", stride " + partition.stride() : "")
-                + (sequenceParallel ? ", sequence parallel" : "") + (gatherOutput ? ", gather output" : "") + "}";
+                + (sequenceParallel ? ", sequence parallel" : "") + (tpCommOverlap ? ", tp comm overlap" : "") + (gatherOutput ? ", gather output" : "") + "}";
     }
 
     /** Options of a {@link ColumnParallelLinear}; {@link #manager} is required. */
@@ -273,6 +283,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
             if (sequenceParallel && gatherOutput) {
                 throw new IllegalArgumentException(name + ": gatherOutput cannot be combined with sequence parallelism");
             }
+            checkTpCommOverlap();
             return new ColumnParallelLinear(this);
         }
     }

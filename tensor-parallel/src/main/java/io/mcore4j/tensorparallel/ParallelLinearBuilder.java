@@ -15,6 +15,7 @@ public abstract class ParallelLinearBuilder<B extends ParallelLinearBuilder<B>> 
     final int outputSize;
     boolean bias = true;
     boolean skipBiasAdd;
+    boolean tpCommOverlap;
     Initializer biasInitializer = Initializers.zeros();
 
     ParallelLinearBuilder(int inputSize, int outputSize, Communicator tp, String defaultName) {
@@ -38,6 +39,25 @@ public abstract class ParallelLinearBuilder<B extends ParallelLinearBuilder<B>> 
     public B skipBiasAdd(boolean value) {
         this.skipBiasAdd = value;
         return self();
+    }
+
+    /**
+     * @param value with {@link #sequenceParallel sequence parallelism}, overlap the layer's sequence
+     *              all-gather or reduce-scatter with its GEMMs, piece by piece (Megatron's
+     *              {@code --tp-comm-overlap}; same results as the composed collectives); default false
+     * @return this
+     */
+    public B tpCommOverlap(boolean value) {
+        this.tpCommOverlap = value;
+        return self();
+    }
+
+    /** Refuses {@link #tpCommOverlap} without sequence parallelism, naming the layer. */
+    void checkTpCommOverlap() {
+        if (tpCommOverlap && !sequenceParallel) {
+            throw new IllegalArgumentException(name + ": tpCommOverlap overlaps the sequence-parallel collectives;"
+                    + " it needs sequenceParallel(true)");
+        }
     }
 
     /** @param value how the full bias is created, identically on every rank (default zeros) @return this */

@@ -26,7 +26,10 @@ import java.util.List;
  * backward of that share passes the gradient through unscaled, so every rank's bias gradient is
  * {@code Σ dy}, as if {@code b} had been added after the reduction; with it, each rank's gradient
  * is {@code Σ dy / t}, and the group sum that sequence-parallel gradients get before use is
- * {@code Σ dy}. At {@code t = 1} the bias goes into the GEMM as it is.
+ * {@code Σ dy}. At {@code t = 1} the bias goes into the GEMM as it is. With sequence parallelism and
+ * {@code tpCommOverlap} (Megatron's {@code --tp-comm-overlap}) the GEMM and the reduce-scatter run as
+ * one Function that starts each piece's reduction while it computes the next piece
+ * ({@link PipelinedLinearReduceScatter}; same result, same bias gradients).
  *
  * <p>All communication is over the {@code tp} communicator given to the builder. The layer owns its
  * parameters (in the builder's manager). The weight is split along dim 1; the bias is whole on
@@ -43,6 +46,7 @@ public final class RowParallelLinear implements ParallelLinear {
     private final boolean inputIsParallel;
     private final boolean skipBiasAdd;
     private final boolean sequenceParallel;
+    private final boolean tpCommOverlap;
     private final Parameter weight;
     private final Parameter bias;
 
@@ -54,6 +58,7 @@ public final class RowParallelLinear implements ParallelLinear {
         this.inputIsParallel = b.inputIsParallel;
         this.skipBiasAdd = b.skipBiasAdd;
         this.sequenceParallel = b.sequenceParallel;
+        this.tpCommOverlap = b.tpCommOverlap;
         StridedPartition columns = new StridedPartition(1, tp.rank(), tp.size(), 1);
         this.weight = new Parameter("weight",
                 b.weightInitializer().createShard(b.manager, new Shape(outputSize, inputSize), b.dtype, columns),
@@ -98,6 +103,13 @@ public final class RowParallelLinear implements ParallelLinear {
         }
         if (sequenceParallel) {
             Mappings.checkSequenceLength(x.getShape().get(0), tp);
+        }
+        if (sequenceParallel && tpCommOverlap && tp.size() > 1) {
+            NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
+            NDArray out = addedBias == null
+                    ? scope.apply1(new PipelinedLinearReduceScatter(tp), x, weight.data())
+                    : scope.apply1(new PipelinedLinearReduceScatter(tp), x, weight.data(), addedBias);
+            return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
         }
         NDArray share = null;
         if (bias != null && !skipBiasAdd) {
@@ -188,7 +200,7 @@ public final class RowParallelLinear implements ParallelLinear {
     @Override
     public String toString() {
         return name + "{" + inputSize + " -> " + outputSize + ", tp " + tp.rank() + "/" + tp.size()
-                + (sequenceParallel ? ", sequence parallel" : "") + (inputIsParallel ? "" : ", scatters input") + "}";
+                + (sequenceParallel ? ", sequence parallel" : "") + (tpCommOverlap ? ", tp comm overlap" : "") + (inputIsParallel ? "" : ", scatters input") + "}";
     }
 
     /** Options of a {@link RowParallelLinear}; {@link #manager} is required. */
@@ -219,6 +231,7 @@ public final class RowParallelLinear implements ParallelLinear {
             if (sequenceParallel && !inputIsParallel) {
                 throw new IllegalArgumentException(name + ": sequence parallelism needs inputIsParallel(true)");
             }
+            checkTpCommOverlap();
             return new RowParallelLinear(this);
         }
     }

@@ -41,7 +41,12 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
      */
     public record LinearSettings(int inputSize, int outputSize, boolean bias, boolean skipBiasAdd, double initStd, int stride) {}
 
-    /** @return Megatron's local spec: column-parallel QKV and FC1, row-parallel projection and FC2, attention from DJL ops */
+    /**
+     * @return Megatron's local spec: column-parallel QKV and FC1, row-parallel projection and FC2, attention
+     *     from DJL ops. With {@link io.mcore4j.models.TransformerConfig#tpCommOverlap()} the four linears
+     *     overlap their sequence-parallel collectives with their GEMMs (the one place that choice is made;
+     *     the output layer and the experts keep the composed collectives, as in Megatron-Core)
+     */
     public static LayerSpec tensorParallel() {
         return new LayerSpec(LayerSpec::column, LayerSpec::row, LayerSpec::column, LayerSpec::row, DotProductAttention::new);
     }
@@ -60,7 +65,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
     private static ParallelLinear column(ModelContext ctx, String key, LinearSettings s) {
         return ColumnParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).gatherOutput(false)
-                .sequenceParallel(ctx.config().sequenceParallel())
+                .sequenceParallel(ctx.config().sequenceParallel()).tpCommOverlap(ctx.config().tpCommOverlap())
                 .initializer(ctx.initializer(key + "weight", s.initStd()))
                 .stride(s.stride()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
     }
@@ -68,7 +73,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
     private static ParallelLinear row(ModelContext ctx, String key, LinearSettings s) {
         return RowParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).inputIsParallel(true)
-                .sequenceParallel(ctx.config().sequenceParallel())
+                .sequenceParallel(ctx.config().sequenceParallel()).tpCommOverlap(ctx.config().tpCommOverlap())
                 .initializer(ctx.initializer(key + "weight", s.initStd()))
                 .dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
     }

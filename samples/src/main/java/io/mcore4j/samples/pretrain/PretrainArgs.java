@@ -136,6 +136,9 @@ public final class PretrainArgs {
     final ParallelLayoutOptions layout = new ParallelLayoutOptions();
     @Option(names = "--sequence-parallel", description = "Split norms, dropout and residuals along the sequence over the tensor-parallel group.")
     boolean sequenceParallel;
+    @Option(names = "--tp-comm-overlap", description = "With --sequence-parallel, overlap the linears' sequence all-gather"
+            + " and reduce-scatter with their GEMMs, piece by piece (Megatron's meaning; the same results).")
+    boolean tpCommOverlap;
     @Option(names = "--context-parallel-size", description = "Split each sequence over this many ranks (2 x size chunks,"
             + " load-balanced for causal attention). Default: ${DEFAULT-VALUE}.")
     int contextParallel = 1;
@@ -709,6 +712,15 @@ public final class PretrainArgs {
                     + " (weighted by --moe-aux-loss-coeff) and none are implemented");
         }
         attentionBackend(); // --use-flash-attn and --transformer-impl against --attention-backend
+        // Megatron asserts sequence parallelism after turning it off at TP 1
+        if (tpCommOverlap && !sequenceParallel) {
+            throw new IllegalArgumentException("--tp-comm-overlap overlaps the sequence-parallel all-gathers and"
+                    + " reduce-scatters with the GEMMs: it needs --sequence-parallel");
+        }
+        if (tpCommOverlap && !sequenceParallelInEffect()) {
+            throw new IllegalArgumentException("--tp-comm-overlap needs --tensor-model-parallel-size > 1 (got "
+                    + layout.tensorParallel() + ", at which --sequence-parallel is off)");
+        }
     }
 
     /** --lr-warmup-iters, or --lr-warmup-fraction of the decay iterations (a whole number of them). */
@@ -969,7 +981,8 @@ public final class PretrainArgs {
             }
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
-                    Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())).build();
+                    Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
+                    .tpCommOverlap(tpCommOverlap)).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());
@@ -979,6 +992,7 @@ public final class PretrainArgs {
                 .initStd(initMethodStd)
                 .rotary(rotaryBase, rotaryPercent)
                 .sequenceParallel(sequenceParallelInEffect())
+                .tpCommOverlap(tpCommOverlap)
                 .tiedEmbeddings(!untieEmbeddings)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
                 .cpCommType(cpCommType.type);

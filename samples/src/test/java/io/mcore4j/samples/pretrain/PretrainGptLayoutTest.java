@@ -71,6 +71,26 @@ class PretrainGptLayoutTest {
         assertSameLosses(serial, train(vp), "PP2 VP2 DP2");
     }
 
+    /**
+     * Megatron's --tp-comm-overlap: the sequence-parallel linears with their all-gathers and
+     * reduce-scatters pipelined piece by piece give the losses of the composed collectives, at TP2
+     * (two pieces per rank) and at TP2 x DP2 with SwiGLU and no biases.
+     */
+    @Test
+    void tensorParallelCommunicationOverlapGivesTheSameLosses() throws Exception {
+        for (List<String> layout : List.of(List.of("--tensor-model-parallel-size", "2"),
+                List.of("--tensor-model-parallel-size", "2", "--swiglu", "--disable-bias-linear"))) {
+            List<String> composed = common(layout.size() == 2 ? 2 : 4, 10);
+            composed.addAll(layout);
+            composed.add("--sequence-parallel");
+            List<Double> reference = train(composed);
+            assertEquals(10, reference.size());
+            List<String> overlapped = new ArrayList<>(composed);
+            overlapped.add("--tp-comm-overlap");
+            assertSameLosses(reference, train(overlapped), layout + " + SP + --tp-comm-overlap");
+        }
+    }
+
     @Test
     void mixtureOfExpertsWithExpertParallelismGivesTheSerialLosses() throws Exception {
         List<String> moe = List.of("--num-experts", "4", "--moe-router-topk", "2", "--moe-aux-loss-coeff", "0.01");

@@ -76,6 +76,17 @@ class PretrainGptMegatronFlagsTest {
     }
 
     @Test
+    void tpCommOverlapNeedsSequenceParallelismAtTensorParallelSizeAboveOne() {
+        assertTrue(setup("--tensor-model-parallel-size", "2", "--sequence-parallel", "--tp-comm-overlap").model().tpCommOverlap());
+        assertFalse(setup("--tensor-model-parallel-size", "2", "--sequence-parallel").model().tpCommOverlap());
+        assertEquals("--tp-comm-overlap overlaps the sequence-parallel all-gathers and reduce-scatters with the GEMMs:"
+                + " it needs --sequence-parallel", refusal("--tensor-model-parallel-size", "2", "--tp-comm-overlap"));
+        // Megatron turns --sequence-parallel off at TP 1 and then asserts it for the overlap
+        assertEquals("--tp-comm-overlap needs --tensor-model-parallel-size > 1 (got 1, at which --sequence-parallel is off)",
+                refusal("--sequence-parallel", "--tp-comm-overlap"));
+    }
+
+    @Test
     void theIssuesFlagsAreAcceptedWithMegatronsMeaning() {
         GptTrainingSetup s = setup("--use-mcore-models", "--transformer-impl", "transformer_engine", "--use-flash-attn",
                 "--init-method-std", "0.006", "--dataloader-type", "cyclic", "--tokenizer-type", "NullTokenizer",
