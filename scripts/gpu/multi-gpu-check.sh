@@ -304,7 +304,7 @@ for r in $rows; do row "$r" || { echo "multi-gpu-check: unknown row $r" >&2; exi
 results=$out/results.txt
 gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 echo "multi-gpu-check: $(date -u +%Y-%m-%d), ${host_gpus} × ${gpu_name:-unknown GPU}, $([ "$bf16" = 1 ] && echo bf16 || echo fp16),$([ "$graph" = 1 ] && echo " CUDA graphs,")" \
-  "commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown), steps $steps after warmup $warmup, rows:$rows" \
+  "commit $(cat "${CP%/lib/\*}/COMMIT" 2>/dev/null || git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown), steps $steps after warmup $warmup, rows:$rows" \
   | tee "$results"
 table() { echo; echo "## $(head -1 "$results" | sed 's/^multi-gpu-check: /multi-GPU check, /')"; echo; summarise <"$results"; }
 stopped() {

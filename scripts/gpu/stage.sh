@@ -62,4 +62,6 @@ cp "$here/build-djl-jni.sh" "$here/build-cuda-graphs.sh" "$here/host-env.sh" "$h
   "$here/torch_dist_gpt_bench.py" "$gpu/scripts/"
 mkdir -p "$gpu/native" && cp "$root/cuda/src/main/native/cuda_graphs.cpp" "$gpu/native/"
 cp "$here/run-on-host.sh" "$gpu/run-on-host.sh"
+# the commit the jars were built from (and whether the tree had changes), for the scripts' report lines
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu' 2>/dev/null || echo +changes)" >"$gpu/COMMIT"
 echo "stage: $gpu ($(du -sh "$gpu" | cut -f1)): $(ls "$gpu/lib" | wc -l) jars, jre.tgz, DJL JNI sources and headers"
