@@ -49,27 +49,12 @@ final class OverlappedColumnLinear implements Function {
         NDArray b = ctx.inputCount() > 2 ? ctx.saved(2) : null;
         NDManager owner = ctx.manager();
         NDArray dy = grads[0];
-        long in = x.getShape().get(x.getShape().dimension() - 1);
-        long out = dy.getShape().get(dy.getShape().dimension() - 1);
         // every rank all-reduces, whether or not its x needs a gradient, so the collective stays matched
         NDArray dx = dy.matMul(w);
         dx.attach(owner);
         PendingCollective reduced = tp.startAllReduceInPlace(dx, ReduceOp.SUM);
         try (NDManager temp = owner.newSubManager()) {
-            NDArray dy2 = dy.reshape(-1, out);
-            dy2.attach(temp);
-            if (ctx.needsInputGrad(1)) {
-                NDArray x2 = x.reshape(-1, in);
-                x2.attach(temp);
-                NDArray dw = dy2.transpose().matMul(x2);
-                dw.attach(temp);
-                Tensors.accumulateGradient(w, dw);
-            }
-            if (b != null && ctx.needsInputGrad(2)) {
-                NDArray db = dy2.sum(new int[] {0});
-                db.attach(temp);
-                Tensors.accumulateGradient(b, db);
-            }
+            LinearWeightGradients.accumulate(ctx, w, b, dy, x, 1.0, temp);
         }
         NDArray dxReduced = reduced.await();
         NDArray[] result = new NDArray[ctx.inputCount()];

@@ -79,8 +79,6 @@ final class PipelinedGatherLinear implements Function {
         NDArray b = ctx.inputCount() > 2 ? ctx.saved(2) : null;
         NDManager owner = ctx.manager();
         NDArray dy = grads[0];
-        long in = x.getShape().get(x.getShape().dimension() - 1);
-        long out = dy.getShape().get(dy.getShape().dimension() - 1);
         PendingCollective reduced;
         try (NDManager temp = owner.newSubManager()) {
             PendingCollective gathering = tp.startAllGather(TensorMemory.contiguous(x, temp), temp);
@@ -88,20 +86,7 @@ final class PipelinedGatherLinear implements Function {
             dxFull.attach(temp);
             NDArray full = gathering.await();
             reduced = tp.startReduceScatter(dxFull, ReduceOp.SUM, owner);
-            NDArray dy2 = dy.reshape(-1, out);
-            dy2.attach(temp);
-            if (ctx.needsInputGrad(1)) {
-                NDArray x2 = full.reshape(-1, in);
-                x2.attach(temp);
-                NDArray dw = dy2.transpose().matMul(x2);
-                dw.attach(temp);
-                Tensors.accumulateGradient(w, dw);
-            }
-            if (b != null && ctx.needsInputGrad(2)) {
-                NDArray db = dy2.sum(new int[] {0});
-                db.attach(temp);
-                Tensors.accumulateGradient(b, db);
-            }
+            LinearWeightGradients.accumulate(ctx, w, b, dy, full, 1.0, temp);
             // the reduce-scatter reads dxFull: wait before the sub-manager closes it
             NDArray dx = reduced.await();
             NDArray[] result = new NDArray[ctx.inputCount()];

@@ -77,8 +77,6 @@ final class PipelinedLinearReduceScatter implements Function {
         NDArray b = ctx.inputCount() > 2 ? ctx.saved(2) : null;
         NDManager owner = ctx.manager();
         int t = tp.size();
-        long in = x.getShape().get(x.getShape().dimension() - 1);
-        long out = w.getShape().get(0);
         try (NDManager temp = owner.newSubManager()) {
             NDArray dy = TensorMemory.contiguous(grads[0], temp);
             int n = SequenceChunks.pieces(dy.getShape().get(0), t);
@@ -102,20 +100,7 @@ final class PipelinedLinearReduceScatter implements Function {
             NDArray dx = SequenceChunks.interleave(inputGrads, t, owner);
             if (ctx.needsInputGrad(1) || (b != null && ctx.needsInputGrad(2))) {
                 NDArray dyFull = SequenceChunks.interleave(gathered, t, temp);
-                NDArray dy2 = dyFull.reshape(-1, out);
-                dy2.attach(temp);
-                if (ctx.needsInputGrad(1)) {
-                    NDArray x2 = x.reshape(-1, in);
-                    x2.attach(temp);
-                    NDArray dw = dy2.transpose().matMul(x2);
-                    dw.attach(temp);
-                    Tensors.accumulateGradient(w, dw);
-                }
-                if (b != null && ctx.needsInputGrad(2)) {
-                    NDArray sum = dy2.sum(new int[] {0});
-                    sum.attach(temp);
-                    Tensors.accumulateGradient(b, Tensors.scale(sum, 1.0 / t, temp));
-                }
+                LinearWeightGradients.accumulate(ctx, w, b, dyFull, x, 1.0 / t, temp);
             }
             NDArray[] result = new NDArray[ctx.inputCount()];
             result[0] = ctx.needsInputGrad(0) ? dx : null;
