@@ -9,7 +9,9 @@ PATTERN in the first summarised step (e.g. one layer's forward around `sdpa_sm90
 With --kernels PATTERN..., also prints the count and time per step of the kernels whose full name
 contains each PATTERN (e.g. `FillFunctor` for zero fills, `Functor_add` for adds).
 
-Usage: python3 scripts/profile/summarize.py TRACE [--steps 3] [--kernels PATTERN...]
+With --gaps N, also lists the N longest idle gaps (no kernel on any stream) and the kernels around each.
+
+Usage: python3 scripts/profile/summarize.py TRACE [--steps 3] [--kernels PATTERN...] [--gaps N]
        [--sequence PATTERN K [--before 30 --count 80]]
 """
 import argparse
@@ -83,6 +85,7 @@ def main():
     p.add_argument("--before", type=int, default=30)
     p.add_argument("--count", type=int, default=80)
     p.add_argument("--kernels", nargs="+", default=[], metavar="PATTERN")
+    p.add_argument("--gaps", type=int, default=0, metavar="N", help="also list the N longest idle gaps")
     a = p.parse_args()
     kernels, calls = read(a.trace)
     ends = step_ends(kernels)
@@ -126,6 +129,18 @@ def main():
         if w0 <= s < w1:
             waits[n][0] += e - s
             waits[n][1] += 1
+    if a.gaps:
+        # idle gaps: stretches with no kernel on any stream, with the kernels that end and start them
+        gaps, end, last = [], None, None
+        for k in sorted(window):
+            if end is not None and k[0] > end:
+                gaps.append((k[0] - end, last, k))
+            if end is None or k[1] > end:
+                end, last = k[1], k
+        print(f"the {a.gaps} longest idle gaps (of {len(gaps)}; us, offset from the window's start in ms):")
+        for g, before, after in sorted(gaps, key=lambda x: -x[0])[:a.gaps]:
+            print(f"  {g / 1e3:9.1f} us at {(before[1] - w0) / 1e6:8.2f} ms  after {short(before[3])} (stream {before[2]})"
+                  f"  before {short(after[3])} (stream {after[2]})")
     print("host calls over 20 us (ms per step, count per step):")
     for n, (t, k) in sorted(waits.items(), key=lambda x: -x[1][0])[:8]:
         print(f"  {t / per:7.2f} {k / a.steps:6.1f}  {n}")
