@@ -102,19 +102,25 @@ final class ScheduleGraph implements AutoCloseable {
         capture.releaseCachedMemory();
         // the body is what a replay repeats: gradients cleared (no device work: the graph's first micro-batch
         // makes each .grad), the schedule over the inputs, its losses into the graph's output
-        graph = capture.capture(() -> {
-            clearGradients.run();
-            ScheduleResult r = schedule.apply(inputs);
-            capturedPeak = r.peakLiveMicroBatches();
-            NDArray out = r.deviceLosses();
-            if (out != null && losses == null) {
-                losses = out;
-                losses.attach(captured);
-            } else if (out != null) {
-                Tensors.copyInto(losses, out);
-                out.close();
-            }
-        });
+        try {
+            graph = capture.capture(() -> {
+                clearGradients.run();
+                ScheduleResult r = schedule.apply(inputs);
+                capturedPeak = r.peakLiveMicroBatches();
+                NDArray out = r.deviceLosses();
+                if (out != null && losses == null) {
+                    losses = out;
+                    losses.attach(captured);
+                } else if (out != null) {
+                    Tensors.copyInto(losses, out);
+                    out.close();
+                }
+            });
+        } catch (IllegalStateException e) {
+            release();
+            throw new IllegalStateException("capturing the step's forward and backward into a CUDA graph failed: "
+                    + e.getMessage() + " (run without --cuda-graph-impl local, or report the step's layout)", e);
+        }
         capturedScale = scale;
     }
 

@@ -33,6 +33,7 @@ class PretrainGptCudaGraphTest {
     @AfterEach
     void off() {
         ReplayingGraphCapture.enabled = false;
+        ReplayingGraphCapture.refuse = false;
     }
 
     private List<String> flags(int nproc, int steps, String... more) {
@@ -106,6 +107,16 @@ class PretrainGptCudaGraphTest {
         int captures = ReplayingGraphCapture.CAPTURES.get();
         assertEquals(eager, train(g));
         assertEquals(captures, ReplayingGraphCapture.CAPTURES.get(), "no graph support here: nothing captured");
+    }
+
+    @Test
+    void aCaptureTheDeviceRefusesStopsTheRunNamingTheCause() {
+        ReplayingGraphCapture.refuse = true;
+        Exception e = assertThrows(Exception.class, () -> graphed(flags(1, 4)));
+        String message = String.valueOf(e.getMessage()) + (e.getCause() != null ? " / " + e.getCause().getMessage() : "");
+        assertTrue(message.contains("capturing the step's forward and backward into a CUDA graph failed")
+                && message.contains("operation not permitted when stream is capturing")
+                && message.contains("run without --cuda-graph-impl local"), message);
     }
 
     @Test

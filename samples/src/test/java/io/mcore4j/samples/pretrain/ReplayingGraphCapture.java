@@ -15,6 +15,8 @@ import java.util.concurrent.atomic.AtomicInteger;
 public final class ReplayingGraphCapture implements KernelProvider {
     /** Whether CPU devices get this graph support. */
     static volatile boolean enabled;
+    /** Whether a capture fails as a device that refuses it does. */
+    static volatile boolean refuse;
     /** Captures and replays so far, every rank together. */
     static final AtomicInteger CAPTURES = new AtomicInteger();
     static final AtomicInteger REPLAYS = new AtomicInteger();
@@ -28,6 +30,9 @@ public final class ReplayingGraphCapture implements KernelProvider {
             @Override
             public CapturedGraph capture(Runnable body) {
                 CAPTURES.incrementAndGet();
+                if (refuse) {
+                    throw new IllegalStateException("CUDA graph capture begin: operation not permitted when stream is capturing");
+                }
                 body.run();
                 boolean[] first = {true};
                 return new CapturedGraph() {
