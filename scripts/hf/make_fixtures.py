@@ -3,10 +3,12 @@
 bridge imports, built by transformers from a config (nothing downloaded) with a fixed seed, every
 parameter (norm weights and biases included) drawn at random so that a wrong mapping shows in the
 logits. Each fixture directory holds config.json, the safetensors file(s) and logits.json: the
-float32 logits transformers computes for a fixed prompt after loading the saved files back.
+float32 logits transformers computes for a fixed prompt after loading the saved files back, and the 20
+tokens its greedy generate() appends to that prompt (no end-of-sequence stop).
 
-Run from the repository root:  /work/venv-hf/bin/python scripts/hf/make_fixtures.py
-(pip install torch transformers safetensors). Output: hf-bridge/src/test/resources/hf/<name>/.
+Run from the repository root:  /work/venv-hf/bin/python scripts/hf/make_fixtures.py [NAME ...]
+(pip install torch transformers safetensors; Qwen3 needs transformers >= 4.51). Output:
+hf-bridge/src/test/resources/hf/<name>/, for every fixture or only those named.
 """
 import json
 import os
@@ -16,10 +18,12 @@ import sys
 import torch
 import transformers
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 OUT = os.path.join("hf-bridge", "src", "test", "resources", "hf")
 PROMPT = [3, 17, 42, 99, 0, 8, 64, 23]
+GENERATED = 20
 VOCAB = 100
 SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5)
@@ -39,6 +43,10 @@ def fixtures():
          torch.bfloat16, None),
         ("gpt2", GPT2LMHeadModel, GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64),
          torch.float32, None),
+        # QK-norm, a head dimension (16) that is not hidden / heads (8), GQA, untied head, Qwen3's rope_theta
+        ("qwen3", Qwen3ForCausalLM, Qwen3Config(**SMALL, head_dim=16, tie_word_embeddings=False,
+                                                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+         torch.bfloat16, None),
     ]
 
 
@@ -57,7 +65,10 @@ def randomize(model, seed):
 def main():
     torch.manual_seed(1234)
     os.makedirs(OUT, exist_ok=True)
+    only = set(sys.argv[1:])
     for seed, (name, cls, config, dtype, shard) in enumerate(fixtures()):
+        if only and name not in only:
+            continue
         model = cls(config).eval()
         randomize(model, 1000 + seed)
         out = os.path.join(OUT, name)
@@ -67,11 +78,18 @@ def main():
         loaded = cls.from_pretrained(out, dtype=torch.float32).eval()
         with torch.no_grad():
             logits = loaded(torch.tensor([PROMPT])).logits[0]
+            # greedy, through generate()'s KV cache, never stopping at the config's eos id
+            loaded.generation_config.eos_token_id = None
+            loaded.generation_config.pad_token_id = 0
+            # the prompt holds id 0, the pad id: an explicit mask keeps generate() from masking it out
+            generated = loaded.generate(torch.tensor([PROMPT]), attention_mask=torch.ones(1, len(PROMPT), dtype=torch.long),
+                                        max_new_tokens=GENERATED, do_sample=False)[0, len(PROMPT):].tolist()
         with open(os.path.join(out, "logits.json"), "w") as f:
             json.dump({"input_ids": PROMPT, "transformers": transformers.__version__,
-                       "logits": [[float(v) for v in row] for row in logits]}, f)
+                       "logits": [[float(v) for v in row] for row in logits], "generated": generated}, f)
             f.write("\n")
-        print(name, sorted(os.listdir(out)), "logits[0][:3]", [round(float(v), 5) for v in logits[0][:3]])
+        print(name, sorted(os.listdir(out)), "logits[0][:3]", [round(float(v), 5) for v in logits[0][:3]],
+              "generated", generated)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ public enum HfArchitecture {
     LLAMA("LlamaForCausalLM", "llama"),
     /** Qwen2: LLaMA's shape with biases on the query, key and value projections. */
     QWEN2("Qwen2ForCausalLM", "qwen2"),
+    /**
+     * Qwen3: LLaMA's shape with an RMSNorm over each query and key head before RoPE (QK-norm), no
+     * biases, and a head dimension of its own ({@code head_dim}); a sliding window is refused.
+     */
+    QWEN3("Qwen3ForCausalLM", "qwen3"),
     /** Mistral: LLaMA's shape; a sliding window is refused. */
     MISTRAL("MistralForCausalLM", "mistral"),
     /** Mixtral: Mistral's attention, every MLP a top-k mixture of SwiGLU experts. */

@@ -37,6 +37,7 @@ public final class HfConfig {
             "tie_word_embeddings", "attention_bias", "mlp_bias", "attention_dropout", "initializer_range");
     private static final Set<String> QWEN2_KEYS = Set.of("use_sliding_window", "sliding_window", "max_window_layers",
             "layer_types");
+    private static final Set<String> QWEN3_KEYS = QWEN2_KEYS;
     private static final Set<String> MISTRAL_KEYS = Set.of("sliding_window", "layer_types");
     private static final Set<String> MIXTRAL_KEYS = Set.of("sliding_window", "num_local_experts", "num_experts_per_tok",
             "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "layer_types");
@@ -45,6 +46,9 @@ public final class HfConfig {
             "layer_norm_epsilon", "initializer_range", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
             "reorder_and_upcast_attn", "add_cross_attention", "tie_word_embeddings", "summary_type",
             "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout");
+
+    /** Qwen3Config's {@code head_dim} when config.json leaves it out (not hidden / heads). */
+    private static final int QWEN3_HEAD_DIM = 128;
 
     private final String file;
     private final JsonObject json;
@@ -101,6 +105,7 @@ public final class HfConfig {
         Set<String> understood = new TreeSet<>(arch.isLlamaFamily() ? LLAMA_KEYS : GPT2_KEYS);
         understood.addAll(switch (arch) {
             case QWEN2 -> QWEN2_KEYS;
+            case QWEN3 -> QWEN3_KEYS;
             case MISTRAL -> MISTRAL_KEYS;
             case MIXTRAL -> MIXTRAL_KEYS;
             default -> Set.<String>of();
@@ -137,16 +142,29 @@ public final class HfConfig {
                 .initStd(r.numberOr("initializer_range", 0.02));
         if (r.has("head_dim")) {
             b.kvChannels(r.integer("head_dim"));
+        } else if (arch == HfArchitecture.QWEN3) {
+            b.kvChannels(QWEN3_HEAD_DIM);
         }
         r.require("hidden_act", "silu".equals(r.string("hidden_act")), "\"silu\" (SwiGLU)");
         boolean attentionBias = r.boolOr("attention_bias", false);
-        boolean mlpBias = r.boolOr("mlp_bias", false);
-        r.require("attention_bias", attentionBias == mlpBias, "equal to mlp_bias (mcore4j's add_bias_linear covers both)");
-        b.addBiasLinear(attentionBias && mlpBias);
+        if (arch == HfArchitecture.QWEN3) {
+            // Qwen3's attention_bias puts biases on o_proj as well as q/k/v, never on the MLP: mcore4j has
+            // QKV biases alone (add_qkv_bias) or biases on every linear (add_bias_linear), neither of which is that
+            r.require("attention_bias", !attentionBias, "false (biases on q/k/v and o_proj but not on the MLP have no"
+                    + " mcore4j counterpart)");
+            r.require("mlp_bias", !r.boolOr("mlp_bias", false), "false or absent (Qwen3's MLP has no biases)");
+            b.addBiasLinear(false).qkLayernorm(true);
+        } else {
+            boolean mlpBias = r.boolOr("mlp_bias", false);
+            r.require("attention_bias", attentionBias == mlpBias, "equal to mlp_bias (mcore4j's add_bias_linear covers both)");
+            b.addBiasLinear(attentionBias && mlpBias);
+        }
         b.addQkvBias(arch == HfArchitecture.QWEN2);
         rope(r, b);
-        if (arch == HfArchitecture.QWEN2) {
-            r.require("use_sliding_window", !r.boolOr("use_sliding_window", false), "false (sliding-window attention is not supported)");
+        if (arch == HfArchitecture.QWEN2 || arch == HfArchitecture.QWEN3) {
+            // transformers builds no window unless use_sliding_window is set, whatever sliding_window says
+            r.require("use_sliding_window", !r.boolOr("use_sliding_window", false), "false (sliding_window = "
+                    + r.json.get("sliding_window") + " would apply; sliding-window attention is not supported yet)");
         } else if (r.has("sliding_window")) {
             int window = r.integer("sliding_window");
             r.require("sliding_window", window >= r.integer("max_position_embeddings"),
@@ -221,7 +239,8 @@ public final class HfConfig {
 
     /**
      * The Hugging Face config of a model mcore4j built itself (for {@link HfExport}): LLaMA for
-     * RMSNorm + SwiGLU + RoPE (Qwen2 with QKV biases only, Mixtral with experts in every layer),
+     * RMSNorm + SwiGLU + RoPE (Qwen2 with QKV biases only, Qwen3 with query and key norms, Mixtral
+     * with experts in every layer),
      * GPT-2 for LayerNorm + GELU + learned positions with biases and a tied head.
      *
      * @param c the model's config
@@ -251,6 +270,7 @@ public final class HfConfig {
             }
         } else {
             arch = c.moe() != null ? HfArchitecture.MIXTRAL
+                    : c.qkLayernorm() ? HfArchitecture.QWEN3
                     : c.addQkvBias() && !c.addBiasLinear() ? HfArchitecture.QWEN2 : HfArchitecture.LLAMA;
             j.addProperty("hidden_size", c.hiddenSize());
             j.addProperty("num_hidden_layers", c.numLayers());
@@ -266,6 +286,18 @@ public final class HfConfig {
             if (arch == HfArchitecture.LLAMA) {
                 j.addProperty("attention_bias", c.addBiasLinear());
                 j.addProperty("mlp_bias", c.addBiasLinear());
+            }
+            if (arch == HfArchitecture.QWEN3) {
+                j.addProperty("attention_bias", false);
+                j.addProperty("use_sliding_window", false);
+                if (c.addBiasLinear() || c.addQkvBias()) {
+                    throw new HfCheckpointException("a model with query and key norms maps to Qwen3ForCausalLM, which has no"
+                            + " biases here; got add_bias_linear " + c.addBiasLinear() + ", add_qkv_bias " + c.addQkvBias());
+                }
+            }
+            if (c.qkLayernorm() && c.moe() != null) {
+                throw new HfCheckpointException("a mixture-of-experts model with query and key norms (Qwen3-MoE) cannot be"
+                        + " exported yet; got " + c);
             }
             JsonObject rope = new JsonObject();
             rope.addProperty("rope_theta", c.rotaryBase());
@@ -297,7 +329,8 @@ public final class HfConfig {
         j.addProperty("initializer_range", c.initStd());
         HfConfig parsed = parse("the config of " + arch.className() + " made from the model", j, Set.of());
         TransformerConfig back = withVocab(parsed.transformerConfig(), c.vocabSize());
-        if (back.numLayers() != c.numLayers() || back.kvChannels() != c.kvChannels() || back.tiedEmbeddings() != c.tiedEmbeddings()) {
+        if (back.numLayers() != c.numLayers() || back.kvChannels() != c.kvChannels() || back.tiedEmbeddings() != c.tiedEmbeddings()
+                || back.qkLayernorm() != c.qkLayernorm() || back.addQkvBias() != c.addQkvBias()) {
             throw new HfCheckpointException("the model does not round-trip through " + arch.className() + "'s config: " + c);
         }
         return parsed;
@@ -379,7 +412,8 @@ public final class HfConfig {
                 .activation(c.activation()).addBiasLinear(c.addBiasLinear()).tiedEmbeddings(c.tiedEmbeddings())
                 .dropout(c.hiddenDropout(), c.attentionDropout()).initStd(c.initStd()).recompute(c.recompute())
                 .sequenceParallel(c.sequenceParallel()).dtype(c.dtype()).moe(c.moe()).addQkvBias(c.addQkvBias())
-                .cpCommType(c.cpCommType()).ropeScaling(c.ropeScaling()).tpCommOverlap(c.tpCommOverlap()).build();
+                .cpCommType(c.cpCommType()).ropeScaling(c.ropeScaling()).tpCommOverlap(c.tpCommOverlap())
+                .qkLayernorm(c.qkLayernorm()).build();
     }
 
     /** Typed access to the config's values, errors naming file and key; JSON nulls count as absent. */

@@ -22,6 +22,8 @@ import java.util.Map;
  *     separate q/k/v projections are head-major, so the rows are interleaved group by group.
  *     RoPE needs no permutation: both rotate the two halves of each head ({@code rotate_half}).
  * <li>SwiGLU's fused fc1 is {@code [gate; up]} (the tensor-parallel layer cuts it with stride 2).
+ * <li>Qwen3's per-head {@code q_norm}/{@code k_norm} are mcore4j's {@code q_layernorm}/{@code k_layernorm}
+ *     (one weight of head_dim, shared by every head and replicated over tensor-parallel ranks).
  * <li>The vocabulary is padded to the model's size: padded embedding/output rows are zero on import
  *     and dropped on export.
  * </ul>
@@ -96,6 +98,9 @@ final class HfWeightMap {
         long ffn = c.ffnHiddenSize();
         boolean bias = c.addBiasLinear();
         boolean qkvBias = bias || c.addQkvBias();
+        if (arch == HfArchitecture.QWEN3 && !c.qkLayernorm()) {
+            throw new HfCheckpointException(arch.className() + " has query and key norms: build the model with qk_layernorm");
+        }
         vocab("embedding.word_embeddings.weight", "model.embed_tokens.weight", c.vocabSize(), hfVocab, h);
         for (int i = 0; i < c.numLayers(); i++) {
             String hf = "model.layers." + i + ".";
@@ -107,6 +112,13 @@ final class HfWeightMap {
             groupedQkv(mc + "self_attention.linear_qkv.weight", q + "weight", k + "weight", v + "weight", heads, groups, d, h);
             if (qkvBias) {
                 groupedQkv(mc + "self_attention.linear_qkv.bias", q + "bias", k + "bias", v + "bias", heads, groups, d, 0);
+            }
+            if (c.qkLayernorm()) {
+                if (arch != HfArchitecture.QWEN3) {
+                    throw new HfCheckpointException(arch.className() + " has no query and key norms");
+                }
+                same(mc + "self_attention.q_layernorm.weight", hf + "self_attn.q_norm.weight", d);
+                same(mc + "self_attention.k_layernorm.weight", hf + "self_attn.k_norm.weight", d);
             }
             same(mc + "self_attention.linear_proj.weight", hf + "self_attn.o_proj.weight", h, heads * d);
             if (bias) {

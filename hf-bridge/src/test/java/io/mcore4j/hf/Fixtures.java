@@ -73,6 +73,16 @@ final class Fixtures {
         return out;
     }
 
+    /** The tokens transformers' greedy generate() appended to the prompt. */
+    static int[] referenceGenerated(String name) {
+        JsonArray ids = reference(name).getAsJsonArray("generated");
+        int[] out = new int[ids.size()];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = ids.get(i).getAsInt();
+        }
+        return out;
+    }
+
     private static JsonObject reference(String name) {
         try {
             return JsonParser.parseString(Files.readString(dir(name).resolve("logits.json"), StandardCharsets.UTF_8))
@@ -172,6 +182,6 @@ final class Fixtures {
     }
 
     static List<String> all() {
-        return new ArrayList<>(List.of("llama", "qwen2", "mistral", "mixtral", "gpt2"));
+        return new ArrayList<>(List.of("llama", "qwen2", "qwen3", "mistral", "mixtral", "gpt2"));
     }
 }

@@ -86,6 +86,21 @@ class HfCheckpointErrorsTest {
     }
 
     @Test
+    void qwen3SlidingWindowIsRefusedNamingTheValues() throws IOException {
+        Path dir = copy("qwen3");
+        editConfig(dir, "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+        editConfig(dir, "\"sliding_window\": null", "\"sliding_window\": 64");
+        mentions(refused(dir), "config.json", "\"use_sliding_window\" = true", "sliding_window = 64", "not supported");
+    }
+
+    @Test
+    void qwen3AttentionBiasIsRefused() throws IOException {
+        Path dir = copy("qwen3");
+        editConfig(dir, "\"attention_bias\": false", "\"attention_bias\": true");
+        mentions(refused(dir), "config.json", "\"attention_bias\" = true", "o_proj");
+    }
+
+    @Test
     void unsupportedRopeScalingIsRefused() throws IOException {
         Path dir = copy("llama");
         editConfig(dir, "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"");

@@ -25,17 +25,20 @@ import org.junit.jupiter.api.Test;
 /**
  * A model mcore4j initialised itself, exported at TP2 through {@link HfConfig#forModel} as float32
  * and imported again at TP1, gives the logits it gave before export: LLaMA-shaped (RMSNorm, SwiGLU,
- * RoPE, GQA, untied) and GPT-2-shaped (LayerNorm, tanh GELU, learned positions, biases, tied).
+ * RoPE, GQA, untied), Qwen3-shaped (LLaMA's with query and key norms and 12 channels per head, tied) and GPT-2-shaped (LayerNorm, tanh GELU, learned positions, biases, tied).
  */
 class HfForModelTest {
     private static final int VOCAB = 64;
 
     private static TransformerConfig config(String kind) {
         TransformerConfig.Builder b = TransformerConfig.builder(2, 32, 4, VOCAB).maxSequenceLength(16).dropout(0, 0);
-        if (kind.equals("llama")) {
+        if (kind.equals("llama") || kind.equals("qwen3")) {
             b.queryGroups(2).ffnHiddenSize(48).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5)
                     .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).rotary(50000, 1)
                     .activation(MlpActivation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false);
+            if (kind.equals("qwen3")) {
+                b.qkLayernorm(true).kvChannels(12).tiedEmbeddings(true);
+            }
         } else {
             b.activation(MlpActivation.GELU_TANH);
         }
@@ -43,11 +46,11 @@ class HfForModelTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"llama", "gpt2"})
+    @ValueSource(strings = {"llama", "qwen3", "gpt2"})
     void nativeModelExportsAndImportsBack(String kind) throws java.io.IOException {
         TransformerConfig c = config(kind);
         HfConfig hf = HfConfig.forModel(c, VOCAB);
-        assertEquals(kind.equals("llama") ? HfArchitecture.LLAMA : HfArchitecture.GPT2, hf.architecture());
+        assertEquals(HfArchitecture.valueOf(kind.toUpperCase(java.util.Locale.ROOT)), hf.architecture());
         // kept under target/ with the logits before export, for scripts/hf/check_export.py
         Path out = Path.of("target", "hf-export", "native_" + kind + "-f32");
         int[] prompt = {1, 5, 9, 63, 0, 17, 33, 2};

@@ -14,7 +14,7 @@ import org.junit.jupiter.params.provider.MethodSource;
  * Each fixture imported at TP1, TP2 and PP2 (and the Mixtral also at EP2 and EP2 x TP2) gives the
  * logits transformers computed for the same prompt, within 1e-4 of their scale, in float32. The
  * fixtures cover bf16, fp16 and fp32 files, a sharded checkpoint, GQA, LLaMA 3.1 rope scaling,
- * tied and untied heads, QKV biases, experts and GPT-2's Conv1D weights; padded vocabulary logits
+ * tied and untied heads, QKV biases, Qwen3's QK-norm with a head dimension other than hidden / heads, experts and GPT-2's Conv1D weights; padded vocabulary logits
  * are 0.
  */
 class HfImportTest {

@@ -78,10 +78,12 @@ record CheckpointShapes(Path directory, Map<String, long[]> shapes, Map<String, 
         if (layers == 0) {
             throw new IllegalArgumentException("checkpoint " + directory + " holds no decoder layers");
         }
-        if (hidden % heads != 0) {
+        // query and key norms are one head wide: with them the head width need not be hidden / heads (Qwen3)
+        long[] queryNorm = shapes.get(PREFIX + "decoder.layers.0.self_attention.q_layernorm.weight");
+        if (queryNorm == null && hidden % heads != 0) {
             throw new IllegalArgumentException("--num-attention-heads " + heads + " does not divide the checkpoint's hidden size " + hidden);
         }
-        int kv = hidden / heads;
+        int kv = queryNorm != null ? (int) queryNorm[0] : hidden / heads;
         long qkvRows = shape("decoder.layers.0.self_attention.linear_qkv.weight")[0];
         long groups2 = qkvRows / kv - heads;
         if (qkvRows % kv != 0 || groups2 <= 0 || groups2 % 2 != 0) {
@@ -93,7 +95,7 @@ record CheckpointShapes(Path directory, Map<String, long[]> shapes, Map<String, 
         boolean layerNorm = has("decoder.layers.0.input_layernorm.bias");
         long[] position = shapes.get(PREFIX + "embedding.position_embeddings.weight");
         TransformerConfig.Builder b = TransformerConfig.builder(layers, hidden, heads, vocab)
-                .queryGroups((int) (groups2 / 2)).ffnHiddenSize(ffn)
+                .queryGroups((int) (groups2 / 2)).ffnHiddenSize(ffn).kvChannels(kv)
                 .maxSequenceLength(position != null ? (int) position[0] : maxSequenceLength)
                 .normalization(layerNorm ? TransformerConfig.Normalization.LAYER_NORM : TransformerConfig.Normalization.RMS_NORM, normEpsilon)
                 .positionEmbedding(position != null ? TransformerConfig.PositionEmbedding.LEARNED_ABSOLUTE : TransformerConfig.PositionEmbedding.ROPE)

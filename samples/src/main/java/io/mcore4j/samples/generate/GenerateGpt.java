@@ -9,6 +9,8 @@ import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.data.tokenizer.ByteLevelTokenizer;
 import io.mcore4j.data.tokenizer.Tokenizer;
+import io.mcore4j.hf.HfCheckpoint;
+import io.mcore4j.hf.HfConfig;
 import io.mcore4j.inference.Completion;
 import io.mcore4j.inference.Generator;
 import io.mcore4j.inference.SamplingParams;
@@ -21,6 +23,7 @@ import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.pipeline.LayerAssignment;
+import ai.djl.ndarray.types.DataType;
 import io.mcore4j.samples.launch.FailureReport;
 import io.mcore4j.samples.launch.LaunchedRank;
 
@@ -40,15 +43,22 @@ import picocli.CommandLine.Option;
  * {@code generate-gpt}: loads the newest checkpoint of a pretrain-gpt run into a GPT at the requested
  * tensor- and pipeline-parallel sizes (the checkpoint reshards on load; its layout does not matter) and
  * prints a completion of each prompt. The model's shape comes from the checkpoint's tensor shapes; only
- * the attention-head count is a flag. Ranks are threads of this JVM on CPU, or launched processes
- * (torchrun, srun, mpirun) as for pretrain-gpt. Flags follow Megatron-LM's inference flags.
+ * the attention-head count is a flag. With {@code --load-hf} the model is a Hugging Face checkpoint
+ * instead (any architecture the bridge imports: its shape from {@code config.json}, its weights read
+ * straight from the safetensors at the requested layout). Ranks are threads of this JVM on CPU, or
+ * launched processes (torchrun, srun, mpirun) as for pretrain-gpt. Flags follow Megatron-LM's inference flags.
  */
 @Command(name = "generate-gpt", mixinStandardHelpOptions = true, sortOptions = false,
-        description = "Prints completions of prompts from a pretrain-gpt checkpoint.")
+        description = "Prints completions of prompts from a pretrain-gpt checkpoint or a Hugging Face one (--load-hf).")
 public final class GenerateGpt implements Callable<Integer> {
-    @Option(names = "--load", required = true, paramLabel = "DIR",
+    @Option(names = "--load", paramLabel = "DIR",
             description = "a pretrain-gpt --save directory (its newest complete checkpoint) or one checkpoint directory")
     Path load;
+
+    @Option(names = "--load-hf", paramLabel = "DIR",
+            description = "a Hugging Face checkpoint (config.json + safetensors) instead of --load: the model's shape comes"
+                    + " from config.json, so --num-attention-heads, --seq-length, --rotary-base and --norm-epsilon are not used")
+    Path loadHf;
 
     @Option(names = "--prompts", required = true, arity = "1..*", paramLabel = "TEXT", description = "prompts, completed as one batch")
     List<String> prompts;
@@ -98,6 +108,9 @@ public final class GenerateGpt implements Callable<Integer> {
     @Option(names = "--distributed-timeout-seconds", defaultValue = "600", description = "(default: ${DEFAULT-VALUE})")
     int timeoutSeconds;
 
+    /** Megatron's default --make-vocab-size-divisible-by, the padding of a --load-hf model's vocabulary. */
+    private static final int HF_VOCAB_DIVISOR = 128;
+
     private PrintStream out = System.out;
 
     /**
@@ -141,8 +154,12 @@ public final class GenerateGpt implements Callable<Integer> {
         checkFlags();
         SamplingParams params = greedy ? SamplingParams.greedy(numTokensToGenerate)
                 : SamplingParams.sample(temperature, topK, topP, numTokensToGenerate, seed);
-        CheckpointShapes checkpoint = CheckpointShapes.read(load);
-        TransformerConfig config = checkpoint.config(heads, seqLength, rotaryBase, normEpsilon);
+        CheckpointShapes checkpoint = loadHf == null ? CheckpointShapes.read(load) : null;
+        HfConfig hf = loadHf == null ? null : HfConfig.read(loadHf, java.util.Set.of());
+        // a Hugging Face model's vocabulary is padded as pretrain-gpt pads it by default (128 x TP); padded ids are never picked
+        TransformerConfig config = hf == null ? checkpoint.config(heads, seqLength, rotaryBase, normEpsilon)
+                : hf.transformerConfig(HF_VOCAB_DIVISOR, tensorParallel, DataType.FLOAT32);
+        Path source = hf == null ? checkpoint.directory() : loadHf;
         Mcore4j.ensureInitialized();
         int world = tensorParallel * pipelineParallel;
         boolean launched = System.getenv("RANK") != null || System.getenv("SLURM_PROCID") != null
@@ -153,23 +170,26 @@ public final class GenerateGpt implements Callable<Integer> {
             for (String p : prompts) {
                 ids.add(tokenizer.encode(p));
             }
-            int vocabulary = Math.min(tokenizer.vocabularySize(), config.vocabSize());
-            int eod = tokenizer.endOfDocument().orElse(-1);
+            int vocabulary = Math.min(tokenizer.vocabularySize(), hf == null ? config.vocabSize() : hf.vocabSize());
+            // an end-of-document id the model cannot produce (a byte-level tokenizer's 256 for a small
+            // Hugging Face vocabulary) never stops a completion
+            int eod = tokenizer.endOfDocument().isPresent() && tokenizer.endOfDocument().getAsInt() < vocabulary
+                    ? tokenizer.endOfDocument().getAsInt() : -1;
             if (launched) {
                 LaunchedRank rank = LaunchedRank.connect(Duration.ofSeconds(timeoutSeconds));
                 try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
                     perRank = new ArrayList<>();
-                    perRank.add(complete(config, checkpoint, backend, root, ids, vocabulary, eod, params));
+                    perRank.add(complete(config, source, backend, root, ids, vocabulary, eod, params));
                 }
             } else {
                 perRank = InJvmWorld.run(world, Duration.ofSeconds(timeoutSeconds),
-                        rank -> complete(config, checkpoint, rank.backend(), rank.manager(), ids, vocabulary, eod, params));
+                        rank -> complete(config, source, rank.backend(), rank.manager(), ids, vocabulary, eod, params));
             }
             List<Completion> completions = perRank.get(0);
             if (completions == null) {
                 return 0; // launched, and not world rank 0: rank 0 prints
             }
-            out.println("generate-gpt: " + checkpoint.directory() + ", " + config.numLayers() + " layers, hidden "
+            out.println("generate-gpt: " + source + (hf != null ? " (" + hf.architecture().className() + ")" : "") + ", " + config.numLayers() + " layers, hidden "
                     + config.hiddenSize() + ", vocab " + config.vocabSize() + ", TP" + tensorParallel + " x PP" + pipelineParallel);
             for (int i = 0; i < prompts.size(); i++) {
                 Completion c = completions.get(i);
@@ -183,7 +203,15 @@ public final class GenerateGpt implements Callable<Integer> {
 
     /** The values picocli parses but cannot judge, and the input paths, checked before anything is loaded. */
     private void checkFlags() {
-        if (!Files.isDirectory(load)) {
+        if ((load == null) == (loadHf == null)) {
+            throw new IllegalArgumentException(load == null ? "--load DIR or --load-hf DIR is required"
+                    : "--load and --load-hf are alternatives; give one");
+        }
+        if (loadHf != null && !Files.isRegularFile(loadHf.resolve("config.json"))) {
+            throw new IllegalArgumentException("--load-hf " + loadHf + (Files.isDirectory(loadHf) ? " has no config.json"
+                    : Files.exists(loadHf) ? " is a file" : " does not exist") + "; expected a Hugging Face checkpoint directory");
+        }
+        if (load != null && !Files.isDirectory(load)) {
             throw new IllegalArgumentException("--load " + load + (Files.exists(load) ? " is a file" : " does not exist")
                     + "; expected a pretrain-gpt --save directory or one checkpoint directory");
         }
@@ -229,7 +257,7 @@ public final class GenerateGpt implements Callable<Integer> {
         }
     }
 
-    private List<Completion> complete(TransformerConfig config, CheckpointShapes checkpoint, Backend backend, NDManager root,
+    private List<Completion> complete(TransformerConfig config, Path source, Backend backend, NDManager root,
                                       List<int[]> ids, int vocabulary, int eod, SamplingParams params) {
         ParallelDims dims = ParallelDims.of(backend.worldSize(), tensorParallel, pipelineParallel);
         config.validate(dims, 0);
@@ -239,10 +267,16 @@ public final class GenerateGpt implements Callable<Integer> {
         // the weights are overwritten by the checkpoint: draw the initial ones on the device, per rank
         ModelContext ctx = ModelContext.create(config, groups, root, new SeedScheme(seed)).withDeviceInitialization();
         GptModel model = GptModel.build(ctx, LayerSpec.tensorParallel(), layers, stage == 0, stage == pipelineParallel - 1);
-        List<ShardedTensor> targets = model.shardedState("model.");
-        LoadResult loaded = DistCheckpointing.load(checkpoint.directory(), targets, groups.world(), StrictMode.RETURN_ALL);
-        if (!loaded.missingKeys().isEmpty()) {
-            throw new IllegalArgumentException("checkpoint " + checkpoint.directory() + " lacks " + loaded.missingKeys());
+        if (loadHf != null) {
+            try (HfCheckpoint ck = HfCheckpoint.open(loadHf)) {
+                ck.loadInto(List.of(model)); // this rank's rows and columns only
+            }
+        } else {
+            List<ShardedTensor> targets = model.shardedState("model.");
+            LoadResult loaded = DistCheckpointing.load(source, targets, groups.world(), StrictMode.RETURN_ALL);
+            if (!loaded.missingKeys().isEmpty()) {
+                throw new IllegalArgumentException("checkpoint " + source + " lacks " + loaded.missingKeys());
+            }
         }
         List<Completion> completions = new Generator(model, vocabulary, eod).generate(ids, params);
         return groups.worldRank() == 0 ? completions : null;

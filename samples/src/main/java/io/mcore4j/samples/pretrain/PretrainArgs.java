@@ -975,9 +975,10 @@ public final class PretrainArgs {
 
     private TransformerConfig model() {
         if (loadHf != null) {
-            if (qkLayernorm) {
+            if (qkLayernorm && !hfConfig().transformerConfig().qkLayernorm()) {
                 throw new IllegalArgumentException("--qk-layernorm with --load-hf " + loadHf + ": the model's shapes"
-                        + " come from its config.json, whose architecture has no query and key norms; drop the flag");
+                        + " come from its config.json, whose architecture (" + hfConfig().architecture().className()
+                        + ") has no query and key norms; drop the flag");
             }
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),

@@ -12,11 +12,12 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.List;
 
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * {@code pretrain-gpt --load-hf DIR --save-hf OUT}: the tiny LLaMA fixture of hf-bridge (bf16) is
+ * {@code pretrain-gpt --load-hf DIR --save-hf OUT}: the tiny LLaMA and Qwen3 fixtures of hf-bridge (bf16) are
  * imported at TP2 x PP2, trained two iterations with a zero learning rate and exported as bf16:
  * every tensor comes back bitwise (bf16 -> float32 -> bf16 is exact), so the import happened before
  * the optimizer took its copies and the export wrote every rank's pieces.
@@ -25,9 +26,10 @@ class PretrainGptHfTest {
     @TempDir
     Path tmp;
 
-    @Test
-    void loadHfTrainSaveHfRoundTrips() throws Exception {
-        Path source = Path.of("..", "hf-bridge", "src", "test", "resources", "hf", "llama");
+    @ParameterizedTest
+    @ValueSource(strings = {"llama", "qwen3"})
+    void loadHfTrainSaveHfRoundTrips(String fixture) throws Exception {
+        Path source = Path.of("..", "hf-bridge", "src", "test", "resources", "hf", fixture);
         Path out = tmp.resolve("out");
         ByteArrayOutputStream text = new ByteArrayOutputStream();
         List<Double> losses = PretrainGpt.run(PretrainArgs.parse("--nproc", "4", "--tensor-model-parallel-size", "2",
