@@ -217,6 +217,39 @@ public final class LoraLinear implements ParallelLinear {
         }
     }
 
+    /**
+     * Merges the adapter into the base weight in place (PEFT's {@code merge_and_unload}):
+     * {@code W ← W + (alpha/r)·B·A} ({@link #mergedWeight}) and {@code B ← 0}, so the layer computes
+     * the same function afterwards and a second merge adds nothing. Local; communicates nothing.
+     */
+    public void merge() {
+        try (NDManager temp = manager.newSubManager()) {
+            Tensors.copyInto(weightOf(base).data(), mergedWeight(temp));
+            Tensors.copyInto(linearOut.data(), DataTypes.zeros(temp, linearOut.data().getShape(), DataTypes.of(linearOut.data())));
+        }
+    }
+
+    /**
+     * {@link #merge() Merges} every adapter below {@code root} (children of
+     * {@link io.mcore4j.core.nn.AbstractModule}s, walked depth first).
+     *
+     * @param root a model or part of one
+     * @return the number of adapters merged
+     */
+    public static int mergeAll(io.mcore4j.core.nn.Module root) {
+        if (root instanceof LoraLinear lora) {
+            lora.merge();
+            return 1;
+        }
+        int merged = 0;
+        if (root instanceof io.mcore4j.core.nn.AbstractModule m) {
+            for (io.mcore4j.core.nn.Module child : m.children()) {
+                merged += mergeAll(child);
+            }
+        }
+        return merged;
+    }
+
     /** @return the base's parameters, then {@code A} and {@code B} */
     @Override
     public List<Parameter> parameters() {

@@ -321,11 +321,20 @@ public final class PretrainGpt {
 
             @Override
             public void afterTraining(List<GptModel> chunks, ProcessGroups groups) {
+                HfConfig hf = args.saveHf == null && args.lora.saveHfAdapter == null ? null
+                        : args.loadHf != null ? args.hfConfig() : HfConfig.forModel(setup.model(), args.tokenVocabSize());
+                if (args.lora.saveHfAdapter != null) { // before --save-hf, which merges the adapters
+                    long start = System.nanoTime();
+                    HfExport.writeAdapter(args.lora.saveHfAdapter, hf, setup.lora(), chunks, groups.world());
+                    if (groups.worldRank() == 0) {
+                        out.printf(Locale.ROOT, " exported the LoRA adapter to %s in %.2f s%n", args.lora.saveHfAdapter,
+                                (System.nanoTime() - start) / 1e9);
+                    }
+                }
                 if (args.saveHf == null) {
                     return;
                 }
                 long start = System.nanoTime();
-                HfConfig hf = args.loadHf != null ? args.hfConfig() : HfConfig.forModel(setup.model(), args.tokenVocabSize());
                 HfExport.write(args.saveHf, hf, chunks, groups.world(), HfDtype.parse(args.saveHfDtype));
                 if (groups.worldRank() == 0) {
                     if (args.loadHf != null) {
