@@ -66,7 +66,7 @@ public final class PretrainGpt {
      * The command line's job: trains, and a byte-level run in this JVM ({@code --corpus-from-sources}
      * with {@code --save}, not launched as a rank) ends with what its model learned, a completion of
      * {@code public final class } from its last checkpoint (seeded sampling at a low temperature: greedy
-     * decoding of so small a model repeats one byte).
+     * decoding of so small a model repeats one byte). Not with LoRA, whose checkpoints hold only the adapters.
      *
      * @param args the parsed, checked flags
      * @param out where progress and the completion go
@@ -74,7 +74,7 @@ public final class PretrainGpt {
      */
     public static void trainThenComplete(PretrainArgs args, PrintStream out) throws Exception {
         run(args, out);
-        if (args.corpus != null && args.save != null && System.getenv("RANK") == null) {
+        if (args.corpus != null && args.save != null && System.getenv("RANK") == null && args.lora.config() == null) {
             GenerateGpt.run(out, "--load", args.save.toString(), "--prompts", "public final class ", "--temperature", "0.7",
                     "--top_k", "20", "--seed", "1234", "--num-tokens-to-generate", "48",
                     "--num-attention-heads", String.valueOf(args.numAttentionHeads));
