@@ -10,6 +10,7 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.tensorparallel.LoraLinear;
 import io.mcore4j.models.TransformerConfig;
 
 import java.io.IOException;
@@ -197,6 +198,9 @@ public final class HfCheckpoint implements AutoCloseable {
             List<ShardedTensor> pieces = chunk.shardedState("");
             HfWeightMap map = weightMap(vocabOf(pieces));
             for (ShardedTensor piece : pieces) {
+                if (LoraLinear.isAdapterKey(piece.key())) {
+                    continue; // a LoRA adapter is not part of the base checkpoint: it keeps its initialisation
+                }
                 HfWeightMap.Plan plan = map.plans().get(piece.key());
                 if (plan == null) {
                     throw new HfCheckpointException("model tensor \"" + piece.key() + "\" has no counterpart in a "

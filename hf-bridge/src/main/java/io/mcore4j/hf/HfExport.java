@@ -8,7 +8,9 @@ import com.google.gson.JsonObject;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.transformer.LoraConfig;
 import io.mcore4j.parallel.Communicator;
+import io.mcore4j.tensorparallel.LoraLinear;
 
 import java.io.IOException;
 import java.io.RandomAccessFile;
@@ -35,6 +37,12 @@ import java.util.Map;
  * pieces straight to their byte ranges with positional writes, so nothing is gathered; after a
  * second barrier rank 0 writes the config and index, and a last barrier lets every rank return with
  * the directory complete. Padded vocabulary rows are dropped.
+ *
+ * <p>A model with LoRA adapters ({@link LoraLinear}) is written merged: {@link #write} first merges
+ * every adapter into its base weight in place ({@link LoraLinear#mergeAll}: {@code W + (alpha/r)·B·A},
+ * after which the adapters' {@code B} are zero and the model computes the same function), so the
+ * output is a plain Hugging Face checkpoint. {@link #writeAdapter} writes the adapters alone in PEFT's
+ * format instead; call it before {@link #write} when both are wanted.
  */
 public final class HfExport {
     /** Transformers' default shard size. */
@@ -73,17 +81,149 @@ public final class HfExport {
      */
     public static void write(Path dir, HfConfig config, List<? extends Module> chunks, Communicator world, HfDtype dtype,
                              long maxShardBytes) {
+        for (Module chunk : chunks) {
+            LoraLinear.mergeAll(chunk); // W + (alpha/r)·B·A, local to every rank
+        }
         HfWeightMap names = HfWeightMap.of(config.architecture(), config.transformerConfig(), config.vocabSize(),
                 "transformer.");
         List<List<HfWeightMap.HfTensor>> shards = split(names, dtype, maxShardBytes);
-        Map<String, Placement> placements = new LinkedHashMap<>();
-        List<ByteBuffer> headers = new ArrayList<>();
         List<Path> paths = new ArrayList<>();
         for (int i = 0; i < shards.size(); i++) {
-            Path file = dir.resolve(shards.size() == 1 ? "model.safetensors"
-                    : String.format(Locale.ROOT, "model-%05d-of-%05d.safetensors", i + 1, shards.size()));
-            paths.add(file);
-            headers.add(header(shards.get(i), dtype, file, placements));
+            paths.add(dir.resolve(shards.size() == 1 ? "model.safetensors"
+                    : String.format(Locale.ROOT, "model-%05d-of-%05d.safetensors", i + 1, shards.size())));
+        }
+        Map<String, Placement> placements = layOut(dir, shards, paths, dtype, world);
+        Map<Path, FileChannel> open = new LinkedHashMap<>();
+        try {
+            for (Module chunk : chunks) {
+                List<ShardedTensor> pieces = chunk.shardedState("");
+                HfWeightMap map = HfWeightMap.of(config.architecture(),
+                        HfConfig.withVocab(config.transformerConfig(), vocabOf(pieces, config.vocabSize())),
+                        config.vocabSize(), "transformer.");
+                for (ShardedTensor piece : pieces) {
+                    if (piece.isMainReplica() && !LoraLinear.isAdapterKey(piece.key())) {
+                        writePiece(piece, plan(map, piece, config), placements, dtype, open);
+                    }
+                }
+            }
+        } finally {
+            close(open);
+        }
+        world.barrier();
+        if (world.rank() == 0) {
+            writeJson(dir, config, dtype, shards, paths);
+        }
+        world.barrier();
+    }
+
+    /**
+     * Writes the model's LoRA adapters alone in Hugging Face PEFT's format: {@code adapter_config.json}
+     * and {@code adapter_model.safetensors} (float32), keyed as PEFT saves a {@code LoraModel} of a
+     * {@code *ForCausalLM} ({@code base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight}, ...),
+     * which {@code PeftModel.from_pretrained(base, dir)} loads onto the base model. The fused QKV and
+     * gate/up adapters are split exactly ({@link HfWeightMap#adapters}); the target modules become
+     * the Hugging Face modules they fuse. Collective over the world group, as {@link #write}.
+     *
+     * @param dir output directory (created; an existing adapter in it is replaced)
+     * @param config the Hugging Face config of the base model
+     * @param lora the adapters' settings (rank, alpha, dropout, targets), as the model was built with
+     * @param chunks this rank's model chunks, built with those adapters
+     * @param world the world group; every rank calls this
+     * @throws HfCheckpointException if the architecture has no PEFT mapping here (GPT-2, experts), a
+     *     piece does not match, or a write fails
+     */
+    public static void writeAdapter(Path dir, HfConfig config, LoraConfig lora, List<? extends Module> chunks,
+                                    Communicator world) {
+        java.util.Set<String> targets = new java.util.LinkedHashSet<>();
+        for (LoraConfig.Target t : lora.targetModules()) {
+            targets.add(t.moduleName());
+        }
+        HfWeightMap map = HfWeightMap.adapters(config.architecture(), config.transformerConfig(), lora.dim(), targets);
+        HfDtype dtype = HfDtype.F32;
+        List<List<HfWeightMap.HfTensor>> shards = List.of(List.copyOf(map.tensors().values()));
+        Map<String, Placement> placements = layOut(dir, shards, List.of(dir.resolve("adapter_model.safetensors")),
+                dtype, world);
+        Map<Path, FileChannel> open = new LinkedHashMap<>();
+        try {
+            for (Module chunk : chunks) {
+                for (ShardedTensor piece : chunk.shardedState("")) {
+                    if (piece.isMainReplica() && LoraLinear.isAdapterKey(piece.key())) {
+                        HfWeightMap.Plan plan = map.plans().get(piece.key());
+                        if (plan == null || !java.util.Arrays.equals(plan.shape(), piece.globalShape())) {
+                            throw new HfCheckpointException("adapter \"" + piece.key() + "\" of global shape "
+                                    + java.util.Arrays.toString(piece.globalShape()) + " does not match LoRA dim "
+                                    + lora.dim() + " and targets " + targets);
+                        }
+                        writePiece(piece, plan, placements, dtype, open);
+                    }
+                }
+            }
+        } finally {
+            close(open);
+        }
+        world.barrier();
+        if (world.rank() == 0) {
+            writeAdapterConfig(dir, lora, targets);
+        }
+        world.barrier();
+    }
+
+    /** PEFT's names of the Hugging Face modules behind Megatron's targets. */
+    private static List<String> peftTargets(java.util.Set<String> targets) {
+        List<String> out = new ArrayList<>();
+        if (targets.contains("linear_qkv")) {
+            out.addAll(List.of("q_proj", "k_proj", "v_proj"));
+        }
+        if (targets.contains("linear_proj")) {
+            out.add("o_proj");
+        }
+        if (targets.contains("linear_fc1")) {
+            out.addAll(List.of("gate_proj", "up_proj"));
+        }
+        if (targets.contains("linear_fc2")) {
+            out.add("down_proj");
+        }
+        return out;
+    }
+
+    private static void writeAdapterConfig(Path dir, LoraConfig lora, java.util.Set<String> targets) {
+        JsonObject json = new JsonObject();
+        json.addProperty("peft_type", "LORA");
+        json.addProperty("task_type", "CAUSAL_LM");
+        json.addProperty("r", lora.dim());
+        if (lora.alpha() == Math.rint(lora.alpha())) {
+            json.addProperty("lora_alpha", (long) lora.alpha());
+        } else {
+            json.addProperty("lora_alpha", lora.alpha());
+        }
+        json.addProperty("lora_dropout", lora.dropout());
+        JsonArray modules = new JsonArray();
+        peftTargets(targets).forEach(modules::add);
+        json.add("target_modules", modules);
+        json.addProperty("bias", "none");
+        json.addProperty("fan_in_fan_out", false);
+        json.addProperty("use_rslora", false);
+        json.addProperty("use_dora", false);
+        json.addProperty("inference_mode", true);
+        json.addProperty("init_lora_weights", true);
+        try {
+            Files.writeString(dir.resolve("adapter_config.json"),
+                    new GsonBuilder().setPrettyPrinting().create().toJson(json) + "\n", StandardCharsets.UTF_8);
+        } catch (IOException e) {
+            throw new HfCheckpointException("cannot write adapter_config.json in " + dir + ": " + e, e);
+        }
+    }
+
+    /**
+     * World rank 0 creates the files at their full size with their headers; then a barrier. Every
+     * rank computes the same placements.
+     */
+    private static Map<String, Placement> layOut(Path dir, List<List<HfWeightMap.HfTensor>> shards, List<Path> paths,
+                                                 HfDtype dtype, Communicator world) {
+        Map<String, Placement> placements = new LinkedHashMap<>();
+        List<ByteBuffer> headers = new ArrayList<>();
+        for (int i = 0; i < shards.size(); i++) {
+            headers.add(header(shards.get(i), dtype, paths.get(i), placements));
         }
         if (world.rank() == 0) {
             try {
@@ -105,33 +245,17 @@ public final class HfExport {
             }
         }
         world.barrier();
-        Map<Path, FileChannel> open = new LinkedHashMap<>();
-        try {
-            for (Module chunk : chunks) {
-                List<ShardedTensor> pieces = chunk.shardedState("");
-                HfWeightMap map = HfWeightMap.of(config.architecture(),
-                        HfConfig.withVocab(config.transformerConfig(), vocabOf(pieces, config.vocabSize())),
-                        config.vocabSize(), "transformer.");
-                for (ShardedTensor piece : pieces) {
-                    if (piece.isMainReplica()) {
-                        writePiece(piece, plan(map, piece, config), placements, dtype, open);
-                    }
-                }
-            }
-        } finally {
-            for (Map.Entry<Path, FileChannel> e : open.entrySet()) {
-                try {
-                    e.getValue().close();
-                } catch (IOException ex) {
-                    throw new HfCheckpointException("cannot close " + e.getKey() + ": " + ex, ex);
-                }
+        return placements;
+    }
+
+    private static void close(Map<Path, FileChannel> open) {
+        for (Map.Entry<Path, FileChannel> e : open.entrySet()) {
+            try {
+                e.getValue().close();
+            } catch (IOException ex) {
+                throw new HfCheckpointException("cannot close " + e.getKey() + ": " + ex, ex);
             }
         }
-        world.barrier();
-        if (world.rank() == 0) {
-            writeJson(dir, config, dtype, shards, paths);
-        }
-        world.barrier();
     }
 
     /**

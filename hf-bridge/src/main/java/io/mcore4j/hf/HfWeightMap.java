@@ -157,6 +157,73 @@ final class HfWeightMap {
         }
     }
 
+    /**
+     * The LoRA adapters of a LLaMA-family model as PEFT stores them
+     * ({@code base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight}, ...). A fused linear's
+     * adapter splits exactly: its {@code A} ({@code linear_in}) is shared, so each of the Hugging Face
+     * modules it fuses (q/k/v, gate/up) gets a copy of it, and its {@code B} ({@code linear_out}) is cut
+     * by rows as the base weight is (grouped QKV, stacked gate and up):
+     * {@code ΔW_q = (alpha/r)·B_q·A}. An mcore4j row range can therefore feed several PEFT tensors.
+     *
+     * @param arch the architecture, of the LLaMA family
+     * @param c the model's config
+     * @param rank the adapters' rank
+     * @param targets Megatron module names that have adapters
+     * @return the mapping, its tensors in layer order
+     * @throws HfCheckpointException for GPT-2 or a mixture-of-experts model
+     */
+    static HfWeightMap adapters(HfArchitecture arch, TransformerConfig c, long rank, java.util.Set<String> targets) {
+        if (!arch.isLlamaFamily() || c.moe() != null) {
+            throw new HfCheckpointException("PEFT adapter export covers the dense LLaMA-family architectures; "
+                    + arch.className() + (c.moe() != null ? " with experts" : "") + " is not one");
+        }
+        HfWeightMap m = new HfWeightMap();
+        long h = c.hiddenSize();
+        long d = c.kvChannels();
+        long heads = c.numAttentionHeads();
+        long groups = c.numQueryGroups();
+        long ffn = c.ffnHiddenSize();
+        String a = "lora_A.weight";
+        String b = "lora_B.weight";
+        for (int i = 0; i < c.numLayers(); i++) {
+            String hf = "base_model.model.model.layers." + i + ".";
+            String mc = "decoder.layers." + i + ".";
+            String in = ".adapter.linear_in.weight";
+            String out = ".adapter.linear_out.weight";
+            if (targets.contains("linear_qkv")) {
+                String[] qkv = {hf + "self_attn.q_proj.", hf + "self_attn.k_proj.", hf + "self_attn.v_proj."};
+                m.shared(mc + "self_attention.linear_qkv" + in, rank, h, qkv[0] + a, qkv[1] + a, qkv[2] + a);
+                m.groupedQkv(mc + "self_attention.linear_qkv" + out, qkv[0] + b, qkv[1] + b, qkv[2] + b, heads, groups,
+                        d, rank);
+            }
+            if (targets.contains("linear_proj")) {
+                m.same(mc + "self_attention.linear_proj" + in, hf + "self_attn.o_proj." + a, rank, heads * d);
+                m.same(mc + "self_attention.linear_proj" + out, hf + "self_attn.o_proj." + b, h, rank);
+            }
+            if (targets.contains("linear_fc1")) {
+                String gate = hf + "mlp.gate_proj.";
+                String up = hf + "mlp.up_proj.";
+                m.shared(mc + "mlp.linear_fc1" + in, rank, h, gate + a, up + a);
+                m.stacked(mc + "mlp.linear_fc1" + out, rank, gate + b, up + b, ffn);
+            }
+            if (targets.contains("linear_fc2")) {
+                m.same(mc + "mlp.linear_fc2" + in, hf + "mlp.down_proj." + a, rank, ffn);
+                m.same(mc + "mlp.linear_fc2" + out, hf + "mlp.down_proj." + b, h, rank);
+            }
+        }
+        return m;
+    }
+
+    /** An mcore4j tensor [rows, columns] written whole to each of several Hugging Face tensors (a shared LoRA A). */
+    private void shared(String key, long rows, long columns, String... hfNames) {
+        List<Segment> s = new ArrayList<>();
+        for (String name : hfNames) {
+            need(name, rows, columns);
+            s.add(new Segment(0, rows, name, 0, false));
+        }
+        plan(key, new long[] {rows, columns}, s);
+    }
+
     private void gpt2(TransformerConfig c, int hfVocab, String p) {
         long h = c.hiddenSize();
         long d = c.kvChannels();

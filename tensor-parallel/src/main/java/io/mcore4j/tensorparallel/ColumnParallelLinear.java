@@ -171,6 +171,21 @@ public final class ColumnParallelLinear implements ParallelLinear {
         return partition;
     }
 
+    /** @return the tensor-parallel communicator the weight is split over */
+    Communicator tp() {
+        return tp;
+    }
+
+    /** @return whether the input arrives split along the sequence */
+    boolean sequenceParallel() {
+        return sequenceParallel;
+    }
+
+    /** @return whether the output slices are gathered into the full output */
+    boolean gatherOutput() {
+        return gatherOutput;
+    }
+
     /** @return the full input size */
     public int inputSize() {
         return inputSize;

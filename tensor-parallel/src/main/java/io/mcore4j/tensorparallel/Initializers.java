@@ -103,6 +103,27 @@ public final class Initializers {
         };
     }
 
+    /**
+     * PyTorch's {@code nn.Linear} default and PEFT's LoRA A: {@code kaiming_uniform_(a=sqrt(5))},
+     * i.e. uniform in {@code [-1/sqrt(fan_in), 1/sqrt(fan_in))} with {@code fan_in} the full weight's
+     * last dim, drawn by {@link DeterministicRandom#uniform} over the full shape (same values on CPU
+     * and GPU; shards are slices of the full weight).
+     *
+     * @param seed the generator's seed
+     * @return the initializer
+     */
+    public static Initializer kaimingUniform(long seed) {
+        return (manager, shape, dtype) -> {
+            double bound = 1 / Math.sqrt(shape.get(shape.dimension() - 1));
+            try (NoGrad ignored = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+                NDArray u = new DeterministicRandom(seed).uniform(temp, shape, DataType.FLOAT64);
+                NDArray samples = DataTypes.toType(u.mul(2 * bound).sub(bound), dtype, true);
+                samples.attach(manager);
+                return samples;
+            }
+        };
+    }
+
     private static NDArray deviceNormal(NDManager manager, DeterministicRandom random, Shape shape, double std,
                                         DataType dtype) {
         try (NoGrad ignored = NoGrad.enter(); NDManager temp = manager.newSubManager()) {

@@ -164,6 +164,21 @@ public final class RowParallelLinear implements ParallelLinear {
         return bias;
     }
 
+    /** @return the tensor-parallel communicator the weight is split over */
+    Communicator tp() {
+        return tp;
+    }
+
+    /** @return whether the output is reduce-scattered along the sequence */
+    boolean sequenceParallel() {
+        return sequenceParallel;
+    }
+
+    /** @return whether the input arrives split along its last dim */
+    boolean inputIsParallel() {
+        return inputIsParallel;
+    }
+
     /** @return the full input size */
     public int inputSize() {
         return inputSize;

@@ -25,10 +25,12 @@ import io.mcore4j.pipeline.ScheduleResult;
 import io.mcore4j.pipeline.Schedules;
 
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
 import java.util.function.DoubleSupplier;
 
 import org.slf4j.Logger;
@@ -79,6 +81,8 @@ public final class TrainStep implements AutoCloseable {
     private final NDManager unreadLosses;
     // the schedule's second implementation, replayed from a CUDA graph; null when every step is eager
     private final ScheduleGraph graph;
+    // keys of the model's frozen parameters, whose pieces checkpoints leave out
+    private final Set<String> frozenKeys = new HashSet<>();
 
     private TrainStep(Builder b) {
         this.model = b.model;
@@ -88,8 +92,16 @@ public final class TrainStep implements AutoCloseable {
         this.seqLength = b.seqLength;
         this.microBatches = b.microBatches;
         this.timePhases = b.timePhases;
-        List<Parameter> parameters = model.parameters();
-        this.ddp = new DistributedDataParallel(parameters, groups, b.optimizer, model.sharedEmbeddingParameters());
+        // the one place frozen parameters (LoRA's base weights) are left out: no gradient buffers,
+        // no optimizer state, no checkpoint pieces
+        List<Parameter> parameters = model.parameters().stream().filter(Parameter::isTrainable).toList();
+        model.namedParameters(MODEL_PREFIX).forEach((key, p) -> {
+            if (!p.isTrainable()) {
+                frozenKeys.add(key);
+            }
+        });
+        this.ddp = new DistributedDataParallel(parameters, groups, b.optimizer,
+                model.sharedEmbeddingParameters().stream().filter(Parameter::isTrainable).toList());
         if (b.optimizer.overlapGradReduce()) {
             model.addGradientReadyListener(ddp);
         }
@@ -303,7 +315,12 @@ public final class TrainStep implements AutoCloseable {
      */
     public List<ShardedTensor> shardedState() {
         optimizer.finishParamSync(); // the model's pieces are views of its parameters
-        List<ShardedTensor> state = new ArrayList<>(model.shardedState(MODEL_PREFIX));
+        List<ShardedTensor> state = new ArrayList<>();
+        for (ShardedTensor t : model.shardedState(MODEL_PREFIX)) {
+            if (!frozenKeys.contains(t.key())) {
+                state.add(t);
+            }
+        }
         state.addAll(optimizer.shardedState(OPTIMIZER_PREFIX));
         return state;
     }

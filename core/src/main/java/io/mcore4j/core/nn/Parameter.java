@@ -136,6 +136,7 @@ public final class Parameter implements AutoCloseable {
     private NDArray data;
     private final Partition partition;
     private final Kind kind;
+    private boolean trainable = true;
 
     /**
      * Takes ownership of {@code data} and marks it as requiring grad.
@@ -193,6 +194,22 @@ public final class Parameter implements AutoCloseable {
         return kind;
     }
 
+    /**
+     * Freezes the parameter (a base weight under LoRA): its tensor no longer requires grad, so no
+     * backward computes or accumulates a gradient for it. Trainers hand only {@link #isTrainable()
+     * trainable} parameters to gradient synchronisation and the optimizer, and checkpoint only
+     * those. Irreversible; calling it twice is harmless.
+     */
+    public void freeze() {
+        trainable = false;
+        data.setRequiresGradient(false);
+    }
+
+    /** @return false once {@link #freeze()} was called: no gradient, no optimizer state */
+    public boolean isTrainable() {
+        return trainable;
+    }
+
     /** @return the shape of the whole, unpartitioned weight */
     public long[] globalShape() {
         // DJL hands out its cached array: copy before writing
@@ -226,6 +243,9 @@ public final class Parameter implements AutoCloseable {
      * the old handle is closed.
      */
     public void clearGradient() {
+        if (!trainable) {
+            return; // a frozen tensor has no gradient, and a renewed leaf would require one
+        }
         data = Tensors.renewLeaf(data);
     }
 
@@ -260,6 +280,6 @@ public final class Parameter implements AutoCloseable {
     @Override
     public String toString() {
         return "Parameter{" + name + ", local=" + data.getShape() + ", global=" + Arrays.toString(globalShape())
-                + ", partition=" + partition + ", kind=" + kind + "}";
+                + ", partition=" + partition + ", kind=" + kind + (trainable ? "" : ", frozen") + "}";
     }
 }

@@ -1,6 +1,8 @@
 package io.mcore4j.models.transformer;
 
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
+import io.mcore4j.tensorparallel.Initializers;
+import io.mcore4j.tensorparallel.LoraLinear;
 import io.mcore4j.tensorparallel.ParallelLinear;
 import io.mcore4j.tensorparallel.RowParallelLinear;
 
@@ -60,6 +62,44 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
      */
     public LayerSpec withCoreAttention(CoreAttention.Factory factory) {
         return new LayerSpec(linearQkv, linearProj, linearFc1, linearFc2, factory);
+    }
+
+    /**
+     * The same spec with LoRA adapters ({@link LoraLinear}) around the linears {@code lora} targets:
+     * the one place where a layer gets adapters. {@code A} is kaiming-uniform, seeded by its key
+     * ({@code <linear>.adapter.linear_in.weight}, so identical at every layout), {@code B} zeros.
+     * The adapters' input dropout draws from the model's generator of the input's region: the hidden
+     * one for column-parallel linears (replicated over tensor-parallel ranks, or per rank with
+     * sequence parallelism) and the per-rank one for row-parallel linears, whose input is split.
+     *
+     * @param lora the adapters' settings
+     * @return a new spec
+     */
+    public LayerSpec withLora(LoraConfig lora) {
+        return new LayerSpec(
+                lora.targets(LoraConfig.Target.LINEAR_QKV) ? adapted(linearQkv, lora, true) : linearQkv,
+                lora.targets(LoraConfig.Target.LINEAR_PROJ) ? adapted(linearProj, lora, false) : linearProj,
+                lora.targets(LoraConfig.Target.LINEAR_FC1) ? adapted(linearFc1, lora, true) : linearFc1,
+                lora.targets(LoraConfig.Target.LINEAR_FC2) ? adapted(linearFc2, lora, false) : linearFc2,
+                coreAttention);
+    }
+
+    private static LinearFactory adapted(LinearFactory base, LoraConfig lora, boolean replicatedInput) {
+        return (ctx, key, s) -> {
+            ParallelLinear linear = base.create(ctx, key, s);
+            double p = lora.dropout();
+            LoraLinear.InputDropout dropout = p == 0 ? LoraLinear.InputDropout.NONE
+                    : (scope, x) -> Dropout.apply(scope, x, p,
+                            replicatedInput ? ctx.hiddenDropout() : ctx.attentionDropout());
+            try {
+                return LoraLinear.builder(linear).rank(lora.dim()).alpha(lora.alpha()).dropout(dropout)
+                        .initializer(Initializers.kaimingUniform(ctx.initSeed(key + LoraLinear.LINEAR_IN)))
+                        .manager(ctx.parameters()).name(key + "lora").build();
+            } catch (RuntimeException e) {
+                linear.close();
+                throw e;
+            }
+        };
     }
 
     private static ParallelLinear column(ModelContext ctx, String key, LinearSettings s) {

@@ -13,6 +13,7 @@ import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.moe.MoeLayer;
+import io.mcore4j.tensorparallel.LoraLinear;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.tensorparallel.ParallelMlp;
 
@@ -84,8 +85,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
                 && c.activation() == MlpActivation.GELU && c.addBiasLinear() && c.hiddenDropout() == 0
                 && ctx.groups().tp().size() == 1 && !c.sequenceParallel()
                 && !c.recomputes(TransformerConfig.RecomputeModule.MLP);
-        if (!applies) {
-            return null;
+        if (!applies || mlp.namedParameters("").keySet().stream().anyMatch(LoraLinear::isAdapterKey)) {
+            return null; // the one-Function half computes with the plain weights only
         }
         BiasGradientKernel kernel = Kernels.find(BiasGradientKernel.class, ctx.parameters().getDevice()).orElse(null);
         if (kernel == null) {

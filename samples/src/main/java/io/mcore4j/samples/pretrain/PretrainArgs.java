@@ -322,6 +322,8 @@ public final class PretrainArgs {
     @Option(names = "--save-hf", description = "After training, write the model here as a Hugging Face directory "
             + "(config.json + model.safetensors) that transformers loads.")
     Path saveHf;
+    @Mixin
+    final LoraOptions lora = new LoraOptions();
     @Option(names = "--save-hf-dtype", description = "dtype of --save-hf: bf16, f16 or f32. Default: ${DEFAULT-VALUE}.")
     String saveHfDtype = "bf16";
     @Option(names = "--save-interval", description = "Iterations between checkpoints (0: only at the end). Default: ${DEFAULT-VALUE}.")
@@ -653,7 +655,7 @@ public final class PretrainArgs {
         checkAttentionMemory(model, attention);
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
-                dataloaderType.type, cudaGraph());
+                dataloaderType.type, cudaGraph()).withLora(lora.config());
     }
 
     /** --cuda-graph-impl, --cuda-graph-scope and --cuda-graph-warmup-steps as the step's graph setting. */

@@ -66,7 +66,7 @@ public final class PretrainGpt {
      * The command line's job: trains, and a byte-level run in this JVM ({@code --corpus-from-sources}
      * with {@code --save}, not launched as a rank) ends with what its model learned, a completion of
      * {@code public final class } from its last checkpoint (seeded sampling at a low temperature: greedy
-     * decoding of so small a model repeats one byte).
+     * decoding of so small a model repeats one byte). Not with LoRA, whose checkpoints hold only the adapters.
      *
      * @param args the parsed, checked flags
      * @param out where progress and the completion go
@@ -74,7 +74,7 @@ public final class PretrainGpt {
      */
     public static void trainThenComplete(PretrainArgs args, PrintStream out) throws Exception {
         run(args, out);
-        if (args.corpus != null && args.save != null && System.getenv("RANK") == null) {
+        if (args.corpus != null && args.save != null && System.getenv("RANK") == null && args.lora.config() == null) {
             GenerateGpt.run(out, "--load", args.save.toString(), "--prompts", "public final class ", "--temperature", "0.7",
                     "--top_k", "20", "--seed", "1234", "--num-tokens-to-generate", "48",
                     "--num-attention-heads", String.valueOf(args.numAttentionHeads));
@@ -321,11 +321,20 @@ public final class PretrainGpt {
 
             @Override
             public void afterTraining(List<GptModel> chunks, ProcessGroups groups) {
+                HfConfig hf = args.saveHf == null && args.lora.saveHfAdapter == null ? null
+                        : args.loadHf != null ? args.hfConfig() : HfConfig.forModel(setup.model(), args.tokenVocabSize());
+                if (args.lora.saveHfAdapter != null) { // before --save-hf, which merges the adapters
+                    long start = System.nanoTime();
+                    HfExport.writeAdapter(args.lora.saveHfAdapter, hf, setup.lora(), chunks, groups.world());
+                    if (groups.worldRank() == 0) {
+                        out.printf(Locale.ROOT, " exported the LoRA adapter to %s in %.2f s%n", args.lora.saveHfAdapter,
+                                (System.nanoTime() - start) / 1e9);
+                    }
+                }
                 if (args.saveHf == null) {
                     return;
                 }
                 long start = System.nanoTime();
-                HfConfig hf = args.loadHf != null ? args.hfConfig() : HfConfig.forModel(setup.model(), args.tokenVocabSize());
                 HfExport.write(args.saveHf, hf, chunks, groups.world(), HfDtype.parse(args.saveHfDtype));
                 if (groups.worldRank() == 0) {
                     if (args.loadHf != null) {

@@ -89,8 +89,8 @@ public final class GptPretraining {
             if (setup.deviceInitialization() && root.getDevice().isGpu()) {
                 ctx = ctx.withDeviceInitialization();
             }
-            try (GptTrainingModel model = beforeTraining(GptTrainingModel.build(ctx,
-                    setup.attention().layerSpec(setup.model()), setup.virtualStages()), hooks, groups);
+            try (GptTrainingModel model = beforeTraining(GptTrainingModel.build(ctx, setup.layerSpec(),
+                    setup.virtualStages()), hooks, groups, setup.lora() != null);
                  TrainStep step = TrainStep.builder(model, groups, root).optimizer(setup.optimizer())
                          .microBatchSize(setup.microBatchSize()).seqLength(setup.seqLength())
                          .globalBatchSize(setup.globalBatchSize()).timePhases(timePhases).cudaGraph(setup.cudaGraph()).build()) {
@@ -110,9 +110,13 @@ public final class GptPretraining {
         }
     }
 
-    private static GptTrainingModel beforeTraining(GptTrainingModel model, ModelHooks hooks, ProcessGroups groups) {
+    private static GptTrainingModel beforeTraining(GptTrainingModel model, ModelHooks hooks, ProcessGroups groups,
+                                                   boolean lora) {
         try {
             hooks.beforeTraining(model.chunks(), groups);
+            if (lora) {
+                model.freezeBaseWeights(); // before the step: its optimizer and DDP see only the adapters
+            }
             return model;
         } catch (RuntimeException e) {
             model.close();

@@ -17,12 +17,14 @@ import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.pipeline.LayerAssignment;
+import io.mcore4j.tensorparallel.LoraLinear;
 import io.mcore4j.training.MicroBatch;
 import io.mcore4j.training.TrainingModel;
 
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.Map;
 
 /**
  * This rank's chunks of a GPT: one per virtual pipeline stage, with the layers
@@ -86,6 +88,24 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
                     stage == pp - 1 && c == virtualStages - 1));
         }
         return new GptTrainingModel(ctx, chunks);
+    }
+
+    /**
+     * Freezes every parameter that is not a LoRA adapter's ({@link LoraLinear#isAdapterKey}): the
+     * base weights then get no gradient, and a {@link io.mcore4j.training.TrainStep} built afterwards
+     * gives them no optimizer state and leaves them out of checkpoints.
+     *
+     * @return the number of parameters frozen on this rank
+     */
+    public int freezeBaseWeights() {
+        int frozen = 0;
+        for (Map.Entry<String, Parameter> e : namedParameters("").entrySet()) {
+            if (!LoraLinear.isAdapterKey(e.getKey())) {
+                e.getValue().freeze();
+                frozen++;
+            }
+        }
+        return frozen;
     }
 
     /** @return the chunks, in virtual-stage order */

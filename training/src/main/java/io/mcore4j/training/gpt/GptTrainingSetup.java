@@ -3,6 +3,8 @@ package io.mcore4j.training.gpt;
 import io.mcore4j.data.sampler.DataloaderType;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
+import io.mcore4j.models.transformer.LayerSpec;
+import io.mcore4j.models.transformer.LoraConfig;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.training.CudaGraphConfig;
@@ -33,13 +35,14 @@ import java.util.Objects;
  *                             only up to the device's random generator), instead of on the CPU
  * @param dataloaderType the order training samples are read in (Megatron's {@code --dataloader-type})
  * @param cudaGraph whether steps replay their forward-backward from a CUDA graph after a warm-up
+ * @param lora LoRA adapters on the layers' linears, the base weights frozen; null to train every weight
  */
 public record GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
                                int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
                                OptimizerConfig optimizer,
                                int microBatchSize, long globalBatchSize, int seqLength, TrainingConfig training,
                                long seed, boolean deviceInitialization, DataloaderType dataloaderType,
-                               CudaGraphConfig cudaGraph) {
+                               CudaGraphConfig cudaGraph, LoraConfig lora) {
 
     /** Checks what can be checked without knowing the world size. */
     public GptTrainingSetup {
@@ -69,6 +72,41 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
                     + " (the load-balanced causal split cuts each sequence into 2·CP equal chunks)");
         }
         attention.layerSpec(model); // refuses a fused kind with attention dropout
+        if (lora != null && model.moe() != null) {
+            throw new IllegalArgumentException("LoRA adapters wrap the dense layers' linears; this model has"
+                    + " mixture-of-experts layers (expert adapters are not supported)");
+        }
+    }
+
+    /**
+     * A setup without LoRA; the parameters are the canonical constructor's.
+     */
+    public GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
+                            int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
+                            OptimizerConfig optimizer, int microBatchSize, long globalBatchSize, int seqLength,
+                            TrainingConfig training, long seed, boolean deviceInitialization, DataloaderType dataloaderType,
+                            CudaGraphConfig cudaGraph) {
+        this(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel, contextParallel, optimizer,
+                microBatchSize, globalBatchSize, seqLength, training, seed, deviceInitialization, dataloaderType,
+                cudaGraph, null);
+    }
+
+    /**
+     * @param value LoRA's settings, or null for none
+     * @return the same setup with them
+     */
+    public GptTrainingSetup withLora(LoraConfig value) {
+        return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
+                contextParallel, optimizer, microBatchSize, globalBatchSize, seqLength, training, seed,
+                deviceInitialization, dataloaderType, cudaGraph, value);
+    }
+
+    /**
+     * @return the layer spec of this run: the attention kind's, with {@link #lora()}'s adapters when set
+     */
+    public LayerSpec layerSpec() {
+        LayerSpec spec = attention.layerSpec(model);
+        return lora == null ? spec : spec.withLora(lora);
     }
 
     /**
