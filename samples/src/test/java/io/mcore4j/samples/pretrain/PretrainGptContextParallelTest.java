@@ -16,7 +16,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * pretrain-gpt with {@code --context-parallel-size}, as a user runs it: a small GPT with GQA and
- * RoPE trained at CP2 and CP4, alone and with TP2 (and sequence parallelism), PP2 and DP2 (with the
+ * RoPE trained at CP2 and CP4 (with the fused attention's ring and with the composed attention), alone and with TP2 (and sequence parallelism), PP2 and DP2 (with the
  * distributed optimizer), gives the serial losses; a checkpoint written at CP2 resumes at CP1 and
  * at CP4 with the losses of the uninterrupted run; a sequence length the split cannot cut is
  * refused naming the flags.
@@ -64,6 +64,19 @@ class PretrainGptContextParallelTest {
                 "PP2 CP2");
         assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "2", "--use-distributed-optimizer",
                 "--overlap-grad-reduce", "--ddp-bucket-size", "2000")), "DP2 CP2 + distributed optimizer, overlapped");
+    }
+
+    /**
+     * The fused attention under CP (ring attention on libtorch's flash kernels, which {@code auto}
+     * picks for {@code p2p}) and the composed one give the serial composed attention's losses.
+     */
+    @Test
+    void fusedAndComposedAttentionUnderContextParallelismGiveTheSerialLosses() throws Exception {
+        List<Double> serial = train(common(1, 8, "--attention-backend", "unfused"));
+        assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2", "--attention-backend", "flash")), "CP2 flash");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "4", "--attention-backend", "fused")), "CP4 fused");
+        assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2", "--attention-backend", "unfused")),
+                "CP2 unfused p2p");
     }
 
     /** Mixture-of-experts layers under context parallelism: the router's load-balancing statistics span the group. */
