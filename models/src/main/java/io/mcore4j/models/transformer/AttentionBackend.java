@@ -7,7 +7,8 @@ import io.mcore4j.models.TransformerConfig;
  * Which core attention a GPT's layers use (Megatron's {@code --attention-backend}). The fused
  * kinds run libtorch's {@code scaled_dot_product_attention} (flash or memory-efficient kernel on
  * CUDA, its math kernel on CPU) through {@link SdpaAttention}, and under context parallelism
- * ({@code --cp-comm-type p2p}) ring attention on the fused kernels that return their log-sum-exp;
+ * ({@code --cp-comm-type p2p}) ring attention on the fused kernels that return their log-sum-exp, or
+ * ({@code a2a}) the fused attention between two all-to-alls;
  * the unfused kinds compose the softmax attention from tensor ops ({@link DotProductAttention}),
  * under context parallelism for every {@code --cp-comm-type}.
  */
@@ -15,7 +16,8 @@ public enum AttentionBackend {
     /**
      * Fused where it computes the same thing (no attention dropout), unfused otherwise; under context
      * parallelism (decided per model context) fused for {@code --cp-comm-type p2p}, which runs as a
-     * ring on the fused kernels, and unfused for {@code allgather}, which has no fused implementation.
+     * ring on the fused kernels, and {@code a2a}, which attends whole sequences of fewer heads; unfused
+     * for {@code allgather}, which has no fused implementation.
      */
     AUTO,
     /** libtorch's fused attention (it picks the flash kernel where it can). */
@@ -43,7 +45,7 @@ public enum AttentionBackend {
         }
         if (this == AUTO && fused) {
             return LayerSpec.tensorParallel().withCoreAttention(
-                    ctx -> ctx.groups().cp().size() > 1 && ctx.config().cpCommType() != CpCommType.P2P
+                    ctx -> ctx.groups().cp().size() > 1 && ctx.config().cpCommType() == CpCommType.ALL_GATHER
                             ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
         }
         return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();

@@ -24,9 +24,10 @@ import io.mcore4j.models.TransformerConfig;
  * <p>The module has no dropout: a config with attention dropout is refused rather than silently
  * trained without it. With a context-parallel group of more than one rank the inputs are this
  * rank's part of the sequence, and attention runs as ring attention on the fused kernels that
- * return their log-sum-exp ({@link FusedRingAttention}, {@code --cp-comm-type p2p}); the
- * {@code allgather} comm type has no fused implementation and is refused (it needs
- * {@link DotProductAttention}).
+ * return their log-sum-exp ({@link FusedRingAttention}, {@code --cp-comm-type p2p}), or for
+ * {@code a2a} this module attends the whole sequence of {@code heads/CP} heads between two
+ * all-to-alls ({@link UlyssesAttention}); the {@code allgather} comm type has no fused
+ * implementation and is refused (it needs {@link DotProductAttention}).
  */
 public final class SdpaAttention implements CoreAttention {
     /** Resource path of the TorchScript archive. */
@@ -34,13 +35,15 @@ public final class SdpaAttention implements CoreAttention {
 
     private final TorchScriptModule module;
     private final FusedRingAttention ring;
+    private final UlyssesAttention ulysses;
     private final QkvHeadsSplit split;
     private final boolean packsGradients;
 
     /**
      * @param ctx the model context; its parameter manager owns the loaded module
      * @throws IllegalArgumentException if the config asks for attention dropout, or the
-     *     context-parallel group has more than one rank and {@code --cp-comm-type} is not {@code p2p}
+     *     context-parallel group has more than one rank and {@code --cp-comm-type} is {@code allgather},
+     *     or {@code a2a} cannot scatter this rank's heads
      * @throws IllegalStateException if the module cannot be loaded
      */
     public SdpaAttention(ModelContext ctx) {
@@ -49,13 +52,15 @@ public final class SdpaAttention implements CoreAttention {
                     + ctx.config().attentionDropout() + " needs the composed attention (DotProductAttention)");
         }
         int cp = ctx.groups().cp().size();
-        if (cp > 1 && ctx.config().cpCommType() != CpCommType.P2P) {
-            throw new IllegalArgumentException("fused attention under context parallelism runs as a ring (--cp-comm-type p2p);"
-                    + " context parallel size " + cp + " with --cp-comm-type " + ctx.config().cpCommType().flag()
+        CpCommType comm = ctx.config().cpCommType();
+        if (cp > 1 && comm == CpCommType.ALL_GATHER) {
+            throw new IllegalArgumentException("fused attention under context parallelism runs as a ring (--cp-comm-type p2p)"
+                    + " or on all-to-alls (a2a); context parallel size " + cp + " with --cp-comm-type " + comm.flag()
                     + " needs the composed attention (DotProductAttention)");
         }
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
-        this.ring = cp > 1 ? new FusedRingAttention(ctx.groups().cp(), ctx.parameters()) : null;
+        this.ring = cp > 1 && comm == CpCommType.P2P ? new FusedRingAttention(ctx.groups().cp(), ctx.parameters()) : null;
+        this.ulysses = cp > 1 && comm == CpCommType.A2A ? new UlyssesAttention(ctx) : null;
         TransformerConfig c = ctx.config();
         QkvGradientKernel kernel = Kernels.find(QkvGradientKernel.class, ctx.parameters().getDevice()).orElse(null);
         this.split = new QkvHeadsSplit(c.numAttentionHeads() / c.numQueryGroups(), c.kvChannels(), kernel);
@@ -91,6 +96,14 @@ public final class SdpaAttention implements CoreAttention {
 
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+        if (ulysses != null) {
+            return ulysses.forward(scope, query, key, value, this::attend);
+        }
+        return attend(scope, query, key, value);
+    }
+
+    /** This rank's sequence: whole (no context parallelism, or a2a's gathered one) or its ring part (p2p). */
+    private NDArray attend(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);

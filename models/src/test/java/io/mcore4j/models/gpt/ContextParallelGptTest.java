@@ -36,9 +36,9 @@ import org.junit.jupiter.api.Test;
  * One forward and backward of a whole GPT with the sequence split over a context-parallel group
  * (alone and with TP2, with and without sequence parallelism), against the serial model with the
  * same seeds: the loss averaged over the group and every gradient averaged over it (as the
- * {@code dp-cp} gradient reduction does) must equal the serial ones, for both
- * {@code --cp-comm-type}s, with GQA and RoPE and with learned positions, with and without a loss mask;
- * and the fused attention's ring ({@code p2p} on libtorch's flash kernels) against the serial fused attention.
+ * {@code dp-cp} gradient reduction does) must equal the serial ones, for every
+ * {@code --cp-comm-type} (p2p, allgather, a2a), with GQA and RoPE and with learned positions, with and without a loss mask;
+ * and the fused attention under CP ({@code p2p}: a ring on libtorch's flash kernels; {@code a2a}) against it.
  */
 class ContextParallelGptTest {
     private static final int SEQ = 16;
@@ -100,6 +100,10 @@ class ContextParallelGptTest {
                 "auto TP2 CP2 p2p");
         assertMatches(serial, run(gqaRope().recompute(TransformerConfig.Recompute.SELECTIVE).build(), 1, 2, false, fused),
                 "fused CP2 selective recompute");
+        for (int cp : new int[] {2, 4}) {
+            assertMatches(serial, run(gqaRope().cpCommType(CpCommType.A2A).build(), 1, cp, false, fused), "fused CP" + cp + " a2a");
+        }
+        assertMatches(serial, run(gqaRope().cpCommType(CpCommType.A2A).build(), 2, 2, false, fused), "fused TP2 CP2 a2a");
     }
 
     @Test

@@ -68,7 +68,8 @@ class PretrainGptContextParallelTest {
 
     /**
      * The fused attention under CP (ring attention on libtorch's flash kernels, which {@code auto}
-     * picks for {@code p2p}) and the composed one give the serial composed attention's losses.
+     * picks for {@code p2p}; the fused attention between all-to-alls for {@code a2a}) and the
+     * composed one give the serial composed attention's losses.
      */
     @Test
     void fusedAndComposedAttentionUnderContextParallelismGiveTheSerialLosses() throws Exception {
@@ -77,6 +78,9 @@ class PretrainGptContextParallelTest {
         assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "4", "--attention-backend", "fused")), "CP4 fused");
         assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2", "--attention-backend", "unfused")),
                 "CP2 unfused p2p");
+        assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2", "--cp-comm-type", "a2a")), "CP2 a2a auto");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "2", "--tensor-model-parallel-size", "2",
+                "--cp-comm-type", "a2a", "--attention-backend", "unfused")), "TP2 CP2 a2a unfused");
     }
 
     /** Mixture-of-experts layers under context parallelism: the router's load-balancing statistics span the group. */
@@ -117,9 +121,9 @@ class PretrainGptContextParallelTest {
         assertEquals("--seq-length 12 is not divisible by 2 x --context-parallel-size 4 = 8 (the load-balanced causal"
                 + " split cuts each sequence into 2·CP equal chunks)", e.getMessage());
         IllegalArgumentException comm = assertThrows(IllegalArgumentException.class,
-                () -> PretrainArgs.parse(common(2, 1, "--context-parallel-size", "2", "--cp-comm-type", "a2a")
+                () -> PretrainArgs.parse(common(2, 1, "--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p")
                         .toArray(String[]::new)).setup());
-        assertEquals("Invalid value for option '--cp-comm-type': expected one of [p2p, allgather, all_gather]"
-                + " (case-sensitive) but was 'a2a'", comm.getMessage());
+        assertEquals("Invalid value for option '--cp-comm-type': expected one of [p2p, allgather, all_gather, a2a]"
+                + " (case-sensitive) but was 'a2a+p2p'", comm.getMessage());
     }
 }
