@@ -22,7 +22,15 @@ public enum CpCommType {
      * future are skipped, and the partial results are merged by their log-sum-exp (online softmax).
      * Backward passes the key and value gradients back around the ring.
      */
-    P2P("p2p");
+    P2P("p2p"),
+    /**
+     * Megatron-Core's {@code a2a} (DeepSpeed-Ulysses): an all-to-all scatters the attention heads and
+     * gathers the sequence, so each rank attends the whole sequence for {@code heads/CP} of its heads,
+     * and a second all-to-all returns the outputs to their tokens; backward is the two all-to-alls
+     * transposed. Needs the heads of a tensor-parallel rank divisible by {@code CP}; grouped keys and
+     * values are repeated where their groups are not.
+     */
+    A2A("a2a");
 
     private final String flag;
 
@@ -38,10 +46,10 @@ public enum CpCommType {
     /**
      * Parses Megatron-LM's name of a method.
      *
-     * @param name {@code "allgather"} or {@code "p2p"} (case-insensitive; {@code "all_gather"} accepted)
+     * @param name {@code "allgather"}, {@code "p2p"} or {@code "a2a"} (case-insensitive; {@code "all_gather"} accepted)
      * @return the method
-     * @throws IllegalArgumentException naming the value and the supported ones ({@code a2a} and
-     *         {@code a2a+p2p} are Megatron-Core methods that are not implemented)
+     * @throws IllegalArgumentException naming the value and the supported ones ({@code a2a+p2p} is a
+     *         Megatron-Core method that is not implemented)
      */
     public static CpCommType fromFlag(String name) {
         String n = name == null ? "" : name.toLowerCase(Locale.ROOT).replace("_", "");
@@ -52,6 +60,6 @@ public enum CpCommType {
         }
         throw new IllegalArgumentException("--cp-comm-type " + name + " is not supported; supported: "
                 + Arrays.stream(values()).map(CpCommType::flag).toList()
-                + (n.startsWith("a2a") ? " (Megatron-Core's a2a and a2a+p2p are not implemented)" : ""));
+                + (n.startsWith("a2a") ? " (Megatron-Core's a2a+p2p is not implemented)" : ""));
     }
 }

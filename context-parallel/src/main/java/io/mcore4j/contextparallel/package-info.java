@@ -4,6 +4,7 @@
  * io.mcore4j.contextparallel.ContextParallelSplit}, applied to tokens, labels, loss masks and
  * position ids) and the key/value exchanges attention needs across the group ({@link
  * io.mcore4j.contextparallel.ContextParallelMappings}, autograd Functions whose backward is the
- * transposed exchange), chosen by {@link io.mcore4j.contextparallel.CpCommType}.
+ * transposed exchange), chosen by {@link io.mcore4j.contextparallel.CpCommType}; and ring
+ * attention on libtorch's fused kernels ({@link io.mcore4j.contextparallel.FusedRingAttention}).
  */
 package io.mcore4j.contextparallel;

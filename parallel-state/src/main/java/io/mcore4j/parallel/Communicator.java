@@ -112,6 +112,21 @@ public interface Communicator {
     }
 
     /**
+     * Starts {@link #allToAll}, letting it overlap the caller's later work where the backend can (see
+     * {@link #startAllReduceInPlace}). The default runs it at once.
+     *
+     * @param input this rank's rows, contiguous; keep it open and unmodified until {@link PendingCollective#await()}
+     * @param sendSplits rows of {@code input} for each rank, in rank order
+     * @param recvSplits rows to receive from each rank, in rank order
+     * @param owner manager that owns the result
+     * @return the pending exchange; its {@code await()} returns the received rows in rank order
+     */
+    default PendingCollective startAllToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
+        NDArray out = allToAll(input, sendSplits, recvSplits, owner);
+        return () -> out;
+    }
+
+    /**
      * Concatenates every rank's {@code input} along {@code dim}, in rank order. Inputs must have
      * equal shapes.
      *

@@ -1,5 +1,6 @@
 package io.mcore4j.planner;
 
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.RecomputeSegment;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -26,19 +27,22 @@ final class ActivationModel {
     private final int tp;
     private final int cp;
     private final boolean fusedAttention;
+    private final boolean fusedRing;
     private final int bytes;
 
     /**
      * @param c the model as built for the layout
      * @param tp TP size
      * @param cp CP size
-     * @param fusedAttention whether the core attention is libtorch's fused kernel (else composed, with s x s scores)
+     * @param fusedAttention whether the backend asks for libtorch's fused kernel (else composed, with s x s
+     *     scores); under CP it runs fused for {@code p2p} (as a ring) and {@code a2a}, composed for {@code allgather}
      */
     ActivationModel(TransformerConfig c, int tp, int cp, boolean fusedAttention) {
         this.c = c;
         this.tp = tp;
         this.cp = cp;
-        this.fusedAttention = fusedAttention && cp == 1;
+        this.fusedAttention = fusedAttention && (cp == 1 || c.cpCommType() != CpCommType.ALL_GATHER);
+        this.fusedRing = this.fusedAttention && cp > 1 && c.cpCommType() == CpCommType.P2P;
         this.bytes = c.dtype().getNumOfBytes();
     }
 
@@ -116,7 +120,9 @@ final class ActivationModel {
             if (!c.usesRope()) {
                 kept += tokens * n * d * bytes;                  // queries: a copy (a view only with one head per group)
             }
-            kept += 2 * tokens * n * d * bytes;                  // keys and values repeated per query head
+            if (!fusedRing) {                                    // the ring repeats them only inside each kernel call
+                kept += 2 * tokens * n * d * bytes;              // keys and values repeated per query head
+            }
         }
         kept += tokens * n * d * bytes;                          // attention output = linear_proj input
         if (fusedAttention) {

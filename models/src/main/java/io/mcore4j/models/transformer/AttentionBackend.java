@@ -1,18 +1,23 @@
 package io.mcore4j.models.transformer;
 
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.models.TransformerConfig;
 
 /**
  * Which core attention a GPT's layers use (Megatron's {@code --attention-backend}). The fused
  * kinds run libtorch's {@code scaled_dot_product_attention} (flash or memory-efficient kernel on
- * CUDA, its math kernel on CPU) through {@link SdpaAttention}; the unfused kinds compose the
- * softmax attention from tensor ops ({@link DotProductAttention}).
+ * CUDA, its math kernel on CPU) through {@link SdpaAttention}, and under context parallelism
+ * ({@code --cp-comm-type p2p}) ring attention on the fused kernels that return their log-sum-exp, or
+ * ({@code a2a}) the fused attention between two all-to-alls;
+ * the unfused kinds compose the softmax attention from tensor ops ({@link DotProductAttention}),
+ * under context parallelism for every {@code --cp-comm-type}.
  */
 public enum AttentionBackend {
     /**
-     * Fused where it computes the same thing (no attention dropout, whole sequences on each rank),
-     * unfused otherwise (decided per model context: a context-parallel group of more than one rank
-     * gets the unfused attention, which attends across the group).
+     * Fused where it computes the same thing (no attention dropout), unfused otherwise; under context
+     * parallelism (decided per model context) fused for {@code --cp-comm-type p2p}, which runs as a
+     * ring on the fused kernels, and {@code a2a}, which attends whole sequences of fewer heads; unfused
+     * for {@code allgather}, which has no fused implementation.
      */
     AUTO,
     /** libtorch's fused attention (it picks the flash kernel where it can). */
@@ -40,7 +45,8 @@ public enum AttentionBackend {
         }
         if (this == AUTO && fused) {
             return LayerSpec.tensorParallel().withCoreAttention(
-                    ctx -> ctx.groups().cp().size() > 1 ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
+                    ctx -> ctx.groups().cp().size() > 1 && ctx.config().cpCommType() == CpCommType.ALL_GATHER
+                            ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
         }
         return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
     }

@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
@@ -16,16 +17,24 @@ import io.mcore4j.core.autograd.Frame;
  *
  * <p>With a context-parallel group of more than one rank, the inputs are this rank's part of the
  * sequence and the keys and values of the others are brought in by the configured
- * {@code cp_comm_type} ({@link ContextParallelAttention}); with one rank nothing changes.
+ * {@code cp_comm_type} ({@link ContextParallelAttention}), or for {@code a2a} the heads are exchanged
+ * for the whole sequence ({@link UlyssesAttention}); with one rank nothing changes.
  */
 public final class DotProductAttention implements CoreAttention {
     private final ModelContext ctx;
     private final ContextParallelAttention contextParallel;
+    private final UlyssesAttention ulysses;
 
-    /** @param ctx the model context (dropout probability and generator, context-parallel group) */
+    /**
+     * @param ctx the model context (dropout probability and generator, context-parallel group)
+     * @throws IllegalArgumentException if {@code --cp-comm-type a2a} cannot scatter this rank's heads
+     */
     public DotProductAttention(ModelContext ctx) {
         this.ctx = ctx;
-        this.contextParallel = ctx.groups().cp().size() > 1 ? new ContextParallelAttention(ctx) : null;
+        boolean cp = ctx.groups().cp().size() > 1;
+        boolean a2a = ctx.config().cpCommType() == CpCommType.A2A;
+        this.contextParallel = cp && !a2a ? new ContextParallelAttention(ctx) : null;
+        this.ulysses = cp && a2a ? new UlyssesAttention(ctx) : null;
     }
 
     @Override
@@ -33,6 +42,14 @@ public final class DotProductAttention implements CoreAttention {
         if (contextParallel != null) {
             return contextParallel.forward(scope, query, key, value);
         }
+        if (ulysses != null) {
+            return ulysses.forward(scope, query, key, value, this::wholeSequence);
+        }
+        return wholeSequence(scope, query, key, value);
+    }
+
+    /** Causal attention over a whole sequence on this rank. */
+    private NDArray wholeSequence(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);

@@ -2,6 +2,8 @@ package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
+import io.mcore4j.contextparallel.CpCommType;
+import io.mcore4j.contextparallel.FusedRingAttention;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.Tensors;
@@ -20,21 +22,28 @@ import io.mcore4j.models.TransformerConfig;
  * in the pass's scope, so its backward is libtorch's fused backward.
  *
  * <p>The module has no dropout: a config with attention dropout is refused rather than silently
- * trained without it. It attends a whole sequence with a causal mask, so a context-parallel group
- * of more than one rank is refused too (its split needs {@link DotProductAttention}).
+ * trained without it. With a context-parallel group of more than one rank the inputs are this
+ * rank's part of the sequence, and attention runs as ring attention on the fused kernels that
+ * return their log-sum-exp ({@link FusedRingAttention}, {@code --cp-comm-type p2p}), or for
+ * {@code a2a} this module attends the whole sequence of {@code heads/CP} heads between two
+ * all-to-alls ({@link UlyssesAttention}); the {@code allgather} comm type has no fused
+ * implementation and is refused (it needs {@link DotProductAttention}).
  */
 public final class SdpaAttention implements CoreAttention {
     /** Resource path of the TorchScript archive. */
     public static final String RESOURCE = "/io/mcore4j/models/torchscript/causal_sdpa.pt";
 
     private final TorchScriptModule module;
+    private final FusedRingAttention ring;
+    private final UlyssesAttention ulysses;
     private final QkvHeadsSplit split;
     private final boolean packsGradients;
 
     /**
      * @param ctx the model context; its parameter manager owns the loaded module
      * @throws IllegalArgumentException if the config asks for attention dropout, or the
-     *     context-parallel group has more than one rank
+     *     context-parallel group has more than one rank and {@code --cp-comm-type} is {@code allgather},
+     *     or {@code a2a} cannot scatter this rank's heads
      * @throws IllegalStateException if the module cannot be loaded
      */
     public SdpaAttention(ModelContext ctx) {
@@ -42,11 +51,16 @@ public final class SdpaAttention implements CoreAttention {
             throw new IllegalArgumentException("fused attention has no dropout; attention dropout "
                     + ctx.config().attentionDropout() + " needs the composed attention (DotProductAttention)");
         }
-        if (ctx.groups().cp().size() > 1) {
-            throw new IllegalArgumentException("fused attention attends whole sequences; context parallel size "
-                    + ctx.groups().cp().size() + " needs the composed attention (DotProductAttention)");
+        int cp = ctx.groups().cp().size();
+        CpCommType comm = ctx.config().cpCommType();
+        if (cp > 1 && comm == CpCommType.ALL_GATHER) {
+            throw new IllegalArgumentException("fused attention under context parallelism runs as a ring (--cp-comm-type p2p)"
+                    + " or on all-to-alls (a2a); context parallel size " + cp + " with --cp-comm-type " + comm.flag()
+                    + " needs the composed attention (DotProductAttention)");
         }
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
+        this.ring = cp > 1 && comm == CpCommType.P2P ? new FusedRingAttention(ctx.groups().cp(), ctx.parameters()) : null;
+        this.ulysses = cp > 1 && comm == CpCommType.A2A ? new UlyssesAttention(ctx) : null;
         TransformerConfig c = ctx.config();
         QkvGradientKernel kernel = Kernels.find(QkvGradientKernel.class, ctx.parameters().getDevice()).orElse(null);
         this.split = new QkvHeadsSplit(c.numAttentionHeads() / c.numQueryGroups(), c.kvChannels(), kernel);
@@ -82,6 +96,14 @@ public final class SdpaAttention implements CoreAttention {
 
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+        if (ulysses != null) {
+            return ulysses.forward(scope, query, key, value, this::attend);
+        }
+        return attend(scope, query, key, value);
+    }
+
+    /** This rank's sequence: whole (no context parallelism, or a2a's gathered one) or its ring part (p2p). */
+    private NDArray attend(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);
@@ -93,9 +115,13 @@ public final class SdpaAttention implements CoreAttention {
             try (Frame call = scope.openFrame()) {
                 NDList in = new NDList(call.input(query).transpose(1, 2, 0, 3), call.input(key).transpose(1, 2, 0, 3),
                         call.input(value).transpose(1, 2, 0, 3));
-                // the scope's grad mode decides whether a graph is recorded (recompute's first run is
-                // a no-grad scope whose output must become a leaf); the module has no dropout
-                context = call.keep(Tensors.own(module.forward(in).singletonOrThrow(), scope.manager()));
+                if (ring != null) {
+                    context = call.keep(ring.forward(scope, in.get(0), in.get(1), in.get(2)));
+                } else {
+                    // the scope's grad mode decides whether a graph is recorded (recompute's first run is
+                    // a no-grad scope whose output must become a leaf); the module has no dropout
+                    context = call.keep(Tensors.own(module.forward(in).singletonOrThrow(), scope.manager()));
+                }
             }
             return context.transpose(2, 0, 1, 3).reshape(s, b, np * d);
         });

@@ -16,6 +16,7 @@ import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.models.transformer.SdpaAttention;
@@ -35,8 +36,9 @@ import org.junit.jupiter.api.Test;
  * One forward and backward of a whole GPT with the sequence split over a context-parallel group
  * (alone and with TP2, with and without sequence parallelism), against the serial model with the
  * same seeds: the loss averaged over the group and every gradient averaged over it (as the
- * {@code dp-cp} gradient reduction does) must equal the serial ones, for both
- * {@code --cp-comm-type}s, with GQA and RoPE and with learned positions, with and without a loss mask.
+ * {@code dp-cp} gradient reduction does) must equal the serial ones, for every
+ * {@code --cp-comm-type} (p2p, allgather, a2a), with GQA and RoPE and with learned positions, with and without a loss mask;
+ * and the fused attention under CP ({@code p2p}: a ring on libtorch's flash kernels; {@code a2a}) against it.
  */
 class ContextParallelGptTest {
     private static final int SEQ = 16;
@@ -80,6 +82,30 @@ class ContextParallelGptTest {
         assertMatches(learned, run(base().sequenceParallel(true).build(), 2, 2, false), "learned positions TP2 SP CP2");
     }
 
+    /**
+     * The fused attention under CP (ring attention on libtorch's CPU flash kernels) against the serial composed
+     * attention, with and without GQA; {@code auto} picks it for p2p.
+     */
+    @Test
+    void fusedRingAttentionMatchesSerial() {
+        LayerSpec fused = AttentionBackend.FUSED.layerSpec(gqaRope().build());
+        for (TransformerConfig.Builder b : List.of(gqaRope(), base().positionEmbedding(TransformerConfig.PositionEmbedding.ROPE))) {
+            Result serial = run(b.build(), 1, 1, true);
+            for (int cp : new int[] {2, 4}) {
+                assertMatches(serial, run(b.build(), 1, cp, true, fused), "fused CP" + cp + " groups " + b.build().numQueryGroups());
+            }
+        }
+        Result serial = run(gqaRope().build(), 1, 1, false);
+        assertMatches(serial, run(gqaRope().build(), 2, 2, false, AttentionBackend.AUTO.layerSpec(gqaRope().build())),
+                "auto TP2 CP2 p2p");
+        assertMatches(serial, run(gqaRope().recompute(TransformerConfig.Recompute.SELECTIVE).build(), 1, 2, false, fused),
+                "fused CP2 selective recompute");
+        for (int cp : new int[] {2, 4}) {
+            assertMatches(serial, run(gqaRope().cpCommType(CpCommType.A2A).build(), 1, cp, false, fused), "fused CP" + cp + " a2a");
+        }
+        assertMatches(serial, run(gqaRope().cpCommType(CpCommType.A2A).build(), 2, 2, false, fused), "fused TP2 CP2 a2a");
+    }
+
     @Test
     void selectiveRecomputeUnderContextParallelismMatchesSerial() {
         TransformerConfig c = gqaRope().recompute(TransformerConfig.Recompute.SELECTIVE).build();
@@ -107,9 +133,11 @@ class ContextParallelGptTest {
                 .startsWith("sequence length 6 is not divisible by 2 x context parallel size 2 = 4"), inModel.toString());
         Throwable sdpa = assertThrows(InJvmWorld.RankFailedException.class, () -> InJvmWorld.run(2, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.builder(2).contextParallel(2).build());
-            return new SdpaAttention(ModelContext.create(base().build(), groups, rank.manager(), new SeedScheme(1)));
+            return new SdpaAttention(ModelContext.create(base().cpCommType(CpCommType.ALL_GATHER).build(), groups,
+                    rank.manager(), new SeedScheme(1)));
         })).getCause();
-        assertTrue(sdpa instanceof IllegalArgumentException && sdpa.getMessage().contains("context parallel size 2"), sdpa.toString());
+        assertTrue(sdpa instanceof IllegalArgumentException && sdpa.getMessage().contains(
+                "context parallel size 2 with --cp-comm-type allgather needs the composed attention"), sdpa.toString());
     }
 
     private static void assertMatches(Result expected, Result actual, String what) {
@@ -137,11 +165,15 @@ class ContextParallelGptTest {
      * context-parallel group and every gradient reassembled into its global tensor.
      */
     private static Result run(TransformerConfig config, int tp, int cp, boolean masked) {
+        return run(config, tp, cp, masked, LayerSpec.tensorParallel());
+    }
+
+    private static Result run(TransformerConfig config, int tp, int cp, boolean masked, LayerSpec spec) {
         List<Result> perRank = InJvmWorld.run(tp * cp, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.builder(tp * cp).tensorParallel(tp).contextParallel(cp).build());
             NDManager m = rank.manager();
             GptModel model = GptModel.build(ModelContext.create(config, groups, m, new SeedScheme(42)),
-                    LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
+                    spec, new int[] {0, 1}, true, true);
             ContextParallelSplit split = ContextParallelSplit.of(groups.cp());
             double loss;
             try (AutogradScope scope = AutogradScope.open(m)) {

@@ -102,7 +102,7 @@ public final class PretrainArgs {
 
     /** Megatron's {@code --cp-comm-type} values that are implemented, and the exchange each selects. */
     public enum CpCommKind {
-        p2p(CpCommType.P2P), allgather(CpCommType.ALL_GATHER), all_gather(CpCommType.ALL_GATHER);
+        p2p(CpCommType.P2P), allgather(CpCommType.ALL_GATHER), all_gather(CpCommType.ALL_GATHER), a2a(CpCommType.A2A);
 
         private final CpCommType type;
 
@@ -150,8 +150,8 @@ public final class PretrainArgs {
             + " --help); default: this machine's GPUs (H200 or H100 calibration by their memory), or the CPU.")
     Path autoLayoutCluster;
     @Option(names = "--cp-comm-type", description = "How attention exchanges keys and values across the context-parallel"
-            + " group: ${COMPLETION-CANDIDATES} (p2p: a ring; allgather and all_gather are one;"
-            + " Megatron-Core's a2a and a2a+p2p are not implemented). Default: ${DEFAULT-VALUE}.")
+            + " group: ${COMPLETION-CANDIDATES} (p2p: a ring; allgather and all_gather are one; a2a: heads scattered,"
+            + " sequence gathered, heads divisible by CP; Megatron-Core's a2a+p2p is not implemented). Default: ${DEFAULT-VALUE}.")
     CpCommKind cpCommType = CpCommKind.p2p;
 
     // model

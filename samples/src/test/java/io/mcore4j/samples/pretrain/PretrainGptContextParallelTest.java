@@ -16,7 +16,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * pretrain-gpt with {@code --context-parallel-size}, as a user runs it: a small GPT with GQA and
- * RoPE trained at CP2 and CP4, alone and with TP2 (and sequence parallelism), PP2 and DP2 (with the
+ * RoPE trained at CP2 and CP4 (with the fused attention's ring and with the composed attention), alone and with TP2 (and sequence parallelism), PP2 and DP2 (with the
  * distributed optimizer), gives the serial losses; a checkpoint written at CP2 resumes at CP1 and
  * at CP4 with the losses of the uninterrupted run; a sequence length the split cannot cut is
  * refused naming the flags.
@@ -66,6 +66,23 @@ class PretrainGptContextParallelTest {
                 "--overlap-grad-reduce", "--ddp-bucket-size", "2000")), "DP2 CP2 + distributed optimizer, overlapped");
     }
 
+    /**
+     * The fused attention under CP (ring attention on libtorch's flash kernels, which {@code auto}
+     * picks for {@code p2p}; the fused attention between all-to-alls for {@code a2a}) and the
+     * composed one give the serial composed attention's losses.
+     */
+    @Test
+    void fusedAndComposedAttentionUnderContextParallelismGiveTheSerialLosses() throws Exception {
+        List<Double> serial = train(common(1, 8, "--attention-backend", "unfused"));
+        assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2", "--attention-backend", "flash")), "CP2 flash");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "4", "--attention-backend", "fused")), "CP4 fused");
+        assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2", "--attention-backend", "unfused")),
+                "CP2 unfused p2p");
+        assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2", "--cp-comm-type", "a2a")), "CP2 a2a auto");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "2", "--tensor-model-parallel-size", "2",
+                "--cp-comm-type", "a2a", "--attention-backend", "unfused")), "TP2 CP2 a2a unfused");
+    }
+
     /** Mixture-of-experts layers under context parallelism: the router's load-balancing statistics span the group. */
     @Test
     void expertLayersWithContextParallelismGiveTheSerialLosses() throws Exception {
@@ -104,9 +121,9 @@ class PretrainGptContextParallelTest {
         assertEquals("--seq-length 12 is not divisible by 2 x --context-parallel-size 4 = 8 (the load-balanced causal"
                 + " split cuts each sequence into 2·CP equal chunks)", e.getMessage());
         IllegalArgumentException comm = assertThrows(IllegalArgumentException.class,
-                () -> PretrainArgs.parse(common(2, 1, "--context-parallel-size", "2", "--cp-comm-type", "a2a")
+                () -> PretrainArgs.parse(common(2, 1, "--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p")
                         .toArray(String[]::new)).setup());
-        assertEquals("Invalid value for option '--cp-comm-type': expected one of [p2p, allgather, all_gather]"
-                + " (case-sensitive) but was 'a2a'", comm.getMessage());
+        assertEquals("Invalid value for option '--cp-comm-type': expected one of [p2p, allgather, all_gather, a2a]"
+                + " (case-sensitive) but was 'a2a+p2p'", comm.getMessage());
     }
 }
