@@ -34,14 +34,15 @@ final class ActivationModel {
      * @param c the model as built for the layout
      * @param tp TP size
      * @param cp CP size
-     * @param fusedAttention whether the backend asks for libtorch's fused kernel (else composed, with s x s
-     *     scores); under CP it runs fused for {@code p2p} (as a ring) and {@code a2a}, composed for {@code allgather}
+     * @param fusedAttention whether the core attention runs on libtorch's fused kernels (else composed, with s x s
+     *     scores); under CP as {@code AttentionBackend.fusedUnderContextParallel} decides: {@code p2p} as a ring,
+     *     {@code a2a} whole-sequence, never {@code allgather}
      */
     ActivationModel(TransformerConfig c, int tp, int cp, boolean fusedAttention) {
         this.c = c;
         this.tp = tp;
         this.cp = cp;
-        this.fusedAttention = fusedAttention && (cp == 1 || c.cpCommType() != CpCommType.ALL_GATHER);
+        this.fusedAttention = fusedAttention;
         this.fusedRing = this.fusedAttention && cp > 1 && c.cpCommType() == CpCommType.P2P;
         this.bytes = c.dtype().getNumOfBytes();
     }
