@@ -12,6 +12,7 @@ import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
+import io.mcore4j.models.transformer.LoraConfig;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
@@ -653,9 +654,16 @@ public final class PretrainArgs {
                 evalIters, checkpoint, seed);
         AttentionBackend attention = attentionBackend().backend;
         checkAttentionMemory(model, attention);
+        LoraConfig loraConfig = lora.config();
+        if (loraConfig != null && load != null && loadHf == null) {
+            // a LoRA checkpoint holds the adapters alone: resuming it on freshly initialised base weights would train
+            // on the wrong model without a word
+            throw new IllegalArgumentException("--peft lora with --load " + load + " needs --load-hf (the base model's"
+                    + " weights): a LoRA checkpoint holds the adapters alone");
+        }
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
-                dataloaderType.type, cudaGraph()).withLora(lora.config());
+                dataloaderType.type, cudaGraph()).withLora(loraConfig);
     }
 
     /** --cuda-graph-impl, --cuda-graph-scope and --cuda-graph-warmup-steps as the step's graph setting. */

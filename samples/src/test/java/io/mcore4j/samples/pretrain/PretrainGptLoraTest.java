@@ -175,5 +175,9 @@ class PretrainGptLoraTest {
                 () -> PretrainArgs.parse("--mock-data", "--peft", "lora", "--lora-target-modules", "linear_qkv,q_proj").setup());
         assertEquals("LoRA target module 'q_proj' is not one of linear_qkv, linear_proj, linear_fc1, linear_fc2",
                 bad.getMessage());
+        IllegalArgumentException noBase = org.junit.jupiter.api.Assertions.assertThrows(IllegalArgumentException.class,
+                () -> PretrainArgs.parse("--mock-data", "--peft", "lora", "--load", "ckpt").setup());
+        assertEquals("--peft lora with --load ckpt needs --load-hf (the base model's weights): a LoRA checkpoint holds"
+                + " the adapters alone", noBase.getMessage());
     }
 }
