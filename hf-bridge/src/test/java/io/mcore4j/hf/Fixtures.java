@@ -61,7 +61,14 @@ final class Fixtures {
 
     /** The logits transformers computed, [seq][vocab]. */
     static float[][] referenceLogits(String name) {
-        JsonArray rows = reference(name).getAsJsonArray("logits");
+        return floatRows(reference(name).getAsJsonArray("logits"));
+    }
+
+    /**
+     * @param rows a JSON array of arrays of numbers
+     * @return them as float rows
+     */
+    static float[][] floatRows(JsonArray rows) {
         float[][] out = new float[rows.size()][];
         for (int i = 0; i < out.length; i++) {
             JsonArray row = rows.get(i).getAsJsonArray();

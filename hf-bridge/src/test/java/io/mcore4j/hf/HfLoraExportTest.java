@@ -8,7 +8,6 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
-import com.google.gson.JsonArray;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import io.mcore4j.core.Tensors;
@@ -197,16 +196,7 @@ class HfLoraExportTest {
     }
 
     private static float[][] peftLogits(Path dir) throws IOException {
-        JsonArray rows = JsonParser.parseString(Files.readString(dir.resolve("peft_logits.json"), StandardCharsets.UTF_8))
-                .getAsJsonObject().getAsJsonArray("logits");
-        float[][] out = new float[rows.size()][];
-        for (int i = 0; i < out.length; i++) {
-            JsonArray row = rows.get(i).getAsJsonArray();
-            out[i] = new float[row.size()];
-            for (int j = 0; j < out[i].length; j++) {
-                out[i][j] = row.get(j).getAsFloat();
-            }
-        }
-        return out;
+        return Fixtures.floatRows(JsonParser.parseString(Files.readString(dir.resolve("peft_logits.json"),
+                StandardCharsets.UTF_8)).getAsJsonObject().getAsJsonArray("logits"));
     }
 }
