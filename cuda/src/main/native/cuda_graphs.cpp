@@ -129,10 +129,4 @@ JNIEXPORT void JNICALL Java_io_mcore4j_cuda_NativeCudaGraphs_emptyCache(JNIEnv* 
   });
 }
 
-JNIEXPORT jlong JNICALL Java_io_mcore4j_cuda_NativeCudaGraphs_currentStream(JNIEnv* env, jclass, jint device) {
-  return guarded(env, "current CUDA stream", [&]() -> jlong {
-    return reinterpret_cast<jlong>(c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream());
-  });
-}
-
 }  // extern "C"

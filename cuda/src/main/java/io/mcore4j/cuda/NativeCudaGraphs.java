@@ -57,6 +57,4 @@ final class NativeCudaGraphs {
     static native void destroy(long graph);
 
     static native void emptyCache();
-
-    static native long currentStream(int device);
 }
