@@ -173,7 +173,7 @@ public final class HfCheckpoint implements AutoCloseable {
 
     private HfWeightMap weightMap(int vocab) {
         TransformerConfig c = config.transformerConfig();
-        return HfWeightMap.of(config.architecture(), vocab == c.vocabSize() ? c : HfConfig.withVocab(c, vocab),
+        return HfWeightMap.of(config.architecture(), vocab == c.vocabSize() ? c : c.withVocabSize(vocab),
                 config.vocabSize(), gpt2Prefix);
     }
 

@@ -328,7 +328,7 @@ public final class HfConfig {
         j.addProperty("vocab_size", vocabSize);
         j.addProperty("initializer_range", c.initStd());
         HfConfig parsed = parse("the config of " + arch.className() + " made from the model", j, Set.of());
-        TransformerConfig back = withVocab(parsed.transformerConfig(), c.vocabSize());
+        TransformerConfig back = parsed.transformerConfig().withVocabSize(c.vocabSize());
         if (back.numLayers() != c.numLayers() || back.kvChannels() != c.kvChannels() || back.tiedEmbeddings() != c.tiedEmbeddings()
                 || back.qkLayernorm() != c.qkLayernorm() || back.addQkvBias() != c.addQkvBias()) {
             throw new HfCheckpointException("the model does not round-trip through " + arch.className() + "'s config: " + c);
@@ -384,7 +384,7 @@ public final class HfConfig {
         }
         long multiple = (long) divisor * tensorParallel;
         int padded = (int) ((model.vocabSize() + multiple - 1) / multiple * multiple);
-        return withVocab(model, padded).toBuilder().dtype(dtype).build();
+        return model.toBuilder().vocabSize(padded).dtype(dtype).build();
     }
 
     /**
@@ -400,20 +400,7 @@ public final class HfConfig {
             throw new IllegalArgumentException("padded vocabulary " + paddedVocab + " is smaller than the checkpoint's "
                     + model.vocabSize());
         }
-        return withVocab(model, paddedVocab).toBuilder().dtype(dtype).build();
-    }
-
-    /** The same config with another vocabulary size (the builder takes the vocabulary up front). */
-    static TransformerConfig withVocab(TransformerConfig c, int vocab) {
-        return TransformerConfig.builder(c.numLayers(), c.hiddenSize(), c.numAttentionHeads(), vocab)
-                .queryGroups(c.numQueryGroups()).ffnHiddenSize(c.ffnHiddenSize()).kvChannels(c.kvChannels())
-                .maxSequenceLength(c.maxSequenceLength()).normalization(c.normalization(), c.normEpsilon())
-                .positionEmbedding(c.positionEmbedding()).rotary(c.rotaryBase(), c.rotaryPercent())
-                .activation(c.activation()).addBiasLinear(c.addBiasLinear()).tiedEmbeddings(c.tiedEmbeddings())
-                .dropout(c.hiddenDropout(), c.attentionDropout()).initStd(c.initStd()).recompute(c.recompute())
-                .sequenceParallel(c.sequenceParallel()).dtype(c.dtype()).moe(c.moe()).addQkvBias(c.addQkvBias())
-                .cpCommType(c.cpCommType()).ropeScaling(c.ropeScaling()).tpCommOverlap(c.tpCommOverlap())
-                .qkLayernorm(c.qkLayernorm()).build();
+        return model.toBuilder().vocabSize(paddedVocab).dtype(dtype).build();
     }
 
     /** Typed access to the config's values, errors naming file and key; JSON nulls count as absent. */

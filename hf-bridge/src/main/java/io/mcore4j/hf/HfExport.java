@@ -98,7 +98,7 @@ public final class HfExport {
             for (Module chunk : chunks) {
                 List<ShardedTensor> pieces = chunk.shardedState("");
                 HfWeightMap map = HfWeightMap.of(config.architecture(),
-                        HfConfig.withVocab(config.transformerConfig(), vocabOf(pieces, config.vocabSize())),
+                        config.transformerConfig().withVocabSize(vocabOf(pieces, config.vocabSize())),
                         config.vocabSize(), "transformer.");
                 for (ShardedTensor piece : pieces) {
                     if (piece.isMainReplica() && !LoraLinear.isAdapterKey(piece.key())) {

@@ -14,18 +14,27 @@ import io.mcore4j.core.TorchScriptModules;
  * one new token over every cached position in each later one (flash or memory-efficient kernels on GPUs,
  * grouped-query attention without copying the cache). The module has no parameters and no dropout. Layers
  * that {@link CachedLayer} runs whole do not use it; it serves the layers that run op by op.
+ *
+ * <p>A layer with a sliding window attends through a second module ({@code scripts/make_masked_cached_sdpa_module.py},
+ * loaded on first use): the pass's keys and values written at a position tensor of the whole caches, attended under
+ * a mask the cache makes for the window ({@link #attendMasked}).
  */
 final class CachedAttention {
     /** Resource path of the TorchScript archive. */
     static final String RESOURCE = "/io/mcore4j/inference/torchscript/cached_sdpa.pt";
+    /** Resource path of the archive that attends the whole caches under a mask. */
+    static final String MASKED_RESOURCE = "/io/mcore4j/inference/torchscript/masked_cached_sdpa.pt";
 
+    private final NDManager owner;
     private final TorchScriptModule module;
+    private TorchScriptModule masked;
 
     /**
-     * @param owner manager that owns the loaded module (closed with it) and picks its device
+     * @param owner manager that owns the loaded modules (closed with it) and picks their device
      * @throws IllegalStateException if the module cannot be loaded
      */
     CachedAttention(NDManager owner) {
+        this.owner = owner;
         this.module = TorchScriptModules.load(owner, CachedAttention.class, RESOURCE);
     }
 
@@ -40,5 +49,23 @@ final class CachedAttention {
     NDArray attend(NDArray query, NDArray key, NDArray value, NDArray keyCache, NDArray valueCache) {
         // the caller's no-grad scope keeps autograd from recording anything
         return module.forward(new NDList(query, key, value, keyCache, valueCache)).singletonOrThrow();
+    }
+
+    /**
+     * @param query [s, b, np, d]
+     * @param key [s, b, ng, d]
+     * @param value [s, b, ng, d]
+     * @param keyCache the whole cache [b, ng, maxLen, d]; the pass's keys are written at {@code positions}
+     * @param valueCache the same for values
+     * @param positions the pass's positions [s] int64, on the caches' device
+     * @param allowed [s, maxLen] bool: where each query attends
+     * @return context [s, b, np * d], owned by the caller
+     */
+    NDArray attendMasked(NDArray query, NDArray key, NDArray value, NDArray keyCache, NDArray valueCache,
+                         NDArray positions, NDArray allowed) {
+        if (masked == null) {
+            masked = TorchScriptModules.load(owner, CachedAttention.class, MASKED_RESOURCE);
+        }
+        return masked.forward(new NDList(query, key, value, keyCache, valueCache, positions, allowed)).singletonOrThrow();
     }
 }

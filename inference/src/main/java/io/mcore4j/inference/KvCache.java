@@ -29,6 +29,11 @@ import java.util.Map;
  * that this cache computes once for every position ({@link RotaryEmbedding#tables}); other layers (mixtures of
  * experts) run op by op and attend through {@link #keyValueCache(int)} with {@link CachedAttention}.
  *
+ * <p>A layer with a sliding window ({@link TransformerConfig#windowSize(int)}) attends only the positions its window
+ * reaches: the pass's mask of filled positions is cut to the window (made once per pass and window), over the whole
+ * caches. With the one-call module of static shapes such a layer still runs in one call under that mask; with the
+ * module of narrowed caches, which takes no mask, and op by op it attends through {@link CachedAttention#attendMasked}.
+ *
  * <p>Use: {@code forward} a pass of {@code s} tokens per sequence with this context, then
  * {@link #advance(int) advance(s)}. Owns its tensors through the manager given at construction; close
  * that manager to free them. Not thread-safe: one cache per rank and batch.
@@ -50,8 +55,13 @@ public final class KvCache implements InferenceContext {
     private NDArray cosTable;
     private NDArray sinTable;
     private NDArray absent;
-    /** All positions 0..maxSequenceLength-1 [maxSequenceLength] int64: the static module's mask is made from them. */
+    /** All positions 0..maxSequenceLength-1 [maxSequenceLength] int64: the masks are made from them. */
     private NDArray allPositions;
+    /** The pass's positions [s] int64 and its masks [s, maxSequenceLength] by window (-1: none), for maskStart..maskEnd-1. */
+    private int maskStart = -1;
+    private int maskEnd = -1;
+    private NDArray maskPositions;
+    private final Map<Integer, NDArray> masks = new HashMap<>();
     /** What the current pass (positions passStart..passEnd-1) gives every layer; remade when the pass changes. */
     private int passStart = -1;
     private int passEnd = -1;
@@ -116,7 +126,7 @@ public final class KvCache implements InferenceContext {
     }
 
     private Layer layer(int layerNumber) {
-        return layers.computeIfAbsent(layerNumber, n -> new Layer());
+        return layers.computeIfAbsent(layerNumber, n -> new Layer(config.windowSize(n)));
     }
 
     @Override
@@ -125,6 +135,9 @@ public final class KvCache implements InferenceContext {
             return null;
         }
         Layer cache = layer(layer.layerNumber());
+        if (cache.window >= 0 && !fused.staticShapes()) {
+            return null; // the narrowed caches' module has no mask to cut to the window
+        }
         if (!cache.resolved) {
             if (absent == null) {
                 absent = CachedLayer.absent(manager, hidden);
@@ -140,7 +153,56 @@ public final class KvCache implements InferenceContext {
         cache.allocate(new Shape(batchSize, config.numQueryGroups() / tp.size(), maxSequenceLength, config.kvChannels()),
                 DataTypes.of(hidden));
         passInputs(hidden, offset, (int) end);
-        return fused.forward(scope, cache.weights, hidden, cache.keys, cache.values, pass, absent);
+        CachedLayer.Pass layerPass = cache.window < 0 ? pass
+                : new CachedLayer.Pass(pass.cos(), pass.sin(), pass.positions(), mask(offset, (int) end, cache.window));
+        return fused.forward(scope, cache.weights, hidden, cache.keys, cache.values, layerPass, absent);
+    }
+
+    /**
+     * The pass's positions {@code start..end-1} [s] int64, made on the device on first use in the pass.
+     */
+    private NDArray positions(int start, int end) {
+        if (start != maskStart || end != maskEnd) {
+            for (NDArray t : masks.values()) {
+                t.close();
+            }
+            masks.clear();
+            if (maskPositions != null) {
+                maskPositions.close();
+            }
+            maskPositions = manager.arange(start, end, 1, DataType.INT64);
+            maskStart = start;
+            maskEnd = end;
+        }
+        return maskPositions;
+    }
+
+    /**
+     * The pass's mask [s, maxSequenceLength] bool, made on the device once per pass and window: query {@code i}
+     * (at position {@code start + i}) attends position {@code j} iff {@code j <= start + i} and, with a window,
+     * {@code j >= start + i - window}.
+     *
+     * @param window tokens before a query that it attends, or -1 for all
+     */
+    private NDArray mask(int start, int end, int window) {
+        NDArray column = positions(start, end);
+        return masks.computeIfAbsent(window, w -> {
+            if (allPositions == null) {
+                allPositions = manager.arange(0, maxSequenceLength, 1, DataType.INT64);
+            }
+            try (NDManager temporaries = manager.newSubManager()) {
+                NDArray row = allPositions.reshape(1, maxSequenceLength);
+                NDArray query = column.reshape(end - start, 1);
+                row.attach(temporaries);
+                query.attach(temporaries);
+                NDArray allowed = row.lte(query);
+                if (w >= 0) {
+                    allowed = allowed.logicalAnd(row.gte(query.sub(Tensors.scalar(w, query, temporaries))));
+                }
+                allowed.attach(manager);
+                return allowed;
+            }
+        });
     }
 
     /** Checks a pass of {@code s} tokens of a batch of {@code b} against the cache; returns the length it reaches. */
@@ -186,8 +248,9 @@ public final class KvCache implements InferenceContext {
             return;
         }
         if (pass != null) {
-            for (NDArray t : new NDArray[] {pass.cos(), pass.sin(), pass.positions(), pass.allowed()}) {
-                if (t != null && !t.isReleased()) {
+            // the positions and masks belong to the mask cache, which renews them with the pass
+            for (NDArray t : new NDArray[] {pass.cos(), pass.sin()}) {
+                if (!t.isReleased()) {
                     t.close();
                 }
             }
@@ -195,33 +258,24 @@ public final class KvCache implements InferenceContext {
         int from = fused.staticShapes() ? start : 0;
         NDArray cos = Tensors.narrow(cosTable, 0, from, end);
         NDArray sin = sinTable == cosTable ? cos : Tensors.narrow(sinTable, 0, from, end);
-        NDArray positions = null;
-        NDArray allowed = null;
-        if (fused.staticShapes()) {
-            if (allPositions == null) {
-                allPositions = manager.arange(0, maxSequenceLength, 1, DataType.INT64);
-            }
-            positions = manager.arange(start, end, 1, DataType.INT64);
-            try (NDManager temporaries = manager.newSubManager()) {
-                NDArray row = allPositions.reshape(1, maxSequenceLength);
-                NDArray column = positions.reshape(end - start, 1);
-                row.attach(temporaries);
-                column.attach(temporaries);
-                allowed = row.lte(column);
-                allowed.attach(manager);
-            }
-        }
-        pass = new CachedLayer.Pass(cos, sin, positions, allowed);
+        pass = fused.staticShapes() ? new CachedLayer.Pass(cos, sin, positions(start, end), mask(start, end, -1))
+                : new CachedLayer.Pass(cos, sin, null, null);
         passStart = start;
         passEnd = end;
     }
 
     private final class Layer implements KeyValueCache {
+        /** Tokens before a query that this layer attends, or -1 for all. */
+        private final int window;
         private NDArray keys;
         private NDArray values;
         /** Whether {@link #weights} has been looked up; null weights then mean the layer runs op by op. */
         private boolean resolved;
         private CachedLayer.Weights weights;
+
+        Layer(int window) {
+            this.window = window;
+        }
 
         void allocate(Shape shape, DataType dtype) {
             if (keys == null) {
@@ -235,6 +289,12 @@ public final class KvCache implements InferenceContext {
             long s = key.getShape().get(0);
             long end = checkPass(s, key.getShape().get(1));
             allocate(new Shape(batchSize, key.getShape().get(2), maxSequenceLength, key.getShape().get(3)), DataTypes.of(key));
+            if (window >= 0) {
+                NDArray context = attention.attendMasked(query, key, value, keys, values, positions(offset, (int) end),
+                        mask(offset, (int) end, window));
+                context.attach(scope.manager());
+                return context;
+            }
             // views of the filled positions and this pass's; the module writes the pass's keys and values into them
             NDArray keyView = keys.get(":, :, :{}", end);
             NDArray valueView = values.get(":, :, :{}", end);

@@ -51,11 +51,19 @@ class GeneratorTest {
                 .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).build();
     }
 
-    /** GPT-2's tanh GELU; Qwen2's QKV biases; half the channels rotating, with LLaMA 3.1's frequency scaling. */
+    /**
+     * GPT-2's tanh GELU; Qwen2's QKV biases; half the channels rotating, with LLaMA 3.1's frequency scaling; a
+     * sliding window of 2 earlier tokens on layer 0 (layer 1 global), which the 10-token sequences outrun.
+     */
     private static List<TransformerConfig> variants() {
         return List.of(gpt().toBuilder().activation(MlpActivation.GELU_TANH).build(),
                 llama().toBuilder().addQkvBias(true).build(),
-                llama().toBuilder().rotary(10000, 0.5).ropeScaling(new TransformerConfig.RopeScaling(8, 1, 4, 8)).build());
+                llama().toBuilder().rotary(10000, 0.5).ropeScaling(new TransformerConfig.RopeScaling(8, 1, 4, 8)).build(),
+                windowed());
+    }
+
+    private static TransformerConfig windowed() {
+        return llama().toBuilder().slidingWindow(new TransformerConfig.SlidingWindow(2, 2, List.of())).build();
     }
 
     @Test
@@ -63,8 +71,9 @@ class GeneratorTest {
         List<TransformerConfig> configs = new ArrayList<>(List.of(gpt(), llama()));
         configs.addAll(variants());
         for (int c = 0; c < configs.size(); c++) {
-            // the op-by-op path (which layers the one-call kernel cannot run take) on the two main shapes
-            for (boolean fused : c < 2 ? new boolean[] {true, false} : new boolean[] {true}) {
+            // the op-by-op path (which layers the one-call kernel cannot run take) on the two main shapes and the window
+            boolean both = c < 2 || configs.get(c).slidingWindow() != null;
+            for (boolean fused : both ? new boolean[] {true, false} : new boolean[] {true}) {
                 for (int tp : new int[] {1, 2}) {
                     double diff = cachedVersusFull(configs.get(c), tp, fused);
                     assertTrue(diff <= 1e-5, configs.get(c) + " TP" + tp + (fused ? " fused" : " op by op")
@@ -119,7 +128,10 @@ class GeneratorTest {
                     pieces.add(logits);
                 }
                 assertEquals(10, cache.sequenceLengthOffset());
-                assertEquals(fusedLayers ? LAYERS : 0, cache.layersRunWhole(), "layers run in one call");
+                // the narrowed caches' module has no mask for a window: windowed layers then run op by op
+                int windowedLayers = (int) java.util.stream.IntStream.range(0, LAYERS).filter(n -> c.windowSize(n) >= 0).count();
+                assertEquals(!fusedLayers ? 0 : fuse ? LAYERS : LAYERS - windowedLayers, cache.layersRunWhole(),
+                        "layers run in one call");
                 NDArray cached = NDArrays.concat(new NDList(pieces), 0);
                 assertEquals(full.getShape(), cached.getShape());
                 return new float[][] {asFloats(cached), asFloats(full)};
@@ -148,7 +160,7 @@ class GeneratorTest {
      */
     @Test
     void staticShapesGiveTheNarrowedCachesLogits() {
-        for (TransformerConfig c : List.of(gpt(), llama(), variants().get(1), variants().get(2))) {
+        for (TransformerConfig c : List.of(gpt(), llama(), variants().get(1), variants().get(2), windowed())) {
             for (int tp : new int[] {1, 2}) {
                 float[] fused = cachedAndFull(c, tp, true, true)[0];
                 float[] narrowed = cachedAndFull(c, tp, true, false)[0];
@@ -178,7 +190,7 @@ class GeneratorTest {
 
     @Test
     void greedyIsTheSameAtEveryLayoutAndStopsAtTheTerminationToken() {
-        for (TransformerConfig c : List.of(gpt(), llama())) {
+        for (TransformerConfig c : List.of(gpt(), llama(), windowed())) {
             List<int[]> tp1 = generate(c, 1, 1, SamplingParams.greedy(8));
             List<int[]> tp2 = generate(c, 2, 1, SamplingParams.greedy(8));
             List<int[]> pp2 = generate(c, 1, 2, SamplingParams.greedy(8));

@@ -8,6 +8,7 @@ import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.Collections;
 import java.util.EnumSet;
+import java.util.List;
 import java.util.Locale;
 import java.util.Set;
 
@@ -56,6 +57,8 @@ import java.util.Set;
  * @param tpCommOverlap with sequence parallelism, the layers' column- and row-parallel linears overlap
  *     their sequence all-gather and reduce-scatter with their GEMMs, piece by piece (Megatron's
  *     {@code tp_comm_overlap}; the same results); needs {@code sequenceParallel}
+ * @param slidingWindow sliding-window attention of some or all layers (Megatron's {@code window_size} and
+ *     {@code window_attn_skip_freq}), or null for causal attention over the whole sequence everywhere
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -66,7 +69,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 Recompute recompute, RecomputeMethod recomputeMethod, int recomputeNumLayers,
                                 Set<RecomputeModule> recomputeModules, boolean sequenceParallel, DataType dtype, MoeSettings moe,
                                 CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling,
-                                boolean qkLayernorm, boolean tpCommOverlap) {
+                                boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -191,6 +194,54 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
     }
 
+    /**
+     * Sliding-window attention, Megatron-Core's {@code window_size} with {@code window_attn_skip_freq}: in a
+     * windowed layer the query at position {@code p} attends the keys at positions {@code p - size .. p} (causal,
+     * limited to the {@code size} tokens before it), in the other layers every position up to {@code p}.
+     * Megatron's {@code window_size} is the pair {@code (size, 0)} of flash-attention's left and right bounds; a
+     * Hugging Face {@code sliding_window} of {@code W} (keys with {@code p - k < W}) is {@code size = W - 1}.
+     *
+     * @param size tokens before a query that it still attends, at least 0
+     * @param skipFreq every {@code skipFreq}-th layer (layers {@code skipFreq - 1, 2 skipFreq - 1, ...} counted from
+     *     0, Megatron's 1-based {@code layer_number % skipFreq == 0}) attends the whole sequence; 0 for none
+     *     (every layer windowed, or as {@code windowedLayers} says)
+     * @param windowedLayers Megatron's list form of {@code window_attn_skip_freq}: per layer, true where it is
+     *     windowed; empty when {@code skipFreq} decides. Held as an unmodifiable list
+     */
+    public record SlidingWindow(int size, int skipFreq, List<Boolean> windowedLayers) {
+        /** Validates the numbers; a pattern's length is checked against the model's layers by the config. */
+        public SlidingWindow {
+            if (size < 0 || skipFreq < 0) {
+                throw new IllegalArgumentException("window size " + size + " and window skip frequency " + skipFreq
+                        + " must not be negative");
+            }
+            windowedLayers = windowedLayers == null ? List.of() : List.copyOf(windowedLayers);
+            if (skipFreq > 0 && !windowedLayers.isEmpty()) {
+                throw new IllegalArgumentException("a window skip frequency (" + skipFreq + ") and a per-layer pattern "
+                        + windowedLayers + " exclude each other");
+            }
+        }
+
+        /**
+         * @param size tokens before a query that it still attends
+         * @return a window on every layer
+         */
+        public static SlidingWindow everyLayer(int size) {
+            return new SlidingWindow(size, 0, List.of());
+        }
+
+        /**
+         * @param layerNumber a global layer index, from 0
+         * @return whether that layer attends through the window
+         */
+        public boolean appliesTo(int layerNumber) {
+            if (!windowedLayers.isEmpty()) {
+                return windowedLayers.get(layerNumber);
+            }
+            return skipFreq == 0 || (layerNumber + 1) % skipFreq != 0;
+        }
+    }
+
     /** Validates everything that does not depend on the parallel layout. */
     public TransformerConfig {
         positive("number of layers", numLayers);
@@ -252,6 +303,11 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             // Megatron asserts the same: the overlap splits the sequence-parallel collectives
             throw new IllegalArgumentException("tensor-parallel communication overlap (tp_comm_overlap) needs sequence"
                     + " parallelism, which is off");
+        }
+        if (slidingWindow != null && !slidingWindow.windowedLayers().isEmpty()
+                && slidingWindow.windowedLayers().size() != numLayers) {
+            throw new IllegalArgumentException("the window pattern " + slidingWindow.windowedLayers() + " has "
+                    + slidingWindow.windowedLayers().size() + " entries for " + numLayers + " layers");
         }
     }
 
@@ -324,6 +380,23 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
+     * @param layerNumber a global layer index
+     * @return the tokens before a query that it attends in that layer ({@link SlidingWindow#size()}), or -1
+     *     where the layer attends every earlier token
+     */
+    public int windowSize(int layerNumber) {
+        return slidingWindow != null && slidingWindow.appliesTo(layerNumber) ? slidingWindow.size() : -1;
+    }
+
+    /**
+     * @param vocab another vocabulary size (for example padded for another tensor-parallel size)
+     * @return this config with that vocabulary, everything else equal
+     */
+    public TransformerConfig withVocabSize(int vocab) {
+        return toBuilder().vocabSize(vocab).build();
+    }
+
+    /**
      * @param module a part of a layer
      * @return whether selective recompute recomputes it
      */
@@ -392,6 +465,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.scaling = ropeScaling;
         b.qkNorm = qkLayernorm;
         b.tpOverlap = tpCommOverlap;
+        b.window = slidingWindow;
         return b;
     }
 
@@ -406,7 +480,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private final int layers;
         private final int hidden;
         private final int heads;
-        private final int vocab;
+        private int vocab;
         private int queryGroups = -1;
         private int ffn = -1;
         private int kv = -1;
@@ -434,12 +508,19 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private RopeScaling scaling;
         private boolean qkNorm;
         private boolean tpOverlap;
+        private SlidingWindow window;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
             this.hidden = hidden;
             this.heads = heads;
             this.vocab = vocab;
+        }
+
+        /** @param size vocabulary size @return this */
+        public Builder vocabSize(int size) {
+            this.vocab = size;
+            return this;
         }
 
         /** @param groups query groups (GQA) @return this */
@@ -619,6 +700,16 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param value sliding-window attention (Megatron's {@code window_size} and {@code window_attn_skip_freq}),
+         *     or null for none
+         * @return this
+         */
+        public Builder slidingWindow(SlidingWindow value) {
+            this.window = value;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -631,7 +722,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
-                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm, tpOverlap);
+                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm, tpOverlap, window);
         }
     }
 }

@@ -48,10 +48,11 @@ public enum AttentionBackend {
             // tested; on CUDA devices it stays composed until the ring's CUDA kernels are measured on GPUs
             // (docs/context-parallel.md): --attention-backend flash takes them there explicitly
             return LayerSpec.tensorParallel().withCoreAttention(
-                    ctx -> ctx.groups().cp().size() > 1 && !fusedUnderContextParallel(ctx.config(),
-                            ctx.parameters().getDevice().isGpu()) ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
+                    (ctx, layer) -> ctx.groups().cp().size() > 1 && !fusedUnderContextParallel(ctx.config(),
+                            ctx.parameters().getDevice().isGpu()) ? DotProductAttention.forLayer(ctx, layer)
+                            : SdpaAttention.forLayer(ctx, layer));
         }
-        return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
+        return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::forLayer) : LayerSpec.tensorParallel();
     }
 
 

@@ -147,7 +147,7 @@ final class ContextParallelAttention {
             NDArray scores32 = Cast.apply(scope, q.matMul(k), DataType.FLOAT32);
             NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), m);
             if (diagonal) {
-                scores = scores.add(DotProductAttention.causalMask(scope, c));
+                scores = scores.add(DotProductAttention.causalMask(scope, c, -1));
             }
             // the maximum only stabilises the exponent; its gradient would cancel, so it carries none
             NDArray max = Tensors.own(scores.max(new int[] {-1}, true).stopGradient(), m);

@@ -18,13 +18,14 @@ public interface CoreAttention {
      */
     NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value);
 
-    /** Builds a core attention for a model context. */
+    /** Builds the core attention of one layer (the layer number decides, for example, its sliding window). */
     @FunctionalInterface
     interface Factory {
         /**
          * @param ctx the model context
+         * @param layerNumber the layer's global index
          * @return the attention
          */
-        CoreAttention create(ModelContext ctx);
+        CoreAttention create(ModelContext ctx, int layerNumber);
     }
 }

@@ -19,18 +19,45 @@ import io.mcore4j.core.autograd.Frame;
  * sequence and the keys and values of the others are brought in by the configured
  * {@code cp_comm_type} ({@link ContextParallelAttention}), or for {@code a2a} the heads are exchanged
  * for the whole sequence ({@link UlyssesAttention}); with one rank nothing changes.
+ *
+ * <p>In a layer with a sliding window ({@link io.mcore4j.models.TransformerConfig#windowSize(int)}) the mask
+ * also hides the keys more than the window behind each query; under context parallelism only {@code a2a},
+ * which attends whole sequences, takes a window.
  */
 public final class DotProductAttention implements CoreAttention {
     private final ModelContext ctx;
     private final ContextParallelAttention contextParallel;
     private final UlyssesAttention ulysses;
+    /** Tokens before a query that it attends, or -1 for all of them. */
+    private final int window;
 
     /**
+     * Causal attention over every earlier position.
+     *
      * @param ctx the model context (dropout probability and generator, context-parallel group)
      * @throws IllegalArgumentException if {@code --cp-comm-type a2a} cannot scatter this rank's heads
      */
     public DotProductAttention(ModelContext ctx) {
+        this(ctx, -1);
+    }
+
+    /**
+     * The attention of one layer: limited to the config's sliding window where the layer has one.
+     *
+     * @param ctx the model context
+     * @param layerNumber the layer's global index
+     * @return the attention
+     * @throws IllegalArgumentException as {@link #DotProductAttention(ModelContext)}, and for a window under
+     *     context parallelism other than {@code a2a}
+     */
+    public static DotProductAttention forLayer(ModelContext ctx, int layerNumber) {
+        return new DotProductAttention(ctx, ctx.config().windowSize(layerNumber));
+    }
+
+    private DotProductAttention(ModelContext ctx, int window) {
+        checkWindowUnderContextParallelism(ctx, window);
         this.ctx = ctx;
+        this.window = window;
         boolean cp = ctx.groups().cp().size() > 1;
         boolean a2a = ctx.config().cpCommType() == CpCommType.A2A;
         this.contextParallel = cp && !a2a ? new ContextParallelAttention(ctx) : null;
@@ -73,7 +100,7 @@ public final class DotProductAttention implements CoreAttention {
                 NDArray rawScores = q.matMul(k);
                 NDArray scores32 = Cast.apply(scope, rawScores, DataType.FLOAT32);
                 NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), scope.manager());
-                NDArray masked = scores.add(causalMask(scope, s));
+                NDArray masked = scores.add(causalMask(scope, s, window));
                 probs = scoring.keep(Cast.apply(scope, masked.softmax(-1), DataTypes.of(query)));
             }
             NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());
@@ -84,15 +111,38 @@ public final class DotProductAttention implements CoreAttention {
     }
 
     /**
-     * Additive mask [1, s, s]: 0 where a query may attend (key position ≤ query position), -10000
-     * elsewhere; owned by the scope, its temporaries closed.
+     * Additive mask [1, s, s]: 0 where a query may attend (key position ≤ query position, and with a
+     * window at most {@code window} positions before it), -10000 elsewhere; owned by the scope, its
+     * temporaries closed.
+     *
+     * @param window tokens before a query that it attends, or -1 for all
      */
-    static NDArray causalMask(AutogradScope scope, long s) {
+    static NDArray causalMask(AutogradScope scope, long s, int window) {
         return scope.frame(() -> {
             NDManager manager = scope.manager();
             NDArray pos = manager.arange(0, (int) s, 1, DataType.INT64);
-            NDArray future32 = pos.reshape(1, s).gt(pos.reshape(s, 1)).toType(DataType.FLOAT32, false);
-            return future32.mul(Tensors.scalar(-10000.0, future32, manager)).reshape(new Shape(1, s, s));
+            NDArray hidden = pos.reshape(1, s).gt(pos.reshape(s, 1));
+            if (window >= 0) {
+                NDArray behind = pos.reshape(s, 1).sub(pos.reshape(1, s));
+                hidden = hidden.logicalOr(behind.gt(Tensors.scalar(window, behind, manager)));
+            }
+            NDArray hidden32 = hidden.toType(DataType.FLOAT32, false);
+            return hidden32.mul(Tensors.scalar(-10000.0, hidden32, manager)).reshape(new Shape(1, s, s));
         });
+    }
+
+    /**
+     * Refuses a sliding window where the attention sees only part of the sequence: the context-parallel
+     * exchanges of {@code p2p} and {@code allgather} (their masks are causal between whole chunks);
+     * {@code a2a} attends whole sequences and takes it.
+     */
+    static void checkWindowUnderContextParallelism(ModelContext ctx, int window) {
+        int cp = ctx.groups().cp().size();
+        CpCommType comm = ctx.config().cpCommType();
+        if (window >= 0 && cp > 1 && comm != CpCommType.A2A) {
+            throw new IllegalArgumentException("sliding-window attention (window size " + window + ") under context"
+                    + " parallelism needs --cp-comm-type a2a, which attends whole sequences; context parallel size "
+                    + cp + " with --cp-comm-type " + comm.flag() + " is not supported");
+        }
     }
 }

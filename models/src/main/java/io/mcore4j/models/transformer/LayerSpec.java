@@ -50,11 +50,11 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
      *     the output layer and the experts keep the composed collectives, as in Megatron-Core)
      */
     public static LayerSpec tensorParallel() {
-        return new LayerSpec(LayerSpec::column, LayerSpec::row, LayerSpec::column, LayerSpec::row, DotProductAttention::new);
+        return new LayerSpec(LayerSpec::column, LayerSpec::row, LayerSpec::column, LayerSpec::row, DotProductAttention::forLayer);
     }
 
     /**
-     * The same spec with another core attention, e.g. {@code SdpaAttention::new} for libtorch's
+     * The same spec with another core attention, e.g. {@code SdpaAttention::forLayer} for libtorch's
      * fused kernels.
      *
      * @param factory the core attention

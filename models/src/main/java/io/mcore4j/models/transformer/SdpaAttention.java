@@ -1,5 +1,6 @@
 package io.mcore4j.models.transformer;
 
+import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import io.mcore4j.contextparallel.CpCommType;
@@ -28,18 +29,29 @@ import io.mcore4j.models.TransformerConfig;
  * {@code a2a} this module attends the whole sequence of {@code heads/CP} heads between two
  * all-to-alls ({@link UlyssesAttention}); the {@code allgather} comm type has no fused
  * implementation and is refused (it needs {@link DotProductAttention}).
+ *
+ * <p>A layer with a sliding window ({@link TransformerConfig#windowSize(int)}) runs a second module of ours,
+ * the same attention under a mask of the window (libtorch's fused kernels that take a mask: the
+ * memory-efficient one on CUDA); under context parallelism only {@code a2a}, which attends whole sequences,
+ * takes a window.
  */
 public final class SdpaAttention implements CoreAttention {
     /** Resource path of the TorchScript archive. */
     public static final String RESOURCE = "/io/mcore4j/models/torchscript/causal_sdpa.pt";
+    /** Resource path of the sliding-window archive ({@code scripts/make_sliding_window_sdpa_module.py}). */
+    public static final String WINDOW_RESOURCE = "/io/mcore4j/models/torchscript/sliding_window_sdpa.pt";
 
     private final TorchScriptModule module;
+    /** The window as the windowed module's 0-dim CPU int64 argument, or null for causal attention over everything. */
+    private final NDArray window;
     private final FusedRingAttention ring;
     private final UlyssesAttention ulysses;
     private final QkvHeadsSplit split;
     private final boolean packsGradients;
 
     /**
+     * Causal attention over every earlier position.
+     *
      * @param ctx the model context; its parameter manager owns the loaded module
      * @throws IllegalArgumentException if the config asks for attention dropout, or the
      *     context-parallel group has more than one rank and {@code --cp-comm-type} is {@code allgather},
@@ -47,6 +59,23 @@ public final class SdpaAttention implements CoreAttention {
      * @throws IllegalStateException if the module cannot be loaded
      */
     public SdpaAttention(ModelContext ctx) {
+        this(ctx, -1);
+    }
+
+    /**
+     * The attention of one layer: limited to the config's sliding window where the layer has one.
+     *
+     * @param ctx the model context; its parameter manager owns the loaded module
+     * @param layerNumber the layer's global index
+     * @return the attention
+     * @throws IllegalArgumentException as {@link #SdpaAttention(ModelContext)}, and for a window under
+     *     context parallelism other than {@code a2a}
+     */
+    public static SdpaAttention forLayer(ModelContext ctx, int layerNumber) {
+        return new SdpaAttention(ctx, ctx.config().windowSize(layerNumber));
+    }
+
+    private SdpaAttention(ModelContext ctx, int windowSize) {
         if (ctx.config().attentionDropout() > 0) {
             throw new IllegalArgumentException("fused attention has no dropout; attention dropout "
                     + ctx.config().attentionDropout() + " needs the composed attention (DotProductAttention)");
@@ -58,7 +87,9 @@ public final class SdpaAttention implements CoreAttention {
                     + " or on all-to-alls (a2a); context parallel size " + cp + " with --cp-comm-type " + comm.flag()
                     + " needs the composed attention (DotProductAttention)");
         }
-        this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
+        DotProductAttention.checkWindowUnderContextParallelism(ctx, windowSize);
+        this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, windowSize < 0 ? RESOURCE : WINDOW_RESOURCE);
+        this.window = windowSize < 0 ? null : ctx.parameters().newSubManager(Device.cpu()).create((long) windowSize);
         this.ring = cp > 1 && comm == CpCommType.P2P ? new FusedRingAttention(ctx.groups().cp(), ctx.parameters()) : null;
         this.ulysses = cp > 1 && comm == CpCommType.A2A ? new UlyssesAttention(ctx) : null;
         TransformerConfig c = ctx.config();
@@ -120,6 +151,9 @@ public final class SdpaAttention implements CoreAttention {
                 } else {
                     // the scope's grad mode decides whether a graph is recorded (recompute's first run is
                     // a no-grad scope whose output must become a leaf); the module has no dropout
+                    if (window != null) {
+                        in.add(window);
+                    }
                     context = call.keep(Tensors.own(module.forward(in).singletonOrThrow(), scope.manager()));
                 }
             }

@@ -37,8 +37,9 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
      * @param ctx the model context
      * @param spec which linears and core attention to use
      * @param key checkpoint key prefix, e.g. {@code "decoder.layers.3.self_attention."}
+     * @param layerNumber the layer's global index (its sliding window, if any)
      */
-    public SelfAttention(ModelContext ctx, LayerSpec spec, String key) {
+    public SelfAttention(ModelContext ctx, LayerSpec spec, String key, int layerNumber) {
         TransformerConfig c = ctx.config();
         this.ctx = ctx;
         this.headsPerGroup = c.numAttentionHeads() / c.numQueryGroups();
@@ -49,7 +50,7 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
                 new LayerSpec.LinearSettings(c.hiddenSize(), qkvSize, c.addBiasLinear() || c.addQkvBias(), false, c.initStd(), 1)));
         this.proj = registerModule("linear_proj.", spec.linearProj().create(ctx, key + "linear_proj.",
                 new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)));
-        this.core = spec.coreAttention().create(ctx);
+        this.core = spec.coreAttention().create(ctx, layerNumber);
         // every rank normalises its own heads with the same weights: their gradients are summed over TP
         this.queryNorm = c.qkLayernorm() ? registerModule("q_layernorm.", new Norm(ctx, headDim, true)) : null;
         this.keyNorm = c.qkLayernorm() ? registerModule("k_layernorm.", new Norm(ctx, headDim, true)) : null;

@@ -59,7 +59,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         // only on rank 0 of the dp-cp group
         boolean dpReplica = ctx.groups().dpCp().rank() > 0;
         this.inputNorm = registerModule("input_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
-        this.attention = registerModule("self_attention.", new SelfAttention(ctx, spec, key + "self_attention."), dpReplica);
+        this.attention = registerModule("self_attention.", new SelfAttention(ctx, spec, key + "self_attention.", layerNumber), dpReplica);
         this.preMlpNorm = registerModule("pre_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
         if (c.isMoeLayer(layerNumber)) {
             this.mlp = null;

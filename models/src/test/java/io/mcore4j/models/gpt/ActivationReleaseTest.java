@@ -101,7 +101,7 @@ class ActivationReleaseTest {
     }
 
     private static GptModel build(TransformerConfig config, ProcessGroups groups, NDManager m, boolean sdpa) {
-        LayerSpec spec = sdpa ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
+        LayerSpec spec = sdpa ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::forLayer) : LayerSpec.tensorParallel();
         int[] layers = IntStream.range(0, config.numLayers()).toArray();
         return GptModel.build(ModelContext.create(config, groups, m, new SeedScheme(42)), spec, layers, true, true);
     }

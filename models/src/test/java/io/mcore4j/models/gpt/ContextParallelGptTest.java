@@ -37,7 +37,8 @@ import org.junit.jupiter.api.Test;
  * (alone and with TP2, with and without sequence parallelism), against the serial model with the
  * same seeds: the loss averaged over the group and every gradient averaged over it (as the
  * {@code dp-cp} gradient reduction does) must equal the serial ones, for every
- * {@code --cp-comm-type} (p2p, allgather, a2a), with GQA and RoPE and with learned positions, with and without a loss mask;
+ * {@code --cp-comm-type} (p2p, allgather, a2a), with GQA and RoPE and with learned positions, with and without a loss mask
+ * (and a sliding window under a2a);
  * and the fused attention under CP ({@code p2p}: a ring on libtorch's flash kernels; {@code a2a}) against it.
  */
 class ContextParallelGptTest {
@@ -104,6 +105,19 @@ class ContextParallelGptTest {
             assertMatches(serial, run(gqaRope().cpCommType(CpCommType.A2A).build(), 1, cp, false, fused), "fused CP" + cp + " a2a");
         }
         assertMatches(serial, run(gqaRope().cpCommType(CpCommType.A2A).build(), 2, 2, false, fused), "fused TP2 CP2 a2a");
+    }
+
+    /**
+     * A sliding window of 3 tokens on layer 0 (layer 1 global) under {@code a2a}, which attends whole sequences:
+     * composed and fused, the serial windowed model's loss and gradients.
+     */
+    @Test
+    void slidingWindowUnderAllToAllMatchesSerial() {
+        TransformerConfig windowed = gqaRope().cpCommType(CpCommType.A2A)
+                .slidingWindow(new TransformerConfig.SlidingWindow(3, 2, List.of())).build();
+        Result serial = run(windowed, 1, 1, false);
+        assertMatches(serial, run(windowed, 1, 2, false), "composed CP2 a2a with a window");
+        assertMatches(serial, run(windowed, 1, 2, false, AttentionBackend.FUSED.layerSpec(windowed)), "fused CP2 a2a with a window");
     }
 
     @Test

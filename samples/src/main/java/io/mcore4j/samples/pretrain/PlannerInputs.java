@@ -19,7 +19,7 @@ public final class PlannerInputs {
      */
     public static Workload workload(PretrainArgs args) {
         GptTrainingSetup setup = args.setup();
-        return new Workload(Workload.withVocab(setup.model(), args.tokenVocabSize()), setup.seqLength(),
+        return new Workload(setup.model().withVocabSize(args.tokenVocabSize()), setup.seqLength(),
                 setup.globalBatchSize(), args.vocabDivisor, setup.optimizer(), setup.attention());
     }
 
