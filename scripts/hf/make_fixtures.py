@@ -36,7 +36,8 @@ def fixtures():
             "rope_type": "llama3", "rope_theta": 20000.0, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 128}), torch.bfloat16, None),
         ("qwen2", Qwen2ForCausalLM, Qwen2Config(**SMALL, tie_word_embeddings=True), torch.float16, None),
-        ("mistral", MistralForCausalLM, MistralConfig(**SMALL, tie_word_embeddings=False, sliding_window=None),
+        # a sliding window of 4 tokens: shorter than the prompt (8) and the 28 positions of the greedy generation
+        ("mistral", MistralForCausalLM, MistralConfig(**SMALL, tie_word_embeddings=False, sliding_window=4),
          torch.float32, "40KB"),
         ("mixtral", MixtralForCausalLM, MixtralConfig(**dict(SMALL, intermediate_size=32), num_local_experts=4,
                                                        num_experts_per_tok=2, tie_word_embeddings=False),
@@ -47,6 +48,9 @@ def fixtures():
         ("qwen3", Qwen3ForCausalLM, Qwen3Config(**SMALL, head_dim=16, tie_word_embeddings=False,
                                                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
          torch.bfloat16, None),
+        # Qwen2's use_sliding_window from max_window_layers on: layer 0 global, layer 1 windowed (5 tokens)
+        ("qwen2_window", Qwen2ForCausalLM, Qwen2Config(**SMALL, tie_word_embeddings=False, use_sliding_window=True,
+                                                        sliding_window=5, max_window_layers=1), torch.float32, None),
     ]
 
 

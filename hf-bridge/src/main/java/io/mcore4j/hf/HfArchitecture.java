@@ -10,16 +10,19 @@ import java.util.stream.Collectors;
 public enum HfArchitecture {
     /** LLaMA 2/3: RMSNorm, SwiGLU, RoPE (optionally LLaMA 3.1 scaled), grouped queries. */
     LLAMA("LlamaForCausalLM", "llama"),
-    /** Qwen2: LLaMA's shape with biases on the query, key and value projections. */
+    /**
+     * Qwen2: LLaMA's shape with biases on the query, key and value projections; with {@code use_sliding_window}, a
+     * sliding window on the layers {@code layer_types} (or {@code max_window_layers}) names.
+     */
     QWEN2("Qwen2ForCausalLM", "qwen2"),
     /**
      * Qwen3: LLaMA's shape with an RMSNorm over each query and key head before RoPE (QK-norm), no
-     * biases, and a head dimension of its own ({@code head_dim}); a sliding window is refused.
+     * biases, and a head dimension of its own ({@code head_dim}); sliding windows as Qwen2's.
      */
     QWEN3("Qwen3ForCausalLM", "qwen3"),
-    /** Mistral: LLaMA's shape; a sliding window is refused. */
+    /** Mistral: LLaMA's shape without biases, with a sliding window ({@code sliding_window}) on every layer. */
     MISTRAL("MistralForCausalLM", "mistral"),
-    /** Mixtral: Mistral's attention, every MLP a top-k mixture of SwiGLU experts. */
+    /** Mixtral: Mistral's attention (a sliding window is refused for now), every MLP a top-k mixture of SwiGLU experts. */
     MIXTRAL("MixtralForCausalLM", "mixtral"),
     /** GPT-2: LayerNorm, tanh GELU, learned positions, Conv1D (transposed) weights, biases everywhere. */
     GPT2("GPT2LMHeadModel", "gpt2");

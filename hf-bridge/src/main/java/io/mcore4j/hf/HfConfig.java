@@ -49,6 +49,11 @@ public final class HfConfig {
 
     /** Qwen3Config's {@code head_dim} when config.json leaves it out (not hidden / heads). */
     private static final int QWEN3_HEAD_DIM = 128;
+    /** Qwen2Config's and Qwen3Config's {@code max_window_layers} default: the first layer with a window. */
+    private static final int QWEN_MAX_WINDOW_LAYERS = 28;
+    /** {@code layer_types} entries. */
+    private static final String FULL = "full_attention";
+    private static final String SLIDING = "sliding_attention";
 
     private final String file;
     private final JsonObject json;
@@ -161,20 +166,7 @@ public final class HfConfig {
         }
         b.addQkvBias(arch == HfArchitecture.QWEN2);
         rope(r, b);
-        if (arch == HfArchitecture.QWEN2 || arch == HfArchitecture.QWEN3) {
-            // transformers builds no window unless use_sliding_window is set, whatever sliding_window says
-            r.require("use_sliding_window", !r.boolOr("use_sliding_window", false), "false (sliding_window = "
-                    + r.json.get("sliding_window") + " would apply; sliding-window attention is not supported yet)");
-        } else if (r.has("sliding_window")) {
-            int window = r.integer("sliding_window");
-            r.require("sliding_window", window >= r.integer("max_position_embeddings"),
-                    "null or at least max_position_embeddings (sliding-window attention is not supported)");
-        }
-        if (r.has("layer_types")) {
-            for (JsonElement t : r.json.getAsJsonArray("layer_types")) {
-                r.require("layer_types", "full_attention".equals(t.getAsString()), "\"full_attention\" for every layer");
-            }
-        }
+        b.slidingWindow(slidingWindow(arch, r));
         if (arch == HfArchitecture.MIXTRAL) {
             r.require("router_jitter_noise", r.numberOr("router_jitter_noise", 0) == 0, "0 (router input jitter is not mapped)");
             double aux = r.boolOr("output_router_logits", false) ? r.numberOr("router_aux_loss_coef", 0.001) : 0;
@@ -182,6 +174,56 @@ public final class HfConfig {
                     r.integer("intermediate_size"), aux, MoeConfig.Dispatcher.ALL_TO_ALL));
         }
         return r.build(b);
+    }
+
+    /**
+     * The sliding window as transformers applies it: Mistral's {@code sliding_window} on every layer (its
+     * {@code layer_types}, which MistralModel does not read, only checked), Qwen2's and Qwen3's on the layers
+     * {@code layer_types} calls {@code sliding_attention} (by default those from {@code max_window_layers} on) and
+     * only with {@code use_sliding_window}. A window of {@code W} tokens (the query's own included) is
+     * Megatron's {@code window_size} {@code W - 1}; a window no shorter than {@code max_position_embeddings}
+     * never cuts anything and is left out.
+     *
+     * @return the window, or null
+     */
+    private static TransformerConfig.SlidingWindow slidingWindow(HfArchitecture arch, Reader r) {
+        int layers = r.integer("num_hidden_layers");
+        List<String> types = new ArrayList<>();
+        if (r.has("layer_types")) {
+            for (JsonElement t : r.json.getAsJsonArray("layer_types")) {
+                String type = t.getAsString();
+                r.require("layer_types", type.equals(FULL) || type.equals(SLIDING), "\"" + FULL + "\" or \"" + SLIDING
+                        + "\" for each layer");
+                types.add(type);
+            }
+            r.require("layer_types", types.size() == layers, "one entry per layer (" + layers + ")");
+        }
+        boolean windowed = switch (arch) {
+            case QWEN2, QWEN3 -> r.boolOr("use_sliding_window", false);
+            case MISTRAL, MIXTRAL -> true;
+            default -> false;
+        };
+        if (!windowed || !r.has("sliding_window")) {
+            return null;
+        }
+        int window = r.integer("sliding_window");
+        r.require("sliding_window", window >= 1, "at least 1 (the query's own position)");
+        if (window >= r.integer("max_position_embeddings")) {
+            return null;
+        }
+        if (arch == HfArchitecture.MIXTRAL) {
+            r.require("sliding_window", false, "null or at least max_position_embeddings (Mixtral's sliding window is"
+                    + " not supported yet)");
+        }
+        if (arch == HfArchitecture.MISTRAL) {
+            return TransformerConfig.SlidingWindow.everyLayer(window - 1);
+        }
+        List<Boolean> pattern = new ArrayList<>();
+        int first = r.integerOr("max_window_layers", QWEN_MAX_WINDOW_LAYERS);
+        for (int i = 0; i < layers; i++) {
+            pattern.add(types.isEmpty() ? i >= first : types.get(i).equals(SLIDING));
+        }
+        return pattern.contains(true) ? new TransformerConfig.SlidingWindow(window - 1, 0, pattern) : null;
     }
 
     /** {@code rope_theta}/{@code rope_scaling} (transformers 4) or {@code rope_parameters} (transformers 5). */
@@ -271,7 +313,8 @@ public final class HfConfig {
         } else {
             arch = c.moe() != null ? HfArchitecture.MIXTRAL
                     : c.qkLayernorm() ? HfArchitecture.QWEN3
-                    : c.addQkvBias() && !c.addBiasLinear() ? HfArchitecture.QWEN2 : HfArchitecture.LLAMA;
+                    : c.addQkvBias() && !c.addBiasLinear() ? HfArchitecture.QWEN2
+                    : c.slidingWindow() != null ? HfArchitecture.MISTRAL : HfArchitecture.LLAMA;
             j.addProperty("hidden_size", c.hiddenSize());
             j.addProperty("num_hidden_layers", c.numLayers());
             j.addProperty("num_attention_heads", c.numAttentionHeads());
@@ -287,9 +330,9 @@ public final class HfConfig {
                 j.addProperty("attention_bias", c.addBiasLinear());
                 j.addProperty("mlp_bias", c.addBiasLinear());
             }
+            slidingWindow(arch, c, j);
             if (arch == HfArchitecture.QWEN3) {
                 j.addProperty("attention_bias", false);
-                j.addProperty("use_sliding_window", false);
                 if (c.addBiasLinear() || c.addQkvBias()) {
                     throw new HfCheckpointException("a model with query and key norms maps to Qwen3ForCausalLM, which has no"
                             + " biases here; got add_bias_linear " + c.addBiasLinear() + ", add_qkv_bias " + c.addQkvBias());
@@ -329,11 +372,59 @@ public final class HfConfig {
         j.addProperty("initializer_range", c.initStd());
         HfConfig parsed = parse("the config of " + arch.className() + " made from the model", j, Set.of());
         TransformerConfig back = parsed.transformerConfig().withVocabSize(c.vocabSize());
+        boolean sameWindows = true;
+        for (int i = 0; i < c.numLayers(); i++) {
+            sameWindows &= effectiveWindow(back, i) == effectiveWindow(c, i);
+        }
         if (back.numLayers() != c.numLayers() || back.kvChannels() != c.kvChannels() || back.tiedEmbeddings() != c.tiedEmbeddings()
-                || back.qkLayernorm() != c.qkLayernorm() || back.addQkvBias() != c.addQkvBias()) {
+                || back.qkLayernorm() != c.qkLayernorm() || back.addQkvBias() != c.addQkvBias() || !sameWindows) {
             throw new HfCheckpointException("the model does not round-trip through " + arch.className() + "'s config: " + c);
         }
         return parsed;
+    }
+
+    /**
+     * Writes the model's sliding window the way {@code arch} reads it ({@link #slidingWindow(HfArchitecture, Reader)}):
+     * Mistral's on every layer, Qwen2's and Qwen3's per layer with {@code use_sliding_window} and {@code layer_types}.
+     *
+     * @throws HfCheckpointException where the architecture cannot hold the model's window
+     */
+    private static void slidingWindow(HfArchitecture arch, TransformerConfig c, JsonObject j) {
+        TransformerConfig.SlidingWindow window = c.slidingWindow();
+        if (arch == HfArchitecture.QWEN2 || arch == HfArchitecture.QWEN3) {
+            j.addProperty("use_sliding_window", window != null);
+        }
+        if (window == null) {
+            return;
+        }
+        boolean everyLayer = true;
+        com.google.gson.JsonArray types = new com.google.gson.JsonArray();
+        int first = c.numLayers();
+        for (int i = 0; i < c.numLayers(); i++) {
+            boolean windowed = window.appliesTo(i);
+            everyLayer &= windowed;
+            types.add(windowed ? SLIDING : FULL);
+            first = windowed ? Math.min(first, i) : first;
+        }
+        if (arch == HfArchitecture.MIXTRAL || arch == HfArchitecture.LLAMA || arch == HfArchitecture.MISTRAL && !everyLayer) {
+            throw new HfCheckpointException("a sliding window " + (everyLayer ? "" : "on some layers only ") + "has no place in "
+                    + arch.className() + (arch == HfArchitecture.MISTRAL ? ", whose window covers every layer" : "")
+                    + "; got " + window);
+        }
+        if (arch == HfArchitecture.MISTRAL && c.addBiasLinear()) {
+            throw new HfCheckpointException("a windowed model maps to MistralForCausalLM, which has no biases; got add_bias_linear");
+        }
+        j.addProperty("sliding_window", window.size() + 1);
+        if (arch != HfArchitecture.MISTRAL) {
+            j.add("layer_types", types);
+            j.addProperty("max_window_layers", first);
+        }
+    }
+
+    /** A layer's window as far as it cuts anything within the model's positions, else -1. */
+    private static int effectiveWindow(TransformerConfig c, int layer) {
+        int size = c.windowSize(layer);
+        return size >= c.maxSequenceLength() - 1 ? -1 : size;
     }
 
     /** @return the architecture */

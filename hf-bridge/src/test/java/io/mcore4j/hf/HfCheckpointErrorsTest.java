@@ -1,7 +1,10 @@
 package io.mcore4j.hf;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.mcore4j.models.TransformerConfig;
 
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -79,18 +82,29 @@ class HfCheckpointErrorsTest {
     }
 
     @Test
-    void slidingWindowIsRefused() throws IOException {
-        Path dir = copy("mistral");
+    void mixtralSlidingWindowIsRefused() throws IOException {
+        Path dir = copy("mixtral");
         editConfig(dir, "\"sliding_window\": null", "\"sliding_window\": 16");
-        mentions(refused(dir), "config.json", "sliding_window", "16");
+        mentions(refused(dir), "config.json", "\"sliding_window\" = 16", "Mixtral");
     }
 
+    /** Qwen3's window applies with use_sliding_window to the layers layer_types calls sliding, as HF_WINDOW - 1. */
     @Test
-    void qwen3SlidingWindowIsRefusedNamingTheValues() throws IOException {
+    void qwen3SlidingWindowFollowsLayerTypes() throws IOException {
         Path dir = copy("qwen3");
-        editConfig(dir, "\"use_sliding_window\": false", "\"use_sliding_window\": true");
         editConfig(dir, "\"sliding_window\": null", "\"sliding_window\": 64");
-        mentions(refused(dir), "config.json", "\"use_sliding_window\" = true", "sliding_window = 64", "not supported");
+        try (HfCheckpoint ck = HfCheckpoint.open(dir)) {
+            assertTrue(ck.config().transformerConfig().slidingWindow() == null, "a window without use_sliding_window");
+        }
+        editConfig(dir, "\"use_sliding_window\": false", "\"use_sliding_window\": true");
+        editConfig(dir, "\"full_attention\"\n  ]", "\"sliding_attention\"\n  ]");
+        try (HfCheckpoint ck = HfCheckpoint.open(dir)) {
+            TransformerConfig c = ck.config().transformerConfig();
+            assertEquals(-1, c.windowSize(0));
+            assertEquals(63, c.windowSize(1));
+        }
+        editConfig(dir, "\"sliding_attention\"\n  ]", "\"chunked_attention\"\n  ]");
+        mentions(refused(dir), "config.json", "layer_types", "chunked_attention");
     }
 
     @Test

@@ -83,5 +83,20 @@ class HfForModelTest {
                 .activation(MlpActivation.SWIGLU).build();
         String message = assertThrows(HfCheckpointException.class, () -> HfConfig.forModel(swigluLayerNorm, VOCAB)).getMessage();
         assertTrue(message.contains("GPT2LMHeadModel") && message.contains("SWIGLU"), message);
+        // Mistral's window covers every layer; a LLaMA shape windowed on some layers only has no class
+        TransformerConfig someLayers = config("llama").toBuilder()
+                .slidingWindow(new TransformerConfig.SlidingWindow(4, 2, List.of())).build();
+        message = assertThrows(HfCheckpointException.class, () -> HfConfig.forModel(someLayers, VOCAB)).getMessage();
+        assertTrue(message.contains("on some layers only") && message.contains("MistralForCausalLM"), message);
+    }
+
+    /** A window on every layer of a LLaMA shape is Mistral's sliding_window (one more: the query's own position). */
+    @Test
+    void windowOnEveryLayerIsMistral() {
+        HfConfig hf = HfConfig.forModel(config("llama").toBuilder()
+                .slidingWindow(TransformerConfig.SlidingWindow.everyLayer(5)).build(), VOCAB);
+        assertEquals(HfArchitecture.MISTRAL, hf.architecture());
+        assertEquals(6, hf.json().get("sliding_window").getAsInt());
+        assertEquals(5, hf.transformerConfig().windowSize(1));
     }
 }

@@ -23,7 +23,8 @@ import org.junit.jupiter.params.provider.MethodSource;
  * Each fixture imported at TP1, TP2 and PP2 (the Mixtral at TP1, PP2 and EP2: its experts at TP2 need
  * sequence parallelism, which a one-token decode step cannot split) and completed greedily by the
  * {@link Generator} (prefill, then one token at a time through the KV cache) gives the 20 tokens
- * transformers' greedy {@code generate()} gave for the same prompt, in float32.
+ * transformers' greedy {@code generate()} gave for the same prompt, in float32. The windowed fixtures' prompt and
+ * tokens (28 positions) outrun their windows (4 and 5 tokens), which transformers' cache keeps as sliding layers.
  */
 class HfGenerationTest {
     static Stream<Arguments> layouts() {

@@ -12,10 +12,11 @@ import org.junit.jupiter.params.provider.MethodSource;
 
 /**
  * Each fixture imported at TP1, TP2 and PP2 (and the Mixtral also at EP2 and EP2 x TP2) gives the
- * logits transformers computed for the same prompt, within 1e-4 of their scale, in float32. The
+ * logits transformers computed for the same prompt, within 1e-5 of their scale, in float32. The
  * fixtures cover bf16, fp16 and fp32 files, a sharded checkpoint, GQA, LLaMA 3.1 rope scaling,
- * tied and untied heads, QKV biases, Qwen3's QK-norm with a head dimension other than hidden / heads, experts and GPT-2's Conv1D weights; padded vocabulary logits
- * are 0.
+ * tied and untied heads, QKV biases, Qwen3's QK-norm with a head dimension other than hidden / heads, experts,
+ * GPT-2's Conv1D weights, and sliding windows shorter than the prompt (Mistral's on every layer, Qwen2's on the
+ * layers from max_window_layers on); padded vocabulary logits are 0.
  */
 class HfImportTest {
     static Stream<Arguments> layouts() {
@@ -48,7 +49,7 @@ class HfImportTest {
         float[][] actual = Fixtures.logits(Fixtures.dir(name), dims, Fixtures.prompt(name), null);
         double error = Fixtures.relativeError(actual, expected);
         System.out.printf("%s at %s: logits relative error %.3g%n", name, layout, error);
-        assertTrue(error <= 1e-4, name + " at " + layout + ": logits differ from transformers' by " + error
+        assertTrue(error <= 1e-5, name + " at " + layout + ": logits differ from transformers' by " + error
                 + " of their scale");
     }
 }
