@@ -7,7 +7,7 @@ float32 logits transformers computes for a fixed prompt after loading the saved 
 tokens its greedy generate() appends to that prompt (no end-of-sequence stop).
 
 Run from the repository root:  /work/venv-hf/bin/python scripts/hf/make_fixtures.py [NAME ...]
-(pip install torch transformers safetensors; Qwen3 needs transformers >= 4.51). Output:
+(pip install torch transformers safetensors; Qwen3 needs transformers >= 4.51, Gemma 3 transformers 5). Output:
 hf-bridge/src/test/resources/hf/<name>/, for every fixture or only those named.
 """
 import json
@@ -17,9 +17,9 @@ import sys
 
 import torch
 import transformers
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
-                          MistralForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
-                          Qwen3Config, Qwen3ForCausalLM)
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 OUT = os.path.join("hf-bridge", "src", "test", "resources", "hf")
 PROMPT = [3, 17, 42, 99, 0, 8, 64, 23]
@@ -51,6 +51,15 @@ def fixtures():
         # Qwen2's use_sliding_window from max_window_layers on: layer 0 global, layer 1 windowed (5 tokens)
         ("qwen2_window", Qwen2ForCausalLM, Qwen2Config(**SMALL, tie_word_embeddings=False, use_sliding_window=True,
                                                         sliding_window=5, max_window_layers=1), torch.float32, None),
+        # Gemma 3 text: layers 0, 1, 3 with a 4-token window and the local rope base, layer 2 global (Megatron's
+        # window_attn_skip_freq 3); zero-centred pre and post norms, QK-norm, GeGLU, embeddings scaled by sqrt(32),
+        # query_pre_attn_scalar 24 for a head of 16, tied head
+        ("gemma3", Gemma3ForCausalLM, Gemma3TextConfig(
+            **dict(SMALL, num_hidden_layers=4, rms_norm_eps=1e-6), head_dim=16, query_pre_attn_scalar=24,
+            sliding_window=4, layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 20000.0},
+                             "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+            tie_word_embeddings=True), torch.bfloat16, None),
     ]
 
 

@@ -24,6 +24,12 @@ public enum HfArchitecture {
     MISTRAL("MistralForCausalLM", "mistral"),
     /** Mixtral: Mistral's attention (a sliding window is refused for now), every MLP a top-k mixture of SwiGLU experts. */
     MIXTRAL("MixtralForCausalLM", "mixtral"),
+    /**
+     * Gemma 3's text model: LLaMA's tensor names with zero-centred RMSNorms before and after the attention and
+     * the MLP, QK-norm, GeGLU, scaled embeddings, and sliding-window layers interleaved with global ones
+     * ({@link Gemma3TextConfig}).
+     */
+    GEMMA3("Gemma3ForCausalLM", "gemma3_text"),
     /** GPT-2: LayerNorm, tanh GELU, learned positions, Conv1D (transposed) weights, biases everywhere. */
     GPT2("GPT2LMHeadModel", "gpt2");
 

@@ -1,7 +1,6 @@
 package io.mcore4j.hf;
 
 import ai.djl.ndarray.types.DataType;
-import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import io.mcore4j.models.TransformerConfig;
@@ -30,7 +29,7 @@ public final class HfConfig {
             "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id", "use_cache",
             "architectures", "model_type", "output_attentions", "output_hidden_states", "return_dict", "id2label",
             "label2id", "tokenizer_class", "task_specific_params", "problem_type", "_attn_implementation_autoset",
-            "pretraining_tp", "torchscript", "use_bfloat16", "prefix", "finetuning_task");
+            "pretraining_tp", "torchscript", "use_bfloat16", "prefix", "finetuning_task", "cache_implementation");
     private static final Set<String> LLAMA_KEYS = Set.of("vocab_size", "hidden_size", "intermediate_size",
             "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_act",
             "max_position_embeddings", "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters",
@@ -51,9 +50,6 @@ public final class HfConfig {
     private static final int QWEN3_HEAD_DIM = 128;
     /** Qwen2Config's and Qwen3Config's {@code max_window_layers} default: the first layer with a window. */
     private static final int QWEN_MAX_WINDOW_LAYERS = 28;
-    /** {@code layer_types} entries. */
-    private static final String FULL = "full_attention";
-    private static final String SLIDING = "sliding_attention";
 
     private final String file;
     private final JsonObject json;
@@ -107,7 +103,8 @@ public final class HfConfig {
                     + copy.get("architectures"));
         }
         HfArchitecture arch = HfArchitecture.of(copy.getAsJsonArray("architectures").get(0).getAsString(), file);
-        Set<String> understood = new TreeSet<>(arch.isLlamaFamily() ? LLAMA_KEYS : GPT2_KEYS);
+        Set<String> understood = new TreeSet<>(arch == HfArchitecture.GEMMA3 ? Gemma3TextConfig.KEYS
+                : arch.isLlamaFamily() ? LLAMA_KEYS : GPT2_KEYS);
         understood.addAll(switch (arch) {
             case QWEN2 -> QWEN2_KEYS;
             case QWEN3 -> QWEN3_KEYS;
@@ -126,12 +123,13 @@ public final class HfConfig {
                     + arch.className() + " (understood: " + understood + "; ignored as not changing the network: "
                     + new TreeSet<>(IGNORED) + "); pass them as ignored keys only if they do not change the model");
         }
-        Reader r = new Reader(file, copy);
-        TransformerConfig model = arch.isLlamaFamily() ? llama(arch, r) : gpt2(r);
+        ConfigReader r = new ConfigReader(file, copy);
+        TransformerConfig model = arch == HfArchitecture.GEMMA3 ? Gemma3TextConfig.read(r)
+                : arch.isLlamaFamily() ? llama(arch, r) : gpt2(r);
         return new HfConfig(file, copy, arch, model);
     }
 
-    private static TransformerConfig llama(HfArchitecture arch, Reader r) {
+    private static TransformerConfig llama(HfArchitecture arch, ConfigReader r) {
         int hidden = r.integer("hidden_size");
         int heads = r.integer("num_attention_heads");
         TransformerConfig.Builder b = TransformerConfig.builder(r.integer("num_hidden_layers"), hidden, heads,
@@ -186,18 +184,9 @@ public final class HfConfig {
      *
      * @return the window, or null
      */
-    private static TransformerConfig.SlidingWindow slidingWindow(HfArchitecture arch, Reader r) {
+    private static TransformerConfig.SlidingWindow slidingWindow(HfArchitecture arch, ConfigReader r) {
         int layers = r.integer("num_hidden_layers");
-        List<String> types = new ArrayList<>();
-        if (r.has("layer_types")) {
-            for (JsonElement t : r.json.getAsJsonArray("layer_types")) {
-                String type = t.getAsString();
-                r.require("layer_types", type.equals(FULL) || type.equals(SLIDING), "\"" + FULL + "\" or \"" + SLIDING
-                        + "\" for each layer");
-                types.add(type);
-            }
-            r.require("layer_types", types.size() == layers, "one entry per layer (" + layers + ")");
-        }
+        List<String> types = r.layerTypes(layers);
         boolean windowed = switch (arch) {
             case QWEN2, QWEN3 -> r.boolOr("use_sliding_window", false);
             case MISTRAL, MIXTRAL -> true;
@@ -221,36 +210,19 @@ public final class HfConfig {
         List<Boolean> pattern = new ArrayList<>();
         int first = r.integerOr("max_window_layers", QWEN_MAX_WINDOW_LAYERS);
         for (int i = 0; i < layers; i++) {
-            pattern.add(types.isEmpty() ? i >= first : types.get(i).equals(SLIDING));
+            pattern.add(types.isEmpty() ? i >= first : types.get(i).equals(ConfigReader.SLIDING));
         }
         return pattern.contains(true) ? new TransformerConfig.SlidingWindow(window - 1, 0, pattern) : null;
     }
 
     /** {@code rope_theta}/{@code rope_scaling} (transformers 4) or {@code rope_parameters} (transformers 5). */
-    private static void rope(Reader r, TransformerConfig.Builder b) {
-        JsonObject scaling = r.has("rope_parameters") ? r.json.getAsJsonObject("rope_parameters")
-                : r.has("rope_scaling") ? r.json.getAsJsonObject("rope_scaling") : null;
-        double theta = r.numberOr("rope_theta", 10000);
-        if (scaling != null && scaling.has("rope_theta")) {
-            theta = scaling.get("rope_theta").getAsDouble();
-        }
-        b.rotary(theta, 1.0);
-        if (scaling == null) {
-            return;
-        }
+    private static void rope(ConfigReader r, TransformerConfig.Builder b) {
         String key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-        String type = scaling.has("rope_type") ? scaling.get("rope_type").getAsString()
-                : scaling.has("type") ? scaling.get("type").getAsString() : "default";
-        if (type.equals("default")) {
-            return;
-        }
-        r.require(key, type.equals("llama3"), "of type \"default\" or \"llama3\", got \"" + type + "\"");
-        Reader s = new Reader(r.file + " " + key, scaling);
-        b.ropeScaling(new TransformerConfig.RopeScaling(s.number("factor"), s.number("low_freq_factor"),
-                s.number("high_freq_factor"), s.integer("original_max_position_embeddings")));
+        ConfigReader.Rope rope = r.rope(key, r.has(key) ? r.json.getAsJsonObject(key) : null, r.numberOr("rope_theta", 10000));
+        b.rotary(rope.theta(), 1.0).ropeScaling(rope.scaling());
     }
 
-    private static TransformerConfig gpt2(Reader r) {
+    private static TransformerConfig gpt2(ConfigReader r) {
         int hidden = r.integer("n_embd");
         String act = r.stringOr("activation_function", "gelu_new");
         MlpActivation activation = switch (act) {
@@ -280,10 +252,7 @@ public final class HfConfig {
     }
 
     /**
-     * The Hugging Face config of a model mcore4j built itself (for {@link HfExport}): LLaMA for
-     * RMSNorm + SwiGLU + RoPE (Qwen2 with QKV biases only, Qwen3 with query and key norms, Mixtral
-     * with experts in every layer),
-     * GPT-2 for LayerNorm + GELU + learned positions with biases and a tied head.
+     * The Hugging Face config of a model mcore4j built itself (for {@link HfExport}): see {@link HfConfigExport}.
      *
      * @param c the model's config
      * @param vocabSize the tokenizer's vocabulary (at most the model's padded one)
@@ -291,140 +260,7 @@ public final class HfConfig {
      * @throws HfCheckpointException if no supported architecture has the model's shape
      */
     public static HfConfig forModel(TransformerConfig c, int vocabSize) {
-        JsonObject j = new JsonObject();
-        HfArchitecture arch;
-        if (c.normalization() == TransformerConfig.Normalization.LAYER_NORM) {
-            arch = HfArchitecture.GPT2;
-            j.addProperty("n_embd", c.hiddenSize());
-            j.addProperty("n_layer", c.numLayers());
-            j.addProperty("n_head", c.numAttentionHeads());
-            j.addProperty("n_inner", c.ffnHiddenSize());
-            j.addProperty("n_positions", c.maxSequenceLength());
-            j.addProperty("activation_function", c.activation() == MlpActivation.GELU ? "gelu" : "gelu_new");
-            j.addProperty("layer_norm_epsilon", c.normEpsilon());
-            j.addProperty("resid_pdrop", c.hiddenDropout());
-            j.addProperty("embd_pdrop", c.hiddenDropout());
-            j.addProperty("attn_pdrop", c.attentionDropout());
-            j.addProperty("tie_word_embeddings", c.tiedEmbeddings());
-            if (c.activation() == MlpActivation.SWIGLU || !c.addBiasLinear() || c.usesRope()) {
-                throw new HfCheckpointException("a LayerNorm model maps to GPT2LMHeadModel, which needs GELU, biases and "
-                        + "learned positions; got " + c.activation() + ", bias " + c.addBiasLinear() + ", " + c.positionEmbedding());
-            }
-        } else {
-            arch = c.moe() != null ? HfArchitecture.MIXTRAL
-                    : c.qkLayernorm() ? HfArchitecture.QWEN3
-                    : c.addQkvBias() && !c.addBiasLinear() ? HfArchitecture.QWEN2
-                    : c.slidingWindow() != null ? HfArchitecture.MISTRAL : HfArchitecture.LLAMA;
-            j.addProperty("hidden_size", c.hiddenSize());
-            j.addProperty("num_hidden_layers", c.numLayers());
-            j.addProperty("num_attention_heads", c.numAttentionHeads());
-            j.addProperty("num_key_value_heads", c.numQueryGroups());
-            j.addProperty("head_dim", c.kvChannels());
-            j.addProperty("intermediate_size", c.moe() != null ? c.moe().ffnHiddenSize() : c.ffnHiddenSize());
-            j.addProperty("hidden_act", "silu");
-            j.addProperty("max_position_embeddings", c.maxSequenceLength());
-            j.addProperty("rms_norm_eps", c.normEpsilon());
-            j.addProperty("attention_dropout", c.attentionDropout());
-            j.addProperty("tie_word_embeddings", c.tiedEmbeddings());
-            if (arch == HfArchitecture.LLAMA) {
-                j.addProperty("attention_bias", c.addBiasLinear());
-                j.addProperty("mlp_bias", c.addBiasLinear());
-            }
-            slidingWindow(arch, c, j);
-            if (arch == HfArchitecture.QWEN3) {
-                j.addProperty("attention_bias", false);
-                if (c.addBiasLinear() || c.addQkvBias()) {
-                    throw new HfCheckpointException("a model with query and key norms maps to Qwen3ForCausalLM, which has no"
-                            + " biases here; got add_bias_linear " + c.addBiasLinear() + ", add_qkv_bias " + c.addQkvBias());
-                }
-            }
-            if (c.qkLayernorm() && c.moe() != null) {
-                throw new HfCheckpointException("a mixture-of-experts model with query and key norms (Qwen3-MoE) cannot be"
-                        + " exported yet; got " + c);
-            }
-            JsonObject rope = new JsonObject();
-            rope.addProperty("rope_theta", c.rotaryBase());
-            TransformerConfig.RopeScaling s = c.ropeScaling();
-            rope.addProperty("rope_type", s == null ? "default" : "llama3");
-            if (s != null) {
-                rope.addProperty("factor", s.factor());
-                rope.addProperty("low_freq_factor", s.lowFreqFactor());
-                rope.addProperty("high_freq_factor", s.highFreqFactor());
-                rope.addProperty("original_max_position_embeddings", s.originalMaxPositions());
-            }
-            j.add("rope_parameters", rope);
-            if (c.moe() != null) {
-                j.addProperty("num_local_experts", c.moe().numExperts());
-                j.addProperty("num_experts_per_tok", c.moe().topK());
-                j.addProperty("output_router_logits", c.moe().auxLossCoeff() > 0);
-                j.addProperty("router_aux_loss_coef", c.moe().auxLossCoeff());
-            }
-            if (c.activation() != MlpActivation.SWIGLU || !c.usesRope() || c.rotaryPercent() != 1
-                    || c.moe() != null && c.moe().layerFrequency() != 1) {
-                throw new HfCheckpointException("an RMSNorm model maps to " + arch.className() + ", which needs SwiGLU and "
-                        + "full rotary embeddings (and experts in every layer); got " + c);
-            }
-        }
-        j.add("architectures", new com.google.gson.JsonArray());
-        j.getAsJsonArray("architectures").add(arch.className());
-        j.addProperty("model_type", arch.modelType());
-        j.addProperty("vocab_size", vocabSize);
-        j.addProperty("initializer_range", c.initStd());
-        HfConfig parsed = parse("the config of " + arch.className() + " made from the model", j, Set.of());
-        TransformerConfig back = parsed.transformerConfig().withVocabSize(c.vocabSize());
-        boolean sameWindows = true;
-        for (int i = 0; i < c.numLayers(); i++) {
-            sameWindows &= effectiveWindow(back, i) == effectiveWindow(c, i);
-        }
-        if (back.numLayers() != c.numLayers() || back.kvChannels() != c.kvChannels() || back.tiedEmbeddings() != c.tiedEmbeddings()
-                || back.qkLayernorm() != c.qkLayernorm() || back.addQkvBias() != c.addQkvBias() || !sameWindows) {
-            throw new HfCheckpointException("the model does not round-trip through " + arch.className() + "'s config: " + c);
-        }
-        return parsed;
-    }
-
-    /**
-     * Writes the model's sliding window the way {@code arch} reads it ({@link #slidingWindow(HfArchitecture, Reader)}):
-     * Mistral's on every layer, Qwen2's and Qwen3's per layer with {@code use_sliding_window} and {@code layer_types}.
-     *
-     * @throws HfCheckpointException where the architecture cannot hold the model's window
-     */
-    private static void slidingWindow(HfArchitecture arch, TransformerConfig c, JsonObject j) {
-        TransformerConfig.SlidingWindow window = c.slidingWindow();
-        if (arch == HfArchitecture.QWEN2 || arch == HfArchitecture.QWEN3) {
-            j.addProperty("use_sliding_window", window != null);
-        }
-        if (window == null) {
-            return;
-        }
-        boolean everyLayer = true;
-        com.google.gson.JsonArray types = new com.google.gson.JsonArray();
-        int first = c.numLayers();
-        for (int i = 0; i < c.numLayers(); i++) {
-            boolean windowed = window.appliesTo(i);
-            everyLayer &= windowed;
-            types.add(windowed ? SLIDING : FULL);
-            first = windowed ? Math.min(first, i) : first;
-        }
-        if (arch == HfArchitecture.MIXTRAL || arch == HfArchitecture.LLAMA || arch == HfArchitecture.MISTRAL && !everyLayer) {
-            throw new HfCheckpointException("a sliding window " + (everyLayer ? "" : "on some layers only ") + "has no place in "
-                    + arch.className() + (arch == HfArchitecture.MISTRAL ? ", whose window covers every layer" : "")
-                    + "; got " + window);
-        }
-        if (arch == HfArchitecture.MISTRAL && c.addBiasLinear()) {
-            throw new HfCheckpointException("a windowed model maps to MistralForCausalLM, which has no biases; got add_bias_linear");
-        }
-        j.addProperty("sliding_window", window.size() + 1);
-        if (arch != HfArchitecture.MISTRAL) {
-            j.add("layer_types", types);
-            j.addProperty("max_window_layers", first);
-        }
-    }
-
-    /** A layer's window as far as it cuts anything within the model's positions, else -1. */
-    private static int effectiveWindow(TransformerConfig c, int layer) {
-        int size = c.windowSize(layer);
-        return size >= c.maxSequenceLength() - 1 ? -1 : size;
+        return HfConfigExport.forModel(c, vocabSize);
     }
 
     /** @return the architecture */
@@ -492,96 +328,6 @@ public final class HfConfig {
                     + model.vocabSize());
         }
         return model.toBuilder().vocabSize(paddedVocab).dtype(dtype).build();
-    }
-
-    /** Typed access to the config's values, errors naming file and key; JSON nulls count as absent. */
-    private static final class Reader {
-        private final String file;
-        private final JsonObject json;
-
-        Reader(String file, JsonObject json) {
-            this.file = file;
-            this.json = json;
-        }
-
-        boolean has(String key) {
-            return json.has(key) && !json.get(key).isJsonNull();
-        }
-
-        private JsonElement get(String key) {
-            if (!has(key)) {
-                throw new HfCheckpointException(file + ": required key \"" + key + "\" is missing");
-            }
-            return json.get(key);
-        }
-
-        int integer(String key) {
-            try {
-                double v = get(key).getAsDouble();
-                if (v != Math.rint(v) || v < 0 || v > Integer.MAX_VALUE) {
-                    throw new NumberFormatException(String.valueOf(v));
-                }
-                return (int) v;
-            } catch (RuntimeException e) {
-                if (e instanceof HfCheckpointException h) {
-                    throw h;
-                }
-                throw new HfCheckpointException(file + ": \"" + key + "\" must be a non-negative integer, got " + json.get(key));
-            }
-        }
-
-        int integerOr(String key, int fallback) {
-            return has(key) ? integer(key) : fallback;
-        }
-
-        double number(String key) {
-            try {
-                return get(key).getAsDouble();
-            } catch (RuntimeException e) {
-                if (e instanceof HfCheckpointException h) {
-                    throw h;
-                }
-                throw new HfCheckpointException(file + ": \"" + key + "\" must be a number, got " + json.get(key));
-            }
-        }
-
-        double numberOr(String key, double fallback) {
-            return has(key) ? number(key) : fallback;
-        }
-
-        boolean boolOr(String key, boolean fallback) {
-            if (!has(key)) {
-                return fallback;
-            }
-            JsonElement e = json.get(key);
-            if (!e.isJsonPrimitive() || !e.getAsJsonPrimitive().isBoolean()) {
-                throw new HfCheckpointException(file + ": \"" + key + "\" must be true or false, got " + e);
-            }
-            return e.getAsBoolean();
-        }
-
-        String string(String key) {
-            return get(key).getAsString();
-        }
-
-        String stringOr(String key, String fallback) {
-            return has(key) ? string(key) : fallback;
-        }
-
-        void require(String key, boolean ok, String expected) {
-            if (!ok) {
-                throw new HfCheckpointException(file + ": \"" + key + "\" = " + json.get(key) + " is not supported: expected "
-                        + expected);
-            }
-        }
-
-        TransformerConfig build(TransformerConfig.Builder b) {
-            try {
-                return b.build();
-            } catch (IllegalArgumentException e) {
-                throw new HfCheckpointException(file + ": " + e.getMessage(), e);
-            }
-        }
     }
 
     @Override

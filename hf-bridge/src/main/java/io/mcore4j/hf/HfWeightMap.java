@@ -22,8 +22,11 @@ import java.util.Map;
  *     separate q/k/v projections are head-major, so the rows are interleaved group by group.
  *     RoPE needs no permutation: both rotate the two halves of each head ({@code rotate_half}).
  * <li>SwiGLU's fused fc1 is {@code [gate; up]} (the tensor-parallel layer cuts it with stride 2).
- * <li>Qwen3's per-head {@code q_norm}/{@code k_norm} are mcore4j's {@code q_layernorm}/{@code k_layernorm}
+ * <li>Qwen3's and Gemma 3's per-head {@code q_norm}/{@code k_norm} are mcore4j's {@code q_layernorm}/{@code k_layernorm}
  *     (one weight of head_dim, shared by every head and replicated over tensor-parallel ranks).
+ * <li>Gemma 3's {@code post_attention_layernorm} is mcore4j's {@code post_self_attn_layernorm} (LLaMA's of that name
+ *     is the {@code pre_mlp_layernorm}), its {@code pre_feedforward_layernorm} and {@code post_feedforward_layernorm}
+ *     the {@code pre_mlp_layernorm} and {@code post_mlp_layernorm}; the zero-centred weights are stored as they are.
  * <li>The vocabulary is padded to the model's size: padded embedding/output rows are zero on import
  *     and dropped on export.
  * </ul>
@@ -98,8 +101,16 @@ final class HfWeightMap {
         long ffn = c.ffnHiddenSize();
         boolean bias = c.addBiasLinear();
         boolean qkvBias = bias || c.addQkvBias();
-        if (arch == HfArchitecture.QWEN3 && !c.qkLayernorm()) {
-            throw new HfCheckpointException(arch.className() + " has query and key norms: build the model with qk_layernorm");
+        boolean gemma = arch == HfArchitecture.GEMMA3;
+        boolean qkNorms = arch == HfArchitecture.QWEN3 || gemma;
+        if (qkNorms != c.qkLayernorm()) {
+            throw new HfCheckpointException(arch.className() + (qkNorms ? " has query and key norms: build the model with"
+                    + " qk_layernorm" : " has no query and key norms"));
+        }
+        if (gemma != (c.postSelfAttnLayernorm() && c.postMlpLayernorm()) || c.postSelfAttnLayernorm() != c.postMlpLayernorm()) {
+            throw new HfCheckpointException(arch.className() + (gemma ? " has norms after the attention and the MLP: build"
+                    + " the model with post_self_attn_layernorm and post_mlp_layernorm" : " has no norms after the attention"
+                    + " and the MLP"));
         }
         vocab("embedding.word_embeddings.weight", "model.embed_tokens.weight", c.vocabSize(), hfVocab, h);
         for (int i = 0; i < c.numLayers(); i++) {
@@ -113,10 +124,7 @@ final class HfWeightMap {
             if (qkvBias) {
                 groupedQkv(mc + "self_attention.linear_qkv.bias", q + "bias", k + "bias", v + "bias", heads, groups, d, 0);
             }
-            if (c.qkLayernorm()) {
-                if (arch != HfArchitecture.QWEN3) {
-                    throw new HfCheckpointException(arch.className() + " has no query and key norms");
-                }
+            if (qkNorms) {
                 same(mc + "self_attention.q_layernorm.weight", hf + "self_attn.q_norm.weight", d);
                 same(mc + "self_attention.k_layernorm.weight", hf + "self_attn.k_norm.weight", d);
             }
@@ -124,7 +132,14 @@ final class HfWeightMap {
             if (bias) {
                 same(mc + "self_attention.linear_proj.bias", hf + "self_attn.o_proj.bias", h);
             }
-            same(mc + "pre_mlp_layernorm.weight", hf + "post_attention_layernorm.weight", h);
+            if (gemma) {
+                // Gemma's post_attention_layernorm follows the attention; its pre_feedforward_layernorm is LLaMA's
+                same(mc + "post_self_attn_layernorm.weight", hf + "post_attention_layernorm.weight", h);
+                same(mc + "pre_mlp_layernorm.weight", hf + "pre_feedforward_layernorm.weight", h);
+                same(mc + "post_mlp_layernorm.weight", hf + "post_feedforward_layernorm.weight", h);
+            } else {
+                same(mc + "pre_mlp_layernorm.weight", hf + "post_attention_layernorm.weight", h);
+            }
             if (c.isMoeLayer(i)) {
                 if (arch != HfArchitecture.MIXTRAL) {
                     throw new HfCheckpointException(arch.className() + " has no mixture-of-experts layers");

@@ -189,6 +189,6 @@ final class Fixtures {
     }
 
     static List<String> all() {
-        return new ArrayList<>(List.of("llama", "qwen2", "qwen2_window", "qwen3", "mistral", "mixtral", "gpt2"));
+        return new ArrayList<>(List.of("llama", "qwen2", "qwen2_window", "qwen3", "mistral", "mixtral", "gpt2", "gemma3"));
     }
 }

@@ -25,7 +25,9 @@ import org.junit.jupiter.api.Test;
 /**
  * A model mcore4j initialised itself, exported at TP2 through {@link HfConfig#forModel} as float32
  * and imported again at TP1, gives the logits it gave before export: LLaMA-shaped (RMSNorm, SwiGLU,
- * RoPE, GQA, untied), Qwen3-shaped (LLaMA's with query and key norms and 12 channels per head, tied) and GPT-2-shaped (LayerNorm, tanh GELU, learned positions, biases, tied).
+ * RoPE, GQA, untied), Qwen3-shaped (LLaMA's with query and key norms and 12 channels per head, tied), GPT-2-shaped
+ * (LayerNorm, tanh GELU, learned positions, biases, tied) and Gemma-3-shaped (zero-centred pre and post norms, QK-norm,
+ * GeGLU, scaled embeddings, a 4-token window on layer 0 with its own rope base, layer 1 global, softmax scale 20^-1/2).
  */
 class HfForModelTest {
     private static final int VOCAB = 64;
@@ -39,6 +41,13 @@ class HfForModelTest {
             if (kind.equals("qwen3")) {
                 b.qkLayernorm(true).kvChannels(12).tiedEmbeddings(true);
             }
+        } else if (kind.equals("gemma3")) {
+            b.queryGroups(2).kvChannels(12).ffnHiddenSize(48).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-6)
+                    .layernormZeroCenteredGamma(true).qkLayernorm(true).postLayernorms(true, true)
+                    .scaleEmbeddingsBySqrtHidden(true).activation(MlpActivation.GEGLU_TANH).addBiasLinear(false)
+                    .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).rotary(1_000_000, 1)
+                    .slidingWindow(new TransformerConfig.SlidingWindow(3, 2, List.of())).localRotaryBase(10_000)
+                    .softmaxScale(1 / Math.sqrt(20));
         } else {
             b.activation(MlpActivation.GELU_TANH);
         }
@@ -46,7 +55,7 @@ class HfForModelTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"llama", "qwen3", "gpt2"})
+    @ValueSource(strings = {"llama", "qwen3", "gpt2", "gemma3"})
     void nativeModelExportsAndImportsBack(String kind) throws java.io.IOException {
         TransformerConfig c = config(kind);
         HfConfig hf = HfConfig.forModel(c, VOCAB);

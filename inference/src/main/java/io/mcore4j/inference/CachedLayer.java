@@ -16,6 +16,7 @@ import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ReduceOp;
+import io.mcore4j.tensorparallel.MlpActivation;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -137,6 +138,9 @@ final class CachedLayer {
                 || byName.containsKey("pre_mlp_layernorm.bias") != layerNorm)) {
             reason = "its norms' biases do not match " + config.normalization(); // the kernel tells the norms apart by the bias
         }
+        if (reason == null) {
+            reason = unsupportedOption(config, layer.layerNumber());
+        }
         if (reason != null) {
             LOG.warn("layer {} runs op by op, one native call per op, because {}", layer.layerNumber(), reason);
             return null;
@@ -171,6 +175,7 @@ final class CachedLayer {
             case GELU -> 0;
             case GELU_TANH -> 1;
             case SWIGLU -> 2;
+            case GEGLU_TANH -> throw new IllegalStateException("GeGLU layers run op by op");
         };
         // read by the module with .item(): in host memory, so reading it never waits for the device
         NDManager host = manager.newSubManager(Device.cpu());
@@ -179,6 +184,27 @@ final class CachedLayer {
             settings[part] = host.create(new double[] {epsilon, activation, part});
         }
         return new Weights(tensors, tp, settings);
+    }
+
+    /**
+     * What the module does not compute among the config's options for a layer whose parameters it has, or null:
+     * zero-centred norm weights, a softmax scale of its own, a rotary embedding other than the cache's tables
+     * (a local base), GeGLU.
+     */
+    private static String unsupportedOption(TransformerConfig config, int layerNumber) {
+        if (config.layernormZeroCenteredGamma()) {
+            return "its norms' weights are zero-centred (layernorm_zero_centered_gamma)";
+        }
+        if (config.softmaxScale() > 0) {
+            return "its attention has a softmax scale of its own (" + config.softmaxScale() + ")";
+        }
+        if (config.usesRope() && config.rotaryBase(layerNumber) != config.rotaryBase()) {
+            return "it rotates with the local rotary base " + config.rotaryBase(layerNumber);
+        }
+        if (config.activation() == MlpActivation.GEGLU_TANH) {
+            return "its MLP is GeGLU";
+        }
+        return null;
     }
 
     private static NDArray orAbsent(NDArray tensor, NDArray absent) {

@@ -59,6 +59,19 @@ import java.util.Set;
  *     {@code tp_comm_overlap}; the same results); needs {@code sequenceParallel}
  * @param slidingWindow sliding-window attention of some or all layers (Megatron's {@code window_size} and
  *     {@code window_attn_skip_freq}), or null for causal attention over the whole sequence everywhere
+ * @param layernormZeroCenteredGamma every norm's weight is stored centred on zero, starts at 0 and scales by
+ *     {@code 1 + weight} (Megatron-Core's {@code layernorm_zero_centered_gamma}, {@code --apply-layernorm-1p};
+ *     Gemma's norms); RMSNorm then applies {@code 1 + weight} in float32
+ * @param postSelfAttnLayernorm a norm on the attention's output before the residual add (Megatron-Core's
+ *     {@code post_self_attn_layernorm}; Gemma 2/3's {@code post_attention_layernorm})
+ * @param postMlpLayernorm a norm on the MLP's output before the residual add (Megatron-Core's
+ *     {@code post_mlp_layernorm}; Gemma 2/3's {@code post_feedforward_layernorm})
+ * @param scaleEmbeddingsBySqrtHidden the word embeddings are multiplied by {@code sqrt(hiddenSize)} rounded to
+ *     the parameter dtype (Gemma)
+ * @param softmaxScale the attention scores' scale (Megatron-Core's {@code softmax_scale}; Gemma's
+ *     {@code query_pre_attn_scalar^-1/2}), or 0 for {@code 1 / sqrt(kvChannels)}
+ * @param localRotaryBase the RoPE base of the layers with a sliding window, which then rotate without
+ *     {@code ropeScaling} (Gemma 3's {@code rope_local_base_freq}); 0 for {@code rotaryBase} everywhere
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -69,7 +82,10 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 Recompute recompute, RecomputeMethod recomputeMethod, int recomputeNumLayers,
                                 Set<RecomputeModule> recomputeModules, boolean sequenceParallel, DataType dtype, MoeSettings moe,
                                 CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling,
-                                boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow) {
+                                boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow,
+                                boolean layernormZeroCenteredGamma, boolean postSelfAttnLayernorm,
+                                boolean postMlpLayernorm, boolean scaleEmbeddingsBySqrtHidden, double softmaxScale,
+                                double localRotaryBase) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -304,6 +320,17 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException("tensor-parallel communication overlap (tp_comm_overlap) needs sequence"
                     + " parallelism, which is off");
         }
+        if (!(softmaxScale >= 0) || Double.isInfinite(softmaxScale)) {
+            throw new IllegalArgumentException("softmax scale " + softmaxScale + " must be finite and not negative (0: 1 /"
+                    + " sqrt(kv channels))");
+        }
+        if (!(localRotaryBase >= 0)) {
+            throw new IllegalArgumentException("local rotary base " + localRotaryBase + " must not be negative (0: none)");
+        }
+        if (localRotaryBase > 0 && (positionEmbedding != PositionEmbedding.ROPE || slidingWindow == null)) {
+            throw new IllegalArgumentException("a local rotary base (" + localRotaryBase + ") is the RoPE base of the"
+                    + " sliding-window layers: it needs rotary embeddings and a sliding window");
+        }
         if (slidingWindow != null && !slidingWindow.windowedLayers().isEmpty()
                 && slidingWindow.windowedLayers().size() != numLayers) {
             throw new IllegalArgumentException("the window pattern " + slidingWindow.windowedLayers() + " has "
@@ -389,6 +416,23 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
+     * @param layerNumber a global layer index
+     * @return the RoPE base of that layer: {@link #localRotaryBase()} where it is set and the layer has a window,
+     *     else {@link #rotaryBase()}
+     */
+    public double rotaryBase(int layerNumber) {
+        return localRotaryBase > 0 && windowSize(layerNumber) >= 0 ? localRotaryBase : rotaryBase;
+    }
+
+    /**
+     * @param layerNumber a global layer index
+     * @return the rotary frequency scaling of that layer: none on layers with a {@link #localRotaryBase()}
+     */
+    public RopeScaling ropeScaling(int layerNumber) {
+        return localRotaryBase > 0 && windowSize(layerNumber) >= 0 ? null : ropeScaling;
+    }
+
+    /**
      * @param vocab another vocabulary size (for example padded for another tensor-parallel size)
      * @return this config with that vocabulary, everything else equal
      */
@@ -466,6 +510,12 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.qkNorm = qkLayernorm;
         b.tpOverlap = tpCommOverlap;
         b.window = slidingWindow;
+        b.zeroCentered = layernormZeroCenteredGamma;
+        b.postAttnNorm = postSelfAttnLayernorm;
+        b.postMlpNorm = postMlpLayernorm;
+        b.scaleEmbeddings = scaleEmbeddingsBySqrtHidden;
+        b.scoreScale = softmaxScale;
+        b.localRope = localRotaryBase;
         return b;
     }
 
@@ -509,6 +559,12 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private boolean qkNorm;
         private boolean tpOverlap;
         private SlidingWindow window;
+        private boolean zeroCentered;
+        private boolean postAttnNorm;
+        private boolean postMlpNorm;
+        private boolean scaleEmbeddings;
+        private double scoreScale;
+        private double localRope;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -710,6 +766,45 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param enabled norm weights centred on zero, applied as {@code 1 + weight} (Megatron-Core's
+         *     {@code layernorm_zero_centered_gamma}, {@code --apply-layernorm-1p})
+         * @return this
+         */
+        public Builder layernormZeroCenteredGamma(boolean enabled) {
+            this.zeroCentered = enabled;
+            return this;
+        }
+
+        /**
+         * @param afterAttention a norm on the attention's output before its residual add (post_self_attn_layernorm)
+         * @param afterMlp a norm on the MLP's output before its residual add (post_mlp_layernorm)
+         * @return this
+         */
+        public Builder postLayernorms(boolean afterAttention, boolean afterMlp) {
+            this.postAttnNorm = afterAttention;
+            this.postMlpNorm = afterMlp;
+            return this;
+        }
+
+        /** @param enabled multiply the word embeddings by sqrt(hidden size) (Gemma) @return this */
+        public Builder scaleEmbeddingsBySqrtHidden(boolean enabled) {
+            this.scaleEmbeddings = enabled;
+            return this;
+        }
+
+        /** @param scale the attention scores' scale, or 0 for 1 / sqrt(kv channels) (Megatron's softmax_scale) @return this */
+        public Builder softmaxScale(double scale) {
+            this.scoreScale = scale;
+            return this;
+        }
+
+        /** @param base RoPE base of the sliding-window layers, or 0 for the global one @return this */
+        public Builder localRotaryBase(double base) {
+            this.localRope = base;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -722,7 +817,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
-                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm, tpOverlap, window);
+                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm, tpOverlap, window, zeroCentered, postAttnNorm,
+                    postMlpNorm, scaleEmbeddings, scoreScale, localRope);
         }
     }
 }

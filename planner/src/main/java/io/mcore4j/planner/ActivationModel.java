@@ -3,7 +3,6 @@ package io.mcore4j.planner;
 import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.RecomputeSegment;
-import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.Set;
 
@@ -158,7 +157,7 @@ final class ActivationModel {
         }
         if (!mlp) {
             double f = (double) mlpWidth() / tp;
-            if (c.activation() == MlpActivation.SWIGLU) {
+            if (c.activation().isGated()) {
                 kept += 5 * tokens * f * bytes;                  // [gate; up], sigmoid, SiLU, product
             } else {
                 kept += 2 * tokens * f * bytes;                  // pre-activation, activation
@@ -181,7 +180,7 @@ final class ActivationModel {
     double backwardTransient(int microBatch, int seqLength, int layers) {
         double tokens = (double) seqLength / cp * microBatch;
         double f = (double) mlpWidth() / tp;
-        double fc1 = c.activation() == MlpActivation.SWIGLU ? 2 * f : f;
+        double fc1 = c.activation().isGated() ? 2 * f : f;
         double grads = tokens * (2 * fc1 + 2 * c.hiddenSize()) * bytes;
         int rerun = 0;
         for (RecomputeSegment segment : RecomputeSegment.of(c, layers)) {

@@ -1,7 +1,6 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
-import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.pipeline.LayerAssignment;
 
 import java.util.ArrayList;
@@ -81,13 +80,24 @@ public final class ParameterInventory {
         if (c.addBiasLinear() || c.addQkvBias()) {
             out.add(new Tensor(key + "self_attention.linear_qkv.bias", qkv, false));
         }
+        if (c.qkLayernorm()) {
+            for (String qk : new String[] {"q_layernorm.", "k_layernorm."}) {
+                norm(c, key + "self_attention." + qk, c.kvChannels(), out);
+            }
+        }
         long projIn = (long) c.numAttentionHeads() * c.kvChannels() / tp;
         out.add(new Tensor(key + "self_attention.linear_proj.weight", projIn * h, false));
         if (c.addBiasLinear()) {
             out.add(new Tensor(key + "self_attention.linear_proj.bias", h, false));
         }
+        if (c.postSelfAttnLayernorm()) {
+            norm(c, key + "post_self_attn_layernorm.", out);
+        }
+        if (c.postMlpLayernorm()) {
+            norm(c, key + "post_mlp_layernorm.", out);
+        }
         norm(c, key + "pre_mlp_layernorm.", out);
-        boolean glu = c.activation() == MlpActivation.SWIGLU;
+        boolean glu = c.activation().isGated();
         if (c.isMoeLayer(n)) {
             TransformerConfig.MoeSettings m = c.moe();
             out.add(new Tensor(key + "mlp.router.weight", (long) m.numExperts() * h, false));
@@ -118,9 +128,13 @@ public final class ParameterInventory {
     }
 
     private static void norm(TransformerConfig c, String key, List<Tensor> out) {
-        out.add(new Tensor(key + "weight", c.hiddenSize(), false));
+        norm(c, key, c.hiddenSize(), out);
+    }
+
+    private static void norm(TransformerConfig c, String key, long width, List<Tensor> out) {
+        out.add(new Tensor(key + "weight", width, false));
         if (c.normalization() == TransformerConfig.Normalization.LAYER_NORM) {
-            out.add(new Tensor(key + "bias", c.hiddenSize(), false));
+            out.add(new Tensor(key + "bias", width, false));
         }
     }
 

@@ -69,6 +69,17 @@ class ParameterInventoryTest {
         check(model, new Layout(2, 2, 2, 1, 1, 1, 1, Recompute.NONE, false));
     }
 
+    /** Gemma 3's shape: query and key norms, norms after the attention and the MLP, GeGLU, a head of its own. */
+    @Test
+    void gemmaShapeWithQueryKeyAndPostNormsAtTp2Pp2() {
+        TransformerConfig model = TransformerConfig.builder(2, 64, 4, 256).queryGroups(2).kvChannels(24).ffnHiddenSize(96)
+                .maxSequenceLength(32).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-6)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(MlpActivation.GEGLU_TANH)
+                .addBiasLinear(false).qkLayernorm(true).postLayernorms(true, true).layernormZeroCenteredGamma(true)
+                .dropout(0, 0).build();
+        check(model, new Layout(2, 2, 1, 1, 1, 1, 1, Recompute.NONE, false));
+    }
+
     @Test
     void qkvBiasWithoutOtherBiasesAtTp2Dp2() {
         TransformerConfig model = TransformerConfig.builder(2, 64, 4, 256).maxSequenceLength(32).addBiasLinear(false)

@@ -13,7 +13,8 @@ import io.mcore4j.core.autograd.AutogradScope;
  * The activation of an MLP (the dense MLP of a transformer layer, MoE experts, the shared expert),
  * between {@code linear_fc1} and {@code linear_fc2}. Megatron-LM's default is GELU (exact, erf);
  * GPT-2 checkpoints use its tanh approximation; {@code --swiglu} selects SwiGLU, whose {@code linear_fc1} produces the gate and the up projection fused as
- * {@code [gate; up]} along the last dim (twice the MLP width, split with stride 2 over TP ranks).
+ * {@code [gate; up]} along the last dim (twice the MLP width, split with stride 2 over TP ranks); Gemma's GeGLU
+ * gates the same way with the tanh GELU.
  *
  * <p>SwiGLU and the tanh GELU each have a fused form: one call of a TorchScript module of ours
  * ({@code scripts/make_mlp_activation_modules.py}), loaded by {@link #loadFused} and passed to
@@ -26,14 +27,21 @@ public enum MlpActivation {
     /** GPT-2's GELU: {@code 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))} of {@code fc1 x}. */
     GELU_TANH,
     /** {@code silu(gate) * up} with {@code fc1 x = [gate; up]}. */
-    SWIGLU;
+    SWIGLU,
+    /** Gemma's GeGLU: {@code gelu_tanh(gate) * up} with {@code fc1 x = [gate; up]}, the tanh GELU as {@link #GELU_TANH}. */
+    GEGLU_TANH;
 
     /**
-     * @return how many tensors {@code linear_fc1} fuses along its output dim: 2 for SwiGLU
+     * @return how many tensors {@code linear_fc1} fuses along its output dim: 2 for the gated units
      *     ({@code [gate; up]}), else 1; also the partition stride of its weight
      */
     public int fc1Factor() {
-        return this == SWIGLU ? 2 : 1;
+        return isGated() ? 2 : 1;
+    }
+
+    /** @return whether {@code linear_fc1} gives a gate and an up projection ({@code [gate; up]}): SwiGLU and GeGLU */
+    public boolean isGated() {
+        return this == SWIGLU || this == GEGLU_TANH;
     }
 
     /**
@@ -52,11 +60,12 @@ public enum MlpActivation {
      * Loads this activation's fused module on {@code owner} (closed with it).
      *
      * @param owner manager that owns the module and picks its device
-     * @return the module for SwiGLU and the tanh GELU; null for the exact GELU, which is one libtorch op
+     * @return the module for SwiGLU and the tanh GELU; null for the exact GELU, which is one libtorch op, and for
+     *     GeGLU, composed from libtorch's ops
      */
     public TorchScriptModule loadFused(NDManager owner) {
         return switch (this) {
-            case GELU -> null;
+            case GELU, GEGLU_TANH -> null;
             case GELU_TANH -> TorchScriptModules.load(owner, MlpActivation.class, "/io/mcore4j/tensorparallel/gelu_tanh.pt");
             case SWIGLU -> TorchScriptModules.load(owner, MlpActivation.class, "/io/mcore4j/tensorparallel/swiglu.pt");
         };
@@ -78,14 +87,12 @@ public enum MlpActivation {
             return Tensors.own(Activation.gelu(pre), scope.manager());
         }
         if (this == GELU_TANH) {
-            // from elementary ops (autograd follows them); number operands as device scalars: a Java
-            // number is a synchronising host copy on a GPU. The temporaries die with the frame.
-            return scope.frame(pre, x -> {
-                NDManager m = scope.manager();
-                NDArray cube = x.mul(x).mul(x);
-                NDArray inner = x.add(cube.mul(Tensors.scalar(0.044715, x, m)));
-                NDArray t = inner.mul(Tensors.scalar(Math.sqrt(2 / Math.PI), x, m)).tanh();
-                return x.mul(Tensors.scalar(0.5, x, m)).mul(t.add(Tensors.scalar(1, x, m)));
+            return scope.frame(pre, x -> geluTanh(scope.manager(), x));
+        }
+        if (this == GEGLU_TANH) {
+            return scope.frame(pre, in -> {
+                NDList parts = in.split(2, in.getShape().dimension() - 1);
+                return geluTanh(scope.manager(), parts.get(0)).mul(parts.get(1));
             });
         }
         // libtorch keeps what the products' backward needs; the handles die with the frame
@@ -94,5 +101,16 @@ public enum MlpActivation {
             NDArray gate = parts.get(0);
             return gate.mul(Activation.sigmoid(gate)).mul(parts.get(1));
         });
+    }
+
+    /**
+     * The tanh GELU from elementary ops (autograd follows them); number operands as device scalars: a Java
+     * number is a synchronising host copy on a GPU. The caller's frame owns the temporaries.
+     */
+    private static NDArray geluTanh(NDManager m, NDArray x) {
+        NDArray cube = x.mul(x).mul(x);
+        NDArray inner = x.add(cube.mul(Tensors.scalar(0.044715, x, m)));
+        NDArray t = inner.mul(Tensors.scalar(Math.sqrt(2 / Math.PI), x, m)).tanh();
+        return x.mul(Tensors.scalar(0.5, x, m)).mul(t.add(Tensors.scalar(1, x, m)));
     }
 }

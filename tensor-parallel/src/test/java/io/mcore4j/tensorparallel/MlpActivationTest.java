@@ -17,7 +17,8 @@ import org.junit.jupiter.params.provider.EnumSource;
 
 /**
  * Each activation's fused form (the shipped TorchScript module, run by this CPU libtorch) against its
- * composed form: the same values and the same gradient for linear_fc1's output, in float32.
+ * composed form: the same values and the same gradient for linear_fc1's output, in float32; GeGLU is the
+ * tanh GELU's fused module on the gate times the up projection.
  */
 class MlpActivationTest {
 
@@ -43,6 +44,20 @@ class MlpActivationTest {
             }
             assertClose(activation + " values", results[1][0], results[0][0], 1e-6);
             assertClose(activation + " gradient", results[1][1], results[0][1], 1e-6);
+            return null;
+        });
+    }
+
+    @org.junit.jupiter.api.Test
+    void gegluIsTheTanhGeluOfTheGateTimesUp() {
+        InJvmWorld.run(1, rank -> {
+            NDManager m = rank.manager();
+            NDArray pre = Initializers.normal(1.5, 63).create(m, new Shape(5, 2, 12), DataType.FLOAT32);
+            try (AutogradScope scope = AutogradScope.openNoGrad(m)) {
+                NDArray geglu = MlpActivation.GEGLU_TANH.apply(scope, pre);
+                NDArray gelu = MlpActivation.GELU_TANH.apply(scope, pre.get("..., :6"), MlpActivation.GELU_TANH.loadFused(m));
+                assertClose("GeGLU", geglu, gelu.mul(pre.get("..., 6:")), 1e-6);
+            }
             return null;
         });
     }

@@ -16,7 +16,8 @@ import java.util.Arrays;
 import java.util.List;
 
 /**
- * Word embeddings (vocab-parallel) plus learned absolute position embeddings, then dropout.
+ * Word embeddings (vocab-parallel), scaled by {@code sqrt(h)} where the config asks (Gemma: the factor rounded to
+ * the parameter dtype, as Gemma rounds it), plus learned absolute position embeddings, then dropout.
  * Output [s, b, h], or this rank's [s/TP, b, h] slice with sequence parallelism (the word
  * embedding reduce-scatters; the position embedding adds the matching rows). Under context
  * parallelism {@code s} is this rank's part of the sequence, and its learned position rows are
@@ -91,6 +92,9 @@ public final class GptEmbedding extends AbstractModule {
 
     private NDArray embed(AutogradScope scope, NDArray tokens, ContextParallelSplit split, long positionOffset) {
         NDArray words = word.forward(scope, tokens);
+        if (ctx.config().scaleEmbeddingsBySqrtHidden()) {
+            words = words.mul(Tensors.scalar(Math.sqrt(ctx.config().hiddenSize()), words, scope.manager()));
+        }
         if (position == null) {
             return words;
         }

@@ -23,15 +23,24 @@ import io.mcore4j.models.TransformerConfig;
  * parallelism each rank sees a different slice of the sequence, so they are
  * {@link Parameter.Kind#SEQUENCE_PARALLEL} (gradients summed over TP before data-parallel averaging).
  * Every TP rank holds the same weights: rank 0's copy is the main replica in checkpoints.
+ *
+ * <p>With {@link TransformerConfig#layernormZeroCenteredGamma()} (Megatron's {@code --apply-layernorm-1p}) the
+ * weight starts at 0 and scales by {@code 1 + weight}: RMSNorm through a second module of ours
+ * ({@code scripts/make_zero_centered_rms_norm_module.py}, normalised and scaled in float32 as Gemma does),
+ * LayerNorm with {@code 1 + weight} in the weight's dtype.
  */
 public final class Norm extends AbstractModule implements UnaryModule {
     /** The RMSNorm module's resource, written by {@code scripts/make_rms_norm_module.py}. */
     public static final String RMS_NORM_RESOURCE = "/io/mcore4j/models/torchscript/rms_norm.pt";
+    /** The zero-centred RMSNorm module's resource, written by {@code scripts/make_zero_centered_rms_norm_module.py}. */
+    public static final String ZERO_CENTERED_RMS_NORM_RESOURCE = "/io/mcore4j/models/torchscript/zero_centered_rms_norm.pt";
 
     private final TransformerConfig.Normalization kind;
     private final double epsilon;
     private final Parameter weight;
     private final Parameter bias;
+    /** Whether the weight is stored centred on zero and scales by {@code 1 + weight}. */
+    private final boolean zeroCentered;
     /** RMSNorm's module and its epsilon as a 0-dim CPU float64 tensor; null for LayerNorm. */
     private final TorchScriptModule rmsNorm;
     private final NDArray rmsEpsilon;
@@ -55,10 +64,12 @@ public final class Norm extends AbstractModule implements UnaryModule {
         TransformerConfig c = ctx.config();
         this.kind = c.normalization();
         this.epsilon = c.normEpsilon();
+        this.zeroCentered = c.layernormZeroCenteredGamma();
         int tpRank = ctx.groups().tensorParallelRank();
         Parameter.Kind paramKind = differsOverTensorParallel ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE;
-        this.weight = registerParameter("", new Parameter("weight", DataTypes.ones(ctx.parameters(), new Shape(size), c.dtype(), ctx.parameters().getDevice()),
-                Parameter.Partition.NONE, paramKind), tpRank);
+        NDArray initial = zeroCentered ? DataTypes.zeros(ctx.parameters(), new Shape(size), c.dtype())
+                : DataTypes.ones(ctx.parameters(), new Shape(size), c.dtype(), ctx.parameters().getDevice());
+        this.weight = registerParameter("", new Parameter("weight", initial, Parameter.Partition.NONE, paramKind), tpRank);
         this.bias = kind == TransformerConfig.Normalization.LAYER_NORM
                 ? registerParameter("", new Parameter("bias", DataTypes.zeros(ctx.parameters(), new Shape(size), c.dtype()),
                         Parameter.Partition.NONE, paramKind), tpRank)
@@ -67,7 +78,8 @@ public final class Norm extends AbstractModule implements UnaryModule {
             this.rmsNorm = null;
             this.rmsEpsilon = null;
         } else {
-            this.rmsNorm = TorchScriptModules.load(ctx.parameters(), Norm.class, RMS_NORM_RESOURCE);
+            this.rmsNorm = TorchScriptModules.load(ctx.parameters(), Norm.class,
+                    zeroCentered ? ZERO_CENTERED_RMS_NORM_RESOURCE : RMS_NORM_RESOURCE);
             this.rmsEpsilon = ctx.parameters().newSubManager(Device.cpu()).create(epsilon);
         }
     }
@@ -80,13 +92,22 @@ public final class Norm extends AbstractModule implements UnaryModule {
     @Override
     public NDArray forward(AutogradScope scope, NDArray x) {
         if (kind == TransformerConfig.Normalization.LAYER_NORM) {
-            // libtorch's layer norm accumulates half-precision inputs in float32 internally: no casts needed
-            long width = x.getShape().get(x.getShape().dimension() - 1);
-            // DJL gives the result x's manager: it belongs to the pass's current frame instead
-            return Tensors.own(ai.djl.nn.norm.LayerNorm.layerNorm(x, new Shape(width), weight.data(), bias.data(),
-                    (float) epsilon).get(0), scope.manager());
+            if (!zeroCentered) {
+                return layerNorm(scope, x, weight.data());
+            }
+            // libtorch's graph keeps 1 + weight for backward; its handle dies with the frame
+            return scope.frame(() -> layerNorm(scope, x, Tensors.own(weight.data().add(Tensors.scalar(1, weight.data(),
+                    scope.manager())), scope.manager())));
         }
         // libtorch's rms_norm squares and averages in float32, where x^2 cannot overflow
         return Tensors.own(rmsNorm.forward(new NDList(x, weight.data(), rmsEpsilon)).singletonOrThrow(), scope.manager());
+    }
+
+    /** libtorch's layer norm, which accumulates half-precision inputs in float32 internally: no casts needed. */
+    private NDArray layerNorm(AutogradScope scope, NDArray x, NDArray gamma) {
+        long width = x.getShape().get(x.getShape().dimension() - 1);
+        // DJL gives the result x's manager: it belongs to the pass's current frame instead
+        return Tensors.own(ai.djl.nn.norm.LayerNorm.layerNorm(x, new Shape(width), gamma, bias.data(), (float) epsilon)
+                .get(0), scope.manager());
     }
 }

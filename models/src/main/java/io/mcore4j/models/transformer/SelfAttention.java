@@ -13,7 +13,10 @@ import io.mcore4j.tensorparallel.ParallelLinear;
 
 /**
  * Causal self-attention with grouped queries: linear_qkv → (per-head query and key norms) → (RoPE) →
- * core attention → linear_proj.
+ * core attention → linear_proj. A {@link TransformerConfig#softmaxScale()} other than {@code 1/sqrt(d)} scales
+ * the queries by {@code softmaxScale·sqrt(d)} before the core attention, whose own {@code 1/sqrt(d)} then gives
+ * the scores that scale (every core attention, the fused and the context-parallel ones and the generation
+ * cache's, keeps one scale). A layer with a sliding window rotates with {@link TransformerConfig#rotaryBase(int)}.
  *
  * <p>The fused QKV output is laid out group by group, each group holding its
  * {@code heads/groups} query heads, then its key head, then its value head, so splitting the output
@@ -32,6 +35,8 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
     private final ContextParallelSplit contextParallel;
     private final int headsPerGroup;
     private final int headDim;
+    /** The factor of the queries that turns the core attention's 1/sqrt(d) into the config's softmax scale, or 1. */
+    private final double queryScale;
 
     /**
      * @param ctx the model context
@@ -54,8 +59,9 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         // every rank normalises its own heads with the same weights: their gradients are summed over TP
         this.queryNorm = c.qkLayernorm() ? registerModule("q_layernorm.", new Norm(ctx, headDim, true)) : null;
         this.keyNorm = c.qkLayernorm() ? registerModule("k_layernorm.", new Norm(ctx, headDim, true)) : null;
-        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(), c.ropeScaling(),
-                ctx.parameters()) : null;
+        this.rope = c.usesRope() ? new RotaryEmbedding(headDim, c.rotaryPercent(), c.rotaryBase(layerNumber),
+                c.ropeScaling(layerNumber), ctx.parameters()) : null;
+        this.queryScale = c.softmaxScale() > 0 ? c.softmaxScale() * Math.sqrt(headDim) : 1;
         this.contextParallel = ContextParallelSplit.of(ctx.groups().cp());
     }
 
@@ -88,7 +94,8 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
 
     private NDArray attend(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         NDArray mixed = qkv.forward(scope, x).output();
-        if (rope == null && queryNorm == null && cache == null && core instanceof SdpaAttention sdpa && sdpa.packsQkvGradients()
+        if (rope == null && queryNorm == null && queryScale == 1 && cache == null && core instanceof SdpaAttention sdpa
+                && sdpa.packsQkvGradients()
                 && !ctx.config().recomputes(TransformerConfig.RecomputeModule.CORE_ATTN)) {
             return sdpa.forwardFused(scope, mixed);
         }
@@ -121,6 +128,9 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
             if (cache == null) {
                 value = rotated[2];
             }
+        }
+        if (queryScale != 1) {
+            rotatedQuery = rotatedQuery.mul(Tensors.scalar(queryScale, rotatedQuery, scope.manager()));
         }
         if (cache != null) {
             return cache.attend(scope, rotatedQuery, rotatedKey, value);

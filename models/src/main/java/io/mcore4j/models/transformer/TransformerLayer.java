@@ -23,13 +23,16 @@ import java.util.Map;
 
 /**
  * A pre-norm transformer layer: {@code h = x + dropout(attention(norm(x)))},
- * {@code out = h + dropout(mlp(norm(h)))}. Full recompute checkpoints runs of layers
+ * {@code out = h + dropout(mlp(norm(h)))}; with {@link TransformerConfig#postSelfAttnLayernorm()} and
+ * {@link TransformerConfig#postMlpLayernorm()} (Gemma's "sandwich" norms) the attention's and the MLP's outputs
+ * are normed too before their residual adds. Full recompute checkpoints runs of layers
  * ({@link #forwardRecomputed}, which the model calls as {@link RecomputeSegment} says); selective
  * recompute of {@code core_attn}, {@code mlp} or {@code moe} checkpoints that part of every layer.
  * Recomputed parts replay their dropout masks.
  *
  * <p>Keys, relative to the layer's {@link #keyPrefix}: {@code input_layernorm.*},
- * {@code self_attention.*}, {@code pre_mlp_layernorm.*}, {@code mlp.*}. Dense parts held
+ * {@code self_attention.*}, {@code post_self_attn_layernorm.*}, {@code pre_mlp_layernorm.*}, {@code mlp.*},
+ * {@code post_mlp_layernorm.*}. Dense parts held
  * identically by every data- and context-parallel rank are main replicas only on rank 0 of the
  * {@code dp-cp} group; a mixture of experts
  * describes its own replicas (different DP ranks hold different experts).
@@ -40,6 +43,9 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     private final Norm inputNorm;
     private final SelfAttention attention;
     private final Norm preMlpNorm;
+    /** The norms of the attention's and the MLP's outputs, or null. */
+    private final Norm postAttentionNorm;
+    private final Norm postMlpNorm;
     private final ParallelMlp mlp;
     private final MoeLayer moe;
     /** The second half as one Function with a written-out backward where it applies ({@link #mlpHalf}), else null. */
@@ -60,6 +66,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         boolean dpReplica = ctx.groups().dpCp().rank() > 0;
         this.inputNorm = registerModule("input_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
         this.attention = registerModule("self_attention.", new SelfAttention(ctx, spec, key + "self_attention.", layerNumber), dpReplica);
+        this.postAttentionNorm = c.postSelfAttnLayernorm()
+                ? registerModule("post_self_attn_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica) : null;
         this.preMlpNorm = registerModule("pre_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
         if (c.isMoeLayer(layerNumber)) {
             this.mlp = null;
@@ -69,6 +77,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
             this.mlp = registerModule("mlp.", denseMlp(ctx, spec, key + "mlp."), dpReplica);
             this.moe = null;
         }
+        this.postMlpNorm = c.postMlpLayernorm() ? registerModule("post_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica)
+                : null;
         this.mlpHalf = moe == null ? mlpHalf(ctx, preMlpNorm, mlp) : null;
     }
 
@@ -82,6 +92,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     private static MlpHalf mlpHalf(ModelContext ctx, Norm norm, ParallelMlp mlp) {
         TransformerConfig c = ctx.config();
         boolean applies = c.normalization() == TransformerConfig.Normalization.LAYER_NORM
+                && !c.layernormZeroCenteredGamma() && !c.postMlpLayernorm()
                 && c.activation() == MlpActivation.GELU && c.addBiasLinear() && c.hiddenDropout() == 0
                 && ctx.groups().tp().size() == 1 && !c.sequenceParallel()
                 && !c.recomputes(TransformerConfig.RecomputeModule.MLP);
@@ -259,13 +270,15 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         return scope.frame(() -> {
             // the residual add of the first half would land in the caller's manager: x is lent to the frame
             NDArray h = scope.frame(x, r -> residualOperand(scope, r, half).add(Dropout.apply(scope,
-                    attend(scope, inputNorm.forward(scope, r), inference), p, ctx.hiddenDropout())));
+                    postNorm(scope, postAttentionNorm, attend(scope, inputNorm.forward(scope, r), inference)), p,
+                    ctx.hiddenDropout())));
             return scope.frame(() -> {
                 if (half) {
                     return mlpHalf.apply(scope, h);
                 }
                 NDArray mlpIn = preMlpNorm.forward(scope, h);
-                return h.add(Dropout.apply(scope, feedForward(scope, mlpIn, inference), p, ctx.hiddenDropout()));
+                return h.add(Dropout.apply(scope, postNorm(scope, postMlpNorm, feedForward(scope, mlpIn, inference)), p,
+                        ctx.hiddenDropout()));
             });
         });
     }
@@ -288,6 +301,11 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
                 : new Recompute("recompute(mlp of layer " + layerNumber + ")",
                         (inner, in) -> new NDArray[] {mlp.forward(inner, in[0])}, Recompute.Replay.NONE);
         return scope.apply1(recompute, mlpIn);
+    }
+
+    /** A branch's output through its post norm, where the layer has one. */
+    private static NDArray postNorm(AutogradScope scope, Norm norm, NDArray branch) {
+        return norm == null ? branch : norm.forward(scope, branch);
     }
 
     private NDArray attend(AutogradScope scope, NDArray normed, InferenceContext inference) {

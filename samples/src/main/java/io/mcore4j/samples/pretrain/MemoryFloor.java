@@ -3,7 +3,6 @@ package io.mcore4j.samples.pretrain;
 import ai.djl.engine.Engine;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.samples.launch.ParallelLayoutOptions;
-import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.Locale;
 import java.util.function.BooleanSupplier;
@@ -100,7 +99,7 @@ final class MemoryFloor {
         String describe = String.format(Locale.ROOT, "%s (%d layers, hidden size %d, vocabulary %d)", source, c.numLayers(),
                 c.hiddenSize(), c.vocabSize());
         return shape(describe, c.numLayers(), h, (c.numAttentionHeads() + 2.0 * c.numQueryGroups()) * kv,
-                c.numAttentionHeads() * kv, c.ffnHiddenSize(), c.activation() == MlpActivation.SWIGLU, c.vocabSize(),
+                c.numAttentionHeads() * kv, c.ffnHiddenSize(), c.activation().isGated(), c.vocabSize(),
                 c.usesRope() ? 0 : c.maxSequenceLength(), !c.tiedEmbeddings(), moe == null ? 0 : moe.numExperts(),
                 moe == null ? 1 : moe.layerFrequency(), moe == null ? 0 : moe.ffnHiddenSize(),
                 source + "'s word embedding", source + "'s position embedding", source + "'s MLP");

@@ -1,0 +1,156 @@
+package io.mcore4j.hf;
+
+import com.google.gson.JsonElement;
+import com.google.gson.JsonObject;
+import io.mcore4j.models.TransformerConfig;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Typed access to a {@code config.json}'s values, errors naming file and key; JSON nulls count as absent. Also
+ * reads the two structured values several architectures share: {@code layer_types} and a set of RoPE parameters.
+ */
+final class ConfigReader {
+    /** {@code layer_types} entries. */
+    static final String FULL = "full_attention";
+    static final String SLIDING = "sliding_attention";
+
+    /**
+     * A RoPE base and its LLaMA 3.1 scaling.
+     *
+     * @param theta the base
+     * @param scaling the scaling, or null
+     */
+    record Rope(double theta, TransformerConfig.RopeScaling scaling) {}
+
+    final String file;
+    final JsonObject json;
+
+    ConfigReader(String file, JsonObject json) {
+        this.file = file;
+        this.json = json;
+    }
+
+    boolean has(String key) {
+        return json.has(key) && !json.get(key).isJsonNull();
+    }
+
+    JsonElement get(String key) {
+        if (!has(key)) {
+            throw new HfCheckpointException(file + ": required key \"" + key + "\" is missing");
+        }
+        return json.get(key);
+    }
+
+    int integer(String key) {
+        try {
+            double v = get(key).getAsDouble();
+            if (v != Math.rint(v) || v < 0 || v > Integer.MAX_VALUE) {
+                throw new NumberFormatException(String.valueOf(v));
+            }
+            return (int) v;
+        } catch (RuntimeException e) {
+            if (e instanceof HfCheckpointException h) {
+                throw h;
+            }
+            throw new HfCheckpointException(file + ": \"" + key + "\" must be a non-negative integer, got " + json.get(key));
+        }
+    }
+
+    int integerOr(String key, int fallback) {
+        return has(key) ? integer(key) : fallback;
+    }
+
+    double number(String key) {
+        try {
+            return get(key).getAsDouble();
+        } catch (RuntimeException e) {
+            if (e instanceof HfCheckpointException h) {
+                throw h;
+            }
+            throw new HfCheckpointException(file + ": \"" + key + "\" must be a number, got " + json.get(key));
+        }
+    }
+
+    double numberOr(String key, double fallback) {
+        return has(key) ? number(key) : fallback;
+    }
+
+    boolean boolOr(String key, boolean fallback) {
+        if (!has(key)) {
+            return fallback;
+        }
+        JsonElement e = json.get(key);
+        if (!e.isJsonPrimitive() || !e.getAsJsonPrimitive().isBoolean()) {
+            throw new HfCheckpointException(file + ": \"" + key + "\" must be true or false, got " + e);
+        }
+        return e.getAsBoolean();
+    }
+
+    String string(String key) {
+        return get(key).getAsString();
+    }
+
+    String stringOr(String key, String fallback) {
+        return has(key) ? string(key) : fallback;
+    }
+
+    void require(String key, boolean ok, String expected) {
+        if (!ok) {
+            throw new HfCheckpointException(file + ": \"" + key + "\" = " + json.get(key) + " is not supported: expected "
+                    + expected);
+        }
+    }
+
+    TransformerConfig build(TransformerConfig.Builder b) {
+        try {
+            return b.build();
+        } catch (IllegalArgumentException e) {
+            throw new HfCheckpointException(file + ": " + e.getMessage(), e);
+        }
+    }
+
+    /**
+     * @param layers the model's layers
+     * @return {@code layer_types}, each {@link #FULL} or {@link #SLIDING}, one per layer; empty when absent
+     */
+    List<String> layerTypes(int layers) {
+        List<String> types = new ArrayList<>();
+        if (has("layer_types")) {
+            for (JsonElement t : json.getAsJsonArray("layer_types")) {
+                String type = t.getAsString();
+                require("layer_types", type.equals(FULL) || type.equals(SLIDING), "\"" + FULL + "\" or \"" + SLIDING
+                        + "\" for each layer");
+                types.add(type);
+            }
+            require("layer_types", types.size() == layers, "one entry per layer (" + layers + ")");
+        }
+        return types;
+    }
+
+    /**
+     * One set of RoPE parameters: a {@code rope_parameters} object (transformers 5) or {@code rope_scaling}
+     * (transformers 4) of type {@code default} or {@code llama3}, its {@code rope_theta} where it has one.
+     *
+     * @param key the object's name, for errors
+     * @param params the object, or null for none
+     * @param theta the base where the object names none
+     * @return the base and scaling
+     * @throws HfCheckpointException for another rope type
+     */
+    Rope rope(String key, JsonObject params, double theta) {
+        if (params == null) {
+            return new Rope(theta, null);
+        }
+        ConfigReader p = new ConfigReader(file + " " + key, params);
+        double base = p.numberOr("rope_theta", theta);
+        String type = p.stringOr("rope_type", p.stringOr("type", "default"));
+        if (type.equals("default")) {
+            return new Rope(base, null);
+        }
+        p.require("rope_type", type.equals("llama3"), "\"default\" or \"llama3\", got \"" + type + "\"");
+        return new Rope(base, new TransformerConfig.RopeScaling(p.number("factor"), p.number("low_freq_factor"),
+                p.number("high_freq_factor"), p.integer("original_max_position_embeddings")));
+    }
+}
