@@ -1,6 +1,9 @@
 package io.mcore4j.samples.generate;
 
 import ai.djl.ndarray.types.DataType;
+import com.google.gson.JsonParser;
+import io.mcore4j.checkpoint.CommonState;
+import io.mcore4j.hf.HfConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.checkpoint.CheckpointManager;
 import io.mcore4j.checkpoint.DistCheckpointing;
@@ -10,6 +13,7 @@ import io.mcore4j.models.TransformerConfig;
 import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -17,7 +21,8 @@ import java.util.regex.Pattern;
  * A GPT's shape as a pretrain-gpt checkpoint records it: the global shapes and dtypes of its
  * {@code model.} tensors in its metadata. From them come the layer count, widths, (padded)
  * vocabulary, MLP kind, norm kind, biases, tied or untied output layer, position embedding and query
- * groups and query/key norms; the attention-head count, which no shape records, is given by the caller.
+ * groups and query/key norms; the attention-head count, which no shape records, is given by the caller. A
+ * {@code convert-hf} checkpoint also holds its Hugging Face config, which gives the whole model.
  *
  * @param directory the checkpoint directory read (an {@code iter_*} directory)
  * @param shapes global shape by tensor key
@@ -105,8 +110,37 @@ record CheckpointShapes(Path directory, Map<String, long[]> shapes, Map<String, 
                 .qkLayernorm(has("decoder.layers.0.self_attention.q_layernorm.weight"))
                 .tiedEmbeddings(!has("output_layer.weight"))
                 .dropout(0, 0)
-                .dtype("F16".equals(dtypes.get(PREFIX + "embedding.word_embeddings.weight")) ? DataType.FLOAT16 : DataType.FLOAT32);
+                .dtype(dtype());
         return b.build();
+    }
+
+    /**
+     * The Hugging Face config {@code convert-hf} stored in the checkpoint ({@code hf_config}), which knows what no
+     * shape records (sliding windows, zero-centred norms, scales, rotary bases), or null for a pretrain-gpt checkpoint.
+     *
+     * @return the config, or null
+     */
+    HfConfig storedHfConfig() {
+        CommonState common = DistCheckpointing.loadCommonState(directory);
+        if (!common.contains("hf_config")) {
+            return null;
+        }
+        return HfConfig.parse(directory + " hf_config", JsonParser.parseString(common.getString("hf_config")).getAsJsonObject(),
+                Set.of());
+    }
+
+    /**
+     * The model of a stored Hugging Face config, with the checkpoint's padded vocabulary and dtype.
+     *
+     * @param stored the checkpoint's {@link #storedHfConfig()}
+     * @return the config
+     */
+    TransformerConfig config(HfConfig stored) {
+        return stored.transformerConfigPaddedTo((int) shape("embedding.word_embeddings.weight")[0], dtype());
+    }
+
+    private DataType dtype() {
+        return "F16".equals(dtypes.get(PREFIX + "embedding.word_embeddings.weight")) ? DataType.FLOAT16 : DataType.FLOAT32;
     }
 
     private boolean has(String key) {

@@ -156,9 +156,12 @@ public final class GenerateGpt implements Callable<Integer> {
                 : SamplingParams.sample(temperature, topK, topP, numTokensToGenerate, seed);
         CheckpointShapes checkpoint = loadHf == null ? CheckpointShapes.read(load) : null;
         HfConfig hf = loadHf == null ? null : HfConfig.read(loadHf, java.util.Set.of());
+        // convert-hf's checkpoints carry their Hugging Face config: it gives what no shape records (windows, norms' kind)
+        HfConfig stored = checkpoint == null ? null : checkpoint.storedHfConfig();
         // a Hugging Face model's vocabulary is padded as pretrain-gpt pads it by default (128 x TP); padded ids are never picked
-        TransformerConfig config = hf == null ? checkpoint.config(heads, seqLength, rotaryBase, normEpsilon)
-                : hf.transformerConfig(HF_VOCAB_DIVISOR, tensorParallel, DataType.FLOAT32);
+        TransformerConfig config = hf != null ? hf.transformerConfig(HF_VOCAB_DIVISOR, tensorParallel, DataType.FLOAT32)
+                : stored != null ? checkpoint.config(stored) : checkpoint.config(heads, seqLength, rotaryBase, normEpsilon);
+        HfConfig known = hf != null ? hf : stored;
         Path source = hf == null ? checkpoint.directory() : loadHf;
         Mcore4j.ensureInitialized();
         int world = tensorParallel * pipelineParallel;
@@ -170,7 +173,7 @@ public final class GenerateGpt implements Callable<Integer> {
             for (String p : prompts) {
                 ids.add(tokenizer.encode(p));
             }
-            int vocabulary = Math.min(tokenizer.vocabularySize(), hf == null ? config.vocabSize() : hf.vocabSize());
+            int vocabulary = Math.min(tokenizer.vocabularySize(), known == null ? config.vocabSize() : known.vocabSize());
             // an end-of-document id the model cannot produce (a byte-level tokenizer's 256 for a small
             // Hugging Face vocabulary) never stops a completion
             int eod = tokenizer.endOfDocument().isPresent() && tokenizer.endOfDocument().getAsInt() < vocabulary
@@ -189,7 +192,7 @@ public final class GenerateGpt implements Callable<Integer> {
             if (completions == null) {
                 return 0; // launched, and not world rank 0: rank 0 prints
             }
-            out.println("generate-gpt: " + source + (hf != null ? " (" + hf.architecture().className() + ")" : "") + ", " + config.numLayers() + " layers, hidden "
+            out.println("generate-gpt: " + source + (known != null ? " (" + known.architecture().className() + ")" : "") + ", " + config.numLayers() + " layers, hidden "
                     + config.hiddenSize() + ", vocab " + config.vocabSize() + ", TP" + tensorParallel + " x PP" + pipelineParallel);
             for (int i = 0; i < prompts.size(); i++) {
                 Completion c = completions.get(i);
@@ -276,6 +279,13 @@ public final class GenerateGpt implements Callable<Integer> {
             LoadResult loaded = DistCheckpointing.load(source, targets, groups.world(), StrictMode.RETURN_ALL);
             if (!loaded.missingKeys().isEmpty()) {
                 throw new IllegalArgumentException("checkpoint " + source + " lacks " + loaded.missingKeys());
+            }
+            List<String> unused = loaded.unexpectedKeys().stream().filter(k -> k.startsWith("model.")).toList();
+            if (!unused.isEmpty()) {
+                // weights the model built from the shapes has no place for: generating without them would be wrong
+                throw new IllegalArgumentException("checkpoint " + source + " holds model weights the model read from its"
+                        + " shapes has no place for (" + unused.size() + ", e.g. " + unused.get(0) + "); a pretrain-gpt"
+                        + " checkpoint of layer options no shape records cannot be generated from yet");
             }
         }
         List<Completion> completions = new Generator(model, vocabulary, eod).generate(ids, params);

@@ -376,6 +376,8 @@ public final class PretrainArgs {
             + " --normalization kind, weights shared by the heads) before the rotary embedding, as Megatron-Core's"
             + " qk_layernorm (Qwen3, OLMo 2).")
     boolean qkLayernorm;
+    @Mixin
+    final LayerVariantFlags layerVariants = new LayerVariantFlags();
     @Option(names = "--rotary-base", description = "RoPE base (theta). Default: ${DEFAULT-VALUE}.")
     double rotaryBase = 10000;
     @Option(names = "--rotary-percent", description = "Fraction of each head's channels that RoPE rotates. Default: ${DEFAULT-VALUE}.")
@@ -990,6 +992,7 @@ public final class PretrainArgs {
                         + " come from its config.json, whose architecture (" + hfConfig().architecture().className()
                         + ") has no query and key norms; drop the flag");
             }
+            layerVariants.checkAgainst(hfConfig(), "--load-hf " + loadHf);
             // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
                     Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
@@ -1022,6 +1025,7 @@ public final class PretrainArgs {
         if (swiglu) {
             b.activation(MlpActivation.SWIGLU);
         }
+        layerVariants.apply(b, numLayers, swiglu);
         if (normalization == NormalizationKind.RMSNorm) {
             b.normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5);
         }

@@ -18,9 +18,6 @@ public final class RefusedMegatronFlags {
     String tiktokenPattern;
 
     // model
-    @Option(names = "--apply-layernorm-1p", description = "Refused: zero-centred norm weights are not implemented"
-            + " (mcore4j's norm weights start at 1).")
-    boolean applyLayernorm1p;
     @Option(names = "--init-method-xavier-uniform", description = "Refused: weights are initialised from a normal"
             + " distribution (--init-method-std) only.")
     boolean initMethodXavierUniform;
@@ -73,8 +70,6 @@ public final class RefusedMegatronFlags {
      */
     void check() {
         List<String> refusals = new ArrayList<>();
-        flag(refusals, applyLayernorm1p, "--apply-layernorm-1p: zero-centred norm weights are not implemented; drop the"
-                +  " flag (mcore4j's LayerNorm and RMSNorm weights start at 1)");
         flag(refusals, initMethodXavierUniform, "--init-method-xavier-uniform: only normal initialisation is implemented;"
                 + " use --init-method-std");
         if (ckptFormat != null) {

@@ -20,21 +20,25 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
 /**
- * {@code generate-gpt --load-hf}: hf-bridge's tiny Qwen3 fixture (QK-norm, 16 channels per head at
- * hidden 32 and 4 heads), prompted with its fixture prompt (ids below 100, so the byte-level
- * tokenizer's bytes are the fixture's ids), completes greedily at TP1, TP2 and PP2 with the 20
- * tokens transformers' greedy {@code generate()} gave.
+ * {@code generate-gpt --load-hf}: hf-bridge's tiny fixtures, prompted with their fixture prompt (ids below 100, so
+ * the byte-level tokenizer's bytes are the fixture's ids), complete greedily with the 20 tokens transformers' greedy
+ * {@code generate()} gave: Qwen3 (QK-norm, 16 channels per head at hidden 32 and 4 heads) at TP1, TP2 and PP2,
+ * Mistral with a 4-token sliding window at TP2, Gemma 3 (windows interleaved with global layers, its norms, GeGLU)
+ * at TP2 and PP2.
  */
 class GenerateGptHfTest {
-    private static final Path QWEN3 = Path.of("..", "hf-bridge", "src", "test", "resources", "hf", "qwen3");
+    private static final Path FIXTURES = Path.of("..", "hf-bridge", "src", "test", "resources", "hf");
+    private static final Path QWEN3 = FIXTURES.resolve("qwen3");
 
-    @ParameterizedTest(name = "TP{0} x PP{1}")
-    @CsvSource({"1, 1", "2, 1", "1, 2"})
-    void qwen3CompletesAsTransformersDoes(String tp, String pp) throws Exception {
-        String text = generate("--load-hf", QWEN3.toString(), "--tensor-model-parallel-size", tp,
+    @ParameterizedTest(name = "{0} at TP{1} x PP{2}")
+    @CsvSource({"qwen3, 1, 1, Qwen3ForCausalLM", "qwen3, 2, 1, Qwen3ForCausalLM", "qwen3, 1, 2, Qwen3ForCausalLM",
+        "mistral, 2, 1, MistralForCausalLM", "gemma3, 2, 1, Gemma3ForCausalLM", "gemma3, 1, 2, Gemma3ForCausalLM"})
+    void completesAsTransformersDoes(String fixture, String tp, String pp, String className) throws Exception {
+        Path dir = FIXTURES.resolve(fixture);
+        String text = generate(dir, "--load-hf", dir.toString(), "--tensor-model-parallel-size", tp,
                 "--pipeline-model-parallel-size", pp);
-        assertTrue(text.contains("Qwen3ForCausalLM"), text);
-        assertCompletion(text, "TP" + tp + " x PP" + pp);
+        assertTrue(text.contains(className), text);
+        assertCompletion(dir, text, fixture + " at TP" + tp + " x PP" + pp);
     }
 
     /**
@@ -47,13 +51,30 @@ class GenerateGptHfTest {
         assertEquals(0, new picocli.CommandLine(new io.mcore4j.samples.hf.ConvertHf()).execute("--load-hf",
                 QWEN3.toString(), "--save", converted.toString(), "--nproc", "2", "--tensor-model-parallel-size", "2",
                 "--make-vocab-size-divisible-by", "8"));
-        String text = generate("--load", converted.toString(), "--num-attention-heads", "4", "--rotary-base", "1000000",
+        String text = generate(QWEN3, "--load", converted.toString(), "--num-attention-heads", "4", "--rotary-base", "1000000",
                 "--norm-epsilon", "1e-5", "--seq-length", "256");
-        assertCompletion(text, "converted");
+        assertCompletion(QWEN3, text, "converted");
     }
 
-    private static String generate(String... flags) throws Exception {
-        JsonObject reference = reference();
+    /**
+     * convert-hf's checkpoint of the Gemma 3 fixture, at PP2, completed by {@code generate-gpt --load} at TP2: what no
+     * shape records (the windows, the zero-centred norms, the scales, the rotary bases) comes from the Hugging Face
+     * config convert-hf stored.
+     */
+    @Test
+    void convertedGemma3CompletesAsTransformersDoes(@TempDir Path dir) throws Exception {
+        Path gemma = FIXTURES.resolve("gemma3");
+        Path converted = dir.resolve("gemma3");
+        assertEquals(0, new picocli.CommandLine(new io.mcore4j.samples.hf.ConvertHf()).execute("--load-hf",
+                gemma.toString(), "--save", converted.toString(), "--nproc", "2", "--pipeline-model-parallel-size", "2",
+                "--make-vocab-size-divisible-by", "8"));
+        String text = generate(gemma, "--load", converted.toString(), "--tensor-model-parallel-size", "2");
+        assertTrue(text.contains("Gemma3ForCausalLM"), text);
+        assertCompletion(gemma, text, "converted gemma3");
+    }
+
+    private static String generate(Path fixture, String... flags) throws Exception {
+        JsonObject reference = reference(fixture);
         String prompt = bytesOf(reference.getAsJsonArray("input_ids"));
         int tokens = reference.getAsJsonArray("generated").size();
         java.util.List<String> argv = new java.util.ArrayList<>(java.util.List.of(flags));
@@ -66,12 +87,12 @@ class GenerateGptHfTest {
         return text;
     }
 
-    private static JsonObject reference() throws Exception {
-        return JsonParser.parseString(Files.readString(QWEN3.resolve("logits.json"), StandardCharsets.UTF_8)).getAsJsonObject();
+    private static JsonObject reference(Path fixture) throws Exception {
+        return JsonParser.parseString(Files.readString(fixture.resolve("logits.json"), StandardCharsets.UTF_8)).getAsJsonObject();
     }
 
-    private static void assertCompletion(String text, String what) throws Exception {
-        JsonArray generated = reference().getAsJsonArray("generated");
+    private static void assertCompletion(Path fixture, String text, String what) throws Exception {
+        JsonArray generated = reference(fixture).getAsJsonArray("generated");
         int[] expected = new int[generated.size()];
         for (int i = 0; i < expected.length; i++) {
             expected[i] = generated.get(i).getAsInt();

@@ -62,10 +62,7 @@ class MegatronExampleScriptsTest {
                 "--kv-channels", "8", "--seq-length", "16", "--max-position-embeddings", "16",
                 "--position-embedding-type", "rope", "--rotary-base", "1000000", "--rotary-percent", "1.0",
                 "--attention-dropout", "0.0", "--hidden-dropout", "0.0", "--swiglu", "--normalization", "RMSNorm",
-                "--init-method-std", "0.0134", "--attention-backend", "fused"));
-        if (refused) {
-            f.add("--apply-layernorm-1p");
-        }
+                "--init-method-std", "0.0134", "--attention-backend", "fused", "--apply-layernorm-1p"));
         f.addAll(List.of("--untie-embeddings-and-output-weights", "--disable-bias-linear",
                 "--micro-batch-size", "1", "--global-batch-size", "4"));
         if (refused) {
@@ -173,8 +170,9 @@ class MegatronExampleScriptsTest {
 
     @Test
     void llama3ScriptStopsAtItsFirstRefusedFlagAndTrainsWithoutThem() {
-        assertRefused("--apply-layernorm-1p: zero-centred norm weights are not implemented; drop the flag (mcore4j's"
-                + " LayerNorm and RMSNorm weights start at 1)", llama3(true));
+        assertRefused("--ckpt-format torch_dist: mcore4j does not write Megatron's checkpoint formats; --save writes"
+                + " mcore4j's own sharded format (iter_NNNNNNN directories, resharded on --load); drop the flag, or use"
+                + " --save-hf for a Hugging Face copy", llama3(true));
         assertTrainsOneIteration(llama3(false));
     }
 

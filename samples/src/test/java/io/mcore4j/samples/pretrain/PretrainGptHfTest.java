@@ -17,7 +17,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * {@code pretrain-gpt --load-hf DIR --save-hf OUT}: the tiny LLaMA and Qwen3 fixtures of hf-bridge (bf16) are
+ * {@code pretrain-gpt --load-hf DIR --save-hf OUT}: the tiny LLaMA, Qwen3 and Gemma 3 fixtures of hf-bridge (bf16) are
  * imported at TP2 x PP2, trained two iterations with a zero learning rate and exported as bf16:
  * every tensor comes back bitwise (bf16 -> float32 -> bf16 is exact), so the import happened before
  * the optimizer took its copies and the export wrote every rank's pieces.
@@ -27,7 +27,7 @@ class PretrainGptHfTest {
     Path tmp;
 
     @ParameterizedTest
-    @ValueSource(strings = {"llama", "qwen3"})
+    @ValueSource(strings = {"llama", "qwen3", "gemma3"})
     void loadHfTrainSaveHfRoundTrips(String fixture) throws Exception {
         Path source = Path.of("..", "hf-bridge", "src", "test", "resources", "hf", fixture);
         Path out = tmp.resolve("out");

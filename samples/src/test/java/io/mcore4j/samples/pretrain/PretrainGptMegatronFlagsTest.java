@@ -17,6 +17,8 @@ import java.util.List;
 import java.util.stream.Stream;
 
 import io.mcore4j.data.sampler.DataloaderType;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.training.gpt.GptTrainingSetup;
 import org.junit.jupiter.api.Test;
@@ -115,6 +117,53 @@ class PretrainGptMegatronFlagsTest {
         assertEquals(0, setup("--num-experts", "2", "--moe-aux-loss-coeff", "0.01", "--moe-router-load-balancing-type", "none")
                 .model().moe().auxLossCoeff());
         assertEquals(0.01, setup("--num-experts", "2", "--moe-aux-loss-coeff", "0.01").model().moe().auxLossCoeff());
+    }
+
+    /**
+     * Megatron's sliding-window flags (its int and list forms) and zero-centred norms, and mcore4j's flags for the
+     * rest of Gemma's layer: what each sets, and the one line of a value that cannot be honoured.
+     */
+    @Test
+    void windowAndGemmaLayerFlagsSetTheModel() {
+        TransformerConfig m = setup("--window-size", "3,0", "--window-attn-skip-freq", "2", "--apply-layernorm-1p",
+                "--post-self-attn-layernorm", "--post-mlp-layernorm", "--geglu", "--scale-embeddings-by-sqrt-hidden",
+                "--softmax-scale", "0.25", "--position-embedding-type", "rope", "--local-rotary-base", "20000",
+                "--normalization", "RMSNorm", "--qk-layernorm").model();
+        assertEquals(List.of(3, -1), List.of(m.windowSize(0), m.windowSize(1)), "layer 2 of every 2 (1-based) global");
+        assertTrue(m.layernormZeroCenteredGamma() && m.postSelfAttnLayernorm() && m.postMlpLayernorm()
+                && m.scaleEmbeddingsBySqrtHidden() && m.qkLayernorm());
+        assertEquals(MlpActivation.GEGLU_TANH, m.activation());
+        assertEquals(0.25, m.softmaxScale());
+        assertEquals(List.of(20000.0, 10000.0), List.of(m.rotaryBase(0), m.rotaryBase(1)));
+        TransformerConfig pattern = setup("--window-size", "(5,0)", "--window-attn-skip-freq", "([0]+[1])*1").model();
+        assertEquals(List.of(-1, 5), List.of(pattern.windowSize(0), pattern.windowSize(1)));
+        assertEquals(List.of(7, 7), List.of(setup("--window-size", "7,0").model().windowSize(0),
+                setup("--window-size", "7,0").model().windowSize(1)));
+        assertEquals("--window-size 3,2: only causal windows (RIGHT 0) are implemented", refusal("--window-size", "3,2"));
+        assertEquals("--window-attn-skip-freq 2 needs --window-size", refusal("--window-attn-skip-freq", "2"));
+        assertEquals("--window-attn-skip-freq [1]*3 has 3 entries for 2 layers",
+                refusal("--window-size", "3,0", "--window-attn-skip-freq", "[1]*3"));
+        assertEquals("--geglu and --swiglu exclude each other (give one)", refusal("--geglu", "--swiglu"));
+        assertEquals("--local-rotary-base 20000.0 is the RoPE base of the --window-size layers: it needs --window-size",
+                refusal("--position-embedding-type", "rope", "--local-rotary-base", "20000"));
+        // with --load-hf the model is its config.json's: a layer flag it contradicts is refused, one it agrees with kept
+        Path hf = Path.of("..", "hf-bridge", "src", "test", "resources", "hf");
+        assertEquals("--geglu, --window-size 3,0 (layer 0) with --load-hf " + hf.resolve("llama") + ": the model comes from"
+                + " its config.json (LlamaForCausalLM), which disagrees; drop the flag",
+                refusal("--load-hf", hf.resolve("llama").toString(), "--geglu", "--window-size", "3,0"));
+        assertEquals(3, setup("--load-hf", hf.resolve("mistral").toString(), "--window-size", "3,0").model().windowSize(1));
+    }
+
+    /** A Gemma-shaped model (windows interleaved, its norms, GeGLU, scales) trains at TP2 on the fused attention. */
+    @Test
+    void gemmaShapedModelTrainsAtTp2() throws Exception {
+        List<Double> losses = losses(run(3, "--tensor-model-parallel-size", "2", "--window-size", "3,0",
+                "--window-attn-skip-freq", "2", "--apply-layernorm-1p", "--post-self-attn-layernorm", "--post-mlp-layernorm",
+                "--geglu", "--scale-embeddings-by-sqrt-hidden", "--softmax-scale", "0.25", "--position-embedding-type", "rope",
+                "--local-rotary-base", "20000", "--normalization", "RMSNorm", "--qk-layernorm", "--attention-backend", "fused",
+                "--hidden-dropout", "0", "--attention-dropout", "0"));
+        assertEquals(3, losses.size());
+        assertTrue(losses.stream().allMatch(l -> Double.isFinite(l) && l > 0), losses.toString());
     }
 
     @Test
