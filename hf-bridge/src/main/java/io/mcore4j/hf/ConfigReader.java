@@ -44,18 +44,13 @@ final class ConfigReader {
     }
 
     int integer(String key) {
-        try {
-            double v = get(key).getAsDouble();
+        return typed(key, "a non-negative integer", e -> {
+            double v = e.getAsDouble();
             if (v != Math.rint(v) || v < 0 || v > Integer.MAX_VALUE) {
                 throw new NumberFormatException(String.valueOf(v));
             }
             return (int) v;
-        } catch (RuntimeException e) {
-            if (e instanceof HfCheckpointException h) {
-                throw h;
-            }
-            throw new HfCheckpointException(file + ": \"" + key + "\" must be a non-negative integer, got " + json.get(key));
-        }
+        });
     }
 
     int integerOr(String key, int fallback) {
@@ -63,13 +58,16 @@ final class ConfigReader {
     }
 
     double number(String key) {
+        return typed(key, "a number", JsonElement::getAsDouble);
+    }
+
+    /** A required value read by {@code read}; a value it cannot read is an error naming key, kind and value. */
+    private <T> T typed(String key, String kind, java.util.function.Function<JsonElement, T> read) {
+        JsonElement e = get(key);
         try {
-            return get(key).getAsDouble();
-        } catch (RuntimeException e) {
-            if (e instanceof HfCheckpointException h) {
-                throw h;
-            }
-            throw new HfCheckpointException(file + ": \"" + key + "\" must be a number, got " + json.get(key));
+            return read.apply(e);
+        } catch (RuntimeException ex) {
+            throw new HfCheckpointException(file + ": \"" + key + "\" must be " + kind + ", got " + e);
         }
     }
 
