@@ -52,13 +52,14 @@ def fixtures():
         ("qwen2_window", Qwen2ForCausalLM, Qwen2Config(**SMALL, tie_word_embeddings=False, use_sliding_window=True,
                                                         sliding_window=5, max_window_layers=1), torch.float32, None),
         # Gemma 3 text: layers 0, 1, 3 with a 4-token window and the local rope base, layer 2 global (Megatron's
-        # window_attn_skip_freq 3); zero-centred pre and post norms, QK-norm, GeGLU, embeddings scaled by sqrt(32),
-        # query_pre_attn_scalar 24 for a head of 16, tied head
+        # window_attn_skip_freq 3) with linear rope scaling (Gemma 3 4B and larger: factor 8; 2 here, where 8
+        # makes the greedy tokens repeat one id); zero-centred pre and post norms, QK-norm, GeGLU, embeddings
+        # scaled by sqrt(32), query_pre_attn_scalar 24 for a head of 16, tied head
         ("gemma3", Gemma3ForCausalLM, Gemma3TextConfig(
             **dict(SMALL, num_hidden_layers=4, rms_norm_eps=1e-6), head_dim=16, query_pre_attn_scalar=24,
             sliding_window=4, layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 20000.0},
-                             "full_attention": {"rope_type": "default", "rope_theta": 1000000.0}},
+                             "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0}},
             tie_word_embeddings=True), torch.bfloat16, None),
     ]
 

@@ -129,7 +129,8 @@ final class ConfigReader {
 
     /**
      * One set of RoPE parameters: a {@code rope_parameters} object (transformers 5) or {@code rope_scaling}
-     * (transformers 4) of type {@code default} or {@code llama3}, its {@code rope_theta} where it has one.
+     * (transformers 4) of type {@code default}, {@code linear} or {@code llama3}, its {@code rope_theta} where it has
+     * one.
      *
      * @param key the object's name, for errors
      * @param params the object, or null for none
@@ -147,7 +148,10 @@ final class ConfigReader {
         if (type.equals("default")) {
             return new Rope(base, null);
         }
-        p.require("rope_type", type.equals("llama3"), "\"default\" or \"llama3\", got \"" + type + "\"");
+        if (type.equals("linear")) {
+            return new Rope(base, TransformerConfig.RopeScaling.linear(p.number("factor")));
+        }
+        p.require("rope_type", type.equals("llama3"), "\"default\", \"linear\" or \"llama3\", got \"" + type + "\"");
         return new Rope(base, new TransformerConfig.RopeScaling(p.number("factor"), p.number("low_freq_factor"),
                 p.number("high_freq_factor"), p.integer("original_max_position_embeddings")));
     }

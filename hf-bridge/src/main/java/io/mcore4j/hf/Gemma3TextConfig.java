@@ -22,12 +22,12 @@ import java.util.Set;
  * <li>a sliding window of {@code sliding_window} tokens on the layers {@code layer_types} (or
  *     {@code sliding_window_pattern}) calls {@code sliding_attention}, which rotate with their own RoPE base
  *     ({@code rope_parameters.sliding_attention} or {@code rope_local_base_freq}); the other layers with
- *     {@code full_attention}'s (or {@code rope_theta} and {@code rope_scaling}), default or LLaMA 3.1 scaled.
+ *     {@code full_attention}'s (or {@code rope_theta} and {@code rope_scaling}): default, {@code linear} (Gemma 3's
+ *     4B and larger checkpoints) or {@code llama3}.
  * </ul>
  * Refused by name: attention biases, logit soft-capping of the scores or of the output
- * ({@code attn_logit_softcapping}, {@code final_logit_softcapping}), bidirectional attention, rope types other
- * than {@code default} and {@code llama3} (Gemma 3's larger checkpoints scale their global layers' RoPE
- * {@code linear}ly), a scaled rope on the sliding layers.
+ * ({@code attn_logit_softcapping}, {@code final_logit_softcapping}), bidirectional attention, other rope types
+ * ({@code yarn}, {@code dynamic}, ...), a scaled rope on the sliding layers.
  */
 final class Gemma3TextConfig {
     /** The keys of {@code Gemma3TextConfig} that shape the network or are checked. */

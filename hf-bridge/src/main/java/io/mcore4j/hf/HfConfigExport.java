@@ -117,14 +117,17 @@ final class HfConfigExport {
      * One set of RoPE parameters as transformers 5 writes them ({@code rope_parameters}).
      *
      * @param theta the base
-     * @param s LLaMA 3.1 scaling, or null
+     * @param s LLaMA 3.1 or linear scaling, or null
      * @return the object
      */
     static JsonObject rope(double theta, TransformerConfig.RopeScaling s) {
         JsonObject rope = new JsonObject();
         rope.addProperty("rope_theta", theta);
-        rope.addProperty("rope_type", s == null ? "default" : "llama3");
-        if (s != null) {
+        boolean linear = s != null && s.type() == TransformerConfig.RopeScaling.Type.LINEAR;
+        rope.addProperty("rope_type", s == null ? "default" : linear ? "linear" : "llama3");
+        if (linear) {
+            rope.addProperty("factor", s.factor());
+        } else if (s != null) {
             rope.addProperty("factor", s.factor());
             rope.addProperty("low_freq_factor", s.lowFreqFactor());
             rope.addProperty("high_freq_factor", s.highFreqFactor());
@@ -194,7 +197,8 @@ final class HfConfigExport {
                 && Math.abs(scoreScale(back) - scoreScale(c)) <= 1e-12 * scoreScale(c);
         for (int i = 0; i < c.numLayers(); i++) {
             same &= effectiveWindow(back, i) == effectiveWindow(c, i)
-                    && (!c.usesRope() || back.rotaryBase(i) == c.rotaryBase(i));
+                    && (!c.usesRope() || back.rotaryBase(i) == c.rotaryBase(i)
+                            && java.util.Objects.equals(back.ropeScaling(i), c.ropeScaling(i)));
         }
         return same;
     }

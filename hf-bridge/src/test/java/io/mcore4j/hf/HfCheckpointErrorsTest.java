@@ -107,9 +107,9 @@ class HfCheckpointErrorsTest {
         mentions(refused(dir), "config.json", "layer_types", "chunked_attention");
     }
 
-    /** Gemma 3's options mcore4j does not implement are named: logit soft-capping, linear rope scaling. */
+    /** Gemma 3's options mcore4j does not implement are named: logit soft-capping, yarn rope scaling. */
     @Test
-    void gemma3SoftCappingAndLinearRopeAreRefused() throws IOException {
+    void gemma3SoftCappingAndYarnRopeAreRefused() throws IOException {
         Path dir = copy("gemma3");
         editConfig(dir, "\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0");
         mentions(refused(dir), "config.json", "\"final_logit_softcapping\" = 30.0", "not supported");
@@ -117,9 +117,8 @@ class HfCheckpointErrorsTest {
         editConfig(dir, "\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0");
         mentions(refused(dir), "\"attn_logit_softcapping\" = 50.0");
         editConfig(dir, "\"attn_logit_softcapping\": 50.0", "\"attn_logit_softcapping\": null");
-        editConfig(dir, "\"rope_theta\": 1000000.0,\n      \"rope_type\": \"default\"",
-                "\"rope_theta\": 1000000.0, \"factor\": 8.0,\n      \"rope_type\": \"linear\"");
-        mentions(refused(dir), "rope_parameters.full_attention", "linear");
+        editConfig(dir, "\"rope_type\": \"linear\"", "\"rope_type\": \"yarn\"");
+        mentions(refused(dir), "rope_parameters.full_attention", "yarn");
     }
 
     @Test

@@ -189,24 +189,59 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
-     * LLaMA 3.1's rotary frequency scaling ({@code rope_scaling} of type {@code llama3}): with
-     * wavelength {@code w = 2 pi / f} of each inverse frequency f, frequencies with
+     * A frequency scaling of the rotary embedding. {@link Type#LLAMA3}, LLaMA 3.1's ({@code rope_scaling} of type
+     * {@code llama3}): with wavelength {@code w = 2 pi / f} of each inverse frequency f, frequencies with
      * {@code w > originalMaxPositions / lowFreqFactor} are divided by {@code factor}, those with
      * {@code w < originalMaxPositions / highFreqFactor} are kept, and those between are interpolated.
+     * {@link Type#LINEAR} (type {@code linear}, Megatron's {@code rotary_seq_len_interpolation_factor}): every
+     * frequency divided by {@code factor}, the other fields 0.
      *
-     * @param factor the scale of low frequencies, above 0
+     * @param type the rule
+     * @param factor the scale of low frequencies (of all, linearly), above 0
      * @param lowFreqFactor the low-frequency bound's divisor
      * @param highFreqFactor the high-frequency bound's divisor, above {@code lowFreqFactor}
      * @param originalMaxPositions the context length the model was pre-trained with
      */
-    public record RopeScaling(double factor, double lowFreqFactor, double highFreqFactor, int originalMaxPositions) {
+    public record RopeScaling(Type type, double factor, double lowFreqFactor, double highFreqFactor,
+                              int originalMaxPositions) {
+        /** The scaling rules. */
+        public enum Type { LLAMA3, LINEAR }
+
         /** Validates the factors. */
         public RopeScaling {
-            if (!(factor > 0) || !(lowFreqFactor > 0) || !(highFreqFactor > lowFreqFactor) || originalMaxPositions < 1) {
+            if (type == null || !(factor > 0)) {
+                throw new IllegalArgumentException("rope scaling " + type + " needs a type and a positive factor, got "
+                        + factor);
+            }
+            if (type == Type.LLAMA3 && (!(lowFreqFactor > 0) || !(highFreqFactor > lowFreqFactor) || originalMaxPositions < 1)) {
                 throw new IllegalArgumentException("rope scaling factor " + factor + ", low/high frequency factors "
                         + lowFreqFactor + "/" + highFreqFactor + " and original max positions " + originalMaxPositions
                         + " must be positive with high > low");
             }
+            if (type == Type.LINEAR && (lowFreqFactor != 0 || highFreqFactor != 0 || originalMaxPositions != 0)) {
+                throw new IllegalArgumentException("linear rope scaling has a factor alone, got low/high frequency factors "
+                        + lowFreqFactor + "/" + highFreqFactor + " and original max positions " + originalMaxPositions);
+            }
+        }
+
+        /**
+         * LLaMA 3.1's scaling.
+         *
+         * @param factor the scale of low frequencies
+         * @param lowFreqFactor the low-frequency bound's divisor
+         * @param highFreqFactor the high-frequency bound's divisor
+         * @param originalMaxPositions the context length the model was pre-trained with
+         */
+        public RopeScaling(double factor, double lowFreqFactor, double highFreqFactor, int originalMaxPositions) {
+            this(Type.LLAMA3, factor, lowFreqFactor, highFreqFactor, originalMaxPositions);
+        }
+
+        /**
+         * @param factor every frequency's divisor, above 0
+         * @return linear scaling
+         */
+        public static RopeScaling linear(double factor) {
+            return new RopeScaling(Type.LINEAR, factor, 0, 0, 0);
         }
     }
 

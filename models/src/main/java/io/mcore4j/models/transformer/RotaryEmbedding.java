@@ -23,7 +23,7 @@ import java.util.Map;
  * Rotary position embeddings (RoFormer) in the "rotate half" layout Megatron-Core uses by default:
  * the first {@code rotaryDims} channels of each head are split in two halves {@code (x1, x2)} and
  * become {@code x * cos + (-x2, x1) * sin} with frequencies {@code base^(-2i / rotaryDims)}; the
- * remaining channels pass through. With LLaMA 3.1 scaling the inverse frequencies are rescaled by
+ * remaining channels pass through. With LLaMA 3.1 or linear scaling the inverse frequencies are rescaled by
  * {@link TransformerConfig.RopeScaling}'s rule.
  *
  * <p>Made with a module owner, an instance rotates queries and keys whose channels all rotate
@@ -86,7 +86,7 @@ public final class RotaryEmbedding {
         this.tableOwner = module == null ? null : moduleOwner;
     }
 
-    /** LLaMA 3.1's rule (see {@link TransformerConfig.RopeScaling}), computed once in double precision. */
+    /** LLaMA 3.1's or the linear rule (see {@link TransformerConfig.RopeScaling}), computed once in double precision. */
     static double[] scaledInverseFrequencies(int rotaryDims, double base, TransformerConfig.RopeScaling s) {
         int half = rotaryDims / 2;
         double lowFreqWavelength = s.originalMaxPositions() / s.lowFreqFactor();
@@ -95,7 +95,9 @@ public final class RotaryEmbedding {
         for (int i = 0; i < half; i++) {
             double f = Math.exp(-2.0 * i / rotaryDims * Math.log(base));
             double wavelength = 2 * Math.PI / f;
-            if (wavelength > lowFreqWavelength) {
+            if (s.type() == TransformerConfig.RopeScaling.Type.LINEAR) {
+                out[i] = f / s.factor();
+            } else if (wavelength > lowFreqWavelength) {
                 out[i] = f / s.factor();
             } else if (wavelength < highFreqWavelength) {
                 out[i] = f;
