@@ -157,12 +157,12 @@ class PretrainGptMegatronFlagsTest {
     /** A Gemma-shaped model (windows interleaved, its norms, GeGLU, scales) trains at TP2 on the fused attention. */
     @Test
     void gemmaShapedModelTrainsAtTp2() throws Exception {
-        List<Double> losses = losses(run(3, "--tensor-model-parallel-size", "2", "--window-size", "3,0",
+        List<Double> losses = losses(run(2, "--tensor-model-parallel-size", "2", "--window-size", "3,0",
                 "--window-attn-skip-freq", "2", "--apply-layernorm-1p", "--post-self-attn-layernorm", "--post-mlp-layernorm",
                 "--geglu", "--scale-embeddings-by-sqrt-hidden", "--softmax-scale", "0.25", "--position-embedding-type", "rope",
                 "--local-rotary-base", "20000", "--normalization", "RMSNorm", "--qk-layernorm", "--attention-backend", "fused",
                 "--hidden-dropout", "0", "--attention-dropout", "0"));
-        assertEquals(3, losses.size());
+        assertEquals(2, losses.size());
         assertTrue(losses.stream().allMatch(l -> Double.isFinite(l) && l > 0), losses.toString());
     }
 
