@@ -111,14 +111,19 @@ class HfCheckpointErrorsTest {
     @Test
     void gemma3SoftCappingAndYarnRopeAreRefused() throws IOException {
         Path dir = copy("gemma3");
-        editConfig(dir, "\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0");
-        mentions(refused(dir), "config.json", "\"final_logit_softcapping\" = 30.0", "not supported");
-        editConfig(dir, "\"final_logit_softcapping\": 30.0", "\"final_logit_softcapping\": null");
-        editConfig(dir, "\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0");
-        mentions(refused(dir), "\"attn_logit_softcapping\" = 50.0");
-        editConfig(dir, "\"attn_logit_softcapping\": 50.0", "\"attn_logit_softcapping\": null");
-        editConfig(dir, "\"rope_type\": \"linear\"", "\"rope_type\": \"yarn\"");
-        mentions(refused(dir), "rope_parameters.full_attention", "yarn");
+        refusedWhileEdited(dir, "\"final_logit_softcapping\": null", "\"final_logit_softcapping\": 30.0", "config.json",
+                "\"final_logit_softcapping\" = 30.0", "not supported");
+        refusedWhileEdited(dir, "\"attn_logit_softcapping\": null", "\"attn_logit_softcapping\": 50.0",
+                "\"attn_logit_softcapping\" = 50.0");
+        refusedWhileEdited(dir, "\"rope_type\": \"linear\"", "\"rope_type\": \"yarn\"", "rope_parameters.full_attention", "yarn");
+        HfCheckpoint.open(dir).close(); // every edit undone
+    }
+
+    /** The checkpoint with {@code from} replaced by {@code to} is refused naming {@code parts}; then the edit is undone. */
+    private static void refusedWhileEdited(Path dir, String from, String to, String... parts) throws IOException {
+        editConfig(dir, from, to);
+        mentions(refused(dir), parts);
+        editConfig(dir, to, from);
     }
 
     @Test
