@@ -44,12 +44,11 @@ public enum AttentionBackend {
                     + " (use --attention-backend unfused or auto)");
         }
         if (this == AUTO && fused) {
-            // under context parallelism auto takes the fused kernels' ring (p2p, a2a) on the CPU, where it is
-            // tested; on CUDA devices it stays composed until the ring's CUDA kernels are measured on GPUs
-            // (docs/context-parallel.md): --attention-backend flash takes them there explicitly
+            // under context parallelism auto takes the fused kernels (p2p's ring, a2a) unless the comm type is
+            // allgather, whose attention is composed
             return LayerSpec.tensorParallel().withCoreAttention(
-                    ctx -> ctx.groups().cp().size() > 1 && !fusedUnderContextParallel(ctx.config(),
-                            ctx.parameters().getDevice().isGpu()) ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
+                    ctx -> ctx.groups().cp().size() > 1 && !fusedUnderContextParallel(ctx.config())
+                            ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
         }
         return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
     }
@@ -69,15 +68,12 @@ public enum AttentionBackend {
 
     /**
      * Whether this backend's attention runs on the fused kernels under context parallelism (the ring of
-     * {@code p2p}, or {@code a2a}'s whole-sequence attention); {@code allgather} is always composed. {@link #AUTO}
-     * takes them on the CPU only, until their CUDA branch is measured on GPUs; {@link #FLASH} and {@link #FUSED}
-     * take them everywhere.
+     * {@code p2p}, or {@code a2a}'s whole-sequence attention); {@code allgather} is always composed.
      *
      * @param config the model configuration (its {@code cpCommType} and attention dropout)
-     * @param gpu whether the model runs on a CUDA device
      * @return whether the attention is fused at a context-parallel size above 1
      */
-    public boolean fusedUnderContextParallel(TransformerConfig config, boolean gpu) {
-        return isFused(config) && config.cpCommType() != CpCommType.ALL_GATHER && (this != AUTO || !gpu);
+    public boolean fusedUnderContextParallel(TransformerConfig config) {
+        return isFused(config) && config.cpCommType() != CpCommType.ALL_GATHER;
     }
 }
