@@ -88,6 +88,41 @@ public final class HfConfig {
     }
 
     /**
+     * Reads and checks {@code dir/config.json} of a directory a user named (a command-line flag, a
+     * program's argument), reporting every problem with it as bad input.
+     *
+     * @param name how the user named the directory, e.g. {@code --load-hf}; it starts every message
+     * @param dir the checkpoint directory
+     * @param extraIgnoredKeys further keys the caller knowingly ignores
+     * @return the config
+     * @throws IllegalArgumentException {@code NAME DIR does not exist; expected ...} (or {@code is a file},
+     *     {@code has no config.json}), or {@code NAME DIR: } and what is wrong with its config, the
+     *     {@link HfCheckpointException} as its cause
+     */
+    public static HfConfig readInput(String name, Path dir, Set<String> extraIgnoredKeys) {
+        requireDirectory(name, dir);
+        try {
+            return read(dir, extraIgnoredKeys);
+        } catch (HfCheckpointException e) {
+            throw badInput(name, dir, e);
+        }
+    }
+
+    /** Fails naming {@code name} unless {@code dir} is a directory with a config.json. */
+    static void requireDirectory(String name, Path dir) {
+        if (!Files.isRegularFile(dir.resolve("config.json"))) {
+            throw new IllegalArgumentException(name + " " + dir + (Files.isDirectory(dir) ? " has no config.json"
+                    : Files.exists(dir) ? " is a file" : " does not exist")
+                    + "; expected a Hugging Face checkpoint directory (config.json and safetensors files)");
+        }
+    }
+
+    /** A checkpoint failure as bad input of the directory the user named. */
+    static IllegalArgumentException badInput(String name, Path dir, HfCheckpointException e) {
+        return new IllegalArgumentException(name + " " + dir + ": " + e.getMessage(), e);
+    }
+
+    /**
      * Checks a parsed config.
      *
      * @param file where it came from, for errors

@@ -59,9 +59,9 @@ public final class ConvertHf implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        HfLayout.checkHfDirectory("--load-hf", hfDir);
+        layout.checkRanks();
         HfConfig hf;
-        try (HfCheckpoint ck = HfCheckpoint.open(hfDir, Set.copyOf(ignoredKeys))) {
+        try (HfCheckpoint ck = HfCheckpoint.openInput("--load-hf", hfDir, Set.copyOf(ignoredKeys))) {
             hf = ck.config();
         }
         TransformerConfig config = layout.modelConfig(hf, 0);

@@ -7,7 +7,7 @@ import io.mcore4j.checkpoint.DistCheckpointing;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StrictMode;
 import io.mcore4j.core.shard.ShardedTensor;
-import io.mcore4j.hf.HfCheckpoint;
+import io.mcore4j.hf.HfCheckpointException;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.hf.HfExport;
@@ -86,13 +86,12 @@ public final class ExportHf implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        layout.checkRanks();
         if (!Files.isDirectory(load)) {
             throw new IllegalArgumentException("--load " + load + (Files.exists(load) ? " is a file" : " does not exist")
                     + "; expected a convert-hf or pretrain-gpt checkpoint directory");
         }
-        if (hfConfigDir != null) {
-            HfLayout.checkHfDirectory("--hf-config", hfConfigDir);
-        }
+        HfConfig given = hfConfigDir == null ? null : HfConfig.readInput("--hf-config", hfConfigDir, Set.of());
         if (tokenizerFrom != null && !Files.isDirectory(tokenizerFrom)) {
             throw new IllegalArgumentException("--tokenizer-from " + tokenizerFrom + " is not a directory");
         }
@@ -102,18 +101,28 @@ public final class ExportHf implements Callable<Integer> {
         }
         HfDtype type = dtype.dtype;
         Path checkpoint = new CheckpointManager(load, 1).latest().orElse(load);
+        if (!DistCheckpointing.isComplete(checkpoint)) {
+            throw new IllegalArgumentException("--load " + load + " holds no complete checkpoint (no mcore4j_metadata.json"
+                    + (checkpoint.equals(load) ? "" : " in " + checkpoint) + "); expected a convert-hf or pretrain-gpt --save directory");
+        }
         HfConfig hf;
         CommonState common = DistCheckpointing.loadCommonState(checkpoint);
         int padded = paddedVocab > 0 ? paddedVocab
                 : common.contains("padded_vocab_size") ? common.getInt("padded_vocab_size") : 0;
-        if (hfConfigDir != null) {
-            hf = HfConfig.read(hfConfigDir, Set.of());
+        if (given != null) {
+            hf = given;
         } else {
             if (!common.contains("hf_config")) {
-                throw new IllegalArgumentException(checkpoint + " holds no hf_config (not written by convert-hf): pass --hf-config DIR");
+                throw new IllegalArgumentException("--load " + checkpoint + " holds no hf_config (not written by convert-hf):"
+                        + " pass --hf-config DIR");
             }
-            String text = common.getString("hf_config");
-            hf = HfConfig.parse(checkpoint + " hf_config", JsonParser.parseString(text).getAsJsonObject(), Set.of());
+            try {
+                hf = HfConfig.parse(checkpoint + " hf_config", JsonParser.parseString(common.getString("hf_config"))
+                        .getAsJsonObject(), Set.of());
+            } catch (HfCheckpointException e) {
+                throw new IllegalArgumentException("--load " + checkpoint + ": " + e.getMessage() + " (pass --hf-config DIR"
+                        + " to describe the model instead)", e);
+            }
         }
         TransformerConfig config = layout.modelConfig(hf, padded);
         String report = layout.run(config, (groups, manager, chunks) -> {
