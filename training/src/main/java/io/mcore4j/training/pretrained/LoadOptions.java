@@ -29,7 +29,7 @@ public record LoadOptions(DataType dtype, int vocabDivisor, LoraConfig lora, lon
     public LoadOptions {
         Objects.requireNonNull(dtype, "dtype");
         if (dtype != DataType.FLOAT32 && dtype != DataType.FLOAT16 && dtype != DataType.BFLOAT16) {
-            throw new IllegalArgumentException("parameter dtype " + dtype + " is not one mcore4j trains in; expected"
+            throw new IllegalArgumentException("parameter dtype " + dtype.name() + " is not one mcore4j trains in; expected"
                     + " FLOAT32, FLOAT16 or BFLOAT16");
         }
         if (vocabDivisor < 1) {

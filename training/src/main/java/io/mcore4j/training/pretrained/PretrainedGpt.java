@@ -323,7 +323,7 @@ public final class PretrainedGpt implements AutoCloseable {
         Precision precision = Precision.of(dtype == DataType.FLOAT16, dtype == DataType.BFLOAT16);
         Precision asked = tuning.optimizer().precision();
         if (asked != Precision.FP32 && asked != precision) {
-            throw new IllegalArgumentException("optimizer precision " + asked + " does not match the model's " + dtype
+            throw new IllegalArgumentException("optimizer precision " + asked + " does not match the model's " + dtype.name()
                     + " parameters; expected " + precision + " or FP32 (fine-tuning follows LoadOptions.dtype)");
         }
         OptimizerConfig optimizer = tuning.optimizer().toBuilder().precision(precision).build();
