@@ -3,7 +3,9 @@ package io.mcore4j.hf;
 import ai.djl.ndarray.types.DataType;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
+import com.google.gson.JsonParseException;
 import com.google.gson.JsonParser;
+import io.mcore4j.checkpoint.CommonState;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -46,6 +48,15 @@ public final class HfConfig {
             "layer_norm_epsilon", "initializer_range", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
             "reorder_and_upcast_attn", "add_cross_attention", "tie_word_embeddings", "summary_type",
             "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout");
+
+    /**
+     * Key of a model's {@code config.json} (as a string) in the common state of an mcore4j checkpoint
+     * that {@code convert-hf} or {@code PretrainedGpt.saveCheckpoint} wrote; {@code export-hf} and
+     * {@code PretrainedGpt.fromCheckpoint} read it back ({@link #recordedIn}).
+     */
+    public static final String CHECKPOINT_KEY = "hf_config";
+    /** Key of the padded vocabulary (which depends on the tensor-parallel size at save time) beside it. */
+    public static final String PADDED_VOCAB_KEY = "padded_vocab_size";
 
     /** Qwen3Config's {@code head_dim} when config.json leaves it out (not hidden / heads). */
     private static final int QWEN3_HEAD_DIM = 128;
@@ -105,6 +116,27 @@ public final class HfConfig {
             return read(dir, extraIgnoredKeys);
         } catch (HfCheckpointException e) {
             throw badInput(name, dir, e);
+        }
+    }
+
+    /**
+     * The config an mcore4j checkpoint records under {@link #CHECKPOINT_KEY}.
+     *
+     * @param checkpoint the checkpoint directory, for messages
+     * @param common its common state
+     * @return the config, or null when the checkpoint records none
+     * @throws IllegalArgumentException naming the checkpoint when the recorded config is not one mcore4j maps
+     */
+    public static HfConfig recordedIn(Path checkpoint, CommonState common) {
+        if (!common.contains(CHECKPOINT_KEY)) {
+            return null;
+        }
+        try {
+            return parse(checkpoint + " " + CHECKPOINT_KEY, JsonParser.parseString(common.getString(CHECKPOINT_KEY))
+                    .getAsJsonObject(), Set.of());
+        } catch (HfCheckpointException | IllegalStateException | JsonParseException e) {
+            throw new IllegalArgumentException("checkpoint " + checkpoint + " records a " + CHECKPOINT_KEY
+                    + " that mcore4j cannot use: " + e.getMessage(), e);
         }
     }
 

@@ -1,13 +1,11 @@
 package io.mcore4j.samples.hf;
 
-import com.google.gson.JsonParser;
 import io.mcore4j.checkpoint.CheckpointManager;
 import io.mcore4j.checkpoint.CommonState;
 import io.mcore4j.checkpoint.DistCheckpointing;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StrictMode;
 import io.mcore4j.core.shard.ShardedTensor;
-import io.mcore4j.hf.HfCheckpointException;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.hf.HfExport;
@@ -105,24 +103,13 @@ public final class ExportHf implements Callable<Integer> {
             throw new IllegalArgumentException("--load " + load + " holds no complete checkpoint (no mcore4j_metadata.json"
                     + (checkpoint.equals(load) ? "" : " in " + checkpoint) + "); expected a convert-hf or pretrain-gpt --save directory");
         }
-        HfConfig hf;
         CommonState common = DistCheckpointing.loadCommonState(checkpoint);
         int padded = paddedVocab > 0 ? paddedVocab
-                : common.contains("padded_vocab_size") ? common.getInt("padded_vocab_size") : 0;
-        if (given != null) {
-            hf = given;
-        } else {
-            if (!common.contains("hf_config")) {
-                throw new IllegalArgumentException("--load " + checkpoint + " holds no hf_config (not written by convert-hf):"
-                        + " pass --hf-config DIR");
-            }
-            try {
-                hf = HfConfig.parse(checkpoint + " hf_config", JsonParser.parseString(common.getString("hf_config"))
-                        .getAsJsonObject(), Set.of());
-            } catch (HfCheckpointException e) {
-                throw new IllegalArgumentException("--load " + checkpoint + ": " + e.getMessage() + " (pass --hf-config DIR"
-                        + " to describe the model instead)", e);
-            }
+                : common.contains(HfConfig.PADDED_VOCAB_KEY) ? common.getInt(HfConfig.PADDED_VOCAB_KEY) : 0;
+        HfConfig hf = given != null ? given : HfConfig.recordedIn(checkpoint, common);
+        if (hf == null) {
+            throw new IllegalArgumentException("--load " + checkpoint + " holds no " + HfConfig.CHECKPOINT_KEY
+                    + " (not written by convert-hf): pass --hf-config DIR");
         }
         TransformerConfig config = layout.modelConfig(hf, padded);
         String report = layout.run(config, (groups, manager, chunks) -> {

@@ -2,9 +2,7 @@ package io.mcore4j.training.pretrained;
 
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
-import com.google.gson.JsonParser;
 import io.mcore4j.checkpoint.CheckpointManager;
-import io.mcore4j.checkpoint.CommonState;
 import io.mcore4j.checkpoint.DistCheckpointing;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StoredTensorInfo;
@@ -15,7 +13,6 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.hf.HfCheckpoint;
-import io.mcore4j.hf.HfCheckpointException;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.hf.HfExport;
@@ -170,17 +167,13 @@ public final class PretrainedGpt implements AutoCloseable {
     }
 
     private static HfConfig recordedConfig(Path checkpoint) {
-        CommonState common = DistCheckpointing.loadCommonState(checkpoint);
-        if (!common.contains("hf_config")) {
-            throw new IllegalArgumentException("checkpoint " + checkpoint + " records no hf_config (pretrain-gpt's do not);"
-                    + " expected one written by PretrainedGpt.saveCheckpoint or convert-hf, or pass the model's HfConfig");
+        HfConfig recorded = HfConfig.recordedIn(checkpoint, DistCheckpointing.loadCommonState(checkpoint));
+        if (recorded == null) {
+            throw new IllegalArgumentException("checkpoint " + checkpoint + " records no " + HfConfig.CHECKPOINT_KEY
+                    + " (pretrain-gpt's do not); expected one written by PretrainedGpt.saveCheckpoint or convert-hf,"
+                    + " or pass the model's HfConfig");
         }
-        try {
-            return HfConfig.parse(checkpoint + " hf_config", JsonParser.parseString(common.getString("hf_config"))
-                    .getAsJsonObject(), Set.of());
-        } catch (HfCheckpointException e) {
-            throw new IllegalArgumentException("checkpoint " + checkpoint + ": " + e.getMessage(), e);
-        }
+        return recorded;
     }
 
     /** The padded vocabulary the checkpoint was saved with: its embedding's (or output layer's) rows. */
@@ -369,9 +362,9 @@ public final class PretrainedGpt implements AutoCloseable {
     public void saveCheckpoint(Path dir) {
         requireOpen();
         Map<String, Object> common = new LinkedHashMap<>();
-        common.put("hf_config", hf.json().toString());
+        common.put(HfConfig.CHECKPOINT_KEY, hf.json().toString());
         common.put("layout", groups.dims().toString());
-        common.put("padded_vocab_size", (long) config().vocabSize());
+        common.put(HfConfig.PADDED_VOCAB_KEY, (long) config().vocabSize());
         DistCheckpointing.save(dir, modelState(), common, groups.world());
     }
 

@@ -5,7 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import ai.djl.ndarray.types.DataType;
-import com.google.gson.JsonArray;
+import com.google.gson.Gson;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParser;
 import io.mcore4j.hf.HfDtype;
@@ -46,12 +46,7 @@ class PretrainedGptTest {
     }
 
     private static int[] prompt(String name) throws IOException {
-        JsonArray ids = reference(name).getAsJsonArray("input_ids");
-        int[] out = new int[ids.size()];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = ids.get(i).getAsInt();
-        }
-        return out;
+        return new Gson().fromJson(reference(name).get("input_ids"), int[].class);
     }
 
     /** Runs {@code task} on every rank of a world with {@code dims}, loading {@code load}; returns rank 0's result. */
@@ -97,15 +92,7 @@ class PretrainedGptTest {
                     m -> m.logits(new int[][] {first, second}));
             float[][][] alone = onEveryRank(ParallelDims.of(1, 1, 1), huggingFace(FIXTURES.resolve(name), LoadOptions.DEFAULTS),
                     m -> m.logits(new int[][] {second}));
-            JsonArray rows = reference(name).getAsJsonArray("logits");
-            float[][] expected = new float[rows.size()][];
-            for (int s = 0; s < expected.length; s++) {
-                JsonArray row = rows.get(s).getAsJsonArray();
-                expected[s] = new float[row.size()];
-                for (int v = 0; v < expected[s].length; v++) {
-                    expected[s][v] = row.get(v).getAsFloat();
-                }
-            }
+            float[][] expected = new Gson().fromJson(reference(name).get("logits"), float[][].class);
             double error = largestDifference(both[0], expected);
             double batch = largestDifference(both[1], alone[0]);
             System.out.printf("%s at %s: logits within %.3g of transformers'; the batch's second row within %.3g of it alone%n",
