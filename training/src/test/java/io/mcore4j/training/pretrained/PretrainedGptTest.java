@@ -28,7 +28,7 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * {@link PretrainedGpt} on hf-bridge's tiny transformers fixtures, against numbers computed without it:
- * transformers' logits of the fixture prompt (the pipeline's stages, a batch of two); the first
+ * transformers' logits of the fixture prompt (pipeline stages, experts, a batch of two); the first
  * fine-tuning loss against the cross-entropy of the model's own logits; a LoRA fine-tuned model saved at
  * TP2 and read back at TP1 from its checkpoint and from its merged Hugging Face export; and the inputs
  * it refuses, each naming the value.
@@ -78,11 +78,18 @@ class PretrainedGptTest {
         return worst;
     }
 
-    /** Qwen2 (tied embedding, split over two stages) at PP2 and LLaMA at TP2 x PP2: row 0 is transformers', row 1 is row 1 alone. */
+    /**
+     * Qwen2 (tied embedding, split over two stages) at PP2, LLaMA at TP2 x PP2 and Mixtral's experts at
+     * EP2: row 0 is transformers', row 1 is row 1 alone.
+     */
     @Test
     void logitsThroughThePipelineAreTransformers() throws IOException {
-        for (String name : List.of("qwen2", "llama")) {
-            ParallelDims dims = name.equals("qwen2") ? ParallelDims.of(2, 1, 2) : ParallelDims.of(4, 2, 2);
+        for (String name : List.of("qwen2", "llama", "mixtral")) {
+            ParallelDims dims = switch (name) {
+                case "qwen2" -> ParallelDims.of(2, 1, 2);
+                case "llama" -> ParallelDims.of(4, 2, 2);
+                default -> ParallelDims.builder(2).expertParallel(2).build();
+            };
             int[] first = prompt(name);
             int[] second = first.clone();
             for (int i = 0; i < second.length; i++) {
