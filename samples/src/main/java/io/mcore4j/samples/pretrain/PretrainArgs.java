@@ -7,7 +7,6 @@ import io.mcore4j.data.preprocess.TokenizerSpec;
 import io.mcore4j.data.tokenizer.Tokenizer;
 import io.mcore4j.data.gpt.SplitWeights;
 import io.mcore4j.data.sampler.DataloaderType;
-import io.mcore4j.hf.HfCheckpointException;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
@@ -913,11 +912,7 @@ public final class PretrainArgs {
 
     /** @return the Hugging Face config of {@code --load-hf}, or null without it */
     HfConfig hfConfig() {
-        try {
-            return loadHf == null ? null : HfConfig.read(loadHf, Set.of());
-        } catch (HfCheckpointException e) {
-            throw new IllegalArgumentException("--load-hf " + loadHf + ": " + e.getMessage(), e);
-        }
+        return loadHf == null ? null : HfConfig.readInput("--load-hf", loadHf, Set.of());
     }
 
     /** @return the vocabulary of the tokens (the Hugging Face checkpoint's with {@code --load-hf}) */
