@@ -67,11 +67,7 @@ public enum AttentionBackend {
                 if (cp && this == AUTO) {
                     return new DotProductAttention(ctx);
                 }
-                if (cp && ctx.config().cpCommType() == CpCommType.P2P) {
-                    throw new IllegalArgumentException("--attention-backend " + name().toLowerCase(java.util.Locale.ROOT)
-                            + " under context parallelism runs a fused ring, which has no packed path; packed sequences"
-                            + " need --attention-backend unfused (or auto)");
-                }
+                checkPacked(ctx.config(), ctx.groups().cp().size());
                 return new SdpaAttention(ctx);
             });
         }
@@ -86,6 +82,23 @@ public enum AttentionBackend {
         return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
     }
 
+
+    /**
+     * Refuses a layout whose attention has no path for packed sequences: a fused backend named
+     * explicitly ({@link #FLASH}, {@link #FUSED}) under context parallelism with {@code --cp-comm-type p2p}
+     * runs a fused ring, which masks no sequence boundary.
+     *
+     * @param config the model configuration
+     * @param contextParallel the context-parallel size
+     * @throws IllegalArgumentException naming the backend and what to use instead
+     */
+    public void checkPacked(TransformerConfig config, int contextParallel) {
+        if (this != AUTO && isFused(config) && contextParallel > 1 && config.cpCommType() == CpCommType.P2P) {
+            throw new IllegalArgumentException("--attention-backend " + name().toLowerCase(java.util.Locale.ROOT)
+                    + " under context parallelism runs a fused ring, which has no packed path; packed sequences"
+                    + " need --attention-backend unfused (or auto)");
+        }
+    }
 
     /**
      * @param config the model configuration
