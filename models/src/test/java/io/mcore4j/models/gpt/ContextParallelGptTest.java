@@ -165,10 +165,9 @@ class ContextParallelGptTest {
 
     private static Result run(TransformerConfig config, int tp, int cp, boolean masked, LayerSpec spec) {
         List<Result> perRank = InJvmWorld.run(tp * cp, rank -> {
-            ProcessGroups groups = rank.groups(ParallelDims.builder(tp * cp).tensorParallel(tp).contextParallel(cp).build());
+            ProcessGroups groups = GlobalGradients.groups(rank, tp, cp);
             NDManager m = rank.manager();
-            GptModel model = GptModel.build(ModelContext.create(config, groups, m, new SeedScheme(42)),
-                    spec, new int[] {0, 1}, true, true);
+            GptModel model = GlobalGradients.twoLayers(config, groups, m, spec);
             ContextParallelSplit split = ContextParallelSplit.of(groups.cp());
             double loss;
             try (AutogradScope scope = AutogradScope.open(m)) {

@@ -1,11 +1,11 @@
 package io.mcore4j.samples.pretrain;
 
+import static io.mcore4j.samples.pretrain.PretrainRuns.assertSameLosses;
+import static io.mcore4j.samples.pretrain.PretrainRuns.refusal;
+import static io.mcore4j.samples.pretrain.PretrainRuns.train;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.ByteArrayOutputStream;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -38,20 +38,6 @@ class PretrainGptDocumentMaskingTest {
         return flags;
     }
 
-    private static List<Double> train(List<String> flags) throws Exception {
-        PrintStream quiet = new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8);
-        return PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)), quiet);
-    }
-
-    private static void assertSameLosses(List<Double> expected, List<Double> actual, String layout) {
-        assertEquals(expected.size(), actual.size(), layout);
-        for (int i = 0; i < expected.size(); i++) {
-            double rel = Math.abs(actual.get(i) - expected.get(i)) / Math.abs(expected.get(i));
-            assertTrue(rel <= 1e-5, layout + " step " + (i + 1) + ": " + actual.get(i) + " vs " + expected.get(i)
-                    + " (relative " + rel + ")");
-        }
-    }
-
     @Test
     void layoutsGiveTheSerialLossesOfMaskedDocuments() throws Exception {
         List<Double> plain = train(common(1));
@@ -76,25 +62,9 @@ class PretrainGptDocumentMaskingTest {
     void layoutsWithoutAPackedPathAreRefused() {
         assertEquals("pretrain-gpt: --attention-backend flash under context parallelism runs a fused ring, which has no"
                 + " packed path; packed sequences need --attention-backend unfused (or auto)",
-                refusal("--reset-attention-mask", "--tokenizer-type", "NullTokenizer", "--vocab-size", "7", "--nproc", "2",
+                refusal("--mock-data", "--reset-attention-mask", "--tokenizer-type", "NullTokenizer", "--vocab-size", "7", "--nproc", "2",
                         "--context-parallel-size", "2", "--attention-backend", "flash", "--seq-length", "16"));
         assertEquals("pretrain-gpt: --eod-mask-loss needs the tokenizer's end-of-document id (give --tokenizer-type, or"
-                + " --eod-token for a HuggingFace tokenizer without one)", refusal("--eod-mask-loss"));
-    }
-
-    /** The one line pretrain-gpt prints for these flags, without its help suffix. */
-    private static String refusal(String... flags) {
-        List<String> argv = new ArrayList<>(List.of("--num-layers", "1", "--hidden-size", "16", "--num-attention-heads", "2",
-                "--mock-data"));
-        argv.addAll(List.of(flags));
-        ByteArrayOutputStream err = new ByteArrayOutputStream();
-        int code = PretrainGpt.execute("pretrain-gpt", argv.toArray(String[]::new),
-                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
-                new PrintStream(err, true, StandardCharsets.UTF_8), (a, o) -> { throw new AssertionError("ran"); });
-        String text = err.toString(StandardCharsets.UTF_8);
-        assertEquals(2, code, text);
-        String line = text.lines().findFirst().orElseThrow();
-        String suffix = " ('pretrain-gpt --help' lists the flags)";
-        return line.endsWith(suffix) ? line.substring(0, line.length() - suffix.length()) : line;
+                + " --eod-token for a HuggingFace tokenizer without one)", refusal("--mock-data", "--eod-mask-loss"));
     }
 }
