@@ -62,7 +62,7 @@ public record MicroBatch(NDArray tokens, NDArray labels, NDArray lossMask, NDArr
      * @throws IllegalArgumentException if the tensors are not {@code [S, b]} of the packing, or the
      *         sequence length cannot be split
      */
-    public static MicroBatch packed(NDManager manager, PackedSequences packed, NDArray tokens, NDArray labels,
+    public static MicroBatch ofPacked(NDManager manager, PackedSequences packed, NDArray tokens, NDArray labels,
                                     NDArray lossMask, ContextParallelSplit split) {
         NDArray positions = packed.positionIds(manager);
         return new MicroBatch(split.split(tokens, packed, manager), split.split(labels, packed, manager),

@@ -64,6 +64,10 @@ class PretrainGptDocumentMaskingTest {
                 + " packed path; packed sequences need --attention-backend unfused (or auto)",
                 refusal("--mock-data", "--reset-attention-mask", "--tokenizer-type", "NullTokenizer", "--vocab-size", "7", "--nproc", "2",
                         "--context-parallel-size", "2", "--attention-backend", "flash", "--seq-length", "16"));
+        assertEquals("pretrain-gpt: --reset-attention-mask gives every micro-batch its own documents' attention; a CUDA"
+                + " graph replays one fixed attention: drop --cuda-graph-impl local",
+                refusal("--mock-data", "--reset-attention-mask", "--tokenizer-type", "NullTokenizer", "--vocab-size", "7",
+                        "--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration"));
         assertEquals("pretrain-gpt: --eod-mask-loss needs the tokenizer's end-of-document id (give --tokenizer-type, or"
                 + " --eod-token for a HuggingFace tokenizer without one)", refusal("--mock-data", "--eod-mask-loss"));
     }
