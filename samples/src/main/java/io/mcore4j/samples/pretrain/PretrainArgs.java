@@ -22,6 +22,7 @@ import io.mcore4j.tensorparallel.Vocab;
 import io.mcore4j.training.CheckpointConfig;
 import io.mcore4j.training.CudaGraphConfig;
 import io.mcore4j.training.TrainingConfig;
+import io.mcore4j.training.gpt.DocumentMasking;
 import io.mcore4j.training.gpt.GptTrainingSetup;
 import picocli.CommandLine;
 import picocli.CommandLine.Mixin;
@@ -311,6 +312,15 @@ public final class PretrainArgs {
     Path corpus;
     @Option(names = "--split", description = "Train, validation and test weights. Default: ${DEFAULT-VALUE}.")
     String split = "969,30,1";
+    @Option(names = "--reset-position-ids", description = "Restart the position ids after each end-of-document token"
+            + " of a sample.")
+    boolean resetPositionIds;
+    @Option(names = "--reset-attention-mask", description = "No attention across end-of-document tokens: a sample's"
+            + " documents are packed sequences (each EOD in the document it ends).")
+    boolean resetAttentionMask;
+    @Option(names = "--eod-mask-loss", description = "Loss weight 0 at every position whose input token is an"
+            + " end-of-document token.")
+    boolean eodMaskLoss;
     @Option(names = "--save", description = "Checkpoint directory.")
     Path save;
     @Option(names = "--load", description = "Resume from the latest checkpoint here (a missing or empty directory starts from scratch).")
@@ -662,7 +672,15 @@ public final class PretrainArgs {
         }
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
-                dataloaderType.type, cudaGraph()).withLora(loraConfig);
+                dataloaderType.type, cudaGraph()).withLora(loraConfig).withDocumentMasking(documentMasking());
+    }
+
+    /** --reset-position-ids, --reset-attention-mask and --eod-mask-loss with the tokenizer's end-of-document id. */
+    private DocumentMasking documentMasking() {
+        if (!resetPositionIds && !resetAttentionMask && !eodMaskLoss) {
+            return DocumentMasking.NONE;
+        }
+        return new DocumentMasking(endOfDocument().orElse(-1), resetPositionIds, resetAttentionMask, eodMaskLoss);
     }
 
     /** --cuda-graph-impl, --cuda-graph-scope and --cuda-graph-warmup-steps as the step's graph setting. */
