@@ -1,8 +1,6 @@
 package io.mcore4j.samples.generate;
 
 import ai.djl.ndarray.types.DataType;
-import com.google.gson.JsonParser;
-import io.mcore4j.checkpoint.CommonState;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.checkpoint.CheckpointManager;
@@ -13,7 +11,6 @@ import io.mcore4j.models.TransformerConfig;
 import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
-import java.util.Set;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -119,14 +116,10 @@ record CheckpointShapes(Path directory, Map<String, long[]> shapes, Map<String, 
      * shape records (sliding windows, zero-centred norms, scales, rotary bases), or null for a pretrain-gpt checkpoint.
      *
      * @return the config, or null
+     * @throws IllegalArgumentException naming the checkpoint when the stored config is not one mcore4j maps
      */
     HfConfig storedHfConfig() {
-        CommonState common = DistCheckpointing.loadCommonState(directory);
-        if (!common.contains("hf_config")) {
-            return null;
-        }
-        return HfConfig.parse(directory + " hf_config", JsonParser.parseString(common.getString("hf_config")).getAsJsonObject(),
-                Set.of());
+        return HfConfig.recordedIn(directory, DistCheckpointing.loadCommonState(directory));
     }
 
     /**
