@@ -125,8 +125,7 @@ public final class TopKRouter extends AbstractModule {
         }
         long numTokens = shape.get(0);
         int k = config.topK();
-        TopKRouting.Selection selection = TopKRouting.select(scope, logits, k, config.routerScore(), config.preSoftmax(),
-                expertBias);
+        TopKRouting.Selection selection = TopKRouting.select(scope, logits, TopKRouting.Options.of(config), expertBias);
         NDArray selected = selection.routingMap();
         NDArray probs = selection.probs();
         NDArray kept = selected;
