@@ -13,7 +13,6 @@ import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.models.transformer.LoraConfig;
-import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.samples.launch.ParallelLayoutOptions;
@@ -85,9 +84,6 @@ public final class PretrainArgs {
 
     /** Megatron's {@code --position-embedding-type} values. */
     public enum PositionEmbeddingKind { learned_absolute, rope }
-
-    /** Megatron's {@code --moe-token-dispatcher-type} values. */
-    public enum DispatcherKind { allgather, alltoall }
 
     /** Megatron's {@code --attention-backend} values and the backend each selects. */
     public enum AttentionKind {
@@ -222,20 +218,8 @@ public final class PretrainArgs {
     int hysteresis = 2;
 
     // mixture of experts
-    @Option(names = "--num-experts", description = "Experts per MoE layer (0: dense MLPs). Default: ${DEFAULT-VALUE}.")
-    int numExperts = 0;
-    @Option(names = "--moe-router-topk", description = "Default: ${DEFAULT-VALUE}.")
-    int moeTopK = 2;
-    @Option(names = "--moe-ffn-hidden-size", description = "0: --ffn-hidden-size. Default: ${DEFAULT-VALUE}.")
-    int moeFfnHiddenSize = 0;
-    @Option(names = "--moe-layer-freq", description = "Every n-th layer is an MoE layer. Default: ${DEFAULT-VALUE}.")
-    int moeLayerFrequency = 1;
-    @Option(names = "--moe-aux-loss-coeff", description = "Default: ${DEFAULT-VALUE}.")
-    double moeAuxLossCoeff = 0.0;
-    @Option(names = "--moe-token-dispatcher-type", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
-    DispatcherKind moeDispatcher = DispatcherKind.allgather;
-    @Option(names = "--moe-per-layer-logging", description = "Also log each MoE layer's auxiliary losses (moe/<name>_layer_<i>).")
-    boolean moePerLayerLogging;
+    @Mixin
+    final MoeOptions moe = new MoeOptions();
 
     // optimizer and schedule
     @Option(names = "--optimizer", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
@@ -393,10 +377,6 @@ public final class PretrainArgs {
     @Option(names = "--use-mcore-models", description = "Accepted without effect: mcore4j's models are Megatron-Core's (as"
             + " in Megatron-LM today, where the flag is deprecated).")
     boolean useMcoreModels;
-    @Option(names = "--moe-router-load-balancing-type", description = "aux_loss (Megatron's default: the switch-transformer"
-            + " loss weighted by --moe-aux-loss-coeff) or none (no load-balancing loss); seq_aux_loss, global_aux_loss"
-            + " and sinkhorn are refused. Default: ${DEFAULT-VALUE}.")
-    String moeLoadBalancingType = "aux_loss";
     @Option(names = "--lr-warmup-fraction", description = "Warmup as a fraction of --lr-decay-iters (instead of"
             + " --lr-warmup-iters); it must give a whole number of iterations.")
     Double lrWarmupFraction;
@@ -558,7 +538,7 @@ public final class PretrainArgs {
         atLeastZero("--train-iters", trainIters);
         atLeastZero("--lr-warmup-iters", lrWarmupIters);
         atLeastZero("--lr-decay-iters", lrDecayIters);
-        atLeastZero("--num-experts", numExperts);
+        atLeastZero("--num-experts", moe.numExperts());
         atLeastZero("--kv-channels", kvChannels);
         atLeastZero("--save-retain", saveRetain);
         checkMegatronScriptFlags();
@@ -580,7 +560,7 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--tokenizer-type " + tokenizer.type().argument() + " has " + vocabulary.size()
                     + " ids but --load-hf " + loadHf + " has a vocab_size of " + hfConfig().vocabSize());
         }
-        if (numExperts == 0 && layout.expertParallel() > 1) {
+        if (moe.numExperts() == 0 && layout.expertParallel() > 1) {
             throw new IllegalArgumentException("--expert-model-parallel-size " + layout.expertParallel() + " needs --num-experts");
         }
         if (overrideScheduler && useCheckpointScheduler) {
@@ -690,9 +670,9 @@ public final class PretrainArgs {
                             + " for now (they are " + hiddenDropout + " and " + attentionDropout + "): a replayed graph"
                             + " would repeat the captured step's dropout masks");
                 }
-                if (numExperts > 0) {
+                if (moe.numExperts() > 0) {
                     throw new IllegalArgumentException("--cuda-graph-impl local does not take MoE layers yet (--num-experts "
-                            + numExperts + "): the routers' auxiliary losses are read per step");
+                            + moe.numExperts() + "): the routers' auxiliary losses are read per step");
                 }
                 return CudaGraphConfig.fullIteration(cudaGraphWarmupSteps);
             }
@@ -716,10 +696,6 @@ public final class PretrainArgs {
             // Megatron's own check, in its words
             throw new IllegalArgumentException("--no-position-embedding is deprecated, use --position-embedding-type"
                     + " (it is " + positionEmbedding + ")");
-        }
-        if (!moeLoadBalancingType.equals("aux_loss") && !moeLoadBalancingType.equals("none")) {
-            throw new IllegalArgumentException("--moe-router-load-balancing-type " + moeLoadBalancingType + ": only aux_loss"
-                    + " (weighted by --moe-aux-loss-coeff) and none are implemented");
         }
         attentionBackend(); // --use-flash-attn and --transformer-impl against --attention-backend
         // Megatron asserts sequence parallelism after turning it off at TP 1
@@ -833,7 +809,6 @@ public final class PretrainArgs {
         atLeastZero("--min-lr", minLr);
         atLeastZero("--weight-decay", weightDecay);
         atLeastZero("--clip-grad", clipGrad);
-        atLeastZero("--moe-aux-loss-coeff", moeAuxLossCoeff);
         belowOne("--adam-beta1", adamBeta1);
         belowOne("--adam-beta2", adamBeta2);
         belowOne("--hidden-dropout", hiddenDropout);
@@ -851,8 +826,7 @@ public final class PretrainArgs {
         atLeastZero("--save-interval", saveInterval);
         atLeastZero("--eval-interval", evalInterval);
         atLeastZero("--eval-iters", evalIters);
-        atLeastZero("--moe-ffn-hidden-size", moeFfnHiddenSize);
-        positive("--moe-layer-freq", moeLayerFrequency);
+        moe.check(numLayers);
         positive("--ddp-bucket-size", ddpBucketSize);
         if (ddpBucketSize > Long.MAX_VALUE / 4) {
             throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " is too large (at most "
@@ -866,9 +840,6 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--num-query-groups " + numQueryGroups + " does not divide --num-attention-heads "
                     + numAttentionHeads);
         }
-        if (numExperts > 0 && (moeTopK < 1 || moeTopK > numExperts)) {
-            throw new IllegalArgumentException("--moe-router-topk " + moeTopK + " must be from 1 to --num-experts " + numExperts);
-        }
         splitWeights();
     }
 
@@ -877,7 +848,7 @@ public final class PretrainArgs {
     /** Largest {@code --distributed-timeout-minutes}: deadlines are counted in nanoseconds of a {@code long}. */
     private static final double MAX_TIMEOUT_MINUTES = 1e6;
 
-    private static void atLeastZero(String flag, double value) {
+    static void atLeastZero(String flag, double value) {
         if (!(value >= 0) || Double.isInfinite(value)) {
             throw new IllegalArgumentException(flag + " " + value + " must be a finite number, at least 0");
         }
@@ -1032,12 +1003,7 @@ public final class PretrainArgs {
             b.addBiasLinear(false);
         }
         recompute(b);
-        if (numExperts > 0) {
-            int ffn = moeFfnHiddenSize > 0 ? moeFfnHiddenSize : ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize;
-            double auxLossCoeff = moeLoadBalancingType.equals("none") ? 0 : moeAuxLossCoeff;
-            b.moe(new TransformerConfig.MoeSettings(numExperts, moeTopK, moeLayerFrequency, ffn, auxLossCoeff,
-                    moeDispatcher == DispatcherKind.alltoall ? MoeConfig.Dispatcher.ALL_TO_ALL : MoeConfig.Dispatcher.ALL_GATHER));
-        }
+        b.moe(moe.settings(ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize));
         try {
             return b.build();
         } catch (IllegalArgumentException e) {
@@ -1083,13 +1049,14 @@ public final class PretrainArgs {
                 throw new IllegalArgumentException("--recompute-modules " + name + ": " + e.getMessage(), e);
             }
         }
-        if (modules.contains(TransformerConfig.RecomputeModule.MOE) && numExperts == 0 && loadHf == null) {
+        if (modules.contains(TransformerConfig.RecomputeModule.MOE) && moe.numExperts() == 0 && loadHf == null) {
             throw new IllegalArgumentException("--recompute-modules moe recomputes mixture-of-experts layers, but there are"
                     + " none (--num-experts 0)");
         }
-        if (modules.contains(TransformerConfig.RecomputeModule.MLP) && numExperts > 0 && moeLayerFrequency == 1) {
+        if (modules.contains(TransformerConfig.RecomputeModule.MLP) && moe.numExperts() > 0
+                && moe.layerPattern().count(numLayers) == numLayers) {
             throw new IllegalArgumentException("--recompute-modules mlp recomputes dense MLPs, but every layer is a mixture"
-                    + " of experts (--moe-layer-freq 1): use moe");
+                    + " of experts (--moe-layer-freq " + moe.layerFreq + "): use moe");
         }
         return b.recomputeSelective(modules);
     }
@@ -1100,7 +1067,7 @@ public final class PretrainArgs {
         }
     }
 
-    private static void atLeastZero(String flag, long value) {
+    static void atLeastZero(String flag, long value) {
         if (value < 0) {
             throw new IllegalArgumentException(flag + " " + value + " must not be negative");
         }

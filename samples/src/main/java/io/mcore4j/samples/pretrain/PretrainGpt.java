@@ -271,7 +271,7 @@ public final class PretrainGpt {
         Path metricsDir = args.metricsDir != null ? args.metricsDir : args.save != null ? args.save : Path.of("runs", "pretrain-gpt");
         Double peak = args.peakTflops != null ? args.peakTflops : device.isGpu() ? Double.valueOf(989) : null;
         return b -> {
-            b.out(out).peakTflops(peak).moePerLayerLogging(args.moePerLayerLogging);
+            b.out(out).peakTflops(peak).moePerLayerLogging(args.moe.perLayerLogging);
             if (writeMetrics) {
                 Path jsonl = metricsDir.resolve("metrics.jsonl");
                 LossCurveSink curve = new LossCurveSink(metricsDir.resolve("loss.png"), jsonl, "pretrain-gpt");

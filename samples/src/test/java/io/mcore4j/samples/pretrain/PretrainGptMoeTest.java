@@ -1,0 +1,132 @@
+package io.mcore4j.samples.pretrain;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.mcore4j.models.MoeLayerPattern;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.moe.MoeConfig;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.List;
+import java.util.stream.Stream;
+
+import org.junit.jupiter.api.Test;
+
+/**
+ * Issue #34's MoE flags on pretrain-gpt, under Megatron-LM's names: what each sets in the GPT model's MoE settings,
+ * Megatron's defaults, and the one line with exit 2 of each refused value.
+ */
+class PretrainGptMoeTest {
+    private static final List<String> BASE = List.of("--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4",
+            "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--mock-data", "--vocab-size", "250",
+            "--make-vocab-size-divisible-by", "64", "--num-experts", "8");
+
+    private static TransformerConfig.MoeSettings moe(String... more) {
+        return PretrainArgs.parse(Stream.concat(BASE.stream(), Arrays.stream(more)).toArray(String[]::new)).setup()
+                .model().moe();
+    }
+
+    /** The one line pretrain-gpt prints for these flags, after checking it exits with 2. */
+    private static String refusal(String... more) {
+        ByteArrayOutputStream err = new ByteArrayOutputStream();
+        int exit = PretrainGpt.execute("pretrain-gpt", Stream.concat(BASE.stream(), Arrays.stream(more)).toArray(String[]::new),
+                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
+                new PrintStream(err, true, StandardCharsets.UTF_8), (args, out) -> {
+                    throw new AssertionError("no run expected");
+                });
+        String text = err.toString(StandardCharsets.UTF_8);
+        assertEquals(2, exit, text);
+        String line = text.lines().findFirst().orElse("");
+        return line.substring("pretrain-gpt: ".length(), line.length() - " ('pretrain-gpt --help' lists the flags)".length());
+    }
+
+    @Test
+    void everyRouterAndExpertFlagReachesTheModel() {
+        TransformerConfig.MoeSettings s = moe("--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+                "--moe-router-bias-update-rate", "0.01", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
+                "--moe-router-topk", "4", "--moe-router-topk-scaling-factor", "2.5",
+                "--moe-router-load-balancing-type", "seq_aux_loss", "global_aux_loss", "--moe-aux-loss-coeff", "1e-3", "1e-4",
+                "--moe-z-loss-coeff", "1e-3", "--moe-shared-expert-intermediate-size", "48",
+                "--moe-expert-capacity-factor", "1.25", "--moe-pad-expert-input-to-capacity", "--moe-token-drop-policy",
+                "position", "--moe-layer-freq", "([0]*1+[1]*3)", "--moe-router-dtype", "fp32", "--moe-input-jitter-eps",
+                "0.01", "--moe-ffn-hidden-size", "24", "--moe-token-dispatcher-type", "alltoall");
+        MoeConfig c = s.config();
+        assertEquals(MoeLayerPattern.of(List.of(0, 1, 1, 1)), s.layers());
+        assertEquals(MoeConfig.RouterScore.SIGMOID, c.routerScore());
+        assertTrue(c.auxLossFree());
+        assertEquals(0.01, c.biasUpdateRate());
+        assertEquals(4, c.numGroups());
+        assertEquals(2, c.groupTopK());
+        assertEquals(4, c.topK());
+        assertEquals(2.5, c.topKScalingFactor());
+        assertEquals(0, c.auxLossCoeff());
+        assertEquals(1e-3, c.seqAuxLossCoeff());
+        assertEquals(1e-4, c.globalAuxLossCoeff());
+        assertEquals(1e-3, c.zLossCoeff());
+        assertEquals(48, c.sharedExpertFfnHiddenSize());
+        assertEquals(1.25, c.capacityFactor());
+        assertTrue(c.padToCapacity());
+        assertEquals(MoeConfig.DropPolicy.POSITION, c.dropPolicy());
+        assertTrue(c.routerInFp32());
+        assertEquals(0.01, c.inputJitter());
+        assertEquals(24, c.ffnHiddenSize());
+        assertEquals(MoeConfig.Dispatcher.ALL_TO_ALL, c.dispatcher());
+        assertTrue(moe("--moe-router-pre-softmax", "--moe-router-topk", "1").config().preSoftmax());
+        assertEquals(MoeLayerPattern.every(2), moe("--moe-layer-freq", "2").layers());
+        assertEquals(0, moe("--moe-expert-capacity-factor", "-1").config().capacityFactor(), "negative: none, as in Megatron");
+    }
+
+    @Test
+    void megatronsDefaults() {
+        MoeConfig c = moe().config();
+        assertEquals(MoeConfig.builder(8, 2, 128).dispatcher(MoeConfig.Dispatcher.ALL_GATHER).outputInitStd(0.02 / Math.sqrt(8))
+                .addBias(true)
+                .build(), c, "softmax after the top-2, no losses, no groups, no scaling, dropless, no shared expert, fp32 off");
+        assertEquals(MoeLayerPattern.every(1), moe().layers());
+        assertEquals(1e-3, c.biasUpdateRate());
+        assertFalse(c.routerInFp32());
+    }
+
+    @Test
+    void refusedValuesNameTheFlag() {
+        assertEquals("--moe-router-score-function sqrtsoftplus is not one of softmax, sigmoid (mcore4j has no sqrtsoftplus"
+                + " scores)", refusal("--moe-router-score-function", "sqrtsoftplus"));
+        assertEquals("--moe-router-enable-expert-bias (aux-loss-free routing) needs --moe-router-score-function sigmoid,"
+                + " not softmax", refusal("--moe-router-enable-expert-bias"));
+        assertEquals("--moe-router-group-topk 2 needs --moe-router-num-groups", refusal("--moe-router-group-topk", "2"));
+        assertEquals("--moe-router-num-groups 4 has no effect without --moe-router-group-topk",
+                refusal("--moe-router-num-groups", "4"));
+        assertEquals("--moe-router-num-groups 3 must divide --num-experts 8",
+                refusal("--moe-router-num-groups", "3", "--moe-router-group-topk", "1"));
+        assertEquals("--moe-router-group-topk 3 must be from 1 to --moe-router-num-groups 4 and at most --moe-router-topk 2",
+                refusal("--moe-router-num-groups", "4", "--moe-router-group-topk", "3"));
+        assertEquals("--moe-router-topk 4 exceeds the 2 experts of --moe-router-group-topk 1 groups",
+                refusal("--moe-router-num-groups", "4", "--moe-router-group-topk", "1", "--moe-router-topk", "4"));
+        assertEquals("--moe-router-topk-scaling-factor 0.0 must be a finite number > 0 (leave the flag out for none)",
+                refusal("--moe-router-topk-scaling-factor", "0"));
+        assertEquals("--moe-router-load-balancing-type quantile_balancing: mcore4j implements aux_loss, seq_aux_loss,"
+                + " global_aux_loss and none", refusal("--moe-router-load-balancing-type", "quantile_balancing"));
+        assertEquals("--moe-aux-loss-coeff gives 1 coefficients for the 2 types of --moe-router-load-balancing-type aux_loss"
+                + " seq_aux_loss", refusal("--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss",
+                "--moe-aux-loss-coeff", "0.01"));
+        assertEquals("--moe-z-loss-coeff -1.0 must be a finite number, at least 0", refusal("--moe-z-loss-coeff", "-1"));
+        assertEquals("--moe-router-dtype fp64 is not fp32 (mcore4j routes in float32 at most)",
+                refusal("--moe-router-dtype", "fp64"));
+        assertEquals("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor",
+                refusal("--moe-pad-expert-input-to-capacity"));
+        assertEquals("--moe-token-drop-policy random is not one of probs, position", refusal("--moe-token-drop-policy", "random"));
+        assertEquals("--moe-shared-expert-intermediate-size 0 must be at least 1 (the shared experts' total width)",
+                refusal("--moe-shared-expert-intermediate-size", "0"));
+        assertEquals("--moe-router-topk 1 with the softmax after the top-k gives the router no gradient: add"
+                + " --moe-router-pre-softmax", refusal("--moe-router-topk", "1"));
+        assertEquals("--moe-layer-freq [0,1] has 2 entries for --num-layers 4 (one 0 or 1 per layer)",
+                refusal("--moe-layer-freq", "[0,1]"));
+        assertEquals("--moe-layer-freq ([0]*1+[1]*3: expected ')' at position 12 of ([0]*1+[1]*3",
+                refusal("--moe-layer-freq", "([0]*1+[1]*3"));
+    }
+}
