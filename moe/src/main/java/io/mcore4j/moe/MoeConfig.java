@@ -47,6 +47,9 @@ import java.util.Objects;
  * @param addBias experts (and the shared expert) have biases
  * @param batchedExperts run the local experts as one batched matmul when every local expert received the
  *                       same number of tokens (always the case with {@code padToCapacity})
+ * @param groupedGemm run fc1 and fc2 of all local experts as one grouped matrix product each, whatever the
+ *                    number of rows of each expert (Megatron's {@code moe_grouped_gemm}; libtorch's
+ *                    {@code _grouped_mm} where the runtime has it, see {@link GroupedMatmul})
  */
 public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivation activation, RouterScore routerScore,
                         boolean preSoftmax, int numGroups, int groupTopK, double topKScalingFactor,
@@ -54,7 +57,8 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
                         double globalAuxLossCoeff, double zLossCoeff, boolean auxLossFree, double biasUpdateRate,
                         double inputJitter, double capacityFactor, DropPolicy dropPolicy, boolean padToCapacity,
                         Dispatcher dispatcher, int sharedExpertFfnHiddenSize, double initStd, double outputInitStd,
-                        DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts) {
+                        DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts,
+                        boolean groupedGemm) {
 
     /** Score function of the router. */
     public enum RouterScore {
@@ -183,6 +187,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         b.sequenceParallel = sequenceParallel;
         b.addBias = addBias;
         b.batchedExperts = batchedExperts;
+        b.groupedGemm = groupedGemm;
         return b;
     }
 
@@ -271,6 +276,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         private boolean sequenceParallel;
         private boolean addBias;
         private boolean batchedExperts = true;
+        private boolean groupedGemm;
 
         private Builder(int numExperts, int topK, int ffnHiddenSize) {
             this.numExperts = numExperts;
@@ -429,6 +435,12 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
             return this;
         }
 
+        /** @param value one grouped matrix product for fc1 and one for fc2 of all local experts (default false) @return this */
+        public Builder groupedGemm(boolean value) {
+            this.groupedGemm = value;
+            return this;
+        }
+
         /**
          * @return the validated config
          * @throws IllegalArgumentException as {@link MoeConfig#MoeConfig}
@@ -437,7 +449,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
             return new MoeConfig(numExperts, topK, ffnHiddenSize, activation, routerScore, preSoftmax, numGroups, groupTopK,
                     topKScalingFactor, routerInFp32, auxLossCoeff, seqAuxLossCoeff, globalAuxLossCoeff, zLossCoeff, auxLossFree, biasUpdateRate,
                     inputJitter, capacityFactor, dropPolicy, padToCapacity, dispatcher, sharedExpertFfnHiddenSize,
-                    initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts);
+                    initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts, groupedGemm);
         }
     }
 }

@@ -81,6 +81,10 @@ public final class MoeOptions {
     String dropPolicy = "probs";
     @Option(names = "--moe-token-dispatcher-type", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
     DispatcherKind dispatcher = DispatcherKind.allgather;
+    @Option(names = "--moe-grouped-gemm", description = "Each MoE layer's local experts run fc1 and fc2 as one grouped"
+            + " product each (libtorch's _grouped_mm from libtorch 2.8 on where the device and dtype run it, else one"
+            + " batched matmul over rows padded per expert).")
+    boolean groupedGemm;
     @Option(names = "--moe-per-layer-logging", description = "Also log each MoE layer's auxiliary losses (moe/<name>_layer_<i>).")
     boolean perLayerLogging;
 
@@ -230,6 +234,7 @@ public final class MoeOptions {
                 .sharedExpertFfnHiddenSize(sharedExpertFfnHiddenSize())
                 .capacityFactor(capacity())
                 .padToCapacity(padToCapacity)
+                .groupedGemm(groupedGemm)
                 .dropPolicy(MoeConfig.DropPolicy.valueOf(dropPolicy.toUpperCase(Locale.ROOT)))
                 .dispatcher(dispatcher == DispatcherKind.alltoall ? MoeConfig.Dispatcher.ALL_TO_ALL
                         : MoeConfig.Dispatcher.ALL_GATHER);
