@@ -50,6 +50,8 @@ import java.util.Objects;
  * @param groupedGemm run fc1 and fc2 of all local experts as one grouped matrix product each, whatever the
  *                    number of rows of each expert (Megatron's {@code moe_grouped_gemm}; libtorch's
  *                    {@code _grouped_mm} where the runtime has it, see {@link GroupedMatmul})
+ * @param permuteFusion permute tokens into expert order and back in one call each (Megatron's
+ *                      {@code moe_permute_fusion}; see {@link FusedTokenPermutation})
  */
 public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivation activation, RouterScore routerScore,
                         boolean preSoftmax, int numGroups, int groupTopK, double topKScalingFactor,
@@ -58,7 +60,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
                         double inputJitter, double capacityFactor, DropPolicy dropPolicy, boolean padToCapacity,
                         Dispatcher dispatcher, int sharedExpertFfnHiddenSize, double initStd, double outputInitStd,
                         DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts,
-                        boolean groupedGemm) {
+                        boolean groupedGemm, boolean permuteFusion) {
 
     /** Score function of the router. */
     public enum RouterScore {
@@ -188,6 +190,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         b.addBias = addBias;
         b.batchedExperts = batchedExperts;
         b.groupedGemm = groupedGemm;
+        b.permuteFusion = permuteFusion;
         return b;
     }
 
@@ -277,6 +280,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         private boolean addBias;
         private boolean batchedExperts = true;
         private boolean groupedGemm;
+        private boolean permuteFusion;
 
         private Builder(int numExperts, int topK, int ffnHiddenSize) {
             this.numExperts = numExperts;
@@ -441,6 +445,12 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
             return this;
         }
 
+        /** @param value fused token permutation and unpermutation (default false) @return this */
+        public Builder permuteFusion(boolean value) {
+            this.permuteFusion = value;
+            return this;
+        }
+
         /**
          * @return the validated config
          * @throws IllegalArgumentException as {@link MoeConfig#MoeConfig}
@@ -449,7 +459,8 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
             return new MoeConfig(numExperts, topK, ffnHiddenSize, activation, routerScore, preSoftmax, numGroups, groupTopK,
                     topKScalingFactor, routerInFp32, auxLossCoeff, seqAuxLossCoeff, globalAuxLossCoeff, zLossCoeff, auxLossFree, biasUpdateRate,
                     inputJitter, capacityFactor, dropPolicy, padToCapacity, dispatcher, sharedExpertFfnHiddenSize,
-                    initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts, groupedGemm);
+                    initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts, groupedGemm,
+                    permuteFusion);
         }
     }
 }

@@ -85,6 +85,9 @@ public final class MoeOptions {
             + " product each (libtorch's _grouped_mm from libtorch 2.8 on where the device and dtype run it, else one"
             + " batched matmul over rows padded per expert).")
     boolean groupedGemm;
+    @Option(names = "--moe-permute-fusion", description = "Permute tokens into expert order and back in one call each"
+            + " (mcore4j's TorchScript modules).")
+    boolean permuteFusion;
     @Option(names = "--moe-per-layer-logging", description = "Also log each MoE layer's auxiliary losses (moe/<name>_layer_<i>).")
     boolean perLayerLogging;
 
@@ -235,6 +238,7 @@ public final class MoeOptions {
                 .capacityFactor(capacity())
                 .padToCapacity(padToCapacity)
                 .groupedGemm(groupedGemm)
+                .permuteFusion(permuteFusion)
                 .dropPolicy(MoeConfig.DropPolicy.valueOf(dropPolicy.toUpperCase(Locale.ROOT)))
                 .dispatcher(dispatcher == DispatcherKind.alltoall ? MoeConfig.Dispatcher.ALL_TO_ALL
                         : MoeConfig.Dispatcher.ALL_GATHER);
