@@ -410,16 +410,30 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
-     * Training FLOPs per token (forward + backward), Megatron's formula for a GPT with
-     * {@code 4h} MLP: {@code 72 L h^2 + 12 L h s + 6 h V} for sequence length {@code s}.
+     * Training FLOPs per token (forward + backward), Megatron-LM's accounting ({@code num_floating_point_operations}):
+     * 6 per weight element a token meets in the attention projections ({@code h (q + 2 kv) + q h} per layer, with
+     * {@code q} the query width and {@code kv} the key and value widths), in the MLPs and in the logits
+     * ({@code 6 h V}), plus {@code 12 q s} per layer for the attention scores and their product with the values.
+     * An MLP counts {@code 2} weights of width {@code ffn} per hidden unit (3 with SwiGLU): a dense layer's
+     * {@code ffn}, a mixture-of-experts layer's top-k routed experts of {@code ffn_moe} each plus its shared
+     * expert; never its other experts, nor the router. For a GPT with a {@code 4h} GELU MLP and as many key/value
+     * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}.
      *
      * @param seqLength tokens per sequence
      * @return FLOPs per token
      */
     public double flopsPerToken(int seqLength) {
-        double l = numLayers;
         double h = hiddenSize;
-        return 72 * l * h * h + 12 * l * h * seqLength + 6 * h * vocabSize;
+        double query = (double) kvChannels * numAttentionHeads;
+        double keyValue = (double) kvChannels * numQueryGroups;
+        double attention = 6 * (h * (query + 2 * keyValue) + query * h) + 12 * query * seqLength;
+        double widths = activation.fc1Factor() + 1; // fc1 (fused [gate; up] for SwiGLU) and fc2
+        int moeLayers = moe == null ? 0 : moe.layers().count(numLayers);
+        double mlpWidth = (double) ffnHiddenSize * (numLayers - moeLayers);
+        if (moe != null) {
+            mlpWidth += ((double) moe.ffnHiddenSize() * moe.topK() + moe.config().sharedExpertFfnHiddenSize()) * moeLayers;
+        }
+        return numLayers * attention + 6 * h * widths * mlpWidth + 6 * h * vocabSize;
     }
 
     /**
