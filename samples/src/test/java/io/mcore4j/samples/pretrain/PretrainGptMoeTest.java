@@ -11,17 +11,24 @@ import io.mcore4j.moe.MoeConfig;
 import java.io.ByteArrayOutputStream;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.stream.Stream;
 
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * Issue #34's MoE flags on pretrain-gpt, under Megatron-LM's names: what each sets in the GPT model's MoE settings,
- * Megatron's defaults, and the one line with exit 2 of each refused value.
+ * Megatron's defaults, the one line with exit 2 of each refused value, and a GPT whose MoE layers use the new
+ * options training to the serial losses at EP2 x TP2.
  */
 class PretrainGptMoeTest {
+    @TempDir
+    Path dir;
+
     private static final List<String> BASE = List.of("--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4",
             "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "4", "--mock-data", "--vocab-size", "250",
             "--make-vocab-size-divisible-by", "64", "--num-experts", "8");
@@ -128,5 +135,44 @@ class PretrainGptMoeTest {
                 refusal("--moe-layer-freq", "[0,1]"));
         assertEquals("--moe-layer-freq ([0]*1+[1]*3: expected ')' at position 12 of ([0]*1+[1]*3",
                 refusal("--moe-layer-freq", "([0]*1+[1]*3"));
+    }
+
+    /**
+     * EP2 x TP2 (x DP2, sequence parallel) trains to the serial run's losses, step by step, with a dense first layer
+     * and two MoE layers that route by sigmoid scores with an expert bias (updated after every step from the
+     * step's token counts over TP x DP), group-limited top-2 and top-k scaling in float32, balance by the aux,
+     * sequence-aux and z-losses, add a shared expert, and run grouped GEMMs and fused permutations over the
+     * all-to-all dispatcher. (Options that depend on the layout by Megatron's definition are left out: capacity is
+     * per rank's tokens, the global aux loss averages the micro-batches a rank sees, input jitter draws per rank.)
+     */
+    @Test
+    void ep2Tp2GivesTheSerialLossesWithTheNewRoutingOptions() throws Exception {
+        List<String> moe = List.of("--num-layers", "3", "--hidden-size", "32", "--num-attention-heads", "4",
+                "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "8", "--mock-data", "--vocab-size",
+                "250", "--make-vocab-size-divisible-by", "64", "--lr", "1e-3", "--min-lr", "1e-4", "--lr-warmup-iters", "2",
+                "--train-iters", "5", "--log-interval", "5", "--seed", "7", "--clip-grad", "1.0",
+                "--num-experts", "4", "--moe-layer-freq", "([0]*1+[1]*2)", "--moe-router-score-function", "sigmoid",
+                "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "0.01", "--moe-router-num-groups", "2",
+                "--moe-router-group-topk", "1", "--moe-router-topk-scaling-factor", "2.0", "--moe-router-dtype", "fp32",
+                "--moe-router-load-balancing-type", "aux_loss", "seq_aux_loss", "--moe-aux-loss-coeff", "0.01", "0.005",
+                "--moe-z-loss-coeff", "0.001", "--moe-shared-expert-intermediate-size", "64", "--moe-grouped-gemm",
+                "--moe-permute-fusion", "--moe-token-dispatcher-type", "alltoall");
+        List<Double> serial = train(moe, "--nproc", "1");
+        assertEquals(5, serial.size());
+        assertTrue(serial.get(4) < serial.get(0), "the loss should fall: " + serial);
+        List<Double> parallel = train(moe, "--nproc", "4", "--tensor-model-parallel-size", "2",
+                "--expert-model-parallel-size", "2", "--sequence-parallel");
+        for (int i = 0; i < serial.size(); i++) {
+            double rel = Math.abs(parallel.get(i) - serial.get(i)) / Math.abs(serial.get(i));
+            assertTrue(rel <= 1e-5, "EP2 x TP2 step " + (i + 1) + ": " + parallel.get(i) + " vs " + serial.get(i));
+        }
+    }
+
+    private List<Double> train(List<String> flags, String... layout) throws Exception {
+        List<String> f = new ArrayList<>(flags);
+        f.addAll(List.of(layout));
+        f.addAll(List.of("--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
+        return PretrainGpt.run(PretrainArgs.parse(f.toArray(String[]::new)),
+                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8));
     }
 }
