@@ -153,16 +153,7 @@ public record MoeLayerPattern(int frequency, List<Integer> layers) {
         private Object sum() {
             Object value = product();
             while (accept('+')) {
-                Object right = product();
-                if (value instanceof Integer a && right instanceof Integer b) {
-                    value = checked((long) a + b);
-                } else if (value instanceof List<?> a && right instanceof List<?> b) {
-                    List<Integer> joined = new ArrayList<>(ints(a));
-                    joined.addAll(ints(b));
-                    value = capped(joined);
-                } else {
-                    throw error("cannot add a list and a number");
-                }
+                value = add(value, product());
             }
             return value;
         }
@@ -170,18 +161,36 @@ public record MoeLayerPattern(int frequency, List<Integer> layers) {
         private Object product() {
             Object value = atom();
             while (accept('*')) {
-                Object right = atom();
-                if (value instanceof Integer a && right instanceof Integer b) {
-                    value = checked((long) a * b);
-                } else if (value instanceof List<?> a && right instanceof Integer n) {
-                    value = repeat(ints(a), n);
-                } else if (value instanceof Integer n && right instanceof List<?> b) {
-                    value = repeat(ints(b), n);
-                } else {
-                    throw error("cannot multiply two lists");
-                }
+                value = multiply(value, atom());
             }
             return value;
+        }
+
+        /** Python's {@code +}: integers add, lists concatenate. */
+        private Object add(Object left, Object right) {
+            if (left instanceof Integer a && right instanceof Integer b) {
+                return checked((long) a + b);
+            }
+            if (left instanceof List<?> a && right instanceof List<?> b) {
+                List<Integer> joined = new ArrayList<>(ints(a));
+                joined.addAll(ints(b));
+                return capped(joined);
+            }
+            throw error("cannot add a list and a number");
+        }
+
+        /** Python's {@code *}: integers multiply, a list and an integer repeat the list. */
+        private Object multiply(Object left, Object right) {
+            if (left instanceof Integer a && right instanceof Integer b) {
+                return checked((long) a * b);
+            }
+            if (left instanceof List<?> a && right instanceof Integer n) {
+                return repeat(ints(a), n);
+            }
+            if (left instanceof Integer n && right instanceof List<?> b) {
+                return repeat(ints(b), n);
+            }
+            throw error("cannot multiply two lists");
         }
 
         private Object atom() {

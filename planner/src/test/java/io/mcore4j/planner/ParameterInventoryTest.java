@@ -84,4 +84,14 @@ class ParameterInventoryTest {
                         MoeConfig.Dispatcher.ALL_TO_ALL)).build();
         check(model, new Layout(1, 1, 1, 2, 1, 2, 1, Recompute.NONE, false));
     }
+
+    @Test
+    void sharedExpertsAndAListOfMoeLayersAtTp2Ep2() {
+        TransformerConfig model = TransformerConfig.builder(4, 32, 4, 128).maxSequenceLength(16).dropout(0, 0)
+                .activation(MlpActivation.SWIGLU)
+                .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.parse("[0,1,1,0]"), MoeConfig.builder(4, 2, 48)
+                        .sharedExpertFfnHiddenSize(32).dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL).build()))
+                .build();
+        check(model, new Layout(2, 1, 1, 2, 1, 2, 1, Recompute.NONE, false));
+    }
 }

@@ -101,11 +101,7 @@ public final class MoeOptions {
      * @throws IllegalArgumentException naming the flag
      */
     MoeLayerPattern layerPattern() {
-        try {
-            return MoeLayerPattern.parse(layerFreq);
-        } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException("--moe-layer-freq " + layerFreq + ": " + e.getMessage(), e);
-        }
+        return PretrainArgs.parsed("--moe-layer-freq", layerFreq, MoeLayerPattern::parse);
     }
 
     /** @return {@code --moe-shared-expert-intermediate-size}, 0 without it */

@@ -34,6 +34,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.OptionalInt;
 import java.util.Set;
+import java.util.function.Function;
 
 /**
  * The flags of {@code pretrain-gpt}, named and defaulted as in Megatron-LM where Megatron has them,
@@ -875,10 +876,23 @@ public final class PretrainArgs {
 
     /** @return the split weights of {@code --split} */
     SplitWeights splitWeights() {
+        return parsed("--split", split, SplitWeights::parse);
+    }
+
+    /**
+     * A flag's value parsed, its errors prefixed with the flag and the value.
+     *
+     * @param flag the flag's name
+     * @param value the value given
+     * @param parse the parser, which throws {@link IllegalArgumentException} for a bad value
+     * @return the parsed value
+     * @throws IllegalArgumentException {@code "<flag> <value>: <the parser's message>"}
+     */
+    static <T> T parsed(String flag, String value, Function<String, T> parse) {
         try {
-            return SplitWeights.parse(split);
+            return parse.apply(value);
         } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException("--split " + split + ": " + e.getMessage(), e);
+            throw new IllegalArgumentException(flag + " " + value + ": " + e.getMessage(), e);
         }
     }
 

@@ -38,18 +38,8 @@ class PretrainGptMoeTest {
                 .model().moe();
     }
 
-    /** The one line pretrain-gpt prints for these flags, after checking it exits with 2. */
     private static String refusal(String... more) {
-        ByteArrayOutputStream err = new ByteArrayOutputStream();
-        int exit = PretrainGpt.execute("pretrain-gpt", Stream.concat(BASE.stream(), Arrays.stream(more)).toArray(String[]::new),
-                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
-                new PrintStream(err, true, StandardCharsets.UTF_8), (args, out) -> {
-                    throw new AssertionError("no run expected");
-                });
-        String text = err.toString(StandardCharsets.UTF_8);
-        assertEquals(2, exit, text);
-        String line = text.lines().findFirst().orElse("");
-        return line.substring("pretrain-gpt: ".length(), line.length() - " ('pretrain-gpt --help' lists the flags)".length());
+        return PretrainGptMegatronFlagsTest.refusal(BASE, more);
     }
 
     @Test
