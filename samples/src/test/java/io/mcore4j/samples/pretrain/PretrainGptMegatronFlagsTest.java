@@ -41,16 +41,8 @@ class PretrainGptMegatronFlagsTest {
 
     /** The first line pretrain-gpt prints on standard error for these flags, after checking it exits with 2. */
     private static String refusal(String... more) {
-        return refusal(BASE, more);
-    }
-
-    /**
-     * The one line pretrain-gpt prints on standard error for {@code base} and {@code more}, without its prefix and its
-     * pointer to --help, after checking it exits with 2.
-     */
-    static String refusal(List<String> base, String... more) {
         ByteArrayOutputStream err = new ByteArrayOutputStream();
-        int exit = PretrainGpt.execute("pretrain-gpt", Stream.concat(base.stream(), Arrays.stream(more)).toArray(String[]::new),
+        int exit = PretrainGpt.execute("pretrain-gpt", Stream.concat(BASE.stream(), Arrays.stream(more)).toArray(String[]::new),
                 new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
                 new PrintStream(err, true, StandardCharsets.UTF_8), (args, out) -> {
                     throw new AssertionError("no run expected");
