@@ -596,7 +596,7 @@ def randomize(model, seed):
 
 def save_model(kind, vocab, out, seed):
     small = dict(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                 num_key_value_heads=1, max_position_embeddings=128, rms_norm_eps=1e-5)
+                 num_key_value_heads=1, max_position_embeddings=256, rms_norm_eps=1e-5)
     if kind == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(**small, tie_word_embeddings=True))
     else:

@@ -325,6 +325,8 @@ public final class PretrainArgs {
     Path saveHf;
     @Mixin
     final LoraOptions lora = new LoraOptions();
+    @Mixin
+    final SftOptions sft = new SftOptions();
     @Option(names = "--save-hf-dtype", description = "dtype of --save-hf: bf16, f16 or f32. Default: ${DEFAULT-VALUE}.")
     String saveHfDtype = "bf16";
     @Option(names = "--save-interval", description = "Iterations between checkpoints (0: only at the end). Default: ${DEFAULT-VALUE}.")
@@ -611,6 +613,7 @@ public final class PretrainArgs {
         }
         checkRanges();
         if (trainsHere) {
+            sft.check(this);
             PathFlags.check(this);
         }
         if (trainsHere && loadHf == null) {

@@ -6,6 +6,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.data.gpt.MaskedSampleDataset;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.data.sampler.CyclicPretrainingSampler;
 import io.mcore4j.data.sampler.DataloaderType;
@@ -19,7 +20,8 @@ import java.util.Objects;
  * Micro-batches of GPT samples for one data-parallel rank, taken in order with Megatron's
  * pretraining sampler (wrapping around the dataset), or with {@link DataloaderType#CYCLIC} in the
  * random order of {@link CyclicPretrainingSampler}: each sample of {@code s + 1} tokens gives
- * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}; under context
+ * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}, with the labels' loss mask
+ * when the samples have one ({@link MaskedSampleDataset}, supervised fine-tuning); under context
  * parallelism, this rank's {@code [s / CP, b]} part of them.
  */
 public final class GptBatches implements BatchSource {
@@ -105,10 +107,25 @@ public final class GptBatches implements BatchSource {
         NDArray batch = staged.toType(DataType.INT64, false);
         NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
         NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
+        NDArray lossMask = data instanceof MaskedSampleDataset masked ? lossMask(masked, indices, manager) : null;
         if (contextParallel.size() > 1) {
             tokens = contextParallel.split(tokens, 0, manager);
             labels = contextParallel.split(labels, 0, manager);
+            lossMask = lossMask == null ? null : contextParallel.split(lossMask, 0, manager);
         }
-        return new MicroBatch(tokens, labels);
+        return new MicroBatch(tokens, labels, lossMask);
+    }
+
+    /** The samples' loss masks, float32 {@code [s, b]} as the labels. */
+    private static NDArray lossMask(MaskedSampleDataset data, long[] indices, NDManager manager) {
+        int seq = data.sequenceLength();
+        int[] flat = new int[indices.length * seq];
+        int[] one = new int[seq];
+        for (int i = 0; i < indices.length; i++) {
+            data.lossMask(indices[i], one);
+            System.arraycopy(one, 0, flat, i * seq, seq);
+        }
+        NDArray staged = Tensors.fromHost(flat, new Shape(indices.length, seq), manager);
+        return staged.toType(DataType.FLOAT32, false).transpose(1, 0);
     }
 }
