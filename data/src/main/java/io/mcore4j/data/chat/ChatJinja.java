@@ -10,11 +10,13 @@ import com.hubspot.jinjava.el.ext.AstNamedParameter;
 import com.hubspot.jinjava.el.ext.ExtendedParser;
 import com.hubspot.jinjava.el.ext.NamedParameterOperator;
 import com.hubspot.jinjava.interpret.JinjavaInterpreter;
-import com.hubspot.jinjava.interpret.RenderResult;
+import com.hubspot.jinjava.interpret.Context;
+import com.hubspot.jinjava.interpret.InterpretException;
 import com.hubspot.jinjava.interpret.TemplateError;
 import com.hubspot.jinjava.lib.exptest.ExpTest;
 import com.hubspot.jinjava.lib.filter.Filter;
 import com.hubspot.jinjava.lib.fn.ELFunctionDefinition;
+import com.hubspot.jinjava.tree.Node;
 import jinjava.de.odysseus.el.ExpressionFactoryImpl;
 import jinjava.de.odysseus.el.tree.TreeBuilder;
 import jinjava.de.odysseus.el.tree.impl.Builder;
@@ -29,6 +31,7 @@ import jinjava.javax.el.ExpressionFactory;
 
 import java.time.LocalDateTime;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.regex.Matcher;
@@ -45,7 +48,8 @@ import java.util.regex.Pattern;
  * several threads at once.
  *
  * <p>What jinjava cannot render is an error, never a silent difference: {@link #render} throws
- * {@link ChatTemplateException} naming the template, the line and the construct.
+ * {@link ChatTemplateException} naming the template, the line and the construct. A template is parsed once
+ * ({@link #parse}) and its tree rendered for each conversation.
  */
 final class ChatJinja {
     /** The context variable holding this render's {@link MessageLoopTag.Tracker}; absent when not tracking. */
@@ -77,25 +81,59 @@ final class ChatJinja {
     }
 
     /**
-     * Renders a template.
+     * Parses a template once, for {@link #render} to render many times.
      *
      * @param source the template
+     * @param origin where it came from, for messages
+     * @return the parsed template
+     * @throws ChatTemplateException if jinjava cannot parse it
+     */
+    Node parse(String source, String origin) {
+        JinjavaInterpreter interpreter = jinjava.newInterpreter();
+        JinjavaInterpreter.pushCurrent(interpreter);
+        try {
+            Node root = interpreter.parse(rewrite(source));
+            check(interpreter.getErrorsCopy(), origin);
+            return root;
+        } finally {
+            JinjavaInterpreter.popCurrent();
+        }
+    }
+
+    /**
+     * Renders a parsed template.
+     *
+     * @param root the template, from {@link #parse}
      * @param origin where it came from, for messages
      * @param variables the template's variables
      * @return the text
      * @throws ChatTemplateException if the template raised an exception or jinjava cannot render it
      */
-    String render(String source, String origin, Map<String, Object> variables) {
+    String render(Node root, String origin, Map<String, Object> variables) {
         Map<String, Object> bindings = new HashMap<>(variables);
         // transformers defines strftime_now, and templates test "strftime_now is defined" before calling it
         bindings.putIfAbsent("strftime_now", "strftime_now");
-        RenderResult result = jinjava.renderForResult(rewrite(source), bindings);
-        for (TemplateError error : result.getErrors()) {
+        JinjavaConfig config = jinjava.getGlobalConfig();
+        Context context = new Context(jinjava.getGlobalContextCopy(), bindings, config.getDisabled());
+        JinjavaInterpreter interpreter = config.getInterpreterFactory().newInstance(jinjava, context, config);
+        JinjavaInterpreter.pushCurrent(interpreter);
+        try {
+            String output = interpreter.render(root);
+            check(interpreter.getErrorsCopy(), origin);
+            return output;
+        } catch (InterpretException e) {
+            throw failure(TemplateError.fromSyntaxError(e), origin);
+        } finally {
+            JinjavaInterpreter.popCurrent();
+        }
+    }
+
+    private static void check(List<TemplateError> errors, String origin) {
+        for (TemplateError error : errors) {
             if (error.getSeverity() == TemplateError.ErrorType.FATAL) {
                 throw failure(error, origin);
             }
         }
-        return result.getOutput();
     }
 
     /** Python's slice {@code x[::-1]}, which jinjava's parser lacks, as {@code x|reverse} (the same value). */

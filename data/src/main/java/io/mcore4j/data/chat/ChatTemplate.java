@@ -1,5 +1,6 @@
 package io.mcore4j.data.chat;
 
+import com.hubspot.jinjava.tree.Node;
 import io.mcore4j.data.preprocess.JsonSyntaxException;
 import io.mcore4j.data.preprocess.StrictJson;
 
@@ -36,11 +37,13 @@ public final class ChatTemplate {
     private final String origin;
     private final Map<String, Object> specialTokens;
     private final ChatJinja jinja = new ChatJinja();
+    private final Node root;
 
     private ChatTemplate(String source, String origin, Map<String, Object> specialTokens) {
         this.source = source;
         this.origin = origin;
         this.specialTokens = Collections.unmodifiableMap(new LinkedHashMap<>(specialTokens));
+        this.root = jinja.parse(source, origin);
     }
 
     /**
@@ -50,6 +53,7 @@ public final class ChatTemplate {
      * @param origin where it came from, for messages (a file name)
      * @param specialTokens the tokenizer's special tokens by name ({@code bos_token}, {@code eos_token}, ...)
      * @return the template
+     * @throws ChatTemplateException if the template cannot be parsed
      */
     public static ChatTemplate of(String source, String origin, Map<String, ?> specialTokens) {
         return new ChatTemplate(source, origin, new LinkedHashMap<>(specialTokens));
@@ -139,14 +143,14 @@ public final class ChatTemplate {
      */
     public String render(List<? extends Map<String, Object>> messages, List<?> tools, boolean addGenerationPrompt,
                          Map<String, ?> variables) {
-        return jinja.render(source, origin, bindings(messages, tools, addGenerationPrompt, variables));
+        return jinja.render(root, origin, bindings(messages, tools, addGenerationPrompt, variables));
     }
 
     /** Renders without a generation prompt, keeping the text each message's loop iterations wrote. */
     RenderedChat renderTracked(List<? extends Map<String, Object>> messages, List<?> tools, Map<String, ?> variables) {
         Map<String, Object> bindings = bindings(messages, tools, false, variables);
         bindings.put(ChatJinja.TRACKER, new MessageLoopTag.Tracker(messages));
-        return RenderedChat.parse(jinja.render(source, origin, bindings), messages.size(), origin);
+        return RenderedChat.parse(jinja.render(root, origin, bindings), messages.size(), origin);
     }
 
     private Map<String, Object> bindings(List<? extends Map<String, Object>> messages, List<?> tools,
