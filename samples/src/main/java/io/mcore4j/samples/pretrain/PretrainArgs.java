@@ -411,8 +411,8 @@ public final class PretrainArgs {
             + " sharding; the order is mcore4j's, not PyTorch's). Megatron's external is not offered."
             + " Default: ${DEFAULT-VALUE}.")
     DataloaderKind dataloaderType = DataloaderKind.single;
-    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files (default: next to each"
-            + " dataset's files).")
+    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files and, with --sft, the"
+            + " tokenized conversations (default: next to each dataset's files).")
     Path dataCachePath;
     @Option(names = "--save-retain", description = "Complete checkpoints kept in --save: the newest N (0: all, as"
             + " Megatron, which deletes none unless --save-retain-interval). Default: ${DEFAULT-VALUE}.")

@@ -10,15 +10,14 @@ import io.mcore4j.data.gpt.MaskedSampleDataset;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.data.sampler.CyclicPretrainingSampler;
 import io.mcore4j.data.sampler.DataloaderType;
-import io.mcore4j.data.sampler.PretrainingSampler;
 import io.mcore4j.training.BatchSource;
 import io.mcore4j.training.MicroBatch;
 
 import java.util.Objects;
 
 /**
- * Micro-batches of GPT samples for one data-parallel rank, taken in order with Megatron's
- * pretraining sampler (wrapping around the dataset), or with {@link DataloaderType#CYCLIC} in the
+ * Micro-batches of GPT samples for one data-parallel rank, taken in order as Megatron's
+ * pretraining sampler takes them (wrapping around the dataset), or with {@link DataloaderType#CYCLIC} in the
  * random order of {@link CyclicPretrainingSampler}: each sample of {@code s + 1} tokens gives
  * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}, with the labels' loss mask
  * when the samples have one ({@link MaskedSampleDataset}, supervised fine-tuning); under context
@@ -90,9 +89,13 @@ public final class GptBatches implements BatchSource {
         if (cyclic != null) {
             indices = cyclic.microBatch(consumedSamples + (long) microBatch * microBatchSize * dataParallelSize);
         } else {
-            PretrainingSampler sampler = new PretrainingSampler(data.size(), consumedSamples % data.size(), microBatchSize,
-                    dataParallelRank, dataParallelSize, true);
-            indices = sampler.microBatch(microBatch % sampler.steps());
+            // Megatron's pretraining order, sample i of the run being sample i mod size of the data (its SFT
+            // dataset's wrap): a dataset smaller than the run, a few conversations, is read again from its start
+            long first = consumedSamples + ((long) microBatch * dataParallelSize + dataParallelRank) * microBatchSize;
+            indices = new long[microBatchSize];
+            for (int j = 0; j < microBatchSize; j++) {
+                indices[j] = (first + j) % data.size();
+            }
         }
         int seq = data.sequenceLength();
         int width = seq + 1;
