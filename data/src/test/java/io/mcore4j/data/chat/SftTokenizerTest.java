@@ -2,8 +2,10 @@ package io.mcore4j.data.chat;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.mcore4j.data.preprocess.HuggingFaceTokenizerAdapter;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -69,6 +71,27 @@ class SftTokenizerTest {
                 assertArrayEquals(ChatFixtures.ints(pair.get("ids")), t.ids());
                 assertArrayEquals(ChatFixtures.ints(pair.get("completion_mask")), toInts(t.lossMask()));
             }
+        }
+    }
+
+    @Test
+    void aPromptGivenAsMessagesIsNotTrained() throws Exception {
+        ChatFixtures.Case twoTurns = chats().stream().filter(c -> c.toString().contains("qwen2.5: default system prompt"))
+                .findFirst().orElseThrow();
+        try (HuggingFaceTokenizerAdapter tok = HuggingFaceTokenizerAdapter.load(twoTurns.dir(), null)) {
+            SftTokenizer sft = new SftTokenizer(ChatTemplate.load(twoTurns.dir(), null), tok);
+            List<Map<String, Object>> m = twoTurns.messages();
+            String line = PythonValues.json(Map.of("prompt", m.subList(0, 3), "completion", m.subList(3, 4)), null, false);
+            SftTokenizer.Tokens t = sft.tokenize(SftExample.parse(line));
+            int[] expected = ChatFixtures.ints(twoTurns.json().get("assistant_mask"));
+            int lastTurn = expected.length - 1;
+            while (expected[lastTurn - 1] == 1 || expected[lastTurn] == 0) {
+                lastTurn--; // back to the first token of the last run of trained tokens: the completion's turn
+            }
+            java.util.Arrays.fill(expected, 0, lastTurn, 0);
+            assertArrayEquals(ChatFixtures.ints(twoTurns.json().get("ids")), t.ids());
+            assertArrayEquals(expected, toInts(t.lossMask()), "only the completion's assistant turn");
+            assertTrue(lastTurn > 0 && expected[lastTurn] == 1);
         }
     }
 
