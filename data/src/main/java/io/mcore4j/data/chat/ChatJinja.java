@@ -72,8 +72,8 @@ final class ChatJinja {
         jinjava.registerTag(new GenerationTag());
         jinjava.registerFilter(new ToJson());
         jinjava.registerFilter(new PythonString());
-        jinjava.registerExpTest(new Iterable("iterable"));
-        jinjava.registerExpTest(new Iterable("sequence"));
+        jinjava.registerExpTest(new PythonIterable("iterable"));
+        jinjava.registerExpTest(new PythonIterable("sequence"));
         jinjava.registerFunction(new ELFunctionDefinition("", "raise_exception", ChatJinja.class, "raiseException",
                 String.class));
         jinjava.registerFunction(new ELFunctionDefinition("", "strftime_now", ChatJinja.class, "strftimeNow",
@@ -275,10 +275,10 @@ final class ChatJinja {
     }
 
     /** Jinja's {@code iterable} and {@code sequence} tests, true for strings and dicts as in Python. */
-    private static final class Iterable implements ExpTest {
+    private static final class PythonIterable implements ExpTest {
         private final String name;
 
-        Iterable(String name) {
+        PythonIterable(String name) {
             this.name = name;
         }
 
@@ -289,7 +289,7 @@ final class ChatJinja {
 
         @Override
         public boolean evaluate(Object var, JinjavaInterpreter interpreter, Object... args) {
-            return var instanceof CharSequence || var instanceof java.lang.Iterable<?> || var instanceof Map<?, ?>
+            return var instanceof CharSequence || var instanceof Iterable<?> || var instanceof Map<?, ?>
                     || var != null && var.getClass().isArray();
         }
     }

@@ -99,18 +99,12 @@ public final class GptBatches implements BatchSource {
         }
         int seq = data.sequenceLength();
         int width = seq + 1;
-        int[] flat = new int[indices.length * width];
-        int[] one = new int[width];
-        for (int i = 0; i < indices.length; i++) {
-            data.sample(indices[i], one);
-            System.arraycopy(one, 0, flat, i * width, width);
-        }
-        // queued without a host wait on a GPU (a pageable copy would wait for the previous step's kernels)
-        NDArray staged = Tensors.fromHost(flat, new Shape(indices.length, width), manager);
-        NDArray batch = staged.toType(DataType.INT64, false);
+        NDArray batch = rows(indices, width, data::sample, manager).toType(DataType.INT64, false);
         NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
         NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
-        NDArray lossMask = data instanceof MaskedSampleDataset masked ? lossMask(masked, indices, manager) : null;
+        // the labels' loss mask, float32 [s, b] as the labels
+        NDArray lossMask = data instanceof MaskedSampleDataset masked
+                ? rows(indices, seq, masked::lossMask, manager).toType(DataType.FLOAT32, false).transpose(1, 0) : null;
         if (contextParallel.size() > 1) {
             tokens = contextParallel.split(tokens, 0, manager);
             labels = contextParallel.split(labels, 0, manager);
@@ -119,16 +113,21 @@ public final class GptBatches implements BatchSource {
         return new MicroBatch(tokens, labels, lossMask);
     }
 
-    /** The samples' loss masks, float32 {@code [s, b]} as the labels. */
-    private static NDArray lossMask(MaskedSampleDataset data, long[] indices, NDManager manager) {
-        int seq = data.sequenceLength();
-        int[] flat = new int[indices.length * seq];
-        int[] one = new int[seq];
+    /** Reads one row of a sample (its tokens, or its loss mask) into an array. */
+    @FunctionalInterface
+    private interface RowReader {
+        void read(long index, int[] destination);
+    }
+
+    /** The rows of the given samples as an int32 tensor {@code [indices, width]} on {@code manager}'s device. */
+    private static NDArray rows(long[] indices, int width, RowReader reader, NDManager manager) {
+        int[] flat = new int[indices.length * width];
+        int[] one = new int[width];
         for (int i = 0; i < indices.length; i++) {
-            data.lossMask(indices[i], one);
-            System.arraycopy(one, 0, flat, i * seq, seq);
+            reader.read(indices[i], one);
+            System.arraycopy(one, 0, flat, i * width, width);
         }
-        NDArray staged = Tensors.fromHost(flat, new Shape(indices.length, seq), manager);
-        return staged.toType(DataType.FLOAT32, false).transpose(1, 0);
+        // queued without a host wait on a GPU (a pageable copy would wait for the previous step's kernels)
+        return Tensors.fromHost(flat, new Shape(indices.length, width), manager);
     }
 }
