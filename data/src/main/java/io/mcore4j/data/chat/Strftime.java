@@ -4,7 +4,7 @@ import java.time.LocalDateTime;
 import java.time.format.TextStyle;
 import java.util.Locale;
 
-/** Python's {@code datetime.strftime} in the C locale, for transformers' {@code strftime_now}. */
+/** Python's {@code datetime.strftime} in the C locale (English names), for transformers' {@code strftime_now}. */
 final class Strftime {
     private Strftime() {}
 
@@ -24,10 +24,10 @@ final class Strftime {
             }
             char d = format.charAt(++i);
             out.append(switch (d) {
-                case 'a' -> time.getDayOfWeek().getDisplayName(TextStyle.SHORT, Locale.ROOT);
-                case 'A' -> time.getDayOfWeek().getDisplayName(TextStyle.FULL, Locale.ROOT);
-                case 'b' -> time.getMonth().getDisplayName(TextStyle.SHORT, Locale.ROOT);
-                case 'B' -> time.getMonth().getDisplayName(TextStyle.FULL, Locale.ROOT);
+                case 'a' -> time.getDayOfWeek().getDisplayName(TextStyle.SHORT, Locale.ENGLISH);
+                case 'A' -> time.getDayOfWeek().getDisplayName(TextStyle.FULL, Locale.ENGLISH);
+                case 'b' -> time.getMonth().getDisplayName(TextStyle.SHORT, Locale.ENGLISH);
+                case 'B' -> time.getMonth().getDisplayName(TextStyle.FULL, Locale.ENGLISH);
                 case 'd' -> two(time.getDayOfMonth());
                 case 'e' -> String.format(Locale.ROOT, "%2d", time.getDayOfMonth());
                 case 'f' -> String.format(Locale.ROOT, "%06d", time.getNano() / 1000);
