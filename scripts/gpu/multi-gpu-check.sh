@@ -8,11 +8,15 @@
 #                                    script with fake java, torchrun, python3 and nvidia-smi (no GPU, no Java)
 # Rows (GPUs): tp1 (1), tp2 (2), tp4 (4), pp2 (2), tp2pp2 (4), tp2dp2 (4), dp2 (2), dp4 (4),
 #   llama-tp4sp (4), llama-tp2dp2 (4), probe-tp1 (1), probe-tp2 (2), probe-tp4 (4); and, only when named,
-#   tp2sp (2), llama-dp4 (4). "probe" names the three probe rows. Every row is GptBenchmark (= pretrain-gpt
+#   tp2sp (2), llama-dp4 (4), and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
+#   cp1 (1: one GPU at 16k), cp2 (2: CP2 at 32k), cp4 (4: CP4 at 64k), cp4-128k (4: CP4 at 128k with full
+#   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a). "probe" names the three probe rows, "cp" cp1 cp2
+#   cp4 cp4-128k. Every row is GptBenchmark (= pretrain-gpt
 #   --mock-data) of the 1.3B model (L=24 h=2048 heads=16 s=2048 V=32768, micro-batch 4 x 2 per replica), of
 #   LLaMA-7B, or of the probe preset with --phases (its step is the host's time); one process per GPU under
 #   torchrun. References: eager_gpt_bench.py next to tp1, torch_dist_gpt_bench.py (DTensor TP) next to tp2 and
-#   tp4, DDP and FSDP2 next to dp2 and dp4.
+#   tp4, DDP and FSDP2 next to dp2 and dp4, eager at 16k next to cp1, torch_dist_gpt_bench.py --mode cp
+#   (PyTorch's context_parallel over SDPA) next to cp2 and cp4.
 # Environment:
 #   ROWS        rows to run, in this order (default: all that fit GPUS; 4 GPUs: tp1 tp2 tp4 pp2 tp2pp2 tp2dp2 dp4
 #               llama-tp4sp llama-tp2dp2 probe; 2 GPUs: tp1 tp2 pp2 dp2 probe-tp1 probe-tp2)
@@ -24,6 +28,8 @@
 #   GRAPH       1: every mcore4j row replays its steps from a CUDA graph (--cuda-graph-impl local --cuda-graph-scope
 #               full_iteration, captured within the WARMUP steps; --overlap-grad-reduce is left out, a graph does not
 #               take it); 0 (default): eager steps
+#   CP_ATTENTION  flags of the context-parallel rows' attention (default: --attention-backend flash, the ring on
+#               libtorch's flash kernel)
 #   EXTRA       more flags for every GptBenchmark run (JVM options, e.g. -Dmcore4j.cuda.kernels=false, go in
 #               MCORE4J_JAVA_OPTS)
 #   DEADLINE_S  (540) seconds after the start past which no run starts (the rest are reported as skipped), so
@@ -33,6 +39,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 
+CP_ATTENTION=${CP_ATTENTION:---attention-backend flash}
 PROBE_LAYERS=24 # the probe preset's layers: a step is PROBE_LAYERS x micro-batches layer passes
 
 # ---- the table, from `[row] ...` lines on stdin -------------------------------------------------------------
@@ -93,9 +100,11 @@ summarise() {
 
 # ---- rows -----------------------------------------------------------------------------------------------
 # row NAME: sets gpus, layout (words for the table), args (GptBenchmark flags) and refs (reference runs, each
-# "N|mode|description": N GPUs, mode eager or a torch_dist_gpt_bench.py --mode); returns 1 for an unknown name
+# "N|mode|description[|flags]": N GPUs, mode eager or a torch_dist_gpt_bench.py --mode, more flags for it); returns
+# 1 for an unknown name
 row() {
   refs=()
+  local long="--seq-length 16384 --micro-batch-size 1 --micro-batches 1 $CP_ATTENTION"
   case $1 in
     tp1)          gpus=1; layout="1.3B, 1 GPU"; args="--model 1.3b"; refs=("1|eager|eager + SDPA");;
     tp2)          gpus=2; layout="1.3B, TP2"; args="--model 1.3b --tensor-model-parallel-size 2"
@@ -119,6 +128,19 @@ row() {
     llama-dp4)    gpus=4; layout="LLaMA-7B, DP4, distributed optimizer, selective recompute, micro-batch 1 × 4"
                   args="--model llama7b --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity selective"
                   args+=" --micro-batch-size 1 --micro-batches 4";;
+    cp1)          gpus=1; layout="1.3B, 1 GPU, sequence 16k, micro-batch 1 × 1"; args="--model 1.3b $long"
+                  refs=("1|eager|eager + SDPA|--seq 16384 --mbs 1 --micro 1");;
+    cp2)          gpus=2; layout="1.3B, CP2, sequence 32k, micro-batch 1 × 1"
+                  args="--model 1.3b $long --seq-length 32768 --context-parallel-size 2"
+                  refs=("2|cp|PyTorch CP2|--seq 32768 --mbs 1 --micro 1");;
+    cp2-a2a)      gpus=2; layout="1.3B, CP2 a2a, sequence 32k, micro-batch 1 × 1"
+                  args="--model 1.3b $long --seq-length 32768 --context-parallel-size 2 --cp-comm-type a2a";;
+    cp4)          gpus=4; layout="1.3B, CP4, sequence 64k, micro-batch 1 × 1"
+                  args="--model 1.3b $long --seq-length 65536 --context-parallel-size 4"
+                  refs=("4|cp|PyTorch CP4|--seq 65536 --mbs 1 --micro 1");;
+    cp4-128k)     gpus=4; layout="1.3B, CP4, sequence 128k, micro-batch 1 × 1, full recompute"
+                  args="--model 1.3b $long --seq-length 131072 --context-parallel-size 4 --recompute-granularity full"
+                  args+=" --recompute-method uniform --recompute-num-layers 1";;
     probe-tp1)    gpus=1; layout="probe, TP1"; args="--model probe --phases";;
     probe-tp2)    gpus=2; layout="probe, TP2"; args="--model probe --phases --tensor-model-parallel-size 2";;
     probe-tp4)    gpus=4; layout="probe, TP4"; args="--model probe --phases --tensor-model-parallel-size 4";;
@@ -166,8 +188,10 @@ bench() { # bench ROW N: GptBenchmark with the row's flags
 }
 
 reference() { # reference ROW "N|mode|description"
-  local r=$1 n mode desc; IFS='|' read -r n mode desc <<<"$2"
+  local r=$1 n mode desc more; IFS='|' read -r n mode desc more <<<"$2"
   local flags=(--steps "$steps" --warmup "$warmup")
+  # shellcheck disable=SC2206 # the row's flags are a word list
+  [ -n "$more" ] && flags+=($more)
   if [ "$mode" = eager ]; then
     [ "$bf16" = 1 ] && flags+=(--bf16)
     run "$r" "$desc" "$n" python3 "$here/eager_gpt_bench.py" "${flags[@]}"
@@ -270,7 +294,8 @@ EOF
   [ "$(grep -c '^| tp1 ' <<<"$got")" -eq 1 ] || { echo "selftest: FAIL, tp1 is not one row"; fail=1; }
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
-  local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 probe-tp4; do
+  local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 probe-tp4 \
+      cp1 cp2 cp2-a2a cp4 cp4-128k; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done
   row nonsense && { echo "selftest: FAIL, an unknown row was accepted"; fail=1; }
@@ -298,7 +323,10 @@ if [ -z "${ROWS:-}" ]; then
   if [ "$host_gpus" -ge 4 ]; then ROWS="tp1 tp2 tp4 pp2 tp2pp2 tp2dp2 dp4 llama-tp4sp llama-tp2dp2 probe"
   else ROWS="tp1 tp2 pp2 dp2 probe-tp1 probe-tp2"; fi
 fi
-rows=""; for r in $ROWS; do [ "$r" = probe ] && rows+=" probe-tp1 probe-tp2 probe-tp4" || rows+=" $r"; done
+rows=""
+for r in $ROWS; do
+  case $r in probe) rows+=" probe-tp1 probe-tp2 probe-tp4";; cp) rows+=" cp1 cp2 cp4 cp4-128k";; *) rows+=" $r";; esac
+done
 for r in $rows; do row "$r" || { echo "multi-gpu-check: unknown row $r" >&2; exit 2; }; done
 
 results=$out/results.txt

@@ -22,9 +22,11 @@ import io.mcore4j.parallel.PendingCollective;
  *
  * <p>Forward: the keys and values travel around the ring in {@code CP} steps; the exchange of the
  * next block is started before the current block is attended, so a backend that can overlap them
- * (a second stream) does. A key chunk after the query chunk is skipped, the same chunk is causal,
- * an earlier one unmasked, as in the load-balanced split. The partial outputs of a query chunk are
- * merged in float32 by their log-sum-exp (online softmax), cast once to the queries' dtype.
+ * (NCCL's second stream) does. Each step is one kernel call, as the load-balanced split allows
+ * ({@link Pair}): the local step one causal call over both local chunks, a lower rank's block both
+ * query chunks against its first key chunk, a higher rank's block the second query chunk against
+ * both. The partial outputs of a query chunk are merged in float32 by their log-sum-exp (online
+ * softmax), cast once to the queries' dtype.
  * Backward: the keys and values go around the ring again; each visible block's kernel backward
  * runs with the merged output and log-sum-exp, so its probabilities are the global softmax's. The
  * query gradient is accumulated locally in float32; the key and value gradients accumulate in a
@@ -73,25 +75,30 @@ public final class FusedRingAttention {
         return scope.apply1(ring, query, key, value);
     }
 
-    /** The chunks a step's block holds and which of the local query chunks attend them. */
-    private record Step(long[] queryChunks, long[] keyChunks) {
-        static Step of(int rank, int size, int step) {
+    /**
+     * The one kernel call of a ring step. Rank {@code r} holds chunks {@code r} and {@code 2N−1−r};
+     * at step {@code t} it holds the keys and values of rank {@code src = r − t (mod N)}. Step 0 is
+     * one causal call over the local chunks (in local order the causal mask is exactly the chunks'
+     * visibility); a source below {@code r} is seen by both query chunks and only with its first
+     * key chunk; a source above {@code r} only by the second query chunk, with both key chunks.
+     *
+     * @param allQueries the call takes both query chunks (else only the second)
+     * @param allKeys the call takes both key chunks (else only the first)
+     * @param causal the call is causal (step 0)
+     */
+    private record Pair(boolean allQueries, boolean allKeys, boolean causal) {
+        static Pair of(int rank, int size, int step) {
             int source = Math.floorMod(rank - step, size);
-            return new Step(new long[] {rank, 2L * size - 1 - rank}, new long[] {source, 2L * size - 1 - source});
-        }
-
-        boolean visible(int qi, int ki) {
-            return keyChunks[ki] <= queryChunks[qi];
-        }
-
-        boolean diagonal(int qi, int ki) {
-            return keyChunks[ki] == queryChunks[qi];
+            if (source == rank) {
+                return new Pair(true, true, true);
+            }
+            return source < rank ? new Pair(true, false, false) : new Pair(false, true, false);
         }
     }
 
     /**
      * Forward is the ring above; backward the ring again with the kernels' backward. Saved: the
-     * inputs, the merged output and each query chunk's merged log-sum-exp.
+     * inputs, the merged output and the merged log-sum-exp.
      */
     private final class Ring implements Function {
         @Override
@@ -103,31 +110,32 @@ public final class FusedRingAttention {
             NDArray[] outputs = new NDArray[2];
             NDArray[] lses = new NDArray[2];
             NDArray output;
+            NDArray lse;
             try (NDManager work = m.newSubManager()) {
-                NDArray[] queries = halves(query, work);
                 NDArray block = keyValueBlock(inputs[1], inputs[2], work);
                 for (int s = 0; s < n; s++) {
-                    Step step = Step.of(rank, n, s);
+                    Pair pair = Pair.of(rank, n, s);
                     PendingCollective next = s + 1 < n ? startShift(block, work) : null;
                     try (NDManager views = work.newSubManager()) {
-                        for (int ki = 0; ki < 2; ki++) {
-                            for (int qi = 0; qi < 2; qi++) {
-                                if (step.visible(qi, ki)) {
-                                    AttentionBlockKernel.Block b = kernel.forward(queries[qi], part(block, 2 * ki, views),
-                                            part(block, 2 * ki + 1, views), step.diagonal(qi, ki), work);
-                                    merge(outputs, lses, qi, b, work);
-                                }
-                            }
+                        AttentionBlockKernel.Block b = kernel.forward(pair.allQueries() ? query : half(query, 2, 1, views),
+                                keys(block, 0, pair, views), keys(block, 1, pair, views), pair.causal(), work);
+                        if (pair.allQueries()) {
+                            merge(outputs, lses, 0, half(b.output(), 2, 0, work), half(b.logSumExp(), 2, 0, work), work);
+                            merge(outputs, lses, 1, half(b.output(), 2, 1, work), half(b.logSumExp(), 2, 1, work), work);
+                            // the halves (views) keep what is still needed of the block's storage
+                            b.output().close();
+                            b.logSumExp().close();
+                        } else {
+                            merge(outputs, lses, 1, b.output(), b.logSumExp(), work);
                         }
                     }
                     block = advance(block, next, work);
                 }
                 output = Tensors.own(DataTypes.toType(NDArrays.concat(new NDList(outputs[0], outputs[1]), 2),
                         DataTypes.of(query), false), m);
-                Tensors.own(lses[0], m);
-                Tensors.own(lses[1], m);
+                lse = Tensors.own(NDArrays.concat(new NDList(lses[0], lses[1]), 2), m);
             }
-            ctx.saveForBackward(inputs[0], inputs[1], inputs[2], output, lses[0], lses[1]);
+            ctx.saveForBackward(inputs[0], inputs[1], inputs[2], output, lse);
             return new NDArray[] {output};
         }
 
@@ -137,11 +145,10 @@ public final class FusedRingAttention {
             NDArray query = ctx.saved(0);
             NDArray key = ctx.saved(1);
             NDArray value = ctx.saved(2);
-            NDArray[] lses = {ctx.saved(4), ctx.saved(5)};
+            NDArray out = ctx.saved(3);
+            NDArray lse = ctx.saved(4);
             int n = cp.size();
             int rank = cp.rank();
-            Shape k = key.getShape();
-            Shape chunk = new Shape(k.get(0), k.get(1), k.get(2) / 2, k.get(3));
             NDArray[] dq = new NDArray[2];
             NDArray[] result = new NDArray[3];
             try (NDManager work = m.newSubManager()) {
@@ -149,43 +156,34 @@ public final class FusedRingAttention {
                 if (gradOutput != grads[0]) {
                     Tensors.own(gradOutput, work);
                 }
-                NDArray[] queries = halves(query, work);
-                NDArray[] douts = halves(gradOutput, work);
-                NDArray[] outs = halves(ctx.saved(3), work);
                 NDArray block = keyValueBlock(key, value, work);
                 PendingCollective travelling = null;
+                NDArray sent = null;
                 for (int s = 0; s < n; s++) {
-                    Step step = Step.of(rank, n, s);
+                    Pair pair = Pair.of(rank, n, s);
                     PendingCollective next = s + 1 < n ? startShift(block, work) : null;
-                    // this block's key and value gradients from this rank's queries: {dk0, dv0, dk1, dv1}
-                    NDArray[] local = new NDArray[4];
                     try (NDManager views = work.newSubManager()) {
-                        for (int ki = 0; ki < 2; ki++) {
-                            for (int qi = 0; qi < 2; qi++) {
-                                if (step.visible(qi, ki)) {
-                                    NDArray[] g = kernel.backward(douts[qi], queries[qi], part(block, 2 * ki, views),
-                                            part(block, 2 * ki + 1, views), outs[qi], lses[qi], step.diagonal(qi, ki), views);
-                                    dq[qi] = accumulate(dq[qi], g[0], work);
-                                    local[2 * ki] = accumulate(local[2 * ki], g[1], views);
-                                    local[2 * ki + 1] = accumulate(local[2 * ki + 1], g[2], views);
-                                }
-                            }
+                        NDArray[] g = pair.allQueries()
+                                ? kernel.backward(gradOutput, query, keys(block, 0, pair, views), keys(block, 1, pair, views),
+                                        out, lse, pair.causal(), views)
+                                : kernel.backward(half(gradOutput, 2, 1, views), half(query, 2, 1, views), keys(block, 0, pair, views),
+                                        keys(block, 1, pair, views), half(out, 2, 1, views), half(lse, 2, 1, views), false, views);
+                        if (pair.allQueries()) {
+                            dq[0] = accumulate(dq[0], half(g[0], 2, 0, views), work);
+                            dq[1] = accumulate(dq[1], half(g[0], 2, 1, views), work);
+                        } else {
+                            dq[1] = accumulate(dq[1], g[0], work);
                         }
-                        for (int i = 0; i < 4; i++) {
-                            if (local[i] == null) {
-                                local[i] = DataTypes.zeros(views, chunk, DataType.FLOAT32, query.getDevice());
-                            }
-                        }
-                        NDArray gradBlock = Tensors.own(NDArrays.stack(new NDList(local), 0), work);
+                        // this step's key and value gradients, [2, b, ng, c or 2c, d]
+                        NDArray local = Tensors.own(NDArrays.stack(new NDList(g[1], g[2]), 0), views);
+                        NDArray arrived = null;
                         if (travelling != null) {
-                            // the gradients this block gathered on the ranks it visited before this one
-                            NDArray arrived = travelling.await();
-                            NDArray sum = Tensors.own(gradBlock.add(arrived), work);
-                            gradBlock.close();
-                            arrived.close();
-                            gradBlock = sum;
+                            arrived = Tensors.own(travelling.await(), views);
+                            sent.close(); // the exchange that brought `arrived` has also read it
                         }
-                        travelling = startShift(gradBlock, work);
+                        sent = Tensors.own(pair.allKeys() ? (arrived == null ? local : arrived.add(local))
+                                : NDArrays.concat(new NDList(half(arrived, 3, 0, views).add(local), half(arrived, 3, 1, views)), 3), work);
+                        travelling = startShift(sent, work);
                     }
                     block = advance(block, next, work);
                 }
@@ -196,12 +194,10 @@ public final class FusedRingAttention {
                             DataTypes.of(query), false), m);
                 }
                 if (ctx.needsInputGrad(1)) {
-                    result[1] = Tensors.own(DataTypes.toType(NDArrays.concat(new NDList(part(home, 0, work), part(home, 2, work)), 2),
-                            DataTypes.of(key), false), m);
+                    result[1] = Tensors.own(DataTypes.toType(part(home, 0, work), DataTypes.of(key), false), m);
                 }
                 if (ctx.needsInputGrad(2)) {
-                    result[2] = Tensors.own(DataTypes.toType(NDArrays.concat(new NDList(part(home, 1, work), part(home, 3, work)), 2),
-                            DataTypes.of(value), false), m);
+                    result[2] = Tensors.own(DataTypes.toType(part(home, 1, work), DataTypes.of(value), false), m);
                 }
             }
             return result;
@@ -213,9 +209,15 @@ public final class FusedRingAttention {
         }
     }
 
-    /** The two local sequence chunks of a heads-first tensor, as views owned by {@code owner}. */
-    private static NDArray[] halves(NDArray x, NDManager owner) {
-        return new NDArray[] {Tensors.own(Tensors.chunk(x, 2, 2, 0), owner), Tensors.own(Tensors.chunk(x, 2, 2, 1), owner)};
+    /** Half {@code index} of {@code x} along {@code dim}, a view owned by {@code owner}. */
+    private static NDArray half(NDArray x, int dim, int index, NDManager owner) {
+        return Tensors.own(Tensors.chunk(x, dim, 2, index), owner);
+    }
+
+    /** The keys ({@code entry} 0) or values (1) of a block that {@code pair}'s call takes, a view owned by {@code owner}. */
+    private static NDArray keys(NDArray block, int entry, Pair pair, NDManager owner) {
+        NDArray all = part(block, entry, owner);
+        return pair.allKeys() ? all : half(all, 2, 0, owner);
     }
 
     /** Entry {@code index} of a block's dim 0, a view owned by {@code owner}. */
@@ -238,14 +240,9 @@ public final class FusedRingAttention {
         return arrived;
     }
 
-    /**
-     * This rank's keys and values as one contiguous block {@code [4, b, ng, c, d]}: key chunk 0,
-     * value chunk 0, key chunk 1, value chunk 1 (the local chunks {@code rank} and {@code 2·CP−1−rank}).
-     */
+    /** This rank's keys and values as one contiguous block {@code [2, b, ng, s/CP, d]}, both chunks in local order. */
     private static NDArray keyValueBlock(NDArray key, NDArray value, NDManager owner) {
-        NDList parts = new NDList(Tensors.chunk(key, 2, 2, 0), Tensors.chunk(value, 2, 2, 0),
-                Tensors.chunk(key, 2, 2, 1), Tensors.chunk(value, 2, 2, 1));
-        return Tensors.own(NDArrays.stack(parts, 0), owner);
+        return Tensors.own(NDArrays.stack(new NDList(key, value), 0), owner);
     }
 
     /** Starts passing {@code block} to the next rank of the ring and receiving the previous rank's. */
@@ -267,24 +264,24 @@ public final class FusedRingAttention {
      * {@code lse = log(exp(lse_a) + exp(lse_b))}, {@code out = exp(lse_a − lse)·out_a + exp(lse_b − lse)·out_b}.
      * Every query row sees its own key in the diagonal block, so no log-sum-exp is −∞.
      */
-    private static void merge(NDArray[] outputs, NDArray[] lses, int qi, AttentionBlockKernel.Block b, NDManager owner) {
+    private static void merge(NDArray[] outputs, NDArray[] lses, int qi, NDArray blockOutput, NDArray blockLse, NDManager owner) {
         if (outputs[qi] == null) {
-            outputs[qi] = b.output();
-            lses[qi] = b.logSumExp();
+            outputs[qi] = blockOutput;
+            lses[qi] = blockLse;
             return;
         }
         try (NDManager temp = owner.newSubManager()) {
             NDArray a = lses[qi];
-            NDArray max = Tensors.own(a.maximum(b.logSumExp()), temp);
-            NDArray total = Tensors.own(max.add(Tensors.own(a.sub(max), temp).exp().add(Tensors.own(b.logSumExp().sub(max), temp).exp()).log()), temp);
+            NDArray max = Tensors.own(a.maximum(blockLse), temp);
+            NDArray total = Tensors.own(max.add(Tensors.own(a.sub(max), temp).exp().add(Tensors.own(blockLse.sub(max), temp).exp()).log()), temp);
             NDArray wa = Tensors.own(a.sub(total).exp().expandDims(-1), temp);
-            NDArray wb = Tensors.own(b.logSumExp().sub(total).exp().expandDims(-1), temp);
-            NDArray merged = Tensors.own(Tensors.own(outputs[qi].mul(wa), temp).add(Tensors.own(b.output().mul(wb), temp)), owner);
+            NDArray wb = Tensors.own(blockLse.sub(total).exp().expandDims(-1), temp);
+            NDArray merged = Tensors.own(Tensors.own(outputs[qi].mul(wa), temp).add(Tensors.own(blockOutput.mul(wb), temp)), owner);
             total.attach(owner);
             outputs[qi].close();
-            b.output().close();
+            blockOutput.close();
             a.close();
-            b.logSumExp().close();
+            blockLse.close();
             outputs[qi] = merged;
             lses[qi] = total;
         }

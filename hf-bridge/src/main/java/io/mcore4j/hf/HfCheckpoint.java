@@ -108,6 +108,27 @@ public final class HfCheckpoint implements AutoCloseable {
         }
     }
 
+    /**
+     * Opens and checks a checkpoint directory that a user named (a command-line flag, a program's
+     * argument), as {@link #open(Path, Set)} does, reporting every problem with it as bad input.
+     *
+     * @param name how the user named the directory, e.g. {@code --load-hf}; it starts every message
+     * @param dir the directory
+     * @param ignoredConfigKeys further {@code config.json} keys the caller knowingly ignores
+     * @return the checkpoint; close it
+     * @throws IllegalArgumentException {@code NAME DIR does not exist; expected ...} (or {@code is a file},
+     *     {@code has no config.json}), or {@code NAME DIR: } and the file, key or tensor that is wrong, the
+     *     {@link HfCheckpointException} as its cause
+     */
+    public static HfCheckpoint openInput(String name, Path dir, Set<String> ignoredConfigKeys) {
+        HfConfig.requireDirectory(name, dir);
+        try {
+            return open(dir, ignoredConfigKeys);
+        } catch (HfCheckpointException e) {
+            throw HfConfig.badInput(name, dir, e);
+        }
+    }
+
     /** Tensor name → file: from the index when there is one, else every tensor of model.safetensors. */
     private static Map<String, Path> weightFiles(Path dir) {
         Path index = dir.resolve("model.safetensors.index.json");

@@ -3,7 +3,9 @@ package io.mcore4j.hf;
 import ai.djl.ndarray.types.DataType;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
+import com.google.gson.JsonParseException;
 import com.google.gson.JsonParser;
+import io.mcore4j.checkpoint.CommonState;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -47,6 +49,15 @@ public final class HfConfig {
             "reorder_and_upcast_attn", "add_cross_attention", "tie_word_embeddings", "summary_type",
             "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout");
 
+    /**
+     * Key of a model's {@code config.json} (as a string) in the common state of an mcore4j checkpoint
+     * that {@code convert-hf} or {@code PretrainedGpt.saveCheckpoint} wrote; {@code export-hf} and
+     * {@code PretrainedGpt.fromCheckpoint} read it back ({@link #recordedIn}).
+     */
+    public static final String CHECKPOINT_KEY = "hf_config";
+    /** Key of the padded vocabulary (which depends on the tensor-parallel size at save time) beside it. */
+    public static final String PADDED_VOCAB_KEY = "padded_vocab_size";
+
     /** Qwen3Config's {@code head_dim} when config.json leaves it out (not hidden / heads). */
     private static final int QWEN3_HEAD_DIM = 128;
 
@@ -85,6 +96,62 @@ public final class HfConfig {
             throw new HfCheckpointException(path + " is not a JSON object: " + e.getMessage(), e);
         }
         return parse(path.toString(), json, extraIgnoredKeys);
+    }
+
+    /**
+     * Reads and checks {@code dir/config.json} of a directory a user named (a command-line flag, a
+     * program's argument), reporting every problem with it as bad input.
+     *
+     * @param name how the user named the directory, e.g. {@code --load-hf}; it starts every message
+     * @param dir the checkpoint directory
+     * @param extraIgnoredKeys further keys the caller knowingly ignores
+     * @return the config
+     * @throws IllegalArgumentException {@code NAME DIR does not exist; expected ...} (or {@code is a file},
+     *     {@code has no config.json}), or {@code NAME DIR: } and what is wrong with its config, the
+     *     {@link HfCheckpointException} as its cause
+     */
+    public static HfConfig readInput(String name, Path dir, Set<String> extraIgnoredKeys) {
+        requireDirectory(name, dir);
+        try {
+            return read(dir, extraIgnoredKeys);
+        } catch (HfCheckpointException e) {
+            throw badInput(name, dir, e);
+        }
+    }
+
+    /**
+     * The config an mcore4j checkpoint records under {@link #CHECKPOINT_KEY}.
+     *
+     * @param checkpoint the checkpoint directory, for messages
+     * @param common its common state
+     * @return the config, or null when the checkpoint records none
+     * @throws IllegalArgumentException naming the checkpoint when the recorded config is not one mcore4j maps
+     */
+    public static HfConfig recordedIn(Path checkpoint, CommonState common) {
+        if (!common.contains(CHECKPOINT_KEY)) {
+            return null;
+        }
+        try {
+            return parse(checkpoint + " " + CHECKPOINT_KEY, JsonParser.parseString(common.getString(CHECKPOINT_KEY))
+                    .getAsJsonObject(), Set.of());
+        } catch (HfCheckpointException | IllegalStateException | JsonParseException e) {
+            throw new IllegalArgumentException("checkpoint " + checkpoint + " records a " + CHECKPOINT_KEY
+                    + " that mcore4j cannot use: " + e.getMessage(), e);
+        }
+    }
+
+    /** Fails naming {@code name} unless {@code dir} is a directory with a config.json. */
+    static void requireDirectory(String name, Path dir) {
+        if (!Files.isRegularFile(dir.resolve("config.json"))) {
+            throw new IllegalArgumentException(name + " " + dir + (Files.isDirectory(dir) ? " has no config.json"
+                    : Files.exists(dir) ? " is a file" : " does not exist")
+                    + "; expected a Hugging Face checkpoint directory (config.json and safetensors files)");
+        }
+    }
+
+    /** A checkpoint failure as bad input of the directory the user named. */
+    static IllegalArgumentException badInput(String name, Path dir, HfCheckpointException e) {
+        return new IllegalArgumentException(name + " " + dir + ": " + e.getMessage(), e);
     }
 
     /**

@@ -48,13 +48,6 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
                           double optimizerWorkspaceBytesPerParameter, List<String> notes) {
 
     /**
-     * @return whether the calibration describes a CUDA GPU (its device name does not start with "CPU")
-     */
-    public boolean onGpu() {
-        return !device.startsWith("CPU");
-    }
-
-    /**
      * The fraction of peak a step's forward and backward reached for one shape.
      *
      * @param hiddenSize the model's hidden size

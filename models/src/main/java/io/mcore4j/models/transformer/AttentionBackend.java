@@ -37,23 +37,67 @@ public enum AttentionBackend {
      * @throws IllegalArgumentException if a fused backend is asked for with attention dropout
      */
     public LayerSpec layerSpec(TransformerConfig config) {
+        return layerSpec(config, false);
+    }
+
+    /**
+     * The layer spec this backend gives a model of this configuration trained on data that may hold
+     * packed sequences ({@link TokenPositions}). Without context parallelism every kind attends them
+     * ({@link SdpaAttention} through variable-length flash attention on CUDA). Under context parallelism
+     * {@link #AUTO} takes the composed attention for them, whose ring and all-gather mask blocks per
+     * sequence; {@link #FLASH} and {@link #FUSED} with {@code --cp-comm-type p2p} are refused, their
+     * ring having no packed path.
+     *
+     * @param config the model configuration
+     * @param packed whether micro-batches may carry packed sequences
+     * @return the tensor-parallel layer spec with the chosen core attention
+     * @throws IllegalArgumentException if a fused backend is asked for with attention dropout; the spec's
+     *     factory throws for a fused ring with packed data
+     */
+    public LayerSpec layerSpec(TransformerConfig config, boolean packed) {
         boolean fused = isFused(config);
         if (fused && config.attentionDropout() > 0) {
             throw new IllegalArgumentException("--attention-backend " + name().toLowerCase(java.util.Locale.ROOT)
                     + " has no attention dropout; --attention-dropout is " + config.attentionDropout()
                     + " (use --attention-backend unfused or auto)");
         }
+        if (packed && fused) {
+            return LayerSpec.tensorParallel().withCoreAttention(ctx -> {
+                boolean cp = ctx.groups().cp().size() > 1;
+                if (cp && this == AUTO) {
+                    return new DotProductAttention(ctx);
+                }
+                checkPacked(ctx.config(), ctx.groups().cp().size());
+                return new SdpaAttention(ctx);
+            });
+        }
         if (this == AUTO && fused) {
-            // under context parallelism auto takes the fused kernels' ring (p2p, a2a) on the CPU, where it is
-            // tested; on CUDA devices it stays composed until the ring's CUDA kernels are measured on GPUs
-            // (docs/context-parallel.md): --attention-backend flash takes them there explicitly
+            // under context parallelism auto takes the fused kernels (p2p's ring, a2a) unless the comm type is
+            // allgather, whose attention is composed
             return LayerSpec.tensorParallel().withCoreAttention(
-                    ctx -> ctx.groups().cp().size() > 1 && !fusedUnderContextParallel(ctx.config(),
-                            ctx.parameters().getDevice().isGpu()) ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
+                    ctx -> ctx.groups().cp().size() > 1 && !fusedUnderContextParallel(ctx.config())
+                            ? new DotProductAttention(ctx) : new SdpaAttention(ctx));
         }
         return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
     }
 
+
+    /**
+     * Refuses a layout whose attention has no path for packed sequences: a fused backend named
+     * explicitly ({@link #FLASH}, {@link #FUSED}) under context parallelism with {@code --cp-comm-type p2p}
+     * runs a fused ring, which masks no sequence boundary.
+     *
+     * @param config the model configuration
+     * @param contextParallel the context-parallel size
+     * @throws IllegalArgumentException naming the backend and what to use instead
+     */
+    public void checkPacked(TransformerConfig config, int contextParallel) {
+        if (this != AUTO && isFused(config) && contextParallel > 1 && config.cpCommType() == CpCommType.P2P) {
+            throw new IllegalArgumentException("--attention-backend " + name().toLowerCase(java.util.Locale.ROOT)
+                    + " under context parallelism runs a fused ring, which has no packed path; packed sequences"
+                    + " need --attention-backend unfused (or auto)");
+        }
+    }
 
     /**
      * @param config the model configuration
@@ -69,15 +113,12 @@ public enum AttentionBackend {
 
     /**
      * Whether this backend's attention runs on the fused kernels under context parallelism (the ring of
-     * {@code p2p}, or {@code a2a}'s whole-sequence attention); {@code allgather} is always composed. {@link #AUTO}
-     * takes them on the CPU only, until their CUDA branch is measured on GPUs; {@link #FLASH} and {@link #FUSED}
-     * take them everywhere.
+     * {@code p2p}, or {@code a2a}'s whole-sequence attention); {@code allgather} is always composed.
      *
      * @param config the model configuration (its {@code cpCommType} and attention dropout)
-     * @param gpu whether the model runs on a CUDA device
      * @return whether the attention is fused at a context-parallel size above 1
      */
-    public boolean fusedUnderContextParallel(TransformerConfig config, boolean gpu) {
-        return isFused(config) && config.cpCommType() != CpCommType.ALL_GATHER && (this != AUTO || !gpu);
+    public boolean fusedUnderContextParallel(TransformerConfig config) {
+        return isFused(config) && config.cpCommType() != CpCommType.ALL_GATHER;
     }
 }

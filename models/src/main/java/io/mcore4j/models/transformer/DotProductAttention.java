@@ -6,6 +6,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
@@ -19,6 +20,9 @@ import io.mcore4j.core.autograd.Frame;
  * sequence and the keys and values of the others are brought in by the configured
  * {@code cp_comm_type} ({@link ContextParallelAttention}), or for {@code a2a} the heads are exchanged
  * for the whole sequence ({@link UlyssesAttention}); with one rank nothing changes.
+ *
+ * <p>Packed sequences replace the causal mask with a block-diagonal causal one
+ * ({@link PackedAttentionMask}): no query attends a key of another sequence.
  */
 public final class DotProductAttention implements CoreAttention {
     private final ModelContext ctx;
@@ -39,17 +43,22 @@ public final class DotProductAttention implements CoreAttention {
 
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
-        if (contextParallel != null) {
-            return contextParallel.forward(scope, query, key, value);
-        }
-        if (ulysses != null) {
-            return ulysses.forward(scope, query, key, value, this::wholeSequence);
-        }
-        return wholeSequence(scope, query, key, value);
+        return forward(scope, query, key, value, null);
     }
 
-    /** Causal attention over a whole sequence on this rank. */
-    private NDArray wholeSequence(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+    @Override
+    public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
+        if (contextParallel != null) {
+            return contextParallel.forward(scope, query, key, value, packed);
+        }
+        if (ulysses != null) {
+            return ulysses.forward(scope, query, key, value, packed, (sc, q, k, v) -> wholeSequence(sc, q, k, v, packed));
+        }
+        return wholeSequence(scope, query, key, value, packed);
+    }
+
+    /** Causal attention over a whole sequence on this rank, block-diagonal for packed sequences. */
+    private NDArray wholeSequence(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);
@@ -73,7 +82,8 @@ public final class DotProductAttention implements CoreAttention {
                 NDArray rawScores = q.matMul(k);
                 NDArray scores32 = Cast.apply(scope, rawScores, DataType.FLOAT32);
                 NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), scope.manager());
-                NDArray masked = scores.add(causalMask(scope, s));
+                NDArray mask = packed == null ? causalMask(scope, s) : PackedAttentionMask.whole(scope.manager(), packed);
+                NDArray masked = scores.reshape(b, np, s, s).add(mask).reshape(b * np, s, s);
                 probs = scoring.keep(Cast.apply(scope, masked.softmax(-1), DataTypes.of(query)));
             }
             NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());

@@ -3,6 +3,7 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import io.mcore4j.contextparallel.ContextParallelMappings;
 import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Frame;
 import io.mcore4j.parallel.Communicator;
@@ -17,6 +18,11 @@ import io.mcore4j.parallel.Communicator;
  * <p>The query heads of a tensor-parallel rank must be divisible by {@code CP}. Key/value groups
  * whose number is not are repeated (each group serving its consecutive query heads, as GQA does)
  * to the fewest groups that {@code CP} divides, so that every rank receives the groups its heads use.
+ *
+ * <p>Packed sequences split per column (the whole sequence comes back in position order) are attended
+ * by the serial attention with their mask; those split per sequence
+ * ({@link ContextParallelSplit#splitsPerSequence}) are refused: the exchange reorders the tokens of the
+ * whole-column split only.
  */
 final class UlyssesAttention {
     private final Communicator cp;
@@ -51,10 +57,18 @@ final class UlyssesAttention {
      * @param query this rank's queries [s/CP, b, np, d]
      * @param key this rank's keys [s/CP, b, ng, d]
      * @param value this rank's values [s/CP, b, ng, d]
+     * @param packed the whole micro-batch's packed sequences (which {@code serial} must respect), or null
      * @param serial causal attention over a whole sequence (it sees {@code np/CP} heads)
      * @return context [s/CP, b, np·d] for this rank's tokens
+     * @throws IllegalArgumentException if the packed sequences are split per sequence
      */
-    NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, CoreAttention serial) {
+    NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed,
+                    CoreAttention serial) {
+        if (split.splitsPerSequence(packed)) {
+            throw new IllegalArgumentException("--cp-comm-type a2a gathers whole columns in position order; packed sequences"
+                    + " whose lengths are multiples of 2 x context parallel size " + cp.size() + " are split per sequence:"
+                    + " use --cp-comm-type p2p or allgather with --attention-backend unfused");
+        }
         long l = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);

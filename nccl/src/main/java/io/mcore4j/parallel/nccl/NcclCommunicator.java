@@ -330,34 +330,68 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray out = DataTypes.empty(temp, new Shape(totalRows).addAll(rest), DataTypes.of(input), temp.getDevice());
-                long from = address(src);
-                long to = address(out);
-                long rowElements = rest.size();
-                int dt = NcclCodes.dataType(DataTypes.of(input));
-                int es = DataTypes.of(input).getNumOfBytes();
-                try (NcclComm.Group calls = comm.group(what)) {
-                    long sendAt = 0;
-                    long recvAt = 0;
-                    for (int j = 0; j < size(); j++) {
-                        ChunkPlan outgoing = ChunkPlan.of(sendSplits[j] * rowElements, es, chunkBytes);
-                        for (int c = 0; c < outgoing.chunks(); c++) {
-                            calls.add(ncclSend(pointer(from + (sendAt + outgoing.offset(c)) * es), outgoing.length(c), dt, j,
-                                    comm.handle(), NcclComm.stream()), "ncclSend");
-                        }
-                        ChunkPlan incoming = ChunkPlan.of(recvSplits[j] * rowElements, es, chunkBytes);
-                        for (int c = 0; c < incoming.chunks(); c++) {
-                            calls.add(ncclRecv(pointer(to + (recvAt + incoming.offset(c)) * es), incoming.length(c), dt, j,
-                                    comm.handle(), NcclComm.stream()), "ncclRecv");
-                        }
-                        sendAt += outgoing.count();
-                        recvAt += incoming.count();
-                    }
-                }
+                enqueueAllToAll(what, src, out, sendSplits, recvSplits, NcclComm.stream());
                 comm.enqueued(what);
                 out.attach(owner);
                 return out;
             }
         });
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: as {@link #startAllReduceInPlace}: the sends and receives run on the side stream, so
+     * the caller's kernels overlap them until {@link PendingCollective#await()}; {@code input} must
+     * be contiguous and stay alive until then.
+     */
+    @Override
+    public PendingCollective startAllToAll(NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
+        long totalRows = args.checkSplits(input, sendSplits, recvSplits);
+        String what = CollectiveArguments.describeAllToAll(input);
+        checkTensor(what, input);
+        requireContiguous(what, input);
+        Shape rest = input.getShape().slice(1);
+        return run(what, () -> {
+            if (comm == null) {
+                if (recvSplits[0] != sendSplits[0]) {
+                    throw args.unexpectedRows(what, 0, sendSplits[0], recvSplits[0]);
+                }
+                NDArray out = copyOwnedBy(input, owner);
+                return () -> out;
+            }
+            NDArray out = DataTypes.empty(owner, new Shape(totalRows).addAll(rest), DataTypes.of(input), owner.getDevice());
+            CUstream_st on = comm.sideStream(what);
+            enqueueAllToAll(what, input, out, sendSplits, recvSplits, on);
+            return joinLater(what, comm.startedOnSideStream(what), out);
+        });
+    }
+
+    /** Rows {@code sendSplits[j]} of {@code src} go to rank {@code j}; rank {@code j}'s land in {@code out}, in rank order. */
+    private void enqueueAllToAll(String what, NDArray src, NDArray out, long[] sendSplits, long[] recvSplits, CUstream_st on) {
+        long from = address(src);
+        long to = address(out);
+        long rowElements = src.getShape().slice(1).size();
+        int dt = NcclCodes.dataType(DataTypes.of(src));
+        int es = DataTypes.of(src).getNumOfBytes();
+        try (NcclComm.Group calls = comm.group(what)) {
+            long sendAt = 0;
+            long recvAt = 0;
+            for (int j = 0; j < size(); j++) {
+                ChunkPlan outgoing = ChunkPlan.of(sendSplits[j] * rowElements, es, chunkBytes);
+                for (int c = 0; c < outgoing.chunks(); c++) {
+                    calls.add(ncclSend(pointer(from + (sendAt + outgoing.offset(c)) * es), outgoing.length(c), dt, j,
+                            comm.handle(), on), "ncclSend");
+                }
+                ChunkPlan incoming = ChunkPlan.of(recvSplits[j] * rowElements, es, chunkBytes);
+                for (int c = 0; c < incoming.chunks(); c++) {
+                    calls.add(ncclRecv(pointer(to + (recvAt + incoming.offset(c)) * es), incoming.length(c), dt, j,
+                            comm.handle(), on), "ncclRecv");
+                }
+                sendAt += outgoing.count();
+                recvAt += incoming.count();
+            }
+        }
     }
 
     /**

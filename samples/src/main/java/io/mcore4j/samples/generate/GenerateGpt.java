@@ -155,7 +155,12 @@ public final class GenerateGpt implements Callable<Integer> {
         SamplingParams params = greedy ? SamplingParams.greedy(numTokensToGenerate)
                 : SamplingParams.sample(temperature, topK, topP, numTokensToGenerate, seed);
         CheckpointShapes checkpoint = loadHf == null ? CheckpointShapes.read(load) : null;
-        HfConfig hf = loadHf == null ? null : HfConfig.read(loadHf, java.util.Set.of());
+        HfConfig hf = null;
+        if (loadHf != null) {
+            try (HfCheckpoint ck = HfCheckpoint.openInput("--load-hf", loadHf, java.util.Set.of())) { // every tensor's header
+                hf = ck.config();
+            }
+        }
         // a Hugging Face model's vocabulary is padded as pretrain-gpt pads it by default (128 x TP); padded ids are never picked
         TransformerConfig config = hf == null ? checkpoint.config(heads, seqLength, rotaryBase, normEpsilon)
                 : hf.transformerConfig(HF_VOCAB_DIVISOR, tensorParallel, DataType.FLOAT32);
@@ -206,10 +211,6 @@ public final class GenerateGpt implements Callable<Integer> {
         if ((load == null) == (loadHf == null)) {
             throw new IllegalArgumentException(load == null ? "--load DIR or --load-hf DIR is required"
                     : "--load and --load-hf are alternatives; give one");
-        }
-        if (loadHf != null && !Files.isRegularFile(loadHf.resolve("config.json"))) {
-            throw new IllegalArgumentException("--load-hf " + loadHf + (Files.isDirectory(loadHf) ? " has no config.json"
-                    : Files.exists(loadHf) ? " is a file" : " does not exist") + "; expected a Hugging Face checkpoint directory");
         }
         if (load != null && !Files.isDirectory(load)) {
             throw new IllegalArgumentException("--load " + load + (Files.exists(load) ? " is a file" : " does not exist")

@@ -59,9 +59,9 @@ public final class ConvertHf implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
-        HfLayout.checkHfDirectory("--load-hf", hfDir);
+        layout.checkRanks();
         HfConfig hf;
-        try (HfCheckpoint ck = HfCheckpoint.open(hfDir, Set.copyOf(ignoredKeys))) {
+        try (HfCheckpoint ck = HfCheckpoint.openInput("--load-hf", hfDir, Set.copyOf(ignoredKeys))) {
             hf = ck.config();
         }
         TransformerConfig config = layout.modelConfig(hf, 0);
@@ -77,10 +77,10 @@ public final class ConvertHf implements Callable<Integer> {
                 state.addAll(chunk.shardedState(MODEL_PREFIX));
             }
             Map<String, Object> common = new LinkedHashMap<>();
-            common.put("hf_config", hf.json().toString());
+            common.put(HfConfig.CHECKPOINT_KEY, hf.json().toString());
             common.put("hf_source", hfDir.toAbsolutePath().toString());
             common.put("layout", groups.dims().toString());
-            common.put("padded_vocab_size", (long) config.vocabSize());
+            common.put(HfConfig.PADDED_VOCAB_KEY, (long) config.vocabSize());
             long saveStart = System.nanoTime();
             DistCheckpointing.save(save, state, common, groups.world());
             double saveSeconds = (System.nanoTime() - saveStart) / 1e9;

@@ -1,13 +1,11 @@
 package io.mcore4j.samples.hf;
 
-import com.google.gson.JsonParser;
 import io.mcore4j.checkpoint.CheckpointManager;
 import io.mcore4j.checkpoint.CommonState;
 import io.mcore4j.checkpoint.DistCheckpointing;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StrictMode;
 import io.mcore4j.core.shard.ShardedTensor;
-import io.mcore4j.hf.HfCheckpoint;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.hf.HfExport;
@@ -86,13 +84,12 @@ public final class ExportHf implements Callable<Integer> {
 
     @Override
     public Integer call() throws Exception {
+        layout.checkRanks();
         if (!Files.isDirectory(load)) {
             throw new IllegalArgumentException("--load " + load + (Files.exists(load) ? " is a file" : " does not exist")
                     + "; expected a convert-hf or pretrain-gpt checkpoint directory");
         }
-        if (hfConfigDir != null) {
-            HfLayout.checkHfDirectory("--hf-config", hfConfigDir);
-        }
+        HfConfig given = hfConfigDir == null ? null : HfConfig.readInput("--hf-config", hfConfigDir, Set.of());
         if (tokenizerFrom != null && !Files.isDirectory(tokenizerFrom)) {
             throw new IllegalArgumentException("--tokenizer-from " + tokenizerFrom + " is not a directory");
         }
@@ -102,18 +99,17 @@ public final class ExportHf implements Callable<Integer> {
         }
         HfDtype type = dtype.dtype;
         Path checkpoint = new CheckpointManager(load, 1).latest().orElse(load);
-        HfConfig hf;
+        if (!DistCheckpointing.isComplete(checkpoint)) {
+            throw new IllegalArgumentException("--load " + load + " holds no complete checkpoint (no mcore4j_metadata.json"
+                    + (checkpoint.equals(load) ? "" : " in " + checkpoint) + "); expected a convert-hf or pretrain-gpt --save directory");
+        }
         CommonState common = DistCheckpointing.loadCommonState(checkpoint);
         int padded = paddedVocab > 0 ? paddedVocab
-                : common.contains("padded_vocab_size") ? common.getInt("padded_vocab_size") : 0;
-        if (hfConfigDir != null) {
-            hf = HfConfig.read(hfConfigDir, Set.of());
-        } else {
-            if (!common.contains("hf_config")) {
-                throw new IllegalArgumentException(checkpoint + " holds no hf_config (not written by convert-hf): pass --hf-config DIR");
-            }
-            String text = common.getString("hf_config");
-            hf = HfConfig.parse(checkpoint + " hf_config", JsonParser.parseString(text).getAsJsonObject(), Set.of());
+                : common.contains(HfConfig.PADDED_VOCAB_KEY) ? common.getInt(HfConfig.PADDED_VOCAB_KEY) : 0;
+        HfConfig hf = given != null ? given : HfConfig.recordedIn(checkpoint, common);
+        if (hf == null) {
+            throw new IllegalArgumentException("--load " + checkpoint + " holds no " + HfConfig.CHECKPOINT_KEY
+                    + " (not written by convert-hf): pass --hf-config DIR");
         }
         TransformerConfig config = layout.modelConfig(hf, padded);
         String report = layout.run(config, (groups, manager, chunks) -> {

@@ -18,8 +18,6 @@ import io.mcore4j.samples.launch.ParallelLayoutOptions;
 import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -59,20 +57,12 @@ final class HfLayout {
     }
 
     /**
-     * @param flag the flag naming {@code dir}, for the message
-     * @param dir a Hugging Face checkpoint directory
-     * @throws IllegalArgumentException naming the flag if {@code dir} has no config.json
+     * Checks the layout flags before anything is read: each size at least 1, and the ranks they need
+     * dividing the world ({@code --nproc}, or the launcher's).
+     *
+     * @throws IllegalArgumentException naming the flags
      */
-    static void checkHfDirectory(String flag, Path dir) {
-        if (!Files.isRegularFile(dir.resolve("config.json"))) {
-            throw new IllegalArgumentException(flag + " " + dir + (Files.isDirectory(dir) ? " has no config.json"
-                    : Files.exists(dir) ? " is a file" : " does not exist")
-                    + "; expected a Hugging Face checkpoint directory (config.json and safetensors files)");
-        }
-    }
-
-    /** Builds this rank's chunks of {@code config} on every rank and runs {@code task}; returns rank 0's result. */
-    <T> T run(TransformerConfig config, RankTask<T> task) throws Exception {
+    void checkRanks() {
         if (layout.nproc() < 1 || layout.tensorParallel() < 1 || layout.pipelineParallel() < 1 || layout.expertParallel() < 1
                 || timeoutSeconds < 1) {
             throw new IllegalArgumentException("--nproc " + layout.nproc() + ", --tensor-model-parallel-size "
@@ -80,6 +70,12 @@ final class HfLayout {
                     + ", --expert-model-parallel-size " + layout.expertParallel() + " and --timeout-seconds " + timeoutSeconds
                     + " must each be at least 1");
         }
+        layout.checkWorld(layout.worldSize(), 1);
+    }
+
+    /** Builds this rank's chunks of {@code config} on every rank and runs {@code task}; returns rank 0's result. */
+    <T> T run(TransformerConfig config, RankTask<T> task) throws Exception {
+        checkRanks();
         Mcore4j.ensureInitialized();
         Duration timeout = Duration.ofSeconds(timeoutSeconds);
         boolean launched = ParallelLayoutOptions.launched();

@@ -75,6 +75,41 @@ public final class ParallelLayoutOptions {
                 || System.getenv("OMPI_COMM_WORLD_RANK") != null;
     }
 
+    /**
+     * Checks that the ranks the layout needs divide the world, naming the flags: every model copy
+     * takes {@code TP x CP x PP} ranks, and every expert group {@code TP x EP x PP}.
+     *
+     * @param world the ranks, {@link #worldSize()}
+     * @param contextParallel the context-parallel size (1 for a command without the flag)
+     * @throws IllegalArgumentException naming the sizes, the world, and the {@code --nproc} (or the
+     *         launcher's rank count) that would fit
+     */
+    public void checkWorld(int world, int contextParallel) {
+        long perReplica = (long) tensorParallel * pipelineParallel * contextParallel;
+        long perExperts = (long) tensorParallel * pipelineParallel * expertParallel;
+        if (world % perReplica == 0 && world % perExperts == 0) {
+            return;
+        }
+        long needed = (long) tensorParallel * pipelineParallel * lcm(contextParallel, expertParallel);
+        throw new IllegalArgumentException("--tensor-model-parallel-size " + tensorParallel + " x --pipeline-model-parallel-size "
+                + pipelineParallel + (contextParallel > 1 ? " x --context-parallel-size " + contextParallel : "")
+                + (expertParallel > 1 ? " with --expert-model-parallel-size " + expertParallel : "")
+                + " need a multiple of " + needed + " ranks, but " + (launched()
+                ? "the launcher started " + world + "; expected " + needed + " ranks or a multiple"
+                : "--nproc is " + world + "; expected --nproc " + needed + " or a multiple (ranks as threads of this JVM)"));
+    }
+
+    private static long lcm(long a, long b) {
+        long x = a;
+        long y = b;
+        while (y != 0) {
+            long t = x % y;
+            x = y;
+            y = t;
+        }
+        return a / x * b;
+    }
+
     /** @return the launcher's world size under a launcher, else {@code --nproc} */
     public int worldSize() {
         return launched() ? LaunchEnvironment.fromSystem().worldSize() : nproc;

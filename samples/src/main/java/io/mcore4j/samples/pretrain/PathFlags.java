@@ -1,18 +1,20 @@
 package io.mcore4j.samples.pretrain;
 
 import io.mcore4j.data.gpt.DataBlend;
+import io.mcore4j.hf.HfCheckpoint;
 
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.Set;
 
 /**
  * Checks of the flags that name files and directories, made before anything is allocated so that a
  * missing input or an unwritable output fails at once with one line naming the flag, not after
  * training has started. Inputs must exist: each {@code --data-path} prefix's {@code .bin} and
- * {@code .idx} files, the {@code --corpus-from-sources} directory, the {@code --load-hf} directory's
- * {@code config.json} and the {@code --auto-layout-cluster} file; {@code --load} may be missing or
+ * {@code .idx} files, the {@code --corpus-from-sources} directory, the {@code --load-hf} directory (its
+ * {@code config.json} understood, every tensor present with its shape) and the {@code --auto-layout-cluster} file; {@code --load} may be missing or
  * empty (training starts from scratch) but not a file. Outputs ({@code --save}, {@code --metrics-dir},
  * {@code --tensorboard-dir}, {@code --save-hf}) are created when missing and must accept a new file.
  */
@@ -35,10 +37,8 @@ final class PathFlags {
             throw new IllegalArgumentException("--load " + a.load + " is a file; expected a checkpoint directory (a --save"
                     + " directory of an earlier run)");
         }
-        if (a.loadHf != null && !Files.isRegularFile(a.loadHf.resolve("config.json"))) {
-            throw new IllegalArgumentException("--load-hf " + a.loadHf + (Files.isDirectory(a.loadHf) ? " has no config.json"
-                    : Files.exists(a.loadHf) ? " is a file" : " does not exist")
-                    + "; expected a Hugging Face checkpoint directory (config.json and safetensors files)");
+        if (a.loadHf != null) {
+            HfCheckpoint.openInput("--load-hf", a.loadHf, Set.of()).close(); // the config and every tensor's header
         }
         if (a.autoLayout && a.autoLayoutCluster != null && !Files.isRegularFile(a.autoLayoutCluster)) {
             throw new IllegalArgumentException("--auto-layout-cluster " + a.autoLayoutCluster

@@ -7,7 +7,6 @@ import io.mcore4j.data.preprocess.TokenizerSpec;
 import io.mcore4j.data.tokenizer.Tokenizer;
 import io.mcore4j.data.gpt.SplitWeights;
 import io.mcore4j.data.sampler.DataloaderType;
-import io.mcore4j.hf.HfCheckpointException;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
@@ -23,6 +22,7 @@ import io.mcore4j.tensorparallel.Vocab;
 import io.mcore4j.training.CheckpointConfig;
 import io.mcore4j.training.CudaGraphConfig;
 import io.mcore4j.training.TrainingConfig;
+import io.mcore4j.training.gpt.DocumentMasking;
 import io.mcore4j.training.gpt.GptTrainingSetup;
 import picocli.CommandLine;
 import picocli.CommandLine.Mixin;
@@ -312,6 +312,15 @@ public final class PretrainArgs {
     Path corpus;
     @Option(names = "--split", description = "Train, validation and test weights. Default: ${DEFAULT-VALUE}.")
     String split = "969,30,1";
+    @Option(names = "--reset-position-ids", description = "Restart the position ids after each end-of-document token"
+            + " of a sample.")
+    boolean resetPositionIds;
+    @Option(names = "--reset-attention-mask", description = "No attention across end-of-document tokens: a sample's"
+            + " documents are packed sequences (each EOD in the document it ends).")
+    boolean resetAttentionMask;
+    @Option(names = "--eod-mask-loss", description = "Loss weight 0 at every position whose input token is an"
+            + " end-of-document token.")
+    boolean eodMaskLoss;
     @Option(names = "--save", description = "Checkpoint directory.")
     Path save;
     @Option(names = "--load", description = "Resume from the latest checkpoint here (a missing or empty directory starts from scratch).")
@@ -666,7 +675,15 @@ public final class PretrainArgs {
         }
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
-                dataloaderType.type, cudaGraph()).withLora(loraConfig);
+                dataloaderType.type, cudaGraph()).withLora(loraConfig).withDocumentMasking(documentMasking());
+    }
+
+    /** --reset-position-ids, --reset-attention-mask and --eod-mask-loss with the tokenizer's end-of-document id. */
+    private DocumentMasking documentMasking() {
+        if (!resetPositionIds && !resetAttentionMask && !eodMaskLoss) {
+            return DocumentMasking.NONE;
+        }
+        return new DocumentMasking(endOfDocument().orElse(-1), resetPositionIds, resetAttentionMask, eodMaskLoss);
     }
 
     /** --cuda-graph-impl, --cuda-graph-scope and --cuda-graph-warmup-steps as the step's graph setting. */
@@ -916,11 +933,7 @@ public final class PretrainArgs {
 
     /** @return the Hugging Face config of {@code --load-hf}, or null without it */
     HfConfig hfConfig() {
-        try {
-            return loadHf == null ? null : HfConfig.read(loadHf, Set.of());
-        } catch (HfCheckpointException e) {
-            throw new IllegalArgumentException("--load-hf " + loadHf + ": " + e.getMessage(), e);
-        }
+        return loadHf == null ? null : HfConfig.readInput("--load-hf", loadHf, Set.of());
     }
 
     /** @return the vocabulary of the tokens (the Hugging Face checkpoint's with {@code --load-hf}) */

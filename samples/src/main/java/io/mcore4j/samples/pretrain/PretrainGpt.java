@@ -224,7 +224,8 @@ public final class PretrainGpt {
         if (args.sequenceParallel && !args.sequenceParallelInEffect()) {
             out.println("warning: --sequence-parallel is off at --tensor-model-parallel-size 1 (as in Megatron)");
         }
-        setup.dims(world); // fails early, naming the flags, if the layout or the batch does not divide
+        args.layout.checkWorld(world, setup.contextParallel()); // fails early, naming the flags
+        setup.dims(world); // the same for the batch, and the model's shape against the layout
         if (args.tokenizer.type() != null && args.loadHf == null) {
             // Megatron's build_tokenizer lines
             int size = args.tokenVocabSize();

@@ -90,36 +90,26 @@ class PretrainGptSftTest {
         assertEquals(losses, rerun);
     }
 
-    private String refusal(List<String> argv) {
-        ByteArrayOutputStream err = new ByteArrayOutputStream();
-        int code = PretrainGpt.execute("pretrain-gpt", argv.toArray(String[]::new),
-                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
-                new PrintStream(err, true, StandardCharsets.UTF_8), (a, o) -> PretrainGpt.run(a, o));
-        String line = err.toString(StandardCharsets.UTF_8);
-        assertEquals(2, code, line);
-        assertEquals(1, line.strip().lines().count(), line);
-        return line;
-    }
-
     @Test
     void badLinesAndFlagsAreOneLineAndExitCodeTwo() throws Exception {
         Path data = tmp.resolve("bad.jsonl");
         Files.writeString(data, line("qwen2", "system and one turn") + "\n{\"messages\": [}\n");
-        assertTrue(refusal(flags("qwen2", data, 96)).contains(data + ":2:15: "));
+        assertTrue(PretrainRuns.runRefusal(flags("qwen2", data, 96)).contains(data + ":2:15: "));
         List<String> noTokenizer = flags("qwen2", data, 96);
         noTokenizer.set(noTokenizer.indexOf("--tokenizer-type") + 1, "ByteLevel");
         noTokenizer.remove(noTokenizer.indexOf("--tokenizer-model") + 1);
         noTokenizer.remove("--tokenizer-model");
-        assertTrue(refusal(noTokenizer).contains("--sft needs --tokenizer-type HuggingFaceTokenizer"));
+        assertTrue(PretrainRuns.refusal(noTokenizer.toArray(String[]::new)).contains("--sft needs --tokenizer-type HuggingFaceTokenizer"));
         List<String> templateAlone = flags("qwen2", data, 96, "--chat-template", "x.jinja");
         templateAlone.remove("--sft");
-        assertTrue(refusal(templateAlone).contains("--chat-template x.jinja needs --sft"));
-        assertTrue(refusal(flags("qwen2", tmp.resolve("missing.jsonl"), 96)).contains("does not exist; with --sft"));
+        assertTrue(PretrainRuns.refusal(templateAlone.toArray(String[]::new)).contains("--chat-template x.jinja needs --sft"));
+        assertTrue(PretrainRuns.refusal(flags("qwen2", tmp.resolve("missing.jsonl"), 96).toArray(String[]::new))
+                .contains("does not exist; with --sft"));
         // the template refuses the conversation: its raise_exception message, with the file and line
         Files.writeString(data, "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\","
                 + " \"content\": \"b\"}, {\"role\": \"assistant\", \"content\": \"c\"}]}\n");
         Path mistral = CHAT.resolve("mistral").resolve("chat_template.jinja");
-        assertTrue(refusal(flags("qwen2", data, 96, "--chat-template", mistral.toString())).contains(data + ":1: " + mistral
+        assertTrue(PretrainRuns.runRefusal(flags("qwen2", data, 96, "--chat-template", mistral.toString())).contains(data + ":1: " + mistral
                 + " raised: After the optional system message, conversation roles must alternate"));
     }
 }

@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.data.gpt.MaskedSampleDataset;
 import io.mcore4j.data.gpt.SampleDataset;
@@ -13,6 +14,7 @@ import io.mcore4j.data.sampler.DataloaderType;
 import io.mcore4j.training.BatchSource;
 import io.mcore4j.training.MicroBatch;
 
+import java.util.Arrays;
 import java.util.Objects;
 
 /**
@@ -21,7 +23,9 @@ import java.util.Objects;
  * random order of {@link CyclicPretrainingSampler}: each sample of {@code s + 1} tokens gives
  * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}, with the labels' loss mask
  * when the samples have one ({@link MaskedSampleDataset}, supervised fine-tuning); under context
- * parallelism, this rank's {@code [s / CP, b]} part of them.
+ * parallelism, this rank's {@code [s / CP, b]} part of them. With {@link DocumentMasking} flags the
+ * end-of-document tokens of each window reset its position ids, separate its documents as packed
+ * sequences, or mask their losses (as well as the samples' own mask).
  */
 public final class GptBatches implements BatchSource {
     private final SampleDataset data;
@@ -30,6 +34,7 @@ public final class GptBatches implements BatchSource {
     private final int dataParallelSize;
     private final ContextParallelSplit contextParallel;
     private final CyclicPretrainingSampler cyclic;
+    private final DocumentMasking masking;
 
     /**
      * Micro-batches of whole sequences (no context parallelism).
@@ -73,6 +78,25 @@ public final class GptBatches implements BatchSource {
      */
     public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize,
                       ContextParallelSplit contextParallel, DataloaderType order) {
+        this(data, microBatchSize, dataParallelRank, dataParallelSize, contextParallel, order, DocumentMasking.NONE);
+    }
+
+    /**
+     * Micro-batches read in the given order whose end-of-document tokens act as {@code masking} says.
+     *
+     * @param data the samples
+     * @param microBatchSize samples per micro-batch
+     * @param dataParallelRank this rank's data-parallel index
+     * @param dataParallelSize the data-parallel size
+     * @param contextParallel this rank's split of each sequence
+     * @param order in order ({@link DataloaderType#SINGLE}) or shuffled per epoch ({@link DataloaderType#CYCLIC})
+     * @param masking Megatron's {@code --reset-position-ids}, {@code --reset-attention-mask} and {@code --eod-mask-loss}
+     * @throws IllegalArgumentException if the samples' length cannot be split, or (cyclic) the
+     *         dataset does not fill one micro-batch on every data-parallel rank
+     */
+    public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize,
+                      ContextParallelSplit contextParallel, DataloaderType order, DocumentMasking masking) {
+        this.masking = Objects.requireNonNull(masking, "masking");
         this.data = Objects.requireNonNull(data, "data");
         this.microBatchSize = microBatchSize;
         this.dataParallelRank = dataParallelRank;
@@ -99,18 +123,53 @@ public final class GptBatches implements BatchSource {
         }
         int seq = data.sequenceLength();
         int width = seq + 1;
-        NDArray batch = rows(indices, width, data::sample, manager).toType(DataType.INT64, false);
+        int[] flat = rows(indices, width, data::sample);
+        // queued without a host wait on a GPU (a pageable copy would wait for the previous step's kernels)
+        NDArray batch = Tensors.fromHost(flat, new Shape(indices.length, width), manager).toType(DataType.INT64, false);
         NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
         NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
-        // the labels' loss mask, float32 [s, b] as the labels
-        NDArray lossMask = data instanceof MaskedSampleDataset masked
-                ? rows(indices, seq, masked::lossMask, manager).toType(DataType.FLOAT32, false).transpose(1, 0) : null;
-        if (contextParallel.size() > 1) {
-            tokens = contextParallel.split(tokens, 0, manager);
-            labels = contextParallel.split(labels, 0, manager);
-            lossMask = lossMask == null ? null : contextParallel.split(lossMask, 0, manager);
+        // the samples' own loss mask (supervised fine-tuning), float32 [s, b] as the labels
+        NDArray samplesMask = data instanceof MaskedSampleDataset masked ? Tensors.fromHost(rows(indices, seq,
+                masked::lossMask), new Shape(indices.length, seq), manager).toType(DataType.FLOAT32, false).transpose(1, 0)
+                : null;
+        if (!masking.any()) {
+            if (contextParallel.size() > 1) {
+                tokens = contextParallel.split(tokens, 0, manager);
+                labels = contextParallel.split(labels, 0, manager);
+                samplesMask = samplesMask == null ? null : contextParallel.split(samplesMask, 0, manager);
+            }
+            return new MicroBatch(tokens, labels, samplesMask);
         }
-        return new MicroBatch(tokens, labels, lossMask);
+        int[][] inputs = new int[indices.length][];
+        for (int i = 0; i < inputs.length; i++) {
+            inputs[i] = Arrays.copyOfRange(flat, i * width, i * width + seq);
+        }
+        PackedSequences documents = PackedSequences.ofDocuments(masking.eod(), inputs);
+        PackedSequences packed = masking.resetAttentionMask() ? documents : null;
+        NDArray positions = masking.resetPositionIds() ? documents.positionIds(manager) : null;
+        NDArray lossMask = masking.eodMaskLoss() ? eodLossMask(inputs, seq, manager) : null;
+        if (samplesMask != null) {
+            lossMask = lossMask == null ? samplesMask : lossMask.mul(samplesMask);
+        }
+        if (contextParallel.size() > 1) {
+            tokens = contextParallel.split(tokens, packed, manager);
+            labels = contextParallel.split(labels, packed, manager);
+            positions = positions == null ? null : contextParallel.split(positions, packed, manager);
+            lossMask = lossMask == null ? null : contextParallel.split(lossMask, packed, manager);
+        }
+        return new MicroBatch(tokens, labels, lossMask, positions, packed);
+    }
+
+    /** float32 {@code [s, b]}: 0 where the input token is the end of a document, 1 elsewhere. */
+    private NDArray eodLossMask(int[][] inputs, int seq, NDManager manager) {
+        int b = inputs.length;
+        float[] mask = new float[seq * b];
+        for (int c = 0; c < b; c++) {
+            for (int t = 0; t < seq; t++) {
+                mask[t * b + c] = inputs[c][t] == masking.eod() ? 0f : 1f;
+            }
+        }
+        return manager.create(mask, new Shape(seq, b));
     }
 
     /** Reads one row of a sample (its tokens, or its loss mask) into an array. */
@@ -119,15 +178,14 @@ public final class GptBatches implements BatchSource {
         void read(long index, int[] destination);
     }
 
-    /** The rows of the given samples as an int32 tensor {@code [indices, width]} on {@code manager}'s device. */
-    private static NDArray rows(long[] indices, int width, RowReader reader, NDManager manager) {
+    /** The rows of the given samples, {@code [indices, width]} row-major. */
+    private static int[] rows(long[] indices, int width, RowReader reader) {
         int[] flat = new int[indices.length * width];
         int[] one = new int[width];
         for (int i = 0; i < indices.length; i++) {
             reader.read(indices[i], one);
             System.arraycopy(one, 0, flat, i * width, width);
         }
-        // queued without a host wait on a GPU (a pageable copy would wait for the previous step's kernels)
-        return Tensors.fromHost(flat, new Shape(indices.length, width), manager);
+        return flat;
     }
 }
