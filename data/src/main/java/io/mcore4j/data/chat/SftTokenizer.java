@@ -109,7 +109,9 @@ public final class SftTokenizer {
                         + " {% generation %} blocks)", null);
             }
             if (pieces.isEmpty()) {
-                continue; // the template writes nothing for it (or nothing inside a loop over the messages)
+                throw new ChatTemplateException("chat template " + template.origin() + " writes nothing for assistant"
+                        + " message " + k + " inside a loop over the messages: its tokens cannot be found (use a"
+                        + " template with {% generation %} blocks)", null);
             }
             RenderedChat.Span turn = pieces.get(0);
             List<Map<String, Object>> before = messages.subList(0, k);

@@ -2,6 +2,7 @@ package io.mcore4j.data.chat;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.mcore4j.data.preprocess.HuggingFaceTokenizerAdapter;
@@ -10,6 +11,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 import org.junit.jupiter.params.provider.ValueSource;
 
+import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -92,6 +94,27 @@ class SftTokenizerTest {
             assertArrayEquals(ChatFixtures.ints(twoTurns.json().get("ids")), t.ids());
             assertArrayEquals(expected, toInts(t.lossMask()), "only the completion's assistant turn");
             assertTrue(lastTurn > 0 && expected[lastTurn] == 1);
+        }
+    }
+
+    @Test
+    void aTurnThatCannotBeFoundIsAnError() throws Exception {
+        Path qwen2 = ChatFixtures.ROOT.resolve("qwen2");
+        SftExample chat = SftExample.parse("{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\":"
+                + " \"assistant\", \"content\": \"b\"}]}");
+        Map<String, String> cases = Map.of(
+                "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}{{ messages[1].content }}",
+                "writes nothing for assistant message 1 inside a loop over the messages",
+                "{% for m in messages %}{{ m.content }}{% endfor %}{% for m in messages %}{{ m.content }}{% endfor %}",
+                "writes assistant message 1 in 2 places",
+                "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<bot>{% endif %}",
+                "does not begin assistant message 1 with its generation prompt \"<bot>\" but with \"<assistant>b\"");
+        try (HuggingFaceTokenizerAdapter tok = HuggingFaceTokenizerAdapter.load(qwen2, null)) {
+            for (Map.Entry<String, String> c : cases.entrySet()) {
+                SftTokenizer sft = new SftTokenizer(ChatTemplate.of(c.getKey(), "t.jinja", Map.of()), tok);
+                ChatTemplateException e = assertThrows(ChatTemplateException.class, () -> sft.tokenize(chat));
+                assertTrue(e.getMessage().startsWith("chat template t.jinja " + c.getValue()), e.getMessage());
+            }
         }
     }
 
