@@ -319,6 +319,8 @@ public final class PretrainArgs {
     Path saveHf;
     @Mixin
     final LoraOptions lora = new LoraOptions();
+    @Mixin
+    final SftOptions sft = new SftOptions();
     @Option(names = "--save-hf-dtype", description = "dtype of --save-hf: bf16, f16 or f32. Default: ${DEFAULT-VALUE}.")
     String saveHfDtype = "bf16";
     @Option(names = "--save-interval", description = "Iterations between checkpoints (0: only at the end). Default: ${DEFAULT-VALUE}.")
@@ -399,8 +401,8 @@ public final class PretrainArgs {
             + " sharding; the order is mcore4j's, not PyTorch's). Megatron's external is not offered."
             + " Default: ${DEFAULT-VALUE}.")
     DataloaderKind dataloaderType = DataloaderKind.single;
-    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files (default: next to each"
-            + " dataset's files).")
+    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files and, with --sft, the"
+            + " tokenized conversations (default: next to each dataset's files).")
     Path dataCachePath;
     @Option(names = "--save-retain", description = "Complete checkpoints kept in --save: the newest N (0: all, as"
             + " Megatron, which deletes none unless --save-retain-interval). Default: ${DEFAULT-VALUE}.")
@@ -601,6 +603,7 @@ public final class PretrainArgs {
         }
         checkRanges();
         if (trainsHere) {
+            sft.check(this);
             PathFlags.check(this);
         }
         if (trainsHere && loadHf == null) {

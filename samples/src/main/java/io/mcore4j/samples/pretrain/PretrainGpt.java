@@ -349,6 +349,9 @@ public final class PretrainGpt {
     }
 
     private static GptSplits datasets(PretrainArgs args, PrintStream out) throws Exception {
+        if (args.sft.enabled) {
+            return args.sft.datasets(args, out);
+        }
         long trainSamples = Math.max(args.trainIters, 1) * args.globalBatchSize;
         long validSamples = args.evalInterval > 0 ? (long) args.evalIters * args.globalBatchSize : 0;
         GptDatasetBuilder builder = GptDatasetBuilder.create().sequenceLength(args.seqLength).seed(args.seed)
