@@ -6,7 +6,7 @@ import io.mcore4j.data.indexed.IndexedDatasetReader;
 
 /**
  * One split of a tokenized supervised fine-tuning corpus ({@link SftCorpus}): sample {@code i} is conversation
- * {@code first + i}, one conversation per sample (packing several into one sequence is not done), its tokens cut
+ * {@code first + i}, one conversation per sample ({@link PackedSftDataset} packs several into each), its tokens cut
  * to {@code sequenceLength + 1} or padded to it with the pad id; the loss mask is the conversation's
  * assistant-token mask shifted onto the labels, 0 on padding. Reads are safe from several threads.
  */

@@ -11,7 +11,9 @@ import io.mcore4j.data.preprocess.HuggingFaceTokenizerAdapter;
 import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.EnumMap;
+import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
@@ -22,7 +24,11 @@ import java.util.function.Consumer;
  * a Hugging Face tokenizer and its chat template (or another template), cached ({@link SftCorpus}), and cut into
  * contiguous splits of conversations by the split weights as Megatron cuts a dataset's documents
  * ({@link SplitWeights#range}). Samples are read in file order within a split, as Megatron's SFT dataset reads
- * them (a shuffled order is the sampler's business: {@code --dataloader-type cyclic}).
+ * them (a shuffled order is the sampler's business: {@code --dataloader-type cyclic}): one conversation per sample
+ * ({@link SftDataset}), or with {@link #packing} whole conversations packed into each sample ({@link PackedSftDataset}).
+ * Building a split logs one line, {@code sft <split>: <N> conversations in <M> samples of <L> positions, <P>% of them
+ * conversation tokens}, P being the share of the samples' positions whose input and label are both tokens of a
+ * conversation (not padding).
  */
 public final class SftDatasetBuilder {
     private Path input;
@@ -33,6 +39,8 @@ public final class SftDatasetBuilder {
     private int sequenceLength;
     private SplitWeights split = SplitWeights.DEFAULT;
     private long vocabSize;
+    private boolean packing;
+    private int multiple = 1;
     private Consumer<String> log = line -> {};
 
     private SftDatasetBuilder() {}
@@ -99,6 +107,29 @@ public final class SftDatasetBuilder {
     }
 
     /**
+     * @param packed pack whole conversations into each sample ({@link PackedSftDataset}) instead of one per sample
+     * @return this
+     */
+    public SftDatasetBuilder packing(boolean packed) {
+        this.packing = packed;
+        return this;
+    }
+
+    /**
+     * @param positions with {@link #packing}, every conversation's positions are rounded up to a multiple of this
+     *                  (2·CP under context parallelism: each conversation is then split per sequence); it must divide
+     *                  the sequence length. Default 1
+     * @return this
+     */
+    public SftDatasetBuilder padToMultipleOf(int positions) {
+        if (positions < 1) {
+            throw new IllegalArgumentException("a multiple of " + positions + " positions: it must be at least 1");
+        }
+        this.multiple = positions;
+        return this;
+    }
+
+    /**
      * @param weights train, validation and test weights
      * @return this
      */
@@ -129,6 +160,10 @@ public final class SftDatasetBuilder {
         if (sequenceLength < 1) {
             throw new IllegalArgumentException("sequence length " + sequenceLength + " must be at least 1");
         }
+        if (packing && sequenceLength % multiple != 0) {
+            throw new IllegalArgumentException("sequence length " + sequenceLength + " is not a multiple of the "
+                    + multiple + " positions each packed conversation is padded to");
+        }
         ChatTemplate template = ChatTemplate.load(tokenizer, chatTemplate);
         Path tokenizerJson = Files.isDirectory(tokenizer) ? tokenizer.resolve("tokenizer.json") : tokenizer;
         Path cache = cacheDirectory != null ? cacheDirectory : input.toAbsolutePath().getParent();
@@ -148,16 +183,39 @@ public final class SftDatasetBuilder {
         }
         Map<DatasetSplit, SampleDataset> datasets = new EnumMap<>(DatasetSplit.class);
         StringBuilder sizes = new StringBuilder();
+        List<String> shares = new ArrayList<>();
         for (DatasetSplit s : DatasetSplit.values()) {
             DocumentRange range = split.range(s, corpus.size());
             long count = range.end() - range.start();
-            sizes.append(sizes.length() == 0 ? "" : ", ").append(s.name().toLowerCase(Locale.ROOT)).append(' ').append(count);
+            String name = s.name().toLowerCase(Locale.ROOT);
+            sizes.append(sizes.length() == 0 ? "" : ", ").append(name).append(' ').append(count);
             if (count > 0) {
-                datasets.put(s, new SftDataset(corpus, range.start(), count, sequenceLength, padId));
+                SampleDataset d;
+                try {
+                    d = packing ? new PackedSftDataset(corpus, range.start(), count, sequenceLength, padId, multiple)
+                            : new SftDataset(corpus, range.start(), count, sequenceLength, padId);
+                } catch (RuntimeException e) {
+                    corpus.close();
+                    throw e;
+                }
+                datasets.put(s, d);
+                shares.add(String.format(Locale.ROOT, "sft %s: %d conversations in %d samples of %d positions, %.1f%% of them"
+                        + " conversation tokens", name, count, d.size(), sequenceLength,
+                        100.0 * conversationPositions(corpus, range) / ((double) d.size() * sequenceLength)));
             }
         }
         log.accept(" > " + corpus.size() + " conversations (" + sizes + ")" + cut(corpus));
+        shares.forEach(log);
         return GptSplits.of(datasets, corpus.readers());
+    }
+
+    /** The positions whose input and label are both a conversation's tokens: {@code min(n - 1, seq)} per conversation. */
+    private long conversationPositions(SftCorpus corpus, DocumentRange range) {
+        long total = 0;
+        for (long c = range.start(); c < range.end(); c++) {
+            total += Math.min(Math.max(corpus.tokens().documentLength(c) - 1, 0), sequenceLength);
+        }
+        return total;
     }
 
     /** The tokenizer's pad token, else its eos token, else its end of document, else 0: ids no loss is taken on. */

@@ -656,7 +656,8 @@ public final class PretrainArgs {
         }
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
-                dataloaderType.type, cudaGraph()).withLora(loraConfig).withDocumentMasking(documentMasking());
+                dataloaderType.type, cudaGraph()).withLora(loraConfig).withDocumentMasking(documentMasking())
+                .withPackedSamples(sft.packs());
     }
 
     /** --reset-position-ids, --reset-attention-mask and --eod-mask-loss with the tokenizer's end-of-document id. */

@@ -22,8 +22,13 @@ public final class SftOptions {
             + " file of chats ({\"messages\": [{\"role\", \"content\"}, ...], optional \"tools\") or prompt/completion"
             + " pairs, rendered by the chat template of --tokenizer-model (--tokenizer-type HuggingFaceTokenizer) and"
             + " tokenized once (cached beside the file, or in --data-cache-path); the loss is taken on the assistant's"
-            + " tokens (the completion's) only. One conversation per sample, cut to --seq-length or padded.")
+            + " tokens (the completion's) only. One conversation per sample, cut to --seq-length or padded (--packing: several).")
     boolean enabled;
+
+    @Option(names = "--packing", description = "With --sft: pack whole conversations into each sample of --seq-length"
+            + " positions (first-fit decreasing; each conversation attends only to itself and its positions restart),"
+            + " as Megatron Bridge's packed sequences, instead of one conversation per sample padded to it.")
+    boolean packing;
 
     @Option(names = "--chat-template", paramLabel = "FILE", description = "With --sft: a Jinja chat template to use"
             + " instead of the tokenizer's (a training template with {% generation %} blocks, say).")
@@ -37,6 +42,10 @@ public final class SftOptions {
      */
     void check(PretrainArgs a) {
         if (!enabled) {
+            if (packing) {
+                throw new IllegalArgumentException("--packing needs --sft: it packs the conversations of a --sft --data-path"
+                        + " (pretraining documents are separated with --reset-attention-mask)");
+            }
             if (chatTemplate != null) {
                 throw new IllegalArgumentException("--chat-template " + chatTemplate + " needs --sft");
             }
@@ -72,6 +81,11 @@ public final class SftOptions {
         }
     }
 
+    /** @return whether the samples are rows of packed conversations ({@code --sft --packing}) */
+    boolean packs() {
+        return enabled && packing;
+    }
+
     /**
      * Tokenizes (or reuses the cache of) the conversations and splits them.
      *
@@ -86,7 +100,9 @@ public final class SftOptions {
                 + (chatTemplate != null ? chatTemplate : a.tokenizer.spec(0).tokenizerModel()) + " ...");
         GptSplits splits = SftDatasetBuilder.create().input(Path.of(a.dataPath.get(0)))
                 .tokenizer(a.tokenizer.spec(0).tokenizerModel(), a.tokenizer.spec(0).eodToken()).chatTemplate(chatTemplate)
-                .cacheDirectory(a.dataCachePath).sequenceLength(a.seqLength).split(a.splitWeights())
+                .cacheDirectory(a.dataCachePath).sequenceLength(a.seqLength).split(a.splitWeights()).packing(packing)
+                // under context parallelism each conversation is split per sequence: 2·CP chunks of equal length
+                .padToMultipleOf(a.contextParallel > 1 ? 2 * a.contextParallel : 1)
                 .vocabSize(a.tokenVocabSize()).log(out::println).build();
         if (a.evalInterval > 0 && splits.valid().isEmpty()) {
             splits.close();

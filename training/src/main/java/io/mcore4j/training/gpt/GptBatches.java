@@ -8,6 +8,7 @@ import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.data.gpt.MaskedSampleDataset;
+import io.mcore4j.data.gpt.PackedSampleDataset;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.data.sampler.CyclicPretrainingSampler;
 import io.mcore4j.data.sampler.DataloaderType;
@@ -25,7 +26,10 @@ import java.util.Objects;
  * when the samples have one ({@link MaskedSampleDataset}, supervised fine-tuning); under context
  * parallelism, this rank's {@code [s / CP, b]} part of them. With {@link DocumentMasking} flags the
  * end-of-document tokens of each window reset its position ids, separate its documents as packed
- * sequences, or mask their losses (as well as the samples' own mask).
+ * sequences, or mask their losses (as well as the samples' own mask). Rows of packed sequences
+ * ({@link PackedSampleDataset}, supervised fine-tuning with packing) give micro-batches of
+ * {@link MicroBatch#ofPacked}: their own labels, positions restarting at each sequence, and under context
+ * parallelism each sequence split when {@code 2·CP} divides every length.
  */
 public final class GptBatches implements BatchSource {
     private final SampleDataset data;
@@ -91,11 +95,17 @@ public final class GptBatches implements BatchSource {
      * @param contextParallel this rank's split of each sequence
      * @param order in order ({@link DataloaderType#SINGLE}) or shuffled per epoch ({@link DataloaderType#CYCLIC})
      * @param masking Megatron's {@code --reset-position-ids}, {@code --reset-attention-mask} and {@code --eod-mask-loss}
-     * @throws IllegalArgumentException if the samples' length cannot be split, or (cyclic) the
-     *         dataset does not fill one micro-batch on every data-parallel rank
+     * @throws IllegalArgumentException if the samples' length cannot be split, (cyclic) the
+     *         dataset does not fill one micro-batch on every data-parallel rank, or the samples are
+     *         packed rows ({@link PackedSampleDataset}) and {@code masking} resets positions or attention
+     *         at end-of-document tokens (the rows say where their sequences start)
      */
     public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize,
                       ContextParallelSplit contextParallel, DataloaderType order, DocumentMasking masking) {
+        if (data instanceof PackedSampleDataset && (masking.resetPositionIds() || masking.resetAttentionMask())) {
+            throw new IllegalArgumentException("packed samples restart the positions and the attention at every sequence"
+                    + " already: drop --reset-position-ids and --reset-attention-mask");
+        }
         this.masking = Objects.requireNonNull(masking, "masking");
         this.data = Objects.requireNonNull(data, "data");
         this.microBatchSize = microBatchSize;
@@ -127,12 +137,25 @@ public final class GptBatches implements BatchSource {
         // queued without a host wait on a GPU (a pageable copy would wait for the previous step's kernels)
         NDArray batch = Tensors.fromHost(flat, new Shape(indices.length, width), manager).toType(DataType.INT64, false);
         NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
-        NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
         // the samples' own loss mask (supervised fine-tuning), float32 [s, b] as the labels
-        NDArray samplesMask = data instanceof MaskedSampleDataset masked ? Tensors.fromHost(rows(indices, seq,
-                masked::lossMask), new Shape(indices.length, seq), manager).toType(DataType.FLOAT32, false).transpose(1, 0)
-                : null;
-        if (!masking.any()) {
+        NDArray samplesMask = data instanceof MaskedSampleDataset masked
+                ? sequenceMajor(rows(indices, seq, masked::lossMask), indices.length, DataType.FLOAT32, manager) : null;
+        int[][] inputs = masking.any() ? inputs(flat, indices.length, width) : null;
+        if (masking.eodMaskLoss()) {
+            NDArray eodMask = eodLossMask(inputs, manager);
+            samplesMask = samplesMask == null ? eodMask : samplesMask.mul(eodMask);
+        }
+        if (data instanceof PackedSampleDataset packedRows) {
+            NDArray labels = sequenceMajor(rows(indices, seq, packedRows::labels), indices.length, DataType.INT64, manager);
+            int[][] lengths = new int[indices.length][];
+            for (int i = 0; i < indices.length; i++) {
+                lengths[i] = packedRows.sequenceLengths(indices[i]);
+            }
+            return MicroBatch.ofPacked(manager, PackedSequences.ofLengths(lengths), tokens, labels, samplesMask,
+                    contextParallel);
+        }
+        NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
+        if (!masking.resetPositionIds() && !masking.resetAttentionMask()) {
             if (contextParallel.size() > 1) {
                 tokens = contextParallel.split(tokens, 0, manager);
                 labels = contextParallel.split(labels, 0, manager);
@@ -140,17 +163,10 @@ public final class GptBatches implements BatchSource {
             }
             return new MicroBatch(tokens, labels, samplesMask);
         }
-        int[][] inputs = new int[indices.length][];
-        for (int i = 0; i < inputs.length; i++) {
-            inputs[i] = Arrays.copyOfRange(flat, i * width, i * width + seq);
-        }
         PackedSequences documents = PackedSequences.ofDocuments(masking.eod(), inputs);
         PackedSequences packed = masking.resetAttentionMask() ? documents : null;
         NDArray positions = masking.resetPositionIds() ? documents.positionIds(manager) : null;
-        NDArray lossMask = masking.eodMaskLoss() ? eodLossMask(inputs, seq, manager) : null;
-        if (samplesMask != null) {
-            lossMask = lossMask == null ? samplesMask : lossMask.mul(samplesMask);
-        }
+        NDArray lossMask = samplesMask;
         if (contextParallel.size() > 1) {
             tokens = contextParallel.split(tokens, packed, manager);
             labels = contextParallel.split(labels, packed, manager);
@@ -160,9 +176,24 @@ public final class GptBatches implements BatchSource {
         return new MicroBatch(tokens, labels, lossMask, positions, packed);
     }
 
+    /** {@code [s, b]} of the given type from {@code b} rows of {@code s} values, row-major. */
+    private static NDArray sequenceMajor(int[] rows, int b, DataType type, NDManager manager) {
+        return Tensors.fromHost(rows, new Shape(b, rows.length / b), manager).toType(type, false).transpose(1, 0);
+    }
+
+    /** The input tokens of each sample, {@code [b][s]}. */
+    private static int[][] inputs(int[] flat, int b, int width) {
+        int[][] inputs = new int[b][];
+        for (int i = 0; i < b; i++) {
+            inputs[i] = Arrays.copyOfRange(flat, i * width, i * width + width - 1);
+        }
+        return inputs;
+    }
+
     /** float32 {@code [s, b]}: 0 where the input token is the end of a document, 1 elsewhere. */
-    private NDArray eodLossMask(int[][] inputs, int seq, NDManager manager) {
+    private NDArray eodLossMask(int[][] inputs, NDManager manager) {
         int b = inputs.length;
+        int seq = inputs[0].length;
         float[] mask = new float[seq * b];
         for (int c = 0; c < b; c++) {
             for (int t = 0; t < seq; t++) {
