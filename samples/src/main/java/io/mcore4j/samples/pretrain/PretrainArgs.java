@@ -992,10 +992,11 @@ public final class PretrainArgs {
                         + " come from its config.json, whose architecture (" + hfConfig().architecture().className()
                         + ") has no query and key norms; drop the flag");
             }
-            // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
+            // the checkpoint's shapes; precision, sequence parallelism, the context-parallel exchange and recompute
+            // stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
                     Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
-                    .tpCommOverlap(tpCommOverlap)).build();
+                    .tpCommOverlap(tpCommOverlap).cpCommType(cpCommType.type)).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());

@@ -84,7 +84,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
             throw new IllegalArgumentException("--packing restarts the positions and the attention at every conversation"
                     + " already: drop " + (documentMasking.resetAttentionMask() ? "--reset-attention-mask" : "--reset-position-ids"));
         }
-        if (packedSequences()) {
+        if (packedSamples || documentMasking.resetAttentionMask()) { // packedSequences(), before the fields are set
             String flag = packedSamples ? "--packing" : "--reset-attention-mask";
             attention.checkPacked(model, contextParallel);
             if (cudaGraph.enabled()) {
