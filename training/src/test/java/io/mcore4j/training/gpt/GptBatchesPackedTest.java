@@ -3,10 +3,9 @@ package io.mcore4j.training.gpt;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
+import static io.mcore4j.training.gpt.GptBatchesDocumentMaskingTest.columns;
 
-import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.ndarray.types.DataType;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.gpt.PackedSampleDataset;
@@ -117,18 +116,6 @@ class GptBatchesPackedTest {
         long[] out = new long[values.length];
         for (int i = 0; i < out.length; i++) {
             out[i] = values[i];
-        }
-        return out;
-    }
-
-    /** An [s, b] tensor's columns as int64 rows. */
-    private static long[][] columns(NDArray x) {
-        long[] flat = x.transpose(1, 0).toType(DataType.INT64, false).toLongArray();
-        int b = (int) x.getShape().get(1);
-        int s = (int) x.getShape().get(0);
-        long[][] out = new long[b][s];
-        for (int c = 0; c < b; c++) {
-            System.arraycopy(flat, c * s, out[c], 0, s);
         }
         return out;
     }
