@@ -12,6 +12,7 @@ import io.mcore4j.core.autograd.Frame;
 import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.kernel.QkvGradientKernel;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.parallel.Communicator;
 
 
 /**
@@ -26,8 +27,10 @@ import io.mcore4j.models.TransformerConfig;
  * rank's part of the sequence, and attention runs as ring attention on the fused kernels that
  * return their log-sum-exp ({@link FusedRingAttention}, {@code --cp-comm-type p2p}), or for
  * {@code a2a} this module attends the whole sequence of {@code heads/CP} heads between two
- * all-to-alls ({@link UlyssesAttention}); the {@code allgather} comm type has no fused
- * implementation and is refused (it needs {@link DotProductAttention}).
+ * all-to-alls ({@link UlyssesAttention}), or for {@code a2a+p2p} the fused ring over the second
+ * hierarchical level attends, between the all-to-alls over the first level, the tokens they gathered;
+ * the {@code allgather} comm type has no fused implementation and is refused (it needs
+ * {@link DotProductAttention}).
  */
 public final class SdpaAttention implements CoreAttention {
     /** Resource path of the TorchScript archive. */
@@ -43,7 +46,7 @@ public final class SdpaAttention implements CoreAttention {
      * @param ctx the model context; its parameter manager owns the loaded module
      * @throws IllegalArgumentException if the config asks for attention dropout, or the
      *     context-parallel group has more than one rank and {@code --cp-comm-type} is {@code allgather},
-     *     or {@code a2a} cannot scatter this rank's heads
+     *     or {@code a2a}/{@code a2a+p2p} cannot scatter this rank's heads
      * @throws IllegalStateException if the module cannot be loaded
      */
     public SdpaAttention(ModelContext ctx) {
@@ -59,8 +62,9 @@ public final class SdpaAttention implements CoreAttention {
                     + " needs the composed attention (DotProductAttention)");
         }
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
-        this.ring = cp > 1 && comm == CpCommType.P2P ? new FusedRingAttention(ctx.groups().cp(), ctx.parameters()) : null;
-        this.ulysses = cp > 1 && comm == CpCommType.A2A ? new UlyssesAttention(ctx) : null;
+        Communicator ringGroup = CpCommGroups.ring(ctx);
+        this.ring = ringGroup != null ? new FusedRingAttention(ringGroup, ctx.parameters()) : null;
+        this.ulysses = UlyssesAttention.of(ctx);
         TransformerConfig c = ctx.config();
         QkvGradientKernel kernel = Kernels.find(QkvGradientKernel.class, ctx.parameters().getDevice()).orElse(null);
         this.split = new QkvHeadsSplit(c.numAttentionHeads() / c.numQueryGroups(), c.kvChannels(), kernel);
@@ -102,7 +106,7 @@ public final class SdpaAttention implements CoreAttention {
         return attend(scope, query, key, value);
     }
 
-    /** This rank's sequence: whole (no context parallelism, or a2a's gathered one) or its ring part (p2p). */
+    /** This rank's sequence: whole (no context parallelism, or a2a's gathered one) or its ring part (p2p, a2a+p2p). */
     private NDArray attend(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);

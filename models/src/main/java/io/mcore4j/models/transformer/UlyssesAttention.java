@@ -3,6 +3,7 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import io.mcore4j.contextparallel.ContextParallelMappings;
 import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Frame;
 import io.mcore4j.parallel.Communicator;
@@ -14,34 +15,48 @@ import io.mcore4j.parallel.Communicator;
  * a second all-to-all returns the outputs to the ranks that hold their tokens
  * ({@link ContextParallelMappings#scatterHeadsGatherSequence}; backward is the transposed exchanges).
  *
- * <p>The query heads of a tensor-parallel rank must be divisible by {@code CP}. Key/value groups
- * whose number is not are repeated (each group serving its consecutive query heads, as GQA does)
- * to the fewest groups that {@code CP} divides, so that every rank receives the groups its heads use.
+ * <p>Under {@code a2a+p2p} the same exchange runs over the first hierarchical level only (a group of
+ * {@code A} consecutive context-parallel ranks): each rank then holds that group's tokens, which are
+ * the ring's load-balanced chunks ({@link io.mcore4j.contextparallel.CpCommType#A2A_P2P}), for
+ * {@code np/A} heads, and the "serial" attention is the ring over the second level.
+ *
+ * <p>The query heads of a tensor-parallel rank must be divisible by the group's size {@code n}. Key/value
+ * groups whose number is not are repeated (each group serving its consecutive query heads, as GQA does)
+ * to the fewest groups that {@code n} divides, so that every rank receives the groups its heads use.
  */
 final class UlyssesAttention {
-    private final Communicator cp;
+    private final Communicator group;
     private final ContextParallelSplit split;
     private final int groupRepeat;
 
     /**
-     * @param ctx the model context; its {@code cp} group has more than one rank
-     * @throws IllegalArgumentException if this tensor-parallel rank's query heads are not divisible by CP
+     * @param ctx the model context
+     * @return the all-to-all stage of the model's comm type ({@link CpCommGroups#allToAll}), or null without one
+     * @throws IllegalArgumentException if this tensor-parallel rank's query heads are not divisible by the group's size
      */
-    UlyssesAttention(ModelContext ctx) {
-        this.cp = ctx.groups().cp();
-        this.split = ContextParallelSplit.of(cp);
+    static UlyssesAttention of(ModelContext ctx) {
+        Communicator group = CpCommGroups.allToAll(ctx);
+        return group == null ? null : new UlyssesAttention(ctx, group);
+    }
+
+    private UlyssesAttention(ModelContext ctx, Communicator group) {
+        this.group = group;
+        this.split = ContextParallelSplit.of(group);
         int tp = ctx.groups().tp().size();
         int heads = ctx.config().numAttentionHeads() / tp;
         int groups = Math.max(1, ctx.config().numQueryGroups() / tp);
-        int n = cp.size();
+        int n = group.size();
+        String over = ctx.config().cpCommType() == CpCommType.A2A ? "context parallel size " + n
+                : "the a2a group's size " + n + " (the first of --hierarchical-context-parallel-sizes)";
+        String comm = "--cp-comm-type " + ctx.config().cpCommType().flag();
         if (heads % n != 0) {
-            throw new IllegalArgumentException("--cp-comm-type a2a scatters the attention heads over the context-parallel group:"
-                    + " " + heads + " heads per tensor-parallel rank are not divisible by context parallel size " + n);
+            throw new IllegalArgumentException(comm + " scatters the attention heads over the context-parallel group:"
+                    + " " + heads + " heads per tensor-parallel rank are not divisible by " + over);
         }
         int repeat = n / gcd(groups, n);
         if (heads % (groups * repeat) != 0) {
-            throw new IllegalArgumentException("--cp-comm-type a2a: " + groups + " key/value groups per tensor-parallel rank"
-                    + " cannot be spread over context parallel size " + n + " with " + heads + " heads");
+            throw new IllegalArgumentException(comm + ": " + groups + " key/value groups per tensor-parallel rank"
+                    + " cannot be spread over " + over + " with " + heads + " heads");
         }
         this.groupRepeat = repeat;
     }
@@ -51,7 +66,8 @@ final class UlyssesAttention {
      * @param query this rank's queries [s/CP, b, np, d]
      * @param key this rank's keys [s/CP, b, ng, d]
      * @param value this rank's values [s/CP, b, ng, d]
-     * @param serial causal attention over a whole sequence (it sees {@code np/CP} heads)
+     * @param serial causal attention over the group's gathered tokens in position order (it sees
+     *     {@code np/n} heads): the whole sequence under {@code a2a}, the ring's share under {@code a2a+p2p}
      * @return context [s/CP, b, np·d] for this rank's tokens
      */
     NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, CoreAttention serial) {
@@ -68,11 +84,11 @@ final class UlyssesAttention {
                 k = k.repeat(2, groupRepeat);
                 v = v.repeat(2, groupRepeat);
             }
-            NDArray q = ContextParallelMappings.scatterHeadsGatherSequence(scope, cp, f.input(query));
-            NDArray context = serial.forward(scope, q, ContextParallelMappings.scatterHeadsGatherSequence(scope, cp, k),
-                    ContextParallelMappings.scatterHeadsGatherSequence(scope, cp, v));
-            NDArray heads = context.reshape(context.getShape().get(0), b, np / cp.size(), d);
-            return f.keep(ContextParallelMappings.scatterSequenceGatherHeads(scope, cp, heads).reshape(l, b, np * d));
+            NDArray q = ContextParallelMappings.scatterHeadsGatherSequence(scope, group, f.input(query));
+            NDArray context = serial.forward(scope, q, ContextParallelMappings.scatterHeadsGatherSequence(scope, group, k),
+                    ContextParallelMappings.scatterHeadsGatherSequence(scope, group, v));
+            NDArray heads = context.reshape(context.getShape().get(0), b, np / group.size(), d);
+            return f.keep(ContextParallelMappings.scatterSequenceGatherHeads(scope, group, heads).reshape(l, b, np * d));
         }
     }
 
