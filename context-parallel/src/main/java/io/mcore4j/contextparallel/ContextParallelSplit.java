@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.parallel.Communicator;
 
 import java.util.ArrayList;
@@ -21,6 +22,14 @@ import java.util.List;
  * position ids) through {@link #split}; the model derives the global positions of its local tokens
  * from {@link #positions} for rotary and learned position embeddings and for the causal mask. With
  * a group of one the split is the identity. Immutable; communicates nothing.
+ *
+ * <p>A micro-batch of {@link PackedSequences} whose every sequence's length is a multiple of
+ * {@code 2·CP} is split per sequence, as Megatron-Core splits the THD format
+ * ({@code thd_get_partitioned_indices}): each sequence is cut into {@code 2·CP} chunks and rank
+ * {@code i} holds chunks {@code i} and {@code 2·CP−1−i} of every sequence, sequence by sequence
+ * ({@link #splitsPerSequence}, {@link #tokenIndicesOf}); packed fine-tuning data pads its sequences so.
+ * Other packings (the documents of pretraining windows) keep the split of the whole column, as
+ * Megatron's {@code get_batch_on_this_cp_rank} splits such a batch and its attention mask.
  *
  * @param size the context-parallel size
  * @param rank this rank's index in the context-parallel group
@@ -145,6 +154,90 @@ public record ContextParallelSplit(int size, int rank) {
             out[(int) chunk + i] = second + i;
         }
         return out;
+    }
+
+    /**
+     * Whether this split cuts packed sequences one by one (each into {@code 2·CP} chunks) rather than
+     * the whole column.
+     *
+     * @param packed the micro-batch's sequences, or null for one sequence per column
+     * @return true when {@code CP > 1} and every sequence's length is a multiple of {@code 2·CP}
+     */
+    public boolean splitsPerSequence(PackedSequences packed) {
+        return size > 1 && packed != null && packed.lengthsDivisibleBy(2 * size);
+    }
+
+    /**
+     * Indices within their column of the tokens one rank holds, in the order it holds them.
+     *
+     * @param groupRank a rank of the context-parallel group
+     * @param packed the micro-batch's sequences, or null for one sequence per column
+     * @param column the batch column (ignored without packed sequences)
+     * @param sequenceLength the column's length {@code S}
+     * @return {@code S / CP} indices: per sequence ({@link #splitsPerSequence}) chunks {@code rank} and
+     *     {@code 2·CP−1−rank} of each sequence in turn, else {@link #positionsOf}
+     * @throws IllegalArgumentException if the length cannot be split, or differs from the packing's
+     */
+    public long[] tokenIndicesOf(int groupRank, PackedSequences packed, int column, long sequenceLength) {
+        if (packed != null && packed.sequenceLength() != sequenceLength) {
+            throw new IllegalArgumentException("sequence length " + sequenceLength + " differs from the packed sequences' "
+                    + packed.sequenceLength());
+        }
+        if (!splitsPerSequence(packed)) {
+            return positionsOf(groupRank, sequenceLength);
+        }
+        if (groupRank < 0 || groupRank >= size) {
+            throw new IllegalArgumentException("context parallel rank " + groupRank + " is outside [0, " + size + ")");
+        }
+        int[] offsets = packed.offsets(column);
+        long[] out = new long[Math.toIntExact(localLength(sequenceLength))];
+        int n = 0;
+        for (int i = 0; i + 1 < offsets.length; i++) {
+            int chunk = (offsets[i + 1] - offsets[i]) / (2 * size);
+            for (long start : new long[] {offsets[i] + (long) groupRank * chunk, offsets[i] + (2L * size - 1 - groupRank) * chunk}) {
+                for (int t = 0; t < chunk; t++) {
+                    out[n++] = start + t;
+                }
+            }
+        }
+        return out;
+    }
+
+    /**
+     * This rank's part of a per-token tensor {@code [S, b]} (tokens, labels, loss mask, position ids)
+     * of a micro-batch of packed sequences: per sequence where {@link #splitsPerSequence}, else as
+     * {@link #split(NDArray, int, NDManager)} splits the whole column.
+     *
+     * @param x the whole micro-batch's tensor, sequence-first {@code [S, b]}
+     * @param packed its sequences, or null for one sequence per column
+     * @param owner owner of the result (a new tensor; {@code x} is not modified)
+     * @return {@code [S / CP, b]}
+     * @throws IllegalArgumentException if the shape does not match the packing or cannot be split
+     */
+    public NDArray split(NDArray x, PackedSequences packed, NDManager owner) {
+        if (!splitsPerSequence(packed)) {
+            return split(x, 0, owner);
+        }
+        Shape shape = x.getShape();
+        if (shape.dimension() != 2 || shape.get(1) != packed.columns()) {
+            throw new IllegalArgumentException("a per-token tensor of " + packed.columns() + " packed columns is [S, "
+                    + packed.columns() + "], got " + shape);
+        }
+        long s = shape.get(0);
+        int b = packed.columns();
+        long local = localLength(s);
+        long[] index = new long[Math.toIntExact(local * b)];
+        for (int c = 0; c < b; c++) {
+            long[] mine = tokenIndicesOf(rank, packed, c, s);
+            for (int t = 0; t < local; t++) {
+                index[t * b + c] = mine[t];
+            }
+        }
+        try (NDManager temp = owner.newSubManager(x.getDevice())) {
+            NDArray out = x.gather(temp.create(index, new Shape(local, b)), 0);
+            out.attach(owner);
+            return out;
+        }
     }
 
     /**

@@ -7,6 +7,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.PackedSequences;
 
 import java.util.Arrays;
 import java.util.List;
@@ -32,6 +33,42 @@ class ContextParallelSplitTest {
         for (int i = 0; i < sorted.length; i++) {
             assertEquals(i, sorted[i]);
         }
+    }
+
+    /**
+     * Packed sequences whose lengths 2·CP divides are split one by one, as Megatron's THD format is
+     * ({@code thd_get_partitioned_indices}): rank i holds chunks i and 2·CP−1−i of every sequence in turn;
+     * other packings keep the whole column's split.
+     */
+    @Test
+    void packedSequencesAreSplitPerSequenceWhen2CpDividesEveryLength() {
+        PackedSequences even = PackedSequences.ofLengths(new int[] {4, 8, 4}, new int[] {16});
+        ContextParallelSplit rank0 = new ContextParallelSplit(2, 0);
+        ContextParallelSplit rank1 = new ContextParallelSplit(2, 1);
+        assertEquals(true, rank0.splitsPerSequence(even));
+        // sequence [0,4): chunks of 1; [4,12): chunks of 2; [12,16): chunks of 1
+        assertArrayEquals(new long[] {0, 3, 4, 5, 10, 11, 12, 15}, rank0.tokenIndicesOf(0, even, 0, 16));
+        assertArrayEquals(new long[] {1, 2, 6, 7, 8, 9, 13, 14}, rank0.tokenIndicesOf(1, even, 0, 16));
+        assertArrayEquals(rank0.positions(16), rank0.tokenIndicesOf(0, even, 1, 16), "one sequence: the usual split");
+        PackedSequences odd = PackedSequences.ofLengths(new int[] {5, 11}, new int[] {16});
+        assertEquals(false, rank1.splitsPerSequence(odd));
+        assertArrayEquals(rank1.positions(16), rank1.tokenIndicesOf(1, odd, 0, 16));
+        assertEquals(false, new ContextParallelSplit(1, 0).splitsPerSequence(even));
+        try (NDManager m = NDManager.newBaseManager()) {
+            // [16, 2]: value = 100 * column + index
+            long[] values = new long[32];
+            for (int t = 0; t < 16; t++) {
+                values[t * 2] = t;
+                values[t * 2 + 1] = 100 + t;
+            }
+            NDArray x = m.create(values, new Shape(16, 2));
+            NDArray part = rank1.split(x, even, m);
+            assertEquals(new Shape(8, 2), part.getShape());
+            assertArrayEquals(new long[] {1, 104, 2, 105, 6, 106, 7, 107, 8, 108, 9, 109, 13, 110, 14, 111}, part.toLongArray());
+        }
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
+                () -> rank0.tokenIndicesOf(0, even, 0, 32));
+        assertEquals("sequence length 32 differs from the packed sequences' 16", e.getMessage());
     }
 
     @Test

@@ -6,6 +6,7 @@ import com.google.gson.JsonObject;
 import com.google.gson.JsonParseException;
 import com.google.gson.JsonParser;
 import io.mcore4j.checkpoint.CommonState;
+import io.mcore4j.models.MoeLayerPattern;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -245,10 +246,26 @@ public final class HfConfig {
         if (arch == HfArchitecture.MIXTRAL) {
             r.require("router_jitter_noise", r.numberOr("router_jitter_noise", 0) == 0, "0 (router input jitter is not mapped)");
             double aux = r.boolOr("output_router_logits", false) ? r.numberOr("router_aux_loss_coef", 0.001) : 0;
-            b.moe(new TransformerConfig.MoeSettings(r.integer("num_local_experts"), r.integer("num_experts_per_tok"), 1,
-                    r.integer("intermediate_size"), aux, MoeConfig.Dispatcher.ALL_TO_ALL));
+            b.moe(TransformerConfig.MoeSettings.of(r.integer("num_local_experts"), r.integer("num_experts_per_tok"),
+                    MoeLayerPattern.every(1), r.integer("intermediate_size"), aux, MoeConfig.Dispatcher.ALL_TO_ALL));
         }
         return r.build(b);
+    }
+
+    /**
+     * Mixtral routes by the softmax over each token's top-k logits to routed experts alone: a model whose layers
+     * compute something else would be exported as a different model.
+     */
+    private static void refuseRoutingMixtralLacks(MoeConfig m) {
+        if (m.routerScore() != MoeConfig.RouterScore.SOFTMAX || m.preSoftmax() || m.hasGroupLimitedRouting()
+                || m.topKScalingFactor() != 1 || m.auxLossFree() || m.sharedExpertFfnHiddenSize() > 0) {
+            throw new HfCheckpointException("a mixture of experts maps to MixtralForCausalLM, which routes by the softmax of"
+                    + " the top-k logits to routed experts only; got " + m.routerScore() + " scores"
+                    + (m.preSoftmax() ? " before the top-k" : "") + (m.hasGroupLimitedRouting() ? ", group-limited routing" : "")
+                    + (m.topKScalingFactor() != 1 ? ", top-k scaling " + m.topKScalingFactor() : "")
+                    + (m.auxLossFree() ? ", an expert bias" : "")
+                    + (m.sharedExpertFfnHiddenSize() > 0 ? ", a shared expert" : ""));
+        }
     }
 
     /** {@code rope_theta}/{@code rope_scaling} (transformers 4) or {@code rope_parameters} (transformers 5). */
@@ -378,13 +395,14 @@ public final class HfConfig {
             }
             j.add("rope_parameters", rope);
             if (c.moe() != null) {
+                refuseRoutingMixtralLacks(c.moe().config());
                 j.addProperty("num_local_experts", c.moe().numExperts());
                 j.addProperty("num_experts_per_tok", c.moe().topK());
                 j.addProperty("output_router_logits", c.moe().auxLossCoeff() > 0);
                 j.addProperty("router_aux_loss_coef", c.moe().auxLossCoeff());
             }
             if (c.activation() != MlpActivation.SWIGLU || !c.usesRope() || c.rotaryPercent() != 1
-                    || c.moe() != null && c.moe().layerFrequency() != 1) {
+                    || c.moe() != null && c.moe().layers().count(c.numLayers()) != c.numLayers()) {
                 throw new HfCheckpointException("an RMSNorm model maps to " + arch.className() + ", which needs SwiGLU and "
                         + "full rotary embeddings (and experts in every layer); got " + c);
             }

@@ -149,29 +149,80 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
-     * Mixture-of-experts settings.
+     * Mixture-of-experts settings: which layers have experts and how every such layer routes and computes. The
+     * model's own activation, init std (and output-layer init std), dtype, sequence parallelism and linear biases
+     * apply to the experts: {@link TransformerConfig} stores {@code config} with those values set
+     * ({@link #forModel}), so {@link #config()} of a built model's settings is exactly the layers' configuration.
      *
-     * @param numExperts experts per MoE layer
-     * @param topK experts per token
-     * @param layerFrequency every n-th layer is MoE (1 = all)
-     * @param ffnHiddenSize expert MLP width
-     * @param auxLossCoeff load-balancing loss coefficient
-     * @param dispatcher how tokens reach the experts' ranks
+     * @param layers which layers are mixtures of experts
+     * @param config every such layer's options (experts, router, losses, capacity, dispatcher, shared expert)
      */
-    public record MoeSettings(int numExperts, int topK, int layerFrequency, int ffnHiddenSize, double auxLossCoeff,
-                              MoeConfig.Dispatcher dispatcher) {
-        /** Validates the counts. */
+    public record MoeSettings(MoeLayerPattern layers, MoeConfig config) {
+        /**
+         * Checks what Megatron-Core checks of the model's MoE options beyond {@link MoeConfig}'s own rules.
+         *
+         * @throws IllegalArgumentException naming the values
+         */
         public MoeSettings {
-            if (numExperts < 1 || topK < 1 || topK > numExperts) {
-                throw new IllegalArgumentException("top-k " + topK + " must be in [1, " + numExperts + " experts]");
+            if (layers == null || config == null) {
+                throw new IllegalArgumentException("MoE settings need a layer pattern and a MoE config, got " + layers
+                        + " and " + config);
             }
-            if (dispatcher == null) {
-                throw new IllegalArgumentException("the MoE dispatcher must be given (ALL_GATHER or ALL_TO_ALL)");
+            if (config.topK() == 1 && config.routerScore() == MoeConfig.RouterScore.SOFTMAX && !config.preSoftmax()) {
+                // Megatron's rule: a softmax over one logit is 1 whatever the logit, so the router would get no gradient
+                throw new IllegalArgumentException("top-1 routing with the softmax after the top-k gives the router no"
+                        + " gradient: use the softmax before the top-k (preSoftmax, Megatron's --moe-router-pre-softmax)");
             }
-            if (layerFrequency < 1 || ffnHiddenSize < 1) {
-                throw new IllegalArgumentException("MoE layer frequency " + layerFrequency + " and ffn size "
-                        + ffnHiddenSize + " must be positive");
-            }
+        }
+
+        /**
+         * Settings with Megatron-Core's defaults apart from those given.
+         *
+         * @param numExperts experts per MoE layer
+         * @param topK experts per token
+         * @param layers which layers are mixtures of experts
+         * @param ffnHiddenSize expert MLP width
+         * @param auxLossCoeff load-balancing loss coefficient
+         * @param dispatcher how tokens reach the experts' ranks
+         * @return the settings
+         */
+        public static MoeSettings of(int numExperts, int topK, MoeLayerPattern layers, int ffnHiddenSize,
+                                     double auxLossCoeff, MoeConfig.Dispatcher dispatcher) {
+            return new MoeSettings(layers, MoeConfig.builder(numExperts, topK, ffnHiddenSize).auxLossCoeff(auxLossCoeff)
+                    .dispatcher(dispatcher).build());
+        }
+
+        /** These settings with a model's activation, init stds, dtype, sequence parallelism and biases. */
+        private MoeSettings forModel(MlpActivation activation, double initStd, double outputInitStd, DataType dtype,
+                                     boolean sequenceParallel, boolean addBias) {
+            return new MoeSettings(layers, config.toBuilder().activation(activation).initStd(initStd)
+                    .outputInitStd(outputInitStd).dtype(dtype).sequenceParallel(sequenceParallel).addBias(addBias)
+                    .build());
+        }
+
+        /** @return experts per MoE layer */
+        public int numExperts() {
+            return config.numExperts();
+        }
+
+        /** @return experts per token */
+        public int topK() {
+            return config.topK();
+        }
+
+        /** @return expert MLP width */
+        public int ffnHiddenSize() {
+            return config.ffnHiddenSize();
+        }
+
+        /** @return the per-micro-batch load-balancing loss coefficient */
+        public double auxLossCoeff() {
+            return config.auxLossCoeff();
+        }
+
+        /** @return how tokens reach the experts' ranks */
+        public MoeConfig.Dispatcher dispatcher() {
+            return config.dispatcher();
         }
     }
 
@@ -272,6 +323,20 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException("tensor-parallel communication overlap (tp_comm_overlap) needs sequence"
                     + " parallelism, which is off");
         }
+        if (moe != null) {
+            moe.layers().check(numLayers);
+            moe = moe.forModel(activation, initStd, outputInitStd(initStd, numLayers), dtype, sequenceParallel,
+                    addBiasLinear);
+        }
+    }
+
+    /** @return the init std of the layers' output projections (attention and MLP fc2), {@code initStd / sqrt(2 L)} */
+    public double outputInitStd() {
+        return outputInitStd(initStd, numLayers);
+    }
+
+    private static double outputInitStd(double initStd, int numLayers) {
+        return initStd / Math.sqrt(2.0 * numLayers);
     }
 
     /**
@@ -329,6 +394,14 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException(moe.numExperts() + " experts are not divisible by expert parallel size "
                     + dims.expertParallel());
         }
+        if (moe != null && moe.config().sharedExpertFfnHiddenSize() % tp != 0) {
+            throw new IllegalArgumentException("shared expert ffn hidden size " + moe.config().sharedExpertFfnHiddenSize()
+                    + " is not divisible by tensor parallel size " + tp);
+        }
+        if (moe != null && moe.ffnHiddenSize() % dims.expertTensorParallel() != 0) {
+            throw new IllegalArgumentException("expert ffn hidden size " + moe.ffnHiddenSize()
+                    + " is not divisible by expert tensor parallel size " + dims.expertTensorParallel());
+        }
         validateContextParallel(tp, dims.contextParallel());
         if (cpCommType == CpCommType.A2A_P2P && !dims.hierarchicalContextParallelSizes().equals(hierarchicalContextParallelSizes)) {
             throw new IllegalArgumentException("--cp-comm-type a2a+p2p with " + hierarchyFlag(hierarchicalContextParallelSizes)
@@ -375,13 +448,13 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
 
     /**
      * Whether global layer {@code layerNumber} has a mixture of experts instead of a dense MLP
-     * (every {@code layerFrequency}-th layer, starting with layer 0).
+     * ({@link MoeSettings#layers()}).
      *
      * @param layerNumber a global layer index
      * @return true for MoE layers
      */
     public boolean isMoeLayer(int layerNumber) {
-        return moe != null && layerNumber % moe.layerFrequency() == 0;
+        return moe != null && moe.layers().isMoe(layerNumber);
     }
 
     /**
@@ -398,16 +471,30 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
-     * Training FLOPs per token (forward + backward), Megatron's formula for a GPT with
-     * {@code 4h} MLP: {@code 72 L h^2 + 12 L h s + 6 h V} for sequence length {@code s}.
+     * Training FLOPs per token (forward + backward), Megatron-LM's accounting ({@code num_floating_point_operations}):
+     * 6 per weight element a token meets in the attention projections ({@code h (q + 2 kv) + q h} per layer, with
+     * {@code q} the query width and {@code kv} the key and value widths), in the MLPs and in the logits
+     * ({@code 6 h V}), plus {@code 12 q s} per layer for the attention scores and their product with the values.
+     * An MLP counts {@code 2} weights of width {@code ffn} per hidden unit (3 with SwiGLU): a dense layer's
+     * {@code ffn}, a mixture-of-experts layer's top-k routed experts of {@code ffn_moe} each plus its shared
+     * expert; never its other experts, nor the router. For a GPT with a {@code 4h} GELU MLP and as many key/value
+     * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}.
      *
      * @param seqLength tokens per sequence
      * @return FLOPs per token
      */
     public double flopsPerToken(int seqLength) {
-        double l = numLayers;
         double h = hiddenSize;
-        return 72 * l * h * h + 12 * l * h * seqLength + 6 * h * vocabSize;
+        double query = (double) kvChannels * numAttentionHeads;
+        double keyValue = (double) kvChannels * numQueryGroups;
+        double attention = 6 * (h * (query + 2 * keyValue) + query * h) + 12 * query * seqLength;
+        double widths = activation.fc1Factor() + 1; // fc1 (fused [gate; up] for SwiGLU) and fc2
+        int moeLayers = moe == null ? 0 : moe.layers().count(numLayers);
+        double mlpWidth = (double) ffnHiddenSize * (numLayers - moeLayers);
+        if (moe != null) {
+            mlpWidth += ((double) moe.ffnHiddenSize() * moe.topK() + moe.config().sharedExpertFfnHiddenSize()) * moeLayers;
+        }
+        return numLayers * attention + 6 * h * widths * mlpWidth + 6 * h * vocabSize;
     }
 
     /**

@@ -189,11 +189,12 @@ public final class TimeModel {
         return c.recomputes(c.moe() != null ? TransformerConfig.RecomputeModule.MOE : TransformerConfig.RecomputeModule.MLP);
     }
 
-    /** Training FLOPs of one layer's MLP per token (6 per weight element; a token passes top-k experts). */
+    /** Training FLOPs of one layer's MLP per token (6 per weight element; a token passes top-k experts and the shared expert). */
     private static double mlpFlops(TransformerConfig c) {
         int factor = c.activation().fc1Factor();
         if (c.moe() != null) {
-            return 6.0 * c.hiddenSize() * c.moe().ffnHiddenSize() * (factor + 1) * c.moe().topK();
+            return 6.0 * c.hiddenSize() * (factor + 1) * ((double) c.moe().ffnHiddenSize() * c.moe().topK()
+                    + c.moe().config().sharedExpertFfnHiddenSize());
         }
         return 6.0 * c.hiddenSize() * c.ffnHiddenSize() * (factor + 1);
     }

@@ -61,6 +61,13 @@ final class ScheduleGraph implements AutoCloseable {
      */
     ScheduleResult run(List<MicroBatch> batches, double scale, Function<List<MicroBatch>, ScheduleResult> schedule,
                        Runnable clearGradients, NDManager owner) {
+        for (int mb = 0; mb < batches.size(); mb++) {
+            if (batches.get(mb).packed() != null) {
+                // the attention masks and kernel arguments of packed sequences are host data of each micro-batch
+                throw new IllegalStateException("micro-batch " + mb + " packs several sequences into a column; a CUDA graph"
+                        + " replays one fixed attention: run packed data without --cuda-graph-impl local");
+            }
+        }
         if (eagerSteps < config.warmupSteps()) {
             eagerSteps++;
             return schedule.apply(batches);
@@ -97,7 +104,7 @@ final class ScheduleGraph implements AutoCloseable {
         captured = manager.newSubManager();
         inputs = new ArrayList<>(batches.size());
         for (MicroBatch b : batches) {
-            inputs.add(new MicroBatch(copyOf(b.tokens()), copyOf(b.labels()), copyOf(b.lossMask())));
+            inputs.add(new MicroBatch(copyOf(b.tokens()), copyOf(b.labels()), copyOf(b.lossMask()), copyOf(b.positionIds()), null));
         }
         capture.releaseCachedMemory();
         // the body is what a replay repeats: gradients cleared (no device work: the graph's first micro-batch
@@ -137,6 +144,7 @@ final class ScheduleGraph implements AutoCloseable {
         copy(into.tokens(), from.tokens(), "tokens", mb);
         copy(into.labels(), from.labels(), "labels", mb);
         copy(into.lossMask(), from.lossMask(), "loss mask", mb);
+        copy(into.positionIds(), from.positionIds(), "position ids", mb);
     }
 
     private static void copy(NDArray into, NDArray from, String what, int mb) {

@@ -75,6 +75,29 @@ public final class GptEmbedding extends AbstractModule {
      * @throws IllegalArgumentException if the positions run past the max sequence length
      */
     public NDArray forward(AutogradScope scope, NDArray tokens, long positionOffset) {
+        return forward(scope, tokens, positionOffset, null);
+    }
+
+    /**
+     * Embeds tokens at explicit positions (packed sequences, whose positions restart at each
+     * sequence's start): the learned position rows are those of {@code positionIds}.
+     *
+     * @param scope the pass's scope
+     * @param tokens token ids [s, b]
+     * @param positionIds int64 [s, b] positions of the tokens (this rank's under context parallelism),
+     *     or null for their positions in the sequence
+     * @return embeddings [s, b, h] or [s/TP, b, h]
+     * @throws IllegalArgumentException if {@code positionIds} is not shaped like the tokens
+     */
+    public NDArray forward(AutogradScope scope, NDArray tokens, NDArray positionIds) {
+        if (positionIds != null && !positionIds.getShape().equals(tokens.getShape())) {
+            throw new IllegalArgumentException("position ids of shape " + positionIds.getShape() + " for tokens of shape "
+                    + tokens.getShape());
+        }
+        return forward(scope, tokens, 0, positionIds);
+    }
+
+    private NDArray forward(AutogradScope scope, NDArray tokens, long positionOffset, NDArray positionIds) {
         ContextParallelSplit split = ContextParallelSplit.of(ctx.groups().cp());
         if (position != null) {
             long s = split.sequenceLength(tokens.getShape().get(0));
@@ -85,11 +108,12 @@ public final class GptEmbedding extends AbstractModule {
         }
         // the sum saves nothing for backward: the word embeddings die with the inner frame unless a
         // Function refers to them, the undropped sum with the outer one
-        return scope.frame(() -> Dropout.apply(scope, scope.frame(() -> embed(scope, tokens, split, positionOffset)),
+        return scope.frame(() -> Dropout.apply(scope, scope.frame(() -> embed(scope, tokens, split, positionOffset, positionIds)),
                 ctx.config().hiddenDropout(), ctx.hiddenDropout()));
     }
 
-    private NDArray embed(AutogradScope scope, NDArray tokens, ContextParallelSplit split, long positionOffset) {
+    private NDArray embed(AutogradScope scope, NDArray tokens, ContextParallelSplit split, long positionOffset,
+                          NDArray positionIds) {
         NDArray words = word.forward(scope, tokens);
         if (position == null) {
             return words;
@@ -97,6 +121,12 @@ public final class GptEmbedding extends AbstractModule {
         long s = split.sequenceLength(tokens.getShape().get(0));
         long local = words.getShape().get(0);
         long start = ctx.config().sequenceParallel() ? local * ctx.groups().tensorParallelRank() : 0;
+        if (positionIds != null) {
+            // this rank's rows of the ids (its sequence-parallel slice), gathered from the table
+            NDArray ids = Tensors.own(Tensors.narrow(positionIds, 0, start, start + local).reshape(-1), scope.manager());
+            NDArray rows = Tensors.own(position.data().get(ids), scope.manager());
+            return words.add(Tensors.own(rows.reshape(local, ids.size() / local, rows.getShape().get(1)), scope.manager()));
+        }
         // this rank's rows: one run without context parallelism (from the generation offset), up to two (its chunks) with it
         long first = start + positionOffset;
         List<long[]> runs = split.size() == 1 ? List.<long[]>of(new long[] {first, first + local})

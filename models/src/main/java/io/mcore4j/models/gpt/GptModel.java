@@ -3,6 +3,9 @@ package io.mcore4j.models.gpt;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
@@ -21,6 +24,7 @@ import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.models.transformer.Norm;
 import io.mcore4j.models.transformer.RecomputeSegment;
+import io.mcore4j.models.transformer.TokenPositions;
 import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ReduceOp;
@@ -192,7 +196,29 @@ public final class GptModel extends AbstractModule {
      * @throws IllegalArgumentException if the mask's shape differs from the labels'
      */
     public NDArray forward(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels, NDArray lossMask) {
-        return run(scope, tokens, input, labels, lossMask, null);
+        return run(scope, tokens, input, labels, lossMask, null, TokenPositions.DEFAULT);
+    }
+
+    /**
+     * Runs the chunk on tokens at explicit positions, in packed sequences (Megatron's {@code position_ids}
+     * and {@code packed_seq_params}): rotary or learned position embeddings read the position ids, and
+     * no token attends a token of another sequence. Every chunk of the model needs the same
+     * {@code positions} (the attention of each layer reads them).
+     *
+     * @param scope the micro-batch's scope
+     * @param tokens token ids [s, b] (used by the first chunk)
+     * @param input hidden states from the previous stage (chunks after the first), or null
+     * @param labels target ids [s, b] (used by the last chunk), or null to return logits
+     * @param lossMask weights [s, b] of the tokens' losses, or null for all ones
+     * @param positions the tokens' position ids (this rank's, [s, b]) and the micro-batch's packed sequences;
+     *     without position ids, packed sequences split per sequence over context parallelism take the
+     *     tokens' indices in their column
+     * @return see {@link #forward(AutogradScope, NDArray, NDArray, NDArray, NDArray)}
+     * @throws IllegalArgumentException if the mask's or the position ids' shape differs from the tokens'
+     */
+    public NDArray forward(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels, NDArray lossMask,
+                           TokenPositions positions) {
+        return run(scope, tokens, input, labels, lossMask, null, Objects.requireNonNull(positions, "positions"));
     }
 
     /**
@@ -218,7 +244,7 @@ public final class GptModel extends AbstractModule {
             throw new IllegalArgumentException("generation needs a model built without sequence or context parallelism"
                     + " (its checkpoint loads into one): one new token per step cannot be split over the sequence");
         }
-        return run(scope, tokens, input, null, null, inference);
+        return run(scope, tokens, input, null, null, inference, TokenPositions.DEFAULT);
     }
 
     /** @return the context this chunk was built with (config, groups, parameter manager) */
@@ -227,11 +253,12 @@ public final class GptModel extends AbstractModule {
     }
 
     private NDArray run(AutogradScope scope, NDArray tokens, NDArray input, NDArray labels, NDArray lossMask,
-                        InferenceContext inference) {
+                        InferenceContext inference, TokenPositions given) {
+        TokenPositions positions = withPositionIds(scope, given);
         NDArray hidden;
         if (embedding != null) {
             beforeForward(embeddingParameters);
-            hidden = inference == null ? embedding.forward(scope, tokens)
+            hidden = inference == null ? embedding.forward(scope, tokens, positions.positionIds())
                     : embedding.forward(scope, tokens, inference.sequenceLengthOffset());
         } else if (input != null) {
             hidden = input;
@@ -248,15 +275,17 @@ public final class GptModel extends AbstractModule {
                     beforeForward(layerParameters.get(i));
                 }
                 // full recompute: the run keeps only its input (its Recompute is the graph's cut)
-                hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run, h));
+                hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run, h, positions));
             } else {
                 TransformerLayer layer = run.get(0);
                 beforeForward(layerParameters.get(segment.start()));
                 // a cut per layer keeps each backward segment to one layer instead of the whole residual
                 // chain; when backward reaches it, the layer after it is done
                 boolean cutHere = grad && hidden != input;
-                hidden = stage(scope, hidden, input,
-                        h -> layer.forward(scope, cutHere ? scope.apply1(boundary(layer.parameters()), h) : h, inference));
+                hidden = stage(scope, hidden, input, h -> {
+                    NDArray in = cutHere ? scope.apply1(boundary(layer.parameters()), h) : h;
+                    return inference != null ? layer.forward(scope, in, inference) : layer.forward(scope, in, positions);
+                });
             }
             lastRecomputed = segment.recomputed();
         }
@@ -269,6 +298,30 @@ public final class GptModel extends AbstractModule {
         beforeForward(headReads);
         return stage(scope, hidden, input,
                 h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, labels, lossMask));
+    }
+
+    /**
+     * The positions as given, or for packed sequences split per sequence over context parallelism without
+     * position ids, with the ids of this rank's tokens in their column (the whole-column split's default
+     * positions do not apply to them).
+     */
+    private TokenPositions withPositionIds(AutogradScope scope, TokenPositions positions) {
+        ContextParallelSplit split = ContextParallelSplit.of(ctx.groups().cp());
+        PackedSequences packed = positions.sequences();
+        if (positions.positionIds() != null || !split.splitsPerSequence(packed)) {
+            return positions;
+        }
+        int b = packed.columns();
+        long s = packed.sequenceLength();
+        int local = Math.toIntExact(split.localLength(s));
+        long[] ids = new long[local * b];
+        for (int c = 0; c < b; c++) {
+            long[] mine = split.tokenIndicesOf(split.rank(), packed, c, s);
+            for (int t = 0; t < local; t++) {
+                ids[t * b + c] = mine[t];
+            }
+        }
+        return new TokenPositions(scope.manager().create(ids, new Shape(local, b)), packed);
     }
 
     /**

@@ -38,11 +38,39 @@ public enum AttentionBackend {
      * @throws IllegalArgumentException if a fused backend is asked for with attention dropout
      */
     public LayerSpec layerSpec(TransformerConfig config) {
+        return layerSpec(config, false);
+    }
+
+    /**
+     * The layer spec this backend gives a model of this configuration trained on data that may hold
+     * packed sequences ({@link TokenPositions}). Without context parallelism every kind attends them
+     * ({@link SdpaAttention} through variable-length flash attention on CUDA). Under context parallelism
+     * {@link #AUTO} takes the composed attention for them, whose ring and all-gather mask blocks per
+     * sequence; {@link #FLASH} and {@link #FUSED} with {@code --cp-comm-type p2p} are refused, their
+     * ring having no packed path.
+     *
+     * @param config the model configuration
+     * @param packed whether micro-batches may carry packed sequences
+     * @return the tensor-parallel layer spec with the chosen core attention
+     * @throws IllegalArgumentException if a fused backend is asked for with attention dropout; the spec's
+     *     factory throws for a fused ring with packed data
+     */
+    public LayerSpec layerSpec(TransformerConfig config, boolean packed) {
         boolean fused = isFused(config);
         if (fused && config.attentionDropout() > 0) {
             throw new IllegalArgumentException("--attention-backend " + name().toLowerCase(java.util.Locale.ROOT)
                     + " has no attention dropout; --attention-dropout is " + config.attentionDropout()
                     + " (use --attention-backend unfused or auto)");
+        }
+        if (packed && fused) {
+            return LayerSpec.tensorParallel().withCoreAttention(ctx -> {
+                boolean cp = ctx.groups().cp().size() > 1;
+                if (cp && this == AUTO) {
+                    return new DotProductAttention(ctx);
+                }
+                checkPacked(ctx.config(), ctx.groups().cp().size());
+                return new SdpaAttention(ctx);
+            });
         }
         if (this == AUTO && fused) {
             // under context parallelism auto takes the fused kernels (p2p's ring, a2a, a2a+p2p) unless the comm type is
@@ -54,6 +82,25 @@ public enum AttentionBackend {
         return fused ? LayerSpec.tensorParallel().withCoreAttention(SdpaAttention::new) : LayerSpec.tensorParallel();
     }
 
+
+    /**
+     * Refuses a layout whose attention has no path for packed sequences: a fused backend named
+     * explicitly ({@link #FLASH}, {@link #FUSED}) under context parallelism with {@code --cp-comm-type p2p}
+     * (or {@code a2a+p2p} with a ring of more than one rank) runs a fused ring, which masks no sequence boundary.
+     *
+     * @param config the model configuration
+     * @param contextParallel the context-parallel size
+     * @throws IllegalArgumentException naming the backend and what to use instead
+     */
+    public void checkPacked(TransformerConfig config, int contextParallel) {
+        boolean ring = config.cpCommType() == CpCommType.P2P
+                || config.cpCommType() == CpCommType.A2A_P2P && config.hierarchicalContextParallelSizes().get(1) > 1;
+        if (this != AUTO && isFused(config) && contextParallel > 1 && ring) {
+            throw new IllegalArgumentException("--attention-backend " + name().toLowerCase(java.util.Locale.ROOT)
+                    + " under context parallelism runs a fused ring, which has no packed path; packed sequences"
+                    + " need --attention-backend unfused (or auto)");
+        }
+    }
 
     /**
      * @param config the model configuration

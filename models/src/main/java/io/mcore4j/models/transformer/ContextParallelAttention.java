@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.contextparallel.ContextParallelMappings;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.Tensors;
@@ -43,6 +44,10 @@ final class ContextParallelAttention {
     private final Communicator cp;
     private final ContextParallelSplit split;
     private final boolean allGather;
+    /** The split the micro-batch was cut with (the whole context-parallel group's), for packed sequences' masks. */
+    private final ContextParallelSplit dataSplit;
+    /** How many consecutive ranks of {@link #dataSplit} a ring rank holds the tokens of: a2a+p2p's a2a size, else 1. */
+    private final int gatheredRanks;
 
     /**
      * @param ctx the model context
@@ -55,6 +60,8 @@ final class ContextParallelAttention {
         this.cp = cp;
         this.split = ContextParallelSplit.of(cp);
         this.allGather = allGather;
+        this.dataSplit = ContextParallelSplit.of(ctx.groups().cp());
+        this.gatheredRanks = dataSplit.size() / cp.size();
     }
 
     /**
@@ -66,13 +73,30 @@ final class ContextParallelAttention {
      * @throws IllegalArgumentException if {@code s/CP} is odd (the sequence cannot be split in 2·CP chunks)
      */
     NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+        return forward(scope, query, key, value, null);
+    }
+
+    /**
+     * @param scope the pass's scope
+     * @param query this rank's queries [s/CP, b, np, d]
+     * @param key this rank's keys [s/CP, b, ng, d]
+     * @param value this rank's values [s/CP, b, ng, d]
+     * @param packed the whole micro-batch's packed sequences, or null for one causal sequence per column
+     * @return context [s/CP, b, np·d] for this rank's queries
+     * @throws IllegalArgumentException if the sequence cannot be split in 2·CP chunks
+     */
+    NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
         split.sequenceLength(query.getShape().get(0));
         DataType dtype = DataTypes.of(query);
         List<List<NDArray[]>> parts = new ArrayList<>();
         // the exchanged keys and values, the query chunks and the views of them die with this frame;
         // the blocks' outputs and log-sum-exps move out to be merged
         try (Frame frame = scope.openFrame()) {
-            parts.addAll(attendBlocks(scope, frame.input(query), frame.input(key), frame.input(value)));
+            if (packed != null) {
+                parts.add(attendPackedBlocks(scope, frame.input(query), frame.input(key), frame.input(value), packed));
+            } else {
+                parts.addAll(attendBlocks(scope, frame.input(query), frame.input(key), frame.input(value)));
+            }
             for (List<NDArray[]> chunk : parts) {
                 for (NDArray[] p : chunk) {
                     frame.keep(p[0]);
@@ -80,8 +104,52 @@ final class ContextParallelAttention {
                 }
             }
         }
+        if (packed != null) {
+            return scope.frame(() -> merge(scope, parts.get(0), dtype));
+        }
         return scope.frame(() -> NDArrays.concat(new NDList(merge(scope, parts.get(0), dtype),
                 merge(scope, parts.get(1), dtype)), 0));
+    }
+
+    /** This rank's queries against every rank's visible keys and values: each block's {output, lse}. */
+    private List<NDArray[]> attendPackedBlocks(AutogradScope scope, NDArray query, NDArray key, NDArray value,
+                                               PackedSequences packed) {
+        int n = cp.size();
+        int rank = cp.rank();
+        NDManager m = scope.manager();
+        NDArray kv = NDArrays.concat(new NDList(key, value), -1);
+        NDArray gathered = allGather ? ContextParallelMappings.allGatherSequence(scope, cp, kv) : null;
+        long[][] queries = PackedAttentionMask.tokens(dataSplit, rank, gatheredRanks, packed);
+        List<NDArray[]> parts = new ArrayList<>();
+        NDArray block = kv;
+        for (int step = 0; step < n; step++) {
+            int source = Math.floorMod(rank - step, n);
+            block = nextBlock(scope, kv, gathered, block, step, source);
+            NDArray mask = PackedAttentionMask.of(m, packed, queries, PackedAttentionMask.tokens(dataSplit, source, gatheredRanks, packed));
+            if (mask != null) {
+                parts.add(attend(scope, query, block, mask));
+            }
+        }
+        return parts;
+    }
+
+    /**
+     * The keys and values of {@code source} at ring step {@code step}: its chunk of the all-gathered
+     * sequence, or the block the ring shifted to this rank (the one passed on is released).
+     */
+    private NDArray nextBlock(AutogradScope scope, NDArray kv, NDArray gathered, NDArray block, int step, int source) {
+        if (gathered != null) {
+            return Tensors.own(Tensors.chunk(gathered, 0, cp.size(), source), scope.manager());
+        }
+        if (step == 0) {
+            return block;
+        }
+        NDArray next = ContextParallelMappings.ringShift(scope, cp, block);
+        // the ring holds one block at a time: the one passed on is dead unless its shift's backward refers to it
+        if (block != kv) {
+            scope.release(block);
+        }
+        return next;
     }
 
     /** Every visible (query chunk, key chunk) block's {output, lse}, per local query chunk. */
@@ -97,16 +165,7 @@ final class ContextParallelAttention {
         NDArray block = kv;
         for (int step = 0; step < n; step++) {
             int source = Math.floorMod(rank - step, n);
-            if (gathered != null) {
-                block = Tensors.own(Tensors.chunk(gathered, 0, n, source), m);
-            } else if (step > 0) {
-                NDArray previous = block;
-                block = ContextParallelMappings.ringShift(scope, cp, previous);
-                // the ring holds one block at a time: the one passed on is dead unless its shift's backward refers to it
-                if (previous != kv) {
-                    scope.release(previous);
-                }
-            }
+            block = nextBlock(scope, kv, gathered, block, step, source);
             long[] keyChunks = {source, 2L * n - 1 - source};
             for (int ki = 0; ki < 2; ki++) {
                 NDArray keyValue = null;
@@ -117,7 +176,8 @@ final class ContextParallelAttention {
                     if (keyValue == null) {
                         keyValue = Tensors.own(Tensors.chunk(block, 0, 2, ki), m);
                     }
-                    parts.get(qi).add(attend(scope, queries[qi], keyValue, keyChunks[ki] == queryChunks[qi]));
+                    parts.get(qi).add(attend(scope, queries[qi], keyValue,
+                            keyChunks[ki] == queryChunks[qi] ? DotProductAttention.causalMask(scope, queries[qi].getShape().get(0)) : null));
                 }
             }
         }
@@ -128,9 +188,11 @@ final class ContextParallelAttention {
      * One query chunk against one key/value chunk: float32 scores, their log-sum-exp per query,
      * and the unnormalised-by-others output {@code softmax(scores)·v} of this block.
      *
+     * @param mask additive mask broadcast to {@code [b, np, c, ck]} (the diagonal chunk's causal one,
+     *     packed sequences' block mask), or null for none
      * @return {output [c, b, np, d] in the query's dtype, lse [c, b, np, 1] float32}
      */
-    private NDArray[] attend(AutogradScope scope, NDArray query, NDArray keyValue, boolean diagonal) {
+    private NDArray[] attend(AutogradScope scope, NDArray query, NDArray keyValue, NDArray mask) {
         // the block's scores, probabilities and repeated keys and values die with the frame (softmax
         // and the products keep what their backward needs)
         try (Frame frame = scope.openFrame()) {
@@ -154,8 +216,8 @@ final class ContextParallelAttention {
             NDArray v = values.transpose(1, 2, 0, 3).reshape(b * np, ck, d);
             NDArray scores32 = Cast.apply(scope, q.matMul(k), DataType.FLOAT32);
             NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), m);
-            if (diagonal) {
-                scores = scores.add(DotProductAttention.causalMask(scope, c));
+            if (mask != null) {
+                scores = scores.reshape(b, np, c, ck).add(mask).reshape(b * np, c, ck);
             }
             // the maximum only stabilises the exponent; its gradient would cancel, so it carries none
             NDArray max = Tensors.own(scores.max(new int[] {-1}, true).stopGradient(), m);

@@ -6,6 +6,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
@@ -22,6 +23,9 @@ import io.mcore4j.parallel.Communicator;
  * for the whole sequence ({@link UlyssesAttention}), or for {@code a2a+p2p} the heads are exchanged for
  * the tokens of the first hierarchical level, which the ring over the second level attends; with one
  * rank nothing changes.
+ *
+ * <p>Packed sequences replace the causal mask with a block-diagonal causal one
+ * ({@link PackedAttentionMask}): no query attends a key of another sequence.
  */
 public final class DotProductAttention implements CoreAttention {
     private final ModelContext ctx;
@@ -44,19 +48,25 @@ public final class DotProductAttention implements CoreAttention {
 
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+        return forward(scope, query, key, value, null);
+    }
+
+    @Override
+    public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
         if (ulysses != null) {
-            return ulysses.forward(scope, query, key, value, this::local);
+            return ulysses.forward(scope, query, key, value, packed, (sc, q, k, v) -> local(sc, q, k, v, packed));
         }
-        return local(scope, query, key, value);
+        return local(scope, query, key, value, packed);
     }
 
     /** This rank's tokens: the ring's or all-gather's share, or a whole sequence (no CP, or a2a's gathered one). */
-    private NDArray local(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
-        return contextParallel != null ? contextParallel.forward(scope, query, key, value) : wholeSequence(scope, query, key, value);
+    private NDArray local(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
+        return contextParallel != null ? contextParallel.forward(scope, query, key, value, packed)
+                : wholeSequence(scope, query, key, value, packed);
     }
 
-    /** Causal attention over a whole sequence on this rank. */
-    private NDArray wholeSequence(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+    /** Causal attention over a whole sequence on this rank, block-diagonal for packed sequences. */
+    private NDArray wholeSequence(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);
@@ -80,7 +90,8 @@ public final class DotProductAttention implements CoreAttention {
                 NDArray rawScores = q.matMul(k);
                 NDArray scores32 = Cast.apply(scope, rawScores, DataType.FLOAT32);
                 NDArray scores = Tensors.scale(scores32, 1.0 / Math.sqrt(d), scope.manager());
-                NDArray masked = scores.add(causalMask(scope, s));
+                NDArray mask = packed == null ? causalMask(scope, s) : PackedAttentionMask.whole(scope.manager(), packed);
+                NDArray masked = scores.reshape(b, np, s, s).add(mask).reshape(b * np, s, s);
                 probs = scoring.keep(Cast.apply(scope, masked.softmax(-1), DataTypes.of(query)));
             }
             NDArray kept = Dropout.apply(scope, probs, ctx.config().attentionDropout(), ctx.attentionDropout());

@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
@@ -189,6 +190,43 @@ public final class RotaryEmbedding {
     }
 
     /**
+     * Rotates queries and keys [s, b, n, d] of a pass by per-token position ids (packed sequences, whose
+     * positions restart at each sequence's start, differ from column to column), recording the rotation
+     * in {@code scope} as {@link #apply(AutogradScope, NDArray, NDArray, long[], NDArray...)} does.
+     *
+     * @param scope the pass's scope; owns the results
+     * @param query queries
+     * @param key keys, same sequence length and dtype
+     * @param positionIds int64 [s, b] positions of the tokens
+     * @param alongside tensors to pass through beside them
+     * @return the rotated query and key, then {@code alongside}'s tensors, same shapes and dtypes
+     * @throws IllegalArgumentException if {@code positionIds} is not [s, b]
+     */
+    public NDArray[] applyPositionIds(AutogradScope scope, NDArray query, NDArray key, NDArray positionIds,
+                                      NDArray... alongside) {
+        long s = query.getShape().get(0);
+        long b = query.getShape().get(1);
+        if (!positionIds.getShape().equals(new Shape(s, b))) {
+            throw new IllegalArgumentException("position ids of shape " + positionIds.getShape() + " for queries of shape "
+                    + query.getShape() + " (they are [s, b])");
+        }
+        NDManager m = scope.manager();
+        NDArray at = Tensors.own(positionIds.toType(DataType.FLOAT64, false), m);
+        NDArray[] made = cosSin(m, at, new Shape(s, b, 1, rotaryDims), DataTypes.of(query));
+        NDArray[] out = new NDArray[2 + alongside.length];
+        System.arraycopy(alongside, 0, out, 2, alongside.length);
+        if (module == null) {
+            out[0] = rotate(query, made[0], made[1]);
+            out[1] = rotate(key, made[0], made[1]);
+            return out;
+        }
+        NDArray[] inputs = out.clone();
+        inputs[0] = query;
+        inputs[1] = key;
+        return scope.apply(new Rotation(module, new NDArray[] {made[0], made[1], made[1].neg()}, false), inputs);
+    }
+
+    /**
      * The kept tables of positions 0..s-1 in {@code dtype}, made on first use (a pass in flight may
      * still hold the tables of another length, so none is dropped before the instance's owner closes).
      */
@@ -304,6 +342,14 @@ public final class RotaryEmbedding {
 
     /** cos and sin [s, 1, 1, rotaryDims] in {@code dtype} of the positions {@code at} [s] (float64), owned by {@code manager}. */
     private NDArray[] cosSin(NDManager manager, NDArray at, long s, DataType dtype) {
+        return cosSin(manager, at, new Shape(s, 1, 1, rotaryDims), dtype);
+    }
+
+    /**
+     * cos and sin of the positions {@code at} (float64, any shape) in {@code dtype}, laid out as {@code table}
+     * (the positions' shape, then {@code rotaryDims}), owned by {@code manager}.
+     */
+    private NDArray[] cosSin(NDManager manager, NDArray at, Shape table, DataType dtype) {
         int half = rotaryDims / 2;
         // number operands as device scalars: a Java number is a synchronising host copy on a GPU
         NDArray inv;
@@ -314,8 +360,8 @@ public final class RotaryEmbedding {
             inv = steps.mul(Tensors.scalar(-2.0 / rotaryDims, steps, manager))
                     .mul(Tensors.scalar(Math.log(base), steps, manager)).exp();
         }
-        NDArray angles = at.reshape(s, 1).mul(inv.reshape(1, half));
-        NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(s, 1, 1, rotaryDims);
+        NDArray angles = at.reshape(at.size(), 1).mul(inv.reshape(1, half));
+        NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(table);
         return new NDArray[] {DataTypes.toType(emb.cos(), dtype, false), DataTypes.toType(emb.sin(), dtype, false)};
     }
 

@@ -1,9 +1,12 @@
 package io.mcore4j.models.transformer;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.Device;
 import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
 import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.contextparallel.FusedRingAttention;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.Tensors;
@@ -31,13 +34,23 @@ import io.mcore4j.parallel.Communicator;
  * hierarchical level attends, between the all-to-alls over the first level, the tokens they gathered;
  * the {@code allgather} comm type has no fused implementation and is refused (it needs
  * {@link DotProductAttention}).
+ *
+ * <p>Packed sequences go through a second module of ours ({@code scripts/make_packed_sdpa_module.py}):
+ * on CUDA in float16/bfloat16 libtorch's variable-length flash attention over the sequences'
+ * cumulative lengths, elsewhere the fused attention with a block-diagonal causal mask. Under context
+ * parallelism they run only with {@code a2a} (and {@code a2a+p2p} without a ring, sizes {@code N 1}) on
+ * packings split per column; the ring refuses them ({@link AttentionBackend#layerSpec(TransformerConfig, boolean)}
+ * gives packed data the composed attention there).
  */
 public final class SdpaAttention implements CoreAttention {
     /** Resource path of the TorchScript archive. */
     public static final String RESOURCE = "/io/mcore4j/models/torchscript/causal_sdpa.pt";
+    /** Resource path of the packed sequences' archive. */
+    public static final String PACKED_RESOURCE = "/io/mcore4j/models/torchscript/packed_sdpa.pt";
 
     private final TorchScriptModule module;
     private final FusedRingAttention ring;
+    private final CpCommType commType;
     private final UlyssesAttention ulysses;
     private final QkvHeadsSplit split;
     private final boolean packsGradients;
@@ -64,6 +77,7 @@ public final class SdpaAttention implements CoreAttention {
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, RESOURCE);
         Communicator ringGroup = CpCommGroups.ring(ctx);
         this.ring = ringGroup != null ? new FusedRingAttention(ringGroup, ctx.parameters()) : null;
+        this.commType = comm;
         this.ulysses = UlyssesAttention.of(ctx);
         TransformerConfig c = ctx.config();
         QkvGradientKernel kernel = Kernels.find(QkvGradientKernel.class, ctx.parameters().getDevice()).orElse(null);
@@ -100,14 +114,33 @@ public final class SdpaAttention implements CoreAttention {
 
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
-        if (ulysses != null) {
-            return ulysses.forward(scope, query, key, value, this::attend);
+        return forward(scope, query, key, value, null);
+    }
+
+    /**
+     * @throws IllegalArgumentException if packed sequences are given to the ring ({@code p2p}), or to
+     *     {@code a2a} split per sequence
+     */
+    @Override
+    public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
+        if (packed != null && ring != null) {
+            throw new IllegalArgumentException("the fused ring attention (--cp-comm-type " + commType.flag()
+                    + ") does not attend packed sequences;"
+                    + " use --attention-backend unfused (auto picks it for packed data under context parallelism)");
         }
-        return attend(scope, query, key, value);
+        if (ulysses != null) {
+            return ulysses.forward(scope, query, key, value, packed, (sc, q, k, v) -> attend(sc, q, k, v, packed));
+        }
+        return attend(scope, query, key, value, packed);
+    }
+
+    /** The packed sequences' module, shared by the process (it holds no state), loaded on first use. */
+    private static TorchScriptModule packedModule() {
+        return TorchScriptModules.shared(SdpaAttention.class, PACKED_RESOURCE);
     }
 
     /** This rank's sequence: whole (no context parallelism, or a2a's gathered one) or its ring part (p2p, a2a+p2p). */
-    private NDArray attend(AutogradScope scope, NDArray query, NDArray key, NDArray value) {
+    private NDArray attend(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);
@@ -121,6 +154,11 @@ public final class SdpaAttention implements CoreAttention {
                         call.input(value).transpose(1, 2, 0, 3));
                 if (ring != null) {
                     context = call.keep(ring.forward(scope, in.get(0), in.get(1), in.get(2)));
+                } else if (packed != null) {
+                    NDManager m = scope.manager();
+                    in.add(m.create(packed.cumulativeLengths()));
+                    in.add(m.newSubManager(Device.cpu()).create((long) packed.maxLength()));
+                    context = call.keep(Tensors.own(packedModule().forward(in).singletonOrThrow(), m));
                 } else {
                     // the scope's grad mode decides whether a graph is recorded (recompute's first run is
                     // a no-grad scope whose output must become a leaf); the module has no dropout

@@ -3,6 +3,7 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
@@ -66,7 +67,20 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
      */
     @Override
     public NDArray forward(AutogradScope scope, NDArray x) {
-        return forward(scope, x, 0, null);
+        return forward(scope, x, TokenPositions.DEFAULT);
+    }
+
+    /**
+     * Attention of a training pass whose tokens may sit at explicit positions and in packed sequences.
+     *
+     * @param scope the pass's scope
+     * @param x normalised activations [s, b, h] (or [s/TP, b, h] with sequence parallelism)
+     * @param positions the tokens' position ids (rotary embeddings read them) and packed sequences (the
+     *     core attention masks by them)
+     * @return the attention output, same shape as {@code x}
+     */
+    public NDArray forward(AutogradScope scope, NDArray x, TokenPositions positions) {
+        return scope.frame(() -> proj.forward(scope, scope.frame(() -> attend(scope, x, 0, null, positions))).output());
     }
 
     /**
@@ -82,12 +96,15 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
     public NDArray forward(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         // the fused QKV output and its views die with the inner frame, consumed by the core
         // attention, which keeps (through libtorch or the scope) whatever its backward needs
-        return scope.frame(() -> proj.forward(scope, scope.frame(() -> attend(scope, x, positionOffset, cache))).output());
+        return scope.frame(() -> proj.forward(scope, scope.frame(() -> attend(scope, x, positionOffset, cache,
+                TokenPositions.DEFAULT))).output());
     }
 
-    private NDArray attend(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
+    private NDArray attend(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache, TokenPositions positions) {
         NDArray mixed = qkv.forward(scope, x).output();
-        if (rope == null && queryNorm == null && cache == null && core instanceof SdpaAttention sdpa && sdpa.packsQkvGradients()
+        PackedSequences packed = positions.sequences();
+        if (rope == null && queryNorm == null && cache == null && packed == null && core instanceof SdpaAttention sdpa
+                && sdpa.packsQkvGradients()
                 && !ctx.config().recomputes(TransformerConfig.RecomputeModule.CORE_ATTN)) {
             return sdpa.forwardFused(scope, mixed);
         }
@@ -111,10 +128,18 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         NDArray rotatedQuery = query;
         NDArray rotatedKey = key;
         if (rope != null) {
-            // a context-parallel rank's tokens sit at their global positions (two chunks of the sequence)
-            long[] positions = contextParallel.size() > 1 ? contextParallel.positions(contextParallel.sequenceLength(s)) : null;
-            NDArray[] rotated = cache != null ? rope.apply(scope.manager(), query, key, positionOffset)
-                    : rope.apply(scope, query, key, positions, value);
+            // explicit position ids (packed sequences), else a context-parallel rank's tokens sit at their
+            // global positions (two chunks of the sequence)
+            NDArray ids = positions.positionIds();
+            NDArray[] rotated;
+            if (cache != null) {
+                rotated = rope.apply(scope.manager(), query, key, positionOffset);
+            } else if (ids != null) {
+                rotated = rope.applyPositionIds(scope, query, key, ids, value);
+            } else {
+                rotated = rope.apply(scope, query, key,
+                        contextParallel.size() > 1 ? contextParallel.positions(contextParallel.sequenceLength(s)) : null, value);
+            }
             rotatedQuery = rotated[0];
             rotatedKey = rotated[1];
             if (cache == null) {
@@ -126,10 +151,10 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         }
         if (ctx.config().recomputes(TransformerConfig.RecomputeModule.CORE_ATTN) && scope.isGradEnabled()) {
             Recompute recompute = new Recompute("recompute(core attention)",
-                    (inner, in) -> new NDArray[] {core.forward(inner, in[0], in[1], in[2])},
+                    (inner, in) -> new NDArray[] {core.forward(inner, in[0], in[1], in[2], packed)},
                     new DropoutReplay(ctx.attentionDropout()));
             return scope.apply1(recompute, rotatedQuery, rotatedKey, value);
         }
-        return core.forward(scope, rotatedQuery, rotatedKey, value);
+        return core.forward(scope, rotatedQuery, rotatedKey, value, packed);
     }
 }

@@ -11,7 +11,6 @@ import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
-import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.moe.MoeLayer;
 import io.mcore4j.tensorparallel.LoraLinear;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -63,7 +62,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         this.preMlpNorm = registerModule("pre_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
         if (c.isMoeLayer(layerNumber)) {
             this.mlp = null;
-            this.moe = registerModule("mlp.", MoeLayer.build(moeConfig(c, ctx), c.hiddenSize(), ctx.groups(),
+            this.moe = registerModule("mlp.", MoeLayer.build(c.moe().config(), c.hiddenSize(), ctx.groups(),
                     ctx.parameters(), ctx.seeds(), key + "mlp.", ctx.auxLossScale()));
         } else {
             this.mlp = registerModule("mlp.", denseMlp(ctx, spec, key + "mlp."), dpReplica);
@@ -121,15 +120,6 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         return "decoder.layers." + layerNumber + ".";
     }
 
-    private static MoeConfig moeConfig(TransformerConfig c, ModelContext ctx) {
-        TransformerConfig.MoeSettings m = c.moe();
-        return MoeConfig.builder(m.numExperts(), m.topK(), m.ffnHiddenSize())
-                .activation(c.activation())
-                .auxLossCoeff(m.auxLossCoeff()).dispatcher(m.dispatcher()).initStd(c.initStd())
-                .outputInitStd(ctx.outputInitStd()).dtype(c.dtype()).sequenceParallel(c.sequenceParallel())
-                .addBias(c.addBiasLinear()).build();
-    }
-
     /** @return the mixture of experts of this layer, or null for a dense MLP */
     public MoeLayer moe() {
         return moe;
@@ -147,7 +137,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      */
     @Override
     public NDArray forward(AutogradScope scope, NDArray x) {
-        return forward(scope, x, null);
+        return forward(scope, x, TokenPositions.DEFAULT);
     }
 
     /**
@@ -161,9 +151,21 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     public NDArray forward(AutogradScope scope, NDArray x, InferenceContext inference) {
         if (inference != null) {
             NDArray fused = inference.forwardLayer(scope, this, x);
-            return fused != null ? fused : compute(scope, x, inference);
+            return fused != null ? fused : compute(scope, x, inference, TokenPositions.DEFAULT);
         }
-        return compute(scope, x, null);
+        return compute(scope, x, null, TokenPositions.DEFAULT);
+    }
+
+    /**
+     * Runs the layer in a training pass whose tokens may sit at explicit positions and in packed sequences.
+     *
+     * @param scope the pass's scope
+     * @param x hidden states [s, b, h] (or [s/TP, b, h] with sequence parallelism)
+     * @param positions the tokens' position ids and packed sequences ({@link TokenPositions#DEFAULT} for none)
+     * @return the layer's output, same shape
+     */
+    public NDArray forward(AutogradScope scope, NDArray x, TokenPositions positions) {
+        return compute(scope, x, null, positions);
     }
 
     /**
@@ -178,10 +180,25 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      * @return the last layer's output
      */
     public static NDArray forwardRecomputed(AutogradScope scope, List<TransformerLayer> layers, NDArray x) {
+        return forwardRecomputed(scope, layers, x, TokenPositions.DEFAULT);
+    }
+
+    /**
+     * Runs consecutive layers as one checkpointed unit (see {@link #forwardRecomputed(AutogradScope, List,
+     * NDArray)}) in a pass whose tokens may sit at explicit positions and in packed sequences.
+     *
+     * @param scope the pass's scope
+     * @param layers the layers, in order, at least one
+     * @param x the first layer's input
+     * @param positions the tokens' position ids and packed sequences, which the recomputation reuses
+     * @return the last layer's output
+     */
+    public static NDArray forwardRecomputed(AutogradScope scope, List<TransformerLayer> layers, NDArray x,
+                                            TokenPositions positions) {
         if (layers.isEmpty()) {
             throw new IllegalArgumentException("a recomputed run needs at least one layer");
         }
-        Recompute.Body body = (inner, in) -> new NDArray[] {runAll(inner, layers, in[0])};
+        Recompute.Body body = (inner, in) -> new NDArray[] {runAll(inner, layers, in[0], positions)};
         if (!scope.isGradEnabled()) {
             return body.run(scope, x)[0];
         }
@@ -195,11 +212,11 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     }
 
     /** Runs the layers one after the other, each in a frame; a layer's input dies once the next has it. */
-    private static NDArray runAll(AutogradScope scope, List<TransformerLayer> layers, NDArray x) {
+    private static NDArray runAll(AutogradScope scope, List<TransformerLayer> layers, NDArray x, TokenPositions positions) {
         NDArray hidden = x;
         for (TransformerLayer layer : layers) {
             NDArray in = hidden;
-            hidden = scope.frame(() -> layer.compute(scope, in, null));
+            hidden = scope.frame(() -> layer.compute(scope, in, null, positions));
             if (in != x) {
                 scope.release(in);
             }
@@ -253,13 +270,13 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      * branch's output dies with its half (the scope keeps whatever a Function still refers to,
      * libtorch whatever its graph saved), and the middle residual with the layer.
      */
-    private NDArray compute(AutogradScope scope, NDArray x, InferenceContext inference) {
+    private NDArray compute(AutogradScope scope, NDArray x, InferenceContext inference, TokenPositions positions) {
         double p = ctx.config().hiddenDropout();
         boolean half = mlpHalf != null && inference == null;
         return scope.frame(() -> {
             // the residual add of the first half would land in the caller's manager: x is lent to the frame
             NDArray h = scope.frame(x, r -> residualOperand(scope, r, half).add(Dropout.apply(scope,
-                    attend(scope, inputNorm.forward(scope, r), inference), p, ctx.hiddenDropout())));
+                    attend(scope, inputNorm.forward(scope, r), inference, positions), p, ctx.hiddenDropout())));
             return scope.frame(() -> {
                 if (half) {
                     return mlpHalf.apply(scope, h);
@@ -290,8 +307,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         return scope.apply1(recompute, mlpIn);
     }
 
-    private NDArray attend(AutogradScope scope, NDArray normed, InferenceContext inference) {
-        return inference == null ? attention.forward(scope, normed)
+    private NDArray attend(AutogradScope scope, NDArray normed, InferenceContext inference, TokenPositions positions) {
+        return inference == null ? attention.forward(scope, normed, positions)
                 : attention.forward(scope, normed, inference.sequenceLengthOffset(), inference.keyValueCache(layerNumber));
     }
 }

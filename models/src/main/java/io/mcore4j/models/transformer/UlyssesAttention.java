@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import io.mcore4j.contextparallel.ContextParallelMappings;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.contextparallel.CpCommType;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Frame;
 import io.mcore4j.parallel.Communicator;
@@ -23,11 +24,18 @@ import io.mcore4j.parallel.Communicator;
  * <p>The query heads of a tensor-parallel rank must be divisible by the group's size {@code n}. Key/value
  * groups whose number is not are repeated (each group serving its consecutive query heads, as GQA does)
  * to the fewest groups that {@code n} divides, so that every rank receives the groups its heads use.
+ *
+ * <p>Packed sequences split per column (the gathered tokens come back in position order) are attended
+ * by the serial attention with their mask; those split per sequence
+ * ({@link ContextParallelSplit#splitsPerSequence}) are refused: the exchange reorders the tokens of the
+ * whole-column split only.
  */
 final class UlyssesAttention {
     private final Communicator group;
+    /** The split the micro-batch was cut with: the whole context-parallel group's. */
     private final ContextParallelSplit split;
     private final int groupRepeat;
+    private final String comm;
 
     /**
      * @param ctx the model context
@@ -41,14 +49,14 @@ final class UlyssesAttention {
 
     private UlyssesAttention(ModelContext ctx, Communicator group) {
         this.group = group;
-        this.split = ContextParallelSplit.of(group);
+        this.split = ContextParallelSplit.of(ctx.groups().cp());
         int tp = ctx.groups().tp().size();
         int heads = ctx.config().numAttentionHeads() / tp;
         int groups = Math.max(1, ctx.config().numQueryGroups() / tp);
         int n = group.size();
         String over = ctx.config().cpCommType() == CpCommType.A2A ? "context parallel size " + n
                 : "the a2a group's size " + n + " (the first of --hierarchical-context-parallel-sizes)";
-        String comm = "--cp-comm-type " + ctx.config().cpCommType().flag();
+        this.comm = "--cp-comm-type " + ctx.config().cpCommType().flag();
         if (heads % n != 0) {
             throw new IllegalArgumentException(comm + " scatters the attention heads over the context-parallel group:"
                     + " " + heads + " heads per tensor-parallel rank are not divisible by " + over);
@@ -66,11 +74,19 @@ final class UlyssesAttention {
      * @param query this rank's queries [s/CP, b, np, d]
      * @param key this rank's keys [s/CP, b, ng, d]
      * @param value this rank's values [s/CP, b, ng, d]
+     * @param packed the whole micro-batch's packed sequences (which {@code serial} must respect), or null
      * @param serial causal attention over the group's gathered tokens in position order (it sees
      *     {@code np/n} heads): the whole sequence under {@code a2a}, the ring's share under {@code a2a+p2p}
      * @return context [s/CP, b, np·d] for this rank's tokens
+     * @throws IllegalArgumentException if the packed sequences are split per sequence
      */
-    NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, CoreAttention serial) {
+    NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed,
+                    CoreAttention serial) {
+        if (split.splitsPerSequence(packed)) {
+            throw new IllegalArgumentException(comm + " gathers whole columns in position order; packed sequences"
+                    + " whose lengths are multiples of 2 x context parallel size " + split.size() + " are split per sequence:"
+                    + " use --cp-comm-type p2p or allgather with --attention-backend unfused");
+        }
         long l = query.getShape().get(0);
         long b = query.getShape().get(1);
         long np = query.getShape().get(2);

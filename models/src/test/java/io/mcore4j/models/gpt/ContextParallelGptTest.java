@@ -10,11 +10,8 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.contextparallel.CpCommType;
-import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
-import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.models.transformer.LayerSpec;
@@ -25,8 +22,6 @@ import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.ReduceOp;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 
-import java.util.IdentityHashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -214,11 +209,9 @@ class ContextParallelGptTest {
 
     private static Result run(TransformerConfig config, int tp, int cp, boolean masked, LayerSpec spec) {
         List<Result> perRank = InJvmWorld.run(tp * cp, rank -> {
-            ProcessGroups groups = rank.groups(ParallelDims.builder(tp * cp).tensorParallel(tp).contextParallel(cp)
-                    .hierarchicalContextParallelSizes(config.hierarchicalContextParallelSizes()).build());
+            ProcessGroups groups = GlobalGradients.groups(rank, tp, cp, config.hierarchicalContextParallelSizes());
             NDManager m = rank.manager();
-            GptModel model = GptModel.build(ModelContext.create(config, groups, m, new SeedScheme(42)),
-                    spec, new int[] {0, 1}, true, true);
+            GptModel model = GlobalGradients.twoLayers(config, groups, m, spec);
             ContextParallelSplit split = ContextParallelSplit.of(groups.cp());
             double loss;
             try (AutogradScope scope = AutogradScope.open(m)) {
@@ -230,21 +223,7 @@ class ContextParallelGptTest {
                 scope.backward(l);
                 loss = groups.cp().allReduce(l.toType(DataType.FLOAT64, false), ReduceOp.AVG, m).getDouble();
             }
-            Map<NDArray, NDArray> grads = new IdentityHashMap<>();
-            for (Parameter p : model.parameters()) {
-                NDArray g = Tensors.gradientOrZeros(p.data(), m);
-                if (p.kind() == Parameter.Kind.SEQUENCE_PARALLEL) {
-                    g = groups.tp().allReduce(g, ReduceOp.SUM, m);
-                }
-                grads.put(p.data(), groups.cp().allReduce(g, ReduceOp.AVG, m));
-            }
-            Map<String, double[]> global = new LinkedHashMap<>();
-            for (ShardedTensor t : model.shardedState("")) {
-                NDArray g = grads.get(t.data());
-                if (g != null) { // strided (fused SwiGLU) pieces are views, not parameters: not used here
-                    global.put(t.key(), GlobalGradients.gatherTensorParallel(groups, t, g, m).toType(DataType.FLOAT64, false).toDoubleArray());
-                }
-            }
+            Map<String, double[]> global = GlobalGradients.averagedOverContextParallel(model, groups, m);
             return new Result(loss, global);
         });
         return perRank.get(0);

@@ -12,7 +12,6 @@ import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.models.transformer.LoraConfig;
-import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.samples.launch.ParallelLayoutOptions;
@@ -22,6 +21,7 @@ import io.mcore4j.tensorparallel.Vocab;
 import io.mcore4j.training.CheckpointConfig;
 import io.mcore4j.training.CudaGraphConfig;
 import io.mcore4j.training.TrainingConfig;
+import io.mcore4j.training.gpt.DocumentMasking;
 import io.mcore4j.training.gpt.GptTrainingSetup;
 import picocli.CommandLine;
 import picocli.CommandLine.Mixin;
@@ -34,6 +34,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.OptionalInt;
 import java.util.Set;
+import java.util.function.Function;
 
 /**
  * The flags of {@code pretrain-gpt}, named and defaulted as in Megatron-LM where Megatron has them,
@@ -84,9 +85,6 @@ public final class PretrainArgs {
 
     /** Megatron's {@code --position-embedding-type} values. */
     public enum PositionEmbeddingKind { learned_absolute, rope }
-
-    /** Megatron's {@code --moe-token-dispatcher-type} values. */
-    public enum DispatcherKind { allgather, alltoall }
 
     /** Megatron's {@code --attention-backend} values and the backend each selects. */
     public enum AttentionKind {
@@ -236,20 +234,8 @@ public final class PretrainArgs {
     int hysteresis = 2;
 
     // mixture of experts
-    @Option(names = "--num-experts", description = "Experts per MoE layer (0: dense MLPs). Default: ${DEFAULT-VALUE}.")
-    int numExperts = 0;
-    @Option(names = "--moe-router-topk", description = "Default: ${DEFAULT-VALUE}.")
-    int moeTopK = 2;
-    @Option(names = "--moe-ffn-hidden-size", description = "0: --ffn-hidden-size. Default: ${DEFAULT-VALUE}.")
-    int moeFfnHiddenSize = 0;
-    @Option(names = "--moe-layer-freq", description = "Every n-th layer is an MoE layer. Default: ${DEFAULT-VALUE}.")
-    int moeLayerFrequency = 1;
-    @Option(names = "--moe-aux-loss-coeff", description = "Default: ${DEFAULT-VALUE}.")
-    double moeAuxLossCoeff = 0.0;
-    @Option(names = "--moe-token-dispatcher-type", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
-    DispatcherKind moeDispatcher = DispatcherKind.allgather;
-    @Option(names = "--moe-per-layer-logging", description = "Also log each MoE layer's auxiliary losses (moe/<name>_layer_<i>).")
-    boolean moePerLayerLogging;
+    @Mixin
+    final MoeOptions moe = new MoeOptions();
 
     // optimizer and schedule
     @Option(names = "--optimizer", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
@@ -326,6 +312,15 @@ public final class PretrainArgs {
     Path corpus;
     @Option(names = "--split", description = "Train, validation and test weights. Default: ${DEFAULT-VALUE}.")
     String split = "969,30,1";
+    @Option(names = "--reset-position-ids", description = "Restart the position ids after each end-of-document token"
+            + " of a sample.")
+    boolean resetPositionIds;
+    @Option(names = "--reset-attention-mask", description = "No attention across end-of-document tokens: a sample's"
+            + " documents are packed sequences (each EOD in the document it ends).")
+    boolean resetAttentionMask;
+    @Option(names = "--eod-mask-loss", description = "Loss weight 0 at every position whose input token is an"
+            + " end-of-document token.")
+    boolean eodMaskLoss;
     @Option(names = "--save", description = "Checkpoint directory.")
     Path save;
     @Option(names = "--load", description = "Resume from the latest checkpoint here (a missing or empty directory starts from scratch).")
@@ -339,6 +334,8 @@ public final class PretrainArgs {
     Path saveHf;
     @Mixin
     final LoraOptions lora = new LoraOptions();
+    @Mixin
+    final SftOptions sft = new SftOptions();
     @Option(names = "--save-hf-dtype", description = "dtype of --save-hf: bf16, f16 or f32. Default: ${DEFAULT-VALUE}.")
     String saveHfDtype = "bf16";
     @Option(names = "--save-interval", description = "Iterations between checkpoints (0: only at the end). Default: ${DEFAULT-VALUE}.")
@@ -407,10 +404,6 @@ public final class PretrainArgs {
     @Option(names = "--use-mcore-models", description = "Accepted without effect: mcore4j's models are Megatron-Core's (as"
             + " in Megatron-LM today, where the flag is deprecated).")
     boolean useMcoreModels;
-    @Option(names = "--moe-router-load-balancing-type", description = "aux_loss (Megatron's default: the switch-transformer"
-            + " loss weighted by --moe-aux-loss-coeff) or none (no load-balancing loss); seq_aux_loss, global_aux_loss"
-            + " and sinkhorn are refused. Default: ${DEFAULT-VALUE}.")
-    String moeLoadBalancingType = "aux_loss";
     @Option(names = "--lr-warmup-fraction", description = "Warmup as a fraction of --lr-decay-iters (instead of"
             + " --lr-warmup-iters); it must give a whole number of iterations.")
     Double lrWarmupFraction;
@@ -423,8 +416,8 @@ public final class PretrainArgs {
             + " sharding; the order is mcore4j's, not PyTorch's). Megatron's external is not offered."
             + " Default: ${DEFAULT-VALUE}.")
     DataloaderKind dataloaderType = DataloaderKind.single;
-    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files (default: next to each"
-            + " dataset's files).")
+    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files and, with --sft, the"
+            + " tokenized conversations (default: next to each dataset's files).")
     Path dataCachePath;
     @Option(names = "--save-retain", description = "Complete checkpoints kept in --save: the newest N (0: all, as"
             + " Megatron, which deletes none unless --save-retain-interval). Default: ${DEFAULT-VALUE}.")
@@ -572,7 +565,7 @@ public final class PretrainArgs {
         atLeastZero("--train-iters", trainIters);
         atLeastZero("--lr-warmup-iters", lrWarmupIters);
         atLeastZero("--lr-decay-iters", lrDecayIters);
-        atLeastZero("--num-experts", numExperts);
+        atLeastZero("--num-experts", moe.numExperts());
         atLeastZero("--kv-channels", kvChannels);
         atLeastZero("--save-retain", saveRetain);
         checkMegatronScriptFlags();
@@ -594,7 +587,7 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--tokenizer-type " + tokenizer.type().argument() + " has " + vocabulary.size()
                     + " ids but --load-hf " + loadHf + " has a vocab_size of " + hfConfig().vocabSize());
         }
-        if (numExperts == 0 && layout.expertParallel() > 1) {
+        if (moe.numExperts() == 0 && layout.expertParallel() > 1) {
             throw new IllegalArgumentException("--expert-model-parallel-size " + layout.expertParallel() + " needs --num-experts");
         }
         if (overrideScheduler && useCheckpointScheduler) {
@@ -625,6 +618,7 @@ public final class PretrainArgs {
         }
         checkRanges();
         if (trainsHere) {
+            sft.check(this);
             PathFlags.check(this);
         }
         if (trainsHere && loadHf == null) {
@@ -677,7 +671,15 @@ public final class PretrainArgs {
         }
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
-                dataloaderType.type, cudaGraph()).withLora(loraConfig);
+                dataloaderType.type, cudaGraph()).withLora(loraConfig).withDocumentMasking(documentMasking());
+    }
+
+    /** --reset-position-ids, --reset-attention-mask and --eod-mask-loss with the tokenizer's end-of-document id. */
+    private DocumentMasking documentMasking() {
+        if (!resetPositionIds && !resetAttentionMask && !eodMaskLoss) {
+            return DocumentMasking.NONE;
+        }
+        return new DocumentMasking(endOfDocument().orElse(-1), resetPositionIds, resetAttentionMask, eodMaskLoss);
     }
 
     /** --cuda-graph-impl, --cuda-graph-scope and --cuda-graph-warmup-steps as the step's graph setting. */
@@ -704,9 +706,9 @@ public final class PretrainArgs {
                             + " for now (they are " + hiddenDropout + " and " + attentionDropout + "): a replayed graph"
                             + " would repeat the captured step's dropout masks");
                 }
-                if (numExperts > 0) {
+                if (moe.numExperts() > 0) {
                     throw new IllegalArgumentException("--cuda-graph-impl local does not take MoE layers yet (--num-experts "
-                            + numExperts + "): the routers' auxiliary losses are read per step");
+                            + moe.numExperts() + "): the routers' auxiliary losses are read per step");
                 }
                 return CudaGraphConfig.fullIteration(cudaGraphWarmupSteps);
             }
@@ -730,10 +732,6 @@ public final class PretrainArgs {
             // Megatron's own check, in its words
             throw new IllegalArgumentException("--no-position-embedding is deprecated, use --position-embedding-type"
                     + " (it is " + positionEmbedding + ")");
-        }
-        if (!moeLoadBalancingType.equals("aux_loss") && !moeLoadBalancingType.equals("none")) {
-            throw new IllegalArgumentException("--moe-router-load-balancing-type " + moeLoadBalancingType + ": only aux_loss"
-                    + " (weighted by --moe-aux-loss-coeff) and none are implemented");
         }
         attentionBackend(); // --use-flash-attn and --transformer-impl against --attention-backend
         // Megatron asserts sequence parallelism after turning it off at TP 1
@@ -847,7 +845,6 @@ public final class PretrainArgs {
         atLeastZero("--min-lr", minLr);
         atLeastZero("--weight-decay", weightDecay);
         atLeastZero("--clip-grad", clipGrad);
-        atLeastZero("--moe-aux-loss-coeff", moeAuxLossCoeff);
         belowOne("--adam-beta1", adamBeta1);
         belowOne("--adam-beta2", adamBeta2);
         belowOne("--hidden-dropout", hiddenDropout);
@@ -865,8 +862,7 @@ public final class PretrainArgs {
         atLeastZero("--save-interval", saveInterval);
         atLeastZero("--eval-interval", evalInterval);
         atLeastZero("--eval-iters", evalIters);
-        atLeastZero("--moe-ffn-hidden-size", moeFfnHiddenSize);
-        positive("--moe-layer-freq", moeLayerFrequency);
+        moe.check(numLayers);
         positive("--ddp-bucket-size", ddpBucketSize);
         if (ddpBucketSize > Long.MAX_VALUE / 4) {
             throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " is too large (at most "
@@ -880,9 +876,6 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--num-query-groups " + numQueryGroups + " does not divide --num-attention-heads "
                     + numAttentionHeads);
         }
-        if (numExperts > 0 && (moeTopK < 1 || moeTopK > numExperts)) {
-            throw new IllegalArgumentException("--moe-router-topk " + moeTopK + " must be from 1 to --num-experts " + numExperts);
-        }
         splitWeights();
     }
 
@@ -891,7 +884,7 @@ public final class PretrainArgs {
     /** Largest {@code --distributed-timeout-minutes}: deadlines are counted in nanoseconds of a {@code long}. */
     private static final double MAX_TIMEOUT_MINUTES = 1e6;
 
-    private static void atLeastZero(String flag, double value) {
+    static void atLeastZero(String flag, double value) {
         if (!(value >= 0) || Double.isInfinite(value)) {
             throw new IllegalArgumentException(flag + " " + value + " must be a finite number, at least 0");
         }
@@ -918,10 +911,23 @@ public final class PretrainArgs {
 
     /** @return the split weights of {@code --split} */
     SplitWeights splitWeights() {
+        return parsed("--split", split, SplitWeights::parse);
+    }
+
+    /**
+     * A flag's value parsed, its errors prefixed with the flag and the value.
+     *
+     * @param flag the flag's name
+     * @param value the value given
+     * @param parse the parser, which throws {@link IllegalArgumentException} for a bad value
+     * @return the parsed value
+     * @throws IllegalArgumentException {@code "<flag> <value>: <the parser's message>"}
+     */
+    static <T> T parsed(String flag, String value, Function<String, T> parse) {
         try {
-            return SplitWeights.parse(split);
+            return parse.apply(value);
         } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException("--split " + split + ": " + e.getMessage(), e);
+            throw new IllegalArgumentException(flag + " " + value + ": " + e.getMessage(), e);
         }
     }
 
@@ -1044,12 +1050,7 @@ public final class PretrainArgs {
             b.addBiasLinear(false);
         }
         recompute(b);
-        if (numExperts > 0) {
-            int ffn = moeFfnHiddenSize > 0 ? moeFfnHiddenSize : ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize;
-            double auxLossCoeff = moeLoadBalancingType.equals("none") ? 0 : moeAuxLossCoeff;
-            b.moe(new TransformerConfig.MoeSettings(numExperts, moeTopK, moeLayerFrequency, ffn, auxLossCoeff,
-                    moeDispatcher == DispatcherKind.alltoall ? MoeConfig.Dispatcher.ALL_TO_ALL : MoeConfig.Dispatcher.ALL_GATHER));
-        }
+        b.moe(moe.settings(ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize));
         try {
             return b.build();
         } catch (IllegalArgumentException e) {
@@ -1095,13 +1096,14 @@ public final class PretrainArgs {
                 throw new IllegalArgumentException("--recompute-modules " + name + ": " + e.getMessage(), e);
             }
         }
-        if (modules.contains(TransformerConfig.RecomputeModule.MOE) && numExperts == 0 && loadHf == null) {
+        if (modules.contains(TransformerConfig.RecomputeModule.MOE) && moe.numExperts() == 0 && loadHf == null) {
             throw new IllegalArgumentException("--recompute-modules moe recomputes mixture-of-experts layers, but there are"
                     + " none (--num-experts 0)");
         }
-        if (modules.contains(TransformerConfig.RecomputeModule.MLP) && numExperts > 0 && moeLayerFrequency == 1) {
+        if (modules.contains(TransformerConfig.RecomputeModule.MLP) && moe.numExperts() > 0
+                && moe.layerPattern().count(numLayers) == numLayers) {
             throw new IllegalArgumentException("--recompute-modules mlp recomputes dense MLPs, but every layer is a mixture"
-                    + " of experts (--moe-layer-freq 1): use moe");
+                    + " of experts (--moe-layer-freq " + moe.layerFreq + "): use moe");
         }
         return b.recomputeSelective(modules);
     }
@@ -1112,7 +1114,7 @@ public final class PretrainArgs {
         }
     }
 
-    private static void atLeastZero(String flag, long value) {
+    static void atLeastZero(String flag, long value) {
         if (value < 0) {
             throw new IllegalArgumentException(flag + " " + value + " must not be negative");
         }

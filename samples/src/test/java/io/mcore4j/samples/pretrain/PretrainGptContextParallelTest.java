@@ -1,12 +1,11 @@
 package io.mcore4j.samples.pretrain;
 
+import static io.mcore4j.samples.pretrain.PretrainRuns.assertSameLosses;
+import static io.mcore4j.samples.pretrain.PretrainRuns.train;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.ByteArrayOutputStream;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
@@ -36,20 +35,6 @@ class PretrainGptContextParallelTest {
                 "--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
         flags.addAll(List.of(more));
         return flags;
-    }
-
-    private static List<Double> train(List<String> flags) throws Exception {
-        PrintStream quiet = new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8);
-        return PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)), quiet);
-    }
-
-    private static void assertSameLosses(List<Double> expected, List<Double> actual, String layout) {
-        assertEquals(expected.size(), actual.size(), layout);
-        for (int i = 0; i < expected.size(); i++) {
-            double rel = Math.abs(actual.get(i) - expected.get(i)) / Math.abs(expected.get(i));
-            assertTrue(rel <= 1e-5, layout + " step " + (i + 1) + ": " + actual.get(i) + " vs " + expected.get(i)
-                    + " (relative " + rel + ")");
-        }
     }
 
     @Test

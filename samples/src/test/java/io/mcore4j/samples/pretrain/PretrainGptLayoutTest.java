@@ -1,12 +1,11 @@
 package io.mcore4j.samples.pretrain;
 
+import static io.mcore4j.samples.pretrain.PretrainRuns.assertSameLosses;
+import static io.mcore4j.samples.pretrain.PretrainRuns.train;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.io.ByteArrayOutputStream;
-import java.io.PrintStream;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
@@ -29,20 +28,6 @@ class PretrainGptLayoutTest {
                 "--lr", "1e-3", "--min-lr", "1e-4", "--lr-warmup-iters", "2", "--train-iters", String.valueOf(steps),
                 "--mock-data", "--vocab-size", "250", "--make-vocab-size-divisible-by", "64", "--log-interval", "5", "--seed", "7", "--clip-grad", "1.0",
                 "--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
-    }
-
-    private List<Double> train(List<String> flags) throws Exception {
-        PrintStream quiet = new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8);
-        return PretrainGpt.run(PretrainArgs.parse(flags.toArray(String[]::new)), quiet);
-    }
-
-    private static void assertSameLosses(List<Double> expected, List<Double> actual, String layout) {
-        assertEquals(expected.size(), actual.size(), layout);
-        for (int i = 0; i < expected.size(); i++) {
-            double rel = Math.abs(actual.get(i) - expected.get(i)) / Math.abs(expected.get(i));
-            assertTrue(rel <= 1e-5, layout + " step " + (i + 1) + ": " + actual.get(i) + " vs " + expected.get(i)
-                    + " (relative " + rel + ")");
-        }
     }
 
     @Test

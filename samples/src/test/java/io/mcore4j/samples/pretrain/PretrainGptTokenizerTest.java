@@ -1,5 +1,6 @@
 package io.mcore4j.samples.pretrain;
 
+import static io.mcore4j.samples.pretrain.PretrainRuns.refusal;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
@@ -71,21 +72,6 @@ class PretrainGptTokenizerTest {
         assertEquals(OptionalInt.empty(), parse().endOfDocument());
     }
 
-    private static String refusal(String... flags) {
-        List<String> argv = new ArrayList<>(List.of("--num-layers", "1", "--hidden-size", "16", "--num-attention-heads", "2"));
-        argv.addAll(List.of(flags));
-        ByteArrayOutputStream err = new ByteArrayOutputStream();
-        int code = PretrainGpt.execute("pretrain-gpt", argv.toArray(String[]::new),
-                new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
-                new PrintStream(err, true, StandardCharsets.UTF_8), (a, o) -> { throw new AssertionError("ran"); });
-        String text = err.toString(StandardCharsets.UTF_8);
-        assertEquals(2, code, text);
-        assertEquals(1, text.lines().count(), text);
-        String suffix = " ('pretrain-gpt --help' lists the flags)";
-        String line = text.lines().findFirst().orElseThrow();
-        assertTrue(line.endsWith(suffix), text);
-        return line.substring(0, line.length() - suffix.length());
-    }
 
     @Test
     void inconsistentTokenizerFlagsAreRefusedOnOneLine() {

@@ -5,22 +5,27 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.ContextParallelSplit;
+import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.data.gpt.MaskedSampleDataset;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.data.sampler.CyclicPretrainingSampler;
 import io.mcore4j.data.sampler.DataloaderType;
-import io.mcore4j.data.sampler.PretrainingSampler;
 import io.mcore4j.training.BatchSource;
 import io.mcore4j.training.MicroBatch;
 
+import java.util.Arrays;
 import java.util.Objects;
 
 /**
- * Micro-batches of GPT samples for one data-parallel rank, taken in order with Megatron's
- * pretraining sampler (wrapping around the dataset), or with {@link DataloaderType#CYCLIC} in the
+ * Micro-batches of GPT samples for one data-parallel rank, taken in order as Megatron's
+ * pretraining sampler takes them (wrapping around the dataset), or with {@link DataloaderType#CYCLIC} in the
  * random order of {@link CyclicPretrainingSampler}: each sample of {@code s + 1} tokens gives
- * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}; under context
- * parallelism, this rank's {@code [s / CP, b]} part of them.
+ * tokens {@code [0, s)} and labels {@code [1, s + 1)}, laid out {@code [s, b]}, with the labels' loss mask
+ * when the samples have one ({@link MaskedSampleDataset}, supervised fine-tuning); under context
+ * parallelism, this rank's {@code [s / CP, b]} part of them. With {@link DocumentMasking} flags the
+ * end-of-document tokens of each window reset its position ids, separate its documents as packed
+ * sequences, or mask their losses (as well as the samples' own mask).
  */
 public final class GptBatches implements BatchSource {
     private final SampleDataset data;
@@ -29,6 +34,7 @@ public final class GptBatches implements BatchSource {
     private final int dataParallelSize;
     private final ContextParallelSplit contextParallel;
     private final CyclicPretrainingSampler cyclic;
+    private final DocumentMasking masking;
 
     /**
      * Micro-batches of whole sequences (no context parallelism).
@@ -72,6 +78,25 @@ public final class GptBatches implements BatchSource {
      */
     public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize,
                       ContextParallelSplit contextParallel, DataloaderType order) {
+        this(data, microBatchSize, dataParallelRank, dataParallelSize, contextParallel, order, DocumentMasking.NONE);
+    }
+
+    /**
+     * Micro-batches read in the given order whose end-of-document tokens act as {@code masking} says.
+     *
+     * @param data the samples
+     * @param microBatchSize samples per micro-batch
+     * @param dataParallelRank this rank's data-parallel index
+     * @param dataParallelSize the data-parallel size
+     * @param contextParallel this rank's split of each sequence
+     * @param order in order ({@link DataloaderType#SINGLE}) or shuffled per epoch ({@link DataloaderType#CYCLIC})
+     * @param masking Megatron's {@code --reset-position-ids}, {@code --reset-attention-mask} and {@code --eod-mask-loss}
+     * @throws IllegalArgumentException if the samples' length cannot be split, or (cyclic) the
+     *         dataset does not fill one micro-batch on every data-parallel rank
+     */
+    public GptBatches(SampleDataset data, int microBatchSize, int dataParallelRank, int dataParallelSize,
+                      ContextParallelSplit contextParallel, DataloaderType order, DocumentMasking masking) {
+        this.masking = Objects.requireNonNull(masking, "masking");
         this.data = Objects.requireNonNull(data, "data");
         this.microBatchSize = microBatchSize;
         this.dataParallelRank = dataParallelRank;
@@ -88,27 +113,79 @@ public final class GptBatches implements BatchSource {
         if (cyclic != null) {
             indices = cyclic.microBatch(consumedSamples + (long) microBatch * microBatchSize * dataParallelSize);
         } else {
-            PretrainingSampler sampler = new PretrainingSampler(data.size(), consumedSamples % data.size(), microBatchSize,
-                    dataParallelRank, dataParallelSize, true);
-            indices = sampler.microBatch(microBatch % sampler.steps());
+            // Megatron's pretraining order, sample i of the run being sample i mod size of the data (its SFT
+            // dataset's wrap): a dataset smaller than the run, a few conversations, is read again from its start
+            long first = consumedSamples + ((long) microBatch * dataParallelSize + dataParallelRank) * microBatchSize;
+            indices = new long[microBatchSize];
+            for (int j = 0; j < microBatchSize; j++) {
+                indices[j] = (first + j) % data.size();
+            }
         }
         int seq = data.sequenceLength();
         int width = seq + 1;
+        int[] flat = rows(indices, width, data::sample);
+        // queued without a host wait on a GPU (a pageable copy would wait for the previous step's kernels)
+        NDArray batch = Tensors.fromHost(flat, new Shape(indices.length, width), manager).toType(DataType.INT64, false);
+        NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
+        NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
+        // the samples' own loss mask (supervised fine-tuning), float32 [s, b] as the labels
+        NDArray samplesMask = data instanceof MaskedSampleDataset masked ? Tensors.fromHost(rows(indices, seq,
+                masked::lossMask), new Shape(indices.length, seq), manager).toType(DataType.FLOAT32, false).transpose(1, 0)
+                : null;
+        if (!masking.any()) {
+            if (contextParallel.size() > 1) {
+                tokens = contextParallel.split(tokens, 0, manager);
+                labels = contextParallel.split(labels, 0, manager);
+                samplesMask = samplesMask == null ? null : contextParallel.split(samplesMask, 0, manager);
+            }
+            return new MicroBatch(tokens, labels, samplesMask);
+        }
+        int[][] inputs = new int[indices.length][];
+        for (int i = 0; i < inputs.length; i++) {
+            inputs[i] = Arrays.copyOfRange(flat, i * width, i * width + seq);
+        }
+        PackedSequences documents = PackedSequences.ofDocuments(masking.eod(), inputs);
+        PackedSequences packed = masking.resetAttentionMask() ? documents : null;
+        NDArray positions = masking.resetPositionIds() ? documents.positionIds(manager) : null;
+        NDArray lossMask = masking.eodMaskLoss() ? eodLossMask(inputs, seq, manager) : null;
+        if (samplesMask != null) {
+            lossMask = lossMask == null ? samplesMask : lossMask.mul(samplesMask);
+        }
+        if (contextParallel.size() > 1) {
+            tokens = contextParallel.split(tokens, packed, manager);
+            labels = contextParallel.split(labels, packed, manager);
+            positions = positions == null ? null : contextParallel.split(positions, packed, manager);
+            lossMask = lossMask == null ? null : contextParallel.split(lossMask, packed, manager);
+        }
+        return new MicroBatch(tokens, labels, lossMask, positions, packed);
+    }
+
+    /** float32 {@code [s, b]}: 0 where the input token is the end of a document, 1 elsewhere. */
+    private NDArray eodLossMask(int[][] inputs, int seq, NDManager manager) {
+        int b = inputs.length;
+        float[] mask = new float[seq * b];
+        for (int c = 0; c < b; c++) {
+            for (int t = 0; t < seq; t++) {
+                mask[t * b + c] = inputs[c][t] == masking.eod() ? 0f : 1f;
+            }
+        }
+        return manager.create(mask, new Shape(seq, b));
+    }
+
+    /** Reads one row of a sample (its tokens, or its loss mask) into an array. */
+    @FunctionalInterface
+    private interface RowReader {
+        void read(long index, int[] destination);
+    }
+
+    /** The rows of the given samples, {@code [indices, width]} row-major. */
+    private static int[] rows(long[] indices, int width, RowReader reader) {
         int[] flat = new int[indices.length * width];
         int[] one = new int[width];
         for (int i = 0; i < indices.length; i++) {
-            data.sample(indices[i], one);
+            reader.read(indices[i], one);
             System.arraycopy(one, 0, flat, i * width, width);
         }
-        // queued without a host wait on a GPU (a pageable copy would wait for the previous step's kernels)
-        NDArray staged = Tensors.fromHost(flat, new Shape(indices.length, width), manager);
-        NDArray batch = staged.toType(DataType.INT64, false);
-        NDArray tokens = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(0, seq)).transpose(1, 0);
-        NDArray labels = batch.get(new ai.djl.ndarray.index.NDIndex().addAllDim().addSliceDim(1, width)).transpose(1, 0);
-        if (contextParallel.size() > 1) {
-            tokens = contextParallel.split(tokens, 0, manager);
-            labels = contextParallel.split(labels, 0, manager);
-        }
-        return new MicroBatch(tokens, labels);
+        return flat;
     }
 }

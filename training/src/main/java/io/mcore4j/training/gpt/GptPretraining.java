@@ -89,8 +89,10 @@ public final class GptPretraining {
             if (setup.deviceInitialization() && root.getDevice().isGpu()) {
                 ctx = ctx.withDeviceInitialization();
             }
+            DocumentMasking masking = setup.documentMasking();
             try (GptTrainingModel model = beforeTraining(GptTrainingModel.build(ctx, setup.layerSpec(),
-                    setup.virtualStages()), hooks, groups, setup.lora() != null);
+                    setup.virtualStages(), masking.resetPositionIds() || masking.resetAttentionMask()), hooks, groups,
+                    setup.lora() != null);
                  TrainStep step = TrainStep.builder(model, groups, root).optimizer(setup.optimizer())
                          .microBatchSize(setup.microBatchSize()).seqLength(setup.seqLength())
                          .globalBatchSize(setup.globalBatchSize()).timePhases(timePhases).cudaGraph(setup.cudaGraph()).build()) {
@@ -98,9 +100,9 @@ public final class GptPretraining {
                 int dp = dims.dataParallel();
                 ContextParallelSplit cp = ContextParallelSplit.of(groups.cp());
                 TrainingLoop.Builder b = TrainingLoop.builder(step, setup.training(),
-                        new GptBatches(train, setup.microBatchSize(), dpRank, dp, cp, setup.dataloaderType()));
+                        new GptBatches(train, setup.microBatchSize(), dpRank, dp, cp, setup.dataloaderType(), masking));
                 if (valid != null) {
-                    b.valid(new GptBatches(valid, setup.microBatchSize(), dpRank, dp, cp, setup.dataloaderType()));
+                    b.valid(new GptBatches(valid, setup.microBatchSize(), dpRank, dp, cp, setup.dataloaderType(), masking));
                 }
                 loop.accept(b);
                 TrainingSummary summary = b.build().run();

@@ -2,6 +2,7 @@ package io.mcore4j.training.gpt;
 
 import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.moe.MoeAuxLossTracker;
+import io.mcore4j.moe.TopKRouter;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
@@ -15,6 +16,7 @@ import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.models.transformer.TokenPositions;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.pipeline.LayerAssignment;
 import io.mcore4j.tensorparallel.LoraLinear;
@@ -39,24 +41,22 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
     private final List<GptModel> chunks;
     private final MoeAuxLossTracker auxLosses;
     private final int moeLayers;
+    /** Whether micro-batches carry position ids or packed sequences, which every chunk's layers read. */
+    private final boolean everyChunkReadsData;
 
-    private GptTrainingModel(ModelContext ctx, List<GptModel> chunks) {
+    private GptTrainingModel(ModelContext ctx, List<GptModel> chunks, boolean everyChunkReadsData) {
         this.ctx = ctx;
+        this.everyChunkReadsData = everyChunkReadsData;
         this.chunks = List.copyOf(chunks);
         for (GptModel m : this.chunks) {
             registerModule("", m);
         }
         TransformerConfig c = ctx.config();
-        int count = 0;
-        for (int n = 0; n < c.numLayers(); n++) {
-            count += c.isMoeLayer(n) ? 1 : 0;
-        }
+        int count = c.moe() == null ? 0 : c.moe().layers().count(c.numLayers());
         this.moeLayers = count;
         this.auxLosses = count > 0 ? new MoeAuxLossTracker(ctx.parameters()) : null;
         if (auxLosses != null) {
-            if (c.moe().auxLossCoeff() > 0) {
-                auxLosses.expect("load_balancing_loss", c.numLayers(), MoeAuxLossTracker.Reduction.SUM_TP_CP);
-            }
+            TopKRouter.expectAuxLosses(auxLosses, c.moe().config(), c.numLayers());
             for (GptModel m : this.chunks) {
                 for (TransformerLayer layer : m.layers()) {
                     if (layer.moe() != null) {
@@ -78,6 +78,23 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
      * @throws IllegalArgumentException if the layers do not divide among the stages
      */
     public static GptTrainingModel build(ModelContext ctx, LayerSpec spec, int virtualStages) {
+        return build(ctx, spec, virtualStages, false);
+    }
+
+    /**
+     * Builds this rank's chunks for micro-batches that may carry position ids or packed sequences
+     * ({@link MicroBatch#positionIds()}, {@link MicroBatch#packed()}): then every chunk reads the
+     * micro-batch, since the layers of every pipeline stage read them, as Megatron hands
+     * {@code packed_seq_params} to every stage.
+     *
+     * @param ctx the model's configuration, groups, parameter manager and seeds
+     * @param spec which modules make a layer (attention kind, parallel linears)
+     * @param virtualStages chunks per pipeline rank (1 without interleaving)
+     * @param positionsFromData whether micro-batches may carry position ids or packed sequences
+     * @return the model
+     * @throws IllegalArgumentException if the layers do not divide among the stages
+     */
+    public static GptTrainingModel build(ModelContext ctx, LayerSpec spec, int virtualStages, boolean positionsFromData) {
         ProcessGroups groups = ctx.groups();
         int pp = groups.dims().pipelineParallel();
         LayerAssignment layers = LayerAssignment.even(ctx.config().numLayers(), pp, virtualStages);
@@ -87,7 +104,7 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
             chunks.add(GptModel.build(ctx, spec, layers.layers(stage, c), stage == 0 && c == 0,
                     stage == pp - 1 && c == virtualStages - 1));
         }
-        return new GptTrainingModel(ctx, chunks);
+        return new GptTrainingModel(ctx, chunks, positionsFromData);
     }
 
     /**
@@ -126,14 +143,14 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
     @Override
     public boolean readsData(int chunk) {
         GptModel m = chunks.get(chunk);
-        return m.isPreProcess() || m.isPostProcess();
+        return everyChunkReadsData || m.isPreProcess() || m.isPostProcess();
     }
 
     @Override
     public NDArray forward(AutogradScope scope, int chunk, NDArray input, MicroBatch batch) {
         GptModel m = chunks.get(chunk);
         return m.forward(scope, m.isPreProcess() ? batch.tokens() : null, input, m.isPostProcess() ? batch.labels() : null,
-                m.isPostProcess() ? batch.lossMask() : null);
+                m.isPostProcess() ? batch.lossMask() : null, new TokenPositions(batch.positionIds(), batch.packed()));
     }
 
     @Override

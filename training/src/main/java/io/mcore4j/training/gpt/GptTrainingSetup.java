@@ -37,13 +37,15 @@ import java.util.Objects;
  * @param dataloaderType the order training samples are read in (Megatron's {@code --dataloader-type})
  * @param cudaGraph whether steps replay their forward-backward from a CUDA graph after a warm-up
  * @param lora LoRA adapters on the layers' linears, the base weights frozen; null to train every weight
+ * @param documentMasking what the end-of-document tokens of the samples do ({@code --reset-position-ids},
+ *                        {@code --reset-attention-mask}, {@code --eod-mask-loss})
  */
 public record GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
                                int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
                                OptimizerConfig optimizer,
                                int microBatchSize, long globalBatchSize, int seqLength, TrainingConfig training,
                                long seed, boolean deviceInitialization, DataloaderType dataloaderType,
-                               CudaGraphConfig cudaGraph, LoraConfig lora) {
+                               CudaGraphConfig cudaGraph, LoraConfig lora, DocumentMasking documentMasking) {
 
     /** Checks what can be checked without knowing the world size. */
     public GptTrainingSetup {
@@ -53,6 +55,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
         Objects.requireNonNull(training, "training");
         Objects.requireNonNull(dataloaderType, "dataloaderType");
         Objects.requireNonNull(cudaGraph, "cudaGraph");
+        Objects.requireNonNull(documentMasking, "documentMasking");
         positive("--tensor-model-parallel-size", tensorParallel);
         positive("--pipeline-model-parallel-size", pipelineParallel);
         positive("virtual pipeline stages", virtualStages);
@@ -74,10 +77,31 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
         }
         model.validateContextParallel(tensorParallel, contextParallel); // a2a+p2p's levels against CP and the heads
         attention.layerSpec(model); // refuses a fused kind with attention dropout
+        if (documentMasking.resetAttentionMask()) {
+            attention.checkPacked(model, contextParallel);
+            if (cudaGraph.enabled()) {
+                throw new IllegalArgumentException("--reset-attention-mask gives every micro-batch its own documents' attention;"
+                        + " a CUDA graph replays one fixed attention: drop --cuda-graph-impl local");
+            }
+        }
         if (lora != null && model.moe() != null) {
             throw new IllegalArgumentException("LoRA adapters wrap the dense layers' linears; this model has"
                     + " mixture-of-experts layers (expert adapters are not supported)");
         }
+    }
+
+    /**
+     * A setup whose end-of-document tokens are ordinary tokens ({@link DocumentMasking#NONE}); the
+     * parameters are the canonical constructor's.
+     */
+    public GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
+                            int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
+                            OptimizerConfig optimizer, int microBatchSize, long globalBatchSize, int seqLength,
+                            TrainingConfig training, long seed, boolean deviceInitialization, DataloaderType dataloaderType,
+                            CudaGraphConfig cudaGraph, LoraConfig lora) {
+        this(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel, contextParallel, optimizer,
+                microBatchSize, globalBatchSize, seqLength, training, seed, deviceInitialization, dataloaderType,
+                cudaGraph, lora, DocumentMasking.NONE);
     }
 
     /**
@@ -100,14 +124,25 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
     public GptTrainingSetup withLora(LoraConfig value) {
         return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
                 contextParallel, optimizer, microBatchSize, globalBatchSize, seqLength, training, seed,
-                deviceInitialization, dataloaderType, cudaGraph, value);
+                deviceInitialization, dataloaderType, cudaGraph, value, documentMasking);
     }
 
     /**
-     * @return the layer spec of this run: the attention kind's, with {@link #lora()}'s adapters when set
+     * @param value what the end-of-document tokens of the samples do
+     * @return the same setup with it
+     */
+    public GptTrainingSetup withDocumentMasking(DocumentMasking value) {
+        return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
+                contextParallel, optimizer, microBatchSize, globalBatchSize, seqLength, training, seed,
+                deviceInitialization, dataloaderType, cudaGraph, lora, value);
+    }
+
+    /**
+     * @return the layer spec of this run: the attention kind's (for packed documents with
+     *     {@code --reset-attention-mask}), with {@link #lora()}'s adapters when set
      */
     public LayerSpec layerSpec() {
-        LayerSpec spec = attention.layerSpec(model);
+        LayerSpec spec = attention.layerSpec(model, documentMasking.resetAttentionMask());
         return lora == null ? spec : spec.withLora(lora);
     }
 
