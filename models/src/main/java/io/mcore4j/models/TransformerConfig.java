@@ -288,7 +288,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                 : List.copyOf(hierarchicalContextParallelSizes);
         for (int size : hierarchicalContextParallelSizes) {
             if (size < 1) {
-                throw new IllegalArgumentException(hierarchyFlag(hierarchicalContextParallelSizes) + ": every size must be at least 1");
+                throw new IllegalArgumentException(hierarchyFlag(hierarchicalContextParallelSizes)
+                        + ": every size must be at least 1");
             }
         }
         if (cpCommType == CpCommType.A2A_P2P && hierarchicalContextParallelSizes.size() != 2) {
@@ -403,7 +404,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     + " is not divisible by expert tensor parallel size " + dims.expertTensorParallel());
         }
         validateContextParallel(tp, dims.contextParallel());
-        if (cpCommType == CpCommType.A2A_P2P && !dims.hierarchicalContextParallelSizes().equals(hierarchicalContextParallelSizes)) {
+        if (cpCommType == CpCommType.A2A_P2P
+                && !dims.hierarchicalContextParallelSizes().equals(hierarchicalContextParallelSizes)) {
             throw new IllegalArgumentException("--cp-comm-type a2a+p2p with " + hierarchyFlag(hierarchicalContextParallelSizes)
                     + " needs the layout's hierarchical context-parallel groups of those sizes; the layout has "
                     + dims.hierarchicalContextParallelSizes() + " (ParallelDims.Builder.hierarchicalContextParallelSizes)");

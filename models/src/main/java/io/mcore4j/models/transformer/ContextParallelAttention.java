@@ -125,7 +125,8 @@ final class ContextParallelAttention {
         for (int step = 0; step < n; step++) {
             int source = Math.floorMod(rank - step, n);
             block = nextBlock(scope, kv, gathered, block, step, source);
-            NDArray mask = PackedAttentionMask.of(m, packed, queries, PackedAttentionMask.tokens(dataSplit, source, gatheredRanks, packed));
+            long[][] keys = PackedAttentionMask.tokens(dataSplit, source, gatheredRanks, packed);
+            NDArray mask = PackedAttentionMask.of(m, packed, queries, keys);
             if (mask != null) {
                 parts.add(attend(scope, query, block, mask));
             }

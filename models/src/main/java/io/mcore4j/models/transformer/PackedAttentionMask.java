@@ -85,7 +85,8 @@ final class PackedAttentionMask {
         for (int i = 0; i < gathered; i++) {
             long[][] member = tokens(dataSplit, ringRank * gathered + i, packed);
             for (int c = 0; c < out.length; c++) {
-                out[c] = out[c] == null ? member[c] : LongStream.concat(Arrays.stream(out[c]), Arrays.stream(member[c])).toArray();
+                out[c] = out[c] == null ? member[c]
+                        : LongStream.concat(Arrays.stream(out[c]), Arrays.stream(member[c])).toArray();
             }
         }
         for (long[] column : out) {

@@ -18,7 +18,7 @@ import io.mcore4j.parallel.Communicator;
  *
  * <p>Under {@code a2a+p2p} the same exchange runs over the first hierarchical level only (a group of
  * {@code A} consecutive context-parallel ranks): each rank then holds that group's tokens, which are
- * the ring's load-balanced chunks ({@link io.mcore4j.contextparallel.CpCommType#A2A_P2P}), for
+ * the ring's load-balanced chunks ({@link CpCommType#A2A_P2P}), for
  * {@code np/A} heads, and the "serial" attention is the ring over the second level.
  *
  * <p>The query heads of a tensor-parallel rank must be divisible by the group's size {@code n}. Key/value
