@@ -24,7 +24,8 @@ import java.util.Objects;
  * @param expertParallel expert-parallel size
  * @param contextParallel context-parallel size: each sequence is split over this many ranks
  *                        ({@link io.mcore4j.contextparallel.ContextParallelSplit}; the attention's
- *                        exchange is the model's {@code cpCommType})
+ *                        exchange is the model's {@code cpCommType}, whose hierarchical levels, if any,
+ *                        the layout's groups follow)
  * @param optimizer optimizer, precision and gradient-reduction settings
  * @param microBatchSize samples per micro-batch
  * @param globalBatchSize samples per iteration, all data-parallel ranks together
@@ -74,6 +75,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
                     + contextParallel + " = " + 2L * contextParallel
                     + " (the load-balanced causal split cuts each sequence into 2·CP equal chunks)");
         }
+        model.validateContextParallel(tensorParallel, contextParallel); // a2a+p2p's levels against CP and the heads
         attention.layerSpec(model); // refuses a fused kind with attention dropout
         if (documentMasking.resetAttentionMask()) {
             attention.checkPacked(model, contextParallel);
@@ -186,7 +188,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
     public ParallelDims dims(int worldSize) {
         ParallelDims dims = ParallelDims.builder(worldSize).tensorParallel(tensorParallel).pipelineParallel(pipelineParallel)
                 .virtualPipelineParallel(virtualStages).expertParallel(expertParallel).contextParallel(contextParallel)
-                .build();
+                .hierarchicalContextParallelSizes(model.hierarchicalContextParallelSizes()).build();
         int dp = dims.dataParallel();
         if (globalBatchSize % ((long) microBatchSize * dp) != 0) {
             throw new IllegalArgumentException("--global-batch-size " + globalBatchSize + " is not divisible by"
