@@ -497,7 +497,8 @@ public final class HfConfig {
                 .activation(c.activation()).addBiasLinear(c.addBiasLinear()).tiedEmbeddings(c.tiedEmbeddings())
                 .dropout(c.hiddenDropout(), c.attentionDropout()).initStd(c.initStd()).recompute(c.recompute())
                 .sequenceParallel(c.sequenceParallel()).dtype(c.dtype()).moe(c.moe()).addQkvBias(c.addQkvBias())
-                .cpCommType(c.cpCommType()).ropeScaling(c.ropeScaling()).tpCommOverlap(c.tpCommOverlap())
+                .cpCommType(c.cpCommType()).hierarchicalContextParallelSizes(c.hierarchicalContextParallelSizes())
+                .ropeScaling(c.ropeScaling()).tpCommOverlap(c.tpCommOverlap())
                 .qkLayernorm(c.qkLayernorm()).build();
     }
 

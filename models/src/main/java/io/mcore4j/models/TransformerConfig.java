@@ -8,8 +8,10 @@ import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.Collections;
 import java.util.EnumSet;
+import java.util.List;
 import java.util.Locale;
 import java.util.Set;
+import java.util.stream.Collectors;
 
 /**
  * The shape and numerics of a decoder-only transformer, validated once. {@link #validate(ParallelDims)} checks it
@@ -48,6 +50,9 @@ import java.util.Set;
  * @param moe mixture-of-experts settings, or null for dense MLPs
  * @param cpCommType how attention exchanges keys and values across the context-parallel group
  *     (Megatron's {@code cp_comm_type}); unused when the context-parallel size is 1
+ * @param hierarchicalContextParallelSizes the levels of the context-parallel group, innermost first
+ *     (Megatron's {@code hierarchical_context_parallel_sizes}); {@link CpCommType#A2A_P2P} needs two: the
+ *     all-to-all group's size, then the ring's. Empty for none (never null; held unmodifiable)
  * @param addQkvBias biases on the fused QKV projection even without {@code addBiasLinear}
  *     (Megatron's {@code add_qkv_bias}; Qwen2)
  * @param ropeScaling frequency scaling of the rotary embedding (LLaMA 3.1's), or null for none
@@ -65,7 +70,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 double hiddenDropout, double attentionDropout, double initStd,
                                 Recompute recompute, RecomputeMethod recomputeMethod, int recomputeNumLayers,
                                 Set<RecomputeModule> recomputeModules, boolean sequenceParallel, DataType dtype, MoeSettings moe,
-                                CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling,
+                                CpCommType cpCommType, List<Integer> hierarchicalContextParallelSizes,
+                                boolean addQkvBias, RopeScaling ropeScaling,
                                 boolean qkLayernorm, boolean tpCommOverlap) {
 
     /** Normalisation layer kind. */
@@ -278,6 +284,20 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         if (cpCommType == null) {
             throw new IllegalArgumentException("the context-parallel communication type must be given (ALL_GATHER or P2P)");
         }
+        hierarchicalContextParallelSizes = hierarchicalContextParallelSizes == null ? List.of()
+                : List.copyOf(hierarchicalContextParallelSizes);
+        for (int size : hierarchicalContextParallelSizes) {
+            if (size < 1) {
+                throw new IllegalArgumentException(hierarchyFlag(hierarchicalContextParallelSizes)
+                        + ": every size must be at least 1");
+            }
+        }
+        if (cpCommType == CpCommType.A2A_P2P && hierarchicalContextParallelSizes.size() != 2) {
+            // Megatron asserts the same: the all-to-all's group is the first level, the ring's the second
+            throw new IllegalArgumentException("--cp-comm-type a2a+p2p needs two --hierarchical-context-parallel-sizes"
+                    + " (the a2a group's size, then the p2p ring's, multiplying to --context-parallel-size); got "
+                    + (hierarchicalContextParallelSizes.isEmpty() ? "none" : hierarchyFlag(hierarchicalContextParallelSizes)));
+        }
         if (recompute == null) {
             throw new IllegalArgumentException("the recompute granularity must be given (NONE, SELECTIVE or FULL)");
         }
@@ -383,6 +403,49 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException("expert ffn hidden size " + moe.ffnHiddenSize()
                     + " is not divisible by expert tensor parallel size " + dims.expertTensorParallel());
         }
+        validateContextParallel(tp, dims.contextParallel());
+        if (cpCommType == CpCommType.A2A_P2P
+                && !dims.hierarchicalContextParallelSizes().equals(hierarchicalContextParallelSizes)) {
+            throw new IllegalArgumentException("--cp-comm-type a2a+p2p with " + hierarchyFlag(hierarchicalContextParallelSizes)
+                    + " needs the layout's hierarchical context-parallel groups of those sizes; the layout has "
+                    + dims.hierarchicalContextParallelSizes() + " (ParallelDims.Builder.hierarchicalContextParallelSizes)");
+        }
+    }
+
+    /**
+     * Checks the hierarchical context-parallel sizes against the tensor- and context-parallel sizes:
+     * they multiply to the context-parallel size, and under {@link CpCommType#A2A_P2P} the query heads of
+     * a tensor-parallel rank are divisible by the all-to-all group's size (the first level), as
+     * Megatron-LM's argument checks demand.
+     *
+     * @param tensorParallel the tensor-parallel size
+     * @param contextParallel the context-parallel size
+     * @throws IllegalArgumentException naming the flags and their values
+     */
+    public void validateContextParallel(int tensorParallel, int contextParallel) {
+        if (hierarchicalContextParallelSizes.isEmpty()) {
+            return;
+        }
+        long product = 1;
+        for (int size : hierarchicalContextParallelSizes) {
+            product *= size;
+        }
+        if (product != contextParallel) {
+            throw new IllegalArgumentException(hierarchyFlag(hierarchicalContextParallelSizes) + " multiply to " + product
+                    + ", not --context-parallel-size " + contextParallel);
+        }
+        int a2a = hierarchicalContextParallelSizes.get(0);
+        int heads = numAttentionHeads / tensorParallel;
+        if (cpCommType == CpCommType.A2A_P2P && heads % a2a != 0) {
+            throw new IllegalArgumentException("--cp-comm-type a2a+p2p scatters the attention heads over the a2a group: "
+                    + heads + " heads per tensor-parallel rank (" + numAttentionHeads + " / --tensor-model-parallel-size "
+                    + tensorParallel + ") are not divisible by its size " + a2a + " (the first of "
+                    + hierarchyFlag(hierarchicalContextParallelSizes) + ")");
+        }
+    }
+
+    private static String hierarchyFlag(List<Integer> sizes) {
+        return "--hierarchical-context-parallel-sizes " + sizes.stream().map(String::valueOf).collect(Collectors.joining(" "));
     }
 
     /**
@@ -475,6 +538,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.type = dtype;
         b.moeSettings = moe;
         b.cpComm = cpCommType;
+        b.hierarchicalCp = hierarchicalContextParallelSizes;
         b.qkvBias = addQkvBias;
         b.scaling = ropeScaling;
         b.qkNorm = qkLayernorm;
@@ -517,6 +581,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private DataType type = DataType.FLOAT32;
         private MoeSettings moeSettings;
         private CpCommType cpComm = CpCommType.P2P;
+        private List<Integer> hierarchicalCp = List.of();
         private boolean qkvBias;
         private RopeScaling scaling;
         private boolean qkNorm;
@@ -678,6 +743,17 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param sizes the context-parallel group's levels, innermost first (Megatron's
+         *     {@code --hierarchical-context-parallel-sizes}; {@link CpCommType#A2A_P2P} needs two: the
+         *     all-to-all group's size, then the ring's); empty for none
+         * @return this
+         */
+        public Builder hierarchicalContextParallelSizes(List<Integer> sizes) {
+            this.hierarchicalCp = sizes;
+            return this;
+        }
+
         /** @param enabled biases on the QKV projection whatever {@link #addBiasLinear} says @return this */
         public Builder addQkvBias(boolean enabled) {
             this.qkvBias = enabled;
@@ -718,7 +794,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
-                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm, tpOverlap);
+                    type, moeSettings, cpComm, hierarchicalCp, qkvBias, scaling, qkNorm, tpOverlap);
         }
     }
 }

@@ -82,7 +82,8 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
                 c.positionEmbedding(), c.rotaryBase(), c.rotaryPercent(), c.activation(), c.addBiasLinear(),
                 c.tiedEmbeddings(), c.hiddenDropout(), c.attentionDropout(), c.initStd(), c.recompute(), c.recomputeMethod(),
                 c.recomputeNumLayers(), c.recomputeModules(),
-                c.sequenceParallel(), c.dtype(), c.moe(), c.cpCommType(), c.addQkvBias(), c.ropeScaling(),
+                c.sequenceParallel(), c.dtype(), c.moe(), c.cpCommType(), c.hierarchicalContextParallelSizes(),
+                c.addQkvBias(), c.ropeScaling(),
                 c.qkLayernorm(), c.tpCommOverlap());
     }
 

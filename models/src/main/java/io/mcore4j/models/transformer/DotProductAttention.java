@@ -11,6 +11,7 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.Frame;
+import io.mcore4j.parallel.Communicator;
 
 /**
  * Causal scaled dot-product attention composed of libtorch ops (Megatron's "local" attention):
@@ -19,7 +20,9 @@ import io.mcore4j.core.autograd.Frame;
  * <p>With a context-parallel group of more than one rank, the inputs are this rank's part of the
  * sequence and the keys and values of the others are brought in by the configured
  * {@code cp_comm_type} ({@link ContextParallelAttention}), or for {@code a2a} the heads are exchanged
- * for the whole sequence ({@link UlyssesAttention}); with one rank nothing changes.
+ * for the whole sequence ({@link UlyssesAttention}), or for {@code a2a+p2p} the heads are exchanged for
+ * the tokens of the first hierarchical level, which the ring over the second level attends; with one
+ * rank nothing changes.
  *
  * <p>Packed sequences replace the causal mask with a block-diagonal causal one
  * ({@link PackedAttentionMask}): no query attends a key of another sequence.
@@ -30,15 +33,17 @@ public final class DotProductAttention implements CoreAttention {
     private final UlyssesAttention ulysses;
 
     /**
-     * @param ctx the model context (dropout probability and generator, context-parallel group)
-     * @throws IllegalArgumentException if {@code --cp-comm-type a2a} cannot scatter this rank's heads
+     * @param ctx the model context (dropout probability and generator, context-parallel groups)
+     * @throws IllegalArgumentException if {@code --cp-comm-type a2a} or {@code a2a+p2p} cannot scatter this
+     *     rank's heads, or {@code a2a+p2p} finds no hierarchical context-parallel groups
      */
     public DotProductAttention(ModelContext ctx) {
         this.ctx = ctx;
-        boolean cp = ctx.groups().cp().size() > 1;
-        boolean a2a = ctx.config().cpCommType() == CpCommType.A2A;
-        this.contextParallel = cp && !a2a ? new ContextParallelAttention(ctx) : null;
-        this.ulysses = cp && a2a ? new UlyssesAttention(ctx) : null;
+        Communicator ring = CpCommGroups.ring(ctx);
+        boolean allGather = ctx.config().cpCommType() == CpCommType.ALL_GATHER && ctx.groups().cp().size() > 1;
+        this.contextParallel = allGather ? new ContextParallelAttention(ctx, ctx.groups().cp(), true)
+                : ring != null ? new ContextParallelAttention(ctx, ring, false) : null;
+        this.ulysses = UlyssesAttention.of(ctx);
     }
 
     @Override
@@ -48,13 +53,16 @@ public final class DotProductAttention implements CoreAttention {
 
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
-        if (contextParallel != null) {
-            return contextParallel.forward(scope, query, key, value, packed);
-        }
         if (ulysses != null) {
-            return ulysses.forward(scope, query, key, value, packed, (sc, q, k, v) -> wholeSequence(sc, q, k, v, packed));
+            return ulysses.forward(scope, query, key, value, packed, (sc, q, k, v) -> local(sc, q, k, v, packed));
         }
-        return wholeSequence(scope, query, key, value, packed);
+        return local(scope, query, key, value, packed);
+    }
+
+    /** This rank's tokens: the ring's or all-gather's share, or a whole sequence (no CP, or a2a's gathered one). */
+    private NDArray local(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
+        return contextParallel != null ? contextParallel.forward(scope, query, key, value, packed)
+                : wholeSequence(scope, query, key, value, packed);
     }
 
     /** Causal attention over a whole sequence on this rank, block-diagonal for packed sequences. */

@@ -98,9 +98,18 @@ public final class PretrainArgs {
         }
     }
 
-    /** Megatron's {@code --cp-comm-type} values that are implemented, and the exchange each selects. */
+    /**
+     * Megatron's {@code --cp-comm-type} values, and the exchange each selects ({@code a2a+p2p} is written as
+     * Megatron writes it; picocli matches a constant by its {@code toString} too).
+     */
     public enum CpCommKind {
-        p2p(CpCommType.P2P), allgather(CpCommType.ALL_GATHER), all_gather(CpCommType.ALL_GATHER), a2a(CpCommType.A2A);
+        p2p(CpCommType.P2P), allgather(CpCommType.ALL_GATHER), all_gather(CpCommType.ALL_GATHER), a2a(CpCommType.A2A),
+        a2a_p2p(CpCommType.A2A_P2P) {
+            @Override
+            public String toString() {
+                return CpCommType.A2A_P2P.flag();
+            }
+        };
 
         private final CpCommType type;
 
@@ -149,8 +158,14 @@ public final class PretrainArgs {
     Path autoLayoutCluster;
     @Option(names = "--cp-comm-type", description = "How attention exchanges keys and values across the context-parallel"
             + " group: ${COMPLETION-CANDIDATES} (p2p: a ring; allgather and all_gather are one; a2a: heads scattered,"
-            + " sequence gathered, heads divisible by CP; Megatron-Core's a2a+p2p is not implemented). Default: ${DEFAULT-VALUE}.")
+            + " sequence gathered, heads divisible by CP; a2a+p2p: a2a inside groups of consecutive CP ranks, then a ring"
+            + " across them, sized by --hierarchical-context-parallel-sizes). Default: ${DEFAULT-VALUE}.")
     CpCommKind cpCommType = CpCommKind.p2p;
+    @Option(names = "--hierarchical-context-parallel-sizes", arity = "1..*", description = "Levels of the context-parallel"
+            + " group, innermost first, multiplying to --context-parallel-size; --cp-comm-type a2a+p2p needs two: the a2a"
+            + " group's size (consecutive CP ranks, typically within a node; it must divide the heads per tensor-parallel"
+            + " rank), then the p2p ring's.")
+    List<Integer> hierarchicalContextParallelSizes;
 
     // model
     @Option(names = "--num-layers", description = "Default: ${DEFAULT-VALUE}.")
@@ -996,7 +1011,8 @@ public final class PretrainArgs {
             // stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
                     Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
-                    .tpCommOverlap(tpCommOverlap).cpCommType(cpCommType.type)).build();
+                    .tpCommOverlap(tpCommOverlap).cpCommType(cpCommType.type)
+                    .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes)).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());
@@ -1009,7 +1025,8 @@ public final class PretrainArgs {
                 .tpCommOverlap(tpCommOverlap)
                 .tiedEmbeddings(!untieEmbeddings)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
-                .cpCommType(cpCommType.type);
+                .cpCommType(cpCommType.type)
+                .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes);
         b.qkLayernorm(qkLayernorm);
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);

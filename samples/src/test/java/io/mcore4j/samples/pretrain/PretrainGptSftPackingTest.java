@@ -162,6 +162,9 @@ class PretrainGptSftPackingTest {
                 + " conversation to a multiple of 2 x --context-parallel-size and splits it per sequence: use --cp-comm-type"
                 + " p2p or allgather", refusal(fixture("qwen2", data, 1, "--packing", "--nproc", "2",
                 "--context-parallel-size", "2", "--cp-comm-type", "a2a")));
+        assertTrue(refusal(fixture("qwen2", data, 1, "--packing", "--nproc", "2", "--context-parallel-size", "2",
+                "--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "2", "1"))
+                .startsWith("pretrain-gpt: --cp-comm-type a2a+p2p gathers whole columns in position order; --packing"));
         assertEquals("pretrain-gpt: --attention-backend flash under context parallelism runs a fused ring, which has no"
                 + " packed path; packed sequences need --attention-backend unfused (or auto)", refusal(fixture("qwen2", data, 1,
                 "--packing", "--nproc", "2", "--context-parallel-size", "2", "--attention-backend", "flash")));

@@ -25,7 +25,8 @@ import java.util.Objects;
  * @param expertParallel expert-parallel size
  * @param contextParallel context-parallel size: each sequence is split over this many ranks
  *                        ({@link io.mcore4j.contextparallel.ContextParallelSplit}; the attention's
- *                        exchange is the model's {@code cpCommType})
+ *                        exchange is the model's {@code cpCommType}, whose hierarchical levels, if any,
+ *                        the layout's groups follow)
  * @param optimizer optimizer, precision and gradient-reduction settings
  * @param microBatchSize samples per micro-batch
  * @param globalBatchSize samples per iteration, all data-parallel ranks together
@@ -79,6 +80,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
                     + contextParallel + " = " + 2L * contextParallel
                     + " (the load-balanced causal split cuts each sequence into 2·CP equal chunks)");
         }
+        model.validateContextParallel(tensorParallel, contextParallel); // a2a+p2p's levels against CP and the heads
         attention.layerSpec(model); // refuses a fused kind with attention dropout
         if (packedSamples && (documentMasking.resetAttentionMask() || documentMasking.resetPositionIds())) {
             throw new IllegalArgumentException("--packing restarts the positions and the attention at every conversation"
@@ -93,11 +95,13 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
                         + " --cuda-graph-impl local");
             }
         }
-        if (packedSamples && contextParallel > 1 && model.cpCommType() == CpCommType.A2A) {
+        boolean allToAll = model.cpCommType() == CpCommType.A2A || model.cpCommType() == CpCommType.A2A_P2P
+                && model.hierarchicalContextParallelSizes().get(0) > 1;
+        if (packedSamples && contextParallel > 1 && allToAll) {
             // fine-tuning data pads every conversation to a multiple of 2·CP, so it is always split per sequence
-            throw new IllegalArgumentException("--cp-comm-type a2a gathers whole columns in position order; --packing pads"
-                    + " every conversation to a multiple of 2 x --context-parallel-size and splits it per sequence: use"
-                    + " --cp-comm-type p2p or allgather");
+            throw new IllegalArgumentException("--cp-comm-type " + model.cpCommType().flag() + " gathers whole columns in"
+                    + " position order; --packing pads every conversation to a multiple of 2 x --context-parallel-size and"
+                    + " splits it per sequence: use --cp-comm-type p2p or allgather");
         }
         if (lora != null && model.moe() != null) {
             throw new IllegalArgumentException("LoRA adapters wrap the dense layers' linears; this model has"
@@ -240,7 +244,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
     public ParallelDims dims(int worldSize) {
         ParallelDims dims = ParallelDims.builder(worldSize).tensorParallel(tensorParallel).pipelineParallel(pipelineParallel)
                 .virtualPipelineParallel(virtualStages).expertParallel(expertParallel).contextParallel(contextParallel)
-                .build();
+                .hierarchicalContextParallelSizes(model.hierarchicalContextParallelSizes()).build();
         int dp = dims.dataParallel();
         if (globalBatchSize % ((long) microBatchSize * dp) != 0) {
             throw new IllegalArgumentException("--global-batch-size " + globalBatchSize + " is not divisible by"
