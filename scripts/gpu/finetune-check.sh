@@ -7,20 +7,23 @@
 #  2. transformers + peft LoRA (peft_finetune_bench.py): padded batches, SDPA; padding-free where flash-attn is
 #     installed;
 #  3. mcore4j pretrain-gpt --load-hf --sft --peft lora: packed (--packing) and padded (one conversation per
-#     sample), and full fine-tuning packed (optimizer on the host: --optimizer-cpu-offload).
+#     sample), and full fine-tuning packed (optimizer state on the host: --use-distributed-optimizer
+#     --optimizer-cpu-offload --optimizer-offload-fraction 0.5; one GPU does not hold 8B parameters with all of
+#     Adam's state beside them).
 # The chat template and tokenizer are the tiny Llama 3.2 fixture's (data/src/test/resources/io/mcore4j/data/chat/
 # llama): ids stay below 128256, so the model's shape, not the tokenizer, sets the cost. tokens/s counts the
 # conversations' tokens only: mcore4j's logged tokens/s (every position of every sample) times the share of
 # positions that hold conversation tokens, which the SFT dataset prints when it is built.
 #   W (/tmp/finetune-check), STEPS (8) timed iterations after WARMUP (2), SEQ (4096), GBS (8 sequences per
-#   iteration for mcore4j, micro-batch 1), PEFT_MBS (4), RANK (16), ALPHA (32), EXTRA (more pretrain-gpt flags)
+#   iteration for mcore4j, micro-batch 1), PEFT_MBS (4), RANK (16), ALPHA (32), EXTRA (more pretrain-gpt flags),
+#   RUN_TIMEOUT_S (170) for each mcore4j run
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 W=${W:-/tmp/finetune-check}; steps=${STEPS:-8}; warmup=${WARMUP:-2}; seq=${SEQ:-4096}; gbs=${GBS:-8}
 rank=${RANK:-16}; alpha=${ALPHA:-32}; extra=${EXTRA:-}
 tok=$root/data/src/test/resources/io/mcore4j/data/chat/llama
-java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx64g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
+java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 mkdir -p "$W"
 
@@ -38,7 +41,7 @@ mcore4j() {
   local name=$1; shift
   local log=$W/$name.log
   # shellcheck disable=SC2086 # java_opts and extra are flag lists
-  timeout -k 10 420 java $java_opts -cp "$CP" io.mcore4j.samples.pretrain.PretrainGpt --load-hf "$W/llama8b" --sft \
+  timeout -k 10 "${RUN_TIMEOUT_S:-170}" java $java_opts -cp "$CP" io.mcore4j.samples.pretrain.PretrainGpt --load-hf "$W/llama8b" --sft \
     --data-path "$W/chats.jsonl" --split 100,0,0 --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$tok" \
     --seq-length "$seq" --micro-batch-size 1 --global-batch-size "$gbs" --train-iters $((warmup + steps)) --lr 1e-4 \
     --min-lr 1e-4 --lr-warmup-iters 0 --bf16 --log-interval 1 --eval-interval 0 --data-cache-path "$W/cache" \
@@ -66,4 +69,4 @@ mcore4j() {
 echo "== 3. mcore4j pretrain-gpt --load-hf --sft, micro-batch 1, global batch $gbs"
 mcore4j lora-packed --peft lora --lora-rank "$rank" --lora-alpha "$alpha" --packing
 mcore4j lora-padded --peft lora --lora-rank "$rank" --lora-alpha "$alpha"
-mcore4j full-packed --packing --optimizer-cpu-offload --optimizer-offload-fraction 1.0
+mcore4j full-packed --packing --use-distributed-optimizer --optimizer-cpu-offload --optimizer-offload-fraction 0.5
