@@ -10,7 +10,8 @@
 #   llama-tp4sp (4), llama-tp2dp2 (4), probe-tp1 (1), probe-tp2 (2), probe-tp4 (4); and, only when named,
 #   tp2sp (2), llama-dp4 (4), and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
 #   cp1 (1: one GPU at 16k), cp2 (2: CP2 at 32k), cp4 (4: CP4 at 64k), cp4-128k (4: CP4 at 128k with full
-#   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a). "probe" names the three probe rows, "cp" cp1 cp2
+#   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a), cp4-a2a-p2p (4: CP4 at 64k, --cp-comm-type a2a+p2p,
+#   --hierarchical-context-parallel-sizes 2 2). "probe" names the three probe rows, "cp" cp1 cp2
 #   cp4 cp4-128k. Every row is GptBenchmark (= pretrain-gpt
 #   --mock-data) of the 1.3B model (L=24 h=2048 heads=16 s=2048 V=32768, micro-batch 4 x 2 per replica), of
 #   LLaMA-7B, or of the probe preset with --phases (its step is the host's time); one process per GPU under
@@ -135,6 +136,9 @@ row() {
                   refs=("2|cp|PyTorch CP2|--seq 32768 --mbs 1 --micro 1");;
     cp2-a2a)      gpus=2; layout="1.3B, CP2 a2a, sequence 32k, micro-batch 1 × 1"
                   args="--model 1.3b $long --seq-length 32768 --context-parallel-size 2 --cp-comm-type a2a";;
+    cp4-a2a-p2p)  gpus=4; layout="1.3B, CP4 a2a+p2p 2 × 2, sequence 64k, micro-batch 1 × 1"
+                  args="--model 1.3b $long --seq-length 65536 --context-parallel-size 4 --cp-comm-type a2a+p2p"
+                  args+=" --hierarchical-context-parallel-sizes 2 2";;
     cp4)          gpus=4; layout="1.3B, CP4, sequence 64k, micro-batch 1 × 1"
                   args="--model 1.3b $long --seq-length 65536 --context-parallel-size 4"
                   refs=("4|cp|PyTorch CP4|--seq 65536 --mbs 1 --micro 1");;
@@ -295,7 +299,7 @@ EOF
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
   local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 probe-tp4 \
-      cp1 cp2 cp2-a2a cp4 cp4-128k; do
+      cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done
   row nonsense && { echo "selftest: FAIL, an unknown row was accepted"; fail=1; }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# pack-runtime.sh DIR: writes DIR/jre.tgz, a jlinked Java runtime (about 30 MB) holding the JDK modules
-# mcore4j and DJL use, for GPU hosts without Java. Unpack it there (tar xzf jre.tgz) and use jre/bin/java.
+# pack-runtime.sh DIR: writes DIR/jre.tar.xz, a jlinked Java runtime (about 21 MB) holding the JDK modules
+# mcore4j and DJL use, for GPU hosts without Java. Unpack it there (tar xf jre.tar.xz) and use jre/bin/java.
 # The JDK comes from $JDK, else $JAVA_HOME, else the newest of /usr/lib/jvm/{temurin-25,java-21,java-17}*.
 set -euo pipefail
 out=${1:?usage: pack-runtime.sh DIR}
@@ -15,5 +15,6 @@ fi
 mkdir -p "$out"; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 "$jdk/bin/jlink" --add-modules java.base,java.logging,java.management,jdk.unsupported,java.xml,java.naming,java.desktop,jdk.zipfs \
   --strip-debug --no-header-files --no-man-pages --output "$tmp/jre"
-tar czf "$out/jre.tgz" -C "$tmp" jre
-echo "pack-runtime: $out/jre.tgz ($(du -h "$out/jre.tgz" | cut -f1)) from $jdk"
+# xz: a third smaller than gzip, which keeps the staged runtime within the device tool's 64 MiB
+tar cJf "$out/jre.tar.xz" -C "$tmp" jre
+echo "pack-runtime: $out/jre.tar.xz ($(du -h "$out/jre.tar.xz" | cut -f1)) from $jdk"

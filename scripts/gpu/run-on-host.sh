@@ -10,8 +10,8 @@ _mc4j_host() {
   gpu=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd) || return 1
   local host=${MCORE4J_HOST_DIR:-/tmp/mcore4j-host}
   mkdir -p "$host" || return 1
-  if [ ! -x "$host/jre/bin/java" ] || [ "$gpu/jre.tgz" -nt "$host/jre/bin/java" ]; then
-    rm -rf "$host/jre" && tar xzf "$gpu/jre.tgz" -C "$host" && touch "$host/jre/bin/java" || return 1
+  if [ ! -x "$host/jre/bin/java" ] || [ "$gpu/jre.tar.xz" -nt "$host/jre/bin/java" ]; then
+    rm -rf "$host/jre" && { tar xf "$gpu/jre.tar.xz" -C "$host" 2>/dev/null || python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$gpu/jre.tar.xz" "$host"; } && touch "$host/jre/bin/java" || return 1
   fi
   export JAVA_HOME=$host/jre
   export PATH=$JAVA_HOME/bin:$PATH

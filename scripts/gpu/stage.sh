@@ -3,7 +3,7 @@
 #
 # Assembles GPU_DIR (default .gpu, git-ignored): everything a GPU host with Python torch, g++ and cmake
 # but no Java, no Maven and no network needs to run mcore4j from this checkout:
-#   jre.tgz        a jlinked Java runtime (scripts/gpu/pack-runtime.sh)
+#   jre.tar.xz     a jlinked Java runtime (scripts/gpu/pack-runtime.sh)
 #   lib/*.jar      mcore4j's jars (mcore4j-cuda and mcore4j-nccl among them) and their runtime dependencies,
 #                  without DJL's CPU libtorch (pytorch-native-cpu: the host's libtorch replaces it)
 #   djl-src/       the DJL v0.35.1 sources the JNI build needs (native sources, CMakeLists.txt, utils.h)
@@ -56,6 +56,16 @@ rm -f "$gpu"/lib/*-sources.jar "$gpu"/lib/*-javadoc.jar
 for artifact in mcore4j-cuda mcore4j-nccl; do
   ls "$gpu"/lib/"$artifact"-*.jar >/dev/null 2>&1 || { echo "stage: $artifact is missing from $gpu/lib" >&2; exit 1; }
 done
+# the hosts are linux-x86_64: other platforms' natives, DJL's prebuilt CUDA JNI (the host builds its own) and
+# JavaCPP's NPP bindings (image processing, which nothing here calls) go, so that the staged runtime with the
+# tokenizers jar (SFT) fits the device tool's 64 MiB
+strip() { # strip JAR PATTERN...: deletes the entries matching the patterns (a pattern matching nothing is fine)
+  local jar=$1; shift
+  for pattern in "$@"; do zip -q -d "$jar" "$pattern" >/dev/null 2>&1 || true; done
+}
+for jar in "$gpu"/lib/tokenizers-*.jar; do strip "$jar" 'native/lib/linux-aarch64/*' 'native/lib/win-*' 'native/lib/osx-*'; done
+for jar in "$gpu"/lib/pytorch-jni-*.jar; do strip "$jar" 'jnilib/linux-aarch64/*' 'jnilib/osx-*' 'jnilib/win-*' 'jnilib/linux-x86_64/cu*'; done
+for jar in "$gpu"/lib/cuda-*-linux-x86_64.jar; do strip "$jar" 'org/bytedeco/cuda/linux-x86_64/libjninpp*'; done
 
 "$here/pack-runtime.sh" "$gpu" >/dev/null
 cp "$here/build-djl-jni.sh" "$here/build-cuda-graphs.sh" "$here/host-env.sh" "$here/eager_gpt_bench.py" \
@@ -64,4 +74,4 @@ mkdir -p "$gpu/native" && cp "$root/cuda/src/main/native/cuda_graphs.cpp" "$gpu/
 cp "$here/run-on-host.sh" "$gpu/run-on-host.sh"
 # the commit the jars were built from (and whether the tree had changes), for the scripts' report lines
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu' 2>/dev/null || echo +changes)" >"$gpu/COMMIT"
-echo "stage: $gpu ($(du -sh "$gpu" | cut -f1)): $(ls "$gpu/lib" | wc -l) jars, jre.tgz, DJL JNI sources and headers"
+echo "stage: $gpu ($(du -sh "$gpu" | cut -f1)): $(ls "$gpu/lib" | wc -l) jars, jre.tar.xz, DJL JNI sources and headers"

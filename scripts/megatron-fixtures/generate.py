@@ -10,9 +10,15 @@ CPU torch and numpy, and writes JSON fixtures that the Java tests read:
                                                             plus a two-dataset blend
   data/src/test/resources/megatron/splits.json              --split ranges over a grid of sequence counts
   moe/src/test/resources/megatron/routing.json              top-k routing, token dropping/padding, aux/z loss
+  moe/src/test/resources/megatron/router.json               Megatron-Core's TopKRouter.routing itself (one CPU rank):
+                                                            sigmoid scores with an expert bias, group-limited top-k,
+                                                            top-k scaling, aux/seq/global aux losses (also as lists),
+                                                            z-loss, capacity; probabilities, maps, the logits'
+                                                            gradient, token counts and the expert-bias update
 
 Usage (Megatron's C++ helpers compiled first with `make -C megatron/core/datasets`):
   python3 scripts/megatron-fixtures/generate.py --megatron /path/to/Megatron-LM --repo .
+  python3 scripts/megatron-fixtures/generate.py --megatron /path/to/Megatron-LM --repo . --only router
 
 The fixed corpus is defined here (document_lengths, token) and rebuilt by the Java tests with mcore4j's own
 writer, so no binary data is committed.
@@ -186,6 +192,7 @@ def splits_fixture(work):
 
 def routing_fixture():
     import torch
+    _moe_importable_without_triton()
     from megatron.core.transformer.moe import moe_utils as mu
 
     out = {"torch_version": torch.__version__, "cases": [], "losses": []}
@@ -245,11 +252,131 @@ def routing_fixture():
     return out
 
 
+def _moe_importable_without_triton():
+    """Newer Megatron-LM imports triton when moe_utils loads (through the paged stash, which routing never calls);
+    without triton that module is replaced by an empty one."""
+    import types
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("megatron.core.transformer.moe.ops.paged_stash")
+        stub.__getattr__ = lambda name: None
+        sys.modules["megatron.core.transformer.moe.ops.paged_stash"] = stub
+
+
+def _router_on_one_cpu_rank():
+    """Lets Megatron-Core's TopKRouter run on one CPU process: a one-rank gloo group, its buffers on the CPU.
+
+    The router places its buffers on torch.cuda.current_device(), which is pointed at the CPU; its jit_fuser
+    (torch.compile) is turned off.
+    """
+    import torch
+    _moe_importable_without_triton()
+    torch.cuda.current_device = lambda: "cpu"
+    import megatron.core.jit as jit
+    jit.disable_jit_fuser()
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", "29533")
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    from megatron.core import parallel_state
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
+
+
+def router_fixture():
+    """Megatron-Core's TopKRouter.routing on given logits, in training mode, with every routing option mcore4j maps."""
+    import torch
+    _router_on_one_cpu_rank()
+    from megatron.core.process_groups_config import ProcessGroupCollection
+    from megatron.core.transformer.moe import moe_utils as mu
+    from megatron.core.transformer.moe.router import TopKRouter
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    g = torch.Generator().manual_seed(34)
+    seq, batch, experts = 4, 4, 8
+    tokens = seq * batch
+    # values on a 1/64 grid (exact in JSON); "ties" repeats values within and across tokens
+    logit_sets = {
+        "smooth": (torch.randn(tokens, experts, generator=g) * 64).round() / 64,
+        "ties": torch.randint(-6, 7, (tokens, experts), generator=g).float() / 4,
+    }
+    upstream = (torch.randn(tokens, experts, generator=g) * 64).round() / 64
+    bias = [0.25, -0.125, 0.0, 0.5, -0.25, 0.125, -0.5, 0.375]
+    cases = [
+        ("sigmoid_bias_top2_aux", dict(moe_router_topk=2, moe_router_score_function="sigmoid",
+                                       moe_router_enable_expert_bias=True, moe_router_load_balancing_type="aux_loss",
+                                       moe_aux_loss_coeff=1e-2)),
+        ("sigmoid_bias_top1", dict(moe_router_topk=1, moe_router_score_function="sigmoid",
+                                   moe_router_enable_expert_bias=True, moe_router_load_balancing_type="none")),
+        ("sigmoid_bias_groups_scaled_seq_z", dict(moe_router_topk=4, moe_router_score_function="sigmoid",
+                                                  moe_router_enable_expert_bias=True, moe_router_num_groups=4,
+                                                  moe_router_group_topk=2, moe_router_topk_scaling_factor=2.5,
+                                                  moe_router_load_balancing_type="seq_aux_loss", moe_aux_loss_coeff=1e-2,
+                                                  moe_z_loss_coeff=1e-3)),
+        ("softmax_groups_scaled_seq_z", dict(moe_router_topk=2, moe_router_num_groups=4, moe_router_group_topk=2,
+                                             moe_router_topk_scaling_factor=1.5,
+                                             moe_router_load_balancing_type="seq_aux_loss", moe_aux_loss_coeff=1e-2,
+                                             moe_z_loss_coeff=1e-3)),
+        ("presoftmax_groups_global", dict(moe_router_topk=3, moe_router_pre_softmax=True, moe_router_num_groups=2,
+                                          moe_router_group_topk=1, moe_router_load_balancing_type="global_aux_loss",
+                                          moe_aux_loss_coeff=1e-2)),
+        ("softmax_top3_aux_and_seq_z", dict(moe_router_topk=3, moe_router_load_balancing_type=["aux_loss", "seq_aux_loss"],
+                                            moe_aux_loss_coeff=[1e-2, 5e-3], moe_z_loss_coeff=1e-3)),
+        ("sigmoid_groups_capacity_padded", dict(moe_router_topk=2, moe_router_score_function="sigmoid",
+                                                moe_router_num_groups=4, moe_router_group_topk=2,
+                                                moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True,
+                                                moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2)),
+        ("presoftmax_top1_scaled_z", dict(moe_router_topk=1, moe_router_pre_softmax=True,
+                                          moe_router_topk_scaling_factor=2.0, moe_router_load_balancing_type="none",
+                                          moe_z_loss_coeff=1e-3)),
+    ]
+
+    def bits(m):
+        return ["".join(str(int(v)) for v in row) for row in m.int().tolist()]
+
+    def rows(t):
+        return [[float("%.9g" % v) for v in row] for row in t.tolist()]
+
+    pg = ProcessGroupCollection.use_mpu_process_groups()
+    out = {"torch_version": torch.__version__, "sequence_length": seq, "batch": batch, "experts": experts,
+           "logit_sets": {k: v.tolist() for k, v in logit_sets.items()}, "upstream": upstream.tolist(),
+           "expert_bias": bias, "bias_update_rate": 1e-3, "cases": []}
+    for name, options in cases:
+        config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=1, num_moe_experts=experts,
+                                   add_bias_linear=False, use_cpu_initialization=True,
+                                   moe_router_bias_update_rate=1e-3, **options)
+        for logits_name, values in logit_sets.items():
+            router = TopKRouter(config, pg_collection=pg)
+            router.set_layer_number(1)
+            router.train()
+            if router.expert_bias is not None:
+                router.expert_bias.copy_(torch.tensor(bias))
+            logits = values.clone().reshape(seq, batch, experts).requires_grad_()
+            probs, routing_map = router.routing(logits)
+            probs.backward(upstream)
+            case = {"name": name, "logits": logits_name,
+                    "options": {k: v for k, v in options.items()},
+                    "probs": rows(probs.detach()), "routing_map": bits(routing_map),
+                    "logits_grad": rows(logits.grad.reshape(tokens, experts))}
+            if router.expert_bias is not None:
+                counts = router.local_tokens_per_expert.clone()
+                case["tokens_per_expert"] = counts.tolist()
+                case["updated_expert_bias"] = mu.get_updated_expert_bias(
+                    counts, router.expert_bias, config.moe_router_bias_update_rate).tolist()
+            out["cases"].append(case)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--megatron", required=True, help="Megatron-LM checkout (helpers compiled)")
     parser.add_argument("--repo", default=".", help="mcore4j checkout to write the fixtures into")
+    parser.add_argument("--only", choices=["data", "routing", "router"], action="append",
+                        help="write only these fixtures (repeatable; default: all)")
     args = parser.parse_args()
+    wanted = set(args.only or ["data", "routing", "router"])
     sys.path.insert(0, os.path.abspath(args.megatron))
     import torch
     torch.manual_seed(0)
@@ -265,12 +392,16 @@ def main():
             f.write("\n")
         print("wrote", path, os.path.getsize(path), "bytes")
 
-    dump(os.path.join(data_dir, "numpy_random_state.json"), numpy_fixture())
-    with tempfile.TemporaryDirectory() as work:
-        dump(os.path.join(data_dir, "gpt_indices.json"), gpt_fixture(work))
-    with tempfile.TemporaryDirectory() as work:
-        dump(os.path.join(data_dir, "splits.json"), splits_fixture(work))
-    dump(os.path.join(moe_dir, "routing.json"), routing_fixture())
+    if "data" in wanted:
+        dump(os.path.join(data_dir, "numpy_random_state.json"), numpy_fixture())
+        with tempfile.TemporaryDirectory() as work:
+            dump(os.path.join(data_dir, "gpt_indices.json"), gpt_fixture(work))
+        with tempfile.TemporaryDirectory() as work:
+            dump(os.path.join(data_dir, "splits.json"), splits_fixture(work))
+    if "routing" in wanted:
+        dump(os.path.join(moe_dir, "routing.json"), routing_fixture())
+    if "router" in wanted:
+        dump(os.path.join(moe_dir, "router.json"), router_fixture())
 
 
 if __name__ == "__main__":

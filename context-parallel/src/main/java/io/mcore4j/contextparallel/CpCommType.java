@@ -30,7 +30,22 @@ public enum CpCommType {
      * transposed. Needs the heads of a tensor-parallel rank divisible by {@code CP}; grouped keys and
      * values are repeated where their groups are not.
      */
-    A2A("a2a");
+    A2A("a2a"),
+    /**
+     * Megatron-Core's hierarchical {@code a2a+p2p} ({@code --hierarchical-context-parallel-sizes A B},
+     * {@code A·B = CP}): an all-to-all inside each group of {@code A} consecutive context-parallel
+     * ranks (the inner, typically intra-node group) scatters the heads and gathers that group's tokens,
+     * then the keys and values of {@code heads/A} heads travel around a ring of {@code B} ranks (stride
+     * {@code A}) as in {@link #P2P}, and a second all-to-all returns the outputs to their tokens.
+     *
+     * <p>Why the ring needs nothing new: the inner group {@code g} holds chunks {@code gA … gA+A−1} and
+     * {@code 2N−A−gA … 2N−1−gA} of the load-balanced split of {@code N = A·B}; gathered in position
+     * order these are two contiguous runs, chunks {@code g} and {@code 2B−1−g} of a split into
+     * {@code 2B}: exactly the load-balanced split of the ring of {@code B}, so the ring's per-step
+     * visibility is that of {@code p2p} over {@code B} ranks. Needs the heads of a tensor-parallel rank
+     * divisible by {@code A}.
+     */
+    A2A_P2P("a2a+p2p");
 
     private final String flag;
 
@@ -46,10 +61,10 @@ public enum CpCommType {
     /**
      * Parses Megatron-LM's name of a method.
      *
-     * @param name {@code "allgather"}, {@code "p2p"} or {@code "a2a"} (case-insensitive; {@code "all_gather"} accepted)
+     * @param name {@code "allgather"}, {@code "p2p"}, {@code "a2a"} or {@code "a2a+p2p"} (case-insensitive;
+     *     {@code "all_gather"} accepted)
      * @return the method
-     * @throws IllegalArgumentException naming the value and the supported ones ({@code a2a+p2p} is a
-     *         Megatron-Core method that is not implemented)
+     * @throws IllegalArgumentException naming the value and the supported ones
      */
     public static CpCommType fromFlag(String name) {
         String n = name == null ? "" : name.toLowerCase(Locale.ROOT).replace("_", "");
@@ -59,7 +74,6 @@ public enum CpCommType {
             }
         }
         throw new IllegalArgumentException("--cp-comm-type " + name + " is not supported; supported: "
-                + Arrays.stream(values()).map(CpCommType::flag).toList()
-                + (n.startsWith("a2a") ? " (Megatron-Core's a2a+p2p is not implemented)" : ""));
+                + Arrays.stream(values()).map(CpCommType::flag).toList());
     }
 }

@@ -104,8 +104,9 @@ class ContextParallelSplitTest {
                 assertThrows(IllegalArgumentException.class, () -> new ContextParallelSplit(2, 0).positions(10)).getMessage());
         assertEquals("context parallel rank 2 is outside [0, 2)",
                 assertThrows(IllegalArgumentException.class, () -> new ContextParallelSplit(2, 2)).getMessage());
-        assertEquals("--cp-comm-type a2a+p2p is not supported; supported: [allgather, p2p, a2a] (Megatron-Core's a2a+p2p"
-                + " is not implemented)", assertThrows(IllegalArgumentException.class, () -> CpCommType.fromFlag("a2a+p2p")).getMessage());
+        assertEquals("--cp-comm-type a2a+p2p2 is not supported; supported: [allgather, p2p, a2a, a2a+p2p]",
+                assertThrows(IllegalArgumentException.class, () -> CpCommType.fromFlag("a2a+p2p2")).getMessage());
+        assertEquals(CpCommType.A2A_P2P, CpCommType.fromFlag("A2A+P2P"));
         assertEquals(CpCommType.A2A, CpCommType.fromFlag("a2a"));
         assertEquals(CpCommType.ALL_GATHER, CpCommType.fromFlag("all_gather"));
         assertEquals(CpCommType.P2P, CpCommType.fromFlag("p2p"));

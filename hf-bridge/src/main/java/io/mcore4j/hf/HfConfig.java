@@ -5,6 +5,7 @@ import com.google.gson.JsonObject;
 import com.google.gson.JsonParseException;
 import com.google.gson.JsonParser;
 import io.mcore4j.checkpoint.CommonState;
+import io.mcore4j.models.MoeLayerPattern;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -235,8 +236,8 @@ public final class HfConfig {
         if (arch == HfArchitecture.MIXTRAL) {
             r.require("router_jitter_noise", r.numberOr("router_jitter_noise", 0) == 0, "0 (router input jitter is not mapped)");
             double aux = r.boolOr("output_router_logits", false) ? r.numberOr("router_aux_loss_coef", 0.001) : 0;
-            b.moe(new TransformerConfig.MoeSettings(r.integer("num_local_experts"), r.integer("num_experts_per_tok"), 1,
-                    r.integer("intermediate_size"), aux, MoeConfig.Dispatcher.ALL_TO_ALL));
+            b.moe(TransformerConfig.MoeSettings.of(r.integer("num_local_experts"), r.integer("num_experts_per_tok"),
+                    MoeLayerPattern.every(1), r.integer("intermediate_size"), aux, MoeConfig.Dispatcher.ALL_TO_ALL));
         }
         return r.build(b);
     }

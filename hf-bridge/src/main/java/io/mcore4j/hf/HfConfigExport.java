@@ -3,6 +3,7 @@ package io.mcore4j.hf;
 import com.google.gson.JsonArray;
 import com.google.gson.JsonObject;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.Set;
@@ -101,15 +102,32 @@ final class HfConfigExport {
         }
         j.add("rope_parameters", rope(c.rotaryBase(), c.ropeScaling()));
         if (c.moe() != null) {
+            refuseRoutingMixtralLacks(c.moe().config());
             j.addProperty("num_local_experts", c.moe().numExperts());
             j.addProperty("num_experts_per_tok", c.moe().topK());
             j.addProperty("output_router_logits", c.moe().auxLossCoeff() > 0);
             j.addProperty("router_aux_loss_coef", c.moe().auxLossCoeff());
         }
         if (c.activation() != MlpActivation.SWIGLU || !c.usesRope() || c.rotaryPercent() != 1
-                || c.moe() != null && c.moe().layerFrequency() != 1) {
+                || c.moe() != null && c.moe().layers().count(c.numLayers()) != c.numLayers()) {
             throw new HfCheckpointException("an RMSNorm model maps to " + arch.className() + ", which needs SwiGLU and "
                     + "full rotary embeddings (and experts in every layer); got " + c);
+        }
+    }
+
+    /**
+     * Mixtral routes by the softmax over each token's top-k logits to routed experts alone: a model whose layers
+     * compute something else would be exported as a different model.
+     */
+    private static void refuseRoutingMixtralLacks(MoeConfig m) {
+        if (m.routerScore() != MoeConfig.RouterScore.SOFTMAX || m.preSoftmax() || m.hasGroupLimitedRouting()
+                || m.topKScalingFactor() != 1 || m.auxLossFree() || m.sharedExpertFfnHiddenSize() > 0) {
+            throw new HfCheckpointException("a mixture of experts maps to MixtralForCausalLM, which routes by the softmax of"
+                    + " the top-k logits to routed experts only; got " + m.routerScore() + " scores"
+                    + (m.preSoftmax() ? " before the top-k" : "") + (m.hasGroupLimitedRouting() ? ", group-limited routing" : "")
+                    + (m.topKScalingFactor() != 1 ? ", top-k scaling " + m.topKScalingFactor() : "")
+                    + (m.auxLossFree() ? ", an expert bias" : "")
+                    + (m.sharedExpertFfnHiddenSize() > 0 ? ", a shared expert" : ""));
         }
     }
 

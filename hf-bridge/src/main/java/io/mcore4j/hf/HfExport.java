@@ -261,8 +261,9 @@ public final class HfExport {
     /**
      * Copies the tokenizer and generation files a Hugging Face directory may hold
      * ({@code tokenizer.json}, {@code tokenizer_config.json}, {@code special_tokens_map.json},
-     * {@code tokenizer.model}, {@code vocab.json}, {@code merges.txt}, {@code generation_config.json})
-     * from one directory to another; absent ones are skipped.
+     * {@code tokenizer.model}, {@code vocab.json}, {@code merges.txt}, {@code generation_config.json}, and the
+     * chat template transformers 5 keeps beside them, {@code chat_template.jinja}) from one directory to another;
+     * absent ones are skipped.
      *
      * @param from the source directory (e.g. the imported checkpoint)
      * @param to the exported directory
@@ -272,7 +273,7 @@ public final class HfExport {
     public static List<String> copyTokenizerFiles(Path from, Path to) {
         List<String> copied = new ArrayList<>();
         for (String name : List.of("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json")) {
+                "tokenizer.model", "vocab.json", "merges.txt", "generation_config.json", "chat_template.jinja")) {
             Path f = from.resolve(name);
             if (Files.isRegularFile(f)) {
                 try {

@@ -6,10 +6,12 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.models.MoeLayerPattern;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
+import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
@@ -92,6 +94,14 @@ class HfForModelTest {
                 .activation(MlpActivation.SWIGLU).build();
         String message = assertThrows(HfCheckpointException.class, () -> HfConfig.forModel(swigluLayerNorm, VOCAB)).getMessage();
         assertTrue(message.contains("GPT2LMHeadModel") && message.contains("SWIGLU"), message);
+        TransformerConfig sigmoidExperts = TransformerConfig.builder(2, 32, 4, VOCAB).activation(MlpActivation.SWIGLU)
+                .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).addBiasLinear(false)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
+                .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.every(1), MoeConfig.builder(4, 2, 16)
+                        .routerScore(MoeConfig.RouterScore.SIGMOID).sharedExpertFfnHiddenSize(8).build())).build();
+        assertEquals("a mixture of experts maps to MixtralForCausalLM, which routes by the softmax of the top-k logits to"
+                + " routed experts only; got SIGMOID scores, a shared expert",
+                assertThrows(HfCheckpointException.class, () -> HfConfig.forModel(sigmoidExperts, VOCAB)).getMessage());
         // Mistral's window covers every layer; a LLaMA shape windowed on some layers only has no class
         TransformerConfig someLayers = config("llama").toBuilder()
                 .slidingWindow(new TransformerConfig.SlidingWindow(4, 2, List.of())).build();

@@ -11,6 +11,7 @@ import java.util.EnumSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Set;
+import java.util.stream.Collectors;
 
 /**
  * The shape and numerics of a decoder-only transformer, validated once. {@link #validate(ParallelDims)} checks it
@@ -49,6 +50,9 @@ import java.util.Set;
  * @param moe mixture-of-experts settings, or null for dense MLPs
  * @param cpCommType how attention exchanges keys and values across the context-parallel group
  *     (Megatron's {@code cp_comm_type}); unused when the context-parallel size is 1
+ * @param hierarchicalContextParallelSizes the levels of the context-parallel group, innermost first
+ *     (Megatron's {@code hierarchical_context_parallel_sizes}); {@link CpCommType#A2A_P2P} needs two: the
+ *     all-to-all group's size, then the ring's. Empty for none (never null; held unmodifiable)
  * @param addQkvBias biases on the fused QKV projection even without {@code addBiasLinear}
  *     (Megatron's {@code add_qkv_bias}; Qwen2)
  * @param ropeScaling frequency scaling of the rotary embedding (LLaMA 3.1's), or null for none
@@ -81,7 +85,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 double hiddenDropout, double attentionDropout, double initStd,
                                 Recompute recompute, RecomputeMethod recomputeMethod, int recomputeNumLayers,
                                 Set<RecomputeModule> recomputeModules, boolean sequenceParallel, DataType dtype, MoeSettings moe,
-                                CpCommType cpCommType, boolean addQkvBias, RopeScaling ropeScaling,
+                                CpCommType cpCommType, List<Integer> hierarchicalContextParallelSizes,
+                                boolean addQkvBias, RopeScaling ropeScaling,
                                 boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow,
                                 boolean layernormZeroCenteredGamma, boolean postSelfAttnLayernorm,
                                 boolean postMlpLayernorm, boolean scaleEmbeddingsBySqrtHidden, double softmaxScale,
@@ -162,29 +167,80 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
-     * Mixture-of-experts settings.
+     * Mixture-of-experts settings: which layers have experts and how every such layer routes and computes. The
+     * model's own activation, init std (and output-layer init std), dtype, sequence parallelism and linear biases
+     * apply to the experts: {@link TransformerConfig} stores {@code config} with those values set
+     * ({@link #forModel}), so {@link #config()} of a built model's settings is exactly the layers' configuration.
      *
-     * @param numExperts experts per MoE layer
-     * @param topK experts per token
-     * @param layerFrequency every n-th layer is MoE (1 = all)
-     * @param ffnHiddenSize expert MLP width
-     * @param auxLossCoeff load-balancing loss coefficient
-     * @param dispatcher how tokens reach the experts' ranks
+     * @param layers which layers are mixtures of experts
+     * @param config every such layer's options (experts, router, losses, capacity, dispatcher, shared expert)
      */
-    public record MoeSettings(int numExperts, int topK, int layerFrequency, int ffnHiddenSize, double auxLossCoeff,
-                              MoeConfig.Dispatcher dispatcher) {
-        /** Validates the counts. */
+    public record MoeSettings(MoeLayerPattern layers, MoeConfig config) {
+        /**
+         * Checks what Megatron-Core checks of the model's MoE options beyond {@link MoeConfig}'s own rules.
+         *
+         * @throws IllegalArgumentException naming the values
+         */
         public MoeSettings {
-            if (numExperts < 1 || topK < 1 || topK > numExperts) {
-                throw new IllegalArgumentException("top-k " + topK + " must be in [1, " + numExperts + " experts]");
+            if (layers == null || config == null) {
+                throw new IllegalArgumentException("MoE settings need a layer pattern and a MoE config, got " + layers
+                        + " and " + config);
             }
-            if (dispatcher == null) {
-                throw new IllegalArgumentException("the MoE dispatcher must be given (ALL_GATHER or ALL_TO_ALL)");
+            if (config.topK() == 1 && config.routerScore() == MoeConfig.RouterScore.SOFTMAX && !config.preSoftmax()) {
+                // Megatron's rule: a softmax over one logit is 1 whatever the logit, so the router would get no gradient
+                throw new IllegalArgumentException("top-1 routing with the softmax after the top-k gives the router no"
+                        + " gradient: use the softmax before the top-k (preSoftmax, Megatron's --moe-router-pre-softmax)");
             }
-            if (layerFrequency < 1 || ffnHiddenSize < 1) {
-                throw new IllegalArgumentException("MoE layer frequency " + layerFrequency + " and ffn size "
-                        + ffnHiddenSize + " must be positive");
-            }
+        }
+
+        /**
+         * Settings with Megatron-Core's defaults apart from those given.
+         *
+         * @param numExperts experts per MoE layer
+         * @param topK experts per token
+         * @param layers which layers are mixtures of experts
+         * @param ffnHiddenSize expert MLP width
+         * @param auxLossCoeff load-balancing loss coefficient
+         * @param dispatcher how tokens reach the experts' ranks
+         * @return the settings
+         */
+        public static MoeSettings of(int numExperts, int topK, MoeLayerPattern layers, int ffnHiddenSize,
+                                     double auxLossCoeff, MoeConfig.Dispatcher dispatcher) {
+            return new MoeSettings(layers, MoeConfig.builder(numExperts, topK, ffnHiddenSize).auxLossCoeff(auxLossCoeff)
+                    .dispatcher(dispatcher).build());
+        }
+
+        /** These settings with a model's activation, init stds, dtype, sequence parallelism and biases. */
+        private MoeSettings forModel(MlpActivation activation, double initStd, double outputInitStd, DataType dtype,
+                                     boolean sequenceParallel, boolean addBias) {
+            return new MoeSettings(layers, config.toBuilder().activation(activation).initStd(initStd)
+                    .outputInitStd(outputInitStd).dtype(dtype).sequenceParallel(sequenceParallel).addBias(addBias)
+                    .build());
+        }
+
+        /** @return experts per MoE layer */
+        public int numExperts() {
+            return config.numExperts();
+        }
+
+        /** @return experts per token */
+        public int topK() {
+            return config.topK();
+        }
+
+        /** @return expert MLP width */
+        public int ffnHiddenSize() {
+            return config.ffnHiddenSize();
+        }
+
+        /** @return the per-micro-batch load-balancing loss coefficient */
+        public double auxLossCoeff() {
+            return config.auxLossCoeff();
+        }
+
+        /** @return how tokens reach the experts' ranks */
+        public MoeConfig.Dispatcher dispatcher() {
+            return config.dispatcher();
         }
     }
 
@@ -329,6 +385,20 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         if (cpCommType == null) {
             throw new IllegalArgumentException("the context-parallel communication type must be given (ALL_GATHER or P2P)");
         }
+        hierarchicalContextParallelSizes = hierarchicalContextParallelSizes == null ? List.of()
+                : List.copyOf(hierarchicalContextParallelSizes);
+        for (int size : hierarchicalContextParallelSizes) {
+            if (size < 1) {
+                throw new IllegalArgumentException(hierarchyFlag(hierarchicalContextParallelSizes)
+                        + ": every size must be at least 1");
+            }
+        }
+        if (cpCommType == CpCommType.A2A_P2P && hierarchicalContextParallelSizes.size() != 2) {
+            // Megatron asserts the same: the all-to-all's group is the first level, the ring's the second
+            throw new IllegalArgumentException("--cp-comm-type a2a+p2p needs two --hierarchical-context-parallel-sizes"
+                    + " (the a2a group's size, then the p2p ring's, multiplying to --context-parallel-size); got "
+                    + (hierarchicalContextParallelSizes.isEmpty() ? "none" : hierarchyFlag(hierarchicalContextParallelSizes)));
+        }
         if (recompute == null) {
             throw new IllegalArgumentException("the recompute granularity must be given (NONE, SELECTIVE or FULL)");
         }
@@ -371,6 +441,20 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException("the window pattern " + slidingWindow.windowedLayers() + " has "
                     + slidingWindow.windowedLayers().size() + " entries for " + numLayers + " layers");
         }
+        if (moe != null) {
+            moe.layers().check(numLayers);
+            moe = moe.forModel(activation, initStd, outputInitStd(initStd, numLayers), dtype, sequenceParallel,
+                    addBiasLinear);
+        }
+    }
+
+    /** @return the init std of the layers' output projections (attention and MLP fc2), {@code initStd / sqrt(2 L)} */
+    public double outputInitStd() {
+        return outputInitStd(initStd, numLayers);
+    }
+
+    private static double outputInitStd(double initStd, int numLayers) {
+        return initStd / Math.sqrt(2.0 * numLayers);
     }
 
     /**
@@ -428,17 +512,68 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException(moe.numExperts() + " experts are not divisible by expert parallel size "
                     + dims.expertParallel());
         }
+        if (moe != null && moe.config().sharedExpertFfnHiddenSize() % tp != 0) {
+            throw new IllegalArgumentException("shared expert ffn hidden size " + moe.config().sharedExpertFfnHiddenSize()
+                    + " is not divisible by tensor parallel size " + tp);
+        }
+        if (moe != null && moe.ffnHiddenSize() % dims.expertTensorParallel() != 0) {
+            throw new IllegalArgumentException("expert ffn hidden size " + moe.ffnHiddenSize()
+                    + " is not divisible by expert tensor parallel size " + dims.expertTensorParallel());
+        }
+        validateContextParallel(tp, dims.contextParallel());
+        if (cpCommType == CpCommType.A2A_P2P
+                && !dims.hierarchicalContextParallelSizes().equals(hierarchicalContextParallelSizes)) {
+            throw new IllegalArgumentException("--cp-comm-type a2a+p2p with " + hierarchyFlag(hierarchicalContextParallelSizes)
+                    + " needs the layout's hierarchical context-parallel groups of those sizes; the layout has "
+                    + dims.hierarchicalContextParallelSizes() + " (ParallelDims.Builder.hierarchicalContextParallelSizes)");
+        }
+    }
+
+    /**
+     * Checks the hierarchical context-parallel sizes against the tensor- and context-parallel sizes:
+     * they multiply to the context-parallel size, and under {@link CpCommType#A2A_P2P} the query heads of
+     * a tensor-parallel rank are divisible by the all-to-all group's size (the first level), as
+     * Megatron-LM's argument checks demand.
+     *
+     * @param tensorParallel the tensor-parallel size
+     * @param contextParallel the context-parallel size
+     * @throws IllegalArgumentException naming the flags and their values
+     */
+    public void validateContextParallel(int tensorParallel, int contextParallel) {
+        if (hierarchicalContextParallelSizes.isEmpty()) {
+            return;
+        }
+        long product = 1;
+        for (int size : hierarchicalContextParallelSizes) {
+            product *= size;
+        }
+        if (product != contextParallel) {
+            throw new IllegalArgumentException(hierarchyFlag(hierarchicalContextParallelSizes) + " multiply to " + product
+                    + ", not --context-parallel-size " + contextParallel);
+        }
+        int a2a = hierarchicalContextParallelSizes.get(0);
+        int heads = numAttentionHeads / tensorParallel;
+        if (cpCommType == CpCommType.A2A_P2P && heads % a2a != 0) {
+            throw new IllegalArgumentException("--cp-comm-type a2a+p2p scatters the attention heads over the a2a group: "
+                    + heads + " heads per tensor-parallel rank (" + numAttentionHeads + " / --tensor-model-parallel-size "
+                    + tensorParallel + ") are not divisible by its size " + a2a + " (the first of "
+                    + hierarchyFlag(hierarchicalContextParallelSizes) + ")");
+        }
+    }
+
+    private static String hierarchyFlag(List<Integer> sizes) {
+        return "--hierarchical-context-parallel-sizes " + sizes.stream().map(String::valueOf).collect(Collectors.joining(" "));
     }
 
     /**
      * Whether global layer {@code layerNumber} has a mixture of experts instead of a dense MLP
-     * (every {@code layerFrequency}-th layer, starting with layer 0).
+     * ({@link MoeSettings#layers()}).
      *
      * @param layerNumber a global layer index
      * @return true for MoE layers
      */
     public boolean isMoeLayer(int layerNumber) {
-        return moe != null && layerNumber % moe.layerFrequency() == 0;
+        return moe != null && moe.layers().isMoe(layerNumber);
     }
 
     /**
@@ -489,16 +624,30 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
-     * Training FLOPs per token (forward + backward), Megatron's formula for a GPT with
-     * {@code 4h} MLP: {@code 72 L h^2 + 12 L h s + 6 h V} for sequence length {@code s}.
+     * Training FLOPs per token (forward + backward), Megatron-LM's accounting ({@code num_floating_point_operations}):
+     * 6 per weight element a token meets in the attention projections ({@code h (q + 2 kv) + q h} per layer, with
+     * {@code q} the query width and {@code kv} the key and value widths), in the MLPs and in the logits
+     * ({@code 6 h V}), plus {@code 12 q s} per layer for the attention scores and their product with the values.
+     * An MLP counts {@code 2} weights of width {@code ffn} per hidden unit (3 with SwiGLU): a dense layer's
+     * {@code ffn}, a mixture-of-experts layer's top-k routed experts of {@code ffn_moe} each plus its shared
+     * expert; never its other experts, nor the router. For a GPT with a {@code 4h} GELU MLP and as many key/value
+     * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}.
      *
      * @param seqLength tokens per sequence
      * @return FLOPs per token
      */
     public double flopsPerToken(int seqLength) {
-        double l = numLayers;
         double h = hiddenSize;
-        return 72 * l * h * h + 12 * l * h * seqLength + 6 * h * vocabSize;
+        double query = (double) kvChannels * numAttentionHeads;
+        double keyValue = (double) kvChannels * numQueryGroups;
+        double attention = 6 * (h * (query + 2 * keyValue) + query * h) + 12 * query * seqLength;
+        double widths = activation.fc1Factor() + 1; // fc1 (fused [gate; up] for SwiGLU) and fc2
+        int moeLayers = moe == null ? 0 : moe.layers().count(numLayers);
+        double mlpWidth = (double) ffnHiddenSize * (numLayers - moeLayers);
+        if (moe != null) {
+            mlpWidth += ((double) moe.ffnHiddenSize() * moe.topK() + moe.config().sharedExpertFfnHiddenSize()) * moeLayers;
+        }
+        return numLayers * attention + 6 * h * widths * mlpWidth + 6 * h * vocabSize;
     }
 
     /**
@@ -540,6 +689,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.type = dtype;
         b.moeSettings = moe;
         b.cpComm = cpCommType;
+        b.hierarchicalCp = hierarchicalContextParallelSizes;
         b.qkvBias = addQkvBias;
         b.scaling = ropeScaling;
         b.qkNorm = qkLayernorm;
@@ -589,6 +739,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private DataType type = DataType.FLOAT32;
         private MoeSettings moeSettings;
         private CpCommType cpComm = CpCommType.P2P;
+        private List<Integer> hierarchicalCp = List.of();
         private boolean qkvBias;
         private RopeScaling scaling;
         private boolean qkNorm;
@@ -763,6 +914,17 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param sizes the context-parallel group's levels, innermost first (Megatron's
+         *     {@code --hierarchical-context-parallel-sizes}; {@link CpCommType#A2A_P2P} needs two: the
+         *     all-to-all group's size, then the ring's); empty for none
+         * @return this
+         */
+        public Builder hierarchicalContextParallelSizes(List<Integer> sizes) {
+            this.hierarchicalCp = sizes;
+            return this;
+        }
+
         /** @param enabled biases on the QKV projection whatever {@link #addBiasLinear} says @return this */
         public Builder addQkvBias(boolean enabled) {
             this.qkvBias = enabled;
@@ -852,8 +1014,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
-                    type, moeSettings, cpComm, qkvBias, scaling, qkNorm, tpOverlap, window, zeroCentered, postAttnNorm,
-                    postMlpNorm, scaleEmbeddings, scoreScale, localRope);
+                    type, moeSettings, cpComm, hierarchicalCp, qkvBias, scaling, qkNorm, tpOverlap, window, zeroCentered,
+                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope);
         }
     }
 }

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 
 import io.mcore4j.parallel.ParallelDims;
 
+import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
 import org.junit.jupiter.api.Test;
 
@@ -43,5 +44,25 @@ class TransformerConfigTest {
         assertEquals(MlpActivation.SWIGLU, llama.activation());
         assertEquals(128, llama.kvChannels());
         assertEquals(12, GptConfigs.gpt2Small().numLayers());
+    }
+
+    /**
+     * Megatron's FLOPs accounting of a mixture of experts, by hand: 4 layers (dense, then 3 MoE), h = 64, 8 heads of
+     * 8 channels in 2 query groups, SwiGLU, dense ffn 176, 16 experts of ffn 32 with top-2 and a shared expert of 64,
+     * vocabulary 512, sequence 128.
+     */
+    @Test
+    void moeFlopsCountTheRoutedTopKAndTheSharedExpertNotTheDenseFfn() {
+        TransformerConfig c = TransformerConfig.builder(4, 64, 8, 512).queryGroups(2).kvChannels(8).ffnHiddenSize(176)
+                .activation(MlpActivation.SWIGLU)
+                .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.parse("[0,1,1,1]"),
+                        MoeConfig.builder(16, 2, 32).sharedExpertFfnHiddenSize(64).build()))
+                .build();
+        double attention = 4 * (6.0 * (64 * (64 + 2 * 16) + 64 * 64) + 12.0 * 64 * 128); // 4 x 159,744
+        double dense = 6.0 * 64 * 3 * 176; // the one dense layer: 202,752
+        double moe = 3 * 6.0 * 64 * 3 * (2 * 32 + 64); // top-2 routed experts + shared expert: 3 x 147,456
+        double logits = 6.0 * 64 * 512; // 196,608
+        assertEquals(1_480_704, attention + dense + moe + logits);
+        assertEquals(1_480_704, c.flopsPerToken(128), 1e-6);
     }
 }

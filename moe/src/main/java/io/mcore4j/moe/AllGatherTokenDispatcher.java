@@ -21,8 +21,8 @@ import io.mcore4j.parallel.Communicator;
  * counts are exchanged, so there is no host synchronisation beyond the local permutation.
  */
 final class AllGatherTokenDispatcher extends TokenDispatcher {
-    AllGatherTokenDispatcher(MoeGroups groups, int numExperts, int topK) {
-        super(groups, numExperts, topK);
+    AllGatherTokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion) {
+        super(groups, numExperts, topK, permuteFusion);
     }
 
     @Override
@@ -40,7 +40,7 @@ final class AllGatherTokenDispatcher extends TokenDispatcher {
         NDArray localMap = Tensors.own(Tensors.narrow(maps, 1, from, to), m);
         NDArray localKept = Tensors.own(Tensors.narrow(maps, 1, numExperts + from, numExperts + to), m);
         NDArray localProbs = Tensors.own(Tensors.narrow(allProbs, 1, from, to), m);
-        TokenPermutation permutation = TokenPermutation.of(localMap, m);
+        TokenPermutation permutation = TokenPermutation.of(localMap, m, permuteFusion);
         NDArray expertInput = permutation.permute(allTokens, m);
         int slots = Math.min(topK, numLocalExperts);
         return new Rows(expertInput, permutation.tokensPerExpert(), (s, expertOutput) -> {

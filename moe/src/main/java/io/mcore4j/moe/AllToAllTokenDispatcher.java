@@ -18,14 +18,14 @@ import io.mcore4j.parallel.Communicator;
  * size the all-to-all (a synchronisation point on accelerators, as in Megatron-Core).
  */
 final class AllToAllTokenDispatcher extends TokenDispatcher {
-    AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK) {
-        super(groups, numExperts, topK);
+    AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion) {
+        super(groups, numExperts, topK, permuteFusion);
     }
 
     @Override
     Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
         NDManager m = scope.manager();
-        TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m);
+        TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m, permuteFusion);
         long[] counts = permutation.tokensPerExpert();
         NDArray permuted = permutation.permute(tokens, m);
 

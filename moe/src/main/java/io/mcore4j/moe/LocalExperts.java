@@ -38,10 +38,13 @@ import java.util.List;
  * built with {@link Initializers#normal} seeded by {@code seeds.seed("init/" + key)} for its global key
  * and sliced, so every layout holds slices of the same global weights.
  *
- * <p><b>Paths.</b> {@link #forward} runs the experts one after another on their rows (an expert
- * with no rows still runs on an empty tensor: its gradients are zero and collectives stay matched),
- * or, when every local expert has the same number of rows and batching is enabled, as one batched
- * matmul over weights stacked per pass.
+ * <p><b>Paths.</b> {@link #forward} chooses, in one place: with {@link MoeConfig#groupedGemm()}, fc1 and fc2
+ * of all local experts as one grouped product each ({@link GroupedMatmul#select}: libtorch's
+ * {@code _grouped_mm} where it runs, else rows padded per expert and one batched matmul), whatever the
+ * rows per expert; otherwise the experts one after another on their rows (an expert with no rows
+ * still runs on an empty tensor: its gradients are zero and collectives stay matched), or, when every
+ * local expert has the same number of rows and batching is enabled, one batched matmul. Every path
+ * computes the same function; the weights are stacked per pass for the grouped ones.
  */
 final class LocalExperts extends AbstractModule {
     private final MoeConfig config;
@@ -54,6 +57,7 @@ final class LocalExperts extends AbstractModule {
     private final List<Parameter> fc2Biases = new ArrayList<>();
     private final List<ShardedTensor> pieces = new ArrayList<>();
     private final NDManager pieceViews;
+    private final GroupedMatmul grouped;
 
     LocalExperts(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters, SeedScheme seeds,
                  String keyPrefix) {
@@ -78,6 +82,7 @@ final class LocalExperts extends AbstractModule {
         // checkpoint pieces are views of detached handles: a parameter's leaf is replaced whenever its
         // gradient is set to none, its storage never is
         this.pieceViews = parameters.newSubManager();
+        this.grouped = config.groupedGemm() ? GroupedMatmul.select(parameters, config.dtype()) : null;
         for (int l = 0; l < localCount; l++) {
             String name = "local_experts." + (firstLocalExpert + l) + ".";
             String key = keyPrefix + "experts." + name;
@@ -124,8 +129,11 @@ final class LocalExperts extends AbstractModule {
             throw new IllegalArgumentException("expert input of shape " + input.getShape() + " does not hold "
                     + total + " rows of width " + hiddenSize);
         }
+        if (grouped != null) {
+            return forwardGrouped(scope, input, tokensPerExpert, grouped);
+        }
         if (config.batchedExperts() && allEqual(tokensPerExpert) && tokensPerExpert[0] > 0) {
-            return forwardBatched(scope, input, tokensPerExpert[0]);
+            return forwardGrouped(scope, input, tokensPerExpert, GroupedMatmul.PADDED);
         }
         return forwardSequential(scope, input, tokensPerExpert);
     }
@@ -155,23 +163,35 @@ final class LocalExperts extends AbstractModule {
         return outputs.size() == 1 ? outputs.get(0) : Tensors.own(NDArrays.concat(outputs, 0), m);
     }
 
-    /** All experts at once: {@code [E_l, C, h]} rows against weights stacked along a leading expert dim. */
-    NDArray forwardBatched(AutogradScope scope, NDArray input, long rowsPerExpert) {
+    /**
+     * All experts at once: fc1 of every expert in one grouped product, the activation, fc2 in one grouped product,
+     * against weights stacked along a leading expert dim; the biases of each row's expert are added row by row.
+     */
+    NDArray forwardGrouped(AutogradScope scope, NDArray input, long[] tokensPerExpert, GroupedMatmul matmul) {
         NDManager m = scope.manager();
-        int experts = fc1Weights.size();
-        NDArray x = Tensors.own(input.reshape(experts, rowsPerExpert, hiddenSize), m);
-        NDArray w1 = stack(fc1Weights, m); // [E_l, fc1/t, h]
-        NDArray h = Tensors.own(x.matMul(Tensors.own(w1.transpose(0, 2, 1), m)), m);
-        if (!fc1Biases.isEmpty()) {
-            h = Tensors.own(h.add(Tensors.own(stack(fc1Biases, m).expandDims(1), m)), m);
+        NDArray rowExpert = fc1Biases.isEmpty() ? null : m.create(expertOfEachRow(tokensPerExpert));
+        NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), tokensPerExpert); // [N, fc1/t]
+        if (rowExpert != null) {
+            h = Tensors.own(h.add(TokenPermutation.rows(stack(fc1Biases, m), rowExpert, m)), m);
         }
-        NDArray w2 = stack(fc2Weights, m); // [E_l, h, F/t]
-        NDArray y = Tensors.own(config.activation().apply(scope, h).matMul(Tensors.own(w2.transpose(0, 2, 1), m)), m);
+        NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), tokensPerExpert);
         NDArray fc2Bias = fc2BiasesForPass(scope);
         if (fc2Bias != null) {
-            y = Tensors.own(y.add(Tensors.own(fc2Bias.expandDims(1), m)), m);
+            y = Tensors.own(y.add(TokenPermutation.rows(fc2Bias, rowExpert, m)), m);
         }
-        return Tensors.own(y.reshape(experts * rowsPerExpert, hiddenSize), m);
+        return y;
+    }
+
+    /** The local expert of every row, for rows that come expert by expert. */
+    private static long[] expertOfEachRow(long[] tokensPerExpert) {
+        long[] out = new long[Math.toIntExact(TokenPermutation.sum(tokensPerExpert, 0, tokensPerExpert.length))];
+        int row = 0;
+        for (int e = 0; e < tokensPerExpert.length; e++) {
+            for (long r = 0; r < tokensPerExpert[e]; r++) {
+                out[row++] = e;
+            }
+        }
+        return out;
     }
 
     /** The stacked fc2 biases {@code [E_l, h]} to add on this rank, or null (none, or not expert-TP rank 0). */

@@ -18,6 +18,13 @@ import java.util.Objects;
  * @param routerScore how router logits become scores
  * @param preSoftmax with {@link RouterScore#SOFTMAX}: take the top-k of the softmax over all experts
  *                   (probabilities do not sum to 1 over the k) instead of the softmax over the top-k logits
+ * @param numGroups group-limited routing: the experts form this many equal groups (0 = no groups; Megatron's
+ *                  {@code moe_router_num_groups}, e.g. the expert-parallel size for device-limited routing)
+ * @param groupTopK group-limited routing: each token picks its top-k experts among the experts of this many
+ *                  groups, those whose sum of their {@code topK / groupTopK} best scores is largest (0 = no groups;
+ *                  Megatron's {@code moe_router_group_topk})
+ * @param topKScalingFactor multiplies the routing probabilities of the chosen experts (Megatron's
+ *                          {@code moe_router_topk_scaling_factor}; 1 = none)
  * @param routerInFp32 compute the gating linear, scores and probabilities in float32 whatever the dtype
  * @param auxLossCoeff coefficient of the per-micro-batch load-balancing loss ({@code aux_loss}), 0 = off
  * @param seqAuxLossCoeff coefficient of the per-sequence load-balancing loss ({@code seq_aux_loss}), 0 = off
@@ -40,13 +47,20 @@ import java.util.Objects;
  * @param addBias experts (and the shared expert) have biases
  * @param batchedExperts run the local experts as one batched matmul when every local expert received the
  *                       same number of tokens (always the case with {@code padToCapacity})
+ * @param groupedGemm run fc1 and fc2 of all local experts as one grouped matrix product each, whatever the
+ *                    number of rows of each expert (Megatron's {@code moe_grouped_gemm}; libtorch's
+ *                    {@code _grouped_mm} where the runtime has it, see {@link GroupedMatmul})
+ * @param permuteFusion permute tokens into expert order and back in one call each (Megatron's
+ *                      {@code moe_permute_fusion}; see {@link FusedTokenPermutation})
  */
 public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivation activation, RouterScore routerScore,
-                        boolean preSoftmax, boolean routerInFp32, double auxLossCoeff, double seqAuxLossCoeff,
+                        boolean preSoftmax, int numGroups, int groupTopK, double topKScalingFactor,
+                        boolean routerInFp32, double auxLossCoeff, double seqAuxLossCoeff,
                         double globalAuxLossCoeff, double zLossCoeff, boolean auxLossFree, double biasUpdateRate,
                         double inputJitter, double capacityFactor, DropPolicy dropPolicy, boolean padToCapacity,
                         Dispatcher dispatcher, int sharedExpertFfnHiddenSize, double initStd, double outputInitStd,
-                        DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts) {
+                        DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts,
+                        boolean groupedGemm, boolean permuteFusion) {
 
     /** Score function of the router. */
     public enum RouterScore {
@@ -95,11 +109,20 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         if (preSoftmax && routerScore != RouterScore.SOFTMAX) {
             throw new IllegalArgumentException("preSoftmax applies to SOFTMAX scoring only, but the router score is " + routerScore);
         }
+        checkGroups(numExperts, topK, numGroups, groupTopK);
+        if (!(topKScalingFactor > 0) || Double.isInfinite(topKScalingFactor)) {
+            throw new IllegalArgumentException("top-k scaling factor " + topKScalingFactor + " must be finite and > 0");
+        }
         nonNegative("aux loss coefficient", auxLossCoeff);
         nonNegative("sequence aux loss coefficient", seqAuxLossCoeff);
         nonNegative("global aux loss coefficient", globalAuxLossCoeff);
         nonNegative("z-loss coefficient", zLossCoeff);
         nonNegative("expert bias update rate", biasUpdateRate);
+        if (auxLossFree && routerScore != RouterScore.SIGMOID) {
+            // Megatron-Core's rule: the bias shifts scores that are not normalised over all experts
+            throw new IllegalArgumentException("aux-loss-free balancing (expert bias) needs SIGMOID scores, but the router"
+                    + " score is " + routerScore);
+        }
         if (auxLossFree && biasUpdateRate == 0) {
             throw new IllegalArgumentException("aux-loss-free balancing needs a positive bias update rate, got 0");
         }
@@ -144,6 +167,9 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         b.activation = activation;
         b.routerScore = routerScore;
         b.preSoftmax = preSoftmax;
+        b.numGroups = numGroups;
+        b.groupTopK = groupTopK;
+        b.topKScalingFactor = topKScalingFactor;
         b.routerInFp32 = routerInFp32;
         b.auxLossCoeff = auxLossCoeff;
         b.seqAuxLossCoeff = seqAuxLossCoeff;
@@ -163,7 +189,48 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         b.sequenceParallel = sequenceParallel;
         b.addBias = addBias;
         b.batchedExperts = batchedExperts;
+        b.groupedGemm = groupedGemm;
+        b.permuteFusion = permuteFusion;
         return b;
+    }
+
+    /**
+     * Megatron-Core's conditions on group-limited routing, plus two of mcore4j's: with fewer experts per token than
+     * groups per token the groups would be ranked by a sum of nothing, and the chosen groups must hold at least
+     * {@code topK} experts.
+     */
+    private static void checkGroups(int numExperts, int topK, int numGroups, int groupTopK) {
+        if (numGroups < 0 || groupTopK < 0) {
+            throw new IllegalArgumentException("router groups " + numGroups + " and group top-k " + groupTopK
+                    + " must be >= 0 (0 = no group-limited routing)");
+        }
+        if ((numGroups == 0) != (groupTopK == 0)) {
+            throw new IllegalArgumentException("group-limited routing needs both the number of groups and the group top-k,"
+                    + " got " + numGroups + " groups and group top-k " + groupTopK);
+        }
+        if (numGroups == 0) {
+            return;
+        }
+        if (numExperts % numGroups != 0) {
+            throw new IllegalArgumentException(numExperts + " experts are not divisible by " + numGroups + " router groups");
+        }
+        if (groupTopK > numGroups) {
+            throw new IllegalArgumentException("group top-k " + groupTopK + " must be at most the " + numGroups
+                    + " router groups");
+        }
+        if (groupTopK > topK) {
+            throw new IllegalArgumentException("group top-k " + groupTopK + " must be at most top-k " + topK
+                    + " (groups are ranked by the sum of their top-k / group top-k best scores)");
+        }
+        if (topK > groupTopK * (numExperts / numGroups)) {
+            throw new IllegalArgumentException("top-k " + topK + " exceeds the " + groupTopK * (numExperts / numGroups)
+                    + " experts of " + groupTopK + " groups of " + numExperts / numGroups);
+        }
+    }
+
+    /** @return whether tokens choose among a subset of expert groups (group-limited routing) */
+    public boolean hasGroupLimitedRouting() {
+        return groupTopK > 0;
     }
 
     /** @return whether any load-balancing loss or the z-loss is on */
@@ -190,6 +257,9 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         private MlpActivation activation = MlpActivation.GELU;
         private RouterScore routerScore = RouterScore.SOFTMAX;
         private boolean preSoftmax;
+        private int numGroups;
+        private int groupTopK;
+        private double topKScalingFactor = 1;
         private boolean routerInFp32;
         private double auxLossCoeff;
         private double seqAuxLossCoeff;
@@ -209,6 +279,8 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         private boolean sequenceParallel;
         private boolean addBias;
         private boolean batchedExperts = true;
+        private boolean groupedGemm;
+        private boolean permuteFusion;
 
         private Builder(int numExperts, int topK, int ffnHiddenSize) {
             this.numExperts = numExperts;
@@ -231,6 +303,25 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         /** @param value softmax before the top-k (default false) @return this */
         public Builder preSoftmax(boolean value) {
             this.preSoftmax = value;
+            return this;
+        }
+
+        /**
+         * Group-limited routing (both 0 = off, the default).
+         *
+         * @param groups equal groups the experts form
+         * @param groupsPerToken groups each token chooses its experts from
+         * @return this
+         */
+        public Builder groupLimitedRouting(int groups, int groupsPerToken) {
+            this.numGroups = groups;
+            this.groupTopK = groupsPerToken;
+            return this;
+        }
+
+        /** @param value factor on the chosen experts' probabilities (default 1) @return this */
+        public Builder topKScalingFactor(double value) {
+            this.topKScalingFactor = value;
             return this;
         }
 
@@ -348,15 +439,28 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
             return this;
         }
 
+        /** @param value one grouped matrix product for fc1 and one for fc2 of all local experts (default false) @return this */
+        public Builder groupedGemm(boolean value) {
+            this.groupedGemm = value;
+            return this;
+        }
+
+        /** @param value fused token permutation and unpermutation (default false) @return this */
+        public Builder permuteFusion(boolean value) {
+            this.permuteFusion = value;
+            return this;
+        }
+
         /**
          * @return the validated config
          * @throws IllegalArgumentException as {@link MoeConfig#MoeConfig}
          */
         public MoeConfig build() {
-            return new MoeConfig(numExperts, topK, ffnHiddenSize, activation, routerScore, preSoftmax, routerInFp32,
-                    auxLossCoeff, seqAuxLossCoeff, globalAuxLossCoeff, zLossCoeff, auxLossFree, biasUpdateRate,
+            return new MoeConfig(numExperts, topK, ffnHiddenSize, activation, routerScore, preSoftmax, numGroups, groupTopK,
+                    topKScalingFactor, routerInFp32, auxLossCoeff, seqAuxLossCoeff, globalAuxLossCoeff, zLossCoeff, auxLossFree, biasUpdateRate,
                     inputJitter, capacityFactor, dropPolicy, padToCapacity, dispatcher, sharedExpertFfnHiddenSize,
-                    initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts);
+                    initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts, groupedGemm,
+                    permuteFusion);
         }
     }
 }

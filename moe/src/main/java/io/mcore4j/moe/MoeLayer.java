@@ -129,8 +129,8 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         ParallelMlp shared = config.sharedExpertFfnHiddenSize() > 0
                 ? sharedExpert(config, hiddenSize, g, parameters, seeds, keyPrefix + "shared_experts.") : null;
         TokenDispatcher dispatcher = config.dispatcher() == MoeConfig.Dispatcher.ALL_TO_ALL
-                ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK())
-                : new AllGatherTokenDispatcher(g, config.numExperts(), config.topK());
+                ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion())
+                : new AllGatherTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion());
         return new MoeLayer(config, hiddenSize, g, router, dispatcher, experts, shared, jitter);
     }
 

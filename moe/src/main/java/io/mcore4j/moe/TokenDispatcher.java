@@ -26,14 +26,17 @@ abstract class TokenDispatcher {
     final int firstLocalExpert;
     /** Experts per token. */
     final int topK;
+    /** Whether tokens are permuted and unpermuted by one fused call each ({@link FusedTokenPermutation}). */
+    final boolean permuteFusion;
 
-    TokenDispatcher(MoeGroups groups, int numExperts, int topK) {
+    TokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion) {
         this.ep = groups.ep();
         this.expertTp = groups.expertTp();
         this.numExperts = numExperts;
         this.numLocalExperts = numExperts / ep.size();
         this.firstLocalExpert = ep.rank() * numLocalExperts;
         this.topK = topK;
+        this.permuteFusion = permuteFusion;
     }
 
     /**

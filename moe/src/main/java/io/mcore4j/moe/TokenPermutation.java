@@ -16,21 +16,21 @@ import io.mcore4j.core.autograd.AutogradScope;
  * The (token, expert) pairs of a {@code [T, E']} 0/1 routing map in expert-major order (all pairs of
  * expert 0 by increasing token, then expert 1, ...), which is the order experts receive their rows.
  * {@link #permute} gathers the tokens into that order; {@link #combine} is its weighted inverse,
- * summing each token's kept expert outputs times their probabilities. Both are differentiable
- * (index-select and gather, whose backward libtorch computes by scatter-add) and communication-free.
+ * summing each token's kept expert outputs times their probabilities. Both are differentiable and
+ * communication-free.
  *
- * <p>The order is deterministic: pairs come from {@code nonzero} of the transposed map, which lists
- * them in row-major order.
+ * <p>Two implementations compute the same function, chosen in {@link #of}: {@link Composed} from DJL's
+ * index ops, and {@link FusedTokenPermutation}, one TorchScript call each way (Megatron-Core's
+ * {@code --moe-permute-fusion}).
  */
-final class TokenPermutation {
-    private final NDArray routingMap;
-    private final NDArray tokenIndices;
+abstract sealed class TokenPermutation permits TokenPermutation.Composed, FusedTokenPermutation {
+    /** The {@code [T, E']} 0/1 map whose pairs these are. */
+    final NDArray routingMap;
     private final long[] tokensPerExpert;
 
-    private TokenPermutation(NDArray routingMap, NDArray tokenIndices, long[] tokensPerExpert) {
+    TokenPermutation(NDArray routingMap, NDManager owner) {
         this.routingMap = routingMap;
-        this.tokenIndices = tokenIndices;
-        this.tokensPerExpert = tokensPerExpert;
+        this.tokensPerExpert = toLongs(Tensors.own(routingMap.sum(new int[] {0}), owner));
     }
 
     /**
@@ -38,23 +38,16 @@ final class TokenPermutation {
      *
      * @param routingMap {@code [T, E']} 0/1 (float)
      * @param owner owner of the index tensors
+     * @param fused one TorchScript call each way instead of composed index ops
      * @return the permutation
      */
-    static TokenPermutation of(NDArray routingMap, NDManager owner) {
-        NDArray pairs = Tensors.own(routingMap.transpose().nonzero(), owner); // [N, 2]: (expert, token)
-        NDArray tokens = Tensors.own(pairs.get(new NDIndex().addAllDim().addIndices(1)), owner);
-        long[] counts = toLongs(Tensors.own(routingMap.sum(new int[] {0}), owner));
-        return new TokenPermutation(routingMap, tokens, counts);
+    static TokenPermutation of(NDArray routingMap, NDManager owner, boolean fused) {
+        return fused ? new FusedTokenPermutation(routingMap, owner) : new Composed(routingMap, owner);
     }
 
     /** @return rows each expert receives, in expert order (a copy) */
     long[] tokensPerExpert() {
         return tokensPerExpert.clone();
-    }
-
-    /** @return total number of pairs N */
-    long size() {
-        return tokenIndices.getShape().get(0);
     }
 
     /**
@@ -64,9 +57,7 @@ final class TokenPermutation {
      * @param owner owner of the result
      * @return {@code [N, h]}
      */
-    NDArray permute(NDArray tokens, NDManager owner) {
-        return rows(tokens, tokenIndices, owner);
-    }
+    abstract NDArray permute(NDArray tokens, NDManager owner);
 
     /**
      * {@code out[t] = Σ_e probs[t, e] · expertOutput[pair (t, e)]} over the kept pairs of each token.
@@ -80,32 +71,55 @@ final class TokenPermutation {
      * @return {@code [T, h]} in {@code expertOutput}'s dtype (the weighted sum runs in the promoted
      *         dtype of outputs and probabilities, as Megatron-Core's unpermute does)
      */
-    NDArray combine(NDArray expertOutput, NDArray keptMap, NDArray probs, int slots, AutogradScope scope) {
-        NDManager owner = scope.manager();
-        long tokens = routingMap.getShape().get(0);
-        long pairs = size();
-        long hidden = expertOutput.getShape().get(1);
-        // position of pair (t, e) in pair order: start of expert e plus the rank of t among e's tokens
-        long[] starts = new long[tokensPerExpert.length];
-        for (int e = 1; e < starts.length; e++) {
-            starts[e] = starts[e - 1] + tokensPerExpert[e - 1];
+    abstract NDArray combine(NDArray expertOutput, NDArray keptMap, NDArray probs, int slots, AutogradScope scope);
+
+    /**
+     * From DJL's ops: index-select and gather, whose backward libtorch computes by scatter-add. The order is
+     * deterministic: pairs come from {@code nonzero} of the transposed map, which lists them in row-major order.
+     */
+    static final class Composed extends TokenPermutation {
+        private final NDArray tokenIndices;
+
+        Composed(NDArray routingMap, NDManager owner) {
+            super(routingMap, owner);
+            NDArray pairs = Tensors.own(routingMap.transpose().nonzero(), owner); // [N, 2]: (expert, token)
+            this.tokenIndices = Tensors.own(pairs.get(new NDIndex().addAllDim().addIndices(1)), owner);
         }
-        NDArray startTensor = owner.create(starts);
-        NDArray rank = Tensors.own(routingMap.toType(DataType.INT64, false).cumSum(0).sub(1), owner);
-        NDArray position = Tensors.own(rank.add(startTensor), owner);
-        // each token's kept experts (unused slots pick a column whose kept flag is 0)
-        NDArray slotExperts = Tensors.own(keptMap.topK(slots, 1, true, false).get(1), owner);
-        NDArray valid = Tensors.own(keptMap.gather(slotExperts, 1), owner);
-        NDArray slotPosition = Tensors.own(position.gather(slotExperts, 1), owner);
-        // invalid slots read an appended zero row
-        NDArray validRow = Tensors.own(valid.toType(DataType.INT64, false), owner);
-        NDArray rows = Tensors.own(slotPosition.mul(validRow).add(validRow.neg().add(1).mul(pairs)), owner);
-        NDArray withZeroRow = Tensors.own(NDArrays.concat(new NDList(expertOutput,
-                DataTypes.zeros(owner, new Shape(1, hidden), DataTypes.of(expertOutput))), 0), owner);
-        NDArray picked = rows(withZeroRow, rows.reshape(-1), owner).reshape(tokens, slots, hidden);
-        NDArray weights = Tensors.own(probs.gather(slotExperts, 1).mul(DataTypes.toType(valid, DataTypes.of(probs), false)), owner);
-        NDArray weighted = Tensors.own(picked.mul(weights.expandDims(2)), owner);
-        return Cast.apply(scope, Tensors.own(weighted.sum(new int[] {1}), owner), DataTypes.of(expertOutput));
+
+        @Override
+        NDArray permute(NDArray tokens, NDManager owner) {
+            return rows(tokens, tokenIndices, owner);
+        }
+
+        @Override
+        NDArray combine(NDArray expertOutput, NDArray keptMap, NDArray probs, int slots, AutogradScope scope) {
+            NDManager owner = scope.manager();
+            long tokens = routingMap.getShape().get(0);
+            long pairs = tokenIndices.getShape().get(0);
+            long hidden = expertOutput.getShape().get(1);
+            long[] counts = tokensPerExpert();
+            // position of pair (t, e) in pair order: start of expert e plus the rank of t among e's tokens
+            long[] starts = new long[counts.length];
+            for (int e = 1; e < starts.length; e++) {
+                starts[e] = starts[e - 1] + counts[e - 1];
+            }
+            NDArray startTensor = owner.create(starts);
+            NDArray rank = Tensors.own(routingMap.toType(DataType.INT64, false).cumSum(0).sub(1), owner);
+            NDArray position = Tensors.own(rank.add(startTensor), owner);
+            // each token's kept experts (unused slots pick a column whose kept flag is 0)
+            NDArray slotExperts = Tensors.own(keptMap.topK(slots, 1, true, false).get(1), owner);
+            NDArray valid = Tensors.own(keptMap.gather(slotExperts, 1), owner);
+            NDArray slotPosition = Tensors.own(position.gather(slotExperts, 1), owner);
+            // invalid slots read an appended zero row
+            NDArray validRow = Tensors.own(valid.toType(DataType.INT64, false), owner);
+            NDArray rows = Tensors.own(slotPosition.mul(validRow).add(validRow.neg().add(1).mul(pairs)), owner);
+            NDArray withZeroRow = Tensors.own(NDArrays.concat(new NDList(expertOutput,
+                    DataTypes.zeros(owner, new Shape(1, hidden), DataTypes.of(expertOutput))), 0), owner);
+            NDArray picked = rows(withZeroRow, rows.reshape(-1), owner).reshape(tokens, slots, hidden);
+            NDArray weights = Tensors.own(probs.gather(slotExperts, 1).mul(DataTypes.toType(valid, DataTypes.of(probs), false)), owner);
+            NDArray weighted = Tensors.own(picked.mul(weights.expandDims(2)), owner);
+            return Cast.apply(scope, Tensors.own(weighted.sum(new int[] {1}), owner), DataTypes.of(expertOutput));
+        }
     }
 
     /** Rows {@code rows} (int64 indices) of {@code x}, differentiable (index-select), owned by {@code owner}. */

@@ -38,6 +38,14 @@ import java.util.Objects;
  * twice. Not thread-safe: one router per rank.
  */
 public final class TopKRouter extends AbstractModule {
+    private static final String LOAD_BALANCING_LOSS = "load_balancing_loss";
+    private static final String SEQ_LOAD_BALANCING_LOSS = "seq_load_balancing_loss";
+    private static final String GLOBAL_LOAD_BALANCING_LOSS = "global_load_balancing_loss";
+    private static final String Z_LOSS = "z_loss";
+    private static final MoeAuxLossTracker.Reduction LOAD_BALANCING_REDUCTION = MoeAuxLossTracker.Reduction.SUM_TP_CP;
+    private static final MoeAuxLossTracker.Reduction GLOBAL_LOAD_BALANCING_REDUCTION =
+            MoeAuxLossTracker.Reduction.SUM_TP_DP_CP;
+    private static final MoeAuxLossTracker.Reduction Z_LOSS_REDUCTION = MoeAuxLossTracker.Reduction.AVERAGE_TP_DP_CP;
     private final MoeConfig config;
     private final int hiddenSize;
     private final MoeGroups groups;
@@ -120,13 +128,12 @@ public final class TopKRouter extends AbstractModule {
         if (training && config.zLossCoeff() > 0) {
             double coeff = config.zLossCoeff() / groups.tpCpSize();
             NDArray z = LoadBalancingLoss.zLoss(logits, coeff, m);
-            record("z_loss", z, coeff, MoeAuxLossTracker.Reduction.AVERAGE_TP_DP_CP, m);
+            record(Z_LOSS, z, coeff, Z_LOSS_REDUCTION, m);
             logits = AuxLossAutoScaler.attach(scope, auxLossScale, logits, z);
         }
         long numTokens = shape.get(0);
         int k = config.topK();
-        TopKRouting.Selection selection = TopKRouting.select(scope, logits, k, config.routerScore(), config.preSoftmax(),
-                expertBias);
+        TopKRouting.Selection selection = TopKRouting.select(scope, logits, TopKRouting.Options.of(config), expertBias);
         NDArray selected = selection.routingMap();
         NDArray probs = selection.probs();
         NDArray kept = selected;
@@ -164,6 +171,31 @@ public final class TopKRouter extends AbstractModule {
         this.tracker = tracker;
         this.layerNumber = layerNumber;
         this.numLayers = numLayers;
+    }
+
+    /**
+     * Declares in {@code tracker} every auxiliary loss that routers of {@code config} record (Megatron's names:
+     * {@code load_balancing_loss}, {@code seq_load_balancing_loss}, {@code global_load_balancing_loss},
+     * {@code z_loss}), so that a rank whose stage has no MoE layer reports the same losses
+     * ({@link MoeAuxLossTracker#expect}).
+     *
+     * @param tracker the rank's tracker
+     * @param config the MoE layers' options
+     * @param numLayers layers of the model
+     */
+    public static void expectAuxLosses(MoeAuxLossTracker tracker, MoeConfig config, int numLayers) {
+        if (config.auxLossCoeff() > 0) {
+            tracker.expect(LOAD_BALANCING_LOSS, numLayers, LOAD_BALANCING_REDUCTION);
+        }
+        if (config.seqAuxLossCoeff() > 0) {
+            tracker.expect(SEQ_LOAD_BALANCING_LOSS, numLayers, LOAD_BALANCING_REDUCTION);
+        }
+        if (config.globalAuxLossCoeff() > 0) {
+            tracker.expect(GLOBAL_LOAD_BALANCING_LOSS, numLayers, GLOBAL_LOAD_BALANCING_REDUCTION);
+        }
+        if (config.zLossCoeff() > 0) {
+            tracker.expect(Z_LOSS, numLayers, Z_LOSS_REDUCTION);
+        }
     }
 
     /** Records {@code loss / coeff} under {@code name} when a tracker is attached. */
@@ -208,7 +240,7 @@ public final class TopKRouter extends AbstractModule {
             NDArray counts = groups.allReduceTpCp(Tensors.own(selected.sum(new int[] {0}), m), m);
             NDArray loss = LoadBalancingLoss.switchLoss(scores, counts, (double) tokens * groups.tpCpSize(),
                     k, experts, config.auxLossCoeff(), m);
-            record("load_balancing_loss", loss, config.auxLossCoeff(), MoeAuxLossTracker.Reduction.SUM_TP_CP, m);
+            record(LOAD_BALANCING_LOSS, loss, config.auxLossCoeff(), LOAD_BALANCING_REDUCTION, m);
             total = plus(m, total, loss);
         }
         if (config.seqAuxLossCoeff() > 0) {
@@ -219,7 +251,7 @@ public final class TopKRouter extends AbstractModule {
             NDArray loss = LoadBalancingLoss.switchLoss(perSequenceScores, counts, (double) seq * groups.tpCpSize(), k,
                     experts, config.seqAuxLossCoeff(), m);
             NDArray perBatch = Tensors.scale(loss, 1.0 / batch, m);
-            record("seq_load_balancing_loss", perBatch, config.seqAuxLossCoeff(), MoeAuxLossTracker.Reduction.SUM_TP_CP, m);
+            record(SEQ_LOAD_BALANCING_LOSS, perBatch, config.seqAuxLossCoeff(), LOAD_BALANCING_REDUCTION, m);
             total = plus(m, total, perBatch);
         }
         if (config.globalAuxLossCoeff() > 0) {
@@ -229,8 +261,7 @@ public final class TopKRouter extends AbstractModule {
             NDArray averaged = Tensors.own(globalTokenCounts.div(globalAuxLossSteps), m);
             NDArray loss = LoadBalancingLoss.switchLoss(scores, averaged, (double) tokens * groups.tpDpCpSize(),
                     k, experts, config.globalAuxLossCoeff(), m);
-            record("global_load_balancing_loss", loss, config.globalAuxLossCoeff(),
-                    MoeAuxLossTracker.Reduction.SUM_TP_DP_CP, m);
+            record(GLOBAL_LOAD_BALANCING_LOSS, loss, config.globalAuxLossCoeff(), GLOBAL_LOAD_BALANCING_REDUCTION, m);
             total = plus(m, total, loss);
         }
         return AuxLossAutoScaler.attach(scope, auxLossScale, probs, total);

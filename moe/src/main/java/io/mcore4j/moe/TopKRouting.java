@@ -1,14 +1,17 @@
 package io.mcore4j.moe;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
+import io.mcore4j.core.autograd.NoGrad;
 
 /**
  * Megatron-Core's top-k routing functions ({@code topk_routing_with_score_function} and
@@ -34,9 +37,30 @@ public final class TopKRouting {
     public record Selection(NDArray indices, NDArray topProbs, NDArray probs, NDArray routingMap) {}
 
     /**
-     * Top-k selection under a score function: softmax of the top-k logits, softmax over all experts before
-     * the top-k ({@code preSoftmax}), or sigmoid scores normalized over the top-k when {@code k > 1}. The
-     * expert bias of aux-loss-free balancing, when given, is added to the scores for the choice only.
+     * How {@link #select} chooses: Megatron-Core's arguments of {@code topk_routing_with_score_function}.
+     *
+     * @param topK experts per token, at least 1
+     * @param score the score function
+     * @param preSoftmax softmax before the top-k (softmax scores only)
+     * @param numGroups equal expert groups for group-limited routing, 0 = none
+     * @param groupTopK groups each token chooses from, 0 = none
+     * @param scalingFactor factor on the chosen probabilities (1 = none)
+     */
+    public record Options(int topK, MoeConfig.RouterScore score, boolean preSoftmax, int numGroups, int groupTopK,
+                          double scalingFactor) {
+        /**
+         * @param config a layer's options
+         * @return the routing options of {@code config}
+         */
+        public static Options of(MoeConfig config) {
+            return new Options(config.topK(), config.routerScore(), config.preSoftmax(), config.numGroups(),
+                    config.groupTopK(), config.topKScalingFactor());
+        }
+    }
+
+    /**
+     * Top-k selection under a score function without groups or scaling; see {@link #select(AutogradScope, NDArray,
+     * Options, NDArray)}.
      *
      * @param scope the pass's scope; owns every result (records gradients to the logits when it does)
      * @param logits {@code [T, E]}
@@ -49,26 +73,52 @@ public final class TopKRouting {
      */
     public static Selection select(AutogradScope scope, NDArray logits, int topK, MoeConfig.RouterScore score,
                                    boolean preSoftmax, NDArray expertBias) {
-        if (logits.getShape().dimension() != 2 || topK < 1 || topK > logits.getShape().get(1)) {
-            throw new IllegalArgumentException("top-" + topK + " routing of logits " + logits.getShape()
-                    + ": expected [tokens, experts] logits and 1 <= k <= experts");
+        return select(scope, logits, new Options(topK, score, preSoftmax, 0, 0, 1), expertBias);
+    }
+
+    /**
+     * Top-k selection under a score function: softmax of the top-k logits, softmax over all experts before
+     * the top-k ({@code preSoftmax}), or sigmoid scores normalized over the top-k when {@code k > 1}. The
+     * expert bias of aux-loss-free balancing, when given, is added to the scores for the choice only. With
+     * groups, each token first keeps the {@code groupTopK} groups whose {@code topK / groupTopK} best selection
+     * scores sum highest and chooses its experts among theirs (Megatron-Core's {@code group_limited_topk}). The
+     * chosen probabilities are finally multiplied by the scaling factor.
+     *
+     * @param scope the pass's scope; owns every result (records gradients to the logits when it does)
+     * @param logits {@code [T, E]}
+     * @param options how to choose
+     * @param expertBias float32 {@code [E]} added to the scores for the choice, or null
+     * @return the selection
+     * @throws IllegalArgumentException if the logits are not 2-D, {@code topK} is out of range or the groups do not
+     *         divide the experts
+     */
+    public static Selection select(AutogradScope scope, NDArray logits, Options options, NDArray expertBias) {
+        int topK = options.topK();
+        if (logits.getShape().dimension() != 2 || topK < 1 || topK > logits.getShape().get(1)
+                || options.numGroups() > 0 && logits.getShape().get(1) % options.numGroups() != 0) {
+            throw new IllegalArgumentException("top-" + topK + " routing of logits " + logits.getShape() + " in "
+                    + options.numGroups() + " groups: expected [tokens, experts] logits, 1 <= k <= experts and groups"
+                    + " dividing the experts");
         }
         NDManager m = scope.manager();
         DataType dtype = DataTypes.of(logits);
         NDArray indices;
         NDArray probs;
-        if (score == MoeConfig.RouterScore.SIGMOID) {
+        if (options.score() == MoeConfig.RouterScore.SIGMOID) {
             NDArray scores = Tensors.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
-            indices = topIndices(m, withBias(m, scores, expertBias), topK);
+            indices = topIndices(m, withBias(m, scores, expertBias), options);
             NDArray chosen = Tensors.own(scores.gather(indices, 1), m);
             probs = topK > 1 ? Tensors.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
-        } else if (preSoftmax) {
+        } else if (options.preSoftmax()) {
             NDArray scores = softmax(scope, logits);
-            indices = topIndices(m, withBias(m, scores, expertBias), topK);
+            indices = topIndices(m, withBias(m, scores, expertBias), options);
             probs = Tensors.own(scores.gather(indices, 1), m);
         } else {
-            indices = topIndices(m, withBias(m, logits, expertBias), topK);
+            indices = topIndices(m, withBias(m, logits, expertBias), options);
             probs = softmax(scope, Tensors.own(logits.gather(indices, 1), m));
+        }
+        if (options.scalingFactor() != 1) {
+            probs = Tensors.scale(probs, options.scalingFactor(), m);
         }
         probs = Cast.apply(scope, probs, dtype);
         int experts = (int) logits.getShape().get(1);
@@ -113,6 +163,36 @@ public final class TopKRouting {
             return scores;
         }
         return Tensors.own(DataTypes.toType(scores.stopGradient(), DataType.FLOAT32, false).add(expertBias), m);
+    }
+
+    /** The top-k indices of {@code scores}, among the experts of each token's best groups when routing is group-limited. */
+    private static NDArray topIndices(NDManager m, NDArray scores, Options options) {
+        if (options.groupTopK() == 0) {
+            return topIndices(m, scores, options.topK());
+        }
+        NDManager temp = m.newSubManager();
+        try (NoGrad ignored = NoGrad.enter()) {
+            long tokens = scores.getShape().get(0);
+            long experts = scores.getShape().get(1);
+            int groups = options.numGroups();
+            NDArray grouped = scores.stopGradient().reshape(tokens, groups, experts / groups);
+            grouped.attach(temp);
+            NDList best = grouped.topK(options.topK() / options.groupTopK(), -1, true, true);
+            best.attach(temp);
+            NDArray groupScores = Tensors.own(best.get(0).sum(new int[] {2}), temp); // [T, G]
+            NDList chosenGroups = groupScores.topK(options.groupTopK(), -1, true, false);
+            chosenGroups.attach(temp);
+            NDArray groupMask = Tensors.own(chosenGroups.get(1).oneHot(groups).sum(new int[] {1}), temp); // [T, G]
+            NDArray expertMask = Tensors.own(groupMask.expandDims(2).broadcast(new Shape(tokens, groups, experts / groups))
+                    .reshape(tokens, experts).toType(DataType.BOOLEAN, false), temp);
+            NDArray excluded = temp.full(new Shape(tokens, experts), Float.NEGATIVE_INFINITY, DataTypes.of(scores));
+            NDArray masked = Tensors.own(NDArrays.where(expertMask, scores.stopGradient(), excluded), temp);
+            NDArray indices = topIndices(temp, masked, options.topK());
+            indices.attach(m);
+            return indices;
+        } finally {
+            temp.close();
+        }
     }
 
     private static NDArray topIndices(NDManager m, NDArray scores, int k) {

@@ -48,18 +48,19 @@ class DispatcherTest {
         return new Routing(probs, routingMap, routingMap, k, -1);
     }
 
-    @ParameterizedTest(name = "world {0}: EP{1} expert-TP{2}, {3} experts, top-{4}, {5}")
+    @ParameterizedTest(name = "world {0}: EP{1} expert-TP{2}, {3} experts, top-{4}, {5}, fused={6}")
     @CsvSource({
-        "2, 2, 1, 4, 2, ALL_GATHER", "2, 2, 1, 4, 2, ALL_TO_ALL",
-        "4, 4, 1, 8, 4, ALL_GATHER", "4, 4, 1, 8, 4, ALL_TO_ALL",
-        "4, 2, 2, 4, 2, ALL_GATHER", "4, 2, 2, 4, 2, ALL_TO_ALL"})
+        "2, 2, 1, 4, 2, ALL_GATHER, false", "2, 2, 1, 4, 2, ALL_TO_ALL, false",
+        "4, 4, 1, 8, 4, ALL_GATHER, false", "4, 4, 1, 8, 4, ALL_TO_ALL, false",
+        "4, 2, 2, 4, 2, ALL_GATHER, false", "4, 2, 2, 4, 2, ALL_TO_ALL, false",
+        "4, 4, 1, 8, 4, ALL_GATHER, true", "4, 2, 2, 4, 2, ALL_TO_ALL, true"})
     void dispatchThenCombineWithWeightsOneOverKRestoresTheInput(int world, int ep, int etp, int experts, int k,
-                                                                MoeConfig.Dispatcher kind) {
+                                                                MoeConfig.Dispatcher kind, boolean fused) {
         InJvmWorld.run(world, ctx -> {
             ProcessGroups groups = ctx.groups(ParallelDims.builder(world).expertParallel(ep).expertTensorParallel(etp).build());
             MoeGroups g = MoeGroups.of(groups);
             TokenDispatcher dispatcher = kind == MoeConfig.Dispatcher.ALL_TO_ALL
-                    ? new AllToAllTokenDispatcher(g, experts, k) : new AllGatherTokenDispatcher(g, experts, k);
+                    ? new AllToAllTokenDispatcher(g, experts, k, fused) : new AllGatherTokenDispatcher(g, experts, k, fused);
             try (NDManager m = ctx.manager().newSubManager(); AutogradScope scope = AutogradScope.open(m)) {
                 NDManager s = scope.manager();
                 NDArray x = Fixtures.leaf(Fixtures.normal(s, 30 + ctx.rank(), 1.0, TOKENS, HIDDEN), s);

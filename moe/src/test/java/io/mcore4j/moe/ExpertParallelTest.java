@@ -58,7 +58,9 @@ class ExpertParallelTest {
         "4, 2, 2, 2, true, ALL_GATHER, swiglu-bias",
         "4, 1, 2, 2, false, ALL_TO_ALL, padded",
         "2, 1, 1, 2, false, ALL_TO_ALL, swiglu-bias",
-        "2, 2, 1, 2, true, ALL_GATHER, swiglu-aux"})
+        "2, 2, 1, 2, true, ALL_GATHER, swiglu-aux",
+        "4, 2, 2, 2, false, ALL_TO_ALL, grouped-fused-swiglu-bias",
+        "4, 1, 4, 1, false, ALL_GATHER, fused-aux"})
     void expertParallelLayerEqualsTheSingleRankLayer(int world, int tp, int ep, int etp, boolean sp,
                                                      MoeConfig.Dispatcher dispatcher, String variant) {
         MoeConfig.Builder b = MoeConfig.builder(4, 2, 8).initStd(0.3).outputInitStd(0.2).dispatcher(dispatcher)
@@ -69,6 +71,9 @@ class ExpertParallelTest {
             case "swiglu-bias" -> b.activation(MlpActivation.SWIGLU).addBias(true).sharedExpertFfnHiddenSize(8);
             case "padded" -> b.capacityFactor(1.0).padToCapacity(true).auxLossCoeff(0.1);
             case "gelu-shared" -> b.sharedExpertFfnHiddenSize(8).addBias(true);
+            case "grouped-fused-swiglu-bias" -> b.activation(MlpActivation.SWIGLU).addBias(true).groupedGemm(true)
+                    .permuteFusion(true);
+            case "fused-aux" -> b.permuteFusion(true).auxLossCoeff(0.1);
             default -> { }
         }
         MoeConfig config = b.build();

@@ -4,17 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.ndarray.types.Shape;
 import com.google.gson.JsonArray;
 import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
-import com.google.gson.JsonParser;
 import io.mcore4j.core.autograd.AutogradScope;
 
-import java.io.IOException;
-import java.io.InputStream;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.util.HashMap;
 import java.util.Map;
 
@@ -32,46 +26,12 @@ class MegatronRoutingTest {
     private static JsonObject fixture;
 
     @BeforeAll
-    static void load() throws IOException {
-        try (InputStream in = MegatronRoutingTest.class.getResourceAsStream("/megatron/routing.json")) {
-            fixture = JsonParser.parseReader(new InputStreamReader(in, StandardCharsets.UTF_8)).getAsJsonObject();
-        }
+    static void load() {
+        fixture = MegatronFixtures.read("routing.json");
     }
 
     private static NDArray logits(NDManager m, String name) {
-        JsonArray rows = fixture.getAsJsonObject("logit_sets").getAsJsonArray(name);
-        int tokens = rows.size();
-        int experts = rows.get(0).getAsJsonArray().size();
-        float[] values = new float[tokens * experts];
-        for (int t = 0; t < tokens; t++) {
-            for (int e = 0; e < experts; e++) {
-                values[t * experts + e] = rows.get(t).getAsJsonArray().get(e).getAsFloat();
-            }
-        }
-        return m.create(values, new Shape(tokens, experts));
-    }
-
-    private static String[] bits(NDArray map) {
-        long tokens = map.getShape().get(0);
-        int experts = (int) map.getShape().get(1);
-        float[] v = map.toFloatArray();
-        String[] out = new String[(int) tokens];
-        for (int t = 0; t < tokens; t++) {
-            StringBuilder row = new StringBuilder();
-            for (int e = 0; e < experts; e++) {
-                row.append(v[t * experts + e] != 0 ? '1' : '0');
-            }
-            out[t] = row.toString();
-        }
-        return out;
-    }
-
-    private static String[] strings(JsonArray a) {
-        String[] out = new String[a.size()];
-        for (int i = 0; i < out.length; i++) {
-            out[i] = a.get(i).getAsString();
-        }
-        return out;
+        return MegatronFixtures.matrix(m, fixture.getAsJsonObject("logit_sets").getAsJsonArray(name));
     }
 
     @Test
@@ -88,7 +48,7 @@ class MegatronRoutingTest {
                 int k = c.get("topk").getAsInt();
                 MoeConfig.RouterScore score = MoeConfig.RouterScore.valueOf(c.get("score").getAsString().toUpperCase(java.util.Locale.ROOT));
                 TopKRouting.Selection s = TopKRouting.select(scope, x, k, score, c.get("pre_softmax").getAsBoolean(), null);
-                assertEquals(String.join("\n", strings(c.getAsJsonArray("routing_map"))), String.join("\n", bits(s.routingMap())),
+                assertEquals(MegatronFixtures.bits(c.getAsJsonArray("routing_map")), MegatronFixtures.bits(s.routingMap()),
                         where + " routing map");
                 float[] probs = s.probs().toFloatArray();
                 JsonArray expected = c.getAsJsonArray("probs");
@@ -110,7 +70,7 @@ class MegatronRoutingTest {
                     assertEquals(Math.min(d.get("capacity").getAsLong(), tokens), capacity, drop + " capacity");
                     NDArray mask = TokenDropping.capacityMask(s.probs(), s.routingMap(), capacity, policy, scope.manager());
                     NDArray finalMap = pad ? mask : s.routingMap().mul(mask);
-                    assertEquals(String.join("\n", strings(d.getAsJsonArray("final_map"))), String.join("\n", bits(finalMap)),
+                    assertEquals(MegatronFixtures.bits(d.getAsJsonArray("final_map")), MegatronFixtures.bits(finalMap),
                             drop + " final map");
                     droppings++;
                 }

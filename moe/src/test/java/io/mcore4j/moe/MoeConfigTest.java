@@ -30,12 +30,23 @@ class MoeConfigTest {
         refused("z-loss coefficient must be finite and >= 0, got NaN",
                 () -> MoeConfig.builder(4, 2, 8).zLossCoeff(Double.NaN).build());
         refused("aux-loss-free balancing needs a positive bias update rate, got 0",
-                () -> MoeConfig.builder(4, 2, 8).auxLossFree(true).biasUpdateRate(0).build());
+                () -> MoeConfig.builder(4, 2, 8).routerScore(MoeConfig.RouterScore.SIGMOID).auxLossFree(true).biasUpdateRate(0)
+                        .build());
         refused("input jitter 1.0 must be in [0, 1)", () -> MoeConfig.builder(4, 2, 8).inputJitter(1).build());
         refused("padToCapacity needs a capacity factor > 0, got 0 (no capacity)",
                 () -> MoeConfig.builder(4, 2, 8).padToCapacity(true).build());
         refused("shared expert ffn hidden size must be >= 0 (0 = none), got -1",
                 () -> MoeConfig.builder(4, 2, 8).sharedExpertFfnHiddenSize(-1).build());
+        refused("aux-loss-free balancing (expert bias) needs SIGMOID scores, but the router score is SOFTMAX",
+                () -> MoeConfig.builder(4, 2, 8).auxLossFree(true).build());
+        refused("top-k scaling factor 0.0 must be finite and > 0", () -> MoeConfig.builder(4, 2, 8).topKScalingFactor(0).build());
+        refused("group-limited routing needs both the number of groups and the group top-k, got 4 groups and group top-k 0",
+                () -> MoeConfig.builder(8, 2, 8).groupLimitedRouting(4, 0).build());
+        refused("8 experts are not divisible by 3 router groups", () -> MoeConfig.builder(8, 2, 8).groupLimitedRouting(3, 1).build());
+        refused("group top-k 5 must be at most the 4 router groups", () -> MoeConfig.builder(8, 6, 8).groupLimitedRouting(4, 5).build());
+        refused("group top-k 3 must be at most top-k 2 (groups are ranked by the sum of their top-k / group top-k best scores)",
+                () -> MoeConfig.builder(8, 2, 8).groupLimitedRouting(4, 3).build());
+        refused("top-k 5 exceeds the 4 experts of 2 groups of 2", () -> MoeConfig.builder(8, 5, 8).groupLimitedRouting(4, 2).build());
         refused("init std 0.0 must be finite and > 0", () -> MoeConfig.builder(4, 2, 8).initStd(0).build());
         refused("dtype int32 is not supported: use FLOAT32, FLOAT16 or BFLOAT16",
                 () -> MoeConfig.builder(4, 2, 8).dtype(DataType.INT32).build());
@@ -45,7 +56,8 @@ class MoeConfigTest {
     void theBuilderRoundTrips() {
         MoeConfig c = MoeConfig.builder(8, 2, 32).activation(MlpActivation.SWIGLU).auxLossCoeff(0.01)
                 .capacityFactor(1.25).padToCapacity(true).dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL)
-                .sharedExpertFfnHiddenSize(16).dtype(DataType.FLOAT16).build();
+                .sharedExpertFfnHiddenSize(16).dtype(DataType.FLOAT16).groupLimitedRouting(4, 2).topKScalingFactor(2.5)
+                .build();
         assertEquals(c, c.toBuilder().build());
         assertEquals(MoeConfig.Dispatcher.ALL_GATHER, MoeConfig.builder(8, 2, 32).build().dispatcher(),
                 "Megatron-Core's default dispatcher");

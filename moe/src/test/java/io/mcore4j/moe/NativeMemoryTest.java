@@ -19,8 +19,8 @@ import org.junit.jupiter.api.Test;
 
 /**
  * Repeated training steps release every tensor they create: two layers (all-to-all with expert
- * tensor parallelism, dropping, jitter, aux-loss-free bias and every auxiliary loss; all-gather
- * with padding, biases and a shared expert) at EP2 x expert-TP2 over 30 steps, each step reading
+ * tensor parallelism, dropping, jitter, aux-loss-free bias, group-limited routing, top-k scaling and every
+ * auxiliary loss; all-gather with padding, biases, a shared expert, grouped GEMMs and fused permutation) at EP2 x expert-TP2 over 30 steps, each step reading
  * every gradient, updating the expert bias, resetting the global tracker and describing the
  * checkpoint state. The live-array count after step 30 equals that after step 1.
  */
@@ -31,9 +31,10 @@ class NativeMemoryTest {
         MoeConfig a2a = MoeConfig.builder(4, 2, 8).dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL).capacityFactor(1.0)
                 .inputJitter(0.01).routerScore(MoeConfig.RouterScore.SIGMOID).auxLossFree(true).auxLossCoeff(0.01)
                 .seqAuxLossCoeff(0.01).globalAuxLossCoeff(0.01).zLossCoeff(0.001).routerInFp32(true)
-                .sequenceParallel(true).build();
+                .groupLimitedRouting(2, 1).topKScalingFactor(2).sequenceParallel(true).build();
         MoeConfig allGather = MoeConfig.builder(4, 2, 8).activation(MlpActivation.SWIGLU).capacityFactor(1.0)
-                .padToCapacity(true).addBias(true).sharedExpertFfnHiddenSize(8).auxLossCoeff(0.01).build();
+                .padToCapacity(true).addBias(true).sharedExpertFfnHiddenSize(8).auxLossCoeff(0.01).groupedGemm(true)
+                .permuteFusion(true).build();
         List<int[]> counts = InJvmWorld.run(4, ctx -> {
             ProcessGroups groups = ctx.groups(ParallelDims.builder(4).tensorParallel(2).expertParallel(2)
                     .expertTensorParallel(2).build());

@@ -53,6 +53,13 @@ class SerialReferenceTest {
                 Arguments.of("capacity 0.75 by position, padded (batched experts), all-to-all",
                         base().capacityFactor(0.75).dropPolicy(MoeConfig.DropPolicy.POSITION).padToCapacity(true)
                                 .dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL).build()),
+                Arguments.of("grouped GEMM, fused permutation, SwiGLU, biases, top-3 of unequal loads, all-to-all",
+                        MoeConfig.builder(4, 3, 12).initStd(0.3).outputInitStd(0.2).activation(MlpActivation.SWIGLU)
+                                .addBias(true).preSoftmax(true).groupedGemm(true).permuteFusion(true)
+                                .dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL)
+                                .build()),
+                Arguments.of("capacity 0.5 by probability, padded, fused permutation, all-gather",
+                        base().capacityFactor(0.5).padToCapacity(true).permuteFusion(true).auxLossCoeff(0.1).build()),
                 Arguments.of("capacity 0.75 by position, padded, sequential experts",
                         base().capacityFactor(0.75).dropPolicy(MoeConfig.DropPolicy.POSITION).padToCapacity(true)
                                 .batchedExperts(false).build()));

@@ -40,7 +40,7 @@ class ShardedStateTest {
     @CsvSource({"4, 2, 2, 2", "4, 1, 4, 1", "4, 2, 2, 1", "2, 1, 1, 2"})
     void piecesTileTheSingleRankWeights(int world, int tp, int ep, int etp) {
         MoeConfig config = MoeConfig.builder(4, 2, 8).activation(MlpActivation.SWIGLU).addBias(true)
-                .sharedExpertFfnHiddenSize(8).auxLossFree(true).build();
+                .sharedExpertFfnHiddenSize(8).routerScore(MoeConfig.RouterScore.SIGMOID).auxLossFree(true).build();
         List<Piece> reference = describe(1, ParallelDims.builder(1).build(), config).get(0);
         Map<String, float[]> expected = new TreeMap<>();
         Map<String, long[]> shapes = new TreeMap<>();

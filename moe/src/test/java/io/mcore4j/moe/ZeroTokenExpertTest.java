@@ -33,14 +33,16 @@ class ZeroTokenExpertTest {
     static final int HIDDEN = 8;
     static final int UNUSED = 3;
 
-    @ParameterizedTest(name = "world {0}: EP{1} expert-TP{2} {3} padded={4}")
+    @ParameterizedTest(name = "world {0}: EP{1} expert-TP{2} {3} padded={4} grouped={5}")
     @CsvSource({
-        "2, 2, 1, ALL_TO_ALL, false", "2, 2, 1, ALL_GATHER, false",
-        "4, 4, 1, ALL_TO_ALL, false", "4, 4, 1, ALL_GATHER, false",
-        "4, 2, 2, ALL_TO_ALL, false", "4, 4, 1, ALL_TO_ALL, true"})
+        "2, 2, 1, ALL_TO_ALL, false, false", "2, 2, 1, ALL_GATHER, false, false",
+        "4, 4, 1, ALL_TO_ALL, false, false", "4, 4, 1, ALL_GATHER, false, false",
+        "4, 2, 2, ALL_TO_ALL, false, false", "4, 4, 1, ALL_TO_ALL, true, false",
+        "4, 4, 1, ALL_TO_ALL, false, true", "2, 1, 2, ALL_GATHER, false, true"})
     void anExpertWithoutTokensKeepsZeroGradients(int world, int ep, int etp, MoeConfig.Dispatcher dispatcher,
-                                                 boolean padded) {
-        MoeConfig.Builder b = MoeConfig.builder(4, 2, 8).initStd(0.3).outputInitStd(0.2).dispatcher(dispatcher);
+                                                 boolean padded, boolean grouped) {
+        MoeConfig.Builder b = MoeConfig.builder(4, 2, 8).initStd(0.3).outputInitStd(0.2).dispatcher(dispatcher)
+                .groupedGemm(grouped);
         if (padded) {
             b.capacityFactor(1.0).padToCapacity(true);
         }

@@ -1,6 +1,7 @@
 package io.mcore4j.parallel;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Locale;
@@ -17,6 +18,12 @@ import java.util.Map;
  * slowest varying (default {@code tp-cp-ep-dp-pp}, Megatron-Core's). Every axis of size above 1 must
  * appear in it.
  *
+ * <p>Hierarchical context parallelism (Megatron-Core's {@code hierarchical_context_parallel_sizes})
+ * splits the context-parallel group into levels whose sizes multiply to {@code CP}: level 0 groups
+ * consecutive context-parallel ranks, each later level the ranks that stride over the levels before it
+ * (as the mixed-radix rule of the axes does); {@code --cp-comm-type a2a+p2p} runs its all-to-all over
+ * level 0 and its ring over level 1.
+ *
  * @param worldSize number of ranks
  * @param tensorParallel TP size
  * @param pipelineParallel PP size
@@ -25,9 +32,12 @@ import java.util.Map;
  * @param expertParallel EP size
  * @param expertTensorParallel TP size inside experts
  * @param order axis order, fastest first, e.g. {@code "tp-cp-ep-dp-pp"}
+ * @param hierarchicalContextParallelSizes the sizes of the context-parallel group's levels, innermost
+ *     first, multiplying to {@code contextParallel}; empty for none (never null; held unmodifiable)
  */
 public record ParallelDims(int worldSize, int tensorParallel, int pipelineParallel, int virtualPipelineParallel,
-                           int contextParallel, int expertParallel, int expertTensorParallel, String order) {
+                           int contextParallel, int expertParallel, int expertTensorParallel, String order,
+                           List<Integer> hierarchicalContextParallelSizes) {
 
     /** Megatron-Core's default axis order. */
     public static final String DEFAULT_ORDER = "tp-cp-ep-dp-pp";
@@ -66,6 +76,7 @@ public record ParallelDims(int worldSize, int tensorParallel, int pipelineParall
             throw new IllegalArgumentException("virtual pipeline parallel size " + virtualPipelineParallel
                     + " needs pipeline parallel size > 1, got 1");
         }
+        hierarchicalContextParallelSizes = checkHierarchy(hierarchicalContextParallelSizes, contextParallel);
         if (order == null) {
             throw new IllegalArgumentException("order must not be null; use " + DEFAULT_ORDER);
         }
@@ -137,6 +148,24 @@ public record ParallelDims(int worldSize, int tensorParallel, int pipelineParall
         return axes;
     }
 
+    private static List<Integer> checkHierarchy(List<Integer> sizes, int contextParallel) {
+        if (sizes == null || sizes.isEmpty()) {
+            return List.of();
+        }
+        long product = 1;
+        for (Integer size : sizes) {
+            if (size == null || size < 1) {
+                throw new IllegalArgumentException("hierarchical context parallel sizes " + sizes + " must all be at least 1");
+            }
+            product *= size;
+        }
+        if (product != contextParallel) {
+            throw new IllegalArgumentException("hierarchical context parallel sizes " + sizes + " multiply to " + product
+                    + ", not context parallel size " + contextParallel);
+        }
+        return List.copyOf(sizes);
+    }
+
     private static void positive(String what, int value) {
         if (value < 1) {
             throw new IllegalArgumentException(what + " must be at least 1, got " + value);
@@ -156,6 +185,7 @@ public record ParallelDims(int worldSize, int tensorParallel, int pipelineParall
                 + (expertParallel > 1 || expertTensorParallel > 1
                         ? " (experts: ETP" + expertTensorParallel + " EP" + expertParallel + " EDP" + expertDataParallel() + ")"
                         : "")
+                + (hierarchicalContextParallelSizes.isEmpty() ? "" : " (hierarchical CP " + hierarchicalContextParallelSizes + ")")
                 + " order " + order;
     }
 
@@ -169,6 +199,7 @@ public record ParallelDims(int worldSize, int tensorParallel, int pipelineParall
         private int ep = 1;
         private int etp = -1;
         private String order = DEFAULT_ORDER;
+        private List<Integer> hierarchicalCp = List.of();
 
         private Builder(int worldSize) {
             this.worldSize = worldSize;
@@ -216,9 +247,24 @@ public record ParallelDims(int worldSize, int tensorParallel, int pipelineParall
             return this;
         }
 
+        /**
+         * @param sizes the context-parallel group's levels, innermost first, multiplying to the CP size
+         *     (Megatron-Core's {@code hierarchical_context_parallel_sizes}); empty for none
+         * @return this
+         */
+        public Builder hierarchicalContextParallelSizes(List<Integer> sizes) {
+            this.hierarchicalCp = sizes == null ? List.of() : List.copyOf(sizes);
+            return this;
+        }
+
+        /** @param sizes the levels, innermost first (see {@link #hierarchicalContextParallelSizes(List)}) @return this */
+        public Builder hierarchicalContextParallelSizes(int... sizes) {
+            return hierarchicalContextParallelSizes(Arrays.stream(sizes).boxed().toList());
+        }
+
         /** @return the validated layout */
         public ParallelDims build() {
-            return new ParallelDims(worldSize, tp, pp, vp, cp, ep, etp < 0 ? tp : etp, order);
+            return new ParallelDims(worldSize, tp, pp, vp, cp, ep, etp < 0 ? tp : etp, order, hierarchicalCp);
         }
     }
 }

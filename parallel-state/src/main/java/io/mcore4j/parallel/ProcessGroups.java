@@ -1,6 +1,8 @@
 package io.mcore4j.parallel;
 
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 
 /**
@@ -10,8 +12,13 @@ import java.util.Map;
  *
  * <p>{@code world} holds every rank. Dense groups: {@code tp}, {@code cp}, {@code dp}, {@code dp-cp}, {@code pp}, {@code mp}
  * (tp-pp), {@code tp-dp}, {@code embedding} (first and last pipeline stage of this rank's pipeline).
- * Expert groups: {@code ep}, {@code expert-tp}, {@code expert-dp}. Communicators are created in that
- * fixed order on every rank.
+ * Expert groups: {@code ep}, {@code expert-tp}, {@code expert-dp}. With hierarchical context
+ * parallelism ({@link ParallelDims#hierarchicalContextParallelSizes()}), one group per level,
+ * {@code hcp-0}, {@code hcp-1}, …: level {@code k} holds the context-parallel ranks that differ from
+ * this one only in the {@code k}-th digit of their context-parallel index written in the mixed radix
+ * of the level sizes (innermost first), so level 0 is consecutive ranks of the {@code cp} group and
+ * level 1 strides over level 0's size, as Megatron-Core builds them. Communicators are created in
+ * that fixed order on every rank.
  */
 public final class ProcessGroups {
     private final ParallelDims dims;
@@ -19,6 +26,7 @@ public final class ProcessGroups {
     private final RankGrid dense;
     private final RankGrid expert;
     private final Map<String, Communicator> communicators = new LinkedHashMap<>();
+    private final int hierarchicalLevels;
 
     private ProcessGroups(ParallelDims dims, int rank, Backend backend) {
         if (backend.worldSize() != dims.worldSize()) {
@@ -46,6 +54,30 @@ public final class ProcessGroups {
         add(backend, "ep", expert.groupOf("ep", rank));
         add(backend, "expert-tp", expert.groupOf("tp", rank));
         add(backend, "expert-dp", expert.groupOf("dp", rank));
+        int[] cp = dense.groupOf("cp", rank);
+        List<Integer> levels = dims.hierarchicalContextParallelSizes();
+        for (int level = 0; level < levels.size(); level++) {
+            add(backend, "hcp-" + level, hierarchicalGroup(cp, dense.coordinate("cp", rank), levels, level));
+        }
+        this.hierarchicalLevels = levels.size();
+    }
+
+    /**
+     * The members of {@code cp} whose index differs from {@code index} only in digit {@code level}
+     * of the mixed radix {@code sizes} (innermost digit first).
+     */
+    static int[] hierarchicalGroup(int[] cp, int index, List<Integer> sizes, int level) {
+        int stride = 1;
+        for (int k = 0; k < level; k++) {
+            stride *= sizes.get(k);
+        }
+        int size = sizes.get(level);
+        int first = index - (index / stride % size) * stride;
+        int[] members = new int[size];
+        for (int i = 0; i < size; i++) {
+            members[i] = cp[first + i * stride];
+        }
+        return members;
     }
 
     /**
@@ -119,6 +151,21 @@ public final class ProcessGroups {
     /** @return context-parallel communicator */
     public Communicator cp() {
         return get("cp");
+    }
+
+    /**
+     * The levels of hierarchical context parallelism (Megatron-Core's
+     * {@code get_hierarchical_context_parallel_groups}): {@code a2a+p2p}'s all-to-all group is level 0,
+     * its ring level 1.
+     *
+     * @return one communicator per level, innermost first; empty (never null) without hierarchical sizes
+     */
+    public List<Communicator> hierarchicalCp() {
+        List<Communicator> out = new ArrayList<>(hierarchicalLevels);
+        for (int level = 0; level < hierarchicalLevels; level++) {
+            out.add(get("hcp-" + level));
+        }
+        return List.copyOf(out);
     }
 
     /** @return data-parallel communicator */

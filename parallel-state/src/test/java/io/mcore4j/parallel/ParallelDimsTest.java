@@ -71,6 +71,40 @@ class ParallelDimsTest {
     }
 
     @Test
+    void hierarchicalContextParallelSizesMultiplyToTheContextParallelSize() {
+        assertEquals("hierarchical context parallel sizes [2, 3] multiply to 6, not context parallel size 4",
+                assertThrows(IllegalArgumentException.class, () -> ParallelDims.builder(8).contextParallel(4)
+                        .hierarchicalContextParallelSizes(2, 3).build()).getMessage());
+        assertEquals("hierarchical context parallel sizes [0, 4] must all be at least 1",
+                assertThrows(IllegalArgumentException.class, () -> ParallelDims.builder(8).contextParallel(4)
+                        .hierarchicalContextParallelSizes(0, 4).build()).getMessage());
+        ParallelDims dims = ParallelDims.builder(8).contextParallel(4).hierarchicalContextParallelSizes(2, 2).build();
+        assertEquals(List.of(2, 2), dims.hierarchicalContextParallelSizes());
+        assertEquals("world 8: TP1 CP4 PP1 DP2 (hierarchical CP [2, 2]) order tp-cp-ep-dp-pp", dims.toString());
+        assertEquals(List.of(), ParallelDims.of(8, 2, 2).hierarchicalContextParallelSizes());
+    }
+
+    @Test
+    void hierarchicalLevelsAreConsecutiveThenStridedContextParallelRanks() {
+        // TP2 CP8 (cp group of rank 1: 1, 3, ..., 15) as levels 2 x 4: level 0 pairs of consecutive cp
+        // ranks, level 1 every second cp rank
+        RankGrid grid = RankGrid.dense(ParallelDims.builder(16).tensorParallel(2).contextParallel(8).build());
+        int[] cp = grid.groupOf("cp", 1);
+        assertArrayEquals(new int[] {1, 3, 5, 7, 9, 11, 13, 15}, cp);
+        List<Integer> sizes = List.of(2, 4);
+        assertArrayEquals(new int[] {9, 11}, ProcessGroups.hierarchicalGroup(cp, 5, sizes, 0));
+        assertArrayEquals(new int[] {3, 7, 11, 15}, ProcessGroups.hierarchicalGroup(cp, 5, sizes, 1));
+        // three levels 2 x 2 x 2: the middle one strides 2, the outer 4
+        List<Integer> three = List.of(2, 2, 2);
+        assertArrayEquals(new int[] {9, 13}, ProcessGroups.hierarchicalGroup(cp, 6, three, 1));
+        assertArrayEquals(new int[] {5, 13}, ProcessGroups.hierarchicalGroup(cp, 6, three, 2));
+        // degenerate levels: 1 x 8 is the whole group as the outer level, 8 x 1 as the inner one
+        assertArrayEquals(new int[] {11}, ProcessGroups.hierarchicalGroup(cp, 5, List.of(1, 8), 0));
+        assertArrayEquals(cp, ProcessGroups.hierarchicalGroup(cp, 5, List.of(1, 8), 1));
+        assertArrayEquals(cp, ProcessGroups.hierarchicalGroup(cp, 5, List.of(8, 1), 0));
+    }
+
+    @Test
     void coordinatesInvertTheLayout() {
         RankGrid grid = RankGrid.dense(ParallelDims.of(8, 2, 2));
         for (int r = 0; r < 8; r++) {

@@ -113,6 +113,17 @@ public final class ParameterInventory {
                     out.add(new Tensor(ek + "linear_fc2.bias", h, true));
                 }
             }
+            long shared = m.config().sharedExpertFfnHiddenSize() / tp;
+            if (shared > 0) {
+                String sk = key + "mlp.shared_experts.";
+                long sharedFc1 = glu ? 2 * shared : shared;
+                out.add(new Tensor(sk + "linear_fc1.weight", sharedFc1 * h, false));
+                out.add(new Tensor(sk + "linear_fc2.weight", h * shared, false));
+                if (c.addBiasLinear()) {
+                    out.add(new Tensor(sk + "linear_fc1.bias", sharedFc1, false));
+                    out.add(new Tensor(sk + "linear_fc2.bias", h, false));
+                }
+            }
         } else {
             long ffn = c.ffnHiddenSize() / tp;
             long fc1 = glu ? 2 * ffn : ffn;

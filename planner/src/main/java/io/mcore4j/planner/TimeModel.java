@@ -17,8 +17,10 @@ import java.util.List;
  *       calibrated serial share, context parallelism divides everything;</li>
  *   <li>TP: two all-reduces of a micro-batch's hidden states per layer in forward (nothing to
  *       overlap with), two in backward of which the calibrated share hides behind weight gradients;</li>
- *   <li>CP: the key/value ring or all-gather, calibrated exposed share; EP: dispatch and combine
- *       all-to-alls in forward and backward;</li>
+ *   <li>CP: the key/value ring or all-gather, calibrated exposed share; the all-to-alls of {@code a2a}
+ *       and {@code a2a+p2p} (queries, keys and values in, outputs back, and their transposes in
+ *       backward) wholly exposed, since attention waits for them; EP: dispatch and combine all-to-alls
+ *       in forward and backward;</li>
  *   <li>pipeline: {@code (m + (PP - 1) / VP)} times the slowest stage's micro-batch time (1F1B's fill
  *       and drain), plus stage-to-stage transfers;</li>
  *   <li>DP: the all-reduce (or reduce-scatter and parameter all-gather) of the rank's gradients over
@@ -107,10 +109,22 @@ public final class TimeModel {
             tpPerMicroBatch = worstLayers * exposedPerLayer;
         }
         double cpPerMicroBatch = 0;
-        if (cp > 1) {
-            double kvBytes = 2.0 * tokensPerRank * c.numQueryGroups() / tp * c.kvChannels() * bytes;
-            double exchange = latency * (cp - 1) + kvBytes * (cp - 1) / cluster.busBandwidth(cp, tp);
-            cpPerMicroBatch = worstLayers * 3 * exchange * cal.contextParallelExposedFraction(); // forward once, backward twice
+        ContextParallelStages stages = ContextParallelStages.of(c, tp, cp);
+        if (stages.ring() > 1) {
+            // after an all-to-all over A ranks a rank holds A times the tokens of G/A (repeated) groups: a
+            // ring block is as large as p2p's, and its ranks stride over the all-to-all's
+            int ring = stages.ring();
+            double kvBytes = 2.0 * tokensPerRank * c.numQueryGroups() * stages.groupRepeat() / tp * c.kvChannels() * bytes;
+            double exchange = latency * (ring - 1) + kvBytes * (ring - 1) / cluster.busBandwidth(ring, tp * stages.allToAll());
+            cpPerMicroBatch += worstLayers * 3 * exchange * cal.contextParallelExposedFraction(); // forward once, backward twice
+        }
+        if (stages.allToAll() > 1) {
+            // four all-to-alls in forward (queries, keys, values in; outputs back), four in backward, over
+            // consecutive ranks (within a node where A fits), each moving (A-1)/A of its tensor
+            int a = stages.allToAll();
+            double heads = 2.0 * c.numAttentionHeads() + 2.0 * c.numQueryGroups() * stages.groupRepeat();
+            double moved = tokensPerRank * heads / tp * c.kvChannels() * bytes * (a - 1) / a;
+            cpPerMicroBatch += worstLayers * 2 * (4 * latency + moved / cluster.busBandwidth(a, tp));
         }
         double epPerMicroBatch = 0;
         if (c.moe() != null && ep > 1) {
@@ -175,11 +189,12 @@ public final class TimeModel {
         return c.recomputes(c.moe() != null ? TransformerConfig.RecomputeModule.MOE : TransformerConfig.RecomputeModule.MLP);
     }
 
-    /** Training FLOPs of one layer's MLP per token (6 per weight element; a token passes top-k experts). */
+    /** Training FLOPs of one layer's MLP per token (6 per weight element; a token passes top-k experts and the shared expert). */
     private static double mlpFlops(TransformerConfig c) {
         int factor = c.activation().fc1Factor();
         if (c.moe() != null) {
-            return 6.0 * c.hiddenSize() * c.moe().ffnHiddenSize() * (factor + 1) * c.moe().topK();
+            return 6.0 * c.hiddenSize() * (factor + 1) * ((double) c.moe().ffnHiddenSize() * c.moe().topK()
+                    + c.moe().config().sharedExpertFfnHiddenSize());
         }
         return 6.0 * c.hiddenSize() * c.ffnHiddenSize() * (factor + 1);
     }

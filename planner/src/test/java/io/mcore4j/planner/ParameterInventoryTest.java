@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.models.MoeLayerPattern;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.tensorparallel.MlpActivation;
 import io.mcore4j.models.TransformerConfig.Recompute;
@@ -90,7 +91,18 @@ class ParameterInventoryTest {
     @Test
     void mixtureOfExpertsEveryOtherLayerAtEp2() {
         TransformerConfig model = TransformerConfig.builder(4, 32, 4, 128).maxSequenceLength(16).dropout(0, 0)
-                .moe(new TransformerConfig.MoeSettings(4, 2, 2, 48, 0.01, MoeConfig.Dispatcher.ALL_TO_ALL)).build();
+                .moe(TransformerConfig.MoeSettings.of(4, 2, MoeLayerPattern.every(2), 48, 0.01,
+                        MoeConfig.Dispatcher.ALL_TO_ALL)).build();
         check(model, new Layout(1, 1, 1, 2, 1, 2, 1, Recompute.NONE, false));
+    }
+
+    @Test
+    void sharedExpertsAndAListOfMoeLayersAtTp2Ep2() {
+        TransformerConfig model = TransformerConfig.builder(4, 32, 4, 128).maxSequenceLength(16).dropout(0, 0)
+                .activation(MlpActivation.SWIGLU)
+                .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.parse("[0,1,1,0]"), MoeConfig.builder(4, 2, 48)
+                        .sharedExpertFfnHiddenSize(32).dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL).build()))
+                .build();
+        check(model, new Layout(2, 1, 1, 2, 1, 2, 1, Recompute.NONE, false));
     }
 }

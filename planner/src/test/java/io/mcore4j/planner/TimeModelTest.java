@@ -3,6 +3,7 @@ package io.mcore4j.planner;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.models.GptConfigs;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.TransformerConfig.Recompute;
@@ -138,5 +139,31 @@ class TimeModelTest {
         long memNone = MemoryModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.NONE), H200).activations();
         long memFull = MemoryModel.estimate(w, ReadmeFigures.layout(1, 1, 1, 4, Recompute.FULL), H200).activations();
         assertTrue(memFull < memNone / 3, memFull + " vs " + memNone);
+    }
+
+    /**
+     * {@code a2a+p2p} in the time model (a model, not a measurement: nothing hierarchical was timed on GPUs):
+     * sizes 1 x 4 cost what {@code p2p} does and 4 x 1 what {@code a2a} does; on two nodes of two GPUs,
+     * 2 x 2 keeps the all-to-all inside a node and sends one ring step across, so its exposed CP time is
+     * below both of theirs, whose every exchange crosses the nodes.
+     */
+    @Test
+    void hierarchicalContextParallelismKeepsItsAllToAllInsideANode() {
+        ClusterSpec twoNodes = ClusterSpec.h100(2, 2);
+        Calibration h100 = Calibration.builtIn("h100");
+        Layout cp4 = new Layout(1, 1, 1, 1, 4, 1, 1, Recompute.NONE, false);
+        java.util.function.Function<TransformerConfig.Builder, Double> cpSeconds = b -> TimeModel.estimate(
+                ReadmeFigures.workload(b.maxSequenceLength(65_536).build(), 65_536, 1, 1, 1, true), cp4, twoNodes, h100)
+                .contextParallelComm();
+        double p2p = cpSeconds.apply(GptConfigs.gpt1_3b().toBuilder());
+        double a2a = cpSeconds.apply(GptConfigs.gpt1_3b().toBuilder().cpCommType(CpCommType.A2A));
+        assertEquals(p2p, cpSeconds.apply(hierarchical(1, 4)), 1e-12 * p2p, "1 x 4 is p2p");
+        assertEquals(a2a, cpSeconds.apply(hierarchical(4, 1)), 1e-12 * a2a, "4 x 1 is a2a");
+        double twoByTwo = cpSeconds.apply(hierarchical(2, 2));
+        assertTrue(twoByTwo < p2p && twoByTwo < a2a, "2 x 2 " + twoByTwo + " s, p2p " + p2p + " s, a2a " + a2a + " s");
+    }
+
+    private static TransformerConfig.Builder hierarchical(int a2a, int p2p) {
+        return GptConfigs.gpt1_3b().toBuilder().cpCommType(CpCommType.A2A_P2P).hierarchicalContextParallelSizes(List.of(a2a, p2p));
     }
 }

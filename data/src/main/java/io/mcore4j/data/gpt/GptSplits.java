@@ -60,6 +60,17 @@ public final class GptSplits implements AutoCloseable {
         return get(DatasetSplit.TEST);
     }
 
+    /**
+     * Splits built elsewhere (the supervised fine-tuning datasets), owning the readers they sample from.
+     *
+     * @param datasets the dataset of each split that has one
+     * @param readers closed by {@link #close()}
+     * @return the splits
+     */
+    public static GptSplits of(Map<DatasetSplit, SampleDataset> datasets, List<IndexedDatasetReader> readers) {
+        return new GptSplits(datasets, readers);
+    }
+
     @Override
     public void close() throws IOException {
         IOException first = null;

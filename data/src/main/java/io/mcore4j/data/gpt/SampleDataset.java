@@ -3,7 +3,8 @@ package io.mcore4j.data.gpt;
 /**
  * A fixed-size, random-access list of training samples, each {@code sequenceLength() + 1} token ids long:
  * the model's input is {@code sample[0 .. sequenceLength)} and its labels are
- * {@code sample[1 .. sequenceLength]}.
+ * {@code sample[1 .. sequenceLength]} (except in a {@link PackedSampleDataset}, whose rows of several sequences
+ * shift each sequence's labels within it and give them apart).
  *
  * <p>Implementations are deterministic (the same index always gives the same tokens) and safe for
  * concurrent reads.

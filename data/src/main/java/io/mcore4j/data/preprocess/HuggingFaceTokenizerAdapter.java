@@ -1,6 +1,8 @@
 package io.mcore4j.data.preprocess;
 
+import ai.djl.huggingface.tokenizers.Encoding;
 import ai.djl.huggingface.tokenizers.HuggingFaceTokenizer;
+import ai.djl.huggingface.tokenizers.jni.CharSpan;
 import io.mcore4j.data.tokenizer.Tokenizer;
 
 import java.io.IOException;
@@ -156,12 +158,46 @@ public final class HuggingFaceTokenizerAdapter implements Tokenizer {
         long[] ids = tokenizer.encode(text).getIds();
         int[] out = new int[ids.length];
         for (int k = 0; k < ids.length; k++) {
-            if (ids[k] < 0 || ids[k] >= vocabularySize) {
-                throw new IllegalStateException("tokenizer produced id " + ids[k] + " outside its vocabulary of " + vocabularySize);
-            }
-            out[k] = (int) ids[k];
+            out[k] = checkedId(ids[k]);
         }
         return out;
+    }
+
+    /**
+     * Tokenizes a text and says where each token came from.
+     *
+     * @param text the text
+     * @param addSpecialTokens add what the tokenizer's post-processor adds (a bos token); false as transformers'
+     *     {@code apply_chat_template} tokenizes a rendered chat, whose template wrote its special tokens itself
+     * @return the ids and each token's characters in {@code text} (UTF-16 indices; an added token that is
+     *     not in the text has an empty span)
+     */
+    public TokenSpans encodeWithSpans(String text, boolean addSpecialTokens) {
+        Encoding encoding = tokenizer.encode(text, addSpecialTokens, false);
+        long[] ids = encoding.getIds();
+        CharSpan[] spans = encoding.getCharTokenSpans();
+        // the tokenizers library counts Unicode code points (Python's characters); Java counts UTF-16 units
+        int[] utf16 = new int[text.codePointCount(0, text.length()) + 1];
+        for (int cp = 0, i = 0; cp < utf16.length; cp++) {
+            utf16[cp] = i;
+            i = i < text.length() ? text.offsetByCodePoints(i, 1) : i;
+        }
+        int[] out = new int[ids.length];
+        int[] starts = new int[ids.length];
+        int[] ends = new int[ids.length];
+        for (int k = 0; k < ids.length; k++) {
+            out[k] = checkedId(ids[k]);
+            starts[k] = spans[k] == null ? 0 : utf16[spans[k].getStart()];
+            ends[k] = spans[k] == null ? 0 : utf16[spans[k].getEnd()];
+        }
+        return new TokenSpans(out, starts, ends);
+    }
+
+    private int checkedId(long id) {
+        if (id < 0 || id >= vocabularySize) {
+            throw new IllegalStateException("tokenizer produced id " + id + " outside its vocabulary of " + vocabularySize);
+        }
+        return (int) id;
     }
 
     @Override

@@ -26,7 +26,17 @@ public final class StrictJson {
     private static final Pattern COLUMN = Pattern.compile("line \\d+ column (\\d+)");
 
     /** The shared walk with this class's strings (no lone surrogates), numbers (doubles) and errors. */
-    private static final StrictValueReader VALUES = new StrictValueReader() {
+    private static final StrictValueReader VALUES = new Values(false);
+    /** The same walk keeping integers apart from other numbers, as Python's json module does. */
+    private static final StrictValueReader VALUES_WITH_INTEGERS = new Values(true);
+
+    private static final class Values extends StrictValueReader {
+        private final boolean integers;
+
+        Values(boolean integers) {
+            this.integers = integers;
+        }
+
         @Override
         protected String string(JsonReader reader) throws IOException {
             return StrictJson.string(reader);
@@ -34,7 +44,15 @@ public final class StrictJson {
 
         @Override
         protected Object number(JsonReader reader) throws IOException {
-            return reader.nextDouble();
+            if (!integers) {
+                return reader.nextDouble();
+            }
+            String text = reader.nextString();
+            if (text.indexOf('.') >= 0 || text.indexOf('e') >= 0 || text.indexOf('E') >= 0) {
+                return Double.parseDouble(text);
+            }
+            java.math.BigInteger value = new java.math.BigInteger(text);
+            return value.bitLength() < 64 ? (Object) value.longValue() : value;
         }
 
         @Override
@@ -51,7 +69,7 @@ public final class StrictJson {
         protected RuntimeException notAValue(JsonReader reader) throws IOException {
             return new JsonSyntaxException("expected a value, found " + describe(reader.peek()), column(reader));
         }
-    };
+    }
 
     private StrictJson() {}
 
@@ -63,9 +81,25 @@ public final class StrictJson {
      * @throws JsonSyntaxException if the text is not exactly one JSON value, or repeats a key in an object
      */
     public static Object parse(String text) {
+        return parse(text, VALUES);
+    }
+
+    /**
+     * Parses a complete JSON text as Python's {@code json.loads} types it: numbers without a fraction or an
+     * exponent are {@link Long} (or {@link java.math.BigInteger} beyond 64 bits), other numbers {@link Double}.
+     *
+     * @param text the JSON
+     * @return the value
+     * @throws JsonSyntaxException as {@link #parse(String)}
+     */
+    public static Object parseKeepingIntegers(String text) {
+        return parse(text, VALUES_WITH_INTEGERS);
+    }
+
+    private static Object parse(String text, StrictValueReader values) {
         JsonReader reader = reader(text);
         try {
-            Object value = value(reader);
+            Object value = values.read(reader);
             end(reader);
             return value;
         } catch (IOException | IllegalStateException | NumberFormatException e) {

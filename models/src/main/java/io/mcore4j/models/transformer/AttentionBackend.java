@@ -10,7 +10,7 @@ import java.util.stream.IntStream;
  * kinds run libtorch's {@code scaled_dot_product_attention} (flash or memory-efficient kernel on
  * CUDA, its math kernel on CPU) through {@link SdpaAttention}, and under context parallelism
  * ({@code --cp-comm-type p2p}) ring attention on the fused kernels that return their log-sum-exp, or
- * ({@code a2a}) the fused attention between two all-to-alls;
+ * ({@code a2a}) the fused attention between two all-to-alls, or ({@code a2a+p2p}) the fused ring between them;
  * the unfused kinds compose the softmax attention from tensor ops ({@link DotProductAttention}),
  * under context parallelism for every {@code --cp-comm-type}.
  */
@@ -18,7 +18,8 @@ public enum AttentionBackend {
     /**
      * Fused where it computes the same thing (no attention dropout), unfused otherwise; under context
      * parallelism (decided per model context) fused for {@code --cp-comm-type p2p}, which runs as a
-     * ring on the fused kernels, and {@code a2a}, which attends whole sequences of fewer heads; unfused
+     * ring on the fused kernels, {@code a2a}, which attends whole sequences of fewer heads, and
+     * {@code a2a+p2p}, the ring between all-to-alls; unfused
      * for {@code allgather}, which has no fused implementation.
      */
     AUTO,
@@ -75,7 +76,7 @@ public enum AttentionBackend {
             });
         }
         if (this == AUTO && fused) {
-            // under context parallelism auto takes the fused kernels (p2p's ring, a2a) unless the comm type is
+            // under context parallelism auto takes the fused kernels (p2p's ring, a2a, a2a+p2p) unless the comm type is
             // allgather, whose attention is composed
             return LayerSpec.tensorParallel().withCoreAttention(
                     (ctx, layer) -> ctx.groups().cp().size() > 1 && !fusedUnderContextParallel(ctx.config())
@@ -88,8 +89,8 @@ public enum AttentionBackend {
     /**
      * Refuses a layout whose attention has no path for packed sequences: a fused backend named
      * explicitly ({@link #FLASH}, {@link #FUSED}) under context parallelism with {@code --cp-comm-type p2p}
-     * runs a fused ring, which masks no sequence boundary, and in a model with sliding-window layers runs
-     * fused modules that have no window over packed sequences.
+     * (or {@code a2a+p2p} with a ring of more than one rank) runs a fused ring, which masks no sequence boundary,
+     * and in a model with sliding-window layers runs fused modules that have no window over packed sequences.
      *
      * @param config the model configuration
      * @param contextParallel the context-parallel size
@@ -100,7 +101,9 @@ public enum AttentionBackend {
             return;
         }
         String backend = "--attention-backend " + name().toLowerCase(java.util.Locale.ROOT);
-        if (contextParallel > 1 && config.cpCommType() == CpCommType.P2P) {
+        boolean ring = config.cpCommType() == CpCommType.P2P
+                || config.cpCommType() == CpCommType.A2A_P2P && config.hierarchicalContextParallelSizes().get(1) > 1;
+        if (contextParallel > 1 && ring) {
             throw new IllegalArgumentException(backend + " under context parallelism runs a fused ring, which has no packed"
                     + " path; packed sequences need --attention-backend unfused (or auto)");
         }
@@ -124,7 +127,8 @@ public enum AttentionBackend {
 
     /**
      * Whether this backend's attention runs on the fused kernels under context parallelism (the ring of
-     * {@code p2p}, or {@code a2a}'s whole-sequence attention); {@code allgather} is always composed.
+     * {@code p2p} and {@code a2a+p2p}, or {@code a2a}'s whole-sequence attention); {@code allgather} is always
+     * composed.
      *
      * @param config the model configuration (its {@code cpCommType} and attention dropout)
      * @return whether the attention is fused at a context-parallel size above 1

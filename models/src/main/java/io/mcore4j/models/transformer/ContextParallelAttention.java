@@ -9,7 +9,6 @@ import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.PackedSequences;
 import io.mcore4j.contextparallel.ContextParallelMappings;
 import io.mcore4j.contextparallel.ContextParallelSplit;
-import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
@@ -25,7 +24,7 @@ import java.util.List;
  * {@code r} and {@code 2·CP−1−r} of {@code 2·CP}).
  *
  * <p>The keys and values of every rank reach this one as blocks, by the configured
- * {@link CpCommType}: one all-gather of the whole sequence ({@code allgather}), or {@code CP−1}
+ * {@link io.mcore4j.contextparallel.CpCommType}: one all-gather of the whole sequence ({@code allgather}), or {@code CP−1}
  * shifts around the ring ({@code p2p}); the exchanges are {@link ContextParallelMappings}, whose
  * backward returns the key and value gradients to their ranks. Each pair of a local query chunk and
  * a key chunk is attended separately by global chunk index: a key chunk after the query chunk is
@@ -35,19 +34,34 @@ import java.util.List;
  * and the merge are float32; the probabilities are cast to the activations' dtype before
  * multiplying the values, as in {@link DotProductAttention}. Attention dropout drops each block's
  * probabilities, which is dropout on the merged probabilities.
+ *
+ * <p>Under {@code a2a+p2p} this is the ring over the second hierarchical level, attending the tokens
+ * that the all-to-all over the first level gathered ({@link UlyssesAttention}): they are that ring's
+ * load-balanced chunks, so the ring is {@code p2p}'s over fewer ranks.
  */
 final class ContextParallelAttention {
     private final ModelContext ctx;
     private final Communicator cp;
     private final ContextParallelSplit split;
-    private final CpCommType commType;
+    private final boolean allGather;
+    /** The split the micro-batch was cut with (the whole context-parallel group's), for packed sequences' masks. */
+    private final ContextParallelSplit dataSplit;
+    /** How many consecutive ranks of {@link #dataSplit} a ring rank holds the tokens of: a2a+p2p's a2a size, else 1. */
+    private final int gatheredRanks;
 
-    /** @param ctx the model context; its {@code cp} group has more than one rank */
-    ContextParallelAttention(ModelContext ctx) {
+    /**
+     * @param ctx the model context
+     * @param cp the group the keys and values are exchanged over (more than one rank): the whole
+     *     context-parallel group, or {@code a2a+p2p}'s ring level
+     * @param allGather whether the exchange is one all-gather ({@code allgather}) rather than the ring
+     */
+    ContextParallelAttention(ModelContext ctx, Communicator cp, boolean allGather) {
         this.ctx = ctx;
-        this.cp = ctx.groups().cp();
+        this.cp = cp;
         this.split = ContextParallelSplit.of(cp);
-        this.commType = ctx.config().cpCommType();
+        this.allGather = allGather;
+        this.dataSplit = ContextParallelSplit.of(ctx.groups().cp());
+        this.gatheredRanks = dataSplit.size() / cp.size();
     }
 
     /**
@@ -104,14 +118,15 @@ final class ContextParallelAttention {
         int rank = cp.rank();
         NDManager m = scope.manager();
         NDArray kv = NDArrays.concat(new NDList(key, value), -1);
-        NDArray gathered = commType == CpCommType.ALL_GATHER ? ContextParallelMappings.allGatherSequence(scope, cp, kv) : null;
-        long[][] queries = PackedAttentionMask.tokens(split, rank, packed);
+        NDArray gathered = allGather ? ContextParallelMappings.allGatherSequence(scope, cp, kv) : null;
+        long[][] queries = PackedAttentionMask.tokens(dataSplit, rank, gatheredRanks, packed);
         List<NDArray[]> parts = new ArrayList<>();
         NDArray block = kv;
         for (int step = 0; step < n; step++) {
             int source = Math.floorMod(rank - step, n);
             block = nextBlock(scope, kv, gathered, block, step, source);
-            NDArray mask = PackedAttentionMask.of(m, packed, queries, PackedAttentionMask.tokens(split, source, packed), -1);
+            long[][] keys = PackedAttentionMask.tokens(dataSplit, source, gatheredRanks, packed);
+            NDArray mask = PackedAttentionMask.of(m, packed, queries, keys, -1);
             if (mask != null) {
                 parts.add(attend(scope, query, block, mask));
             }
@@ -144,7 +159,7 @@ final class ContextParallelAttention {
         int rank = cp.rank();
         NDManager m = scope.manager();
         NDArray kv = NDArrays.concat(new NDList(key, value), -1);
-        NDArray gathered = commType == CpCommType.ALL_GATHER ? ContextParallelMappings.allGatherSequence(scope, cp, kv) : null;
+        NDArray gathered = allGather ? ContextParallelMappings.allGatherSequence(scope, cp, kv) : null;
         long[] queryChunks = {rank, 2L * n - 1 - rank};
         NDArray[] queries = {Tensors.own(Tensors.chunk(query, 0, 2, 0), m), Tensors.own(Tensors.chunk(query, 0, 2, 1), m)};
         List<List<NDArray[]>> parts = List.of(new ArrayList<>(), new ArrayList<>());

@@ -11,6 +11,7 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.autograd.Frame;
+import io.mcore4j.parallel.Communicator;
 
 /**
  * Causal scaled dot-product attention composed of libtorch ops (Megatron's "local" attention):
@@ -19,7 +20,9 @@ import io.mcore4j.core.autograd.Frame;
  * <p>With a context-parallel group of more than one rank, the inputs are this rank's part of the
  * sequence and the keys and values of the others are brought in by the configured
  * {@code cp_comm_type} ({@link ContextParallelAttention}), or for {@code a2a} the heads are exchanged
- * for the whole sequence ({@link UlyssesAttention}); with one rank nothing changes.
+ * for the whole sequence ({@link UlyssesAttention}), or for {@code a2a+p2p} the heads are exchanged for
+ * the tokens of the first hierarchical level, which the ring over the second level attends; with one
+ * rank nothing changes.
  *
  * <p>Packed sequences replace the causal mask with a block-diagonal causal one
  * ({@link PackedAttentionMask}): no query attends a key of another sequence.
@@ -27,7 +30,7 @@ import io.mcore4j.core.autograd.Frame;
  * <p>In a layer with a sliding window ({@link io.mcore4j.models.TransformerConfig#windowSize(int)}) the mask
  * also hides the keys more than the window behind each query (for packed sequences the block-diagonal mask
  * is cut to the window); under context parallelism only {@code a2a}, which attends whole sequences, takes a
- * window.
+ * window (and {@code a2a+p2p} whose ring has one rank).
  */
 public final class DotProductAttention implements CoreAttention {
     private final ModelContext ctx;
@@ -39,8 +42,9 @@ public final class DotProductAttention implements CoreAttention {
     /**
      * Causal attention over every earlier position.
      *
-     * @param ctx the model context (dropout probability and generator, context-parallel group)
-     * @throws IllegalArgumentException if {@code --cp-comm-type a2a} cannot scatter this rank's heads
+     * @param ctx the model context (dropout probability and generator, context-parallel groups)
+     * @throws IllegalArgumentException if {@code --cp-comm-type a2a} or {@code a2a+p2p} cannot scatter this
+     *     rank's heads, or {@code a2a+p2p} finds no hierarchical context-parallel groups
      */
     public DotProductAttention(ModelContext ctx) {
         this(ctx, -1);
@@ -53,7 +57,7 @@ public final class DotProductAttention implements CoreAttention {
      * @param layerNumber the layer's global index
      * @return the attention
      * @throws IllegalArgumentException as {@link #DotProductAttention(ModelContext)}, and for a window under
-     *     context parallelism other than {@code a2a}
+     *     context parallelism that runs a ring ({@code p2p}, {@code allgather}, {@code a2a+p2p} with a ring)
      */
     public static DotProductAttention forLayer(ModelContext ctx, int layerNumber) {
         return new DotProductAttention(ctx, ctx.config().windowSize(layerNumber));
@@ -63,10 +67,11 @@ public final class DotProductAttention implements CoreAttention {
         checkWindowUnderContextParallelism(ctx, window);
         this.ctx = ctx;
         this.window = window;
-        boolean cp = ctx.groups().cp().size() > 1;
-        boolean a2a = ctx.config().cpCommType() == CpCommType.A2A;
-        this.contextParallel = cp && !a2a ? new ContextParallelAttention(ctx) : null;
-        this.ulysses = cp && a2a ? new UlyssesAttention(ctx) : null;
+        Communicator ring = CpCommGroups.ring(ctx);
+        boolean allGather = ctx.config().cpCommType() == CpCommType.ALL_GATHER && ctx.groups().cp().size() > 1;
+        this.contextParallel = allGather ? new ContextParallelAttention(ctx, ctx.groups().cp(), true)
+                : ring != null ? new ContextParallelAttention(ctx, ring, false) : null;
+        this.ulysses = UlyssesAttention.of(ctx);
     }
 
     @Override
@@ -76,13 +81,16 @@ public final class DotProductAttention implements CoreAttention {
 
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
-        if (contextParallel != null) {
-            return contextParallel.forward(scope, query, key, value, packed);
-        }
         if (ulysses != null) {
-            return ulysses.forward(scope, query, key, value, packed, (sc, q, k, v) -> wholeSequence(sc, q, k, v, packed));
+            return ulysses.forward(scope, query, key, value, packed, (sc, q, k, v) -> local(sc, q, k, v, packed));
         }
-        return wholeSequence(scope, query, key, value, packed);
+        return local(scope, query, key, value, packed);
+    }
+
+    /** This rank's tokens: the ring's or all-gather's share, or a whole sequence (no CP, or a2a's gathered one). */
+    private NDArray local(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
+        return contextParallel != null ? contextParallel.forward(scope, query, key, value, packed)
+                : wholeSequence(scope, query, key, value, packed);
     }
 
     /** Causal attention over a whole sequence on this rank, block-diagonal for packed sequences, cut to the window. */
@@ -145,16 +153,24 @@ public final class DotProductAttention implements CoreAttention {
 
     /**
      * Refuses a sliding window where the attention sees only part of the sequence: the context-parallel
-     * exchanges of {@code p2p} and {@code allgather} (their masks are causal between whole chunks);
-     * {@code a2a} attends whole sequences and takes it.
+     * exchanges of {@code p2p}, {@code allgather} and {@code a2a+p2p} with a ring of more than one rank (their
+     * masks are causal between whole chunks); {@code a2a}, and {@code a2a+p2p} whose ring has one rank, attend
+     * whole sequences and take it.
      */
     static void checkWindowUnderContextParallelism(ModelContext ctx, int window) {
         int cp = ctx.groups().cp().size();
         CpCommType comm = ctx.config().cpCommType();
-        if (window >= 0 && cp > 1 && comm != CpCommType.A2A) {
+        boolean ring = switch (comm) {
+            case P2P, ALL_GATHER -> true;
+            case A2A -> false;
+            case A2A_P2P -> ctx.config().hierarchicalContextParallelSizes().get(1) > 1;
+        };
+        if (window >= 0 && cp > 1 && ring) {
             throw new IllegalArgumentException("sliding-window attention (window size " + window + ") under context"
-                    + " parallelism needs --cp-comm-type a2a, which attends whole sequences; context parallel size "
-                    + cp + " with --cp-comm-type " + comm.flag() + " is not supported");
+                    + " parallelism needs --cp-comm-type a2a (or a2a+p2p with a ring of one rank), which attends whole"
+                    + " sequences; context parallel size " + cp + " with --cp-comm-type " + comm.flag()
+                    + (comm == CpCommType.A2A_P2P ? " over a ring of " + ctx.config().hierarchicalContextParallelSizes().get(1)
+                            + " ranks" : "") + " is not supported");
         }
     }
 }

@@ -100,6 +100,6 @@ public record ModelContext(TransformerConfig config, ProcessGroups groups, NDMan
 
     /** @return the standard deviation for output projections: std / sqrt(2 * layers) */
     public double outputInitStd() {
-        return config.initStd() / Math.sqrt(2.0 * config.numLayers());
+        return config.outputInitStd();
     }
 }

@@ -6,6 +6,9 @@ import ai.djl.ndarray.types.Shape;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.PackedSequences;
 
+import java.util.Arrays;
+import java.util.stream.LongStream;
+
 /**
  * The additive attention mask of packed sequences for the composed attention: 0 where a query may
  * attend a key (same sequence of the same column, key at or before the query and, in a layer with a sliding
@@ -60,6 +63,36 @@ final class PackedAttentionMask {
         long[][] out = new long[packed.columns()][];
         for (int c = 0; c < out.length; c++) {
             out[c] = split.tokenIndicesOf(groupRank, packed, c, packed.sequenceLength());
+        }
+        return out;
+    }
+
+    /**
+     * The indices in their column of the tokens a ring rank holds, per column, when an all-to-all over
+     * {@code gathered} consecutive ranks of the micro-batch's split came first ({@code a2a+p2p}): ring rank
+     * {@code j} holds the tokens of split ranks {@code j·gathered … (j+1)·gathered − 1}, in position order
+     * (the all-to-all gathers whole columns only).
+     *
+     * @param dataSplit the split the micro-batch was cut with
+     * @param ringRank the ring rank whose tokens are meant
+     * @param gathered ranks of {@code dataSplit} per ring rank (1: the ring is over the split's own group)
+     * @param packed the micro-batch's sequences
+     * @return per column the indices; {@link #tokens(ContextParallelSplit, int, PackedSequences)} when {@code gathered} is 1
+     */
+    static long[][] tokens(ContextParallelSplit dataSplit, int ringRank, int gathered, PackedSequences packed) {
+        if (gathered == 1) {
+            return tokens(dataSplit, ringRank, packed);
+        }
+        long[][] out = new long[packed.columns()][];
+        for (int i = 0; i < gathered; i++) {
+            long[][] member = tokens(dataSplit, ringRank * gathered + i, packed);
+            for (int c = 0; c < out.length; c++) {
+                out[c] = out[c] == null ? member[c]
+                        : LongStream.concat(Arrays.stream(out[c]), Arrays.stream(member[c])).toArray();
+            }
+        }
+        for (long[] column : out) {
+            Arrays.sort(column);
         }
         return out;
     }

@@ -15,6 +15,7 @@ import io.mcore4j.core.autograd.Frame;
 import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.kernel.QkvGradientKernel;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.parallel.Communicator;
 
 
 /**
@@ -29,8 +30,10 @@ import io.mcore4j.models.TransformerConfig;
  * rank's part of the sequence, and attention runs as ring attention on the fused kernels that
  * return their log-sum-exp ({@link FusedRingAttention}, {@code --cp-comm-type p2p}), or for
  * {@code a2a} this module attends the whole sequence of {@code heads/CP} heads between two
- * all-to-alls ({@link UlyssesAttention}); the {@code allgather} comm type has no fused
- * implementation and is refused (it needs {@link DotProductAttention}).
+ * all-to-alls ({@link UlyssesAttention}), or for {@code a2a+p2p} the fused ring over the second
+ * hierarchical level attends, between the all-to-alls over the first level, the tokens they gathered;
+ * the {@code allgather} comm type has no fused implementation and is refused (it needs
+ * {@link DotProductAttention}).
  *
  * <p>A layer with a sliding window ({@link TransformerConfig#windowSize(int)}) runs a second module of ours,
  * the same attention under a mask of the window (libtorch's fused kernels that take a mask: the
@@ -40,9 +43,9 @@ import io.mcore4j.models.TransformerConfig;
  * <p>Packed sequences go through a third module of ours ({@code scripts/make_packed_sdpa_module.py}):
  * on CUDA in float16/bfloat16 libtorch's variable-length flash attention over the sequences'
  * cumulative lengths, elsewhere the fused attention with a block-diagonal causal mask. Under context
- * parallelism they run only with {@code a2a} on packings split per column; the ring refuses them, and so
- * does a layer with a window, which has no packed module
- * ({@link AttentionBackend#layerSpec(TransformerConfig, boolean)} gives packed data the composed
+ * parallelism they run only with {@code a2a} (and {@code a2a+p2p} without a ring, sizes {@code N 1}) on
+ * packings split per column; the ring refuses them, and so does a layer with a window, which has no packed
+ * module ({@link AttentionBackend#layerSpec(TransformerConfig, boolean)} gives packed data the composed
  * attention in both cases).
  */
 public final class SdpaAttention implements CoreAttention {
@@ -57,6 +60,7 @@ public final class SdpaAttention implements CoreAttention {
     /** The window as the windowed module's 0-dim CPU int64 argument, or null for causal attention over everything. */
     private final NDArray window;
     private final FusedRingAttention ring;
+    private final CpCommType commType;
     private final UlyssesAttention ulysses;
     private final QkvHeadsSplit split;
     private final boolean packsGradients;
@@ -67,7 +71,7 @@ public final class SdpaAttention implements CoreAttention {
      * @param ctx the model context; its parameter manager owns the loaded module
      * @throws IllegalArgumentException if the config asks for attention dropout, or the
      *     context-parallel group has more than one rank and {@code --cp-comm-type} is {@code allgather},
-     *     or {@code a2a} cannot scatter this rank's heads
+     *     or {@code a2a}/{@code a2a+p2p} cannot scatter this rank's heads
      * @throws IllegalStateException if the module cannot be loaded
      */
     public SdpaAttention(ModelContext ctx) {
@@ -81,7 +85,7 @@ public final class SdpaAttention implements CoreAttention {
      * @param layerNumber the layer's global index
      * @return the attention
      * @throws IllegalArgumentException as {@link #SdpaAttention(ModelContext)}, and for a window under
-     *     context parallelism other than {@code a2a}
+     *     context parallelism that runs a ring ({@code p2p}, {@code allgather}, {@code a2a+p2p} with a ring)
      */
     public static SdpaAttention forLayer(ModelContext ctx, int layerNumber) {
         return new SdpaAttention(ctx, ctx.config().windowSize(layerNumber));
@@ -102,8 +106,10 @@ public final class SdpaAttention implements CoreAttention {
         DotProductAttention.checkWindowUnderContextParallelism(ctx, windowSize);
         this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, windowSize < 0 ? RESOURCE : WINDOW_RESOURCE);
         this.window = windowSize < 0 ? null : ctx.parameters().newSubManager(Device.cpu()).create((long) windowSize);
-        this.ring = cp > 1 && comm == CpCommType.P2P ? new FusedRingAttention(ctx.groups().cp(), ctx.parameters()) : null;
-        this.ulysses = cp > 1 && comm == CpCommType.A2A ? new UlyssesAttention(ctx) : null;
+        Communicator ringGroup = CpCommGroups.ring(ctx);
+        this.ring = ringGroup != null ? new FusedRingAttention(ringGroup, ctx.parameters()) : null;
+        this.commType = comm;
+        this.ulysses = UlyssesAttention.of(ctx);
         TransformerConfig c = ctx.config();
         QkvGradientKernel kernel = Kernels.find(QkvGradientKernel.class, ctx.parameters().getDevice()).orElse(null);
         this.split = new QkvHeadsSplit(c.numAttentionHeads() / c.numQueryGroups(), c.kvChannels(), kernel);
@@ -149,7 +155,8 @@ public final class SdpaAttention implements CoreAttention {
     @Override
     public NDArray forward(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
         if (packed != null && ring != null) {
-            throw new IllegalArgumentException("the fused ring attention (--cp-comm-type p2p) does not attend packed sequences;"
+            throw new IllegalArgumentException("the fused ring attention (--cp-comm-type " + commType.flag()
+                    + ") does not attend packed sequences;"
                     + " use --attention-backend unfused (auto picks it for packed data under context parallelism)");
         }
         if (packed != null && window != null) {
@@ -167,7 +174,7 @@ public final class SdpaAttention implements CoreAttention {
         return TorchScriptModules.shared(SdpaAttention.class, PACKED_RESOURCE);
     }
 
-    /** This rank's sequence: whole (no context parallelism, or a2a's gathered one) or its ring part (p2p). */
+    /** This rank's sequence: whole (no context parallelism, or a2a's gathered one) or its ring part (p2p, a2a+p2p). */
     private NDArray attend(AutogradScope scope, NDArray query, NDArray key, NDArray value, PackedSequences packed) {
         long s = query.getShape().get(0);
         long b = query.getShape().get(1);

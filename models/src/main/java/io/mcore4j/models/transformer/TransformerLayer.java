@@ -11,7 +11,6 @@ import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
-import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.moe.MoeLayer;
 import io.mcore4j.tensorparallel.LoraLinear;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -71,7 +70,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         this.preMlpNorm = registerModule("pre_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
         if (c.isMoeLayer(layerNumber)) {
             this.mlp = null;
-            this.moe = registerModule("mlp.", MoeLayer.build(moeConfig(c, ctx), c.hiddenSize(), ctx.groups(),
+            this.moe = registerModule("mlp.", MoeLayer.build(c.moe().config(), c.hiddenSize(), ctx.groups(),
                     ctx.parameters(), ctx.seeds(), key + "mlp.", ctx.auxLossScale()));
         } else {
             this.mlp = registerModule("mlp.", denseMlp(ctx, spec, key + "mlp."), dpReplica);
@@ -130,15 +129,6 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      */
     public static String keyPrefix(int layerNumber) {
         return "decoder.layers." + layerNumber + ".";
-    }
-
-    private static MoeConfig moeConfig(TransformerConfig c, ModelContext ctx) {
-        TransformerConfig.MoeSettings m = c.moe();
-        return MoeConfig.builder(m.numExperts(), m.topK(), m.ffnHiddenSize())
-                .activation(c.activation())
-                .auxLossCoeff(m.auxLossCoeff()).dispatcher(m.dispatcher()).initStd(c.initStd())
-                .outputInitStd(ctx.outputInitStd()).dtype(c.dtype()).sequenceParallel(c.sequenceParallel())
-                .addBias(c.addBiasLinear()).build();
     }
 
     /** @return the mixture of experts of this layer, or null for a dense MLP */

@@ -34,9 +34,13 @@ import org.junit.jupiter.api.Test;
  * {@code dp-cp} gradient reduction does) must equal the serial ones, for every
  * {@code --cp-comm-type} (p2p, allgather, a2a), with GQA and RoPE and with learned positions, with and without a loss mask
  * (and a sliding window under a2a);
- * and the fused attention under CP ({@code p2p}: a ring on libtorch's flash kernels; {@code a2a}) against it.
+ * and the fused attention under CP ({@code p2p}: a ring on libtorch's flash kernels; {@code a2a}) against it;
+ * and hierarchical {@code a2a+p2p} composed and fused at CP4 as 2 x 2 (alone, and with TP2 and SP), and as 1 x 4 and
+ * 4 x 1, which are {@code p2p} and {@code a2a}.
  */
 class ContextParallelGptTest {
+    /** The comm types over the whole context-parallel group ({@code a2a+p2p} has its own test: it needs levels). */
+    private static final List<CpCommType> FLAT = List.of(CpCommType.P2P, CpCommType.ALL_GATHER, CpCommType.A2A);
     private static final int SEQ = 16;
     private static final int BATCH = 2;
     private static final double TOLERANCE = 1e-5;
@@ -54,7 +58,7 @@ class ContextParallelGptTest {
         for (boolean masked : new boolean[] {false, true}) {
             TransformerConfig gqa = gqaRope().build();
             Result serial = run(gqa, 1, 1, masked);
-            for (CpCommType type : CpCommType.values()) {
+            for (CpCommType type : FLAT) {
                 for (int cp : new int[] {2, 4}) {
                     TransformerConfig c = gqaRope().cpCommType(type).build();
                     assertMatches(serial, run(c, 1, cp, masked), "GQA+RoPE CP" + cp + " " + type + " mask=" + masked);
@@ -69,7 +73,7 @@ class ContextParallelGptTest {
     @Test
     void contextParallelWithTensorAndSequenceParallelMatchesSerial() {
         Result serial = run(gqaRope().build(), 1, 1, true);
-        for (CpCommType type : CpCommType.values()) {
+        for (CpCommType type : FLAT) {
             assertMatches(serial, run(gqaRope().cpCommType(type).build(), 2, 2, true), "TP2 CP2 " + type);
             assertMatches(serial, run(gqaRope().cpCommType(type).sequenceParallel(true).build(), 2, 2, true),
                     "TP2 SP CP2 " + type);
@@ -113,6 +117,67 @@ class ContextParallelGptTest {
         Result serial = run(windowed, 1, 1, false);
         assertMatches(serial, run(windowed, 1, 2, false), "composed CP2 a2a with a window");
         assertMatches(serial, run(windowed, 1, 2, false, AttentionBackend.FUSED.layerSpec(windowed)), "fused CP2 a2a with a window");
+    }
+
+    /**
+     * {@code a2a+p2p} at CP4: an all-to-all over pairs of consecutive CP ranks, then the ring over the two
+     * pairs, composed and on the fused kernels; with TP2 (one key/value group per TP rank, repeated for the
+     * pair) composed. The degenerate levels 1 x 4 and 4 x 1 are {@code p2p} and {@code a2a}.
+     */
+    @Test
+    void hierarchicalContextParallelismMatchesSerial() {
+        Result serial = run(gqaRope().build(), 1, 1, true);
+        LayerSpec fused = AttentionBackend.FUSED.layerSpec(gqaRope().build());
+        assertMatches(serial, run(hierarchical(2, 2), 1, 4, true), "CP4 a2a+p2p 2x2");
+        assertMatches(serial, run(hierarchical(2, 2), 1, 4, true, fused), "fused CP4 a2a+p2p 2x2");
+        assertMatches(serial, run(hierarchical(1, 4), 1, 4, true, fused), "fused CP4 a2a+p2p 1x4");
+        assertMatches(serial, run(hierarchical(4, 1), 1, 4, true), "CP4 a2a+p2p 4x1");
+        TransformerConfig sequenceParallel = hierarchical(2, 2).toBuilder().sequenceParallel(true).build();
+        assertMatches(serial, run(sequenceParallel, 2, 4, true), "TP2 SP CP4 a2a+p2p 2x2");
+    }
+
+    @Test
+    void hierarchicalSizesAreCheckedAgainstTheLayout() {
+        assertEquals("--cp-comm-type a2a+p2p needs two --hierarchical-context-parallel-sizes (the a2a group's size, then"
+                + " the p2p ring's, multiplying to --context-parallel-size); got none",
+                assertThrows(IllegalArgumentException.class, () -> gqaRope().cpCommType(CpCommType.A2A_P2P).build()).getMessage());
+        TransformerConfig c = hierarchical(4, 1);
+        assertEquals("--hierarchical-context-parallel-sizes 4 1 multiply to 4, not --context-parallel-size 2",
+                assertThrows(IllegalArgumentException.class, () -> c.validateContextParallel(1, 2)).getMessage());
+        assertEquals("--cp-comm-type a2a+p2p scatters the attention heads over the a2a group: 2 heads per tensor-parallel"
+                + " rank (4 / --tensor-model-parallel-size 2) are not divisible by its size 4 (the first of"
+                + " --hierarchical-context-parallel-sizes 4 1)",
+                assertThrows(IllegalArgumentException.class, () -> c.validateContextParallel(2, 4)).getMessage());
+        IllegalArgumentException noLevels = assertThrows(IllegalArgumentException.class,
+                () -> c.validate(ParallelDims.builder(4).contextParallel(4).build()));
+        assertEquals("--cp-comm-type a2a+p2p with --hierarchical-context-parallel-sizes 4 1 needs the layout's hierarchical"
+                + " context-parallel groups of those sizes; the layout has [] (ParallelDims.Builder.hierarchicalContextParallelSizes)",
+                noLevels.getMessage());
+    }
+
+    /**
+     * A sliding window under {@code a2a+p2p}: refused where the ring has more than one rank (2 x 2), its masks
+     * being causal between whole chunks, composed and fused; taken at 4 x 1, where the all-to-all gathers whole
+     * sequences, with the serial windowed model's loss and gradients.
+     */
+    @Test
+    void slidingWindowUnderHierarchicalContextParallelism() {
+        TransformerConfig.SlidingWindow window = new TransformerConfig.SlidingWindow(3, 2, List.of());
+        TransformerConfig ring = hierarchical(2, 2).toBuilder().slidingWindow(window).build();
+        String expected = "sliding-window attention (window size 3) under context parallelism needs --cp-comm-type a2a"
+                + " (or a2a+p2p with a ring of one rank), which attends whole sequences; context parallel size 4 with"
+                + " --cp-comm-type a2a+p2p over a ring of 2 ranks is not supported";
+        assertEquals(expected, assertThrows(InJvmWorld.RankFailedException.class,
+                () -> run(ring, 1, 4, false)).getCause().getMessage());
+        assertEquals(expected, assertThrows(InJvmWorld.RankFailedException.class,
+                () -> run(ring, 1, 4, false, AttentionBackend.FUSED.layerSpec(ring))).getCause().getMessage());
+        TransformerConfig noRing = hierarchical(4, 1).toBuilder().slidingWindow(window).build();
+        assertMatches(run(gqaRope().slidingWindow(window).build(), 1, 1, false), run(noRing, 1, 4, false),
+                "CP4 a2a+p2p 4x1 with a window");
+    }
+
+    private static TransformerConfig hierarchical(int a2a, int p2p) {
+        return gqaRope().cpCommType(CpCommType.A2A_P2P).hierarchicalContextParallelSizes(List.of(a2a, p2p)).build();
     }
 
     @Test
@@ -179,7 +244,7 @@ class ContextParallelGptTest {
 
     private static Result run(TransformerConfig config, int tp, int cp, boolean masked, LayerSpec spec) {
         List<Result> perRank = InJvmWorld.run(tp * cp, rank -> {
-            ProcessGroups groups = GlobalGradients.groups(rank, tp, cp);
+            ProcessGroups groups = GlobalGradients.groups(rank, tp, cp, config.hierarchicalContextParallelSizes());
             NDManager m = rank.manager();
             GptModel model = GlobalGradients.twoLayers(config, groups, m, spec);
             ContextParallelSplit split = ContextParallelSplit.of(groups.cp());

@@ -59,6 +59,8 @@ class ContextParallelLayoutTest {
         assertMatches(serial, run(gqaRope().build(), 1, 4, 2, 1), "CP4 PP2 p2p");
         assertMatches(serial, run(gqaRope().cpCommType(CpCommType.ALL_GATHER).build(), 2, 4, 1, 1), "TP2 CP4 allgather");
         assertMatches(serial, run(gqaRope().build(), 1, 4, 1, 2), "CP4 DP2 p2p");
+        TransformerConfig hierarchical = gqaRope().cpCommType(CpCommType.A2A_P2P).hierarchicalContextParallelSizes(List.of(2, 2)).build();
+        assertMatches(serial, run(hierarchical, 1, 4, 2, 1), "CP4 (a2a+p2p 2x2) PP2");
     }
 
     private static void assertMatches(Step expected, Step actual, String what) {
@@ -76,7 +78,7 @@ class ContextParallelLayoutTest {
         int world = tp * cp * pp * dp;
         List<Step> perRank = InJvmWorld.run(world, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.builder(world).tensorParallel(tp).contextParallel(cp)
-                    .pipelineParallel(pp).build());
+                    .pipelineParallel(pp).hierarchicalContextParallelSizes(config.hierarchicalContextParallelSizes()).build());
             NDManager m = rank.manager();
             int stage = groups.pipelineRank();
             GptModel model = GptModel.build(ModelContext.create(config, groups, m, new SeedScheme(42)), LayerSpec.tensorParallel(),

@@ -17,6 +17,7 @@ import io.mcore4j.parallel.inprocess.InJvmWorld;
 
 import java.util.IdentityHashMap;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -64,7 +65,13 @@ final class GlobalGradients {
 
     /** The groups of an in-JVM rank of a TP x CP world. */
     static ProcessGroups groups(InJvmWorld.Rank rank, int tp, int cp) {
-        return rank.groups(ParallelDims.builder(tp * cp).tensorParallel(tp).contextParallel(cp).build());
+        return groups(rank, tp, cp, List.of());
+    }
+
+    /** The same, with the context-parallel group's hierarchical levels (a2a+p2p's), innermost first. */
+    static ProcessGroups groups(InJvmWorld.Rank rank, int tp, int cp, List<Integer> hierarchicalCp) {
+        return rank.groups(ParallelDims.builder(tp * cp).tensorParallel(tp).contextParallel(cp)
+                .hierarchicalContextParallelSizes(hierarchicalCp).build());
     }
 
     /** A whole two-layer GPT (embedding to loss) on one rank, seed 42: every layout builds the same global weights. */

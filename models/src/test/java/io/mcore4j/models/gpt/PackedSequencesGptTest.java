@@ -36,8 +36,9 @@ import org.junit.jupiter.api.Test;
  * that sequence alone) and the gradients of the packed micro-batch's mean loss (the token-weighted mean of
  * the sequences' gradients) must agree within 1e-5, at TP1, TP2 (with sequence parallelism) and CP2
  * (per-sequence split with the p2p ring and the all-gather; the whole-column split of packings that
- * 2·CP does not divide; a2a), for the composed attention and the fused one (the packed SDPA module's
- * masked CPU path), with RoPE and learned positions, GQA, recompute, and a sliding window.
+ * 2·CP does not divide; a2a) and CP4 as a2a+p2p 2 x 2 (whole-column split), for the composed attention and
+ * the fused one (the packed SDPA module's masked CPU path), with RoPE and learned positions, GQA, recompute, and a
+ * sliding window.
  */
 class PackedSequencesGptTest {
     private static final int SEQ = 16;
@@ -78,6 +79,10 @@ class PackedSequencesGptTest {
         assertMatches(documents, packed(c, 1, 2, LayerSpec.tensorParallel(), DOCUMENTS), "CP2 p2p, split per column");
         assertMatches(documents, packed(gqaRope().cpCommType(CpCommType.A2A).build(), 1, 2, LayerSpec.tensorParallel(),
                 DOCUMENTS), "CP2 a2a, split per column");
+        // at CP4 EVEN is split per column (8 does not divide 4), though 2 x the ring's 2 ranks divides every length:
+        // the ring's masks must follow the micro-batch's split, its ranks holding their pair's tokens
+        assertMatches(reference, packed(hierarchical(), 1, 4, LayerSpec.tensorParallel(), EVEN),
+                "CP4 a2a+p2p 2 x 2, split per column");
 
         TransformerConfig positions = learned().build();
         assertMatches(unpacked(positions, EVEN), packed(learned().sequenceParallel(true).build(), 2, 2, LayerSpec.tensorParallel(),
@@ -120,6 +125,10 @@ class PackedSequencesGptTest {
                 + " need --attention-backend unfused (or auto)", refused.getMessage());
     }
 
+    private static TransformerConfig hierarchical() {
+        return gqaRope().cpCommType(CpCommType.A2A_P2P).hierarchicalContextParallelSizes(List.of(2, 2)).build();
+    }
+
     @Test
     void packingsWithoutAPathAreRefused() {
         Throwable ring = assertThrows(InJvmWorld.RankFailedException.class,
@@ -132,6 +141,16 @@ class PackedSequencesGptTest {
         assertTrue(ulysses instanceof IllegalArgumentException && ulysses.getMessage().startsWith(
                 "--cp-comm-type a2a gathers whole columns in position order; packed sequences whose lengths are multiples"
                         + " of 2 x context parallel size 2 are split per sequence"), ulysses.toString());
+        PackedSequences perSequenceAtCp4 = PackedSequences.ofLengths(new int[] {8, 8}, new int[] {16});
+        Throwable hierarchical = assertThrows(InJvmWorld.RankFailedException.class,
+                () -> packed(hierarchical(), 1, 4, LayerSpec.tensorParallel(), perSequenceAtCp4)).getCause();
+        assertTrue(hierarchical instanceof IllegalArgumentException && hierarchical.getMessage().startsWith(
+                "--cp-comm-type a2a+p2p gathers whole columns in position order; packed sequences whose lengths are"
+                        + " multiples of 2 x context parallel size 4 are split per sequence"), hierarchical.toString());
+        Throwable fusedRing = assertThrows(InJvmWorld.RankFailedException.class,
+                () -> packed(hierarchical(), 1, 4, fused(hierarchical()), EVEN)).getCause();
+        assertEquals("--attention-backend fused under context parallelism runs a fused ring, which has no packed path;"
+                + " packed sequences need --attention-backend unfused (or auto)", fusedRing.getMessage());
     }
 
     /** Losses of the packed run's sequences (column by column) and of the whole micro-batch, gradients of the latter. */
@@ -152,7 +171,7 @@ class PackedSequencesGptTest {
      */
     private static Result packed(TransformerConfig config, int tp, int cp, LayerSpec spec, PackedSequences packed) {
         List<Result> perRank = InJvmWorld.run(tp * cp, rank -> {
-            ProcessGroups groups = GlobalGradients.groups(rank, tp, cp);
+            ProcessGroups groups = GlobalGradients.groups(rank, tp, cp, config.hierarchicalContextParallelSizes());
             NDManager m = rank.manager();
             GptModel model = GlobalGradients.twoLayers(config, groups, m, spec);
             ContextParallelSplit split = ContextParallelSplit.of(groups.cp());

@@ -11,6 +11,7 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.models.MoeLayerPattern;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.TransformerConfig.RecomputeMethod;
 import io.mcore4j.models.TransformerConfig.RecomputeModule;
@@ -103,7 +104,7 @@ class RecomputeMethodTest {
 
     @Test
     void mixtureOfExpertsLayersToo() {
-        TransformerConfig.Builder moe = base().moe(new TransformerConfig.MoeSettings(4, 2, 2, 48, 0.01,
+        TransformerConfig.Builder moe = base().moe(TransformerConfig.MoeSettings.of(4, 2, MoeLayerPattern.every(2), 48, 0.01,
                 MoeConfig.Dispatcher.ALL_GATHER));
         Result none = run(moe.build(), 1);
         for (TransformerConfig c : List.of(

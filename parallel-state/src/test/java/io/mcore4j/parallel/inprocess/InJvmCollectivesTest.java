@@ -180,6 +180,28 @@ class InJvmCollectivesTest {
     }
 
     @Test
+    void hierarchicalContextParallelGroupsAreBuiltWithTheOthers() {
+        // TP2 CP4 as 2 x 2: world rank = tp + 2 cp; an all-reduce of x = rank over each level
+        List<List<Double>> sums = InJvmWorld.run(8, ctx -> {
+            ProcessGroups groups = ctx.groups(ParallelDims.builder(8).tensorParallel(2).contextParallel(4)
+                    .hierarchicalContextParallelSizes(2, 2).build());
+            NDArray x = ctx.manager().create(new float[] {ctx.rank()});
+            List<Double> out = new java.util.ArrayList<>();
+            for (Communicator c : groups.hierarchicalCp()) {
+                out.add((double) c.allReduce(x, ReduceOp.SUM, ctx.manager()).getFloat());
+            }
+            return out;
+        });
+        // level 0 {0, 2}, {4, 6}, {1, 3}, {5, 7}; level 1 {0, 4}, {2, 6}, {1, 5}, {3, 7}
+        double[][] expected = {{2, 4}, {4, 6}, {2, 8}, {4, 10}, {10, 4}, {12, 6}, {10, 8}, {12, 10}};
+        for (int r = 0; r < 8; r++) {
+            assertEquals(List.of(expected[r][0], expected[r][1]), sums.get(r), "rank " + r);
+        }
+        assertEquals(List.of(), InJvmWorld.run(2, ctx -> ctx.groups(ParallelDims.builder(2).contextParallel(2).build())
+                .hierarchicalCp()).get(0));
+    }
+
+    @Test
     void aStalledRankMakesTheOthersFailWithinTheTimeoutNamingIt() {
         long start = System.nanoTime();
         InJvmWorld.RankFailedException e = assertThrows(InJvmWorld.RankFailedException.class, () ->

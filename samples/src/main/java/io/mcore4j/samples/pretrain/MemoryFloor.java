@@ -70,15 +70,16 @@ final class MemoryFloor {
         double vocab = Math.ceil(tokens / multiple) * multiple;
         double positions = a.positionEmbedding == PretrainArgs.PositionEmbeddingKind.rope ? 0
                 : a.maxPositionEmbeddings > 0 ? a.maxPositionEmbeddings : a.seqLength;
-        double moeFfn = a.moeFfnHiddenSize > 0 ? a.moeFfnHiddenSize : ffn;
+        double moeFfn = a.moe.ffnHiddenSize > 0 ? a.moe.ffnHiddenSize : ffn;
         String describe = String.format(Locale.ROOT, "--num-layers %d, --hidden-size %d, --ffn-hidden-size %s, --vocab-size %d"
                         + "%s%s%s", a.numLayers, a.hiddenSize, a.ffnHiddenSize > 0 ? String.valueOf(a.ffnHiddenSize) : "(4 x hidden)",
                 tokens, vocab > 2.0 * tokens ? String.format(Locale.ROOT, " (padded to %.4g by"
                         + " --make-vocab-size-divisible-by %d)", vocab, a.vocabDivisor) : "",
                 positions > 0 ? ", --seq-length " + a.seqLength : "",
-                a.numExperts > 0 ? ", --num-experts " + a.numExperts : "");
+                a.moe.numExperts() > 0 ? ", --num-experts " + a.moe.numExperts() : "");
+        double moeLayers = a.moe.numExperts() > 0 ? a.moe.layerPattern().count(a.numLayers) : 0;
         return shape(describe, a.numLayers, h, (heads + 2 * groups) * kv, heads * kv, ffn, a.swiglu, vocab, positions,
-                a.untieEmbeddings, a.numExperts, a.moeLayerFrequency, moeFfn,
+                a.untieEmbeddings, a.moe.numExperts(), moeLayers, moeFfn, a.moe.sharedExpertFfnHiddenSize(),
                 String.format(Locale.ROOT, "--vocab-size %d x --hidden-size %d", tokens, a.hiddenSize),
                 String.format(Locale.ROOT, "--seq-length %d x --hidden-size %d", positions > 0 ? (long) positions : 0, a.hiddenSize),
                 String.format(Locale.ROOT, "--ffn-hidden-size %s x --hidden-size %d", a.ffnHiddenSize > 0
@@ -101,18 +102,19 @@ final class MemoryFloor {
         return shape(describe, c.numLayers(), h, (c.numAttentionHeads() + 2.0 * c.numQueryGroups()) * kv,
                 c.numAttentionHeads() * kv, c.ffnHiddenSize(), c.activation().isGated(), c.vocabSize(),
                 c.usesRope() ? 0 : c.maxSequenceLength(), !c.tiedEmbeddings(), moe == null ? 0 : moe.numExperts(),
-                moe == null ? 1 : moe.layerFrequency(), moe == null ? 0 : moe.ffnHiddenSize(),
+                moe == null ? 0 : moe.layers().count(c.numLayers()), moe == null ? 0 : moe.ffnHiddenSize(),
+                moe == null ? 0 : moe.config().sharedExpertFfnHiddenSize(),
                 source + "'s word embedding", source + "'s position embedding", source + "'s MLP");
     }
 
     private static Shape shape(String describe, double layers, double h, double qkv, double attentionOut, double ffn,
                                boolean swiglu, double vocab, double positions, boolean untied, double experts,
-                               double frequency, double moeFfn, String embeddingName, String positionName, String mlpName) {
+                               double moeLayers, double moeFfn, double sharedFfn, String embeddingName,
+                               String positionName, String mlpName) {
         double gates = swiglu ? 2 : 1;
-        double moeLayers = experts > 0 ? Math.ceil(layers / Math.max(1, frequency)) : 0;
         double attention = h * qkv + attentionOut * h;
         double dense = layers * attention + (layers - moeLayers) * (gates + 1) * h * ffn
-                + vocab * h * (untied ? 2 : 1) + positions * h + moeLayers * h * experts;
+                + vocab * h * (untied ? 2 : 1) + positions * h + moeLayers * h * (experts + (gates + 1) * sharedFfn);
         double expert = moeLayers * experts * (gates + 1) * h * moeFfn;
         double largest = vocab * h;
         String largestName = embeddingName;

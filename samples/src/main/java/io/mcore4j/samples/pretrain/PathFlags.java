@@ -26,7 +26,7 @@ final class PathFlags {
      * @throws IllegalArgumentException naming the flag, the path and what was expected
      */
     static void check(PretrainArgs a) {
-        if (!a.dataPath.isEmpty()) {
+        if (!a.dataPath.isEmpty() && !a.sft.enabled) { // --sft reads a JSON Lines file (SftOptions checks it)
             dataPath(a.dataPath);
         }
         if (a.corpus != null && !Files.isDirectory(a.corpus)) {

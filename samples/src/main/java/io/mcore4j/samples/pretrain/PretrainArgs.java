@@ -12,7 +12,6 @@ import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.models.transformer.LoraConfig;
-import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.samples.launch.ParallelLayoutOptions;
@@ -35,6 +34,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.OptionalInt;
 import java.util.Set;
+import java.util.function.Function;
 
 /**
  * The flags of {@code pretrain-gpt}, named and defaulted as in Megatron-LM where Megatron has them,
@@ -86,9 +86,6 @@ public final class PretrainArgs {
     /** Megatron's {@code --position-embedding-type} values. */
     public enum PositionEmbeddingKind { learned_absolute, rope }
 
-    /** Megatron's {@code --moe-token-dispatcher-type} values. */
-    public enum DispatcherKind { allgather, alltoall }
-
     /** Megatron's {@code --attention-backend} values and the backend each selects. */
     public enum AttentionKind {
         auto(AttentionBackend.AUTO), flash(AttentionBackend.FLASH), fused(AttentionBackend.FUSED),
@@ -101,9 +98,18 @@ public final class PretrainArgs {
         }
     }
 
-    /** Megatron's {@code --cp-comm-type} values that are implemented, and the exchange each selects. */
+    /**
+     * Megatron's {@code --cp-comm-type} values, and the exchange each selects ({@code a2a+p2p} is written as
+     * Megatron writes it; picocli matches a constant by its {@code toString} too).
+     */
     public enum CpCommKind {
-        p2p(CpCommType.P2P), allgather(CpCommType.ALL_GATHER), all_gather(CpCommType.ALL_GATHER), a2a(CpCommType.A2A);
+        p2p(CpCommType.P2P), allgather(CpCommType.ALL_GATHER), all_gather(CpCommType.ALL_GATHER), a2a(CpCommType.A2A),
+        a2a_p2p(CpCommType.A2A_P2P) {
+            @Override
+            public String toString() {
+                return CpCommType.A2A_P2P.flag();
+            }
+        };
 
         private final CpCommType type;
 
@@ -152,8 +158,14 @@ public final class PretrainArgs {
     Path autoLayoutCluster;
     @Option(names = "--cp-comm-type", description = "How attention exchanges keys and values across the context-parallel"
             + " group: ${COMPLETION-CANDIDATES} (p2p: a ring; allgather and all_gather are one; a2a: heads scattered,"
-            + " sequence gathered, heads divisible by CP; Megatron-Core's a2a+p2p is not implemented). Default: ${DEFAULT-VALUE}.")
+            + " sequence gathered, heads divisible by CP; a2a+p2p: a2a inside groups of consecutive CP ranks, then a ring"
+            + " across them, sized by --hierarchical-context-parallel-sizes). Default: ${DEFAULT-VALUE}.")
     CpCommKind cpCommType = CpCommKind.p2p;
+    @Option(names = "--hierarchical-context-parallel-sizes", arity = "1..*", description = "Levels of the context-parallel"
+            + " group, innermost first, multiplying to --context-parallel-size; --cp-comm-type a2a+p2p needs two: the a2a"
+            + " group's size (consecutive CP ranks, typically within a node; it must divide the heads per tensor-parallel"
+            + " rank), then the p2p ring's.")
+    List<Integer> hierarchicalContextParallelSizes;
 
     // model
     @Option(names = "--num-layers", description = "Default: ${DEFAULT-VALUE}.")
@@ -222,20 +234,8 @@ public final class PretrainArgs {
     int hysteresis = 2;
 
     // mixture of experts
-    @Option(names = "--num-experts", description = "Experts per MoE layer (0: dense MLPs). Default: ${DEFAULT-VALUE}.")
-    int numExperts = 0;
-    @Option(names = "--moe-router-topk", description = "Default: ${DEFAULT-VALUE}.")
-    int moeTopK = 2;
-    @Option(names = "--moe-ffn-hidden-size", description = "0: --ffn-hidden-size. Default: ${DEFAULT-VALUE}.")
-    int moeFfnHiddenSize = 0;
-    @Option(names = "--moe-layer-freq", description = "Every n-th layer is an MoE layer. Default: ${DEFAULT-VALUE}.")
-    int moeLayerFrequency = 1;
-    @Option(names = "--moe-aux-loss-coeff", description = "Default: ${DEFAULT-VALUE}.")
-    double moeAuxLossCoeff = 0.0;
-    @Option(names = "--moe-token-dispatcher-type", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
-    DispatcherKind moeDispatcher = DispatcherKind.allgather;
-    @Option(names = "--moe-per-layer-logging", description = "Also log each MoE layer's auxiliary losses (moe/<name>_layer_<i>).")
-    boolean moePerLayerLogging;
+    @Mixin
+    final MoeOptions moe = new MoeOptions();
 
     // optimizer and schedule
     @Option(names = "--optimizer", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
@@ -334,6 +334,8 @@ public final class PretrainArgs {
     Path saveHf;
     @Mixin
     final LoraOptions lora = new LoraOptions();
+    @Mixin
+    final SftOptions sft = new SftOptions();
     @Option(names = "--save-hf-dtype", description = "dtype of --save-hf: bf16, f16 or f32. Default: ${DEFAULT-VALUE}.")
     String saveHfDtype = "bf16";
     @Option(names = "--save-interval", description = "Iterations between checkpoints (0: only at the end). Default: ${DEFAULT-VALUE}.")
@@ -404,10 +406,6 @@ public final class PretrainArgs {
     @Option(names = "--use-mcore-models", description = "Accepted without effect: mcore4j's models are Megatron-Core's (as"
             + " in Megatron-LM today, where the flag is deprecated).")
     boolean useMcoreModels;
-    @Option(names = "--moe-router-load-balancing-type", description = "aux_loss (Megatron's default: the switch-transformer"
-            + " loss weighted by --moe-aux-loss-coeff) or none (no load-balancing loss); seq_aux_loss, global_aux_loss"
-            + " and sinkhorn are refused. Default: ${DEFAULT-VALUE}.")
-    String moeLoadBalancingType = "aux_loss";
     @Option(names = "--lr-warmup-fraction", description = "Warmup as a fraction of --lr-decay-iters (instead of"
             + " --lr-warmup-iters); it must give a whole number of iterations.")
     Double lrWarmupFraction;
@@ -420,8 +418,8 @@ public final class PretrainArgs {
             + " sharding; the order is mcore4j's, not PyTorch's). Megatron's external is not offered."
             + " Default: ${DEFAULT-VALUE}.")
     DataloaderKind dataloaderType = DataloaderKind.single;
-    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files (default: next to each"
-            + " dataset's files).")
+    @Option(names = "--data-cache-path", description = "Directory for the dataset's index files and, with --sft, the"
+            + " tokenized conversations (default: next to each dataset's files).")
     Path dataCachePath;
     @Option(names = "--save-retain", description = "Complete checkpoints kept in --save: the newest N (0: all, as"
             + " Megatron, which deletes none unless --save-retain-interval). Default: ${DEFAULT-VALUE}.")
@@ -569,7 +567,7 @@ public final class PretrainArgs {
         atLeastZero("--train-iters", trainIters);
         atLeastZero("--lr-warmup-iters", lrWarmupIters);
         atLeastZero("--lr-decay-iters", lrDecayIters);
-        atLeastZero("--num-experts", numExperts);
+        atLeastZero("--num-experts", moe.numExperts());
         atLeastZero("--kv-channels", kvChannels);
         atLeastZero("--save-retain", saveRetain);
         checkMegatronScriptFlags();
@@ -591,7 +589,7 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--tokenizer-type " + tokenizer.type().argument() + " has " + vocabulary.size()
                     + " ids but --load-hf " + loadHf + " has a vocab_size of " + hfConfig().vocabSize());
         }
-        if (numExperts == 0 && layout.expertParallel() > 1) {
+        if (moe.numExperts() == 0 && layout.expertParallel() > 1) {
             throw new IllegalArgumentException("--expert-model-parallel-size " + layout.expertParallel() + " needs --num-experts");
         }
         if (overrideScheduler && useCheckpointScheduler) {
@@ -622,6 +620,7 @@ public final class PretrainArgs {
         }
         checkRanges();
         if (trainsHere) {
+            sft.check(this);
             PathFlags.check(this);
         }
         if (trainsHere && loadHf == null) {
@@ -674,7 +673,8 @@ public final class PretrainArgs {
         }
         return new GptTrainingSetup(model, attention, layout.tensorParallel(), layout.pipelineParallel(), virtualStages, layout.expertParallel(),
                 contextParallel, optimizerConfig, microBatchSize, globalBatchSize, seqLength, training, seed, !cpuInitialization,
-                dataloaderType.type, cudaGraph()).withLora(loraConfig).withDocumentMasking(documentMasking());
+                dataloaderType.type, cudaGraph()).withLora(loraConfig).withDocumentMasking(documentMasking())
+                .withPackedSamples(sft.packs());
     }
 
     /** --reset-position-ids, --reset-attention-mask and --eod-mask-loss with the tokenizer's end-of-document id. */
@@ -709,9 +709,9 @@ public final class PretrainArgs {
                             + " for now (they are " + hiddenDropout + " and " + attentionDropout + "): a replayed graph"
                             + " would repeat the captured step's dropout masks");
                 }
-                if (numExperts > 0) {
+                if (moe.numExperts() > 0) {
                     throw new IllegalArgumentException("--cuda-graph-impl local does not take MoE layers yet (--num-experts "
-                            + numExperts + "): the routers' auxiliary losses are read per step");
+                            + moe.numExperts() + "): the routers' auxiliary losses are read per step");
                 }
                 return CudaGraphConfig.fullIteration(cudaGraphWarmupSteps);
             }
@@ -735,10 +735,6 @@ public final class PretrainArgs {
             // Megatron's own check, in its words
             throw new IllegalArgumentException("--no-position-embedding is deprecated, use --position-embedding-type"
                     + " (it is " + positionEmbedding + ")");
-        }
-        if (!moeLoadBalancingType.equals("aux_loss") && !moeLoadBalancingType.equals("none")) {
-            throw new IllegalArgumentException("--moe-router-load-balancing-type " + moeLoadBalancingType + ": only aux_loss"
-                    + " (weighted by --moe-aux-loss-coeff) and none are implemented");
         }
         attentionBackend(); // --use-flash-attn and --transformer-impl against --attention-backend
         // Megatron asserts sequence parallelism after turning it off at TP 1
@@ -852,7 +848,6 @@ public final class PretrainArgs {
         atLeastZero("--min-lr", minLr);
         atLeastZero("--weight-decay", weightDecay);
         atLeastZero("--clip-grad", clipGrad);
-        atLeastZero("--moe-aux-loss-coeff", moeAuxLossCoeff);
         belowOne("--adam-beta1", adamBeta1);
         belowOne("--adam-beta2", adamBeta2);
         belowOne("--hidden-dropout", hiddenDropout);
@@ -870,8 +865,7 @@ public final class PretrainArgs {
         atLeastZero("--save-interval", saveInterval);
         atLeastZero("--eval-interval", evalInterval);
         atLeastZero("--eval-iters", evalIters);
-        atLeastZero("--moe-ffn-hidden-size", moeFfnHiddenSize);
-        positive("--moe-layer-freq", moeLayerFrequency);
+        moe.check(numLayers);
         positive("--ddp-bucket-size", ddpBucketSize);
         if (ddpBucketSize > Long.MAX_VALUE / 4) {
             throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " is too large (at most "
@@ -885,9 +879,6 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--num-query-groups " + numQueryGroups + " does not divide --num-attention-heads "
                     + numAttentionHeads);
         }
-        if (numExperts > 0 && (moeTopK < 1 || moeTopK > numExperts)) {
-            throw new IllegalArgumentException("--moe-router-topk " + moeTopK + " must be from 1 to --num-experts " + numExperts);
-        }
         splitWeights();
     }
 
@@ -896,7 +887,7 @@ public final class PretrainArgs {
     /** Largest {@code --distributed-timeout-minutes}: deadlines are counted in nanoseconds of a {@code long}. */
     private static final double MAX_TIMEOUT_MINUTES = 1e6;
 
-    private static void atLeastZero(String flag, double value) {
+    static void atLeastZero(String flag, double value) {
         if (!(value >= 0) || Double.isInfinite(value)) {
             throw new IllegalArgumentException(flag + " " + value + " must be a finite number, at least 0");
         }
@@ -923,10 +914,23 @@ public final class PretrainArgs {
 
     /** @return the split weights of {@code --split} */
     SplitWeights splitWeights() {
+        return parsed("--split", split, SplitWeights::parse);
+    }
+
+    /**
+     * A flag's value parsed, its errors prefixed with the flag and the value.
+     *
+     * @param flag the flag's name
+     * @param value the value given
+     * @param parse the parser, which throws {@link IllegalArgumentException} for a bad value
+     * @return the parsed value
+     * @throws IllegalArgumentException {@code "<flag> <value>: <the parser's message>"}
+     */
+    static <T> T parsed(String flag, String value, Function<String, T> parse) {
         try {
-            return SplitWeights.parse(split);
+            return parse.apply(value);
         } catch (IllegalArgumentException e) {
-            throw new IllegalArgumentException("--split " + split + ": " + e.getMessage(), e);
+            throw new IllegalArgumentException(flag + " " + value + ": " + e.getMessage(), e);
         }
     }
 
@@ -1006,10 +1010,12 @@ public final class PretrainArgs {
                         + ") has no query and key norms; drop the flag");
             }
             layerVariants.checkAgainst(hfConfig(), "--load-hf " + loadHf);
-            // the checkpoint's shapes; precision, sequence parallelism and recompute stay the run's choice
+            // the checkpoint's shapes; precision, sequence parallelism, the context-parallel exchange and recompute
+            // stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
                     Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
-                    .tpCommOverlap(tpCommOverlap)).build();
+                    .tpCommOverlap(tpCommOverlap).cpCommType(cpCommType.type)
+                    .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes)).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());
@@ -1022,7 +1028,8 @@ public final class PretrainArgs {
                 .tpCommOverlap(tpCommOverlap)
                 .tiedEmbeddings(!untieEmbeddings)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
-                .cpCommType(cpCommType.type);
+                .cpCommType(cpCommType.type)
+                .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes);
         b.qkLayernorm(qkLayernorm);
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);
@@ -1049,12 +1056,7 @@ public final class PretrainArgs {
             b.addBiasLinear(false);
         }
         recompute(b);
-        if (numExperts > 0) {
-            int ffn = moeFfnHiddenSize > 0 ? moeFfnHiddenSize : ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize;
-            double auxLossCoeff = moeLoadBalancingType.equals("none") ? 0 : moeAuxLossCoeff;
-            b.moe(new TransformerConfig.MoeSettings(numExperts, moeTopK, moeLayerFrequency, ffn, auxLossCoeff,
-                    moeDispatcher == DispatcherKind.alltoall ? MoeConfig.Dispatcher.ALL_TO_ALL : MoeConfig.Dispatcher.ALL_GATHER));
-        }
+        b.moe(moe.settings(ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize));
         try {
             return b.build();
         } catch (IllegalArgumentException e) {
@@ -1100,13 +1102,14 @@ public final class PretrainArgs {
                 throw new IllegalArgumentException("--recompute-modules " + name + ": " + e.getMessage(), e);
             }
         }
-        if (modules.contains(TransformerConfig.RecomputeModule.MOE) && numExperts == 0 && loadHf == null) {
+        if (modules.contains(TransformerConfig.RecomputeModule.MOE) && moe.numExperts() == 0 && loadHf == null) {
             throw new IllegalArgumentException("--recompute-modules moe recomputes mixture-of-experts layers, but there are"
                     + " none (--num-experts 0)");
         }
-        if (modules.contains(TransformerConfig.RecomputeModule.MLP) && numExperts > 0 && moeLayerFrequency == 1) {
+        if (modules.contains(TransformerConfig.RecomputeModule.MLP) && moe.numExperts() > 0
+                && moe.layerPattern().count(numLayers) == numLayers) {
             throw new IllegalArgumentException("--recompute-modules mlp recomputes dense MLPs, but every layer is a mixture"
-                    + " of experts (--moe-layer-freq 1): use moe");
+                    + " of experts (--moe-layer-freq " + moe.layerFreq + "): use moe");
         }
         return b.recomputeSelective(modules);
     }
@@ -1117,7 +1120,7 @@ public final class PretrainArgs {
         }
     }
 
-    private static void atLeastZero(String flag, long value) {
+    static void atLeastZero(String flag, long value) {
         if (value < 0) {
             throw new IllegalArgumentException(flag + " " + value + " must not be negative");
         }

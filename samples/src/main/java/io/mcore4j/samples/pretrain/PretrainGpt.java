@@ -272,7 +272,7 @@ public final class PretrainGpt {
         Path metricsDir = args.metricsDir != null ? args.metricsDir : args.save != null ? args.save : Path.of("runs", "pretrain-gpt");
         Double peak = args.peakTflops != null ? args.peakTflops : device.isGpu() ? Double.valueOf(989) : null;
         return b -> {
-            b.out(out).peakTflops(peak).moePerLayerLogging(args.moePerLayerLogging);
+            b.out(out).peakTflops(peak).moePerLayerLogging(args.moe.perLayerLogging);
             if (writeMetrics) {
                 Path jsonl = metricsDir.resolve("metrics.jsonl");
                 LossCurveSink curve = new LossCurveSink(metricsDir.resolve("loss.png"), jsonl, "pretrain-gpt");
@@ -349,6 +349,9 @@ public final class PretrainGpt {
     }
 
     private static GptSplits datasets(PretrainArgs args, PrintStream out) throws Exception {
+        if (args.sft.enabled) {
+            return args.sft.datasets(args, out);
+        }
         long trainSamples = Math.max(args.trainIters, 1) * args.globalBatchSize;
         long validSamples = args.evalInterval > 0 ? (long) args.evalIters * args.globalBatchSize : 0;
         GptDatasetBuilder builder = GptDatasetBuilder.create().sequenceLength(args.seqLength).seed(args.seed)

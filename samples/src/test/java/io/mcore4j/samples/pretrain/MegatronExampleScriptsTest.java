@@ -24,7 +24,7 @@ import org.junit.jupiter.api.io.TempDir;
  * sizes, the parallel layout, paths and iteration counts are reduced; every other flag is the
  * script's, in the script's order. Left out because other issues cover them: the FP8 flags
  * ({@code --fp8-format}, {@code --fp8-amax-history-len}, {@code --fp8-amax-compute-algo},
- * {@code --fp8-param-gather}) and {@code --moe-grouped-gemm}.
+ * {@code --fp8-param-gather}).
  */
 class MegatronExampleScriptsTest {
     @TempDir
@@ -108,7 +108,8 @@ class MegatronExampleScriptsTest {
                 "--untie-embeddings-and-output-weights", "--group-query-attention", "--num-query-groups", "2",
                 "--no-masked-softmax-fusion", "--no-position-embedding", "--rotary-base", "1000000",
                 "--num-experts", "4", "--moe-router-topk", "2", "--moe-router-load-balancing-type", "aux_loss",
-                "--moe-aux-loss-coeff", "1e-2", "--moe-token-dispatcher-type", "alltoall", "--overlap-param-gather",
+                "--moe-aux-loss-coeff", "1e-2", "--moe-grouped-gemm", "--moe-token-dispatcher-type", "alltoall",
+                "--overlap-param-gather",
                 "--overlap-grad-reduce"));
         if (refused) {
             f.addAll(List.of("--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model", "tokenizer.model",

@@ -18,7 +18,8 @@ import org.junit.jupiter.api.io.TempDir;
  * RoPE trained at CP2 and CP4 (with the fused attention's ring and with the composed attention), alone and with TP2 (and sequence parallelism), PP2 and DP2 (with the
  * distributed optimizer), gives the serial losses; a checkpoint written at CP2 resumes at CP1 and
  * at CP4 with the losses of the uninterrupted run; a sequence length the split cannot cut is
- * refused naming the flags.
+ * refused naming the flags; {@code --cp-comm-type a2a+p2p} at CP4 as 2 x 2 gives the serial losses too, and its
+ * sizes are checked naming the flags.
  */
 class PretrainGptContextParallelTest {
     @TempDir
@@ -53,8 +54,8 @@ class PretrainGptContextParallelTest {
 
     /**
      * The fused attention under CP (ring attention on libtorch's flash kernels, which {@code auto}
-     * picks for {@code p2p}; the fused attention between all-to-alls for {@code a2a}) and the
-     * composed one give the serial composed attention's losses.
+     * picks for {@code p2p}; the fused attention between all-to-alls for {@code a2a}; the ring between
+     * all-to-alls for {@code a2a+p2p}) and the composed one give the serial composed attention's losses.
      */
     @Test
     void fusedAndComposedAttentionUnderContextParallelismGiveTheSerialLosses() throws Exception {
@@ -66,6 +67,8 @@ class PretrainGptContextParallelTest {
         assertSameLosses(serial, train(common(2, 8, "--context-parallel-size", "2", "--cp-comm-type", "a2a")), "CP2 a2a auto");
         assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "2", "--tensor-model-parallel-size", "2",
                 "--cp-comm-type", "a2a", "--attention-backend", "unfused")), "TP2 CP2 a2a unfused");
+        assertSameLosses(serial, train(common(4, 8, "--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                "--hierarchical-context-parallel-sizes", "2", "2")), "CP4 a2a+p2p 2x2 auto");
     }
 
     /** Mixture-of-experts layers under context parallelism: the router's load-balancing statistics span the group. */
@@ -105,10 +108,26 @@ class PretrainGptContextParallelTest {
                         .toArray(String[]::new)).setup());
         assertEquals("--seq-length 12 is not divisible by 2 x --context-parallel-size 4 = 8 (the load-balanced causal"
                 + " split cuts each sequence into 2·CP equal chunks)", e.getMessage());
-        IllegalArgumentException comm = assertThrows(IllegalArgumentException.class,
-                () -> PretrainArgs.parse(common(2, 1, "--context-parallel-size", "2", "--cp-comm-type", "a2a+p2p")
-                        .toArray(String[]::new)).setup());
-        assertEquals("Invalid value for option '--cp-comm-type': expected one of [p2p, allgather, all_gather, a2a]"
-                + " (case-sensitive) but was 'a2a+p2p'", comm.getMessage());
+    }
+
+    /** a2a+p2p's sizes: required, multiplying to the CP size, the first dividing the heads of a tensor-parallel rank. */
+    @Test
+    void hierarchicalSizesAreCheckedNamingTheFlags() {
+        assertEquals("model flags: --cp-comm-type a2a+p2p needs two --hierarchical-context-parallel-sizes (the a2a group's"
+                + " size, then the p2p ring's, multiplying to --context-parallel-size); got none",
+                refusal(common(4, 1, "--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p")));
+        assertEquals("--hierarchical-context-parallel-sizes 2 3 multiply to 6, not --context-parallel-size 4",
+                refusal(common(4, 1, "--context-parallel-size", "4", "--cp-comm-type", "a2a+p2p",
+                        "--hierarchical-context-parallel-sizes", "2", "3")));
+        assertEquals("--cp-comm-type a2a+p2p scatters the attention heads over the a2a group: 2 heads per tensor-parallel"
+                + " rank (4 / --tensor-model-parallel-size 2) are not divisible by its size 4 (the first of"
+                + " --hierarchical-context-parallel-sizes 4 1)",
+                refusal(common(8, 1, "--context-parallel-size", "4", "--tensor-model-parallel-size", "2",
+                        "--cp-comm-type", "a2a+p2p", "--hierarchical-context-parallel-sizes", "4", "1")));
+    }
+
+    private static String refusal(List<String> flags) {
+        return assertThrows(IllegalArgumentException.class, () -> PretrainArgs.parse(flags.toArray(String[]::new)).setup())
+                .getMessage();
     }
 }

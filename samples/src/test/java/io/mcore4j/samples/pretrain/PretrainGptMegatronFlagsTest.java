@@ -173,8 +173,8 @@ class PretrainGptMegatronFlagsTest {
                 + " --save-hf for a Hugging Face copy", refusal("--ckpt-format", "torch_dist"));
         assertEquals("--init-method-xavier-uniform: only normal initialisation is implemented; use --init-method-std",
                 refusal("--init-method-xavier-uniform"));
-        assertEquals("--moe-router-load-balancing-type sinkhorn: only aux_loss (weighted by --moe-aux-loss-coeff) and"
-                + " none are implemented", refusal("--num-experts", "2", "--moe-router-load-balancing-type", "sinkhorn"));
+        assertEquals("--moe-router-load-balancing-type sinkhorn: mcore4j implements aux_loss, seq_aux_loss, global_aux_loss"
+                + " and none", refusal("--num-experts", "2", "--moe-router-load-balancing-type", "sinkhorn"));
         assertEquals("--save-retain-interval 100: keeping every n-th checkpoint is not implemented; --save-retain N keeps"
                 + " the N newest (0: all)", refusal("--save-retain-interval", "100"));
         assertEquals("--transformer-impl local composes attention from tensor ops but --use-flash-attn asks for the fused"

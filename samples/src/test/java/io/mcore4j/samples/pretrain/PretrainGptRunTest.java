@@ -157,12 +157,13 @@ class PretrainGptRunTest {
             {"--seq-length", "200000", "--attention-backend", "unfused", "--max-position-embeddings", "200000"},
             {"--global-batch-size", "1000000000"}, {"--split", "100,0,0", "--eval-interval", "5"},
             {"--lr-decay-style", "square"}, {"--micro-batch-size", "abc"}, {"--frobnicate"}, {"--fp16", "--bf16"},
-            {"--cp-comm-type", "a2a+p2p"},
+            {"--cp-comm-type", "a2a+p2p"}, {"--cp-comm-type", "p2p2"},
         };
         String[] names = {"--tensor-model-parallel-size 0", "--nproc 0", "--num-attention-heads 0", "--ffn-hidden-size -8",
             "--eval-iters 0", "--num-layers-per-virtual-pipeline-stage 3", "--seq-length 200000", "--global-batch-size 1000000000",
             "--split 100,0,0", "--lr-decay-style", "--micro-batch-size", "--frobnicate", "--fp16 and --bf16",
-            "--cp-comm-type': expected one of [p2p, allgather, all_gather, a2a] (case-sensitive) but was 'a2a+p2p'"};
+            "--cp-comm-type a2a+p2p needs two --hierarchical-context-parallel-sizes",
+            "--cp-comm-type': expected one of [p2p, allgather, all_gather, a2a, a2a_p2p, a2a+p2p] (case-sensitive) but was 'p2p2'"};
         for (int i = 0; i < cases.length; i++) {
             List<String> argv = new ArrayList<>(List.of("--mock-data"));
             argv.addAll(List.of(cases[i]));

@@ -36,16 +36,32 @@ final class PretrainRuns {
     static String refusal(String... flags) {
         List<String> argv = new ArrayList<>(List.of("--num-layers", "1", "--hidden-size", "16", "--num-attention-heads", "2"));
         argv.addAll(List.of(flags));
+        return refusal(argv);
+    }
+
+    /** The one line (without its help suffix) with which pretrain-gpt refuses {@code argv}, exit code 2, before anything runs. */
+    static String refusal(List<String> argv) {
+        String line = refused(argv, (a, o) -> {
+            throw new AssertionError("ran");
+        });
+        String suffix = " ('pretrain-gpt --help' lists the flags)";
+        assertTrue(line.endsWith(suffix), line);
+        return line.substring(0, line.length() - suffix.length());
+    }
+
+    /** The one line with which pretrain-gpt stops, exit code 2, on bad input it finds while running (a data line). */
+    static String runRefusal(List<String> flags) {
+        return refused(flags, (a, o) -> PretrainGpt.run(a, o));
+    }
+
+    private static String refused(List<String> argv, PretrainGpt.Job job) {
         ByteArrayOutputStream err = new ByteArrayOutputStream();
         int code = PretrainGpt.execute("pretrain-gpt", argv.toArray(String[]::new),
                 new PrintStream(new ByteArrayOutputStream(), true, StandardCharsets.UTF_8),
-                new PrintStream(err, true, StandardCharsets.UTF_8), (a, o) -> { throw new AssertionError("ran"); });
+                new PrintStream(err, true, StandardCharsets.UTF_8), job);
         String text = err.toString(StandardCharsets.UTF_8);
         assertEquals(2, code, text);
         assertEquals(1, text.lines().count(), text);
-        String suffix = " ('pretrain-gpt --help' lists the flags)";
-        String line = text.lines().findFirst().orElseThrow();
-        assertTrue(line.endsWith(suffix), text);
-        return line.substring(0, line.length() - suffix.length());
+        return text.lines().findFirst().orElseThrow();
     }
 }

@@ -3,6 +3,7 @@ package io.mcore4j.training.gpt;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.contextparallel.ContextParallelSplit;
 import io.mcore4j.core.random.SeedScheme;
+import io.mcore4j.data.gpt.PackedSampleDataset;
 import io.mcore4j.data.gpt.SampleDataset;
 import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.models.transformer.ModelContext;
@@ -82,6 +83,14 @@ public final class GptPretraining {
                                       ModelHooks hooks) {
         Objects.requireNonNull(setup, "setup");
         Objects.requireNonNull(hooks, "hooks");
+        for (SampleDataset data : new SampleDataset[] {train, valid}) {
+            if (data != null && data instanceof PackedSampleDataset != setup.packedSamples()) {
+                // a model built for one sequence per column would attend across the packed sequences without a word
+                throw new IllegalArgumentException(setup.packedSamples() ? "the setup expects packed samples"
+                        + " (withPackedSamples) but the data has one sequence per sample" : "the data holds packed"
+                        + " samples: the setup needs withPackedSamples(true)");
+            }
+        }
         ParallelDims dims = setup.dims(backend.worldSize());
         ProcessGroups groups = ProcessGroups.create(dims, backend);
         try (NDManager parameters = root.newSubManager()) {
@@ -91,8 +100,7 @@ public final class GptPretraining {
             }
             DocumentMasking masking = setup.documentMasking();
             try (GptTrainingModel model = beforeTraining(GptTrainingModel.build(ctx, setup.layerSpec(),
-                    setup.virtualStages(), masking.resetPositionIds() || masking.resetAttentionMask()), hooks, groups,
-                    setup.lora() != null);
+                    setup.virtualStages(), setup.positionIds()), hooks, groups, setup.lora() != null);
                  TrainStep step = TrainStep.builder(model, groups, root).optimizer(setup.optimizer())
                          .microBatchSize(setup.microBatchSize()).seqLength(setup.seqLength())
                          .globalBatchSize(setup.globalBatchSize()).timePhases(timePhases).cudaGraph(setup.cudaGraph()).build()) {

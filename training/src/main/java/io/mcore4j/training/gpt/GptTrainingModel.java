@@ -2,6 +2,7 @@ package io.mcore4j.training.gpt;
 
 import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.moe.MoeAuxLossTracker;
+import io.mcore4j.moe.TopKRouter;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
@@ -51,16 +52,11 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
             registerModule("", m);
         }
         TransformerConfig c = ctx.config();
-        int count = 0;
-        for (int n = 0; n < c.numLayers(); n++) {
-            count += c.isMoeLayer(n) ? 1 : 0;
-        }
+        int count = c.moe() == null ? 0 : c.moe().layers().count(c.numLayers());
         this.moeLayers = count;
         this.auxLosses = count > 0 ? new MoeAuxLossTracker(ctx.parameters()) : null;
         if (auxLosses != null) {
-            if (c.moe().auxLossCoeff() > 0) {
-                auxLosses.expect("load_balancing_loss", c.numLayers(), MoeAuxLossTracker.Reduction.SUM_TP_CP);
-            }
+            TopKRouter.expectAuxLosses(auxLosses, c.moe().config(), c.numLayers());
             for (GptModel m : this.chunks) {
                 for (TransformerLayer layer : m.layers()) {
                     if (layer.moe() != null) {

@@ -1,5 +1,6 @@
 package io.mcore4j.training.gpt;
 
+import io.mcore4j.contextparallel.CpCommType;
 import io.mcore4j.data.sampler.DataloaderType;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
@@ -24,7 +25,8 @@ import java.util.Objects;
  * @param expertParallel expert-parallel size
  * @param contextParallel context-parallel size: each sequence is split over this many ranks
  *                        ({@link io.mcore4j.contextparallel.ContextParallelSplit}; the attention's
- *                        exchange is the model's {@code cpCommType})
+ *                        exchange is the model's {@code cpCommType}, whose hierarchical levels, if any,
+ *                        the layout's groups follow)
  * @param optimizer optimizer, precision and gradient-reduction settings
  * @param microBatchSize samples per micro-batch
  * @param globalBatchSize samples per iteration, all data-parallel ranks together
@@ -38,13 +40,17 @@ import java.util.Objects;
  * @param lora LoRA adapters on the layers' linears, the base weights frozen; null to train every weight
  * @param documentMasking what the end-of-document tokens of the samples do ({@code --reset-position-ids},
  *                        {@code --reset-attention-mask}, {@code --eod-mask-loss})
+ * @param packedSamples the samples are rows of whole sequences packed by the data
+ *                      ({@link io.mcore4j.data.gpt.PackedSampleDataset}, {@code --sft --packing}): the model reads
+ *                      each micro-batch's sequences apart, as with {@code --reset-attention-mask}
  */
 public record GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
                                int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
                                OptimizerConfig optimizer,
                                int microBatchSize, long globalBatchSize, int seqLength, TrainingConfig training,
                                long seed, boolean deviceInitialization, DataloaderType dataloaderType,
-                               CudaGraphConfig cudaGraph, LoraConfig lora, DocumentMasking documentMasking) {
+                               CudaGraphConfig cudaGraph, LoraConfig lora, DocumentMasking documentMasking,
+                               boolean packedSamples) {
 
     /** Checks what can be checked without knowing the world size. */
     public GptTrainingSetup {
@@ -74,18 +80,47 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
                     + contextParallel + " = " + 2L * contextParallel
                     + " (the load-balanced causal split cuts each sequence into 2·CP equal chunks)");
         }
+        model.validateContextParallel(tensorParallel, contextParallel); // a2a+p2p's levels against CP and the heads
         attention.layerSpec(model); // refuses a fused kind with attention dropout
-        if (documentMasking.resetAttentionMask()) {
+        if (packedSamples && (documentMasking.resetAttentionMask() || documentMasking.resetPositionIds())) {
+            throw new IllegalArgumentException("--packing restarts the positions and the attention at every conversation"
+                    + " already: drop " + (documentMasking.resetAttentionMask() ? "--reset-attention-mask" : "--reset-position-ids"));
+        }
+        if (packedSamples || documentMasking.resetAttentionMask()) { // packedSequences(), before the fields are set
+            String flag = packedSamples ? "--packing" : "--reset-attention-mask";
             attention.checkPacked(model, contextParallel);
             if (cudaGraph.enabled()) {
-                throw new IllegalArgumentException("--reset-attention-mask gives every micro-batch its own documents' attention;"
-                        + " a CUDA graph replays one fixed attention: drop --cuda-graph-impl local");
+                throw new IllegalArgumentException(flag + " gives every micro-batch its own " + (packedSamples
+                        ? "conversations'" : "documents'") + " attention; a CUDA graph replays one fixed attention: drop"
+                        + " --cuda-graph-impl local");
             }
+        }
+        boolean allToAll = model.cpCommType() == CpCommType.A2A || model.cpCommType() == CpCommType.A2A_P2P
+                && model.hierarchicalContextParallelSizes().get(0) > 1;
+        if (packedSamples && contextParallel > 1 && allToAll) {
+            // fine-tuning data pads every conversation to a multiple of 2·CP, so it is always split per sequence
+            throw new IllegalArgumentException("--cp-comm-type " + model.cpCommType().flag() + " gathers whole columns in"
+                    + " position order; --packing pads every conversation to a multiple of 2 x --context-parallel-size and"
+                    + " splits it per sequence: use --cp-comm-type p2p or allgather");
         }
         if (lora != null && model.moe() != null) {
             throw new IllegalArgumentException("LoRA adapters wrap the dense layers' linears; this model has"
                     + " mixture-of-experts layers (expert adapters are not supported)");
         }
+    }
+
+    /**
+     * A setup of one sequence per sample, unless {@code documentMasking} packs documents; the parameters are
+     * the canonical constructor's.
+     */
+    public GptTrainingSetup(TransformerConfig model, AttentionBackend attention, int tensorParallel,
+                            int pipelineParallel, int virtualStages, int expertParallel, int contextParallel,
+                            OptimizerConfig optimizer, int microBatchSize, long globalBatchSize, int seqLength,
+                            TrainingConfig training, long seed, boolean deviceInitialization, DataloaderType dataloaderType,
+                            CudaGraphConfig cudaGraph, LoraConfig lora, DocumentMasking documentMasking) {
+        this(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel, contextParallel, optimizer,
+                microBatchSize, globalBatchSize, seqLength, training, seed, deviceInitialization, dataloaderType,
+                cudaGraph, lora, documentMasking, false);
     }
 
     /**
@@ -122,7 +157,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
     public GptTrainingSetup withLora(LoraConfig value) {
         return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
                 contextParallel, optimizer, microBatchSize, globalBatchSize, seqLength, training, seed,
-                deviceInitialization, dataloaderType, cudaGraph, value, documentMasking);
+                deviceInitialization, dataloaderType, cudaGraph, value, documentMasking, packedSamples);
     }
 
     /**
@@ -132,15 +167,38 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
     public GptTrainingSetup withDocumentMasking(DocumentMasking value) {
         return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
                 contextParallel, optimizer, microBatchSize, globalBatchSize, seqLength, training, seed,
-                deviceInitialization, dataloaderType, cudaGraph, lora, value);
+                deviceInitialization, dataloaderType, cudaGraph, lora, value, packedSamples);
     }
 
     /**
-     * @return the layer spec of this run: the attention kind's (for packed documents with
-     *     {@code --reset-attention-mask}), with {@link #lora()}'s adapters when set
+     * @param value whether the samples are rows of packed sequences ({@code --sft --packing})
+     * @return the same setup with it
+     */
+    public GptTrainingSetup withPackedSamples(boolean value) {
+        return new GptTrainingSetup(model, attention, tensorParallel, pipelineParallel, virtualStages, expertParallel,
+                contextParallel, optimizer, microBatchSize, globalBatchSize, seqLength, training, seed,
+                deviceInitialization, dataloaderType, cudaGraph, lora, documentMasking, value);
+    }
+
+    /**
+     * @return whether micro-batches carry packed sequences, whose attention keeps them apart: packed samples, or
+     *     documents separated by {@code --reset-attention-mask}
+     */
+    public boolean packedSequences() {
+        return packedSamples || documentMasking.resetAttentionMask();
+    }
+
+    /** @return whether micro-batches carry their own position ids (packed sequences or {@code --reset-position-ids}) */
+    public boolean positionIds() {
+        return packedSequences() || documentMasking.resetPositionIds();
+    }
+
+    /**
+     * @return the layer spec of this run: the attention kind's (for packed sequences when
+     *     {@link #packedSequences()}), with {@link #lora()}'s adapters when set
      */
     public LayerSpec layerSpec() {
-        LayerSpec spec = attention.layerSpec(model, documentMasking.resetAttentionMask());
+        LayerSpec spec = attention.layerSpec(model, packedSequences());
         return lora == null ? spec : spec.withLora(lora);
     }
 
@@ -186,7 +244,7 @@ public record GptTrainingSetup(TransformerConfig model, AttentionBackend attenti
     public ParallelDims dims(int worldSize) {
         ParallelDims dims = ParallelDims.builder(worldSize).tensorParallel(tensorParallel).pipelineParallel(pipelineParallel)
                 .virtualPipelineParallel(virtualStages).expertParallel(expertParallel).contextParallel(contextParallel)
-                .build();
+                .hierarchicalContextParallelSizes(model.hierarchicalContextParallelSizes()).build();
         int dp = dims.dataParallel();
         if (globalBatchSize % ((long) microBatchSize * dp) != 0) {
             throw new IllegalArgumentException("--global-batch-size " + globalBatchSize + " is not divisible by"

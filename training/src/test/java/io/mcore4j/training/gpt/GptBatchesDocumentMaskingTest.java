@@ -151,7 +151,7 @@ class GptBatchesDocumentMaskingTest {
     }
 
     /** An [s, b] tensor's columns as int64 rows. */
-    private static long[][] columns(NDArray x) {
+    static long[][] columns(NDArray x) {
         NDArray t = x.transpose(1, 0).toType(DataType.INT64, false);
         long[] flat = t.toLongArray();
         int b = (int) x.getShape().get(1);

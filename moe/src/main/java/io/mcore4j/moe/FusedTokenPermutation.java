@@ -1,0 +1,49 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.TorchScriptModule;
+import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.autograd.AutogradScope;
+
+/**
+ * The token permutation in one call each way (Megatron-Core's {@code --moe-permute-fusion}), through mcore4j's
+ * TorchScript archives {@code permute_tokens.pt} (a masked select of token ids from the transposed map, one
+ * index-select) and {@code unpermute_tokens.pt} (the kept pairs' probabilities picked by the same mask, one
+ * multiply, one index-add), written by {@code scripts/make_token_permutation_modules.py}. Differentiable in the
+ * tokens, the expert outputs and the probabilities; the pairs come in the same expert-major order as
+ * {@link TokenPermutation.Composed}'s, and the sums differ from its only by the order of addition.
+ */
+final class FusedTokenPermutation extends TokenPermutation {
+    private static final String PERMUTE = "/io/mcore4j/moe/permute_tokens.pt";
+    private static final String UNPERMUTE = "/io/mcore4j/moe/unpermute_tokens.pt";
+
+    private NDArray tokenOfRow;
+
+    FusedTokenPermutation(NDArray routingMap, NDManager owner) {
+        super(routingMap, owner);
+    }
+
+    /**
+     * {@inheritDoc} Call once before {@link #combine}, which reuses the token of each row found here.
+     */
+    @Override
+    NDArray permute(NDArray tokens, NDManager owner) {
+        NDList out = TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE).forward(new NDList(tokens, routingMap));
+        out.attach(owner);
+        tokenOfRow = out.get(1);
+        return out.get(0);
+    }
+
+    @Override
+    NDArray combine(NDArray expertOutput, NDArray keptMap, NDArray probs, int slots, AutogradScope scope) {
+        if (tokenOfRow == null) {
+            throw new IllegalStateException("combine before permute: the rows' tokens are found by permute");
+        }
+        TorchScriptModule module = TorchScriptModules.shared(FusedTokenPermutation.class, UNPERMUTE);
+        return Tensors.own(module.forward(new NDList(expertOutput, tokenOfRow, routingMap, keptMap, probs))
+                .singletonOrThrow(), scope.manager());
+    }
+}

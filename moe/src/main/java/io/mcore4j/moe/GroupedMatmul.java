@@ -1,0 +1,172 @@
+package io.mcore4j.moe;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.TorchScriptModule;
+import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.NoGrad;
+
+/**
+ * Every local expert's rows times that expert's weight, in one call for all experts (the grouped GEMM of
+ * Megatron-Core's {@code --moe-grouped-gemm}): rows {@code [N, k]} that come expert by expert, {@code counts[e]}
+ * rows for expert {@code e} (any of them 0), and weights {@code [E, n, k]} give {@code [N, n]} with
+ * {@code out[rows of e] = rows of e · weights[e]^T}. Differentiable in the rows and the weights.
+ *
+ * <p>Two implementations compute the same products; {@link #select} picks one per device and dtype:
+ * <ul>
+ *   <li>{@link Kernel}: libtorch's grouped kernel {@code torch._grouped_mm}, through mcore4j's TorchScript archive
+ *       {@code grouped_mm.pt} ({@code scripts/make_grouped_mm_module.py}). The op exists from libtorch 2.8 on, and
+ *       its kernels take some dtypes and devices only; so the archive is loaded and a small product with an empty
+ *       group is run forward and backward on the layer's device and dtype, and any failure selects the fallback.
+ *       It needs both widths to be multiples of 16 bytes and at least one row; other calls run the fallback.</li>
+ *   <li>{@link Padded}: each expert's rows padded with zero rows to the largest count, one batched matmul
+ *       {@code [E, max, k] x [E, k, n]}, the padding dropped. Without padding (equal counts) it is one reshape and
+ *       one batched matmul.</li>
+ * </ul>
+ */
+abstract sealed class GroupedMatmul permits GroupedMatmul.Kernel, GroupedMatmul.Padded {
+    /** Resource path of the TorchScript archive that calls {@code torch._grouped_mm}. */
+    static final String RESOURCE = "/io/mcore4j/moe/grouped_mm.pt";
+
+    /** The fallback; stateless, so one instance serves every layer. */
+    static final GroupedMatmul PADDED = new Padded();
+
+    /**
+     * {@code out[rows of e] = rows of e · weights[e]^T} for every expert.
+     *
+     * @param scope the pass's scope; owns the result
+     * @param rows {@code [N, k]}, expert by expert
+     * @param weights {@code [E, n, k]}, in the rows' dtype
+     * @param counts rows per expert, {@code E} of them, summing to {@code N}
+     * @return {@code [N, n]}
+     */
+    abstract NDArray apply(AutogradScope scope, NDArray rows, NDArray weights, long[] counts);
+
+    /**
+     * libtorch's grouped kernel where this runtime, device and dtype run it forward and backward, else
+     * {@link #PADDED}.
+     *
+     * @param device a manager on the experts' device (not closed here)
+     * @param dtype the experts' dtype
+     * @return the implementation
+     */
+    static GroupedMatmul select(NDManager device, DataType dtype) {
+        TorchScriptModule module;
+        try {
+            module = TorchScriptModules.shared(GroupedMatmul.class, RESOURCE);
+        } catch (RuntimeException e) {
+            return PADDED; // a libtorch before 2.8: the archive names an op it does not have
+        }
+        Kernel kernel = new Kernel(module);
+        return kernel.runs(device, dtype) ? kernel : PADDED;
+    }
+
+    /** Through {@code torch._grouped_mm}. */
+    static final class Kernel extends GroupedMatmul {
+        private final TorchScriptModule module;
+
+        private Kernel(TorchScriptModule module) {
+            this.module = module;
+        }
+
+        @Override
+        NDArray apply(AutogradScope scope, NDArray rows, NDArray weights, long[] counts) {
+            long k = rows.getShape().get(1);
+            long n = weights.getShape().get(1);
+            int bytes = DataTypes.of(rows).getNumOfBytes();
+            if (rows.getShape().get(0) == 0 || k * bytes % 16 != 0 || n * bytes % 16 != 0) {
+                return PADDED.apply(scope, rows, weights, counts);
+            }
+            int[] ends = new int[counts.length];
+            long end = 0;
+            for (int e = 0; e < counts.length; e++) {
+                end += counts[e];
+                ends[e] = Math.toIntExact(end);
+            }
+            NDManager m = scope.manager();
+            NDArray endTensor = Tensors.fromHost(ends, new Shape(ends.length), m);
+            return Tensors.own(module.forward(new NDList(rows, weights, endTensor)).singletonOrThrow(), m);
+        }
+
+        /** Whether a product with an empty group runs forward and backward here and agrees with the fallback. */
+        private boolean runs(NDManager device, DataType dtype) {
+            try (NDManager probe = device.newSubManager(); AutogradScope scope = AutogradScope.open(probe)) {
+                NDManager m = scope.manager();
+                long[] counts = {0, 2, 1};
+                NDArray rows = DataTypes.toType(m.arange(48f).reshape(3, 16).div(48), dtype, false);
+                NDArray weights = DataTypes.toType(m.arange(3 * 8 * 16f).reshape(3, 8, 16).div(384), dtype, false);
+                weights.attach(m);
+                weights.setRequiresGradient(true);
+                NDArray got = apply(scope, rows, weights, counts);
+                NDArray want = PADDED.apply(scope, rows, weights, counts);
+                scope.backward(new NDArray[] {got}, new NDArray[] {Tensors.own(got.onesLike(), m)});
+                try (NoGrad ignored = NoGrad.enter()) {
+                    double error = largest(got.sub(want), m);
+                    return error <= 1e-2 * largest(want, m);
+                }
+            } catch (RuntimeException e) {
+                return false;
+            }
+        }
+
+        private static double largest(NDArray x, NDManager m) {
+            return Tensors.own(Tensors.own(x.abs().max(), m).toType(DataType.FLOAT32, false), m).getFloat();
+        }
+
+        @Override
+        public String toString() {
+            return "GroupedMatmul{torch._grouped_mm}";
+        }
+    }
+
+    /** Rows padded per expert to the largest count, one batched matmul. */
+    static final class Padded extends GroupedMatmul {
+        @Override
+        NDArray apply(AutogradScope scope, NDArray rows, NDArray weights, long[] counts) {
+            NDManager m = scope.manager();
+            int experts = counts.length;
+            long k = rows.getShape().get(1);
+            long n = weights.getShape().get(1);
+            long total = TokenPermutation.sum(counts, 0, experts);
+            long longest = 0;
+            for (long c : counts) {
+                longest = Math.max(longest, c);
+            }
+            NDArray transposed = Tensors.own(weights.transpose(0, 2, 1), m);
+            if (longest * experts == total) {
+                NDArray x = Tensors.own(rows.reshape(experts, longest, k), m);
+                return Tensors.own(Tensors.own(x.matMul(transposed), m).reshape(total, n), m);
+            }
+            // padded slot (e, r) reads row offset_e + r, or the appended zero row N past the expert's rows
+            long[] padded = new long[Math.toIntExact(experts * longest)];
+            long[] kept = new long[Math.toIntExact(total)];
+            long offset = 0;
+            for (int e = 0; e < experts; e++) {
+                for (long r = 0; r < longest; r++) {
+                    padded[(int) (e * longest + r)] = r < counts[e] ? offset + r : total;
+                }
+                for (long r = 0; r < counts[e]; r++) {
+                    kept[(int) (offset + r)] = e * longest + r;
+                }
+                offset += counts[e];
+            }
+            NDArray withZeroRow = Tensors.own(NDArrays.concat(new NDList(rows,
+                    DataTypes.zeros(m, new Shape(1, k), DataTypes.of(rows))), 0), m);
+            NDArray x = TokenPermutation.rows(withZeroRow, m.create(padded), m).reshape(experts, longest, k);
+            NDArray y = Tensors.own(Tensors.own(x.matMul(transposed), m).reshape(experts * longest, n), m);
+            return TokenPermutation.rows(y, m.create(kept), m);
+        }
+
+        @Override
+        public String toString() {
+            return "GroupedMatmul{padded batched matmul}";
+        }
+    }
+}

@@ -1,0 +1,103 @@
+"""Checks mcore4j's MoE TorchScript archives on a CUDA device with the host's torch (the GPU hosts' 2.11; the
+archives are written by torch 2.13): grouped_mm.pt against one matmul per expert, forward and gradients, with
+experts of no rows, in bfloat16 and float32; permute_tokens.pt and unpermute_tokens.pt against their per-pair
+definition; then one timing line of the grouped product against the padded batched matmul (mcore4j's fallback)
+and the per-expert loop, for a Mixtral-like expert layer.
+
+Usage (repository root): python3 scripts/gpu/moe-modules-check.py
+"""
+import time
+
+import torch
+
+ROOT = "moe/src/main/resources/io/mcore4j/moe/"
+
+
+def per_expert(rows, weights, counts):
+    return torch.cat([part @ weights[e].t() for e, part in enumerate(rows.split(counts))])
+
+
+def padded(rows, weights, counts):
+    longest = max(counts)
+    slots = []
+    offset = 0
+    for c in counts:
+        slots.append(torch.cat([torch.arange(offset, offset + c), torch.full((longest - c,), rows.size(0))]))
+        offset += c
+    index = torch.cat(slots).to(rows.device)
+    x = torch.cat([rows, rows.new_zeros(1, rows.size(1))]).index_select(0, index).view(len(counts), longest, -1)
+    y = torch.bmm(x, weights.transpose(1, 2)).reshape(len(counts) * longest, -1)
+    kept = torch.cat([e * longest + torch.arange(c) for e, c in enumerate(counts)]).to(rows.device)
+    return y.index_select(0, kept)
+
+
+def check_grouped(module):
+    for dtype, tolerance in ((torch.bfloat16, 3e-2), (torch.float32, 1e-4)):
+        for counts in ([0, 96, 0, 160, 32, 0, 16, 0], [64] * 8, [0] * 7 + [48]):
+            rows = torch.randn(sum(counts), 256, device="cuda", dtype=dtype, requires_grad=True)
+            weights = (torch.randn(8, 128, 256, device="cuda", dtype=dtype) / 16).requires_grad_()
+            ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+            upstream = torch.randn(sum(counts), 128, device="cuda", dtype=dtype)
+            got = module(rows, weights, ends)
+            g = torch.autograd.grad(got, (rows, weights), upstream)
+            want = per_expert(rows, weights, counts)
+            w = torch.autograd.grad(want, (rows, weights), upstream)
+            for name, a, b in (("output", got, want), ("rows' gradient", g[0], w[0]), ("weights' gradient", g[1], w[1])):
+                error = ((a - b).abs().max() / b.abs().max().clamp_min(1e-6)).item()
+                status = "ok" if error < tolerance else "FAILED"
+                print(f"grouped_mm {dtype} counts {counts}: {name} relative error {error:.2e} {status}")
+
+
+def check_permutation(permute, unpermute):
+    torch.manual_seed(0)
+    tokens, experts, hidden = 64, 8, 32
+    scores = torch.rand(tokens, experts, device="cuda")
+    routing_map = torch.zeros(tokens, experts, device="cuda").scatter(1, scores.topk(2, dim=1).indices, 1.0)
+    kept_map = routing_map * (torch.rand(tokens, experts, device="cuda") > 0.2)
+    probs = (scores * routing_map).requires_grad_()
+    x = torch.randn(tokens, hidden, device="cuda", requires_grad=True)
+    rows, token_of_row = permute(x, routing_map)
+    out = unpermute(rows * 2, token_of_row, routing_map, kept_map, probs)
+    want = 2 * x * (probs * kept_map).sum(1, keepdim=True)
+    error = (out - want).abs().max().item()
+    order = torch.nonzero(routing_map.t())[:, 1]
+    print(f"token permutation: output error {error:.2e}, order {'ok' if torch.equal(order, token_of_row) else 'FAILED'}")
+
+
+def timed(fn, *args):
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(10):
+        fn(*args)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / 10 * 1e3
+
+
+def bench(module):
+    torch.manual_seed(1)
+    experts, hidden, ffn, tokens = 8, 4096, 14336, 8192  # Mixtral's expert fc1 (one of gate/up), top-2 of 4096 tokens
+    counts = torch.distributions.Multinomial(tokens, torch.ones(experts)).sample().long().tolist()
+    rows = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    weights = torch.randn(experts, ffn, hidden, device="cuda", dtype=torch.bfloat16) / 64
+    ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+    flops = 2.0 * tokens * hidden * ffn
+    for name, fn, args in (("torch._grouped_mm", module, (rows, weights, ends)),
+                           ("padded bmm", padded, (rows, weights, counts)),
+                           ("per-expert loop", per_expert, (rows, weights, counts))):
+        ms = timed(fn, *args)
+        print(f"bench {name}: {ms:.3f} ms, {flops / ms / 1e9:.0f} TFLOP/s (bf16, {experts} experts, counts {counts})")
+
+
+def main():
+    print("torch", torch.__version__, torch.cuda.get_device_name())
+    grouped = torch.jit.load(ROOT + "grouped_mm.pt", map_location="cuda")
+    check_grouped(grouped)
+    check_permutation(torch.jit.load(ROOT + "permute_tokens.pt", map_location="cuda"),
+                      torch.jit.load(ROOT + "unpermute_tokens.pt", map_location="cuda"))
+    bench(grouped)
+
+
+if __name__ == "__main__":
+    main()
