@@ -52,10 +52,23 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
      *
      * @param hiddenSize the model's hidden size
      * @param tokensPerMicroBatch tokens of one micro-batch on one rank ({@code b x s / CP})
+     * @param seqLength the sequence length measured ({@link #DEFAULT_SEQ_LENGTH} where a file names none): attention's
+     *                  share of the work, and the kernels' efficiency with it, grows with the sequence, which the
+     *                  tokens of a micro-batch alone do not tell (8 × 2k and 1 × 16k hold as many)
      * @param efficiency achieved FLOP/s (Megatron's formula, recompute included) over peak
      * @param source the measurement
      */
-    public record Efficiency(int hiddenSize, int tokensPerMicroBatch, double efficiency, String source) {}
+    public record Efficiency(int hiddenSize, int tokensPerMicroBatch, int seqLength, double efficiency, String source) {
+        /** The sequence length of a point that names none: the length every point before long sequences was measured at. */
+        public static final int DEFAULT_SEQ_LENGTH = 2048;
+
+        /** Takes {@link #DEFAULT_SEQ_LENGTH} for a sequence length of 0 (a file's point without {@code seqLength}). */
+        public Efficiency {
+            if (seqLength == 0) {
+                seqLength = DEFAULT_SEQ_LENGTH;
+            }
+        }
+    }
 
     /**
      * Validates the values.
@@ -67,7 +80,8 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
             throw new IllegalArgumentException("a calibration needs at least one matmulEfficiency point");
         }
         for (Efficiency e : matmulEfficiency) {
-            if (!(e.efficiency() > 0 && e.efficiency() <= 1) || e.hiddenSize() < 1 || e.tokensPerMicroBatch() < 1) {
+            if (!(e.efficiency() > 0 && e.efficiency() <= 1) || e.hiddenSize() < 1 || e.tokensPerMicroBatch() < 1
+                    || e.seqLength() < 1) {
                 throw new IllegalArgumentException("matmulEfficiency point " + e + " needs efficiency in (0, 1] and positive sizes");
             }
         }
@@ -88,20 +102,22 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
     }
 
     /**
-     * The efficiency of the measured shape nearest to this one (distance in log hidden size and log
-     * tokens per micro-batch).
+     * The efficiency of the measured shape nearest to this one (distance in log hidden size, log
+     * tokens per micro-batch and log sequence length).
      *
      * @param hiddenSize the model's hidden size
      * @param tokensPerMicroBatch tokens of one micro-batch on one rank
+     * @param seqLength the whole sequence's length (not divided by context parallelism)
      * @return a fraction of peak
      */
-    public double efficiency(int hiddenSize, double tokensPerMicroBatch) {
+    public double efficiency(int hiddenSize, double tokensPerMicroBatch, int seqLength) {
         Efficiency best = null;
         double bestDistance = Double.MAX_VALUE;
         for (Efficiency e : matmulEfficiency) {
             double dh = Math.log((double) hiddenSize / e.hiddenSize());
             double dt = Math.log(tokensPerMicroBatch / e.tokensPerMicroBatch());
-            double distance = dh * dh + dt * dt;
+            double ds = Math.log((double) seqLength / e.seqLength());
+            double distance = dh * dh + dt * dt + ds * ds;
             if (distance < bestDistance) {
                 bestDistance = distance;
                 best = e;
@@ -178,7 +194,8 @@ public record Calibration(String device, double memoryBandwidthGBps, List<Effici
     public Calibration withEfficiency(Efficiency point, String note) {
         List<Efficiency> points = new ArrayList<>();
         for (Efficiency e : matmulEfficiency) {
-            if (e.hiddenSize() != point.hiddenSize() || e.tokensPerMicroBatch() != point.tokensPerMicroBatch()) {
+            if (e.hiddenSize() != point.hiddenSize() || e.tokensPerMicroBatch() != point.tokensPerMicroBatch()
+                    || e.seqLength() != point.seqLength()) {
                 points.add(e);
             }
         }

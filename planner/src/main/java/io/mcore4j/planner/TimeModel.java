@@ -54,7 +54,7 @@ public final class TimeModel {
         int bytes = c.dtype().getNumOfBytes();
         double peak = cluster.peakTflops() * 1e12;
         double tokensPerRank = (double) b * s / cp;
-        double efficiency = cal.efficiency(c.hiddenSize(), tokensPerRank);
+        double efficiency = cal.efficiency(c.hiddenSize(), tokensPerRank, w.seqLength());
         double latency = cal.collectiveLatencySeconds();
 
         // the slowest stage's compute for one micro-batch

@@ -118,6 +118,33 @@ class TimeModelTest {
         }
     }
 
+    /**
+     * Issue 33's calibration point: the context-parallel rows of one 4×H200 call (bf16, the 1.3B model,
+     * micro-batch 1 × 1, 16k tokens per GPU, p2p on the fused ring; docs/context-parallel.md). The one-GPU
+     * row at 16k is the h200 calibration's long-sequence efficiency point; CP2 and CP4 are predicted from
+     * it: tokens/s per GPU within 20%, memory per GPU within 15%.
+     */
+    @Test
+    void theContextParallelRowsArePredicted() {
+        TransformerConfig bf16 = GptConfigs.gpt1_3b().toBuilder().dtype(ai.djl.ndarray.types.DataType.BFLOAT16).build();
+        record Row(String name, int cp, double tokens, double gib) {}
+        List<Row> measured = List.of(new Row("1 GPU 16k", 1, 41_089, 45.7), new Row("CP2 32k", 2, 22_693, 50.4),
+                new Row("CP4 64k", 4, 13_945, 50.0));
+        StringBuilder report = new StringBuilder();
+        for (Row r : measured) {
+            int seq = 16_384 * r.cp();
+            Workload w = ReadmeFigures.workload(bf16.toBuilder().maxSequenceLength(seq).build(), seq, 1, 1, 1, true);
+            Layout l = new Layout(1, 1, 1, 1, r.cp(), 1, 1, Recompute.NONE, false);
+            double tokens = tokensPerGpu(w, l, r.cp() == 1 ? ClusterSpec.h200(1, 1) : ClusterSpec.h200(4, 1), H200);
+            double gib = MemoryModel.estimate(w, l, H200).total() / (double) (1L << 30);
+            report.append(String.format(java.util.Locale.ROOT, "%s: %.0f tokens/s (measured %.0f), %.1f GiB (measured %.1f); ",
+                    r.name(), tokens, r.tokens(), gib, r.gib()));
+            within(r.tokens(), tokens, 0.20, r.name() + " tokens/s per GPU");
+            within(r.gib(), gib, 0.15, r.name() + " GiB per GPU");
+        }
+        System.out.println("the context-parallel rows against the models: " + report);
+    }
+
     @Test
     void theBreakdownAddsUpAndNamesEachPart() {
         TimeEstimate t = TimeModel.estimate(ReadmeFigures.gpt1_3b(4, 2, 1, true), ReadmeFigures.layout(2, 2, 1, 4,

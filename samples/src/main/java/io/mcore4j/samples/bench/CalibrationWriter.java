@@ -52,8 +52,8 @@ final class CalibrationWriter {
                 : stepSeconds - modelled.optimizer();
         int hidden = w.model().hiddenSize();
         int tokens = layout.microBatchSize() * w.seqLength();
-        double efficiency = c.efficiency(hidden, tokens) * modelled.compute() / computeSeconds;
-        c = c.withEfficiency(new Calibration.Efficiency(hidden, tokens, efficiency, String.format(Locale.ROOT,
+        double efficiency = c.efficiency(hidden, tokens, w.seqLength()) * modelled.compute() / computeSeconds;
+        c = c.withEfficiency(new Calibration.Efficiency(hidden, tokens, w.seqLength(), efficiency, String.format(Locale.ROOT,
                 "gpt-benchmark on %s: %s, %.1f ms per step (forward+backward %.1f ms)", device, layout.name(),
                 1000 * stepSeconds, 1000 * computeSeconds)), "efficiency point measured by gpt-benchmark on " + device);
         if (peakGiB > 0) {
