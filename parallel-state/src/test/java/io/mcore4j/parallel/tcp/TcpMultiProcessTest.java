@@ -114,13 +114,32 @@ class TcpMultiProcessTest {
     void underTorchrunsAgentStoreTheStoreTakesTheNextPort() throws Exception {
         // torchrun's agent serves its own store at MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True):
         // stand in for it with a socket that accepts and never answers
-        try (ServerSocket agentStore = new ServerSocket(0, 8, InetAddress.getLoopbackAddress())) {
+        try (ServerSocket agentStore = agentStoreWithFreeNextPort()) {
             int port = agentStore.getLocalPort();
             List<Child> children = launch(2, null, port, Map.of(RendezvousStore.AGENT_STORE_VAR, "True"), "connect", "20000");
             for (Child c : children) {
                 c.await();
                 assertEquals(0, c.exitCode(), c::output);
                 assertEquals(List.of("127.0.0.1:" + (port + 1)), c.lines("STORE "), c::output);
+            }
+        }
+    }
+
+    /**
+     * A listening socket on a loopback port whose next port was free a moment ago (an ephemeral port
+     * can sit right after a random one: the store's port must not be taken before the test starts).
+     */
+    private static ServerSocket agentStoreWithFreeNextPort() throws IOException {
+        for (int attempt = 0; ; attempt++) {
+            ServerSocket socket = new ServerSocket(0, 8, InetAddress.getLoopbackAddress());
+            int next = socket.getLocalPort() + 1;
+            try (ServerSocket probe = new ServerSocket(next, 1, InetAddress.getLoopbackAddress())) {
+                return socket;
+            } catch (IOException taken) {
+                socket.close();
+                if (attempt == 20) {
+                    throw new IOException("no loopback port with a free next port in 20 tries", taken);
+                }
             }
         }
     }
