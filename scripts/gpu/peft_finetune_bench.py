@@ -63,18 +63,21 @@ if a.make_model:
 tok = AutoTokenizer.from_pretrained(a.tokenizer)
 
 
+def chat_ids(messages, **kwargs):
+    """apply_chat_template's token ids (transformers 5 returns a BatchEncoding, 4 a list)."""
+    ids = tok.apply_chat_template(messages, tokenize=True, **kwargs)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 def render(messages):
     """Token ids of the conversation and its loss mask: 1 on what each assistant turn adds."""
-    ids = tok.apply_chat_template(messages, tokenize=True)
-    ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+    ids = chat_ids(messages)
     mask = [0] * len(ids)
     for i, msg in enumerate(messages):
         if msg["role"] != "assistant":
             continue
-        before = tok.apply_chat_template(messages[:i], tokenize=True, add_generation_prompt=True)
-        upto = tok.apply_chat_template(messages[:i + 1], tokenize=True)
-        before = before["input_ids"] if hasattr(before, "keys") else before
-        upto = upto["input_ids"] if hasattr(upto, "keys") else upto
+        before = chat_ids(messages[:i], add_generation_prompt=True)
+        upto = chat_ids(messages[:i + 1])
         for j in range(len(before), min(len(upto), len(ids))):
             mask[j] = 1
     return ids[:a.seq_length + 1], mask[:a.seq_length + 1]

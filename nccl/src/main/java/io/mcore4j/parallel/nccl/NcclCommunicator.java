@@ -322,10 +322,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         Shape rest = input.getShape().slice(1);
         return run(what, () -> {
             if (comm == null) {
-                if (recvSplits[0] != sendSplits[0]) {
-                    throw args.unexpectedRows(what, 0, sendSplits[0], recvSplits[0]);
-                }
-                return copyOwnedBy(input, owner);
+                return exchangeWithSelf(what, input, sendSplits, recvSplits, owner);
             }
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = TensorMemory.contiguous(input, temp);
@@ -354,10 +351,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         Shape rest = input.getShape().slice(1);
         return run(what, () -> {
             if (comm == null) {
-                if (recvSplits[0] != sendSplits[0]) {
-                    throw args.unexpectedRows(what, 0, sendSplits[0], recvSplits[0]);
-                }
-                NDArray out = copyOwnedBy(input, owner);
+                NDArray out = exchangeWithSelf(what, input, sendSplits, recvSplits, owner);
                 return () -> out;
             }
             NDArray out = DataTypes.empty(owner, new Shape(totalRows).addAll(rest), DataTypes.of(input), owner.getDevice());
@@ -365,6 +359,14 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             enqueueAllToAll(what, input, out, sendSplits, recvSplits, on);
             return joinLater(what, comm.startedOnSideStream(what), out);
         });
+    }
+
+    /** The all-to-all of a group of one: its rows to itself, which must be as many as it expects. */
+    private NDArray exchangeWithSelf(String what, NDArray input, long[] sendSplits, long[] recvSplits, NDManager owner) {
+        if (recvSplits[0] != sendSplits[0]) {
+            throw args.unexpectedRows(what, 0, sendSplits[0], recvSplits[0]);
+        }
+        return copyOwnedBy(input, owner);
     }
 
     /** Rows {@code sendSplits[j]} of {@code src} go to rank {@code j}; rank {@code j}'s land in {@code out}, in rank order. */
