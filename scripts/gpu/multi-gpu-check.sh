@@ -11,13 +11,17 @@
 #   tp2sp (2), llama-dp4 (4), and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
 #   cp1 (1: one GPU at 16k), cp2 (2: CP2 at 32k), cp4 (4: CP4 at 64k), cp4-128k (4: CP4 at 128k with full
 #   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a), cp4-a2a-p2p (4: CP4 at 64k, --cp-comm-type a2a+p2p,
-#   --hierarchical-context-parallel-sizes 2 2). "probe" names the three probe rows, "cp" cp1 cp2
+#   --hierarchical-context-parallel-sizes 2 2); issue 34's MoE rows, EP4 x DP4 with the alltoall dispatcher, grouped
+#   GEMM and fused permutation: moe-ep4 (4: 8 experts top-2), moe-fg-ep4 (4: 64 experts top-8 of FFN 2048, a shared
+#   expert, sigmoid router with expert bias), probe-moe and probe-dp4 (4: the probe preset with and without those
+#   8 experts), "moe" naming all four. "probe" names the three probe rows, "cp" cp1 cp2
 #   cp4 cp4-128k. Every row is GptBenchmark (= pretrain-gpt
 #   --mock-data) of the 1.3B model (L=24 h=2048 heads=16 s=2048 V=32768, micro-batch 4 x 2 per replica), of
 #   LLaMA-7B, or of the probe preset with --phases (its step is the host's time); one process per GPU under
 #   torchrun. References: eager_gpt_bench.py next to tp1, torch_dist_gpt_bench.py (DTensor TP) next to tp2 and
 #   tp4, DDP and FSDP2 next to dp2 and dp4, eager at 16k next to cp1, torch_dist_gpt_bench.py --mode cp
-#   (PyTorch's context_parallel over SDPA) next to cp2 and cp4.
+#   (PyTorch's context_parallel over SDPA) next to cp2 and cp4, torch_moe_bench.py (all-to-all and _grouped_mm)
+#   next to moe-ep4 and moe-fg-ep4.
 # Environment:
 #   ROWS        rows to run, in this order (default: all that fit GPUS; 4 GPUs: tp1 tp2 tp4 pp2 tp2pp2 tp2dp2 dp4
 #               llama-tp4sp llama-tp2dp2 probe; 2 GPUs: tp1 tp2 pp2 dp2 probe-tp1 probe-tp2)
@@ -106,6 +110,8 @@ summarise() {
 row() {
   refs=()
   local long="--seq-length 16384 --micro-batch-size 1 --micro-batches 1 $CP_ATTENTION"
+  local moe="--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-permute-fusion"
+  moe+=" --use-distributed-optimizer"
   case $1 in
     tp1)          gpus=1; layout="1.3B, 1 GPU"; args="--model 1.3b"; refs=("1|eager|eager + SDPA");;
     tp2)          gpus=2; layout="1.3B, TP2"; args="--model 1.3b --tensor-model-parallel-size 2"
@@ -145,6 +151,16 @@ row() {
     cp4-128k)     gpus=4; layout="1.3B, CP4, sequence 128k, micro-batch 1 × 1, full recompute"
                   args="--model 1.3b $long --seq-length 131072 --context-parallel-size 4 --recompute-granularity full"
                   args+=" --recompute-method uniform --recompute-num-layers 1";;
+    moe-ep4)      gpus=4; layout="1.3B MoE, 8 experts top-2 (Mixtral style), EP4 × DP4, alltoall, grouped GEMM"
+                  args="--model 1.3b $moe --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 1e-2"
+                  refs=("4|moe|PyTorch EP4|--experts 8 --topk 2 --moe-ffn 8192");;
+    moe-fg-ep4)   gpus=4; layout="1.3B fine-grained MoE, 64 experts top-8 of FFN 2048 + a shared expert, sigmoid + expert bias, EP4 × DP4"
+                  args="--model 1.3b $moe --num-experts 64 --moe-router-topk 8 --moe-ffn-hidden-size 2048"
+                  args+=" --moe-shared-expert-intermediate-size 2048 --moe-router-score-function sigmoid"
+                  args+=" --moe-router-enable-expert-bias --moe-router-load-balancing-type none"
+                  refs=("4|moe|PyTorch EP4|--experts 64 --topk 8 --moe-ffn 2048 --shared-ffn 2048 --score sigmoid --expert-bias");;
+    probe-dp4)    gpus=4; layout="probe, DP4"; args="--model probe --phases";;
+    probe-moe)    gpus=4; layout="probe, MoE 8 experts top-2, EP4 × DP4"; args="--model probe --phases $moe --num-experts 8 --moe-router-topk 2";;
     probe-tp1)    gpus=1; layout="probe, TP1"; args="--model probe --phases";;
     probe-tp2)    gpus=2; layout="probe, TP2"; args="--model probe --phases --tensor-model-parallel-size 2";;
     probe-tp4)    gpus=4; layout="probe, TP4"; args="--model probe --phases --tensor-model-parallel-size 4";;
@@ -199,6 +215,8 @@ reference() { # reference ROW "N|mode|description"
   if [ "$mode" = eager ]; then
     [ "$bf16" = 1 ] && flags+=(--bf16)
     run "$r" "$desc" "$n" python3 "$here/eager_gpt_bench.py" "${flags[@]}"
+  elif [ "$mode" = moe ]; then
+    run "$r" "$desc" "$n" python3 "$here/torch_moe_bench.py" "${flags[@]}"
   else
     [ "$bf16" = 1 ] || [ "$mode" != ddp ] || flags+=(--fp16)
     run "$r" "$desc" "$n" python3 "$here/torch_dist_gpt_bench.py" --mode "$mode" "${flags[@]}"
@@ -299,7 +317,7 @@ EOF
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
   local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 probe-tp4 \
-      cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k; do
+      cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-fg-ep4 probe-dp4 probe-moe; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done
   row nonsense && { echo "selftest: FAIL, an unknown row was accepted"; fail=1; }
@@ -329,7 +347,10 @@ if [ -z "${ROWS:-}" ]; then
 fi
 rows=""
 for r in $ROWS; do
-  case $r in probe) rows+=" probe-tp1 probe-tp2 probe-tp4";; cp) rows+=" cp1 cp2 cp4 cp4-128k";; *) rows+=" $r";; esac
+  case $r in
+    probe) rows+=" probe-tp1 probe-tp2 probe-tp4";; cp) rows+=" cp1 cp2 cp4 cp4-128k";;
+    moe) rows+=" moe-ep4 moe-fg-ep4 probe-dp4 probe-moe";; *) rows+=" $r";;
+  esac
 done
 for r in $rows; do row "$r" || { echo "multi-gpu-check: unknown row $r" >&2; exit 2; }; done
 
