@@ -106,7 +106,9 @@ abstract sealed class GroupedMatmul permits GroupedMatmul.Kernel, GroupedMatmul.
                 weights.setRequiresGradient(true);
                 NDArray got = apply(scope, rows, weights, counts);
                 NDArray want = PADDED.apply(scope, rows, weights, counts);
-                scope.backward(new NDArray[] {got}, new NDArray[] {Tensors.own(got.onesLike(), m)});
+                // DataTypes.ones, not onesLike: DJL's ones aborts the process on a dtype it has no name for (bf16)
+                NDArray upstream = DataTypes.ones(m, got.getShape(), DataTypes.of(got), got.getDevice());
+                scope.backward(new NDArray[] {got}, new NDArray[] {upstream});
                 try (NoGrad ignored = NoGrad.enter()) {
                     double error = largest(got.sub(want), m);
                     return error <= 1e-2 * largest(want, m);
