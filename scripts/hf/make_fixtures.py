@@ -7,7 +7,7 @@ float32 logits transformers computes for a fixed prompt after loading the saved 
 tokens its greedy generate() appends to that prompt (no end-of-sequence stop).
 
 Run from the repository root:  /work/venv-hf/bin/python scripts/hf/make_fixtures.py [NAME ...]
-(pip install torch transformers safetensors; Qwen3 needs transformers >= 4.51, Gemma 3 transformers 5). Output:
+(pip install torch transformers safetensors; Qwen3 needs transformers >= 4.51, Gemma 3 and Qwen3-MoE transformers 5). Output:
 hf-bridge/src/test/resources/hf/<name>/, for every fixture or only those named.
 """
 import json
@@ -19,7 +19,8 @@ import torch
 import transformers
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
 
 OUT = os.path.join("hf-bridge", "src", "test", "resources", "hf")
 PROMPT = [3, 17, 42, 99, 0, 8, 64, 23]
@@ -61,6 +62,13 @@ def fixtures():
             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 20000.0},
                              "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0}},
             tie_word_embeddings=True), torch.bfloat16, None),
+        # Qwen3-MoE: QK-norm, 8 fine-grained experts (width 32) with top-2 and norm_topk_prob (Qwen3-30B-A3B's), layer 2
+        # a dense MLP of intermediate_size 96 through mlp_only_layers, a head dimension (32) that is not hidden / heads
+        ("qwen3_moe", Qwen3MoeForCausalLM, Qwen3MoeConfig(
+            **dict(SMALL, hidden_size=64, intermediate_size=96, num_hidden_layers=4), head_dim=32,
+            moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
+            mlp_only_layers=[2], tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), torch.bfloat16, None),
     ]
 
 

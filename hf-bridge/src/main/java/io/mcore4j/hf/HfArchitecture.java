@@ -20,6 +20,13 @@ public enum HfArchitecture {
      * biases, and a head dimension of its own ({@code head_dim}); sliding windows as Qwen2's.
      */
     QWEN3("Qwen3ForCausalLM", "qwen3"),
+    /**
+     * Qwen3-MoE: Qwen3's attention (QK-norm, {@code head_dim}), each MLP either a top-k mixture of fine-grained SwiGLU
+     * experts ({@code moe_intermediate_size} wide, routed by the softmax over all experts, with {@code norm_topk_prob}
+     * renormalised over the chosen ones) or, on the layers {@code mlp_only_layers} and {@code decoder_sparse_step}
+     * leave dense, a SwiGLU MLP of {@code intermediate_size}.
+     */
+    QWEN3_MOE("Qwen3MoeForCausalLM", "qwen3_moe"),
     /** Mistral: LLaMA's shape without biases, with a sliding window ({@code sliding_window}) on every layer. */
     MISTRAL("MistralForCausalLM", "mistral"),
     /** Mixtral: Mistral's attention (a sliding window is refused for now), every MLP a top-k mixture of SwiGLU experts. */
@@ -54,6 +61,11 @@ public enum HfArchitecture {
     /** @return whether the layers have LLaMA's structure and tensor names ({@code model.layers.N...}) */
     public boolean isLlamaFamily() {
         return this != GPT2;
+    }
+
+    /** @return whether each query and key head has an RMSNorm before RoPE ({@code q_norm}, {@code k_norm}) */
+    public boolean hasQkNorm() {
+        return this == QWEN3 || this == QWEN3_MOE || this == GEMMA3;
     }
 
     /**

@@ -1,6 +1,7 @@
 package io.mcore4j.hf;
 
 import ai.djl.ndarray.types.DataType;
+import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import com.google.gson.JsonParseException;
 import com.google.gson.JsonParser;
@@ -40,6 +41,14 @@ public final class HfConfig {
     private static final Set<String> QWEN2_KEYS = Set.of("use_sliding_window", "sliding_window", "max_window_layers",
             "layer_types");
     private static final Set<String> QWEN3_KEYS = QWEN2_KEYS;
+    /**
+     * Qwen3-MoE's keys; {@code max_window_layers}, which its published configs carry, is read by no Qwen3-MoE layer in
+     * transformers 5 (and a window is refused), so it is understood as inert. transformers 5 writes {@code num_experts}
+     * as {@code num_local_experts}.
+     */
+    private static final Set<String> QWEN3_MOE_KEYS = Set.of("use_sliding_window", "sliding_window", "max_window_layers",
+            "decoder_sparse_step", "mlp_only_layers", "moe_intermediate_size", "num_experts", "num_local_experts",
+            "num_experts_per_tok", "norm_topk_prob", "output_router_logits", "router_aux_loss_coef");
     private static final Set<String> MISTRAL_KEYS = Set.of("sliding_window", "layer_types");
     private static final Set<String> MIXTRAL_KEYS = Set.of("sliding_window", "num_local_experts", "num_experts_per_tok",
             "router_aux_loss_coef", "output_router_logits", "router_jitter_noise", "layer_types");
@@ -176,6 +185,7 @@ public final class HfConfig {
         understood.addAll(switch (arch) {
             case QWEN2 -> QWEN2_KEYS;
             case QWEN3 -> QWEN3_KEYS;
+            case QWEN3_MOE -> QWEN3_MOE_KEYS;
             case MISTRAL -> MISTRAL_KEYS;
             case MIXTRAL -> MIXTRAL_KEYS;
             default -> Set.<String>of();
@@ -218,7 +228,7 @@ public final class HfConfig {
         }
         r.require("hidden_act", "silu".equals(r.string("hidden_act")), "\"silu\" (SwiGLU)");
         boolean attentionBias = r.boolOr("attention_bias", false);
-        if (arch == HfArchitecture.QWEN3) {
+        if (arch == HfArchitecture.QWEN3 || arch == HfArchitecture.QWEN3_MOE) {
             // Qwen3's attention_bias puts biases on o_proj as well as q/k/v, never on the MLP: mcore4j has
             // QKV biases alone (add_qkv_bias) or biases on every linear (add_bias_linear), neither of which is that
             r.require("attention_bias", !attentionBias, "false (biases on q/k/v and o_proj but not on the MLP have no"
@@ -235,11 +245,64 @@ public final class HfConfig {
         b.slidingWindow(slidingWindow(arch, r));
         if (arch == HfArchitecture.MIXTRAL) {
             r.require("router_jitter_noise", r.numberOr("router_jitter_noise", 0) == 0, "0 (router input jitter is not mapped)");
-            double aux = r.boolOr("output_router_logits", false) ? r.numberOr("router_aux_loss_coef", 0.001) : 0;
             b.moe(TransformerConfig.MoeSettings.of(r.integer("num_local_experts"), r.integer("num_experts_per_tok"),
-                    MoeLayerPattern.every(1), r.integer("intermediate_size"), aux, MoeConfig.Dispatcher.ALL_TO_ALL));
+                    MoeLayerPattern.every(1), r.integer("intermediate_size"), routerAuxLoss(r), MoeConfig.Dispatcher.ALL_TO_ALL));
+        }
+        if (arch == HfArchitecture.QWEN3_MOE) {
+            b.moe(qwen3Moe(r));
         }
         return r.build(b);
+    }
+
+    /** The load-balancing loss coefficient transformers trains with: {@code router_aux_loss_coef} where the router's logits are output. */
+    private static double routerAuxLoss(ConfigReader r) {
+        return r.boolOr("output_router_logits", false) ? r.numberOr("router_aux_loss_coef", 0.001) : 0;
+    }
+
+    /**
+     * Qwen3-MoE's experts. Layer {@code i} has them when {@code num_experts > 0}, {@code (i + 1) % decoder_sparse_step
+     * == 0} and {@code i} is not in {@code mlp_only_layers} (an explicit Megatron layer pattern, as Megatron's
+     * {@code moe_layer_freq} counts from layer 0). The router's softmax over all experts, top-k, then (with
+     * {@code norm_topk_prob}) division by the chosen probabilities' sum is the softmax over the top-k logits, Megatron's
+     * default; without it, the top-k of the softmax is Megatron's {@code moe_router_pre_softmax}.
+     *
+     * @return the settings, or null where no layer has experts
+     */
+    private static TransformerConfig.MoeSettings qwen3Moe(ConfigReader r) {
+        int layers = r.integer("num_hidden_layers");
+        int experts = r.has("num_experts") ? r.integer("num_experts") : r.integer("num_local_experts");
+        if (r.has("num_experts") && r.has("num_local_experts")) {
+            r.require("num_local_experts", r.integer("num_local_experts") == experts, "equal to num_experts (" + experts
+                    + "), which transformers reads as num_local_experts");
+        }
+        int step = r.integerOr("decoder_sparse_step", 1);
+        r.require("decoder_sparse_step", step >= 1, "at least 1");
+        java.util.Set<Integer> dense = new java.util.TreeSet<>();
+        if (r.has("mlp_only_layers")) {
+            JsonElement list = r.get("mlp_only_layers");
+            r.require("mlp_only_layers", list.isJsonArray(), "a list of layer indices");
+            for (JsonElement e : list.getAsJsonArray()) {
+                boolean index = e.isJsonPrimitive() && e.getAsJsonPrimitive().isNumber() && e.getAsDouble() == Math.rint(
+                        e.getAsDouble()) && e.getAsDouble() >= 0 && e.getAsDouble() < layers;
+                r.require("mlp_only_layers", index, "layer indices in [0, " + layers + ")");
+                dense.add(e.getAsInt());
+            }
+        }
+        List<Integer> pattern = new ArrayList<>();
+        for (int i = 0; i < layers; i++) {
+            pattern.add(experts > 0 && (i + 1) % step == 0 && !dense.contains(i) ? 1 : 0);
+        }
+        if (!pattern.contains(1)) {
+            return null;
+        }
+        int topK = r.integer("num_experts_per_tok");
+        boolean normTopK = r.boolOr("norm_topk_prob", false);
+        r.require("num_experts_per_tok", topK > 1 || !normTopK, "above 1 with norm_topk_prob (every weight would be 1,"
+                + " which Megatron-Core's router refuses as giving it no gradient)");
+        MoeLayerPattern layerPattern = pattern.contains(0) ? MoeLayerPattern.of(pattern) : MoeLayerPattern.every(1);
+        return new TransformerConfig.MoeSettings(layerPattern, MoeConfig.builder(experts, topK,
+                        r.integer("moe_intermediate_size")).preSoftmax(!normTopK).auxLossCoeff(routerAuxLoss(r))
+                .dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL).build());
     }
 
     /**
@@ -257,6 +320,11 @@ public final class HfConfig {
         List<String> types = r.layerTypes(layers);
         boolean windowed = switch (arch) {
             case QWEN2, QWEN3 -> r.boolOr("use_sliding_window", false);
+            case QWEN3_MOE -> {
+                r.require("use_sliding_window", !r.boolOr("use_sliding_window", false), "false (Qwen3-MoE's sliding window"
+                        + " is not supported yet)");
+                yield false;
+            }
             case MISTRAL, MIXTRAL -> true;
             default -> false;
         };

@@ -12,8 +12,8 @@ import java.util.Set;
  * The Hugging Face {@code config.json} of a model mcore4j built itself (for {@link HfExport}): GPT-2 for LayerNorm
  * + GELU + learned positions with biases and a tied head; Gemma 3 for its norms, GeGLU and scaled embeddings
  * ({@link Gemma3TextConfig}); otherwise the LLaMA family for RMSNorm + SwiGLU + RoPE: Qwen2 with QKV biases only,
- * Qwen3 with query and key norms, Mixtral with experts in every layer, Mistral with a sliding window on every
- * layer, LLaMA otherwise. The written config is read back and must give the model's shape.
+ * Qwen3 with query and key norms (Qwen3-MoE with experts too), Mixtral with experts in every layer and no query and
+ * key norms, Mistral with a sliding window on every layer, LLaMA otherwise. The written config is read back and must give the model's shape.
  */
 final class HfConfigExport {
     private HfConfigExport() {}
@@ -34,7 +34,7 @@ final class HfConfigExport {
             arch = HfArchitecture.GEMMA3;
             Gemma3TextConfig.write(c, j);
         } else {
-            arch = c.moe() != null ? HfArchitecture.MIXTRAL
+            arch = c.moe() != null ? c.qkLayernorm() ? HfArchitecture.QWEN3_MOE : HfArchitecture.MIXTRAL
                     : c.qkLayernorm() ? HfArchitecture.QWEN3
                     : c.addQkvBias() && !c.addBiasLinear() ? HfArchitecture.QWEN2
                     : c.slidingWindow() != null ? HfArchitecture.MISTRAL : HfArchitecture.LLAMA;
@@ -78,7 +78,7 @@ final class HfConfigExport {
         j.addProperty("num_attention_heads", c.numAttentionHeads());
         j.addProperty("num_key_value_heads", c.numQueryGroups());
         j.addProperty("head_dim", c.kvChannels());
-        j.addProperty("intermediate_size", c.moe() != null ? c.moe().ffnHiddenSize() : c.ffnHiddenSize());
+        j.addProperty("intermediate_size", arch == HfArchitecture.MIXTRAL ? c.moe().ffnHiddenSize() : c.ffnHiddenSize());
         j.addProperty("hidden_act", "silu");
         j.addProperty("max_position_embeddings", c.maxSequenceLength());
         j.addProperty("rms_norm_eps", c.normEpsilon());
@@ -89,42 +89,54 @@ final class HfConfigExport {
             j.addProperty("mlp_bias", c.addBiasLinear());
         }
         slidingWindow(arch, c, j);
-        if (arch == HfArchitecture.QWEN3) {
+        if (arch == HfArchitecture.QWEN3 || arch == HfArchitecture.QWEN3_MOE) {
             j.addProperty("attention_bias", false);
             if (c.addBiasLinear() || c.addQkvBias()) {
                 throw new HfCheckpointException("a model with query and key norms maps to Qwen3ForCausalLM, which has no"
                         + " biases here; got add_bias_linear " + c.addBiasLinear() + ", add_qkv_bias " + c.addQkvBias());
             }
         }
-        if (c.qkLayernorm() && c.moe() != null) {
-            throw new HfCheckpointException("a mixture-of-experts model with query and key norms (Qwen3-MoE) cannot be"
-                    + " exported yet; got " + c);
-        }
         j.add("rope_parameters", rope(c.rotaryBase(), c.ropeScaling()));
         if (c.moe() != null) {
-            refuseRoutingMixtralLacks(c.moe().config());
-            j.addProperty("num_local_experts", c.moe().numExperts());
+            refuseRoutingTransformersLacks(arch, c.moe().config());
+            j.addProperty(arch == HfArchitecture.MIXTRAL ? "num_local_experts" : "num_experts", c.moe().numExperts());
             j.addProperty("num_experts_per_tok", c.moe().topK());
             j.addProperty("output_router_logits", c.moe().auxLossCoeff() > 0);
             j.addProperty("router_aux_loss_coef", c.moe().auxLossCoeff());
         }
+        if (arch == HfArchitecture.QWEN3_MOE) {
+            // every layer a candidate (step 1); the dense ones listed
+            j.addProperty("moe_intermediate_size", c.moe().ffnHiddenSize());
+            j.addProperty("norm_topk_prob", !c.moe().config().preSoftmax());
+            j.addProperty("decoder_sparse_step", 1);
+            JsonArray dense = new JsonArray();
+            for (int i = 0; i < c.numLayers(); i++) {
+                if (!c.isMoeLayer(i)) {
+                    dense.add(i);
+                }
+            }
+            j.add("mlp_only_layers", dense);
+        }
         if (c.activation() != MlpActivation.SWIGLU || !c.usesRope() || c.rotaryPercent() != 1
-                || c.moe() != null && c.moe().layers().count(c.numLayers()) != c.numLayers()) {
+                || arch == HfArchitecture.MIXTRAL && c.moe().layers().count(c.numLayers()) != c.numLayers()) {
             throw new HfCheckpointException("an RMSNorm model maps to " + arch.className() + ", which needs SwiGLU and "
                     + "full rotary embeddings (and experts in every layer); got " + c);
         }
     }
 
     /**
-     * Mixtral routes by the softmax over each token's top-k logits to routed experts alone: a model whose layers
-     * compute something else would be exported as a different model.
+     * Mixtral routes by the softmax over each token's top-k logits to routed experts alone, Qwen3-MoE by that or (without
+     * {@code norm_topk_prob}) by the top-k of the softmax over all experts: a model whose layers compute something else
+     * would be exported as a different model.
      */
-    private static void refuseRoutingMixtralLacks(MoeConfig m) {
-        if (m.routerScore() != MoeConfig.RouterScore.SOFTMAX || m.preSoftmax() || m.hasGroupLimitedRouting()
+    private static void refuseRoutingTransformersLacks(HfArchitecture arch, MoeConfig m) {
+        boolean preSoftmaxRefused = m.preSoftmax() && arch == HfArchitecture.MIXTRAL;
+        if (m.routerScore() != MoeConfig.RouterScore.SOFTMAX || preSoftmaxRefused || m.hasGroupLimitedRouting()
                 || m.topKScalingFactor() != 1 || m.auxLossFree() || m.sharedExpertFfnHiddenSize() > 0) {
-            throw new HfCheckpointException("a mixture of experts maps to MixtralForCausalLM, which routes by the softmax of"
-                    + " the top-k logits to routed experts only; got " + m.routerScore() + " scores"
-                    + (m.preSoftmax() ? " before the top-k" : "") + (m.hasGroupLimitedRouting() ? ", group-limited routing" : "")
+            throw new HfCheckpointException("a mixture of experts maps to " + arch.className() + ", which routes by the softmax"
+                    + " of the top-k logits" + (arch == HfArchitecture.MIXTRAL ? "" : " (or the top-k of the softmax)")
+                    + " to routed experts only; got " + m.routerScore() + " scores"
+                    + (preSoftmaxRefused ? " before the top-k" : "") + (m.hasGroupLimitedRouting() ? ", group-limited routing" : "")
                     + (m.topKScalingFactor() != 1 ? ", top-k scaling " + m.topKScalingFactor() : "")
                     + (m.auxLossFree() ? ", an expert bias" : "")
                     + (m.sharedExpertFfnHiddenSize() > 0 ? ", a shared expert" : ""));
@@ -174,7 +186,7 @@ final class HfConfigExport {
      */
     private static void slidingWindow(HfArchitecture arch, TransformerConfig c, JsonObject j) {
         TransformerConfig.SlidingWindow window = c.slidingWindow();
-        if (arch == HfArchitecture.QWEN2 || arch == HfArchitecture.QWEN3) {
+        if (arch == HfArchitecture.QWEN2 || arch == HfArchitecture.QWEN3 || arch == HfArchitecture.QWEN3_MOE) {
             j.addProperty("use_sliding_window", window != null);
         }
         if (window == null) {
@@ -186,7 +198,8 @@ final class HfConfigExport {
             first = first < 0 && window.appliesTo(i) ? i : first;
             everyLayer &= window.appliesTo(i);
         }
-        if (arch == HfArchitecture.MIXTRAL || arch == HfArchitecture.LLAMA || arch == HfArchitecture.MISTRAL && !everyLayer) {
+        if (arch == HfArchitecture.MIXTRAL || arch == HfArchitecture.QWEN3_MOE || arch == HfArchitecture.LLAMA
+                || arch == HfArchitecture.MISTRAL && !everyLayer) {
             throw new HfCheckpointException("a sliding window " + (everyLayer ? "" : "on some layers only ") + "has no place in "
                     + arch.className() + (arch == HfArchitecture.MISTRAL ? ", whose window covers every layer" : "")
                     + "; got " + window);
@@ -212,13 +225,36 @@ final class HfConfigExport {
                 && back.activation() == c.activation() && back.layernormZeroCenteredGamma() == c.layernormZeroCenteredGamma()
                 && back.postSelfAttnLayernorm() == c.postSelfAttnLayernorm() && back.postMlpLayernorm() == c.postMlpLayernorm()
                 && back.scaleEmbeddingsBySqrtHidden() == c.scaleEmbeddingsBySqrtHidden()
-                && Math.abs(scoreScale(back) - scoreScale(c)) <= 1e-12 * scoreScale(c);
+                && Math.abs(scoreScale(back) - scoreScale(c)) <= 1e-12 * scoreScale(c) && sameExperts(back, c);
         for (int i = 0; i < c.numLayers(); i++) {
             same &= effectiveWindow(back, i) == effectiveWindow(c, i)
                     && (!c.usesRope() || back.rotaryBase(i) == c.rotaryBase(i)
                             && java.util.Objects.equals(back.ropeScaling(i), c.ropeScaling(i)));
         }
         return same;
+    }
+
+    /** The same experts and routing in the same layers, and the same dense MLPs where there are any. */
+    private static boolean sameExperts(TransformerConfig back, TransformerConfig c) {
+        if ((back.moe() == null) != (c.moe() == null)) {
+            return false;
+        }
+        boolean dense = c.moe() == null;
+        if (c.moe() != null) {
+            MoeConfig a = back.moe().config();
+            MoeConfig b = c.moe().config();
+            if (a.numExperts() != b.numExperts() || a.topK() != b.topK() || a.ffnHiddenSize() != b.ffnHiddenSize()
+                    || a.preSoftmax() != b.preSoftmax() || a.routerScore() != b.routerScore()) {
+                return false;
+            }
+            for (int i = 0; i < c.numLayers(); i++) {
+                if (back.isMoeLayer(i) != c.isMoeLayer(i)) {
+                    return false;
+                }
+                dense |= !c.isMoeLayer(i);
+            }
+        }
+        return !dense || back.ffnHiddenSize() == c.ffnHiddenSize();
     }
 
     private static double scoreScale(TransformerConfig c) {

@@ -102,7 +102,7 @@ final class HfWeightMap {
         boolean bias = c.addBiasLinear();
         boolean qkvBias = bias || c.addQkvBias();
         boolean gemma = arch == HfArchitecture.GEMMA3;
-        boolean qkNorms = arch == HfArchitecture.QWEN3 || gemma;
+        boolean qkNorms = arch.hasQkNorm();
         if (qkNorms != c.qkLayernorm()) {
             throw new HfCheckpointException(arch.className() + (qkNorms ? " has query and key norms: build the model with"
                     + " qk_layernorm" : " has no query and key norms"));
@@ -141,19 +141,7 @@ final class HfWeightMap {
                 same(mc + "pre_mlp_layernorm.weight", hf + "post_attention_layernorm.weight", h);
             }
             if (c.isMoeLayer(i)) {
-                if (arch != HfArchitecture.MIXTRAL) {
-                    throw new HfCheckpointException(arch.className() + " has no mixture-of-experts layers");
-                }
-                long experts = c.moe().numExperts();
-                long expertFfn = c.moe().ffnHiddenSize();
-                String moe = hf + "block_sparse_moe.";
-                same(mc + "mlp.router.weight", moe + "gate.weight", experts, h);
-                for (int e = 0; e < experts; e++) {
-                    String ex = moe + "experts." + e + ".";
-                    String mx = mc + "mlp.experts.local_experts." + e + ".";
-                    stacked(mx + "linear_fc1.weight", h, ex + "w1.weight", ex + "w3.weight", expertFfn);
-                    same(mx + "linear_fc2.weight", ex + "w2.weight", h, expertFfn);
-                }
+                experts(arch, c, hf, mc);
             } else {
                 String mlp = hf + "mlp.";
                 stacked(mc + "mlp.linear_fc1.weight", h, mlp + "gate_proj.weight", mlp + "up_proj.weight", ffn);
@@ -169,6 +157,30 @@ final class HfWeightMap {
         same("decoder.final_layernorm.weight", "model.norm.weight", h);
         if (!c.tiedEmbeddings()) {
             vocab("output_layer.weight", "lm_head.weight", c.vocabSize(), hfVocab, h);
+        }
+    }
+
+    /**
+     * A mixture-of-experts layer's router and experts: Mixtral's {@code block_sparse_moe.gate} and experts' {@code w1}
+     * (gate), {@code w3} (up), {@code w2} (down); Qwen3-MoE's {@code mlp.gate} and experts' {@code gate_proj},
+     * {@code up_proj}, {@code down_proj}.
+     */
+    private void experts(HfArchitecture arch, TransformerConfig c, String hf, String mc) {
+        boolean mixtral = arch == HfArchitecture.MIXTRAL;
+        if (!mixtral && arch != HfArchitecture.QWEN3_MOE) {
+            throw new HfCheckpointException(arch.className() + " has no mixture-of-experts layers");
+        }
+        long h = c.hiddenSize();
+        long experts = c.moe().numExperts();
+        long expertFfn = c.moe().ffnHiddenSize();
+        String moe = hf + (mixtral ? "block_sparse_moe." : "mlp.");
+        same(mc + "mlp.router.weight", moe + "gate.weight", experts, h);
+        for (int e = 0; e < experts; e++) {
+            String ex = moe + "experts." + e + ".";
+            String mx = mc + "mlp.experts.local_experts." + e + ".";
+            stacked(mx + "linear_fc1.weight", h, ex + (mixtral ? "w1" : "gate_proj") + ".weight",
+                    ex + (mixtral ? "w3" : "up_proj") + ".weight", expertFfn);
+            same(mx + "linear_fc2.weight", ex + (mixtral ? "w2" : "down_proj") + ".weight", h, expertFfn);
         }
     }
 

@@ -17,7 +17,7 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Every fixture imported at TP2 x PP2 (Mixtral: TP2 x EP2 x PP2 would need 8 ranks; it runs at
+ * Every fixture imported at TP2 x PP2 (Mixtral, Qwen3-MoE: TP2 x EP2 x PP2 would need 8 ranks; they run at
  * TP2 x PP2 with 1 expert-parallel rank) and exported: the files hold exactly the tensors of the
  * original checkpoint with the original values (f32), or the original values rounded to nearest
  * even bf16 (bf16), and, where that is lossless, the export imported again at TP1 gives
@@ -28,7 +28,7 @@ class HfExportTest {
     private static final Path OUT = Path.of("target", "hf-export");
 
     @ParameterizedTest(name = "{0}")
-    @ValueSource(strings = {"llama", "qwen2", "qwen2_window", "qwen3", "mistral", "mixtral", "gpt2", "gemma3"})
+    @ValueSource(strings = {"llama", "qwen2", "qwen2_window", "qwen3", "mistral", "mixtral", "gpt2", "gemma3", "qwen3_moe"})
     void roundTripAtTp2Pp2(String name) throws IOException {
         Path source = Fixtures.dir(name);
         for (HfDtype dtype : new HfDtype[] {HfDtype.F32, HfDtype.BF16}) {

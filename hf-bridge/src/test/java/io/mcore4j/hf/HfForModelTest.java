@@ -27,7 +27,8 @@ import org.junit.jupiter.api.Test;
 /**
  * A model mcore4j initialised itself, exported at TP2 through {@link HfConfig#forModel} as float32
  * and imported again at TP1, gives the logits it gave before export: LLaMA-shaped (RMSNorm, SwiGLU,
- * RoPE, GQA, untied), Qwen3-shaped (LLaMA's with query and key norms and 12 channels per head, tied), GPT-2-shaped
+ * RoPE, GQA, untied), Qwen3-shaped (LLaMA's with query and key norms and 12 channels per head, tied), Qwen3-MoE-shaped
+ * (Qwen3's with 4 experts, top-2 of the softmax over all of them, in layer 0 and a dense MLP in layer 1), GPT-2-shaped
  * (LayerNorm, tanh GELU, learned positions, biases, tied) and Gemma-3-shaped (zero-centred pre and post norms, QK-norm,
  * GeGLU, scaled embeddings, a 4-token window on layer 0 with its own rope base, layer 1 global, softmax scale 20^-1/2).
  */
@@ -36,12 +37,17 @@ class HfForModelTest {
 
     private static TransformerConfig config(String kind) {
         TransformerConfig.Builder b = TransformerConfig.builder(2, 32, 4, VOCAB).maxSequenceLength(16).dropout(0, 0);
-        if (kind.equals("llama") || kind.equals("qwen3")) {
+        if (kind.equals("llama") || kind.startsWith("qwen3")) {
             b.queryGroups(2).ffnHiddenSize(48).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5)
                     .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).rotary(50000, 1)
                     .activation(MlpActivation.SWIGLU).addBiasLinear(false).tiedEmbeddings(false);
-            if (kind.equals("qwen3")) {
+            if (kind.startsWith("qwen3")) {
                 b.qkLayernorm(true).kvChannels(12).tiedEmbeddings(true);
+            }
+            if (kind.equals("qwen3_moe")) {
+                // layer 0 experts routed by the top-k of the softmax over all (norm_topk_prob false), layer 1 dense
+                b.moe(new TransformerConfig.MoeSettings(MoeLayerPattern.of(List.of(1, 0)), MoeConfig.builder(4, 2, 16)
+                        .preSoftmax(true).build()));
             }
         } else if (kind.equals("gemma3")) {
             b.queryGroups(2).kvChannels(12).ffnHiddenSize(48).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-6)
@@ -57,7 +63,7 @@ class HfForModelTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"llama", "qwen3", "gpt2", "gemma3"})
+    @ValueSource(strings = {"llama", "qwen3", "qwen3_moe", "gpt2", "gemma3"})
     void nativeModelExportsAndImportsBack(String kind) throws java.io.IOException {
         TransformerConfig c = config(kind);
         HfConfig hf = HfConfig.forModel(c, VOCAB);

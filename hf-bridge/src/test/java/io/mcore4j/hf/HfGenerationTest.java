@@ -20,7 +20,7 @@ import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
- * Each fixture imported at TP1, TP2 and PP2 (the Mixtral at TP1, PP2 and EP2: its experts at TP2 need
+ * Each fixture imported at TP1, TP2 and PP2 (the Mixtral and Qwen3-MoE at TP1, PP2 and EP2: their experts at TP2 need
  * sequence parallelism, which a one-token decode step cannot split) and completed greedily by the
  * {@link Generator} (prefill, then one token at a time through the KV cache) gives the 20 tokens
  * transformers' greedy {@code generate()} gave for the same prompt, in float32. The windowed fixtures' prompt and
@@ -31,12 +31,14 @@ class HfGenerationTest {
         Stream.Builder<Arguments> b = Stream.builder();
         for (String name : Fixtures.all()) {
             b.add(Arguments.of(name, "TP1", ParallelDims.of(1, 1, 1)));
-            if (!name.equals("mixtral")) {
+            if (!Fixtures.withExperts().contains(name)) {
                 b.add(Arguments.of(name, "TP2", ParallelDims.of(2, 2, 1)));
             }
             b.add(Arguments.of(name, "PP2", ParallelDims.of(2, 1, 2)));
         }
-        b.add(Arguments.of("mixtral", "EP2", ParallelDims.builder(2).expertParallel(2).build()));
+        for (String name : Fixtures.withExperts()) {
+            b.add(Arguments.of(name, "EP2", ParallelDims.builder(2).expertParallel(2).build()));
+        }
         return b.build();
     }
 

@@ -11,10 +11,11 @@ import org.junit.jupiter.params.provider.Arguments;
 import org.junit.jupiter.params.provider.MethodSource;
 
 /**
- * Each fixture imported at TP1, TP2 and PP2 (and the Mixtral also at EP2 and EP2 x TP2) gives the
+ * Each fixture imported at TP1, TP2 and PP2 (and the Mixtral and the Qwen3-MoE also at EP2 and EP2 x TP2) gives the
  * logits transformers computed for the same prompt, within 1e-5 of their scale, in float32. The
  * fixtures cover bf16, fp16 and fp32 files, a sharded checkpoint, GQA, LLaMA 3.1 rope scaling,
- * tied and untied heads, QKV biases, Qwen3's QK-norm with a head dimension other than hidden / heads, experts,
+ * tied and untied heads, QKV biases, Qwen3's QK-norm with a head dimension other than hidden / heads, experts (Qwen3-MoE's
+ * fine-grained ones with norm_topk_prob beside a dense layer),
  * GPT-2's Conv1D weights, and sliding windows shorter than the prompt (Mistral's on every layer, Qwen2's on the
  * layers from max_window_layers on); padded vocabulary logits are 0.
  */
@@ -26,8 +27,10 @@ class HfImportTest {
             b.add(Arguments.of(name, "TP2", ParallelDims.of(2, 2, 1)));
             b.add(Arguments.of(name, "PP2", ParallelDims.of(2, 1, 2)));
         }
-        b.add(Arguments.of("mixtral", "EP2", ParallelDims.builder(2).expertParallel(2).build()));
-        b.add(Arguments.of("mixtral", "TP2xEP2", ParallelDims.builder(4).tensorParallel(2).expertParallel(2).build()));
+        for (String name : Fixtures.withExperts()) {
+            b.add(Arguments.of(name, "EP2", ParallelDims.builder(2).expertParallel(2).build()));
+            b.add(Arguments.of(name, "TP2xEP2", ParallelDims.builder(4).tensorParallel(2).expertParallel(2).build()));
+        }
         return b.build();
     }
 
