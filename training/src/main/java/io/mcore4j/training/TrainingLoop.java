@@ -301,6 +301,7 @@ public final class TrainingLoop {
         common.put("seed", config.seed());
         common.put("layout", groups.dims().toString());
         common.put(SchedulerState.KEY, SchedulerState.of(schedule));
+        common.putAll(step.model().checkpointMetadata());
         new CheckpointManager(ckpt.save(), ckpt.keepLast()).save(iteration, step.shardedState(), common, groups.world());
         if (logging) {
             out.println(" saved checkpoint of iteration " + iteration + " in " + ckpt.save());

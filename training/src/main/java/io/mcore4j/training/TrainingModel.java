@@ -115,4 +115,15 @@ public interface TrainingModel extends Module {
     default double flopsPerToken(int seqLength) {
         return Double.NaN;
     }
+
+    /**
+     * What a checkpoint's common state records about the model besides its tensors, so that a reader (generation,
+     * export) builds the same model without being told its options again: Megatron's checkpoints keep the run's
+     * arguments for the same purpose.
+     *
+     * @return entries for the common state; empty by default
+     */
+    default Map<String, Object> checkpointMetadata() {
+        return Map.of();
+    }
 }

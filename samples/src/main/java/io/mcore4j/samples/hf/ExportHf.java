@@ -109,7 +109,7 @@ public final class ExportHf implements Callable<Integer> {
         HfConfig hf = given != null ? given : HfConfig.recordedIn(checkpoint, common);
         if (hf == null) {
             throw new IllegalArgumentException("--load " + checkpoint + " holds no " + HfConfig.CHECKPOINT_KEY
-                    + " (not written by convert-hf): pass --hf-config DIR");
+                    + " (written by convert-hf, and by pretrain-gpt for a model a Hugging Face architecture describes): pass --hf-config DIR");
         }
         TransformerConfig config = layout.modelConfig(hf, padded);
         String report = layout.run(config, (groups, manager, chunks) -> {

@@ -12,6 +12,8 @@ import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.ForwardPreHook;
 import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.hf.HfCheckpointException;
+import io.mcore4j.hf.HfConfig;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.models.transformer.LayerSpec;
@@ -27,6 +29,8 @@ import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Map;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * This rank's chunks of a GPT: one per virtual pipeline stage, with the layers
@@ -37,6 +41,7 @@ import java.util.Map;
  * ({@code embedding.*}, {@code decoder.layers.<n>.*}, ...).
  */
 public final class GptTrainingModel extends AbstractModule implements TrainingModel {
+    private static final Logger LOG = LoggerFactory.getLogger(GptTrainingModel.class);
     private final ModelContext ctx;
     private final List<GptModel> chunks;
     private final MoeAuxLossTracker auxLosses;
@@ -217,6 +222,27 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
     @Override
     public double flopsPerToken(int seqLength) {
         return ctx.config().flopsPerToken(seqLength);
+    }
+
+    /**
+     * The model as a Hugging Face config ({@link HfConfig#CHECKPOINT_KEY}, with the padded vocabulary as its
+     * {@code vocab_size} and as {@link HfConfig#PADDED_VOCAB_KEY}), where one of the architectures mcore4j maps
+     * describes it: {@code generate-gpt --load} and {@code export-hf} then rebuild every option (windows, norms,
+     * scales, experts) that no tensor shape records. A model no architecture describes records nothing, and its
+     * readers fall back to the shapes.
+     */
+    @Override
+    public Map<String, Object> checkpointMetadata() {
+        TransformerConfig config = ctx.config();
+        HfConfig hf;
+        try {
+            hf = HfConfig.forModel(config, config.vocabSize());
+        } catch (HfCheckpointException noArchitecture) {
+            LOG.debug("no Hugging Face architecture describes the model; its checkpoint records shapes only: {}",
+                    noArchitecture.getMessage());
+            return Map.of();
+        }
+        return Map.of(HfConfig.CHECKPOINT_KEY, hf.json().toString(), HfConfig.PADDED_VOCAB_KEY, (long) config.vocabSize());
     }
 
     @Override
