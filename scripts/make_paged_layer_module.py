@@ -28,27 +28,19 @@ from typing import List, Tuple
 import torch
 import torch.nn.functional as F
 
-from make_cached_layer_module import linear, mlp_part, norm, rotate, cached_layer
+from make_cached_layer_module import attention_inputs, cached_layer, linear, mlp_part
 from torchscript_archive import write_checked
 
 
 def paged_inputs(tokens: torch.Tensor, s: int, b: int, norm1_w: torch.Tensor, norm1_b: torch.Tensor,
                  qkv_w: torch.Tensor, qkv_b: torch.Tensor, groups: int, d: int, cos: torch.Tensor,
                  sin: torch.Tensor, eps: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Queries [s, b, heads, d], keys and values [s, b, groups, d]; cos, sin: each token's rows [s, b, rot]."""
-    mixed = linear(norm(tokens, norm1_w, norm1_b, eps), qkv_w, qkv_b)
-    per_group = mixed.size(1) // (groups * d) - 2
-    grouped = mixed.view(s, b, groups, per_group + 2, d)
-    if cos.size(2) > 0:
-        c = cos.view(s, b, 1, 1, cos.size(2))
-        n = sin.view(s, b, 1, 1, sin.size(2))
-        rotated = rotate(grouped.narrow(3, 0, per_group + 1), c, n)
-        query = rotated.narrow(3, 0, per_group).reshape(s, b, groups * per_group, d)
-        key = rotated.select(3, per_group)
-    else:
-        query = grouped.narrow(3, 0, per_group).reshape(s, b, groups * per_group, d)
-        key = grouped.select(3, per_group)
-    return query, key, grouped.select(3, per_group + 1)
+    """Queries [s, b, heads, d], keys and values [s, b, groups, d]; cos, sin: each token's rows [s * b, rot].
+
+    The contiguous layer's attention_inputs over the s * b tokens as a pass of one sequence: every token its own
+    rotary row, the same memory order as [s, b]."""
+    query, key, value = attention_inputs(tokens, s * b, 1, norm1_w, norm1_b, qkv_w, qkv_b, groups, d, cos, sin, eps)
+    return (query.view(s, b, query.size(2), d), key.view(s, b, groups, d), value.reshape(s, b, groups, d))
 
 
 def attend_paged(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_pool: torch.Tensor,
@@ -98,10 +90,10 @@ class PagedLayer(torch.nn.Module):
         hidden = x.size(2)
         tokens = x.reshape(s * b, hidden)
         if part != 2:
-            # each token's rotary rows [s, b, rot], in x's order (sequence axis first)
+            # each token's rotary rows [s * b, rot], in x's order (sequence axis first)
             flat = positions.transpose(0, 1).reshape(-1)
-            cos = cos_table.index_select(0, flat).view(s, b, cos_table.size(1))
-            sin = sin_table.index_select(0, flat).view(s, b, sin_table.size(1))
+            cos = cos_table.index_select(0, flat)
+            sin = sin_table.index_select(0, flat)
             query, key, value = paged_inputs(tokens, s, b, norm1_w, norm1_b, qkv_w, qkv_b, key_pool.size(2),
                                              key_pool.size(3), cos, sin, eps)
             context = attend_paged(query, key, value, key_pool, value_pool, positions, block_tables)

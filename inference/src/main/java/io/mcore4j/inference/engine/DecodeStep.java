@@ -9,13 +9,17 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.kernel.GraphCapture;
 import io.mcore4j.inference.PagedKvCache;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 /**
  * One decode step of a fixed batch size (a bucket): one token per sequence, read from tensors made once, so that
  * every step of the bucket has the same shapes and reads the same memory. The body, the model's pass over the paged
  * cache and the greedy pick (argmax on the device), is the same code whether it runs eagerly or is captured into a
  * CUDA graph and replayed: with a {@link GraphCapture} the step runs eagerly for its first {@value #WARMUPS} steps
  * (libtorch's profiling executor specialises and fuses the layer module then), is captured on the next and replayed
- * from then on; without one (CPU, or ranks whose collectives a graph cannot hold) it runs eagerly every time.
+ * from then on; without one (CPU, or ranks whose collectives a graph cannot hold), or if the capture fails (logged
+ * once), it runs eagerly every time.
  *
  * <p>Rows past the batch are padding: token 0 at position 0 over the null block, which no sequence reads. Owns its
  * inputs, outputs and graph through a sub-manager of the one given; {@link #close()} frees them. Driven by the
@@ -27,7 +31,11 @@ final class DecodeStep implements AutoCloseable {
 
     private final PagedKvCache cache;
     private final int vocabulary;
-    private final GraphCapture capture;
+    private static final Logger LOG = LoggerFactory.getLogger(DecodeStep.class);
+
+    /** The device's graph capture; null to run eagerly (none, or a capture that failed). */
+    private GraphCapture capture;
+    private final int bucket;
     private final NDManager manager;
     private final NDArray tokens;
     private final NDArray positions;
@@ -50,6 +58,7 @@ final class DecodeStep implements AutoCloseable {
         this.cache = cache;
         this.vocabulary = vocabulary;
         this.capture = capture;
+        this.bucket = bucket;
         this.manager = parent.newSubManager();
         this.tokens = manager.zeros(new Shape(1, bucket), DataType.INT64);
         this.positions = manager.zeros(new Shape(bucket, 1), DataType.INT64);
@@ -69,29 +78,36 @@ final class DecodeStep implements AutoCloseable {
      * @param blockTables [bucket * width] the sequences' block tables, row by row
      */
     void run(long[] tokenIds, long[] tokenPositions, long[] blockTables) {
-        try (NDManager host = manager.newSubManager()) {
-            Tensors.copyInto(tokens, host.create(tokenIds, tokens.getShape()));
-            Tensors.copyInto(positions, host.create(tokenPositions, positions.getShape()));
-            Tensors.copyInto(tables, host.create(blockTables, tables.getShape()));
+        try (NDManager staging = manager.newSubManager()) {
+            Tensors.copyInto(tokens, staging.create(tokenIds, tokens.getShape()));
+            Tensors.copyInto(positions, staging.create(tokenPositions, positions.getShape()));
+            Tensors.copyInto(tables, staging.create(blockTables, tables.getShape()));
         }
-        if (capture == null || eagerSteps < WARMUPS) {
-            eagerSteps++;
-            if (outputs != null) {
-                outputs.close();
+        if (graph == null && capture != null && eagerSteps >= WARMUPS) {
+            renewOutputs();
+            capture.releaseCachedMemory();
+            try {
+                graph = capture.capture(this::body);
+            } catch (IllegalStateException e) {
+                LOG.warn("capturing the decode step of batch {} into a CUDA graph failed ({}); it runs eagerly",
+                        bucket, e.getMessage());
+                capture = null;
             }
-            outputs = manager.newSubManager();
-            body();
+        }
+        if (graph != null) {
+            graph.replay();
             return;
         }
-        if (graph == null) {
-            if (outputs != null) {
-                outputs.close();
-            }
-            outputs = manager.newSubManager();
-            capture.releaseCachedMemory();
-            graph = capture.capture(this::body);
+        eagerSteps++;
+        renewOutputs();
+        body();
+    }
+
+    private void renewOutputs() {
+        if (outputs != null) {
+            outputs.close();
         }
-        graph.replay();
+        outputs = manager.newSubManager();
     }
 
     /** The step's work: the pass, its last logits cut to the vocabulary, and their argmax, into {@link #outputs}. */
