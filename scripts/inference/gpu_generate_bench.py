@@ -5,7 +5,8 @@
                writes it as a Hugging Face directory (DIR/hf), the same weights in mcore4j's parameter
                keys and fused layouts (DIR/mcore4j.safetensors), and 16 prompts of 32 random ids
                (DIR/prompts.json), all in float16.
-  hf DIR       times transformers' generate() (greedy, 256 new tokens, no early stop) on DIR/hf at
+  hf DIR       (HF_COMPILE=1: with a static cache and torch.compile, ids to DIR/hf_compiled_tokens.json)
+               times transformers' generate() (greedy, 256 new tokens, no early stop) on DIR/hf at
                batch 1 and 16 on the GPU (CPU if there is none), after an untimed warm-up, and writes its ids (DIR/hf_tokens.json).
   compare DIR  counts how many leading generated ids of every request mcore4j and transformers share.
 
@@ -91,6 +92,13 @@ def hf(work):
     except TypeError:
         model = LlamaForCausalLM.from_pretrained(os.path.join(work, "hf"), torch_dtype=DTYPE)
     model = model.to(DEVICE).eval()
+    # HF_COMPILE=1: the compiled reference, static cache + torch.compile (default mode), warmed up at the timed
+    # length (the static cache's shapes follow it) so that compilation stays outside the clock
+    compiled = os.environ.get("HF_COMPILE") == "1"
+    if compiled:
+        model.generation_config.cache_implementation = "static"
+        model.forward = torch.compile(model.forward)
+    label = "transformers static+compile" if compiled else "transformers generate"
     # no end-of-sequence token on either side: both generate exactly NEW_TOKENS and nothing is suppressed
     model.generation_config.eos_token_id = None
     model.config.eos_token_id = None
@@ -102,7 +110,8 @@ def hf(work):
         mask = torch.ones_like(ids)
         kwargs = dict(attention_mask=mask, do_sample=False, pad_token_id=0)
         with torch.inference_mode():
-            model.generate(ids, max_new_tokens=16, **kwargs)
+            for _ in range(2 if compiled else 1):
+                model.generate(ids, max_new_tokens=NEW_TOKENS if compiled else 16, **kwargs)
             sync()
             start = time.perf_counter()
             out = model.generate(ids, max_new_tokens=NEW_TOKENS, **kwargs)
@@ -111,10 +120,10 @@ def hf(work):
         new = out[:, PROMPT_LENGTH:]
         assert new.shape[1] == NEW_TOKENS, f"transformers stopped after {new.shape[1]} tokens"
         generated[str(b)] = new.tolist()
-        print(f"transformers generate: batch {b}, prompt {PROMPT_LENGTH}, {NEW_TOKENS} new tokens: "
+        print(f"{label}: batch {b}, prompt {PROMPT_LENGTH}, {NEW_TOKENS} new tokens: "
               f"{new.numel() / seconds:.1f} tokens/s ({1000 * seconds / NEW_TOKENS:.2f} ms per step, {seconds:.2f} s)"
               f" [torch {torch.__version__}, attention {model.config._attn_implementation}]")
-    with open(os.path.join(work, "hf_tokens.json"), "w") as f:
+    with open(os.path.join(work, "hf_compiled_tokens.json" if compiled else "hf_tokens.json"), "w") as f:
         json.dump(generated, f)
 
 

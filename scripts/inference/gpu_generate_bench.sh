@@ -14,6 +14,11 @@
 # sets mcore4j's untimed run per batch size: the static module's shapes follow the cache length (prompt +
 # tokens), so only WARMUP_TOKENS=256 warms the timed run's own shapes (libtorch then compiles its fused
 # kernels before the clock starts; with 16 that compilation falls inside the timed run).
+# ENGINE_MODES (default "graphs") lists runs of the continuous-batching engine (GenerateBenchmark --engine: paged
+# cache, chunked prefill, decode steps per batch-size bucket): graphs = decode steps replayed from CUDA graphs,
+# eager = the same static-shape steps run eagerly (--no-cuda-graphs); "" skips the engine. MAX_MODEL_LEN (default
+# 512) is the positions every decode step attends over (the engine's --max-model-len).
+# HF_COMPILED (default 1) also times transformers with a static cache and torch.compile (the compiled reference).
 # Prints one line per batch size from each side, then how many leading ids the two agree on.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -32,10 +37,30 @@ for mode in $MODES; do
     --prompts "$WORK/prompts.json" --output "$WORK/mcore4j_tokens_$mode.json" --batch-sizes 1,16 --num-tokens-to-generate 256 \
     --warmup-tokens "${WARMUP_TOKENS:-16}"
 done
+ENGINES="${ENGINE_MODES-graphs}"
+for engine in $ENGINES; do
+  echo "== mcore4j engine, decode $engine ${EXTRA_JAVA_OPTS:-}"
+  flag=""
+  [ "$engine" = eager ] && flag="--no-cuda-graphs"
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" "$JAVA" -Xmx16g -Dai.djl.offline=true ${EXTRA_JAVA_OPTS:-} -cp "$CP" \
+    io.mcore4j.samples.generate.GenerateBenchmark --weights "$WORK/mcore4j.safetensors" \
+    --prompts "$WORK/prompts.json" --output "$WORK/mcore4j_tokens_engine_$engine.json" --batch-sizes 1,16 \
+    --num-tokens-to-generate 256 --warmup-tokens "${WARMUP_TOKENS:-16}" --engine --max-model-len "${MAX_MODEL_LEN:-512}" $flag
+done
 echo "== transformers"
 CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" python3 "$HERE/gpu_generate_bench.py" hf "$WORK"
+if [ "${HF_COMPILED:-1}" = 1 ]; then
+  echo "== transformers, static cache + torch.compile (HF_COMPILED=0 skips it)"
+  CUDA_VISIBLE_DEVICES="${CUDA_VISIBLE_DEVICES:-0}" HF_COMPILE=1 python3 "$HERE/gpu_generate_bench.py" hf "$WORK"
+fi
 for mode in $MODES; do
   echo "== ids, -Dmcore4j.inference.fuse=$mode against transformers"
   cp "$WORK/mcore4j_tokens_$mode.json" "$WORK/mcore4j_tokens.json"
+  python3 "$HERE/gpu_generate_bench.py" compare "$WORK"
+done
+for engine in $ENGINES; do
+  echo "== ids, engine decode $engine against transformers"
+  cp "$WORK/mcore4j_tokens_engine_$engine.json" "$WORK/mcore4j_tokens.json"
   python3 "$HERE/gpu_generate_bench.py" compare "$WORK"
 done

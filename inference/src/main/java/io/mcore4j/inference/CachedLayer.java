@@ -49,6 +49,8 @@ final class CachedLayer {
     static final String RESOURCE = "/io/mcore4j/inference/torchscript/cached_layer.pt";
     /** Resource path of the archive that attends over the whole caches under a mask: the same shapes every step. */
     static final String STATIC_RESOURCE = "/io/mcore4j/inference/torchscript/static_cached_layer.pt";
+    /** Resource path of the archive over a paged cache ({@code scripts/make_paged_layer_module.py}). */
+    static final String PAGED_RESOURCE = "/io/mcore4j/inference/torchscript/paged_layer.pt";
 
     /** The parameter names of a dense layer (under its {@code decoder.layers.<n>.} prefix); biases optional. */
     private static final Set<String> REQUIRED = Set.of("input_layernorm.weight", "self_attention.linear_qkv.weight",
@@ -61,6 +63,7 @@ final class CachedLayer {
 
     private final TorchScriptModule module;
     private final boolean staticShapes;
+    private final boolean paged;
 
     /**
      * @param owner manager that owns the loaded module (closed with it) and picks its device
@@ -70,8 +73,25 @@ final class CachedLayer {
      * @throws IllegalStateException if the module cannot be loaded
      */
     CachedLayer(NDManager owner, boolean staticShapes) {
-        this.module = TorchScriptModules.load(owner, CachedLayer.class, staticShapes ? STATIC_RESOURCE : RESOURCE);
+        this(owner, staticShapes ? STATIC_RESOURCE : RESOURCE, staticShapes, false);
+    }
+
+    private CachedLayer(NDManager owner, String resource, boolean staticShapes, boolean paged) {
+        this.module = TorchScriptModules.load(owner, CachedLayer.class, resource);
         this.staticShapes = staticShapes;
+        this.paged = paged;
+    }
+
+    /**
+     * The third form: over a paged cache (pools of fixed-size blocks per layer, a block table per sequence), every
+     * sequence at its own positions; its {@link Pass} carries the whole rotary tables, the positions [b, s] and the
+     * block tables [b, w].
+     *
+     * @param owner manager that owns the loaded module and picks its device
+     * @return the paged layer
+     */
+    static CachedLayer paged(NDManager owner) {
+        return new CachedLayer(owner, PAGED_RESOURCE, true, true);
     }
 
     /** @return whether this is the module of static shapes, which takes a {@link Pass}'s rows, positions and mask */
@@ -88,8 +108,10 @@ final class CachedLayer {
      * @param positions the pass's positions {@code L-s..L-1} [s] int64 on the device (static module only, else null)
      * @param allowed [s, maxLen] bool, true where query {@code i} attends to position {@code j <= L-s+i} (static
      *     module only, else null)
+     * @param blockTables the paged module's block tables [b, w] int64 (else null); for it {@code cos} and {@code sin}
+     *     are the whole tables [maxLen, rotaryDims] and {@code positions} is [b, s], each sequence's own
      */
-    record Pass(NDArray cos, NDArray sin, NDArray positions, NDArray allowed) {}
+    record Pass(NDArray cos, NDArray sin, NDArray positions, NDArray allowed, NDArray blockTables) {}
 
     /**
      * One layer's arguments to the module.
@@ -244,7 +266,7 @@ final class CachedLayer {
 
     private NDList call(NDArray x, NDArray attention, Weights w, NDArray keys, NDArray values, Pass pass,
                         NDArray settings) {
-        NDList in = new NDList(22);
+        NDList in = new NDList(21);
         in.add(x);
         in.add(attention);
         for (NDArray t : w.tensors()) {
@@ -256,7 +278,7 @@ final class CachedLayer {
         in.add(pass.sin());
         if (staticShapes) {
             in.add(pass.positions());
-            in.add(pass.allowed());
+            in.add(paged ? pass.blockTables() : pass.allowed());
         }
         in.add(settings);
         return module.forward(in);

@@ -188,7 +188,7 @@ public final class Generator {
             lengths[i] = p.length;
             shortest = Math.min(shortest, p.length);
             total = Math.max(total, p.length + params.get(i).numTokensToGenerate());
-            allGreedy &= params.get(i).isGreedy();
+            allGreedy &= params.get(i).isPlainGreedy();
         }
         int limit = ctx.config().maxSequenceLength();
         if (total > limit) {
@@ -199,7 +199,7 @@ public final class Generator {
         TokenSampler[] samplers = new TokenSampler[b];
         for (int i = 0; i < b; i++) {
             System.arraycopy(prompts.get(i), 0, tokens[i], 0, lengths[i]);
-            samplers[i] = new TokenSampler(params.get(i));
+            samplers[i] = new TokenSampler(params.get(i), prompts.get(i));
         }
         int[] generated = new int[b];
         Completion.FinishReason[] finished = new Completion.FinishReason[b];

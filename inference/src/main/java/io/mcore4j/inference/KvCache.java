@@ -154,7 +154,7 @@ public final class KvCache implements InferenceContext {
                 DataTypes.of(hidden));
         passInputs(hidden, offset, (int) end);
         CachedLayer.Pass layerPass = cache.window < 0 ? pass
-                : new CachedLayer.Pass(pass.cos(), pass.sin(), pass.positions(), mask(offset, (int) end, cache.window));
+                : new CachedLayer.Pass(pass.cos(), pass.sin(), pass.positions(), mask(offset, (int) end, cache.window), null);
         return fused.forward(scope, cache.weights, hidden, cache.keys, cache.values, layerPass, absent);
     }
 
@@ -225,24 +225,9 @@ public final class KvCache implements InferenceContext {
      */
     private void passInputs(NDArray like, int start, int end) {
         if (cosTable == null) {
-            DataType dtype = DataTypes.of(like);
-            if (config.usesRope()) {
-                try (NDManager temporaries = manager.newSubManager()) {
-                    RotaryEmbedding rope = new RotaryEmbedding(config.kvChannels(), config.rotaryPercent(), config.rotaryBase(),
-                            config.ropeScaling());
-                    NDArray[] tables = rope.tables(temporaries, maxSequenceLength, dtype);
-                    // the module rotates as x * cos + (x2, x1) * (-sin, sin): the sine's first half negated once here
-                    int half = rope.rotaryDims() / 2;
-                    cosTable = tables[0];
-                    sinTable = NDArrays.concat(new NDList(Tensors.narrow(tables[1], 1, 0, half).neg(),
-                            Tensors.narrow(tables[1], 1, half, rope.rotaryDims())), 1);
-                    cosTable.attach(manager);
-                    sinTable.attach(manager);
-                }
-            } else {
-                cosTable = DataTypes.zeros(manager, new Shape(maxSequenceLength, 0), dtype);
-                sinTable = cosTable;
-            }
+            NDArray[] tables = rotaryTables(manager, config, maxSequenceLength, DataTypes.of(like));
+            cosTable = tables[0];
+            sinTable = tables[1];
         }
         if (start == passStart && end == passEnd) {
             return;
@@ -258,10 +243,39 @@ public final class KvCache implements InferenceContext {
         int from = fused.staticShapes() ? start : 0;
         NDArray cos = Tensors.narrow(cosTable, 0, from, end);
         NDArray sin = sinTable == cosTable ? cos : Tensors.narrow(sinTable, 0, from, end);
-        pass = fused.staticShapes() ? new CachedLayer.Pass(cos, sin, positions(start, end), mask(start, end, -1))
-                : new CachedLayer.Pass(cos, sin, null, null);
+        pass = fused.staticShapes() ? new CachedLayer.Pass(cos, sin, positions(start, end), mask(start, end, -1), null)
+                : new CachedLayer.Pass(cos, sin, null, null, null);
         passStart = start;
         passEnd = end;
+    }
+
+    /**
+     * The layer modules' rotary tables of positions {@code 0..length-1}: cos and sin [length, rotaryDims], the sine's
+     * first half negated (the modules rotate as {@code x * cos + (x2, x1) * (-sin, sin)}), or one table of zero columns
+     * (returned twice) without rotary.
+     *
+     * @param manager owner of the tables
+     * @param config the model's config
+     * @param length positions
+     * @param dtype the activations' dtype
+     * @return {cos, sin}
+     */
+    static NDArray[] rotaryTables(NDManager manager, TransformerConfig config, int length, DataType dtype) {
+        if (!config.usesRope()) {
+            NDArray none = DataTypes.zeros(manager, new Shape(length, 0), dtype);
+            return new NDArray[] {none, none};
+        }
+        try (NDManager temporaries = manager.newSubManager()) {
+            RotaryEmbedding rope = new RotaryEmbedding(config.kvChannels(), config.rotaryPercent(), config.rotaryBase(),
+                    config.ropeScaling());
+            NDArray[] tables = rope.tables(temporaries, length, dtype);
+            int half = rope.rotaryDims() / 2;
+            NDArray sin = NDArrays.concat(new NDList(Tensors.narrow(tables[1], 1, 0, half).neg(),
+                    Tensors.narrow(tables[1], 1, half, rope.rotaryDims())), 1);
+            tables[0].attach(manager);
+            sin.attach(manager);
+            return new NDArray[] {tables[0], sin};
+        }
     }
 
     private final class Layer implements KeyValueCache {

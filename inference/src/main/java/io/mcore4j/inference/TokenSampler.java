@@ -3,28 +3,120 @@ package io.mcore4j.inference;
 import io.mcore4j.core.random.DeterministicRandom;
 
 import java.util.Arrays;
+import java.util.BitSet;
+import java.util.HashMap;
+import java.util.Map;
 
 /**
  * Picks one request's next token from a row of logits on the Java side, with the request's own seeded
  * generator, so that every rank holding the same logits picks the same token. The order of candidates is
  * fixed (logit descending, then id ascending), so a draw depends only on the logits and the generator's
- * position. Not thread-safe: one sampler per request.
+ * position. It applies the request's penalties ({@link SamplingParams}) from the prompt it was given and the
+ * tokens it picked. Not thread-safe: one sampler per request.
  */
-final class TokenSampler {
+public final class TokenSampler {
     private final SamplingParams params;
     private final DeterministicRandom random;
+    /** Ids of the prompt (for the repetition penalty), and how often each id was picked; null without penalties. */
+    private final BitSet prompt;
+    private final Map<Integer, Integer> picked;
 
-    TokenSampler(SamplingParams params) {
-        this.params = params;
-        this.random = new DeterministicRandom(params.seed());
+    /**
+     * A sampler for a request without a prompt to penalise.
+     *
+     * @param params how to pick
+     */
+    public TokenSampler(SamplingParams params) {
+        this(params, new int[0]);
     }
 
     /**
-     * @param logits the request's logits over the vocabulary (only the first {@code vocabulary} are candidates)
+     * @param params how to pick
+     * @param promptTokens the request's prompt, whose ids the repetition penalty reaches
+     */
+    public TokenSampler(SamplingParams params, int[] promptTokens) {
+        this.params = params;
+        this.random = new DeterministicRandom(params.seed());
+        this.prompt = params.hasPenalties() ? new BitSet() : null;
+        this.picked = params.hasPenalties() ? new HashMap<>() : null;
+        if (prompt != null) {
+            for (int id : promptTokens) {
+                prompt.set(id);
+            }
+        }
+    }
+
+    /**
+     * The next token, which the sampler then counts as picked (for the penalties).
+     *
+     * @param logits the request's logits over the vocabulary (only the first {@code vocabulary} are candidates);
+     *     the penalties are applied to them in place, so that {@link #logprob} reads the same row
      * @param vocabulary number of candidate ids
      * @return the chosen id
      */
-    int next(float[] logits, int vocabulary) {
+    public int next(float[] logits, int vocabulary) {
+        penalise(logits, vocabulary);
+        int id = pick(logits, vocabulary);
+        if (picked != null) {
+            picked.merge(id, 1, Integer::sum);
+        }
+        return id;
+    }
+
+    /**
+     * The log-probability of {@code token} under the softmax at the request's temperature (1 when greedy) of a row
+     * {@link #next} has penalised: the distribution before the cuts to top-k, min-p and top-p.
+     *
+     * @param logits the row {@link #next} was given
+     * @param vocabulary number of candidate ids
+     * @param token the id
+     * @return its log-probability
+     */
+    public float logprob(float[] logits, int vocabulary, int token) {
+        double t = params.temperature() > 0 && !params.isGreedy() ? params.temperature() : 1;
+        double max = Double.NEGATIVE_INFINITY;
+        for (int i = 0; i < vocabulary; i++) {
+            max = Math.max(max, logits[i] / t);
+        }
+        double sum = 0;
+        for (int i = 0; i < vocabulary; i++) {
+            sum += Math.exp(logits[i] / t - max);
+        }
+        return (float) (logits[token] / t - max - Math.log(sum));
+    }
+
+    private void penalise(float[] logits, int vocabulary) {
+        if (picked == null) {
+            return;
+        }
+        double repetition = params.repetitionPenalty();
+        if (repetition != 1) {
+            for (int id = prompt.nextSetBit(0); id >= 0 && id < vocabulary; id = prompt.nextSetBit(id + 1)) {
+                logits[id] = repeated(logits[id], repetition);
+            }
+        }
+        for (Map.Entry<Integer, Integer> e : picked.entrySet()) {
+            int id = e.getKey();
+            if (repetition != 1 && !prompt.get(id)) {
+                logits[id] = repeated(logits[id], repetition);
+            }
+            logits[id] -= (float) (params.presencePenalty() + e.getValue() * params.frequencyPenalty());
+        }
+    }
+
+    private static double sum(double[] weights, int n) {
+        double total = 0;
+        for (int i = 0; i < n; i++) {
+            total += weights[i];
+        }
+        return total;
+    }
+
+    private static float repeated(float logit, double penalty) {
+        return (float) (logit > 0 ? logit / penalty : logit * penalty);
+    }
+
+    private int pick(float[] logits, int vocabulary) {
         if (params.isGreedy()) {
             return argmax(logits, vocabulary);
         }
@@ -36,6 +128,15 @@ final class TokenSampler {
         for (int i = 0; i < kept; i++) {
             weights[i] = Math.exp(logits[id(order[i])] / params.temperature() - max);
             total += weights[i];
+        }
+        if (params.minP() > 0) {
+            // weights[0] is the most likely token's: keep those at least min-p times as likely (a prefix, as sorted)
+            int cut = 1;
+            while (cut < kept && weights[cut] >= params.minP() * weights[0]) {
+                cut++;
+            }
+            kept = cut;
+            total = sum(weights, kept);
         }
         if (params.topP() > 0) {
             // the smallest prefix whose probability reaches top-p; the most likely token always stays
@@ -49,10 +150,7 @@ final class TokenSampler {
                 }
             }
             kept = cut;
-            total = 0;
-            for (int i = 0; i < kept; i++) {
-                total += weights[i];
-            }
+            total = sum(weights, kept);
         }
         double u = random.nextDouble() * total;
         double cumulative = 0;
@@ -85,7 +183,7 @@ final class TokenSampler {
     }
 
     /** @return the id of the largest of the first {@code vocabulary} logits, the lowest id among equals */
-    static int argmax(float[] logits, int vocabulary) {
+    public static int argmax(float[] logits, int vocabulary) {
         int best = 0;
         for (int i = 1; i < vocabulary; i++) {
             if (logits[i] > logits[best]) {

@@ -49,6 +49,30 @@ class TokenSamplerTest {
         }
     }
 
+    @Test
+    void minPPenaltiesAndLogprobsFollowVllmsDefinitions() {
+        // p(1) = 0.52, p(3) = 0.31, p(2) = 0.07: min-p 0.5 keeps ids 1 and 3 (0.31 >= 0.26), 0.7 keeps id 1 alone
+        int[] minP = draw(new SamplingParams(1.0, 0, 0, 1, 3).withMinP(0.5), 5_000, LOGITS.length);
+        assertEquals(5_000, minP[1] + minP[3]);
+        assertTrue(minP[3] > 0);
+        assertEquals(5_000, draw(new SamplingParams(1.0, 0, 0, 1, 3).withMinP(0.7), 5_000, LOGITS.length)[1]);
+        // repetition 2 on a prompt holding id 1: 3 / 2 = 1.5 < 2.5, so greedy takes id 3; a negative logit is multiplied
+        float[] row = LOGITS.clone();
+        TokenSampler repeated = new TokenSampler(SamplingParams.greedy(4).withPenalties(2, 0, 0), new int[] {1, 4});
+        assertEquals(3, repeated.next(row, row.length));
+        assertEquals(1.5f, row[1]);
+        assertEquals(-2f, row[4]);
+        // presence 0.6 + frequency 0.5 per pick: id 1 picked once loses 1.1 (3 -> 1.9 < 2.5), so id 3 follows it
+        TokenSampler penalised = new TokenSampler(SamplingParams.greedy(4).withPenalties(1, 0.6, 0.5));
+        assertEquals(1, penalised.next(LOGITS.clone(), LOGITS.length));
+        assertEquals(3, penalised.next(LOGITS.clone(), LOGITS.length));
+        // log-probabilities under the softmax at the temperature, before the cuts
+        TokenSampler plain = new TokenSampler(new SamplingParams(2.0, 2, 0, 1, 3));
+        float[] same = LOGITS.clone();
+        int id = plain.next(same, same.length);
+        assertEquals(Math.log(softmax(LOGITS, 2.0, LOGITS.length)[id]), plain.logprob(same, same.length, id), 1e-6);
+    }
+
     private static int[] draw(SamplingParams params, int n, int vocabulary) {
         TokenSampler sampler = new TokenSampler(params);
         int[] counts = new int[LOGITS.length];

@@ -13,6 +13,10 @@ import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.inference.Completion;
 import io.mcore4j.inference.Generator;
 import io.mcore4j.inference.SamplingParams;
+import io.mcore4j.inference.engine.ContinuousBatchingEngine;
+import io.mcore4j.inference.engine.EngineConfig;
+import io.mcore4j.inference.engine.EngineRequest;
+import io.mcore4j.inference.engine.GenerationEngine;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.models.transformer.LayerSpec;
@@ -31,6 +35,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
 
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
@@ -41,7 +46,9 @@ import picocli.CommandLine.Option;
  * weights from a safetensors file in mcore4j's keys, generates a fixed number of tokens for batches of
  * the given prompts with no early stop, and prints tokens/s per batch size. With
  * {@code scripts/inference/gpu_generate_bench.sh} it runs beside transformers' {@code generate()} on the
- * same weights and prompts.
+ * same weights and prompts. With {@code --engine} the batch goes through the continuous-batching engine instead
+ * ({@link ContinuousBatchingEngine}: paged cache, decode steps replayed from CUDA graphs), its requests submitted at
+ * once.
  */
 @Command(name = "generate-benchmark", mixinStandardHelpOptions = true, sortOptions = false,
         description = "Prints greedy-generation tokens/s of a LLaMA-shaped GPT.")
@@ -64,6 +71,17 @@ public final class GenerateBenchmark implements Callable<Integer> {
     @Option(names = "--warmup-tokens", defaultValue = "16", description = "tokens of the untimed run per batch size (default: ${DEFAULT-VALUE})")
     int warmupTokens;
 
+    @Option(names = "--engine", description = "generate through the continuous-batching engine (paged cache,"
+            + " graph-captured decode) instead of Generator: the batch's requests are submitted at once")
+    boolean engine;
+
+    @Option(names = "--max-model-len", defaultValue = "512",
+            description = "with --engine: positions per sequence that decode steps attend over (default: ${DEFAULT-VALUE})")
+    int maxModelLength;
+
+    @Option(names = "--no-cuda-graphs", description = "with --engine: run decode steps eagerly")
+    boolean noCudaGraphs;
+
     @Option(names = "--num-layers", defaultValue = "16") int layers;
     @Option(names = "--hidden-size", defaultValue = "2048") int hidden;
     @Option(names = "--num-attention-heads", defaultValue = "32") int heads;
@@ -74,6 +92,42 @@ public final class GenerateBenchmark implements Callable<Integer> {
     @Option(names = "--rotary-base", defaultValue = "10000") double rotaryBase;
     @Option(names = "--norm-epsilon", defaultValue = "1e-5") double normEpsilon;
     @Option(names = "--fp32", description = "run in float32 instead of float16") boolean fp32;
+
+    /** Greedy ids of every request of the batch for {@code n} new tokens. */
+    private interface Generation {
+        List<int[]> generate(int n) throws Exception;
+    }
+
+    /** Submits every prompt at once and waits for all of them; their ids in order. */
+    private static List<int[]> throughEngine(ContinuousBatchingEngine engine, List<int[]> prompts, int n) throws Exception {
+        List<CompletableFuture<int[]>> done = new ArrayList<>();
+        for (int[] prompt : prompts) {
+            CompletableFuture<int[]> future = new CompletableFuture<>();
+            List<Integer> ids = new ArrayList<>();
+            engine.submit(new EngineRequest(prompt, SamplingParams.greedy(n), null, false), new GenerationEngine.TokenStream() {
+                @Override
+                public void onToken(int token, float logprob) {
+                    ids.add(token);
+                }
+
+                @Override
+                public void onFinish(GenerationEngine.FinishReason reason, int promptTokens, int completionTokens) {
+                    future.complete(ids.stream().mapToInt(Integer::intValue).toArray());
+                }
+
+                @Override
+                public void onError(Throwable error) {
+                    future.completeExceptionally(error);
+                }
+            });
+            done.add(future);
+        }
+        List<int[]> out = new ArrayList<>();
+        for (CompletableFuture<int[]> f : done) {
+            out.add(f.get());
+        }
+        return out;
+    }
 
     /**
      * Runs the benchmark and exits with its code.
@@ -120,24 +174,31 @@ public final class GenerateBenchmark implements Callable<Integer> {
                         + " %s, weights loaded in %.1f s%n", device, layers, hidden, heads, groups, ffn, vocab,
                         config.dtype(), (System.nanoTime() - start) / 1e9);
                 Generator generator = new Generator(model);
-                for (int b : batchSizes) {
-                    if (b > all.size()) {
-                        throw new IllegalArgumentException("batch size " + b + " needs " + b + " prompts, the file has " + all.size());
+                int largest = batchSizes.stream().mapToInt(Integer::intValue).max().orElse(1);
+                ContinuousBatchingEngine served = !engine ? null : ContinuousBatchingEngine.start(model, EngineConfig.builder()
+                        .maxNumSeqs(largest).maxModelLength(maxModelLength).cudaGraphs(!noCudaGraphs).build());
+                try {
+                    for (int b : batchSizes) {
+                        if (b > all.size()) {
+                            throw new IllegalArgumentException("batch size " + b + " needs " + b + " prompts, the file has " + all.size());
+                        }
+                        List<int[]> batch = all.subList(0, b);
+                        Generation run = served != null ? n -> throughEngine(served, batch, n)
+                                : n -> generator.generate(batch, SamplingParams.greedy(n)).stream().map(Completion::tokens).toList();
+                        run.generate(warmupTokens);
+                        long t0 = System.nanoTime();
+                        List<int[]> ids = run.generate(tokens);
+                        double seconds = (System.nanoTime() - t0) / 1e9;
+                        long count = ids.stream().mapToLong(t -> t.length).sum();
+                        generated.put(String.valueOf(b), ids);
+                        out.printf(Locale.ROOT, "mcore4j %s: batch %d, prompt %d, %d new tokens: %.1f tokens/s (%.2f ms per step, %.2f s)%n",
+                                served != null ? "engine" : "generate", b, batch.get(0).length, tokens, count / seconds,
+                                1000 * seconds / tokens, seconds);
                     }
-                    List<int[]> batch = all.subList(0, b);
-                    generator.generate(batch, SamplingParams.greedy(warmupTokens));
-                    long t0 = System.nanoTime();
-                    List<Completion> completions = generator.generate(batch, SamplingParams.greedy(tokens));
-                    double seconds = (System.nanoTime() - t0) / 1e9;
-                    List<int[]> ids = new ArrayList<>();
-                    long count = 0;
-                    for (Completion c : completions) {
-                        ids.add(c.tokens());
-                        count += c.tokens().length;
+                } finally {
+                    if (served != null) {
+                        served.close();
                     }
-                    generated.put(String.valueOf(b), ids);
-                    out.printf(Locale.ROOT, "mcore4j generate: batch %d, prompt %d, %d new tokens: %.1f tokens/s (%.2f ms per step, %.2f s)%n",
-                            b, batch.get(0).length, tokens, count / seconds, 1000 * seconds / tokens, seconds);
                 }
             }
             return null;

@@ -1,0 +1,182 @@
+package io.mcore4j.inference;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.models.transformer.InferenceContext;
+import io.mcore4j.models.transformer.KeyValueCache;
+import io.mcore4j.models.transformer.TransformerLayer;
+import io.mcore4j.parallel.Communicator;
+
+import java.util.HashMap;
+import java.util.Map;
+
+/**
+ * A paged key/value cache (vLLM's PagedAttention layout) and the model's pass over it, on this rank: per layer of
+ * the model, key and value pools [numBlocks, blockSize, groups/TP, d] allocated once, and a {@link BlockAllocator}
+ * that hands their blocks to sequences. A sequence's positions live in the blocks its block table names, in order
+ * (position {@code p} in block {@code table[p / blockSize]} at offset {@code p % blockSize}), so sequences of any
+ * lengths run in one pass, each at its own positions, and a sequence that ends gives its blocks back at once.
+ *
+ * <p>Each dense layer runs its pass in one native call ({@link CachedLayer#paged}): it writes the pass's keys and
+ * values at their slots, gathers each sequence's blocks by its table and attends under the mask of the positions
+ * each query may see. {@link #forward} takes every input as a tensor, so a decode step of a fixed batch size has
+ * the same shapes and reads the same tensors every time: what a CUDA graph captures. Heads are split over the
+ * tensor-parallel group as in training (each layer's two partial sums all-reduced over it, the logits gathered);
+ * the model must be one pipeline stage.
+ *
+ * <p>Owns its pools, tables and layer settings through the manager given at construction; close that manager to
+ * free them. Not thread-safe: one cache per rank, driven by the engine's thread.
+ */
+public final class PagedKvCache {
+    private final GptModel model;
+    private final TransformerConfig config;
+    private final Communicator tp;
+    private final int blockSize;
+    private final int maxModelLength;
+    private final BlockAllocator allocator;
+    private final CachedLayer layerModule;
+    private final Map<Integer, CachedLayer.Weights> weights = new HashMap<>();
+    private final Map<Integer, NDArray[]> pools = new HashMap<>();
+    private final NDArray cosTable;
+    private final NDArray sinTable;
+    private final NDArray absent;
+
+    /**
+     * @param model the whole model on this rank (one pipeline stage), dense layers with rotary or no position
+     *     embedding, no sliding window
+     * @param manager owner of the pools and tables, on the model's device (a sub-manager of its parameters')
+     * @param blockSize positions per block (vLLM's {@code --block-size}, typically 16)
+     * @param numBlocks blocks per pool, the null block included
+     * @param maxModelLength the longest sequence (prompt and generated tokens), at most the model's
+     * @throws IllegalArgumentException naming what the model or a size does not allow
+     */
+    public PagedKvCache(GptModel model, NDManager manager, int blockSize, int numBlocks, int maxModelLength) {
+        this.model = model;
+        this.config = model.context().config();
+        this.tp = model.context().groups().tp();
+        if (blockSize < 1) {
+            throw new IllegalArgumentException("block size " + blockSize + " must be positive");
+        }
+        if (maxModelLength < 1 || maxModelLength > config.maxSequenceLength()) {
+            throw new IllegalArgumentException("max model length " + maxModelLength + " must be in [1, "
+                    + config.maxSequenceLength() + "], the model's max sequence length");
+        }
+        if (!model.isPreProcess() || !model.isPostProcess() || model.context().groups().pp().size() != 1) {
+            throw new IllegalArgumentException("the paged cache runs a model of one pipeline stage (pipeline-parallel"
+                    + " size " + model.context().groups().pp().size() + "); Generator runs pipeline stages");
+        }
+        if (config.positionEmbedding() != TransformerConfig.PositionEmbedding.ROPE) {
+            throw new IllegalArgumentException("the paged cache needs rotary position embeddings, whose positions each"
+                    + " layer takes per token; the model's are " + config.positionEmbedding() + " (Generator runs it)");
+        }
+        this.blockSize = blockSize;
+        this.maxModelLength = maxModelLength;
+        this.allocator = new BlockAllocator(numBlocks);
+        this.layerModule = CachedLayer.paged(manager);
+        DataType dtype = config.dtype();
+        this.absent = DataTypes.zeros(manager, new Shape(0), dtype);
+        Shape pool = new Shape(numBlocks, blockSize, config.numQueryGroups() / tp.size(), config.kvChannels());
+        for (TransformerLayer layer : model.layers()) {
+            int n = layer.layerNumber();
+            if (config.windowSize(n) >= 0) {
+                throw new IllegalArgumentException("layer " + n + " has a sliding window of " + config.windowSize(n)
+                        + " tokens, which the paged layer module does not mask (Generator runs it)");
+            }
+            CachedLayer.Weights w = CachedLayer.weightsOf(layer, config, tp, manager, absent);
+            if (w == null) {
+                throw new IllegalArgumentException("layer " + n + " is not a plain dense layer (see the warning above),"
+                        + " which the paged cache runs only in one call (Generator runs it op by op)");
+            }
+            weights.put(n, w);
+            pools.put(n, new NDArray[] {DataTypes.zeros(manager, pool, dtype), DataTypes.zeros(manager, pool, dtype)});
+        }
+        NDArray[] tables = KvCache.rotaryTables(manager, config, maxModelLength, dtype);
+        this.cosTable = tables[0];
+        this.sinTable = tables[1];
+    }
+
+    /**
+     * Bytes of one block over every layer of this rank, keys and values: what a memory budget divides by.
+     *
+     * @param config the model's config
+     * @param tensorParallelSize the heads' split
+     * @param layers layers on this rank
+     * @param blockSize positions per block
+     * @return the bytes
+     */
+    public static long blockBytes(TransformerConfig config, int tensorParallelSize, int layers, int blockSize) {
+        return 2L * layers * blockSize * (config.numQueryGroups() / tensorParallelSize) * config.kvChannels()
+                * config.dtype().getNumOfBytes();
+    }
+
+    /** @return positions per block */
+    public int blockSize() {
+        return blockSize;
+    }
+
+    /** @return the longest sequence the rotary tables reach */
+    public int maxModelLength() {
+        return maxModelLength;
+    }
+
+    /** @return the blocks' allocator */
+    public BlockAllocator allocator() {
+        return allocator;
+    }
+
+    /** @return the model this cache runs */
+    public GptModel model() {
+        return model;
+    }
+
+    /**
+     * One pass of {@code s} tokens for each of {@code b} sequences: runs them through the model, writing their keys
+     * and values into the blocks at their positions. A collective over the tensor-parallel group; queues device work
+     * only (no host read), so it may run under a graph capture.
+     *
+     * @param scope a no-grad scope owning the result
+     * @param tokens [s, b] int64 token ids on the model's device
+     * @param positions [b, s] int64 each token's position, below {@link #maxModelLength()}
+     * @param blockTables [b, w] int64 each sequence's blocks (0 past its own), {@code w * blockSize} covering its
+     *     positions
+     * @param lastPositionOnly return the logits of the pass's last token per sequence only
+     * @return the logits over the whole (padded) vocabulary gathered over tensor-parallel ranks, [b, V] or
+     *     [s, b, V], in the model's dtype
+     */
+    public NDArray forward(AutogradScope scope, NDArray tokens, NDArray positions, NDArray blockTables,
+                           boolean lastPositionOnly) {
+        CachedLayer.Pass pass = new CachedLayer.Pass(cosTable, sinTable, positions, null, blockTables);
+        InferenceContext context = new InferenceContext() {
+            @Override
+            public int sequenceLengthOffset() {
+                return 0; // rotary positions come per token through the pass; the embedding adds none
+            }
+
+            @Override
+            public KeyValueCache keyValueCache(int layerNumber) {
+                throw new IllegalStateException("layer " + layerNumber + " asked for a contiguous cache: the paged"
+                        + " cache runs dense layers in one call only");
+            }
+
+            @Override
+            public NDArray forwardLayer(AutogradScope s, TransformerLayer layer, NDArray hidden) {
+                NDArray[] pool = pools.get(layer.layerNumber());
+                return layerModule.forward(s, weights.get(layer.layerNumber()), hidden, pool[0], pool[1], pass, absent);
+            }
+        };
+        NDManager m = scope.manager();
+        NDArray out = model.inferenceForward(scope, tokens, null, context);
+        long s = out.getShape().get(0);
+        NDArray local = lastPositionOnly ? out.get(s - 1) : out;
+        local.attach(m);
+        NDArray logits = tp.size() == 1 ? local : tp.allGather(local, lastPositionOnly ? 1 : 2, m);
+        scope.release(out == local ? null : out, local == logits ? null : local);
+        return logits;
+    }
+}
