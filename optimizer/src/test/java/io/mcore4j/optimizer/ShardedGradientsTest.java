@@ -11,6 +11,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.testing.NativeArrays;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
@@ -109,6 +110,42 @@ class ShardedGradientsTest {
             assertEquals(0, held[1], "ZeRO-2 keeps no full gradient between passes");
             assertEquals(shards[0], shards[1], "both end with the same shards");
             assertTrue(shards[1] <= total / 4 + 4 * 4 * 4, "shards " + shards[1] + " bytes of " + total);
+            return null;
+        });
+    }
+
+    @Test
+    void twelveStepsKeepTheLiveArrayCountConstant() {
+        InJvmWorld.run(2, rank -> {
+            ProcessGroups groups = rank.groups(ParallelDims.of(2, 1, 1));
+            NDManager m = rank.manager();
+            TinyMlp model = new TinyMlp(m, DataType.FLOAT32);
+            DistributedDataParallel ddp = new DistributedDataParallel(model.params, groups, ZERO2, List.of());
+            MegatronOptimizer optimizer = Optimizers.create(model.params, ddp, groups, ZERO2);
+            int baseline = -1;
+            for (int step = 0; step < 12; step++) {
+                ddp.expectBackwardPasses(2);
+                for (int pass = 0; pass < 2; pass++) {
+                    float[][] batch = TinyMlp.batch(step, 8);
+                    int from = groups.dataParallelRank() * 4 + 2 * pass;
+                    model.forwardBackward(m, TinyMlp.rows(batch[0], TinyMlp.IN, from, 2),
+                            TinyMlp.rows(batch[1], TinyMlp.OUT, from, 2), 2, 0.5);
+                    for (int i = model.params.size() - 1; i >= 0; i--) {
+                        ddp.gradientsReady(List.of(model.params.get(i)));
+                    }
+                }
+                ddp.finishGradSync();
+                optimizer.step(1e-3, 0.01);
+                optimizer.zeroGrad();
+                if (step == 1) {
+                    baseline = NativeArrays.live(m);
+                }
+            }
+            assertEquals(baseline, NativeArrays.live(m), "live native arrays after 12 steps");
+            optimizer.close();
+            ddp.close();
+            model.close();
+            assertEquals(0, NativeArrays.live(m), "everything released after close");
             return null;
         });
     }
