@@ -83,13 +83,7 @@ class ShardedGradientsTest {
                 DistributedDataParallel ddp = new DistributedDataParallel(model.params, groups, config, List.of());
                 ddp.expectBackwardPasses(2);
                 for (int pass = 0; pass < 2; pass++) {
-                    float[][] batch = TinyMlp.batch(pass, 8);
-                    int from = groups.dataParallelRank() * 2;
-                    model.forwardBackward(m, TinyMlp.rows(batch[0], TinyMlp.IN, from, 2),
-                            TinyMlp.rows(batch[1], TinyMlp.OUT, from, 2), 2, 0.5);
-                    for (int i = model.params.size() - 1; i >= 0; i--) {
-                        ddp.gradientsReady(List.of(model.params.get(i)));
-                    }
+                    backwardPass(model, ddp, groups.dataParallelRank(), pass, pass, m);
                     held[mode] = Math.max(held[mode], gradientBytes(model.params, m));
                 }
                 ddp.finishGradSync();
@@ -126,13 +120,7 @@ class ShardedGradientsTest {
             for (int step = 0; step < 12; step++) {
                 ddp.expectBackwardPasses(2);
                 for (int pass = 0; pass < 2; pass++) {
-                    float[][] batch = TinyMlp.batch(step, 8);
-                    int from = groups.dataParallelRank() * 4 + 2 * pass;
-                    model.forwardBackward(m, TinyMlp.rows(batch[0], TinyMlp.IN, from, 2),
-                            TinyMlp.rows(batch[1], TinyMlp.OUT, from, 2), 2, 0.5);
-                    for (int i = model.params.size() - 1; i >= 0; i--) {
-                        ddp.gradientsReady(List.of(model.params.get(i)));
-                    }
+                    backwardPass(model, ddp, groups.dataParallelRank(), step, pass, m);
                 }
                 ddp.finishGradSync();
                 optimizer.step(1e-3, 0.01);
@@ -178,6 +166,20 @@ class ShardedGradientsTest {
                 () -> DataParallelShardingStrategy.of("full_shard"));
         assertEquals("--data-parallel-sharding-strategy full_shard is not one of no_shard, optim, optim_grads,"
                 + " optim_grads_params", unknown.getMessage());
+    }
+
+    /**
+     * One micro-batch of two rows (rows {@code 4 * dpRank + 2 * pass} of step {@code step}'s batch),
+     * its backward, and the reports a model's backward would make, last parameter first.
+     */
+    private static void backwardPass(TinyMlp model, DistributedDataParallel ddp, int dpRank, int step, int pass, NDManager m) {
+        float[][] batch = TinyMlp.batch(step, 16);
+        int from = dpRank * 4 + 2 * pass;
+        model.forwardBackward(m, TinyMlp.rows(batch[0], TinyMlp.IN, from, 2), TinyMlp.rows(batch[1], TinyMlp.OUT, from, 2),
+                2, 0.5);
+        for (int i = model.params.size() - 1; i >= 0; i--) {
+            ddp.gradientsReady(List.of(model.params.get(i)));
+        }
     }
 
     private static long gradientBytes(List<Parameter> params, NDManager m) {
