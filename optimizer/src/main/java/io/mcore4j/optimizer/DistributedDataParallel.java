@@ -12,6 +12,7 @@ import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.Parameter;
@@ -20,6 +21,7 @@ import io.mcore4j.parallel.PendingCollective;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.ReduceOp;
 
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.IdentityHashMap;
@@ -73,6 +75,21 @@ import org.slf4j.LoggerFactory;
  * 2 always wait for {@link #finishGradSync()}. The results are the same as without overlap; only
  * the time at which the collectives run changes.
  *
+ * <p><b>Sharded gradients (ZeRO-2).</b> With {@link DataParallelShardingStrategy#OPTIM_GRADS}
+ * ({@link OptimizerConfig#dataParallelShardingStrategy()}), a step armed by
+ * {@link #expectBackwardPasses(int)} (whatever {@link OptimizerConfig#overlapGradReduce()} says)
+ * reduces a bucket once per backward pass: as soon as every one of its parameters has been reported
+ * through {@link #gradientsReady} in that pass, step 3 runs on the pass's gradients (a reduce-scatter,
+ * started as with the overlap), the parameters' {@code .grad}s are released at once (their storage
+ * emptied, {@link TensorMemory#releaseStorage}, and each parameter's gradient set to none), and the
+ * shard is added to this rank's running sum of the step's shards once two later bucket reductions have
+ * started (or at {@link #finishGradSync()}). A bucket thus holds its full gradients only from its pass's
+ * backward to its reduction, and at most two full buffers are in flight; between passes only the shard
+ * sums live. Buckets that wait for pre-sums
+ * (sequence-parallel and shared embedding parameters) and gradients no report covers are reduced by
+ * {@link #finishGradSync()} from their {@code .grad}s and added to the same sum. Each pass is averaged
+ * on its own, so the result equals the reduction of the accumulated gradients up to float rounding.
+ *
  * <p><b>Ownership.</b> The synchronised buffers live in a manager that is a child of
  * the parent given to the constructor (by default the first parameter's manager); {@link #zeroGrad()}
  * releases them and sets every {@code .grad} to none ({@link #zeroGrad(boolean)} can zero them instead). The optimizer reads (and unscales and clips in
@@ -102,6 +119,20 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     private int[] incomplete;
     private InFlight[] inFlight;
     private NDManager stepManager;
+    // ZeRO-2 state of the armed step, per bucket: passes reduced, parameters reported in the current
+    // pass, the last pass's pending reduction and the sum of the shards of the passes before it
+    private final boolean shardsGradients;
+    private int[] passesReduced;
+    private int[] reportedInPass;
+    private InFlight[] lastPass;
+    private NDArray[] shardSum;
+    /** Buckets whose last pass is started but not yet added, oldest first. */
+    private final ArrayDeque<Integer> passesInFlight = new ArrayDeque<>();
+    /**
+     * Per-pass reductions left running while backward goes on: each holds its bucket's full buffer, so
+     * older ones are added (the caller's stream waits for them) as newer ones start.
+     */
+    private static final int PASSES_IN_FLIGHT = 2;
 
     /** A bucket whose reduction was started: the buffers it uses and the pending collective. */
     private record InFlight(NDManager buffers, NDArray flat, boolean scatter, PendingCollective pending) {}
@@ -158,6 +189,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             sharedEmbeddingSet.add(p);
         }
         this.buckets = GradientBucket.plan(this.params, groups, config, sharedEmbeddingSet::contains);
+        this.shardsGradients = config.dataParallelShardingStrategy().shardsGradients();
         this.waitsForPreSums = new boolean[buckets.size()];
         for (GradientBucket bucket : buckets) {
             for (GradientBucket.Slot slot : bucket.slots) {
@@ -191,6 +223,20 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         NDManager owner = stepManager != null ? stepManager : manager.newSubManager();
         stepManager = null;
         InFlight[] started = inFlight != null ? inFlight : new InFlight[buckets.size()];
+        NDArray[] passSums = shardSum;
+        try (NoGrad off = NoGrad.enter()) {
+            for (GradientBucket bucket : buckets) {
+                addLastPass(bucket, owner);
+            }
+        } catch (RuntimeException e) {
+            owner.close();
+            throw e;
+        }
+        // decided from the reports alone, the same on every rank, since it decides whether a collective runs
+        boolean[] everyPassReduced = new boolean[buckets.size()];
+        for (int b = 0; passesReduced != null && b < buckets.size(); b++) {
+            everyPassReduced[b] = passesReduced[b] == expectedPasses;
+        }
         disarm();
         NDArray[] result = new NDArray[buckets.size()];
         try (NoGrad off = NoGrad.enter(); NDManager temp = owner.newSubManager()) {
@@ -203,10 +249,19 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
                 if (f == null && inPlace(bucket)) {
                     continue; // its gradients stay where they are; syncedShard copies them on first use
                 }
+                NDArray passSum = passSums != null ? passSums[bucket.index] : null;
+                if (f == null && everyPassReduced[bucket.index]) {
+                    result[bucket.index] = passSum; // every pass was reduced during backward
+                    continue;
+                }
                 if (f == null) {
                     f = launch(bucket, summed, owner);
                 }
-                result[bucket.index] = complete(bucket, f, summed, owner);
+                NDArray reduced = complete(bucket, f, summed, owner);
+                result[bucket.index] = passSum == null ? reduced : passSum.addi(reduced);
+                if (passSum != null) {
+                    reduced.close();
+                }
             }
         } catch (RuntimeException e) {
             owner.close();
@@ -237,7 +292,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         if (synced != null) {
             throw new IllegalStateException("gradients of the last step are still synchronised; call zeroGrad() first");
         }
-        if (!config.overlapGradReduce()) {
+        if (!config.overlapGradReduce() && !shardsGradients) {
             return;
         }
         if (inFlight != null) {
@@ -255,6 +310,12 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             incomplete[bucket.index] = bucket.slots.size();
         }
         inFlight = new InFlight[buckets.size()];
+        if (shardsGradients) {
+            passesReduced = new int[buckets.size()];
+            reportedInPass = new int[buckets.size()];
+            lastPass = new InFlight[buckets.size()];
+            shardSum = new NDArray[buckets.size()];
+        }
     }
 
     /**
@@ -279,7 +340,18 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
                 throw new IllegalStateException("parameter " + p + " was reported ready " + n + " times, but the step was"
                         + " armed for " + expectedPasses + " backward passes (expectBackwardPasses)");
             }
-            if (n == expectedPasses && --incomplete[bucket.index] == 0 && !waitsForPreSums[bucket.index]
+            if (reducesPerPass(bucket)) {
+                if (n != passesReduced[bucket.index] + 1) {
+                    throw new IllegalStateException("parameter " + p + " was reported ready for backward pass " + n
+                            + " while its bucket " + bucket.index + " waits for the other parameters of pass "
+                            + (passesReduced[bucket.index] + 1) + " (a parameter is reported once per pass)");
+                }
+                if (++reportedInPass[bucket.index] == bucket.slots.size()) {
+                    reducePass(bucket);
+                }
+                continue;
+            }
+            if (config.overlapGradReduce() && n == expectedPasses && --incomplete[bucket.index] == 0 && !waitsForPreSums[bucket.index]
                     && !inPlace(bucket)) {
                 if (stepManager == null) {
                     stepManager = manager.newSubManager();
@@ -296,6 +368,69 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         reports.clear();
         incomplete = null;
         inFlight = null;
+        passesReduced = null;
+        reportedInPass = null;
+        lastPass = null;
+        shardSum = null;
+        passesInFlight.clear();
+    }
+
+    /** Whether the armed step reduces the bucket once per backward pass (sharded gradients, ZeRO-2). */
+    private boolean reducesPerPass(GradientBucket bucket) {
+        return passesReduced != null && !waitsForPreSums[bucket.index] && !inPlace(bucket);
+    }
+
+    /**
+     * Reduces the pass that every parameter of {@code bucket} has just reported: waits for the
+     * bucket's previous pass and adds it to the shard sum, starts this pass's reduction, and releases
+     * the parameters' gradients (the copy into the bucket's buffer is queued before the release).
+     */
+    private void reducePass(GradientBucket bucket) {
+        int b = bucket.index;
+        reportedInPass[b] = 0;
+        passesReduced[b]++;
+        if (stepManager == null) {
+            stepManager = manager.newSubManager();
+        }
+        try (NoGrad off = NoGrad.enter()) {
+            addLastPass(bucket, stepManager);
+            lastPass[b] = launch(bucket, Map.of(), stepManager);
+            passesInFlight.add(b);
+            while (passesInFlight.size() > PASSES_IN_FLIGHT) {
+                addLastPass(buckets.get(passesInFlight.peek()), stepManager);
+            }
+            try (NDManager temp = stepManager.newSubManager()) {
+                List<NDArray> grads = new ArrayList<>(bucket.slots.size());
+                for (GradientBucket.Slot slot : bucket.slots) {
+                    NDArray g = slot.param().gradient(temp);
+                    if (g != null) {
+                        grads.add(g);
+                    }
+                }
+                TensorMemory.releaseStorage(grads);
+            }
+        }
+        for (GradientBucket.Slot slot : bucket.slots) {
+            slot.param().clearGradient();
+        }
+    }
+
+    /** Waits for the bucket's last started pass, if any, and adds its shard to the bucket's shard sum. */
+    private void addLastPass(GradientBucket bucket, NDManager owner) {
+        int b = bucket.index;
+        if (lastPass == null || lastPass[b] == null) {
+            return;
+        }
+        InFlight f = lastPass[b];
+        lastPass[b] = null;
+        passesInFlight.remove(b);
+        NDArray shard = complete(bucket, f, Map.of(), owner);
+        if (shardSum[b] == null) {
+            shardSum[b] = shard;
+        } else {
+            shardSum[b].addi(shard);
+            shard.close();
+        }
     }
 
     /**
@@ -446,6 +581,11 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             for (InFlight f : inFlight) {
                 if (f != null) {
                     f.pending().await();
+                }
+            }
+            for (int b = 0; lastPass != null && b < lastPass.length; b++) {
+                if (lastPass[b] != null) {
+                    lastPass[b].pending().await();
                 }
             }
             stepManager.close();

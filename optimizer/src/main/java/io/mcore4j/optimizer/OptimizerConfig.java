@@ -46,13 +46,18 @@ import java.util.Objects;
  * @param optimizerOffloadFraction the share of this rank's optimizer state elements held on the host
  *     under {@code optimizerCpuOffload}, in (0, 1] (Megatron's {@code --optimizer-offload-fraction},
  *     default 1.0); which state goes is {@link HostPlacement}'s rule
+ * @param dataParallelShardingStrategy what data parallelism shards beyond the distributed optimizer
+ *     (Megatron FSDP's {@code --data-parallel-sharding-strategy}, default {@code no_shard}): every value
+ *     but {@code NO_SHARD} needs {@code useDistributedOptimizer}; {@code OPTIM_GRADS} also shards the
+ *     gradients (see {@link DataParallelShardingStrategy})
  */
 public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, double beta2, double eps,
                               double weightDecay, double sgdMomentum, double clipGrad, boolean fp16, boolean bf16,
                               double initialLossScale, double minLossScale, int lossScaleWindow, int hysteresis,
                               boolean useDistributedOptimizer, long bucketSizeBytes, boolean averageInCollective,
                               boolean gradReduceInFp32, boolean countZerosInGrad, boolean fusedAdam, boolean overlapGradReduce,
-                              boolean overlapParamGather, boolean optimizerCpuOffload, double optimizerOffloadFraction) {
+                              boolean overlapParamGather, boolean optimizerCpuOffload, double optimizerOffloadFraction,
+                              DataParallelShardingStrategy dataParallelShardingStrategy) {
 
     /** The update rule. */
     public enum Algorithm {
@@ -106,6 +111,16 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
                     + " distributed optimizer, which is off (useDistributedOptimizer=false): without it every rank"
                     + " updates all its parameters and nothing is gathered");
         }
+        Objects.requireNonNull(dataParallelShardingStrategy, "dataParallelShardingStrategy");
+        if (dataParallelShardingStrategy.shardsOptimizerState() && !useDistributedOptimizer) {
+            throw new IllegalArgumentException("data-parallel sharding strategy " + dataParallelShardingStrategy.flag()
+                    + " shards the optimizer state: it needs the distributed optimizer (useDistributedOptimizer=true)");
+        }
+        if (dataParallelShardingStrategy.shardsParameters()) {
+            throw new IllegalArgumentException("data-parallel sharding strategy " + dataParallelShardingStrategy.flag()
+                    + " (ZeRO-3, parameters sharded between uses) is not built yet (issue 36); "
+                    + DataParallelShardingStrategy.OPTIM_GRADS.flag() + " shards optimizer state and gradients");
+        }
         if (optimizerCpuOffload && algorithm == Algorithm.ADAM) {
             throw new IllegalArgumentException("optimizer CPU offload needs decoupled weight decay (ADAMW), as in"
                     + " Megatron-Core; the algorithm is ADAM");
@@ -135,7 +150,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
      * A builder holding the defaults: AdamW, lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay
      * 0.01, SGD momentum 0.9, clipping at 1.0, fp32, loss scale 2^16 (min 1, window 1000,
      * hysteresis 2), no distributed optimizer, 40 MB buckets, pre-divided sums, fp32 reduction, no
-     * CPU offload (offload fraction 1.0 once it is on).
+     * CPU offload (offload fraction 1.0 once it is on), sharding strategy {@code no_shard}.
      *
      * @return a new builder
      */
@@ -155,7 +170,8 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
                 .useDistributedOptimizer(useDistributedOptimizer).bucketSizeBytes(bucketSizeBytes)
                 .averageInCollective(averageInCollective).gradReduceInFp32(gradReduceInFp32)
                 .countZerosInGrad(countZerosInGrad).fusedAdam(fusedAdam).overlapGradReduce(overlapGradReduce)
-                .overlapParamGather(overlapParamGather).optimizerCpuOffload(optimizerCpuOffload).optimizerOffloadFraction(optimizerOffloadFraction);
+                .overlapParamGather(overlapParamGather).optimizerCpuOffload(optimizerCpuOffload).optimizerOffloadFraction(optimizerOffloadFraction)
+                .dataParallelShardingStrategy(dataParallelShardingStrategy);
     }
 
     /** Mutable builder; {@link #build()} validates. */
@@ -184,8 +200,19 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
         private boolean overlapParamGather;
         private boolean optimizerCpuOffload;
         private double optimizerOffloadFraction = 1.0;
+        private DataParallelShardingStrategy dataParallelShardingStrategy = DataParallelShardingStrategy.NO_SHARD;
 
         private Builder() {}
+
+        /**
+         * @param v what data parallelism shards (default {@code NO_SHARD}); every other value needs
+         *     {@link #useDistributedOptimizer}
+         * @return this
+         */
+        public Builder dataParallelShardingStrategy(DataParallelShardingStrategy v) {
+            dataParallelShardingStrategy = v;
+            return this;
+        }
 
         /** @param v hold part of the optimizer state on the host and step it there (default false) @return this */
         public Builder optimizerCpuOffload(boolean v) {
@@ -357,7 +384,7 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
             return new OptimizerConfig(algorithm, lr, beta1, beta2, eps, weightDecay, sgdMomentum, clipGrad, fp16, bf16,
                     initialLossScale, minLossScale, lossScaleWindow, hysteresis, useDistributedOptimizer,
                     bucketSizeBytes, averageInCollective, gradReduceInFp32, countZerosInGrad, fusedAdam, overlapGradReduce,
-                    overlapParamGather, optimizerCpuOffload, optimizerOffloadFraction);
+                    overlapParamGather, optimizerCpuOffload, optimizerOffloadFraction, dataParallelShardingStrategy);
         }
     }
 }

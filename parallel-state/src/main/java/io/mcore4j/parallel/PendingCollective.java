@@ -3,9 +3,10 @@ package io.mcore4j.parallel;
 import ai.djl.ndarray.NDArray;
 
 /**
- * A collective started with {@link Communicator#startAllReduceInPlace} or
- * {@link Communicator#startReduceScatter}, which may still be running alongside the caller's later
- * device work (on a GPU backend, on a second stream).
+ * A collective started with {@link Communicator#startAllReduceInPlace},
+ * {@link Communicator#startReduceScatter}, {@link Communicator#startAllGather} or
+ * {@link Communicator#startAllToAll}, which may still be running alongside the caller's later device
+ * work (on a GPU backend, on a second stream; the in-JVM and TCP backends run it at once).
  *
  * <p>Until {@link #await()} returns, the tensors given to the start call must stay open and
  * unmodified, and the result must not be read. {@code await()} orders the collective's completion
@@ -18,8 +19,8 @@ public interface PendingCollective {
     /**
      * Waits for the collective (on a GPU backend: makes the caller's stream wait for it).
      *
-     * @return the result: the in-place tensor, or this rank's reduce-scatter chunk (owned by the
-     *         manager given to the start call)
+     * @return the result: the in-place tensor, or this rank's reduce-scatter chunk, the gathered
+     *         tensor or the received rows (owned by the manager given to the start call)
      * @throws CommunicationException if the collective failed or timed out
      */
     NDArray await();

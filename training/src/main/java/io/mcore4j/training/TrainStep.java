@@ -102,7 +102,8 @@ public final class TrainStep implements AutoCloseable {
         });
         this.ddp = new DistributedDataParallel(parameters, groups, b.optimizer,
                 model.sharedEmbeddingParameters().stream().filter(Parameter::isTrainable).toList());
-        if (b.optimizer.overlapGradReduce()) {
+        // sharded gradients (ZeRO-2) are reduced pass by pass as the model reports them, overlapped or not
+        if (b.optimizer.overlapGradReduce() || b.optimizer.dataParallelShardingStrategy().shardsGradients()) {
             model.addGradientReadyListener(ddp);
         }
         // optimizer state is keyed like the weights it belongs to, so checkpoints reshard across layouts
@@ -486,10 +487,21 @@ public final class TrainStep implements AutoCloseable {
                 throw new IllegalArgumentException("a single-stage model cannot run at pipeline-parallel size "
                         + groups.dims().pipelineParallel() + "; implement TrainingModel's chunks for pipelining");
             }
+            if (optimizer.dataParallelShardingStrategy().shardsGradients() && groups.dims().pipelineParallel() > 1) {
+                throw new IllegalArgumentException("--data-parallel-sharding-strategy "
+                        + optimizer.dataParallelShardingStrategy().flag() + " does not compose with pipeline parallelism"
+                        + " (--pipeline-model-parallel-size " + groups.dims().pipelineParallel() + "), as Megatron FSDP"
+                        + " does not: its per-micro-batch reductions expect one backward pass at a time");
+            }
             if (cudaGraph.enabled()) {
                 if (optimizer.overlapGradReduce()) {
                     throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --overlap-grad-reduce exclude"
                             + " each other for now: the overlapped reduction starts inside the backward the graph captures");
+                }
+                if (optimizer.dataParallelShardingStrategy().shardsGradients()) {
+                    throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --data-parallel-sharding-strategy "
+                            + optimizer.dataParallelShardingStrategy().flag() + " exclude each other for now: sharded"
+                            + " gradients are reduced inside the backward the graph captures");
                 }
             }
             return new TrainStep(this);

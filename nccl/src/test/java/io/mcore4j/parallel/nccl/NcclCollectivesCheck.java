@@ -223,6 +223,18 @@ public final class NcclCollectivesCheck {
                         return first != null ? first : CheckReport.compare(max, shape, meanwhile, dtype, scale);
                     });
                 }
+                check(c, "started all-gather dim 0, overlapping an all-reduce" + t, () -> {
+                    double[] expected = new double[n * size];
+                    for (int r = 0; r < size; r++) {
+                        for (int i = 0; i < n; i++) {
+                            expected[r * n + i] = value(r, i);
+                        }
+                    }
+                    PendingCollective pending = c.startAllGather(x, s);
+                    NDArray meanwhile = c.allReduce(x, ReduceOp.MAX, s); // ordered after the started one
+                    String first = CheckReport.compare(expected, new Shape(ROWS * size, COLS), pending.await(), dtype, scale);
+                    return first != null ? first : CheckReport.compare(max, shape, meanwhile, dtype, scale);
+                });
                 check(c, "started all-reduce-in-place SUM" + t, () -> {
                     NDArray y = x.duplicate();
                     PendingCollective pending = c.startAllReduceInPlace(y, ReduceOp.SUM);

@@ -15,6 +15,7 @@ import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroup;
 import io.mcore4j.parallel.ProcessGroups;
+import io.mcore4j.parallel.PendingCollective;
 import io.mcore4j.parallel.ReduceOp;
 
 import java.time.Duration;
@@ -88,6 +89,9 @@ class InJvmCollectivesTest {
                 assertEquals(new Shape(ROWS * world, COLS), g0.getShape());
                 NDArray g1 = c.allGather(x, 1, m);
                 assertEquals(new Shape(ROWS, COLS * world), g1.getShape());
+                // the started form gives the blocking one's result
+                PendingCollective started = c.startAllGather(x, m);
+                assertArrayEquals(doubles(g0), doubles(started.await()), 0, dtype + " started all-gather");
                 double[] g0v = doubles(g0);
                 double[] g1v = doubles(g1);
                 for (int r = 0; r < world; r++) {

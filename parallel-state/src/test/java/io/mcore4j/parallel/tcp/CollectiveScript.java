@@ -120,6 +120,7 @@ final class CollectiveScript {
         NDArray gathered1 = c.allGather(x, -1, m);
         assertEquals(new Shape(ROWS, COLS * world), gathered1.getShape());
         check(lines, "all-gather dim 1", dtype, gathered1, g1, 0);
+        check(lines, "started all-gather dim 0", dtype, c.startAllGather(x, m).await(), g0, 0);
 
         // reduce-scatter a (2w x 2w) contribution: rows 2me..2me+1 (SUM) and columns 2me..2me+1 (AVG)
         int side = 2 * world;

@@ -148,7 +148,9 @@ final class MemoryFloor {
         boolean halfWidth = a.fp16 || a.bf16;
         double width = halfWidth ? 2 : 4;
         double optimizerBytes = (a.optimizer == PretrainArgs.OptimizerKind.adam ? 8 : 0) + (halfWidth ? 4 : 0);
-        double perParameter = 2 * width + optimizerBytes / (a.useDistributedOptimizer ? dataParallel : 1);
+        // weights, gradients (sharded under --data-parallel-sharding-strategy optim_grads) and optimizer state
+        double gradients = width / (a.shardingStrategy().shardsGradients() ? dataParallel : 1);
+        double perParameter = width + gradients + optimizerBytes / (a.useDistributedOptimizer ? dataParallel : 1);
         double parameters = s.parameters() / (tp * (double) pp)
                 + s.expertParameters() / (tp * (double) pp * a.layout.expertParallel());
         double state = parameters * perParameter;

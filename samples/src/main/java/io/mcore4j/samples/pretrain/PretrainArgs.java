@@ -12,6 +12,7 @@ import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.AttentionBackend;
 import io.mcore4j.models.transformer.LoraConfig;
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.samples.launch.ParallelLayoutOptions;
@@ -262,6 +263,14 @@ public final class PretrainArgs {
     double clipGrad = 1.0;
     @Option(names = "--use-distributed-optimizer", description = "Shard optimizer state over data-parallel ranks (ZeRO-1).")
     boolean useDistributedOptimizer;
+    @Option(names = "--use-megatron-fsdp", description = "Megatron FSDP: data parallelism sharding what"
+            + " --data-parallel-sharding-strategy names; implies --use-distributed-optimizer for every strategy but"
+            + " no_shard; not with pipeline parallelism.")
+    boolean useMegatronFsdp;
+    @Option(names = "--data-parallel-sharding-strategy", description = "With --use-megatron-fsdp: no_shard, optim"
+            + " (ZeRO-1), optim_grads (ZeRO-2: gradients reduce-scattered per micro-batch, only shards kept) or"
+            + " optim_grads_params (ZeRO-3, not built yet). Default: ${DEFAULT-VALUE}, as Megatron's.")
+    String dataParallelShardingStrategy = "no_shard";
     @Option(names = "--overlap-grad-reduce", description = "Start data-parallel gradient reduction during the last backward.")
     boolean overlapGradReduce;
     @Option(names = "--overlap-param-gather", description = "With --use-distributed-optimizer: start the all-gather of"
@@ -596,6 +605,7 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--override-opt-param-scheduler and --use-checkpoint-opt_param-scheduler"
                     + " exclude each other");
         }
+        checkMegatronFsdp();
         checkOptimizerOffload();
         checkOverlapParamGather();
         if (!(timeoutMinutes > 0)) {
@@ -641,6 +651,7 @@ public final class PretrainArgs {
                 .algorithm(optimizer == OptimizerKind.sgd ? OptimizerConfig.Algorithm.SGD : OptimizerConfig.Algorithm.ADAMW)
                 .lr(lr).beta1(adamBeta1).beta2(adamBeta2).eps(adamEps).weightDecay(weightDecay).clipGrad(clipGrad)
                 .precision(Precision.of(fp16, bf16)).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
+                .dataParallelShardingStrategy(shardingStrategy())
                 .gradReduceInFp32(gradReduceInFp32 && !gradReduceInBf16).overlapGradReduce(overlapGradReduce)
                 // under --auto-layout the planner decides the distributed optimizer: without it nothing is gathered
                 .overlapParamGather(overlapParamGather && useDistributedOptimizer)
@@ -790,6 +801,44 @@ public final class PretrainArgs {
         if (!useDistributedOptimizer && !autoLayout) {
             throw new IllegalArgumentException("--optimizer-cpu-offload needs --use-distributed-optimizer: Megatron"
                     + " requires --use-precision-aware-optimizer with it, which supports only the distributed optimizer");
+        }
+    }
+
+    /** @return the sharding strategy the flags select ({@code no_shard} without {@code --use-megatron-fsdp}) */
+    DataParallelShardingStrategy shardingStrategy() {
+        return useMegatronFsdp ? DataParallelShardingStrategy.of(dataParallelShardingStrategy)
+                : DataParallelShardingStrategy.NO_SHARD;
+    }
+
+    /**
+     * {@code --use-megatron-fsdp} and {@code --data-parallel-sharding-strategy}: a strategy without
+     * the flag is refused (Megatron would ignore it), as are pipeline parallelism (Megatron FSDP does
+     * not compose with it) and {@code optim_grads_params} (not built yet); every strategy that shards
+     * the optimizer state turns the distributed optimizer on, as Megatron-Bridge does.
+     */
+    private void checkMegatronFsdp() {
+        DataParallelShardingStrategy strategy = DataParallelShardingStrategy.of(dataParallelShardingStrategy);
+        if (!useMegatronFsdp) {
+            if (strategy != DataParallelShardingStrategy.NO_SHARD) {
+                throw new IllegalArgumentException("--data-parallel-sharding-strategy " + strategy.flag()
+                        + " needs --use-megatron-fsdp (not given)");
+            }
+            return;
+        }
+        if (autoLayout) {
+            throw new IllegalArgumentException("--use-megatron-fsdp and --auto-layout exclude each other for now: the"
+                    + " planner does not weigh FSDP's sharding yet");
+        }
+        if (layout.pipelineParallel() > 1) {
+            throw new IllegalArgumentException("--use-megatron-fsdp does not compose with pipeline parallelism"
+                    + " (--pipeline-model-parallel-size " + layout.pipelineParallel() + "), as in Megatron: use 1");
+        }
+        if (strategy.shardsParameters()) {
+            throw new IllegalArgumentException("--data-parallel-sharding-strategy optim_grads_params (ZeRO-3) is not built"
+                    + " yet (issue 36): optim_grads shards the optimizer state and the gradients");
+        }
+        if (strategy.shardsOptimizerState()) {
+            useDistributedOptimizer = true;
         }
     }
 

@@ -1,0 +1,97 @@
+package io.mcore4j.samples.pretrain;
+
+import static io.mcore4j.samples.pretrain.PretrainRuns.assertSameLosses;
+import static io.mcore4j.samples.pretrain.PretrainRuns.refusal;
+import static io.mcore4j.samples.pretrain.PretrainRuns.train;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+/**
+ * Megatron FSDP's {@code --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads} (ZeRO-2):
+ * the serial run's losses at DP4 and at TP2 x DP2 with sequence parallelism (two micro-batches per
+ * rank, so shards are summed over passes), and checkpoints that move between it at DP4 and the
+ * distributed optimizer at TP2 x DP2 in both directions.
+ */
+class PretrainGptFsdpTest {
+    private static final List<String> ZERO2 = List.of("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads");
+
+    @TempDir
+    Path dir;
+
+    private List<String> common(int nproc, int steps) {
+        return new ArrayList<>(List.of("--nproc", String.valueOf(nproc), "--num-layers", "3", "--hidden-size", "32",
+                "--num-attention-heads", "4", "--seq-length", "16", "--micro-batch-size", "2", "--global-batch-size", "16",
+                "--lr", "1e-2", "--min-lr", "1e-3", "--lr-warmup-iters", "1", "--train-iters", String.valueOf(steps),
+                "--lr-decay-iters", "6", "--mock-data", "--vocab-size", "250", "--make-vocab-size-divisible-by", "64",
+                "--log-interval", "5", "--seed", "7", "--clip-grad", "1.0", "--ddp-bucket-size", "2000",
+                "--metrics-dir", dir.resolve("metrics-" + System.nanoTime()).toString()));
+    }
+
+    private List<String> with(List<String> base, List<String>... more) {
+        List<String> out = new ArrayList<>(base);
+        for (List<String> m : more) {
+            out.addAll(m);
+        }
+        return out;
+    }
+
+    @Test
+    void zero2GivesTheSerialLossesAloneAndWithTensorAndSequenceParallelism() throws Exception {
+        List<Double> serial = train(common(1, 6));
+        // mock tokens are random, so the loss hovers at ln(250); that it changes shows the weights move
+        assertTrue(Math.abs(serial.get(5) - serial.get(1)) > 1e-3, "the weights should move: " + serial);
+        assertSameLosses(serial, train(with(common(4, 6), ZERO2)), "DP4 ZeRO-2");
+        assertSameLosses(serial, train(with(common(4, 6), ZERO2, List.of("--overlap-grad-reduce"))),
+                "DP4 ZeRO-2 + overlapped reduction");
+        assertSameLosses(serial, train(with(common(4, 6), ZERO2,
+                List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-2");
+    }
+
+    /**
+     * The checkpoint of a ZeRO-2 run is the distributed optimizer's (same optimizer state, keyed by
+     * weight): saved at DP4 with ZeRO-2 it resumes at TP2 x DP2 with the distributed optimizer, and the
+     * reverse, each with the losses of an uninterrupted run at the resumed layout.
+     */
+    @Test
+    void checkpointsMoveBetweenZero2AtDp4AndTheDistributedOptimizerAtTp2Dp2() throws Exception {
+        List<String> tp2 = List.of("--tensor-model-parallel-size", "2", "--use-distributed-optimizer");
+        List<List<String>> from = List.of(ZERO2, tp2);
+        List<List<String>> to = List.of(tp2, ZERO2);
+        for (int i = 0; i < 2; i++) {
+            Path save = dir.resolve("ckpt-" + i);
+            train(with(common(4, 3), from.get(i), List.of("--save", save.toString(), "--save-interval", "3")));
+            List<Double> reference = train(with(common(4, 6), to.get(i))).subList(3, 6);
+            List<Double> resumed = train(with(common(4, 6), to.get(i), List.of("--load", save.toString())));
+            assertSameLosses(reference, resumed, "saved with " + from.get(i) + ", resumed with " + to.get(i));
+        }
+    }
+
+    @Test
+    void theFlagsAreMegatronsAndWhatCannotComposeIsRefused() {
+        assertEquals(DataParallelShardingStrategy.NO_SHARD, PretrainArgs.parse("--mock-data", "--use-megatron-fsdp")
+                .setup().optimizer().dataParallelShardingStrategy());
+        var zero2 = PretrainArgs.parse("--mock-data", "--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                "optim_grads").setup().optimizer();
+        assertEquals(DataParallelShardingStrategy.OPTIM_GRADS, zero2.dataParallelShardingStrategy());
+        assertTrue(zero2.useDistributedOptimizer(), "optim_grads implies the distributed optimizer");
+        assertEquals("pretrain-gpt: --data-parallel-sharding-strategy optim_grads needs --use-megatron-fsdp (not given)",
+                refusal("--mock-data", "--data-parallel-sharding-strategy", "optim_grads"));
+        assertEquals("pretrain-gpt: --data-parallel-sharding-strategy full_shard is not one of no_shard, optim,"
+                + " optim_grads, optim_grads_params", refusal("--mock-data", "--use-megatron-fsdp",
+                "--data-parallel-sharding-strategy", "full_shard"));
+        assertEquals("pretrain-gpt: --use-megatron-fsdp does not compose with pipeline parallelism"
+                + " (--pipeline-model-parallel-size 2), as in Megatron: use 1", refusal("--mock-data", "--nproc", "2",
+                "--pipeline-model-parallel-size", "2", "--use-megatron-fsdp"));
+        assertTrue(refusal("--mock-data", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params")
+                .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) is not built yet"));
+    }
+}
