@@ -99,7 +99,11 @@ final class GenerationRun implements GenerationEngine.TokenStream {
                     throw new OpenAiError(503, "service_unavailable", null, null,
                             "the engine ended the request: the server is shutting down");
                 }
-                return last(stops.flush(), finish.reason() == FinishReason.STOP ? "stop" : "length");
+                String tail = stops.offer(detokenizer.flush());
+                if (stops.stopped()) {
+                    return last(tail, "stop");
+                }
+                return last(tail + stops.flush(), finish.reason() == FinishReason.STOP ? "stop" : "length");
             } else {
                 ended = true;
                 Throwable error = (Throwable) event;

@@ -6,7 +6,7 @@ import java.util.Arrays;
  * Turns one request's tokens into text as they arrive, so that the pieces concatenate to the text of all the
  * tokens: each new token's text is read as the difference between decoding a short window of recent tokens with
  * and without it (a token's text can depend on its neighbours: a leading space, a character split over several
- * byte tokens), and held back while it ends in an incomplete character (U+FFFD). The window starts with the
+ * byte tokens), and held back while it ends in an incomplete character (U+FFFD) until {@link #flush()}. The window starts with the
  * prompt's last few tokens, as vLLM's does, so that the first token's leading space survives. Not thread-safe.
  */
 final class IncrementalDetokenizer {
@@ -49,5 +49,18 @@ final class IncrementalDetokenizer {
         prefixOffset = readOffset;
         readOffset = size;
         return full.substring(prefix.length());
+    }
+
+    /**
+     * The text still held back once generation has ended: the tail of an incomplete character, as decoding all
+     * the tokens at once renders it (U+FFFD).
+     *
+     * @return the text (often empty)
+     */
+    String flush() {
+        String prefix = tokenizer.decode(Arrays.copyOfRange(ids, prefixOffset, readOffset));
+        String full = tokenizer.decode(Arrays.copyOfRange(ids, prefixOffset, size));
+        readOffset = size;
+        return full.length() > prefix.length() ? full.substring(prefix.length()) : "";
     }
 }
