@@ -87,7 +87,7 @@ final class ChatCompletionsEndpoint extends Endpoint {
             throw OpenAiError.badRequest("messages", "the rendered chat is empty: generation needs at least one token");
         }
         String budget = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-        GenerationParams params = GenerationParams.parse(f, budget, 0, prompt.length, model.engine().maxSequenceLength(),
+        GenerationParams params = GenerationParams.parse(f, "messages", budget, 0, prompt.length, model.engine().maxSequenceLength(),
                 model.engine().vocabularySize(), logprobs);
         return prepared(f, model, prompt, params, "");
     }

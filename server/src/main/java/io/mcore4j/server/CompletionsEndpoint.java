@@ -85,7 +85,7 @@ final class CompletionsEndpoint extends Endpoint {
         if (prompt.length == 0) {
             throw OpenAiError.badRequest("prompt", "the prompt is empty: generation needs at least one token");
         }
-        GenerationParams params = GenerationParams.parse(f, "max_tokens", DEFAULT_MAX_TOKENS, prompt.length,
+        GenerationParams params = GenerationParams.parse(f, "prompt", "max_tokens", DEFAULT_MAX_TOKENS, prompt.length,
                 model.engine().maxSequenceLength(), model.engine().vocabularySize(), logprobs);
         return prepared(f, model, prompt, params, echo ? text : "");
     }

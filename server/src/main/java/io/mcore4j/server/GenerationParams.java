@@ -44,6 +44,7 @@ record GenerationParams(int maxTokens, double temperature, double topP, int topK
      * Reads the shared fields.
      *
      * @param f the request
+     * @param promptField the endpoint's prompt ({@code prompt}, {@code messages}), named when it leaves no room
      * @param maxTokensField the endpoint's name for the token budget ({@code max_tokens}, {@code max_completion_tokens})
      * @param defaultMaxTokens the budget when the request gives none, or 0 for the rest of the model's context
      * @param promptTokens the prompt's length
@@ -53,7 +54,7 @@ record GenerationParams(int maxTokens, double temperature, double topP, int topK
      * @return the parameters
      * @throws OpenAiError 400 naming the field whose value is wrong or that this server does not support
      */
-    static GenerationParams parse(RequestFields f, String maxTokensField, int defaultMaxTokens, int promptTokens,
+    static GenerationParams parse(RequestFields f, String promptField, String maxTokensField, int defaultMaxTokens, int promptTokens,
                                   int maxSequenceLength, int vocabularySize, boolean logprobs) {
         long n = f.integer("n", 1, 1, 128);
         if (n != 1) {
@@ -65,7 +66,7 @@ record GenerationParams(int maxTokens, double temperature, double topP, int topK
         f.string("user", null);
         int room = maxSequenceLength - promptTokens;
         if (room < 1) {
-            throw OpenAiError.badRequest(null, "the prompt has " + promptTokens + " tokens; the model's context of "
+            throw OpenAiError.badRequest(promptField, "the prompt has " + promptTokens + " tokens; the model's context of "
                     + maxSequenceLength + " tokens leaves no room for a completion");
         }
         long maxTokens = f.integer(maxTokensField, defaultMaxTokens > 0 ? Math.min(defaultMaxTokens, room) : room, 1,

@@ -97,7 +97,7 @@ final class RequestFields {
         }
         double d = n.doubleValue();
         if (!(d >= min && d <= max)) {
-            throw OpenAiError.badRequest(name, name + " " + v + " must be in [" + plain(min) + ", " + plain(max) + "]");
+            throw OpenAiError.badRequest(name, name + " " + v + " must be " + range(min, max));
         }
         return d;
     }
@@ -183,6 +183,15 @@ final class RequestFields {
             return "a list";
         }
         return (value instanceof Boolean ? "the boolean " : "the number ") + value;
+    }
+
+    /** A range as a message says it; {@link Double#MIN_VALUE} is an open 0, {@link Double#MAX_VALUE} no bound. */
+    private static String range(double min, double max) {
+        String low = min == Double.MIN_VALUE ? "> 0" : ">= " + plain(min);
+        if (max == Double.MAX_VALUE) {
+            return low;
+        }
+        return "in " + (min == Double.MIN_VALUE ? "(0" : "[" + plain(min)) + ", " + plain(max) + "]";
     }
 
     private static String plain(double d) {

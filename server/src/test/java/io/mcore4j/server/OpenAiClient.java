@@ -28,10 +28,13 @@ final class OpenAiClient {
         return URI.create("http://127.0.0.1:" + port + path);
     }
 
-    HttpResponse<String> post(String path, String json) throws IOException, InterruptedException {
-        HttpRequest request = HttpRequest.newBuilder(uri(path)).timeout(Duration.ofSeconds(30))
+    HttpRequest request(String path, String json) {
+        return HttpRequest.newBuilder(uri(path)).timeout(Duration.ofSeconds(30))
                 .header("Content-Type", "application/json").POST(HttpRequest.BodyPublishers.ofString(json)).build();
-        return http.send(request, HttpResponse.BodyHandlers.ofString());
+    }
+
+    HttpResponse<String> post(String path, String json) throws IOException, InterruptedException {
+        return http.send(request(path, json), HttpResponse.BodyHandlers.ofString());
     }
 
     HttpResponse<String> get(String path) throws IOException, InterruptedException {

@@ -14,7 +14,6 @@ import io.mcore4j.data.chat.ChatTemplate;
 import java.io.BufferedReader;
 import java.io.InputStream;
 import java.io.InputStreamReader;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -240,6 +239,7 @@ class OpenAiServerTest {
         "/v1/completions|{'prompt': [1, 300]}|prompt",
         "/v1/completions|{'prompt': ''}|prompt",
         "/v1/completions|{'max_tokens': 3}|prompt",
+        "/v1/completions|{'prompt': 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa'}|prompt",
         "/v1/chat/completions|{'messages': []}|messages",
         "/v1/chat/completions|{'messages': [{'content': 'x'}]}|messages[0].role",
         "/v1/chat/completions|{'messages': [{'role': 'user', 'content': 7}]}|messages[0].content",
@@ -288,9 +288,8 @@ class OpenAiServerTest {
         try (ScriptedEngine slow = new ScriptedEngine(4, 40); OpenAiServer s = OpenAiServer.start(model(slow),
                 ServerConfig.of("127.0.0.1", 0))) {
             OpenAiClient c = new OpenAiClient(s.port());
-            HttpRequest request = HttpRequest.newBuilder(c.uri("/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(
-                    "{\"prompt\": \"abc\", \"max_tokens\": 60, \"stream\": true}")).build();
-            HttpResponse<InputStream> r = c.http.send(request, HttpResponse.BodyHandlers.ofInputStream());
+            HttpResponse<InputStream> r = c.http.send(c.request("/v1/completions",
+                    "{\"prompt\": \"abc\", \"max_tokens\": 60, \"stream\": true}"), HttpResponse.BodyHandlers.ofInputStream());
             assertEquals(200, r.statusCode());
             try (BufferedReader lines = new BufferedReader(new InputStreamReader(r.body(), StandardCharsets.UTF_8))) {
                 assertTrue(lines.readLine().startsWith("data: {"), "a chunk arrives while the engine still generates");
@@ -306,9 +305,8 @@ class OpenAiServerTest {
         try (ScriptedEngine slow = new ScriptedEngine(1, 40); OpenAiServer s = OpenAiServer.start(model(slow),
                 ServerConfig.of("127.0.0.1", 0))) {
             OpenAiClient c = new OpenAiClient(s.port());
-            HttpRequest first = HttpRequest.newBuilder(c.uri("/v1/completions")).POST(HttpRequest.BodyPublishers.ofString(
-                    "{\"prompt\": \"abc\", \"max_tokens\": 20}")).build();
-            Future<HttpResponse<String>> running = c.http.sendAsync(first, HttpResponse.BodyHandlers.ofString());
+            Future<HttpResponse<String>> running = c.http.sendAsync(c.request("/v1/completions",
+                    "{\"prompt\": \"abc\", \"max_tokens\": 20}"), HttpResponse.BodyHandlers.ofString());
             awaitAtLeast(slow::pendingRequests, 1);
             HttpResponse<String> r = c.post("/v1/completions", "{\"prompt\": \"x\"}");
             assertEquals(429, r.statusCode(), r.body());
