@@ -125,6 +125,11 @@ public final class Generator {
         return this;
     }
 
+    /** @return whether {@link #generate} runs static-shape layers under libtorch's graph optimisation */
+    boolean fuses() {
+        return fuse && fusedLayers;
+    }
+
     /**
      * Greedy completion of one prompt, without a termination token: the library call behind "print what
      * the model learned". A collective over the model's tensor- and pipeline-parallel groups.

@@ -202,11 +202,27 @@ public final class HuggingFaceTokenizerAdapter implements Tokenizer {
 
     @Override
     public String decode(int[] ids) {
+        return tokenizer.decode(longs(ids));
+    }
+
+    /**
+     * Turns token ids back into text, choosing what becomes of special tokens.
+     *
+     * @param ids token ids
+     * @param skipSpecialTokens leave the tokenizer's special tokens ({@code <|eot_id|>}, {@code <s>}) out of the text,
+     *     as transformers' {@code decode(ids, skip_special_tokens=True)} and OpenAI-compatible servers do
+     * @return the text
+     */
+    public String decode(int[] ids, boolean skipSpecialTokens) {
+        return tokenizer.decode(longs(ids), skipSpecialTokens);
+    }
+
+    private static long[] longs(int[] ids) {
         long[] longs = new long[ids.length];
         for (int k = 0; k < ids.length; k++) {
             longs[k] = ids[k];
         }
-        return tokenizer.decode(longs);
+        return longs;
     }
 
     @Override

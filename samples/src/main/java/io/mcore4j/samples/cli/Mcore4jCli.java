@@ -2,6 +2,7 @@ package io.mcore4j.samples.cli;
 
 import io.mcore4j.samples.bench.GptBenchmark;
 import io.mcore4j.samples.generate.GenerateGpt;
+import io.mcore4j.samples.generate.ServeGpt;
 import io.mcore4j.samples.hf.ConvertHf;
 import io.mcore4j.samples.hf.ExportHf;
 import io.mcore4j.samples.launch.LocalLauncher;
@@ -95,6 +96,8 @@ public final class Mcore4jCli {
                                 err, PretrainGpt::trainThenComplete)),
                 new Subcommand("generate-gpt", "complete prompts from a pretrain-gpt checkpoint",
                         picocli("generate-gpt", GenerateGpt::new)),
+                new Subcommand("serve-gpt", "serve a checkpoint over OpenAI's HTTP API (completions, chat, streaming)",
+                        picocli("serve-gpt", ServeGpt::new)),
                 new Subcommand("preprocess", "turn JSON Lines into Megatron .bin/.idx datasets", PreprocessData::execute),
                 new Subcommand("convert-hf", "import a Hugging Face checkpoint as an mcore4j checkpoint at a layout",
                         picocli("convert-hf", ConvertHf::new)),

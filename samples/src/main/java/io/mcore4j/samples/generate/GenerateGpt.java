@@ -1,35 +1,21 @@
 package io.mcore4j.samples.generate;
 
 import ai.djl.ndarray.NDManager;
-import io.mcore4j.checkpoint.DistCheckpointing;
-import io.mcore4j.checkpoint.LoadResult;
-import io.mcore4j.checkpoint.StrictMode;
 import io.mcore4j.core.Mcore4j;
-import io.mcore4j.core.random.SeedScheme;
-import io.mcore4j.core.shard.ShardedTensor;
-import io.mcore4j.data.tokenizer.ByteLevelTokenizer;
 import io.mcore4j.data.tokenizer.Tokenizer;
-import io.mcore4j.hf.HfCheckpoint;
-import io.mcore4j.hf.HfConfig;
 import io.mcore4j.inference.Completion;
 import io.mcore4j.inference.Generator;
 import io.mcore4j.inference.SamplingParams;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
-import io.mcore4j.models.transformer.LayerSpec;
-import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
-import io.mcore4j.pipeline.LayerAssignment;
-import ai.djl.ndarray.types.DataType;
 import io.mcore4j.samples.launch.FailureReport;
 import io.mcore4j.samples.launch.LaunchedRank;
 
 import java.io.PrintStream;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -37,6 +23,7 @@ import java.util.concurrent.Callable;
 
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
+import picocli.CommandLine.Mixin;
 import picocli.CommandLine.Option;
 
 /**
@@ -51,14 +38,8 @@ import picocli.CommandLine.Option;
 @Command(name = "generate-gpt", mixinStandardHelpOptions = true, sortOptions = false,
         description = "Prints completions of prompts from a pretrain-gpt checkpoint or a Hugging Face one (--load-hf).")
 public final class GenerateGpt implements Callable<Integer> {
-    @Option(names = "--load", paramLabel = "DIR",
-            description = "a pretrain-gpt --save directory (its newest complete checkpoint) or one checkpoint directory")
-    Path load;
-
-    @Option(names = "--load-hf", paramLabel = "DIR",
-            description = "a Hugging Face checkpoint (config.json + safetensors) instead of --load: the model's shape comes"
-                    + " from config.json, so --num-attention-heads, --seq-length, --rotary-base and --norm-epsilon are not used")
-    Path loadHf;
+    @Mixin
+    ModelSource model = new ModelSource();
 
     @Option(names = "--prompts", required = true, arity = "1..*", paramLabel = "TEXT", description = "prompts, completed as one batch")
     List<String> prompts;
@@ -81,24 +62,6 @@ public final class GenerateGpt implements Callable<Integer> {
     @Option(names = "--seed", defaultValue = "1234", description = "seed of prompt i's generator is seed + i (default: ${DEFAULT-VALUE})")
     long seed;
 
-    @Option(names = "--num-attention-heads", defaultValue = "4", description = "attention heads of the model (default: ${DEFAULT-VALUE}, the README's main job)")
-    int heads;
-
-    @Option(names = "--seq-length", defaultValue = "2048",
-            description = "max positions of a rotary model; a learned position table's size is read from the checkpoint (default: ${DEFAULT-VALUE})")
-    int seqLength;
-
-    @Option(names = "--rotary-base", defaultValue = "10000", description = "RoPE base of a rotary model (default: ${DEFAULT-VALUE})")
-    double rotaryBase;
-
-    @Option(names = "--norm-epsilon", defaultValue = "1e-5", description = "norm epsilon (default: ${DEFAULT-VALUE})")
-    double normEpsilon;
-
-    @Option(names = "--tokenizer-model", paramLabel = "PATH",
-            description = "a Hugging Face tokenizer.json (or its directory), run by DJL's tokenizers, which must be on the class path;"
-                    + " default: the byte-level tokenizer of pretrain-gpt's corpus")
-    Path tokenizerModel;
-
     @Option(names = "--tensor-model-parallel-size", defaultValue = "1", description = "(default: ${DEFAULT-VALUE})")
     int tensorParallel;
 
@@ -107,9 +70,6 @@ public final class GenerateGpt implements Callable<Integer> {
 
     @Option(names = "--distributed-timeout-seconds", defaultValue = "600", description = "(default: ${DEFAULT-VALUE})")
     int timeoutSeconds;
-
-    /** Megatron's default --make-vocab-size-divisible-by, the padding of a --load-hf model's vocabulary. */
-    private static final int HF_VOCAB_DIVISOR = 128;
 
     private PrintStream out = System.out;
 
@@ -154,50 +114,35 @@ public final class GenerateGpt implements Callable<Integer> {
         checkFlags();
         SamplingParams params = greedy ? SamplingParams.greedy(numTokensToGenerate)
                 : SamplingParams.sample(temperature, topK, topP, numTokensToGenerate, seed);
-        CheckpointShapes checkpoint = loadHf == null ? CheckpointShapes.read(load) : null;
-        HfConfig hf = null;
-        if (loadHf != null) {
-            try (HfCheckpoint ck = HfCheckpoint.openInput("--load-hf", loadHf, java.util.Set.of())) { // every tensor's header
-                hf = ck.config();
-            }
-        }
-        // convert-hf's checkpoints carry their Hugging Face config: it gives what no shape records (windows, norms' kind)
-        HfConfig stored = checkpoint == null ? null : checkpoint.storedHfConfig();
-        // a Hugging Face model's vocabulary is padded as pretrain-gpt pads it by default (128 x TP); padded ids are never picked
-        TransformerConfig config = hf != null ? hf.transformerConfig(HF_VOCAB_DIVISOR, tensorParallel, DataType.FLOAT32)
-                : stored != null ? checkpoint.config(stored) : checkpoint.config(heads, seqLength, rotaryBase, normEpsilon);
-        HfConfig known = hf != null ? hf : stored;
-        Path source = hf == null ? checkpoint.directory() : loadHf;
+        ModelSource.Resolved resolved = model.resolve(tensorParallel);
         Mcore4j.ensureInitialized();
         int world = tensorParallel * pipelineParallel;
         boolean launched = System.getenv("RANK") != null || System.getenv("SLURM_PROCID") != null
                 || System.getenv("OMPI_COMM_WORLD_RANK") != null;
         List<List<Completion>> perRank;
         List<int[]> ids = new ArrayList<>();
-        try (Tokenizer tokenizer = tokenizer()) {
+        try (Tokenizer tokenizer = model.tokenizer()) {
             for (String p : prompts) {
                 ids.add(tokenizer.encode(p));
             }
-            int vocabulary = Math.min(tokenizer.vocabularySize(), known == null ? config.vocabSize() : known.vocabSize());
-            // an end-of-document id the model cannot produce (a byte-level tokenizer's 256 for a small
-            // Hugging Face vocabulary) never stops a completion
-            int eod = tokenizer.endOfDocument().isPresent() && tokenizer.endOfDocument().getAsInt() < vocabulary
-                    ? tokenizer.endOfDocument().getAsInt() : -1;
+            int vocabulary = ModelSource.vocabulary(tokenizer, resolved);
+            int eod = ModelSource.endOfDocument(tokenizer, vocabulary);
             if (launched) {
                 LaunchedRank rank = LaunchedRank.connect(Duration.ofSeconds(timeoutSeconds));
                 try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
                     perRank = new ArrayList<>();
-                    perRank.add(complete(config, source, backend, root, ids, vocabulary, eod, params));
+                    perRank.add(complete(resolved, backend, root, ids, vocabulary, eod, params));
                 }
             } else {
                 perRank = InJvmWorld.run(world, Duration.ofSeconds(timeoutSeconds),
-                        rank -> complete(config, source, rank.backend(), rank.manager(), ids, vocabulary, eod, params));
+                        rank -> complete(resolved, rank.backend(), rank.manager(), ids, vocabulary, eod, params));
             }
             List<Completion> completions = perRank.get(0);
             if (completions == null) {
                 return 0; // launched, and not world rank 0: rank 0 prints
             }
-            out.println("generate-gpt: " + source + (known != null ? " (" + known.architecture().className() + ")" : "") + ", " + config.numLayers() + " layers, hidden "
+            TransformerConfig config = resolved.config();
+            out.println("generate-gpt: " + resolved.describe() + ", " + config.numLayers() + " layers, hidden "
                     + config.hiddenSize() + ", vocab " + config.vocabSize() + ", TP" + tensorParallel + " x PP" + pipelineParallel);
             for (int i = 0; i < prompts.size(); i++) {
                 Completion c = completions.get(i);
@@ -211,85 +156,27 @@ public final class GenerateGpt implements Callable<Integer> {
 
     /** The values picocli parses but cannot judge, and the input paths, checked before anything is loaded. */
     private void checkFlags() {
-        if ((load == null) == (loadHf == null)) {
-            throw new IllegalArgumentException(load == null ? "--load DIR or --load-hf DIR is required"
-                    : "--load and --load-hf are alternatives; give one");
-        }
-        if (load != null && !Files.isDirectory(load)) {
-            throw new IllegalArgumentException("--load " + load + (Files.exists(load) ? " is a file" : " does not exist")
-                    + "; expected a pretrain-gpt --save directory or one checkpoint directory");
-        }
-        if (tokenizerModel != null && !Files.exists(tokenizerModel)) {
-            throw new IllegalArgumentException("--tokenizer-model " + tokenizerModel + " does not exist; expected a tokenizer.json"
-                    + " or its directory");
-        }
-        atLeast("--num-tokens-to-generate", numTokensToGenerate, 1);
-        atLeast("--top_k", topK, 0);
-        atLeast("--num-attention-heads", heads, 1);
-        atLeast("--seq-length", seqLength, 1);
-        atLeast("--tensor-model-parallel-size", tensorParallel, 1);
-        atLeast("--pipeline-model-parallel-size", pipelineParallel, 1);
-        atLeast("--distributed-timeout-seconds", timeoutSeconds, 1);
+        model.check();
+        ModelSource.atLeast("--num-tokens-to-generate", numTokensToGenerate, 1);
+        ModelSource.atLeast("--top_k", topK, 0);
+        ModelSource.atLeast("--tensor-model-parallel-size", tensorParallel, 1);
+        ModelSource.atLeast("--pipeline-model-parallel-size", pipelineParallel, 1);
+        ModelSource.atLeast("--distributed-timeout-seconds", timeoutSeconds, 1);
         if (!greedy && (!(temperature > 0) || Double.isInfinite(temperature))) {
             throw new IllegalArgumentException("--temperature " + temperature + " must be a positive finite number");
         }
         if (!(topP >= 0 && topP <= 1)) {
             throw new IllegalArgumentException("--top_p " + topP + " must be from 0 to 1");
         }
-        if (!(rotaryBase > 0) || Double.isInfinite(rotaryBase)) {
-            throw new IllegalArgumentException("--rotary-base " + rotaryBase + " must be a positive finite number");
-        }
-        if (!(normEpsilon > 0) || Double.isInfinite(normEpsilon)) {
-            throw new IllegalArgumentException("--norm-epsilon " + normEpsilon + " must be a positive finite number");
-        }
     }
 
-    private static void atLeast(String flag, long value, long least) {
-        if (value < least) {
-            throw new IllegalArgumentException(flag + " " + value + " must be at least " + least);
-        }
-    }
-
-    private Tokenizer tokenizer() throws Exception {
-        if (tokenizerModel == null) {
-            return new ByteLevelTokenizer();
-        }
-        try {
-            return io.mcore4j.data.preprocess.HuggingFaceTokenizerAdapter.load(tokenizerModel, null);
-        } catch (NoClassDefFoundError e) {
-            throw new IllegalArgumentException("--tokenizer-model needs DJL's ai.djl.huggingface:tokenizers on the class path", e);
-        }
-    }
-
-    private List<Completion> complete(TransformerConfig config, Path source, Backend backend, NDManager root,
+    private List<Completion> complete(ModelSource.Resolved resolved, Backend backend, NDManager root,
                                       List<int[]> ids, int vocabulary, int eod, SamplingParams params) {
         ParallelDims dims = ParallelDims.of(backend.worldSize(), tensorParallel, pipelineParallel);
-        config.validate(dims, 0);
+        resolved.config().validate(dims, 0);
         ProcessGroups groups = ProcessGroups.create(dims, backend);
-        int stage = groups.pipelineRank();
-        int[] layers = LayerAssignment.even(config.numLayers(), pipelineParallel, 1).layers(stage, 0);
-        // the weights are overwritten by the checkpoint: draw the initial ones on the device, per rank
-        ModelContext ctx = ModelContext.create(config, groups, root, new SeedScheme(seed)).withDeviceInitialization();
-        GptModel model = GptModel.build(ctx, LayerSpec.tensorParallel(), layers, stage == 0, stage == pipelineParallel - 1);
-        if (loadHf != null) {
-            try (HfCheckpoint ck = HfCheckpoint.open(loadHf)) {
-                ck.loadInto(List.of(model)); // this rank's rows and columns only
-            }
-        } else {
-            List<ShardedTensor> targets = model.shardedState("model.");
-            LoadResult loaded = DistCheckpointing.load(source, targets, groups.world(), StrictMode.RETURN_ALL);
-            if (!loaded.missingKeys().isEmpty()) {
-                throw new IllegalArgumentException("checkpoint " + source + " lacks " + loaded.missingKeys());
-            }
-            List<String> unused = loaded.unexpectedKeys().stream().filter(k -> k.startsWith("model.")).toList();
-            if (!unused.isEmpty()) {
-                // weights the model built from the shapes has no place for: generating without them would be wrong
-                throw new IllegalArgumentException("checkpoint " + source + " holds model weights the model read from its"
-                        + " shapes has no place for (" + unused.size() + ", e.g. " + unused.get(0) + "); a pretrain-gpt"
-                        + " checkpoint of layer options no shape records cannot be generated from yet");
-            }
-        }
-        List<Completion> completions = new Generator(model, vocabulary, eod).generate(ids, params);
+        GptModel chunk = model.build(resolved, groups, root, seed);
+        List<Completion> completions = new Generator(chunk, vocabulary, eod).generate(ids, params);
         return groups.worldRank() == 0 ? completions : null;
     }
 }

@@ -4,6 +4,7 @@ import ai.djl.Device;
 import ai.djl.engine.Engine;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.parallel.Backend;
+import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.parallel.nccl.NcclBackend;
 import io.mcore4j.parallel.tcp.TcpBackend;
@@ -31,12 +32,26 @@ public record LaunchedRank(Backend backend, Device device) {
     public static LaunchedRank connect(Duration timeout) {
         Mcore4j.ensureInitialized();
         LaunchEnvironment env = LaunchEnvironment.fromSystem();
-        String forced = System.getenv().getOrDefault("MCORE4J_DEVICE", "").toLowerCase(Locale.ROOT);
-        boolean gpu = !forced.equals("cpu") && Engine.getInstance().getGpuCount() > 0;
-        if (gpu) {
+        if (onGpu()) {
             NcclBackend nccl = NcclBackend.connect(env, timeout);
             return new LaunchedRank(nccl, nccl.device());
         }
         return new LaunchedRank(TcpBackend.connect(env, timeout), Device.cpu());
+    }
+
+    /**
+     * The only rank of a world of one in this JVM (no launcher): on the GPU when {@link #onGpu()}, else the CPU.
+     *
+     * @param timeout how long blocking operations wait
+     * @return the rank
+     */
+    public static LaunchedRank single(Duration timeout) {
+        return new LaunchedRank(new InJvmFabric(1, timeout).backend(0), onGpu() ? Device.gpu() : Device.cpu());
+    }
+
+    /** @return whether a single or launched rank runs on a GPU: CUDA is visible and MCORE4J_DEVICE is not cpu */
+    public static boolean onGpu() {
+        return !System.getenv().getOrDefault("MCORE4J_DEVICE", "").toLowerCase(Locale.ROOT).equals("cpu")
+                && Engine.getInstance().getGpuCount() > 0;
     }
 }

@@ -1,7 +1,6 @@
 package io.mcore4j.samples.pretrain;
 
 import ai.djl.Device;
-import ai.djl.engine.Engine;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.CpuThreads;
 import io.mcore4j.core.Mcore4j;
@@ -15,7 +14,6 @@ import io.mcore4j.hf.HfExport;
 import io.mcore4j.models.gpt.GptModel;
 import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.ProcessGroups;
-import io.mcore4j.parallel.inprocess.InJvmFabric;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.parallel.launch.LaunchEnvironment;
 import io.mcore4j.samples.generate.GenerateGpt;
@@ -214,7 +212,7 @@ public final class PretrainGpt {
         // ranks sharing this machine's cores: this JVM's threads, or the launcher's processes on this node
         int sharing = launched ? LaunchEnvironment.fromSystem().localWorldSize() : world;
         CpuThreads threads = CpuThreads.choose(args.cpuThreads, sharing);
-        boolean onCpu = !launched && world > 1 || !onGpu();
+        boolean onCpu = !launched && world > 1 || !LaunchedRank.onGpu();
         if (onCpu || args.cpuThreads != null) { // a GPU run keeps libtorch's default unless told
             threads.apply();
         }
@@ -237,7 +235,7 @@ public final class PretrainGpt {
             SampleDataset train = splits.train().orElseThrow(() -> new IllegalArgumentException("the data has no training split"));
             SampleDataset valid = args.evalInterval > 0 ? splits.valid().orElse(null) : null;
             if (launched || world == 1) {
-                LaunchedRank rank = launched ? LaunchedRank.connect(timeout) : singleRank(timeout);
+                LaunchedRank rank = launched ? LaunchedRank.connect(timeout) : LaunchedRank.single(timeout);
                 try (Backend backend = rank.backend(); NDManager root = NDManager.newBaseManager(rank.device())) {
                     return GptPretraining.run(setup, backend, root, train, valid,
                             rankOptions(args, out, loop, rank.device(), writeMetrics), timePhases, hfHooks(args, setup, out));
@@ -253,17 +251,6 @@ public final class PretrainGpt {
             }
             return perRank.stream().filter(s -> !s.losses().isEmpty()).findFirst().orElse(perRank.get(0));
         }
-    }
-
-    /** One rank in this JVM: on the GPU when CUDA is visible (and MCORE4J_DEVICE is not cpu), else the CPU. */
-    private static LaunchedRank singleRank(Duration timeout) {
-        return new LaunchedRank(new InJvmFabric(1, timeout).backend(0), onGpu() ? Device.gpu() : Device.cpu());
-    }
-
-    /** @return whether a single or launched rank runs on a GPU: CUDA is visible and MCORE4J_DEVICE is not cpu */
-    private static boolean onGpu() {
-        return !System.getenv().getOrDefault("MCORE4J_DEVICE", "").equalsIgnoreCase("cpu")
-                && Engine.getInstance().getGpuCount() > 0;
     }
 
     private static Consumer<TrainingLoop.Builder> rankOptions(PretrainArgs args, PrintStream out,

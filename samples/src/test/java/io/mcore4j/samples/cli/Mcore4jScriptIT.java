@@ -63,13 +63,13 @@ class Mcore4jScriptIT {
     void helpListsEveryCommandAndAnUnknownOneIsOneLineWithExitTwo() throws Exception {
         Result help = run(script, Map.of(), "--help");
         assertEquals(0, help.code(), help.err());
-        for (String command : List.of("demo", "pretrain-gpt", "generate-gpt", "preprocess", "convert-hf", "export-hf", "plan",
+        for (String command : List.of("demo", "pretrain-gpt", "generate-gpt", "serve-gpt", "preprocess", "convert-hf", "export-hf", "plan",
                 "benchmark", "launch")) {
             assertTrue(help.out().contains("\n  " + command + " "), command + " missing from:\n" + help.out());
         }
         Result unknown = run(script, Map.of(), "pretrain");
         assertEquals(2, unknown.code());
-        assertEquals(List.of("mcore4j: unknown command 'pretrain' (expected one of demo, pretrain-gpt, generate-gpt, preprocess,"
+        assertEquals(List.of("mcore4j: unknown command 'pretrain' (expected one of demo, pretrain-gpt, generate-gpt, serve-gpt, preprocess,"
                 + " convert-hf, export-hf, plan, benchmark, launch; 'mcore4j --help' describes them)"), unknown.errLines());
     }
 
