@@ -54,7 +54,8 @@ def _quantize(x: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, his
     """The float8 copy of x and its inverse scale (a 0-dim float32 tensor on x's device)."""
     amax = _amax(x)
     if current:
-        s = _fp8_max(fmt) / amax
+        # a true float32 division (a Python number over a tensor would be amax.reciprocal() * max)
+        s = torch.full_like(amax, _fp8_max(fmt)) / amax
         s = torch.where((amax > 0.0) & torch.isfinite(amax), s, torch.ones_like(s))
         s = torch.where(torch.isinf(s), torch.full_like(s, 3.4028234663852886e38), s)
         return _cast(x, s, fmt), s.reciprocal()
@@ -158,8 +159,9 @@ def check(module: torch.jit.ScriptModule) -> None:
     dy = torch.randn(32, 16, dtype=torch.bfloat16)
     dx, dw = module.backward(dy, qx, x_inv, qw_t, w_inv, scale, scale_inv, history, torch.tensor([2, 1, 1, 0, 15]))
     amax = dy.float().abs().max()
-    qdy = torch.clamp(dy.float() * (E5M2_MAX / amax), -E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2).float()
-    inv = amax / E5M2_MAX
+    s_dy = torch.tensor(E5M2_MAX) / amax
+    qdy = torch.clamp(dy.float() * s_dy, -E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2).float()
+    inv = 1 / s_dy
     if not torch.allclose(dx.float(), (qdy @ qw.float() * inv / 4096.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
         raise SystemExit("input gradient differs")
     if not torch.allclose(dw.float(), (qdy.t() @ qx.float() * inv / 8.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
