@@ -75,17 +75,8 @@ class Fp8ParallelLinearTest {
                             chunk(one.fc1.bias().gradient(m), 0, 2, r, m), TOLERANCE);
                     assertClose(at + "fc2 weight gradient", two.fc2.weight().gradient(m),
                             chunk(one.fc2.weight().gradient(m), 1, 2, r, m), TOLERANCE);
-                    for (var p : one.fc1.parameters()) {
-                        io.mcore4j.core.Tensors.zeroGradient(p.data());
-                    }
-                    for (var p : two.fc1.parameters()) {
-                        io.mcore4j.core.Tensors.zeroGradient(p.data());
-                    }
-                    for (var p : one.fc2.parameters()) {
-                        io.mcore4j.core.Tensors.zeroGradient(p.data());
-                    }
-                    for (var p : two.fc2.parameters()) {
-                        io.mcore4j.core.Tensors.zeroGradient(p.data());
+                    for (var layer : java.util.List.of(one.fc1, one.fc2, two.fc1, two.fc2)) {
+                        layer.parameters().forEach(p -> io.mcore4j.core.Tensors.zeroGradient(p.data()));
                     }
                     serial.update(c -> c);
                     parallel.update(c -> tp.allReduce(c, ReduceOp.MAX, c.getManager()));
