@@ -14,6 +14,10 @@ The module is mcore4j's own, written from the semantics of Transformer Engine's 
   row-major, second column-major, dims multiples of 16), else the reference: the same product of the
   operands widened to float32 (exact), times the inverse scales, rounded to the output dtype.
 
+The scales live in two [slots, 4] float32 buffers (scale, scale_inv), slot i's value at [i, 0]: every slot's
+0-dim view starts on a 16-byte boundary, which cuBLASLt needs of _scaled_mm's scale pointers (a view at 4*i bytes
+fails with CUBLAS_STATUS_NOT_SUPPORTED). The amax history is [history_len, slots].
+
 Integer arguments come in a CPU int64 tensor `cfg`, read with tolist() (no device wait):
   cfg = [slot, fmt, current, use_scaled_mm, out_dtype]  (fmt 0: e4m3, 1: e5m2; out_dtype: a ScalarType code)
 
@@ -28,7 +32,8 @@ from torchscript_archive import write_checked
 
 E4M3_MAX = 448.0
 E5M2_MAX = 57344.0
-
+# floats per slot in the scale buffers: 16 bytes, the alignment cuBLASLt needs of a scale pointer
+SCALE_STRIDE = 4
 
 
 def _fp8_max(fmt: int) -> float:
@@ -60,7 +65,7 @@ def _quantize(x: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, his
         s = torch.where(torch.isinf(s), torch.full_like(s, 3.4028234663852886e38), s)
         return _cast(x, s, fmt), s.reciprocal()
     history[0, slot] = torch.maximum(history[0, slot], amax)
-    return _cast(x, scale[slot], fmt), scale_inv[slot]
+    return _cast(x, scale[slot, 0], fmt), scale_inv[slot, 0]
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, a_inv: torch.Tensor, b_inv: torch.Tensor, scaled_mm: bool,
@@ -115,8 +120,8 @@ class Fp8Linear(torch.nn.Module):
         """Delayed scaling's step, in place: the current amax row (reduced over ranks by the caller) is written
         to history[0]; the amax is the history's maximum (algo 1; NaN wins) or its current row (algo 0); the
         history rolls by one (history[0] leaves for the end, the oldest entry is dropped) and its current row
-        becomes 0; scale = fp8_max / amax / 2^margin where amax > 0 and finite (else unchanged), the largest
-        float32 where that is infinite; scale_inv = 1 / scale. cfg = [margin, algo]."""
+        becomes 0; scale[:, 0] = fp8_max / amax / 2^margin where amax > 0 and finite (else unchanged), the largest
+        float32 where that is infinite; scale_inv[:, 0] = 1 / scale[:, 0]. cfg = [margin, algo]."""
         c: List[int] = cfg.tolist()
         history[0].copy_(current_amax)
         if c[1] == 1:
@@ -127,12 +132,20 @@ class Fp8Linear(torch.nn.Module):
             history.copy_(torch.roll(history, -1, 0))
         history[0].zero_()
         sf = (fp8_max / amax) / float(2 ** c[0])
-        sf = torch.where(amax > 0.0, sf, scale)
-        sf = torch.where(torch.isfinite(amax), sf, scale)
+        previous = scale[:, 0]
+        sf = torch.where(amax > 0.0, sf, previous)
+        sf = torch.where(torch.isfinite(amax), sf, previous)
         sf = torch.where(torch.isinf(sf), torch.full_like(sf, 3.4028234663852886e38), sf)
-        scale.copy_(sf)
-        scale_inv.copy_(sf.reciprocal())
+        scale[:, 0].copy_(sf)
+        scale_inv[:, 0].copy_(sf.reciprocal())
         return scale
+
+
+def _buffer(values: List[float]) -> torch.Tensor:
+    """A [slots, SCALE_STRIDE] scale buffer holding values in column 0 and ones elsewhere."""
+    b = torch.ones(len(values), SCALE_STRIDE)
+    b[:, 0] = torch.tensor(values)
+    return b
 
 
 def check(module: torch.jit.ScriptModule) -> None:
@@ -142,7 +155,7 @@ def check(module: torch.jit.ScriptModule) -> None:
     w = torch.randn(16, 48, dtype=torch.bfloat16) * 0.05
     n = 3
     history = torch.zeros(2, n)
-    scale = torch.tensor([8.0, 4096.0, 1.0])
+    scale = _buffer([8.0, 4096.0, 1.0])
     scale_inv = scale.reciprocal()
     cfg = torch.tensor([1, 0, 0, 0, 15])
     qw, qw_t, w_inv = module.quantize_weight(w, scale, scale_inv, history, cfg)
@@ -173,10 +186,10 @@ def check(module: torch.jit.ScriptModule) -> None:
     except RuntimeError as e:
         print(f"(_scaled_mm not checked on this device: {str(e).splitlines()[0]})")
     h = torch.tensor([[3.0, 0.0, float("nan")], [5.0, 1.0, 2.0]])
-    s = torch.ones(3)
-    si = torch.ones(3)
+    s = _buffer([1.0, 1.0, 1.0])
+    si = _buffer([1.0, 1.0, 1.0])
     module.update(h, s, si, torch.tensor([448.0, 448.0, 57344.0]), torch.tensor([2.0, 0.0, 4.0]), torch.tensor([1, 1]))
-    if not torch.equal(s, torch.tensor([448.0 / 5.0 / 2.0, 448.0 / 1.0 / 2.0, 57344.0 / 4.0 / 2.0])):
+    if not torch.equal(s, _buffer([448.0 / 5.0 / 2.0, 448.0 / 1.0 / 2.0, 57344.0 / 4.0 / 2.0])):
         raise SystemExit(f"update gave {s}")
     if not torch.equal(h, torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 4.0]])):
         raise SystemExit(f"update left history {h}")

@@ -22,21 +22,29 @@ module = torch.jit.load(path, map_location=dev)
 print(f"torch {torch.__version__}, {torch.cuda.get_device_name() if dev == 'cuda' else dev}, module {path}")
 
 
-def state(n=3):
-    return torch.zeros(1, n, device=dev), torch.ones(n, device=dev), torch.ones(n, device=dev)
+STRIDE = 4  # floats per slot in the scale buffers (Fp8Scaling.SCALE_STRIDE): 16-byte aligned scale pointers
+LINEAR = 1  # the checks use the second linear's slots (3, 4, 5): scale views at non-zero offsets, as in a model
 
 
-def cfg(slot, e5m2, scaled_mm):
-    return torch.tensor([slot, int(e5m2), 0, int(scaled_mm), 15])
+def state(n=6):
+    return torch.zeros(1, n, device=dev), torch.ones(n, STRIDE, device=dev), torch.ones(n, STRIDE, device=dev)
+
+
+def cfg(role, e5m2, scaled_mm):
+    return torch.tensor([3 * LINEAR + role, int(e5m2), 0, int(scaled_mm), 15])
 
 
 def run(scaled_mm, x, w, dy):
     history, scale, scale_inv = state()
-    scale.copy_(torch.tensor([448.0 / 4, 448.0 / w.abs().max().item(), 57344.0 / dy.abs().max().item()]))
+    first = 3 * LINEAR
+    scale[first:first + 3, 0] = torch.tensor([448.0 / 4, 448.0 / w.abs().max().item(), 57344.0 / dy.abs().max().item()])
     scale_inv.copy_(scale.reciprocal())
     qw, qw_t, w_inv = module.quantize_weight(w, scale, scale_inv, history, cfg(1, False, scaled_mm))
     y, qx, x_inv = module(x, qw, w_inv, torch.empty(0, device=dev), scale, scale_inv, history, cfg(0, False, scaled_mm))
     dx, dw = module.backward(dy, qx, x_inv, qw_t, w_inv, scale, scale_inv, history, cfg(2, True, scaled_mm))
+    offsets = [t.storage_offset() * 4 for t in (x_inv, w_inv)]
+    if min(offsets) == 0 or any(o % 16 for o in offsets):
+        raise SystemExit(f"the check meant scale views at non-zero 16-byte aligned offsets, got byte offsets {offsets}")
     return y, dx, dw
 
 
@@ -50,7 +58,8 @@ w = torch.randn(768, 1024, device=dev, dtype=torch.bfloat16) * 0.02
 dy = torch.randn(512, 768, device=dev, dtype=torch.bfloat16) * 1e-3
 fast, ref = run(True, x, w, dy), run(False, x, w, dy)
 worst = max(rel(a, b) for a, b in zip(fast, ref))
-print(f"check _scaled_mm vs float32 reference on the same float8 operands: worst relative difference {worst:.2e}"
+print(f"check _scaled_mm vs float32 reference on the same float8 operands (slots {3 * LINEAR}..{3 * LINEAR + 2}, scale"
+      f" views at byte offsets {48 * LINEAR}..{48 * LINEAR + 32}): worst relative difference {worst:.2e}"
       f" ({'OK' if worst < 1e-2 else 'FAIL'})")
 exact = x.float() @ w.float().t()
 print(f"check FP8 forward vs float32 linear: relative error {rel(fast[0], exact):.3f} (expected ~0.03)")

@@ -81,9 +81,9 @@ public final class Fp8Kernels {
     private boolean probe(Device device) {
         try (NDManager temp = Mcore4j.newRootManager().newSubManager(device)) {
             NDArray x = temp.ones(new Shape(16, 16));
-            NDArray scale = temp.ones(new Shape(3));
+            NDArray scale = temp.ones(new Shape(3, Fp8Scaling.SCALE_STRIDE));
             NDArray history = temp.zeros(new Shape(1, 3));
-            NDArray cfg = config(temp, 0, false, false, true, DataType.FLOAT32);
+            NDArray cfg = config(temp, 1, false, false, true, DataType.FLOAT32); // slot 1: a scale view at a non-zero offset
             NDList w = run(quantizeWeight, x, scale, scale, history, cfg);
             NDArray empty = temp.zeros(new Shape(0));
             run(null, x, w.get(0), w.get(2), empty, scale, scale, history, cfg);

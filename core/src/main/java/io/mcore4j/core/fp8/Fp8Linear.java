@@ -111,7 +111,7 @@ public final class Fp8Linear implements AutoCloseable {
         if (cached != null) {
             cached.close();
         }
-        NDList q = Fp8Kernels.get().quantizeWeight(w, scaling.scale(), scaling.scaleInv(), scaling.history(), weightConfig);
+        NDList q = Fp8Kernels.get().quantizeWeight(w, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), weightConfig);
         q.attach(manager);
         cached = new CachedWeight(w, generation, q.get(0), q.get(1), q.get(2));
         return cached;
@@ -165,7 +165,7 @@ public final class Fp8Linear implements AutoCloseable {
             NDArray x2 = x.reshape(tokens, in);
             x2.attach(owner);
             NDArray bias = inputs.length > 2 ? inputs[2] : owner.zeros(new Shape(0), DataType.FLOAT32);
-            NDList result = kernels.forward(x2, cw.q(), cw.inverseScale(), bias, scaling.scale(), scaling.scaleInv(),
+            NDList result = kernels.forward(x2, cw.q(), cw.inverseScale(), bias, scaling.scaleBuffer(), scaling.scaleInvBuffer(),
                     scaling.history(), forwardConfig);
             result.attach(owner);
             long[] dims = shape.getShape().clone();
@@ -186,7 +186,7 @@ public final class Fp8Linear implements AutoCloseable {
             NDArray dy2 = dy.reshape(-1, dims[1]);
             dy2.attach(owner);
             NDList g = Fp8Kernels.get().backward(dy2, ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3),
-                    scaling.scale(), scaling.scaleInv(), scaling.history(), backwardConfig);
+                    scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), backwardConfig);
             g.attach(owner);
             NDArray[] result = new NDArray[ctx.inputCount()];
             if (ctx.needsInputGrad(0)) {

@@ -17,8 +17,10 @@ import java.util.function.UnaryOperator;
 /**
  * The scaling state of every FP8 tensor of a model on this rank: three slots per FP8 linear (its input, its
  * weight, its output gradient), each with an amax history and a float32 scale, held as three device tensors
- * ({@code history [amaxHistoryLen, slots]}, {@code scale [slots]}, {@code scaleInv [slots]}) so that a step
- * never waits for the device.
+ * ({@code history [amaxHistoryLen, slots]}, {@code scale} and {@code scaleInv}, each {@code [slots, 4]} with
+ * slot {@code i}'s value at {@code [i, 0]}) so that a step never waits for the device. The scale buffers give
+ * every slot 16 bytes: a GEMM takes its operands' inverse scales as 0-dim views into them, and cuBLASLt refuses
+ * ({@code CUBLAS_STATUS_NOT_SUPPORTED}) scale pointers that are not 16-byte aligned.
  *
  * <p><b>Delayed scaling</b> (Transformer Engine's recipe, {@link Fp8Recipe#DELAYED}). A cast in step {@code k}
  * uses its slot's scale, computed from the histories up to step {@code k-1}, and records the tensor's amax
@@ -55,10 +57,15 @@ public final class Fp8Scaling implements AutoCloseable {
      */
     public record Slots(int input, int weight, int gradOutput) {}
 
+    /** Floats per slot in the scale buffers: 16 bytes, the alignment cuBLASLt needs of a scale pointer. */
+    static final int SCALE_STRIDE = 4;
+
     private final Fp8Config config;
     private final NDManager manager;
     private final List<String> names = new ArrayList<>();
     private NDArray history;
+    private NDArray scaleBuffer;
+    private NDArray scaleInvBuffer;
     private NDArray scale;
     private NDArray scaleInv;
     private NDArray fp8Max;
@@ -127,16 +134,28 @@ public final class Fp8Scaling implements AutoCloseable {
         return history;
     }
 
-    /** @return {@code [slots]} float32, the scales the casts of this step multiply by */
+    /** @return {@code [slots]} float32, the scales the casts of this step multiply by (a strided view) */
     public NDArray scale() {
         allocate();
         return scale;
     }
 
-    /** @return {@code [slots]} float32, {@code 1 / scale} */
+    /** @return {@code [slots]} float32, {@code 1 / scale} (a strided view) */
     public NDArray scaleInv() {
         allocate();
         return scaleInv;
+    }
+
+    /** @return {@code [slots, 4]} float32, the buffer {@link #scale()} views: what the kernels take */
+    NDArray scaleBuffer() {
+        allocate();
+        return scaleBuffer;
+    }
+
+    /** @return {@code [slots, 4]} float32, the buffer {@link #scaleInv()} views: what the kernels take */
+    NDArray scaleInvBuffer() {
+        allocate();
+        return scaleInvBuffer;
     }
 
     private void allocate() {
@@ -148,8 +167,10 @@ public final class Fp8Scaling implements AutoCloseable {
         }
         int n = names.size();
         history = manager.zeros(new Shape(config.amaxHistoryLen(), n), DataType.FLOAT32);
-        scale = manager.ones(new Shape(n), DataType.FLOAT32);
-        scaleInv = manager.ones(new Shape(n), DataType.FLOAT32);
+        scaleBuffer = manager.ones(new Shape(n, SCALE_STRIDE), DataType.FLOAT32);
+        scaleInvBuffer = manager.ones(new Shape(n, SCALE_STRIDE), DataType.FLOAT32);
+        scale = Tensors.narrow(scaleBuffer, 1, 0, 1).reshape(n);
+        scaleInv = Tensors.narrow(scaleInvBuffer, 1, 0, 1).reshape(n);
         float[] max = new float[n];
         for (int i = 0; i < n; i++) {
             max[i] = (float) (e5m2(i) ? Fp8Format.E5M2_MAX : Fp8Format.E4M3_MAX);
@@ -180,7 +201,7 @@ public final class Fp8Scaling implements AutoCloseable {
             NDArray current = history.get(0).duplicate();
             current.attach(temp);
             NDArray reduced = reduceMax.apply(current);
-            Fp8Kernels.get().update(history, scale, scaleInv, fp8Max, reduced, updateConfig);
+            Fp8Kernels.get().update(history, scaleBuffer, scaleInvBuffer, fp8Max, reduced, updateConfig);
         }
     }
 

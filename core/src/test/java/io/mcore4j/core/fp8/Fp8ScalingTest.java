@@ -80,6 +80,9 @@ class Fp8ScalingTest {
             });
             assertEquals(1, scaling.generation());
             assertArrayEquals(new float[] {1, 1, 1, 1, 1, 1}, scaling.scale().toFloatArray());
+            // 16 bytes a slot: the GEMMs' scale views start on the boundaries cuBLASLt needs
+            assertEquals(new ai.djl.ndarray.types.Shape(6, 4), scaling.scaleBuffer().getShape());
+            assertEquals(new ai.djl.ndarray.types.Shape(6, 4), scaling.scaleInvBuffer().getShape());
             IllegalStateException late = assertThrows(IllegalStateException.class, () -> scaling.register("c"));
             assertTrue(late.getMessage().contains("FP8 linear c registered after"), late.getMessage());
         }
