@@ -101,19 +101,25 @@ public final class Fp8Scaling implements AutoCloseable {
                     + " (" + names.size() / 3 + " linears): build every linear before the first step");
         }
         for (Role r : Role.values()) {
-            String key = linear + "." + r.name().toLowerCase(java.util.Locale.ROOT);
-            if (names.contains(key)) {
+            if (names.contains(slotName(linear, r))) {
                 throw new IllegalArgumentException("FP8 linear " + linear + " is registered twice");
             }
         }
         int first = names.size();
         for (Role r : Role.values()) {
-            names.add(linear + "." + r.name().toLowerCase(java.util.Locale.ROOT));
+            names.add(slotName(linear, r));
         }
         return new Slots(first, first + 1, first + 2);
     }
 
-    /** @return the slots' names ({@code <linear>.input}, {@code .weight}, {@code .grad_output}), in slot order */
+    private static String slotName(String linear, Role role) {
+        return linear + (linear.endsWith(".") ? "" : ".") + role.name().toLowerCase(java.util.Locale.ROOT);
+    }
+
+    /**
+     * @return the slots' names ({@code <linear>.input}, {@code .weight}, {@code .grad_output}; a linear named by
+     *     its key prefix, ending in a dot, gets no second dot), in slot order
+     */
     public List<String> slotNames() {
         return Collections.unmodifiableList(names);
     }
