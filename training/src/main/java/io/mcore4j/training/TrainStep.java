@@ -64,6 +64,8 @@ public final class TrainStep implements AutoCloseable {
     public static final String MODEL_PREFIX = "model.";
     /** Prefix of optimizer keys in checkpoints. */
     public static final String OPTIMIZER_PREFIX = "optimizer.";
+    /** Prefix of the FP8 linears' scaling state in checkpoints (amax histories and scales, keyed by linear). */
+    public static final String FP8_PREFIX = "fp8.";
 
     private final TrainingModel model;
     private final ProcessGroups groups;
@@ -84,6 +86,8 @@ public final class TrainStep implements AutoCloseable {
     private final ScheduleGraph graph;
     // keys of the model's frozen parameters, whose pieces checkpoints leave out
     private final Set<String> frozenKeys = new HashSet<>();
+    // the copies of the FP8 scaling state the last shardedState() handed out; null before
+    private NDManager fp8Pieces;
 
     private TrainStep(Builder b) {
         this.model = b.model;
@@ -345,17 +349,32 @@ public final class TrainStep implements AutoCloseable {
             }
         }
         state.addAll(optimizer.shardedState(OPTIMIZER_PREFIX));
+        Fp8Scaling fp8 = model.fp8Scaling();
+        if (fp8 != null) {
+            if (fp8Pieces != null) {
+                fp8Pieces.close();
+            }
+            fp8Pieces = manager.newSubManager();
+            // identical over the amax reduction's ranks (TP x DP x CP) after each update: one writer per stage
+            boolean replica = groups.tp().rank() > 0 || groups.dpCp().rank() > 0;
+            fp8.shardedState(FP8_PREFIX, fp8Pieces).forEach(t -> state.add(t.replicatedIf(replica)));
+        }
         return state;
     }
 
     /**
      * Loads state read for the pieces {@link #shardedState()} described: the model's were read in
-     * place; the optimizer copies its own (step count and loss scaler included).
+     * place; the optimizer copies its own (step count and loss scaler included), and so does the FP8
+     * scaling state ({@link #FP8_PREFIX}).
      *
      * @param loaded what the checkpoint loader returned for those pieces
      */
     public void loadOptimizerState(List<ShardedTensor> loaded) {
         optimizer.loadShardedState(OPTIMIZER_PREFIX, loaded);
+        Fp8Scaling fp8 = model.fp8Scaling();
+        if (fp8 != null) {
+            fp8.loadShardedState(FP8_PREFIX, loaded);
+        }
     }
 
     /**
@@ -411,6 +430,9 @@ public final class TrainStep implements AutoCloseable {
             graph.close();
         }
         unreadLosses.close();
+        if (fp8Pieces != null) {
+            fp8Pieces.close();
+        }
         optimizer.close(); // writes the pending parameters first
         ddp.close();
     }

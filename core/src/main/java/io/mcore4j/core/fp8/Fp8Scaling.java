@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.shard.ShardedTensor;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -212,38 +213,79 @@ public final class Fp8Scaling implements AutoCloseable {
     }
 
     /**
-     * The state to checkpoint: the history and the scales (the inverse scales follow from them).
+     * The state to checkpoint, one pair of pieces per linear: {@code <prefix><linear>amax_history}
+     * ({@code [amaxHistoryLen, 3]}, the input's, weight's and output gradient's columns) and {@code <prefix><linear>scale}
+     * ({@code [3]}); the inverse scales follow from the scales. Keyed by the linears' names (their global keys), so
+     * a checkpoint reshards across pipeline layouts; whole on every rank (identical over the ranks of the amax
+     * reduction after {@link #update}: the caller marks the copies that are replicas).
      *
-     * @return {@code "amax_history"} and {@code "scale"}, this object's own tensors (copy them before the next step)
+     * @param prefix prepended to every key
+     * @param owner owns the pieces' tensors (copies of this state's)
+     * @return the pieces; none when no linear registered
      */
-    public Map<String, NDArray> state() {
+    public List<ShardedTensor> shardedState(String prefix, NDManager owner) {
+        List<ShardedTensor> out = new ArrayList<>();
+        if (names.isEmpty()) {
+            return out;
+        }
         allocate();
-        Map<String, NDArray> out = new LinkedHashMap<>();
-        out.put("amax_history", history);
-        out.put("scale", scale);
+        for (int i = 0; i < names.size() / 3; i++) {
+            NDArray h = Tensors.narrow(history, 1, 3L * i, 3L * i + 3).duplicate();
+            NDArray sc = Tensors.narrow(scale, 0, 3L * i, 3L * i + 3).duplicate();
+            h.attach(owner);
+            sc.attach(owner);
+            out.add(ShardedTensor.whole(prefix + linear(i) + "amax_history", h));
+            out.add(ShardedTensor.whole(prefix + linear(i) + "scale", sc));
+        }
         return out;
     }
 
     /**
-     * Restores a checkpointed state and starts a new weight generation.
+     * Restores the pieces {@link #shardedState} described, read from a checkpoint, and starts a new weight
+     * generation (the float8 weights are cast again with the restored scales).
      *
-     * @param amaxHistory {@code [amaxHistoryLen, slots]}
-     * @param scales {@code [slots]}
-     * @throws IllegalArgumentException if a shape does not match this state's
+     * @param prefix the prefix given to {@link #shardedState}
+     * @param loaded the loaded pieces (other keys are ignored)
+     * @throws IllegalArgumentException if a linear's piece is missing or of another shape (another
+     *     {@code --fp8-amax-history-len})
      */
-    public void load(NDArray amaxHistory, NDArray scales) {
-        allocate();
-        if (!amaxHistory.getShape().equals(history.getShape()) || !scales.getShape().equals(scale.getShape())) {
-            throw new IllegalArgumentException("FP8 state of shapes " + amaxHistory.getShape() + " and " + scales.getShape()
-                    + " does not fit this model's " + history.getShape() + " and " + scale.getShape()
-                    + " (amax history length x FP8 tensors)");
+    public void loadShardedState(String prefix, List<ShardedTensor> loaded) {
+        if (names.isEmpty()) {
+            return;
         }
-        Tensors.copyInto(history, amaxHistory);
-        Tensors.copyInto(scale, scales);
+        allocate();
+        Map<String, NDArray> byKey = new LinkedHashMap<>();
+        for (ShardedTensor t : loaded) {
+            byKey.put(t.key(), t.data());
+        }
+        for (int i = 0; i < names.size() / 3; i++) {
+            NDArray h = piece(byKey, prefix + linear(i) + "amax_history", new Shape(config.amaxHistoryLen(), 3));
+            NDArray sc = piece(byKey, prefix + linear(i) + "scale", new Shape(3));
+            Tensors.copyInto(Tensors.narrow(history, 1, 3L * i, 3L * i + 3), h);
+            Tensors.copyInto(Tensors.narrow(scale, 0, 3L * i, 3L * i + 3), sc);
+        }
         try (NDManager temp = manager.newSubManager()) {
             Tensors.copyInto(scaleInv, temp.ones(scale.getShape(), DataType.FLOAT32).div(scale));
         }
         generation++;
+    }
+
+    private static NDArray piece(Map<String, NDArray> byKey, String key, Shape shape) {
+        NDArray data = byKey.get(key);
+        if (data == null) {
+            throw new IllegalArgumentException("the checkpoint has no FP8 state " + key);
+        }
+        if (!data.getShape().equals(shape)) {
+            throw new IllegalArgumentException("FP8 state " + key + " of shape " + data.getShape() + " does not fit this"
+                    + " model's " + shape + " (--fp8-amax-history-len x the linear's input, weight and output gradient)");
+        }
+        return data;
+    }
+
+    /** @return linear {@code i}'s name as its slots' prefix, ending in a dot */
+    private String linear(int i) {
+        String slot = names.get(3 * i);
+        return slot.substring(0, slot.length() - "input".length());
     }
 
     /** Closes the state's tensors. */

@@ -61,6 +61,31 @@ class PretrainGptFp8Test {
     }
 
     @Test
+    void aResumedFp8RunContinuesTheUninterruptedOne() throws Exception {
+        Path save = dir.resolve("ckpt");
+        String[] fp8 = {"--fp8-format", "hybrid", "--fp8-amax-history-len", "4", "--fp8-amax-compute-algo", "max",
+            "--sequence-parallel", "--lr-decay-iters", "4"};
+        List<String> whole = flags(2, fp8);
+        whole.set(whole.indexOf("--train-iters") + 1, "4");
+        List<Double> uninterrupted = train(whole);
+        List<String> first = flags(2, fp8);
+        first.set(first.indexOf("--train-iters") + 1, "2");
+        first.addAll(List.of("--save", save.toString()));
+        train(first);
+        List<String> second = new ArrayList<>(whole);
+        second.addAll(List.of("--load", save.toString()));
+        List<Double> resumed = train(second);
+        // the amax histories and scales came back: steps 3 and 4 cast with the scales the uninterrupted run had
+        assertEquals(uninterrupted.subList(2, 4), resumed);
+        List<String> otherHistory = new ArrayList<>(second);
+        otherHistory.set(otherHistory.indexOf("--fp8-amax-history-len") + 1, "2");
+        // the checkpoint loader names the piece and both shapes ([history length, 3])
+        RuntimeException e = assertThrows(RuntimeException.class, () -> train(otherHistory));
+        assertTrue(e.getMessage().contains("fp8.decoder.layers.0.self_attention.linear_qkv.amax_history")
+                && e.getMessage().contains("[4, 3]") && e.getMessage().contains("[2, 3]"), e.getMessage());
+    }
+
+    @Test
     void fp8FlagsAreRefusedByName() {
         String[][] refused = {
             {"--fp8-format", "hybrid"}, // without --bf16
