@@ -42,7 +42,8 @@ import org.slf4j.LoggerFactory;
  * run the forward-backward schedule over them with the loss multiplied by the loss scale (and the
  * MoE auxiliary losses given the same upstream gradient), finish the data-parallel gradient
  * reduction (started during the last backward when {@link OptimizerConfig#overlapGradReduce()}),
- * unscale, clip or skip, step the optimizer, zero the gradients. This class is the only place that
+ * unscale, clip or skip, step the optimizer, update the FP8 linears' scaling state (the model's
+ * {@link TrainingModel#fp8Scaling()}, amaxes reduced with MAX), zero the gradients. This class is the only place that
  * knows the micro-batch count and applies the loss scale; the optimizer owns the scale's value.
  *
  * <p>With {@link OptimizerConfig#overlapParamGather()} the optimizer step only starts the
@@ -90,6 +91,12 @@ public final class TrainStep implements AutoCloseable {
     private NDManager fp8Pieces;
 
     private TrainStep(Builder b) {
+        if (b.cudaGraph.enabled() && b.model.fp8Scaling() != null) {
+            // the casts and scales are device tensors, but the float8 weight copies are cached by the host between
+            // steps, which a replayed graph bypasses: not validated on a GPU yet
+            throw new IllegalArgumentException("--cuda-graph-impl local cannot be combined with --fp8-format yet: the FP8"
+                    + " linears' weight casts are cached by the host between steps (drop one of them)");
+        }
         this.model = b.model;
         this.groups = b.groups;
         this.manager = b.manager;
@@ -118,12 +125,6 @@ public final class TrainStep implements AutoCloseable {
         this.schedule = ScheduleConfig.of(microBatches, model.activationShape(microBatchSize, seqLength),
                 model.activationDtype());
         this.unreadLosses = manager.newSubManager();
-        if (b.cudaGraph.enabled() && model.fp8Scaling() != null) {
-            // the casts and scales are device tensors, but the float8 weight copies are cached by the host between
-            // steps, which a replayed graph bypasses: not validated on a GPU yet
-            throw new IllegalArgumentException("--cuda-graph-impl local cannot be combined with --fp8-format yet: the FP8"
-                    + " linears' weight casts are cached by the host between steps (drop one of them)");
-        }
         this.graph = b.cudaGraph.enabled() ? Kernels.find(GraphCapture.class, manager.getDevice())
                 .map(capture -> new ScheduleGraph(capture, b.cudaGraph, manager)).orElseGet(() -> {
                     LOG.warn("--cuda-graph-impl local: no CUDA graph support on {} (a CUDA device and mcore4j's graph"
