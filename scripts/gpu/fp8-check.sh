@@ -4,19 +4,21 @@
 #   1. module: mcore4j's FP8 TorchScript module on CUDA (fp8_module_check.py): _scaled_mm against the float32
 #      reference on the same float8 operands, at the scale views of a second linear (byte offsets 48..80, the
 #      16-byte aligned layout cuBLASLt needs), and the FP8 forward/backward TFLOP/s against bf16 at 8192^3;
-#   2. 1.3b: GptBenchmark --model 1.3b --bf16 against --bf16 --fp8-format hybrid (micro-batch 4 x 2);
-#   3. llama3b: the same pair for a LLaMA shape that fits one 80 GB GPU with Adam's state (LLaMA-7B does not:
+#   2. losses: pretrain-gpt --mock-data on a small model (4 layers, hidden 512, 20 iterations, every 5th logged), --bf16
+#      and --bf16 --fp8-format hybrid: the FP8 run's losses on _scaled_mm should stay within a few percent of bf16's;
+#   3. 1.3b: GptBenchmark --model 1.3b --bf16 against --bf16 --fp8-format hybrid (micro-batch 4 x 2);
+#   4. llama3b: the same pair for a LLaMA shape that fits one 80 GB GPU with Adam's state (LLaMA-7B does not:
 #      about 18 bytes a parameter before activations): --model llama7b (RMSNorm, RoPE, SwiGLU, no biases, untied
 #      output) at LLAMA_LAYERS (26) layers, hidden 3200, 25 heads of 128, FFN 8640 (OpenLLaMA-3B's widths, 3.4B
 #      parameters), micro-batch 1 x 4, --recompute-granularity selective.
 # Each pair prints its two gpt-benchmark lines and "fp8/bf16 tokens/s ratio R".
-#   STEPS (5) timed steps after WARMUP (2); ROWS (module 1.3b llama3b) picks the parts; EXTRA: more flags for every
+#   STEPS (5) timed steps after WARMUP (2); ROWS (module losses 1.3b llama3b) picks the parts; EXTRA: more flags for every
 #   GptBenchmark run; FP8 ("--fp8-format hybrid"): the FP8 run's flags.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-steps=${STEPS:-5}; warmup=${WARMUP:-2}; rows=${ROWS:-module 1.3b llama3b}; extra=${EXTRA:-}
+steps=${STEPS:-5}; warmup=${WARMUP:-2}; rows=${ROWS:-module losses 1.3b llama3b}; extra=${EXTRA:-}
 fp8=${FP8:---fp8-format hybrid}
-# the FP8 package logs at info where its GEMMs fall back to the float32 reference (no _scaled_mm on the device)
+# the FP8 package logs at info which GEMMs it runs (a GPU whose _scaled_mm fails stops the run with the reason)
 java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Dorg.slf4j.simpleLogger.log.io.mcore4j.core.fp8=info -Dmcore4j.stacktrace=true"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 log=$(mktemp)
@@ -43,11 +45,19 @@ for row in $rows; do
       [ -f "$module" ] || module=$(cd "$here/../.." && pwd)/core/src/main/resources/io/mcore4j/core/torchscript/fp8_linear.pt
       echo "== FP8 module on CUDA"
       python3 "$here/fp8_module_check.py" "$module" 2>&1 | grep -v Warning ;;
+    losses)
+      for f in "" "$fp8"; do
+        echo "== pretrain-gpt losses --bf16 $f"
+        java $java_opts -cp "$CP" io.mcore4j.samples.pretrain.PretrainGpt --num-layers 4 --hidden-size 512 \
+          --num-attention-heads 8 --seq-length 512 --vocab-size 4096 --mock-data --micro-batch-size 4 \
+          --global-batch-size 16 --bf16 --train-iters 20 --log-interval 5 --lr 1e-3 --min-lr 1e-3 $f 2>&1 \
+          | grep -oE "iteration +[0-9]+/ +[0-9]+ \| loss [0-9.]+|FP8 GEMMs.*|.*(Exception|Error).*" | head -20
+      done ;;
     1.3b) pair 1.3b --model 1.3b --micro-batch-size 4 --micro-batches 2 ;;
     llama3b)
       pair llama3b --model llama7b --num-layers "${LLAMA_LAYERS:-26}" --hidden-size 3200 --num-attention-heads 25 \
         --ffn-hidden-size 8640 --micro-batch-size 1 --micro-batches 4 --recompute-granularity selective ;;
-    *) echo "fp8-check: unknown row $row (module, 1.3b, llama3b)" >&2; exit 2 ;;
+    *) echo "fp8-check: unknown row $row (module, losses, 1.3b, llama3b)" >&2; exit 2 ;;
   esac
 done
 rm -f "$log"

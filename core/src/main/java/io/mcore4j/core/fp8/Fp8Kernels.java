@@ -22,10 +22,11 @@ import java.util.concurrent.ConcurrentHashMap;
 /**
  * The float8 casts and GEMMs of an FP8 linear, run by mcore4j's TorchScript module
  * ({@code scripts/make_fp8_linear_module.py}, {@code /io/mcore4j/core/torchscript/fp8_linear.pt}). The one place
- * that chooses how the GEMMs run on a device: {@code torch._scaled_mm} where the device's libtorch has it (CUDA
- * on Hopper and Ada), else the reference, the same float8 operands widened to float32 and multiplied by
- * {@code torch.mm} (libtorch 2.7.1 has no CPU {@code _scaled_mm}). The choice is made once per device by trying
- * {@code _scaled_mm} on a [16, 16] product, and the reference is announced by one log line.
+ * that chooses how the GEMMs run on a device: {@code torch._scaled_mm} on a GPU (CUDA on Hopper and Ada), the
+ * reference on the CPU: the same float8 operands widened to float32 and multiplied by {@code torch.mm} (libtorch
+ * 2.7.1 has no CPU {@code _scaled_mm}). The choice is made once per device by trying {@code _scaled_mm} on a
+ * [16, 16] product at a second slot's scale (16 bytes into its buffer): the CPU's reference is announced by one log
+ * line; on a GPU a failure is an error, never a fallback to the slow reference.
  *
  * <p>The module runs with TorchScript's graph optimisation off ({@link GraphOptimization}): libtorch's fuser
  * cannot compile a float8 cast (nvrtc has no {@code float8_e4m3fn}), and every op of the module is one large
@@ -72,7 +73,8 @@ public final class Fp8Kernels {
      * Whether the GEMMs on {@code device} run {@code torch._scaled_mm}; decided on the first call per device.
      *
      * @param device the tensors' device
-     * @return true for {@code _scaled_mm}, false for the float32 reference (logged once)
+     * @return true for {@code _scaled_mm}, false for the float32 reference (logged once; CPU only)
+     * @throws IllegalStateException on a GPU where {@code _scaled_mm} fails, with libtorch's reason
      */
     public boolean scaledMm(Device device) {
         return SCALED_MM.computeIfAbsent(device.toString(), d -> probe(device));
@@ -89,12 +91,24 @@ public final class Fp8Kernels {
             run(null, x, w.get(0), w.get(2), empty, scale, scale, history, cfg);
             return true;
         } catch (EngineException e) {
-            String reason = e.getMessage() == null ? e.toString() : e.getMessage().lines()
-                    .filter(l -> l.contains("Error") || l.contains("Could not")).findFirst().orElse(e.getMessage().lines().findFirst().orElse(""));
+            String reason = abbreviated((e.getMessage() == null ? e.toString() : e.getMessage().lines()
+                    .filter(l -> l.contains("Error") || l.contains("Could not")).findFirst()
+                    .orElse(e.getMessage().lines().findFirst().orElse(""))).strip());
+            if (device.isGpu()) {
+                // a GPU without float8 GEMMs would train at a fraction of bf16's speed, and a failing _scaled_mm on one
+                // that has them is a bug to see: neither falls back
+                throw new IllegalStateException("FP8 GEMMs (--fp8-format) need torch._scaled_mm on " + device
+                        + " (a GPU with float8 tensor cores: Hopper or Ada), which failed: " + reason, e);
+            }
             LOG.info("FP8 GEMMs on {} run the float32 reference (same float8 operands, torch.mm): torch._scaled_mm is"
-                    + " not available there ({})", device, reason.strip());
+                    + " not available there ({})", device, reason);
             return false;
         }
+    }
+
+    /** @return the first 200 characters of a libtorch error line (its operator lists run to thousands) */
+    private static String abbreviated(String line) {
+        return line.length() <= 200 ? line : line.substring(0, 200) + "...";
     }
 
     /**
