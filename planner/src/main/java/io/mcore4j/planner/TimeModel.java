@@ -25,7 +25,7 @@ import java.util.List;
  *       and drain), plus stage-to-stage transfers;</li>
  *   <li>DP: the all-reduce (or reduce-scatter and parameter all-gather) of the rank's gradients over
  *       DP x CP at the group's bus bandwidth, times the calibrated factor; optimizer: per parameter.</li>
- *   <li>FP8 ({@link TransformerConfig#fp8()}): the GEMMs of the FP8 linears run at {@link #FP8_GEMM_SPEEDUP} times
+ *   <li>FP8 ({@link TransformerConfig#fp8()}): the GEMMs of the FP8 linears run at {@code FP8_GEMM_SPEEDUP} (2) times
  *       the bf16 rate (Hopper's dense FP8 peak over its bf16 peak); their casts are not counted, so the estimate is
  *       the gain's upper bound until a calibration measures it (scripts/gpu/fp8-check.sh prints the ratio).</li>
  * </ul>
