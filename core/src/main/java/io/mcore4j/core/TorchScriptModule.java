@@ -62,16 +62,16 @@ public final class TorchScriptModule {
     }
 
     /**
-     * Runs the exported method {@code method} on tensors through DJL's training entry point (the
-     * thread's grad mode decides whether a graph is recorded), like {@link #forward}.
+     * Runs an exported method of the module on tensors through DJL's training entry point (the
+     * thread's grad mode decides whether a graph is recorded), like {@link #forward(NDList)}.
      *
-     * @param method the exported method's name
-     * @param marker a tensor named {@code "module_method:" + method}, which DJL reads to pick the
-     *     method and passes no further
+     * @param marker a tensor named {@code "module_method:" + name} (the exported method's name), which
+     *     DJL reads to pick the method and passes no further; inputs must carry no name
+     *     ({@link Tensors#detach} gives an unnamed handle)
      * @param inputs the method's tensor arguments, in order
      * @return the outputs, owned by the first input's manager
      */
-    NDList forward(NDArray marker, NDArray... inputs) {
+    public NDList forward(NDArray marker, NDArray... inputs) {
         NDList list = new NDList(inputs.length + 1);
         for (NDArray in : inputs) {
             list.add(in);

@@ -2,6 +2,7 @@ package io.mcore4j.models;
 
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.contextparallel.CpCommType;
+import io.mcore4j.core.fp8.Fp8Config;
 import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.tensorparallel.MlpActivation;
@@ -76,6 +77,9 @@ import java.util.stream.Collectors;
  *     {@code query_pre_attn_scalar^-1/2}), or 0 for {@code 1 / sqrt(kvChannels)}
  * @param localRotaryBase the RoPE base of the layers with a sliding window, which then rotate without
  *     {@code ropeScaling} (Gemma 3's {@code rope_local_base_freq}); 0 for {@code rotaryBase} everywhere
+ * @param fp8 FP8 GEMMs in the transformer layers' QKV, projection, FC1 and FC2 (Megatron's {@code --fp8-format}
+ *     and its flags; the first and last layers as {@link Fp8Config#fp8Layer} says), or null for none; needs
+ *     bfloat16 or float16 parameters, as Megatron does
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -90,7 +94,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow,
                                 boolean layernormZeroCenteredGamma, boolean postSelfAttnLayernorm,
                                 boolean postMlpLayernorm, boolean scaleEmbeddingsBySqrtHidden, double softmaxScale,
-                                double localRotaryBase) {
+                                double localRotaryBase, Fp8Config fp8) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -420,6 +424,13 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             throw new IllegalArgumentException("recompute modules " + recomputeModules
                     + " apply only to selective recompute, not " + recompute);
         }
+        if (fp8 != null) {
+            if (dtype != DataType.BFLOAT16 && dtype != DataType.FLOAT16) {
+                throw new IllegalArgumentException("FP8 (" + fp8.format().megatronName() + ") needs bfloat16 or float16 parameters, not "
+                        + dtype + " (Megatron's rule: --fp8-format with --bf16 or --fp16)");
+            }
+            fp8.checkLayers(numLayers);
+        }
         if (tpCommOverlap && !sequenceParallel) {
             // Megatron asserts the same: the overlap splits the sequence-parallel collectives
             throw new IllegalArgumentException("tensor-parallel communication overlap (tp_comm_overlap) needs sequence"
@@ -701,6 +712,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.scaleEmbeddings = scaleEmbeddingsBySqrtHidden;
         b.scoreScale = softmaxScale;
         b.localRope = localRotaryBase;
+        b.fp8Config = fp8;
         return b;
     }
 
@@ -751,6 +763,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private boolean scaleEmbeddings;
         private double scoreScale;
         private double localRope;
+        private Fp8Config fp8Config;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -1002,6 +1015,15 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param value FP8 GEMMs in the layers' linears (Megatron's {@code --fp8-format} and its flags), or null for none
+         * @return this
+         */
+        public Builder fp8(Fp8Config value) {
+            this.fp8Config = value;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -1015,7 +1037,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
                     type, moeSettings, cpComm, hierarchicalCp, qkvBias, scaling, qkNorm, tpOverlap, window, zeroCentered,
-                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope);
+                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope, fp8Config);
         }
     }
 }

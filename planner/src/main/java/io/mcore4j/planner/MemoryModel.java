@@ -17,7 +17,8 @@ import java.util.List;
  * {@link OptimizerConfig#optimizerCpuOffload()} the fraction {@code optimizerOffloadFraction} of the
  * optimizer state leaves device memory (the optimizer moves whole bucket shards and so moves at least
  * that much: the device share estimated is an upper bound); the gradients, their buffers and the
- * step's workspace stay on the device.
+ * step's workspace stay on the device. FP8 linears ({@link TransformerConfig#fp8()}) keep a float8 copy of their
+ * weight and its transpose: 2 more bytes per FP8 weight element, counted with the parameters.
  */
 public final class MemoryModel {
     private MemoryModel() {}
@@ -59,6 +60,10 @@ public final class MemoryModel {
         long expert = ParameterInventory.numel(tensors, true);
         int bytes = c.dtype().getNumOfBytes();
         long params = (dense + expert) * bytes;
+        long fp8Copies = 0;
+        for (ParameterInventory.Tensor t : tensors) {
+            fp8Copies += ParameterInventory.fp8Weight(c, t) ? 2 * t.numel() : 0;
+        }
         int denseGroup = dims.dataParallel() * dims.contextParallel();
         int expertGroup = dims.expertDataParallel();
         boolean shard = opt.useDistributedOptimizer();
@@ -86,7 +91,7 @@ public final class MemoryModel {
         boolean last = stage == layout.pipelineParallel() - 1;
         double peak = kept + Math.max(act.backwardTransient(b, s, layersPerChunk), last ? act.logits(b, s) : 0);
         long workspace = (long) ((denseShard + expertShard) * cal.optimizerWorkspaceBytesPerParameter());
-        return new MemoryEstimate(stage, params, params, optimizer, onHost, (long) perMicroBatch,
+        return new MemoryEstimate(stage, params + fp8Copies, params, optimizer, onHost, (long) perMicroBatch,
                 chunksInFlight / layout.virtualStages(), (long) peak, params, buffers, workspace,
                 cal.deviceOverheadBytes());
     }

@@ -149,6 +149,23 @@ public final class ParameterInventory {
         }
     }
 
+    /** The weights of a layer's FP8 linears: QKV, projection and the dense MLP's FC1 and FC2 (not experts'). */
+    private static final java.util.regex.Pattern FP8_WEIGHT = java.util.regex.Pattern.compile(
+            "decoder\\.layers\\.(\\d+)\\.(self_attention\\.linear_qkv|self_attention\\.linear_proj|mlp\\.linear_fc1|mlp\\.linear_fc2)\\.weight");
+
+    /**
+     * @param c the model (its {@link TransformerConfig#fp8()} decides which layers are in FP8)
+     * @param t one of a rank's tensors
+     * @return whether {@code t} is the weight of a linear whose GEMMs run in FP8
+     */
+    public static boolean fp8Weight(TransformerConfig c, Tensor t) {
+        if (c.fp8() == null || t.expert()) {
+            return false;
+        }
+        java.util.regex.Matcher m = FP8_WEIGHT.matcher(t.key());
+        return m.matches() && c.fp8().fp8Layer(Integer.parseInt(m.group(1)), c.numLayers());
+    }
+
     /**
      * @param tensors a rank's tensors
      * @param expert whether to count expert or dense tensors

@@ -25,11 +25,17 @@ import java.util.List;
  *       and drain), plus stage-to-stage transfers;</li>
  *   <li>DP: the all-reduce (or reduce-scatter and parameter all-gather) of the rank's gradients over
  *       DP x CP at the group's bus bandwidth, times the calibrated factor; optimizer: per parameter.</li>
+ *   <li>FP8 ({@link TransformerConfig#fp8()}): the GEMMs of the FP8 linears run at {@code FP8_GEMM_SPEEDUP} (2) times
+ *       the bf16 rate (Hopper's dense FP8 peak over its bf16 peak); their casts are not counted, so the estimate is
+ *       the gain's upper bound until a calibration measures it (scripts/gpu/fp8-check.sh prints the ratio).</li>
  * </ul>
  * A collective's time is {@code latency + bytes x 2(n-1)/n / busBandwidth} for an all-reduce,
  * {@code (n-1)/n} for a gather or scatter; a group spanning nodes gets the inter-node bandwidth.
  */
 public final class TimeModel {
+    /** FP8 GEMM throughput over bf16's at the same efficiency: H100's and H200's dense peaks, 1979 over 989 TFLOP/s. */
+    static final double FP8_GEMM_SPEEDUP = 2.0;
+
     private TimeModel() {}
 
     /**
@@ -68,6 +74,9 @@ public final class TimeModel {
                     continue; // a lookup (the output layer's use of a tied weight is counted below)
                 }
                 double perToken = isMatrix(t) ? 6.0 * t.numel() * tp : 0;
+                if (ParameterInventory.fp8Weight(c, t)) {
+                    perToken /= FP8_GEMM_SPEEDUP; // the same FLOPs at the FP8 rate
+                }
                 if (t.expert()) {
                     perToken *= (double) c.moe().topK() * ep / c.moe().numExperts();
                 }

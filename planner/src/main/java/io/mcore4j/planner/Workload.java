@@ -86,7 +86,7 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
                 c.addQkvBias(), c.ropeScaling(),
                 c.qkLayernorm(), c.tpCommOverlap(), c.slidingWindow(), c.layernormZeroCenteredGamma(),
                 c.postSelfAttnLayernorm(), c.postMlpLayernorm(), c.scaleEmbeddingsBySqrtHidden(), c.softmaxScale(),
-                c.localRotaryBase());
+                c.localRotaryBase(), c.fp8());
     }
 
     /** @return the optimizer settings of a layout */

@@ -6,6 +6,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.fp8.Fp8Linear;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.Communicator;
@@ -47,6 +48,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
     private final Parameter bias;
     private final List<ShardedTensor> stridedPieces = new ArrayList<>();
     private final NDManager manager;
+    private final Fp8Linear fp8;
 
     private ColumnParallelLinear(Builder b) {
         this.name = b.name;
@@ -66,6 +68,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
         this.bias = b.bias ? new Parameter("bias",
                 b.biasInitializer.createShard(manager, new Shape(outputSize), b.dtype, partition), split,
                 Parameter.Kind.DENSE) : null;
+        this.fp8 = b.buildFp8();
         if (partition.stride() > 1) {
             for (Parameter p : parameters()) {
                 stridedPieces.addAll(partition.describe(p.name(), p.data(), manager, 0));
@@ -128,7 +131,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
                     : scope.apply1(new PipelinedGatherLinear(tp), input, weight.data(), addedBias);
             return new LinearOutput(local, bias != null && skipBiasAdd ? bias.data() : null);
         }
-        if (!sequenceParallel && tp.size() > 1 && scope.isGradEnabled()) {
+        if (!sequenceParallel && tp.size() > 1 && scope.isGradEnabled() && fp8 == null) {
             // copy-to-region and the linear as one Function: backward all-reduces the input gradient
             // while it computes the weight gradient
             NDArray local = addedBias == null
@@ -140,7 +143,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
         NDArray x = sequenceParallel
                 ? Mappings.gatherFromSequenceParallelRegion(scope, tp, input, true)
                 : Mappings.copyToTensorParallelRegion(scope, tp, input);
-        NDArray local = Tensors.linear(x, weight.data(), addedBias, scope.manager());
+        NDArray local = LocalLinear.apply(scope, fp8, x, weight.data(), addedBias);
         NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
         // without grad, a gathered input or a gathered-from output is dead here; with grad the scope
         // keeps what the mappings' Functions refer to, and at TP1 the mappings return what they got
@@ -238,6 +241,9 @@ public final class ColumnParallelLinear implements ParallelLinear {
         for (ShardedTensor t : stridedPieces) {
             t.data().close();
         }
+        if (fp8 != null) {
+            fp8.close();
+        }
         ParallelLinear.super.close();
     }
 
@@ -245,7 +251,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
     public String toString() {
         return name + "{" + inputSize + " -> " + outputSize + ", tp " + tp.rank() + "/" + tp.size()
                 + (partition.stride() > 1 ? ", stride " + partition.stride() : "")
-                + (sequenceParallel ? ", sequence parallel" : "") + (tpCommOverlap ? ", tp comm overlap" : "") + (gatherOutput ? ", gather output" : "") + "}";
+                + (sequenceParallel ? ", sequence parallel" : "") + (fp8 != null ? ", fp8" : "") + (tpCommOverlap ? ", tp comm overlap" : "") + (gatherOutput ? ", gather output" : "") + "}";
     }
 
     /** Options of a {@link ColumnParallelLinear}; {@link #manager} is required. */
@@ -299,6 +305,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
                 throw new IllegalArgumentException(name + ": gatherOutput cannot be combined with sequence parallelism");
             }
             checkTpCommOverlap();
+            checkFp8(perRank, inputSize);
             return new ColumnParallelLinear(this);
         }
     }

@@ -1,5 +1,7 @@
 package io.mcore4j.tensorparallel;
 
+import io.mcore4j.core.fp8.Fp8Linear;
+import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.parallel.Communicator;
 
 import java.util.Objects;
@@ -17,6 +19,7 @@ public abstract class ParallelLinearBuilder<B extends ParallelLinearBuilder<B>> 
     boolean skipBiasAdd;
     boolean tpCommOverlap;
     Initializer biasInitializer = Initializers.zeros();
+    Fp8Scaling fp8;
 
     ParallelLinearBuilder(int inputSize, int outputSize, Communicator tp, String defaultName) {
         super(tp, defaultName);
@@ -58,6 +61,39 @@ public abstract class ParallelLinearBuilder<B extends ParallelLinearBuilder<B>> 
             throw new IllegalArgumentException(name + ": tpCommOverlap overlaps the sequence-parallel collectives;"
                     + " it needs sequenceParallel(true)");
         }
+    }
+
+    /**
+     * @param value the model's FP8 scaling state: the layer's GEMMs run in FP8 ({@link Fp8Linear}, three slots
+     *              registered there under the layer's name), or null for the parameter dtype (the default)
+     * @return this
+     */
+    public B fp8(Fp8Scaling value) {
+        this.fp8 = value;
+        return self();
+    }
+
+    /**
+     * Refuses FP8 with {@link #tpCommOverlap} (whose pipelined GEMMs are not FP8) and this rank's weight dims that
+     * FP8 GEMMs cannot take, naming the layer.
+     *
+     * @param localOut this rank's output dim
+     * @param localIn this rank's input dim
+     */
+    void checkFp8(int localOut, int localIn) {
+        if (fp8 == null) {
+            return;
+        }
+        if (tpCommOverlap) {
+            throw new IllegalArgumentException(name + ": FP8 GEMMs cannot be combined with tpCommOverlap (its pipelined"
+                    + " GEMMs run in the parameter dtype); drop one of them");
+        }
+        Fp8Linear.checkDims(name, localIn, localOut);
+    }
+
+    /** @return the layer's FP8 GEMMs, or null without FP8 */
+    Fp8Linear buildFp8() {
+        return fp8 == null ? null : new Fp8Linear(name, fp8, manager);
     }
 
     /** @param value how the full bias is created, identically on every rank (default zeros) @return this */

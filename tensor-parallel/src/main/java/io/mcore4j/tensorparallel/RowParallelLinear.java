@@ -6,6 +6,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.fp8.Fp8Linear;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.nn.Parameter;
@@ -49,6 +50,7 @@ public final class RowParallelLinear implements ParallelLinear {
     private final boolean tpCommOverlap;
     private final Parameter weight;
     private final Parameter bias;
+    private final Fp8Linear fp8;
 
     private RowParallelLinear(Builder b) {
         this.name = b.name;
@@ -66,6 +68,7 @@ public final class RowParallelLinear implements ParallelLinear {
         this.bias = b.bias ? new Parameter("bias", b.biasInitializer.create(b.manager, new Shape(outputSize), b.dtype),
                 Parameter.Partition.NONE, sequenceParallel ? Parameter.Kind.SEQUENCE_PARALLEL : Parameter.Kind.DENSE)
                 : null;
+        this.fp8 = b.buildFp8();
     }
 
     /**
@@ -123,7 +126,7 @@ public final class RowParallelLinear implements ParallelLinear {
                 share = scope.apply1(new BiasShare(tp.size()), bias.data());
             }
         }
-        NDArray partial = Tensors.linear(x, weight.data(), share, scope.manager());
+        NDArray partial = LocalLinear.apply(scope, fp8, x, weight.data(), share);
         NDArray out = sequenceParallel
                 ? Mappings.reduceScatterToSequenceParallelRegion(scope, tp, partial)
                 : Mappings.reduceFromTensorParallelRegion(scope, tp, partial);
@@ -212,10 +215,19 @@ public final class RowParallelLinear implements ParallelLinear {
         return out;
     }
 
+    /** Closes the parameters and the FP8 weight copies. */
+    @Override
+    public void close() {
+        if (fp8 != null) {
+            fp8.close();
+        }
+        ParallelLinear.super.close();
+    }
+
     @Override
     public String toString() {
         return name + "{" + inputSize + " -> " + outputSize + ", tp " + tp.rank() + "/" + tp.size()
-                + (sequenceParallel ? ", sequence parallel" : "") + (tpCommOverlap ? ", tp comm overlap" : "") + (inputIsParallel ? "" : ", scatters input") + "}";
+                + (sequenceParallel ? ", sequence parallel" : "") + (fp8 != null ? ", fp8" : "") + (tpCommOverlap ? ", tp comm overlap" : "") + (inputIsParallel ? "" : ", scatters input") + "}";
     }
 
     /** Options of a {@link RowParallelLinear}; {@link #manager} is required. */
@@ -247,6 +259,7 @@ public final class RowParallelLinear implements ParallelLinear {
                 throw new IllegalArgumentException(name + ": sequence parallelism needs inputIsParallel(true)");
             }
             checkTpCommOverlap();
+            checkFp8(outputSize, inputSize / tp.size());
             return new RowParallelLinear(this);
         }
     }

@@ -7,6 +7,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.core.kernel.GraphCapture;
 import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.nn.Parameter;
@@ -41,7 +42,8 @@ import org.slf4j.LoggerFactory;
  * run the forward-backward schedule over them with the loss multiplied by the loss scale (and the
  * MoE auxiliary losses given the same upstream gradient), finish the data-parallel gradient
  * reduction (started during the last backward when {@link OptimizerConfig#overlapGradReduce()}),
- * unscale, clip or skip, step the optimizer, zero the gradients. This class is the only place that
+ * unscale, clip or skip, step the optimizer, update the FP8 linears' scaling state (the model's
+ * {@link TrainingModel#fp8Scaling()}, amaxes reduced with MAX), zero the gradients. This class is the only place that
  * knows the micro-batch count and applies the loss scale; the optimizer owns the scale's value.
  *
  * <p>With {@link OptimizerConfig#overlapParamGather()} the optimizer step only starts the
@@ -63,6 +65,8 @@ public final class TrainStep implements AutoCloseable {
     public static final String MODEL_PREFIX = "model.";
     /** Prefix of optimizer keys in checkpoints. */
     public static final String OPTIMIZER_PREFIX = "optimizer.";
+    /** Prefix of the FP8 linears' scaling state in checkpoints (amax histories and scales, keyed by linear). */
+    public static final String FP8_PREFIX = "fp8.";
 
     private final TrainingModel model;
     private final ProcessGroups groups;
@@ -83,8 +87,16 @@ public final class TrainStep implements AutoCloseable {
     private final ScheduleGraph graph;
     // keys of the model's frozen parameters, whose pieces checkpoints leave out
     private final Set<String> frozenKeys = new HashSet<>();
+    // the copies of the FP8 scaling state the last shardedState() handed out; null before
+    private NDManager fp8Pieces;
 
     private TrainStep(Builder b) {
+        if (b.cudaGraph.enabled() && b.model.fp8Scaling() != null) {
+            // the casts and scales are device tensors, but the float8 weight copies are cached by the host between
+            // steps, which a replayed graph bypasses: not validated on a GPU yet
+            throw new IllegalArgumentException("--cuda-graph-impl local cannot be combined with --fp8-format yet: the FP8"
+                    + " linears' weight casts are cached by the host between steps (drop one of them)");
+        }
         this.model = b.model;
         this.groups = b.groups;
         this.manager = b.manager;
@@ -175,6 +187,7 @@ public final class TrainStep implements AutoCloseable {
             ddp.finishGradSync();
             marks[2] = mark();
             StepResult s = optimizer.step(learningRate, weightDecay); // reads the gradient norm: one host sync
+            updateFp8Scaling();
             marks[3] = mark();
             if (graph != null && graph.ownsGradients()) {
                 ddp.keepGradients(); // the next replay writes them afresh
@@ -192,6 +205,21 @@ public final class TrainStep implements AutoCloseable {
             long samples = (long) microBatches * microBatchSize * groups.dims().dataParallel();
             return new TrainStepResult(deferredLoss(result.deviceLosses(), scale), s.gradNorm(), s.lossScale(),
                     s.skipped(), s.numZeros(), samples, samples * seqLength, seconds, phases);
+        }
+    }
+
+    /**
+     * Ends the step of the model's FP8 linears (after the optimizer changed the weights, so their float8 copies are
+     * cast again): the step's amaxes are reduced with MAX over the tensor-parallel group (every rank must cast a
+     * layer's tensors with one scale) and the data- and context-parallel group (Megatron's amax reduction group:
+     * replicas keep identical scales), and the next scales computed, on the device. Skipped steps update too, as
+     * Transformer Engine records amaxes whatever the optimizer does.
+     */
+    private void updateFp8Scaling() {
+        Fp8Scaling fp8 = model.fp8Scaling();
+        if (fp8 != null) {
+            fp8.update(amax -> groups.dpCp().allReduce(groups.tp().allReduce(amax, ReduceOp.MAX, amax.getManager()),
+                    ReduceOp.MAX, amax.getManager()));
         }
     }
 
@@ -323,17 +351,32 @@ public final class TrainStep implements AutoCloseable {
             }
         }
         state.addAll(optimizer.shardedState(OPTIMIZER_PREFIX));
+        Fp8Scaling fp8 = model.fp8Scaling();
+        if (fp8 != null) {
+            if (fp8Pieces != null) {
+                fp8Pieces.close();
+            }
+            fp8Pieces = manager.newSubManager();
+            // identical over the amax reduction's ranks (TP x DP x CP) after each update: one writer per stage
+            boolean replica = groups.tp().rank() > 0 || groups.dpCp().rank() > 0;
+            fp8.shardedState(FP8_PREFIX, fp8Pieces).forEach(t -> state.add(t.replicatedIf(replica)));
+        }
         return state;
     }
 
     /**
      * Loads state read for the pieces {@link #shardedState()} described: the model's were read in
-     * place; the optimizer copies its own (step count and loss scaler included).
+     * place; the optimizer copies its own (step count and loss scaler included), and so does the FP8
+     * scaling state ({@link #FP8_PREFIX}).
      *
      * @param loaded what the checkpoint loader returned for those pieces
      */
     public void loadOptimizerState(List<ShardedTensor> loaded) {
         optimizer.loadShardedState(OPTIMIZER_PREFIX, loaded);
+        Fp8Scaling fp8 = model.fp8Scaling();
+        if (fp8 != null) {
+            fp8.loadShardedState(FP8_PREFIX, loaded);
+        }
     }
 
     /**
@@ -389,6 +432,9 @@ public final class TrainStep implements AutoCloseable {
             graph.close();
         }
         unreadLosses.close();
+        if (fp8Pieces != null) {
+            fp8Pieces.close();
+        }
         optimizer.close(); // writes the pending parameters first
         ddp.close();
     }

@@ -197,13 +197,14 @@ public final class TrainingLoop {
         }
         List<ShardedTensor> targets = step.shardedState();
         List<ShardedTensor> optimizerState = targets.stream()
-                .filter(t -> t.key().startsWith(TrainStep.OPTIMIZER_PREFIX)).toList();
+                .filter(t -> t.key().startsWith(TrainStep.OPTIMIZER_PREFIX) || t.key().startsWith(TrainStep.FP8_PREFIX))
+                .toList();
         LoadResult result = manager.loadLatest(targets, groups.world(), StrictMode.RAISE_ALL)
                 .orElseThrow(() -> new IllegalArgumentException("--load " + directory + " holds no complete checkpoint"));
         Map<String, Object> common = result.common();
         this.schedule = SchedulerState.resolve(config.lrSchedule(), common.get(SchedulerState.KEY),
                 config.checkpoint().scheduler());
-        // the model's state was read in place; the optimizer copies its own (step count, loss scaler)
+        // the model's state was read in place; the optimizer copies its own (step count, loss scaler), as does FP8's
         step.loadOptimizerState(optimizerState);
         this.iteration = longEntry(common, "iteration", directory);
         this.consumedSamples = longEntry(common, "consumed_samples", directory);

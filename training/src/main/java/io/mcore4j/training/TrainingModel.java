@@ -109,6 +109,14 @@ public interface TrainingModel extends Module {
     default void finishStep() {}
 
     /**
+     * @return the scaling state of the model's FP8 linears on this rank, which {@link TrainStep} updates after
+     *     each optimizer step; null for a model without FP8 (the default)
+     */
+    default io.mcore4j.core.fp8.Fp8Scaling fp8Scaling() {
+        return null;
+    }
+
+    /**
      * @param seqLength tokens per sample
      * @return model FLOPs per token (forward and backward), or NaN when unknown
      */

@@ -1,5 +1,6 @@
 package io.mcore4j.models.transformer;
 
+import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
 import io.mcore4j.tensorparallel.Initializers;
 import io.mcore4j.tensorparallel.LoraLinear;
@@ -15,9 +16,11 @@ import io.mcore4j.tensorparallel.RowParallelLinear;
  * @param linearFc1 the first MLP linear (fused gate and up for SwiGLU)
  * @param linearFc2 the second MLP linear
  * @param coreAttention attention over projected queries, keys and values
+ * @param fp8 the model's FP8 scaling state, which the four linears of the layers that the config's
+ *     {@link io.mcore4j.core.fp8.Fp8Config#fp8Layer} puts in FP8 register with ({@link #fp8For}); null for none
  */
 public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, LinearFactory linearFc1,
-                        LinearFactory linearFc2, CoreAttention.Factory coreAttention) {
+                        LinearFactory linearFc2, CoreAttention.Factory coreAttention, Fp8Scaling fp8) {
 
     /** Builds a linear layer. */
     @FunctionalInterface
@@ -40,8 +43,10 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
      * @param skipBiasAdd return the bias instead of adding it
      * @param initStd std of its normal initialisation
      * @param stride partition stride (2 for fused GLU weights)
+     * @param fp8 the scaling state the linear's GEMMs run in FP8 with, or null for the parameter dtype
      */
-    public record LinearSettings(int inputSize, int outputSize, boolean bias, boolean skipBiasAdd, double initStd, int stride) {}
+    public record LinearSettings(int inputSize, int outputSize, boolean bias, boolean skipBiasAdd, double initStd, int stride,
+                                 Fp8Scaling fp8) {}
 
     /**
      * @return Megatron's local spec: column-parallel QKV and FC1, row-parallel projection and FC2, attention
@@ -50,7 +55,28 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
      *     the output layer and the experts keep the composed collectives, as in Megatron-Core)
      */
     public static LayerSpec tensorParallel() {
-        return new LayerSpec(LayerSpec::column, LayerSpec::row, LayerSpec::column, LayerSpec::row, DotProductAttention::forLayer);
+        return new LayerSpec(LayerSpec::column, LayerSpec::row, LayerSpec::column, LayerSpec::row, DotProductAttention::forLayer,
+                null);
+    }
+
+    /**
+     * The same spec with FP8 GEMMs in the layers' four linears, those of the layers the config's FP8 settings
+     * leave in the parameter dtype ({@code --first-last-layers-bf16}) excepted; LoRA adapters stay in it.
+     *
+     * @param scaling the model's scaling state
+     * @return a new spec
+     */
+    public LayerSpec withFp8(Fp8Scaling scaling) {
+        return new LayerSpec(linearQkv, linearProj, linearFc1, linearFc2, coreAttention, scaling);
+    }
+
+    /**
+     * @param config the model's config
+     * @param layerNumber a global layer index, from 0
+     * @return the scaling state that layer's linears run in FP8 with, or null for none
+     */
+    public Fp8Scaling fp8For(io.mcore4j.models.TransformerConfig config, int layerNumber) {
+        return fp8 != null && config.fp8() != null && config.fp8().fp8Layer(layerNumber, config.numLayers()) ? fp8 : null;
     }
 
     /**
@@ -61,7 +87,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
      * @return a new spec
      */
     public LayerSpec withCoreAttention(CoreAttention.Factory factory) {
-        return new LayerSpec(linearQkv, linearProj, linearFc1, linearFc2, factory);
+        return new LayerSpec(linearQkv, linearProj, linearFc1, linearFc2, factory, fp8);
     }
 
     /**
@@ -81,7 +107,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
                 lora.targets(LoraConfig.Target.LINEAR_PROJ) ? adapted(linearProj, lora, false) : linearProj,
                 lora.targets(LoraConfig.Target.LINEAR_FC1) ? adapted(linearFc1, lora, true) : linearFc1,
                 lora.targets(LoraConfig.Target.LINEAR_FC2) ? adapted(linearFc2, lora, false) : linearFc2,
-                coreAttention);
+                coreAttention, fp8);
     }
 
     private static LinearFactory adapted(LinearFactory base, LoraConfig lora, boolean replicatedInput) {
@@ -107,7 +133,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).gatherOutput(false)
                 .sequenceParallel(ctx.config().sequenceParallel()).tpCommOverlap(ctx.config().tpCommOverlap())
                 .initializer(ctx.initializer(key + "weight", s.initStd()))
-                .stride(s.stride()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
+                .stride(s.stride()).fp8(s.fp8()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
     }
 
     private static ParallelLinear row(ModelContext ctx, String key, LinearSettings s) {
@@ -115,6 +141,6 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).inputIsParallel(true)
                 .sequenceParallel(ctx.config().sequenceParallel()).tpCommOverlap(ctx.config().tpCommOverlap())
                 .initializer(ctx.initializer(key + "weight", s.initStd()))
-                .dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
+                .fp8(s.fp8()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
     }
 }

@@ -7,6 +7,7 @@ import io.mcore4j.core.PackedSequences;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
+import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
@@ -52,10 +53,11 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
         this.headDim = c.kvChannels();
         int qkvSize = (c.numAttentionHeads() + 2 * c.numQueryGroups()) * headDim;
         int projIn = c.numAttentionHeads() * headDim;
+        Fp8Scaling fp8 = spec.fp8For(c, layerNumber);
         this.qkv = registerModule("linear_qkv.", spec.linearQkv().create(ctx, key + "linear_qkv.",
-                new LayerSpec.LinearSettings(c.hiddenSize(), qkvSize, c.addBiasLinear() || c.addQkvBias(), false, c.initStd(), 1)));
+                new LayerSpec.LinearSettings(c.hiddenSize(), qkvSize, c.addBiasLinear() || c.addQkvBias(), false, c.initStd(), 1, fp8)));
         this.proj = registerModule("linear_proj.", spec.linearProj().create(ctx, key + "linear_proj.",
-                new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)));
+                new LayerSpec.LinearSettings(projIn, c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1, fp8)));
         this.core = spec.coreAttention().create(ctx, layerNumber);
         // every rank normalises its own heads with the same weights: their gradients are summed over TP
         this.queryNorm = c.qkLayernorm() ? registerModule("q_layernorm.", new Norm(ctx, headDim, true)) : null;

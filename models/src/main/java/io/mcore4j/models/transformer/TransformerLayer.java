@@ -4,6 +4,7 @@ import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
+import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.kernel.LayerNormKernel;
@@ -73,7 +74,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
             this.moe = registerModule("mlp.", MoeLayer.build(c.moe().config(), c.hiddenSize(), ctx.groups(),
                     ctx.parameters(), ctx.seeds(), key + "mlp.", ctx.auxLossScale()));
         } else {
-            this.mlp = registerModule("mlp.", denseMlp(ctx, spec, key + "mlp."), dpReplica);
+            this.mlp = registerModule("mlp.", denseMlp(ctx, spec, key + "mlp.", spec.fp8For(c, layerNumber)), dpReplica);
             this.moe = null;
         }
         this.postMlpNorm = c.postMlpLayernorm() ? registerModule("post_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica)
@@ -111,15 +112,15 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     }
 
     /** The dense MLP: the spec's fc1 (fused [gate; up] for SwiGLU) and fc2 around the activation. */
-    private static ParallelMlp denseMlp(ModelContext ctx, LayerSpec spec, String key) {
+    private static ParallelMlp denseMlp(ModelContext ctx, LayerSpec spec, String key, Fp8Scaling fp8) {
         TransformerConfig c = ctx.config();
         MlpActivation activation = c.activation();
         int factor = activation.fc1Factor();
         return new ParallelMlp(
                 spec.linearFc1().create(ctx, key + "linear_fc1.", new LayerSpec.LinearSettings(
-                        c.hiddenSize(), factor * c.ffnHiddenSize(), c.addBiasLinear(), false, c.initStd(), factor)),
+                        c.hiddenSize(), factor * c.ffnHiddenSize(), c.addBiasLinear(), false, c.initStd(), factor, fp8)),
                 spec.linearFc2().create(ctx, key + "linear_fc2.", new LayerSpec.LinearSettings(
-                        c.ffnHiddenSize(), c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1)),
+                        c.ffnHiddenSize(), c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1, fp8)),
                 activation, ctx.parameters());
     }
 

@@ -213,12 +213,14 @@ public final class GptBenchmark {
         double tokensPerGpu = tokensPerStep / step / world;
         double tflops = args.setup().model().flopsPerToken(args.seqLength()) * tokensPerGpu / 1e12;
         double peak = args.peakTflops() != null ? args.peakTflops() : 989;
-        out.printf(Locale.ROOT, "gpt-benchmark model=%s layout=TP%d CP%d PP%d DP%d attention=%s mbs=%d micro=%d seq=%d"
+        io.mcore4j.core.fp8.Fp8Config fp8 = args.setup().model().fp8();
+        out.printf(Locale.ROOT, "gpt-benchmark model=%s layout=TP%d CP%d PP%d DP%d attention=%s mbs=%d micro=%d seq=%d%s"
                         + " | tokens/s/GPU %.0f | TFLOP/s/GPU %.1f | MFU %.1f%% | step %.1f ms | GPU memory peak %.1f GiB,"
                         + " end of step %.1f GiB | loss %.4f%n",
                 model, args.setup().tensorParallel(), args.setup().contextParallel(), args.setup().pipelineParallel(),
                 Math.max(dp, 1),
-                args.attentionBackend(), args.microBatchSize(), microBatches, args.seqLength(), tokensPerGpu, tflops,
+                args.attentionBackend(), args.microBatchSize(), microBatches, args.seqLength(),
+                fp8 == null ? "" : " fp8=" + fp8.format().megatronName() + "/" + fp8.recipe().megatronName(), tokensPerGpu, tflops,
                 100 * tflops / peak, 1000 * step, memory[0], memory[1], summary.losses().get(summary.losses().size() - 1));
         if (calibrationOut != null) {
             Calibration cal = CalibrationWriter.calibrate(Calibration.read(calibrationBase), PlannerInputs.workload(args),

@@ -344,6 +344,8 @@ public final class PretrainArgs {
     @Mixin
     final LoraOptions lora = new LoraOptions();
     @Mixin
+    final Fp8Options fp8 = new Fp8Options();
+    @Mixin
     final SftOptions sft = new SftOptions();
     @Option(names = "--save-hf-dtype", description = "dtype of --save-hf: bf16, f16 or f32. Default: ${DEFAULT-VALUE}.")
     String saveHfDtype = "bf16";
@@ -724,6 +726,11 @@ public final class PretrainArgs {
                     throw new IllegalArgumentException("--cuda-graph-impl local does not take MoE layers yet (--num-experts "
                             + moe.numExperts() + "): the routers' auxiliary losses are read per step");
                 }
+                if (fp8.enabled()) {
+                    throw new IllegalArgumentException("--cuda-graph-impl local cannot be combined with --fp8-format "
+                            + fp8.format + " yet: the FP8 linears cache their float8 weights on the host between steps,"
+                            + " which a replayed graph bypasses (drop one of them)");
+                }
                 return CudaGraphConfig.fullIteration(cudaGraphWarmupSteps);
             }
             default -> throw new IllegalArgumentException("--cuda-graph-impl " + cudaGraphImpl + " is not one of none, local"
@@ -1064,7 +1071,7 @@ public final class PretrainArgs {
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
                     Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
                     .tpCommOverlap(tpCommOverlap).cpCommType(cpCommType.type)
-                    .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes)).build();
+                    .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes).fp8(fp8Config())).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());
@@ -1078,7 +1085,8 @@ public final class PretrainArgs {
                 .tiedEmbeddings(!untieEmbeddings)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
                 .cpCommType(cpCommType.type)
-                .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes);
+                .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes)
+                .fp8(fp8Config());
         b.qkLayernorm(qkLayernorm);
         if (numQueryGroups > 0) {
             b.queryGroups(numQueryGroups);
@@ -1111,6 +1119,20 @@ public final class PretrainArgs {
         } catch (IllegalArgumentException e) {
             throw new IllegalArgumentException("model flags: " + e.getMessage(), e);
         }
+    }
+
+    /**
+     * The FP8 flags, checked against the flags they cannot be combined with.
+     *
+     * @return the FP8 settings, or null without {@code --fp8-format}
+     */
+    private io.mcore4j.core.fp8.Fp8Config fp8Config() {
+        io.mcore4j.core.fp8.Fp8Config c = fp8.config(fp16, bf16);
+        if (c != null && tpCommOverlap) {
+            throw new IllegalArgumentException("--tp-comm-overlap cannot be combined with --fp8-format " + fp8.format
+                    + " (the overlapped GEMMs run in the parameter dtype); drop one of them");
+        }
+        return c;
     }
 
     /**

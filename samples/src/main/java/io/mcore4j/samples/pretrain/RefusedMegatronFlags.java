@@ -51,6 +51,10 @@ public final class RefusedMegatronFlags {
     @Option(names = "--exit-duration-in-mins", description = "Refused: runs end at --train-iters.")
     String exitDurationInMins;
 
+    @Option(names = "--fp8-param-gather", description = "Refused: parameters stay in bf16 or fp16 under FP8; only the"
+            + " GEMMs' operands are float8.")
+    boolean fp8ParamGather;
+
     // profiling and loggers
     @Option(names = "--profile", description = "Refused: no profiler hooks.")
     boolean profile;
@@ -98,6 +102,8 @@ public final class RefusedMegatronFlags {
                 + " tokens and the micro-batches; drop the flag");
         value(refusals, "--exit-duration-in-mins", exitDurationInMins, "a time limit is not implemented; the run ends"
                 + " at --train-iters (a later run resumes with --load)");
+        flag(refusals, fp8ParamGather, "--fp8-param-gather: FP8 parameters are not implemented; under --fp8-format the"
+                + " parameters and their all-gather stay in bf16 or fp16, only the GEMMs' operands are float8; drop the flag");
         flag(refusals, profile, "--profile: no profiler hooks; drop the flag and run under nsys or async-profiler");
         value(refusals, "--profile-step-start", profileStepStart, "no profiler hooks; drop the flag");
         value(refusals, "--profile-step-end", profileStepEnd, "no profiler hooks; drop the flag");

@@ -22,9 +22,8 @@ import org.junit.jupiter.api.io.TempDir;
  *
  * <p>Source: NVIDIA/Megatron-LM at commit d98e8a64ddf34856e74b24714e3bedb2f5a39553 (2026-08-22). The
  * sizes, the parallel layout, paths and iteration counts are reduced; every other flag is the
- * script's, in the script's order. Left out because other issues cover them: the FP8 flags
- * ({@code --fp8-format}, {@code --fp8-amax-history-len}, {@code --fp8-amax-compute-algo},
- * {@code --fp8-param-gather}).
+ * script's, in the script's order. The LLaMA 3 script's FP8 flags are its {@code DTYPE=fp8} branch's
+ * ({@code --fp8-param-gather} refused).
  */
 class MegatronExampleScriptsTest {
     @TempDir
@@ -76,6 +75,10 @@ class MegatronExampleScriptsTest {
         }
         f.addAll(List.of("--lr-decay-style", "cosine", "--clip-grad", "1.0", "--weight-decay", "0.1", "--adam-beta1", "0.9",
                 "--adam-beta2", "0.95", "--bf16", "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion"));
+        f.addAll(List.of("--fp8-format", "hybrid", "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"));
+        if (refused) {
+            f.add("--fp8-param-gather");
+        }
         if (refused) {
             f.add("--calculate-per-token-loss");
         }

@@ -1,5 +1,6 @@
 package io.mcore4j.training.gpt;
 
+import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.moe.MoeAuxLossTracker;
 import io.mcore4j.moe.TopKRouter;
@@ -48,9 +49,12 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
     private final int moeLayers;
     /** Whether micro-batches carry position ids or packed sequences, which every chunk's layers read. */
     private final boolean everyChunkReadsData;
+    /** The FP8 scaling state of this rank's chunks, or null without FP8. */
+    private final Fp8Scaling fp8;
 
-    private GptTrainingModel(ModelContext ctx, List<GptModel> chunks, boolean everyChunkReadsData) {
+    private GptTrainingModel(ModelContext ctx, List<GptModel> chunks, boolean everyChunkReadsData, Fp8Scaling fp8) {
         this.ctx = ctx;
+        this.fp8 = fp8;
         this.everyChunkReadsData = everyChunkReadsData;
         this.chunks = List.copyOf(chunks);
         for (GptModel m : this.chunks) {
@@ -100,6 +104,20 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
      * @throws IllegalArgumentException if the layers do not divide among the stages
      */
     public static GptTrainingModel build(ModelContext ctx, LayerSpec spec, int virtualStages, boolean positionsFromData) {
+        // one scaling state for every chunk of this rank, its slots named by the linears' global keys
+        Fp8Scaling fp8 = ctx.config().fp8() == null ? null : new Fp8Scaling(ctx.config().fp8(), ctx.parameters());
+        try {
+            return build(ctx, fp8 == null ? spec : spec.withFp8(fp8), virtualStages, positionsFromData, fp8);
+        } catch (RuntimeException e) {
+            if (fp8 != null) {
+                fp8.close();
+            }
+            throw e;
+        }
+    }
+
+    private static GptTrainingModel build(ModelContext ctx, LayerSpec spec, int virtualStages, boolean positionsFromData,
+                                          Fp8Scaling fp8) {
         ProcessGroups groups = ctx.groups();
         int pp = groups.dims().pipelineParallel();
         LayerAssignment layers = LayerAssignment.even(ctx.config().numLayers(), pp, virtualStages);
@@ -109,7 +127,7 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
             chunks.add(GptModel.build(ctx, spec, layers.layers(stage, c), stage == 0 && c == 0,
                     stage == pp - 1 && c == virtualStages - 1));
         }
-        return new GptTrainingModel(ctx, chunks, positionsFromData);
+        return new GptTrainingModel(ctx, chunks, positionsFromData, fp8);
     }
 
     /**
@@ -220,6 +238,11 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
     }
 
     @Override
+    public Fp8Scaling fp8Scaling() {
+        return fp8;
+    }
+
+    @Override
     public double flopsPerToken(int seqLength) {
         return ctx.config().flopsPerToken(seqLength);
     }
@@ -250,6 +273,9 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
         super.close();
         if (auxLosses != null) {
             auxLosses.close();
+        }
+        if (fp8 != null) {
+            fp8.close();
         }
     }
 }

@@ -1,0 +1,213 @@
+package io.mcore4j.core.fp8;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDList;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
+
+import java.util.Objects;
+
+/**
+ * One linear layer's local GEMMs in FP8, {@code y = x·Wᵀ (+ b)}: the second implementation of the linear that
+ * {@link io.mcore4j.core.Tensors#linear} composes in the parameter dtype, with the same autograd contract. Forward
+ * casts the input to e4m3 and multiplies it by the weight's e4m3 copy; backward casts the output gradient
+ * (e5m2 under {@link Fp8Format#HYBRID}, e4m3 otherwise) and computes {@code dx = dy·W} and {@code dW = dyᵀ·x} on
+ * float8 operands; {@code db = Σ dy} in the gradient's dtype. Every GEMM accumulates in float32 and writes the
+ * input's dtype ({@link Fp8Kernels} chooses {@code _scaled_mm} or its float32 reference). The scales come from
+ * the linear's three slots of an {@link Fp8Scaling}.
+ *
+ * <p><b>The weight cache.</b> The weight is cast once per {@link Fp8Scaling#generation() generation} (once per
+ * optimizer step), with its transposed copy for the input gradient, and again only when the generation or the
+ * weight tensor changes; the float8 input of each application is kept for backward instead of the input
+ * (half the bytes of bf16). The cached copies are owned by this object and closed with it.
+ *
+ * <p>The input's last dim, the output dim and the token count (the product of the input's other dims) must be
+ * multiples of 16 ({@code _scaled_mm}'s constraint, checked on every device so that a layout that trains on the
+ * CPU also runs on the GPU). Not thread-safe: one training thread per model.
+ */
+public final class Fp8Linear implements AutoCloseable {
+    /** The granularity {@code _scaled_mm} needs of every GEMM dim. */
+    public static final int ALIGNMENT = 16;
+
+    private final String name;
+    private final Fp8Scaling scaling;
+    private final Fp8Scaling.Slots slots;
+    private final NDManager manager;
+    private CachedWeight cached;
+    private NDArray forwardConfig;
+    private NDArray weightConfig;
+    private NDArray backwardConfig;
+    private DataType configType;
+
+    /**
+     * @param name the linear's name (in errors and as its slots' prefix)
+     * @param scaling the model's scaling state; this linear registers its three slots there
+     * @param manager a long-lived manager on the weights' device, for the cached weight copies
+     */
+    public Fp8Linear(String name, Fp8Scaling scaling, NDManager manager) {
+        this.name = Objects.requireNonNull(name, "name");
+        this.scaling = Objects.requireNonNull(scaling, "scaling");
+        this.slots = scaling.register(name);
+        this.manager = manager.newSubManager();
+        this.manager.setName("fp8-linear " + name);
+    }
+
+    /**
+     * Checks a layer's GEMM dims once, when it is built.
+     *
+     * @param layer the layer's name
+     * @param inputSize this rank's input dim
+     * @param outputSize this rank's output dim
+     * @throws IllegalArgumentException naming the dim that is not a multiple of 16
+     */
+    public static void checkDims(String layer, long inputSize, long outputSize) {
+        if (inputSize % ALIGNMENT != 0 || outputSize % ALIGNMENT != 0) {
+            throw new IllegalArgumentException(layer + ": FP8 GEMMs need dims that are multiples of " + ALIGNMENT
+                    + "; this rank's weight is [" + outputSize + ", " + inputSize + "]");
+        }
+    }
+
+    /** @return this linear's slots in the scaling state */
+    public Fp8Scaling.Slots slots() {
+        return slots;
+    }
+
+    /**
+     * Applies the linear under {@code scope}.
+     *
+     * @param scope the pass's scope; owns the output
+     * @param x {@code [.., in]} in float32, float16 or bfloat16
+     * @param weight {@code [out, in]}, the parameter (its gradient is accumulated by autograd)
+     * @param bias {@code [out]} or null
+     * @return {@code [.., out]} in {@code x}'s dtype
+     * @throws IllegalArgumentException if a dim is not a multiple of 16 or the dtype is not supported
+     */
+    public NDArray apply(AutogradScope scope, NDArray x, NDArray weight, NDArray bias) {
+        return bias == null ? scope.apply1(new Gemms(), x, weight) : scope.apply1(new Gemms(), x, weight, bias);
+    }
+
+    private void configure(DataType outType, boolean scaledMm) {
+        if (outType == configType) {
+            return;
+        }
+        boolean current = scaling.config().recipe() == Fp8Recipe.TENSORWISE;
+        forwardConfig = Fp8Kernels.config(manager, slots.input(), false, current, scaledMm, outType);
+        weightConfig = Fp8Kernels.config(manager, slots.weight(), false, current, scaledMm, outType);
+        backwardConfig = Fp8Kernels.config(manager, slots.gradOutput(), scaling.e5m2(slots.gradOutput()), current,
+                scaledMm, outType);
+        configType = outType;
+    }
+
+    private CachedWeight weight(NDArray w) {
+        long generation = scaling.generation();
+        if (cached != null && cached.generation == generation && cached.source == w) {
+            return cached;
+        }
+        if (cached != null) {
+            cached.close();
+        }
+        NDList q = Fp8Kernels.get().quantizeWeight(w, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), weightConfig);
+        q.attach(manager);
+        cached = new CachedWeight(w, generation, q.get(0), q.get(1), q.get(2));
+        return cached;
+    }
+
+    /** Closes the cached weight copies. */
+    @Override
+    public void close() {
+        manager.close();
+        cached = null;
+    }
+
+    @Override
+    public String toString() {
+        return "fp8-linear " + name + " " + slots;
+    }
+
+    /** The float8 weight of one generation: {@code [out, in]}, its transpose {@code [in, out]} and inverse scale. */
+    private record CachedWeight(NDArray source, long generation, NDArray q, NDArray qT, NDArray inverseScale) {
+        void close() {
+            q.close();
+            qT.close();
+            inverseScale.close();
+        }
+    }
+
+    /** The forward GEMM and the two backward GEMMs; the weight cache is read at forward. */
+    private final class Gemms implements Function {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            NDArray x = inputs[0];
+            NDArray w = inputs[1];
+            DataType type = DataTypes.of(x);
+            if (!Fp8Kernels.supportedOutput(x)) {
+                throw new IllegalArgumentException(name + ": FP8 linear input of dtype " + type
+                        + "; expected float32, float16 or bfloat16");
+            }
+            Shape shape = x.getShape();
+            long in = shape.get(shape.dimension() - 1);
+            long out = w.getShape().get(0);
+            long tokens = shape.size() / in;
+            if (tokens % ALIGNMENT != 0) {
+                throw new IllegalArgumentException(name + ": FP8 GEMMs need a token count (the input's dims but the last)"
+                        + " that is a multiple of " + ALIGNMENT + "; the input is " + shape);
+            }
+            checkDims(name, in, out);
+            Fp8Kernels kernels = Fp8Kernels.get();
+            configure(type, kernels.scaledMm(x.getDevice()));
+            CachedWeight cw = weight(w);
+            NDManager owner = ctx.manager();
+            NDArray x2 = x.reshape(tokens, in);
+            x2.attach(owner);
+            NDArray bias = inputs.length > 2 ? inputs[2] : owner.zeros(new Shape(0), DataType.FLOAT32);
+            NDList result = kernels.forward(x2, cw.q(), cw.inverseScale(), bias, scaling.scaleBuffer(), scaling.scaleInvBuffer(),
+                    scaling.history(), forwardConfig);
+            result.attach(owner);
+            long[] dims = shape.getShape().clone();
+            dims[dims.length - 1] = out;
+            NDArray y = result.get(0).reshape(new Shape(dims));
+            y.attach(owner);
+            ctx.saveForBackward(result.get(1), result.get(2), cw.qT(), cw.inverseScale());
+            ctx.setState(new long[] {in, out});
+            return new NDArray[] {y};
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            long[] dims = ctx.state(long[].class);
+            NDManager owner = ctx.manager();
+            NDArray dy = grads[0];
+            Shape shape = dy.getShape();
+            NDArray dy2 = dy.reshape(-1, dims[1]);
+            dy2.attach(owner);
+            NDList g = Fp8Kernels.get().backward(dy2, ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3),
+                    scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), backwardConfig);
+            g.attach(owner);
+            NDArray[] result = new NDArray[ctx.inputCount()];
+            if (ctx.needsInputGrad(0)) {
+                long[] xd = shape.getShape().clone();
+                xd[xd.length - 1] = dims[0];
+                result[0] = g.get(0).reshape(new Shape(xd));
+                result[0].attach(owner);
+            }
+            if (ctx.needsInputGrad(1)) {
+                result[1] = g.get(1);
+            }
+            if (ctx.inputCount() > 2 && ctx.needsInputGrad(2)) {
+                result[2] = dy2.sum(new int[] {0});
+                result[2].attach(owner);
+            }
+            return result;
+        }
+
+        @Override
+        public String name() {
+            return "fp8-linear " + name;
+        }
+    }
+}

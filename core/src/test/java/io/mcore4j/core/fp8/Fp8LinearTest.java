@@ -1,0 +1,163 @@
+package io.mcore4j.core.fp8;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import com.google.gson.JsonArray;
+import com.google.gson.JsonObject;
+import com.google.gson.JsonParser;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.Tensors;
+import io.mcore4j.core.autograd.AutogradScope;
+
+import java.io.InputStreamReader;
+import java.io.Reader;
+import java.nio.charset.StandardCharsets;
+
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The FP8 linear in bf16 against {@code scripts/fp8/fp8_linear_reference.py} (the recipe's casts and GEMMs in plain
+ * torch): forward output and the three gradients for two steps of delayed scaling (scale 1, then the scales from
+ * step 1's amaxes, which also proves the weight is cast again after the update) and one tensorwise step; the
+ * recorded amaxes bit for bit; and the FP8 output within FP8's error of the float32 linear.
+ */
+class Fp8LinearTest {
+    private static JsonObject fixture;
+
+    @BeforeAll
+    static void load() throws Exception {
+        try (Reader r = new InputStreamReader(Fp8LinearTest.class.getResourceAsStream("fp8_linear.json"), StandardCharsets.UTF_8)) {
+            fixture = JsonParser.parseReader(r).getAsJsonObject();
+        }
+    }
+
+    @Test
+    void delayedScalingTwoStepsMatchTheReference() {
+        JsonArray shape = fixture.getAsJsonArray("shape");
+        int s = shape.get(0).getAsInt(), b = shape.get(1).getAsInt(), k = shape.get(2).getAsInt(), n = shape.get(3).getAsInt();
+        try (NDManager m = Mcore4j.newRootManager();
+             Fp8Scaling scaling = new Fp8Scaling(Fp8Config.of(Fp8Format.HYBRID), m);
+             Fp8Linear linear = new Fp8Linear("fc1", scaling, m)) {
+            NDArray w = bf16(m, fixture.getAsJsonArray("w"), new Shape(n, k));
+            NDArray bias = bf16(m, fixture.getAsJsonArray("b"), new Shape(n));
+            w.setRequiresGradient(true);
+            bias.setRequiresGradient(true);
+            JsonArray steps = fixture.getAsJsonArray("delayed");
+            for (int step = 0; step < steps.size(); step++) {
+                JsonObject want = steps.get(step).getAsJsonObject();
+                Tensors.zeroGradient(w);
+                Tensors.zeroGradient(bias);
+                NDArray x = bf16(m, want.getAsJsonArray("x"), new Shape(s, b, k));
+                x.setRequiresGradient(true);
+                try (AutogradScope scope = AutogradScope.open(m)) {
+                    NDArray y = linear.apply(scope, x, w, bias);
+                    assertClose(floats(want.getAsJsonArray("y")), f32(y), "step " + step + " y");
+                    scope.backward(new NDArray[] {y}, new NDArray[] {bf16(m, want.getAsJsonArray("dy"), new Shape(s, b, n))});
+                }
+                assertClose(floats(want.getAsJsonArray("dx")), f32(Tensors.gradientOrNull(x, m)), "step " + step + " dx");
+                assertClose(floats(want.getAsJsonArray("dw")), f32(Tensors.gradientOrNull(w, m)), "step " + step + " dW");
+                assertClose(floats(want.getAsJsonArray("db")), f32(Tensors.gradientOrNull(bias, m)), "step " + step + " db");
+                float[] amax = java.util.Arrays.copyOf(scaling.history().toFloatArray(), 3);
+                assertArrayEquals(floats(want.getAsJsonArray("amax")), amax, 0f, "step " + step + " amaxes (x, W, dy)");
+                scaling.update(current -> current);
+            }
+        }
+    }
+
+    @Test
+    void tensorwiseScalingMatchesTheReference() {
+        JsonArray shape = fixture.getAsJsonArray("shape");
+        int s = shape.get(0).getAsInt(), b = shape.get(1).getAsInt(), k = shape.get(2).getAsInt(), n = shape.get(3).getAsInt();
+        JsonObject step = fixture.getAsJsonArray("delayed").get(1).getAsJsonObject();
+        JsonObject want = fixture.getAsJsonObject("tensorwise");
+        try (NDManager m = Mcore4j.newRootManager();
+             Fp8Scaling scaling = new Fp8Scaling(Fp8Config.of(Fp8Format.HYBRID).withRecipe(Fp8Recipe.TENSORWISE), m);
+             Fp8Linear linear = new Fp8Linear("fc1", scaling, m)) {
+            NDArray w = bf16(m, fixture.getAsJsonArray("w"), new Shape(n, k));
+            NDArray bias = bf16(m, fixture.getAsJsonArray("b"), new Shape(n));
+            w.setRequiresGradient(true);
+            NDArray x = bf16(m, step.getAsJsonArray("x"), new Shape(s, b, k));
+            x.setRequiresGradient(true);
+            try (AutogradScope scope = AutogradScope.open(m)) {
+                NDArray y = linear.apply(scope, x, w, bias);
+                assertClose(floats(want.getAsJsonArray("y")), f32(y), "tensorwise y");
+                float relative = relativeError(f32(y), float32Linear(m, x, w, bias));
+                assertTrue(relative < 0.05, "FP8 output's relative error to the float32 linear " + relative);
+                scope.backward(new NDArray[] {y}, new NDArray[] {bf16(m, step.getAsJsonArray("dy"), new Shape(s, b, n))});
+            }
+            assertClose(floats(want.getAsJsonArray("dx")), f32(Tensors.gradientOrNull(x, m)), "tensorwise dx");
+            assertClose(floats(want.getAsJsonArray("dw")), f32(Tensors.gradientOrNull(w, m)), "tensorwise dW");
+        }
+    }
+
+    @Test
+    void dimsThatAreNotMultiplesOf16AreRefusedByName() {
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> Fp8Linear.checkDims("fc2", 40, 32));
+        assertEquals("fc2: FP8 GEMMs need dims that are multiples of 16; this rank's weight is [32, 40]", e.getMessage());
+        try (NDManager m = Mcore4j.newRootManager();
+             Fp8Scaling scaling = new Fp8Scaling(Fp8Config.of(Fp8Format.E4M3), m);
+             Fp8Linear linear = new Fp8Linear("fc1", scaling, m);
+             AutogradScope scope = AutogradScope.open(m)) {
+            NDArray x = m.ones(new Shape(3, 32));
+            NDArray w = m.ones(new Shape(16, 32));
+            IllegalArgumentException tokens = assertThrows(IllegalArgumentException.class, () -> linear.apply(scope, x, w, null));
+            assertTrue(tokens.getMessage().contains("token count"), tokens.getMessage());
+        }
+    }
+
+    private static float[] float32Linear(NDManager m, NDArray x, NDArray w, NDArray b) {
+        NDArray x32 = DataTypes.toType(x, DataType.FLOAT32, false).stopGradient();
+        NDArray w32 = DataTypes.toType(w, DataType.FLOAT32, false).stopGradient();
+        NDArray b32 = DataTypes.toType(b, DataType.FLOAT32, false).stopGradient();
+        return x32.matMul(w32.transpose()).add(b32).toFloatArray();
+    }
+
+    private static float relativeError(float[] got, float[] want) {
+        double num = 0, den = 0;
+        for (int i = 0; i < got.length; i++) {
+            num += (got[i] - want[i]) * (double) (got[i] - want[i]);
+            den += want[i] * (double) want[i];
+        }
+        return (float) Math.sqrt(num / den);
+    }
+
+    /** Equal up to float32 accumulation order and one bf16 rounding: 2^-7 of the value plus 2^-10 of the largest. */
+    private static void assertClose(float[] want, float[] got, String what) {
+        assertEquals(want.length, got.length, what);
+        float max = 0;
+        for (float v : want) {
+            max = Math.max(max, Math.abs(v));
+        }
+        for (int i = 0; i < want.length; i++) {
+            float tol = Math.abs(want[i]) / 128f + max / 1024f;
+            if (!(Math.abs(want[i] - got[i]) <= tol)) {
+                throw new AssertionError(what + " [" + i + "]: want " + want[i] + " got " + got[i]);
+            }
+        }
+    }
+
+    private static NDArray bf16(NDManager m, JsonArray values, Shape shape) {
+        return DataTypes.toType(m.create(floats(values), shape), DataType.BFLOAT16, false);
+    }
+
+    private static float[] f32(NDArray x) {
+        return DataTypes.toType(x, DataType.FLOAT32, false).toFloatArray();
+    }
+
+    private static float[] floats(JsonArray values) {
+        float[] out = new float[values.size()];
+        for (int i = 0; i < out.length; i++) {
+            out[i] = values.get(i).getAsFloat();
+        }
+        return out;
+    }
+}

@@ -1,0 +1,203 @@
+"""Writes the TorchScript archive of mcore4j's FP8 linear (core's Fp8Kernels): per-tensor scaled casts to
+float8 and the three GEMMs of a linear layer, y = x.W^T (+ b), dx = dy.W, dW = dy^T.x, on float8 operands.
+
+The module is mcore4j's own, written from the semantics of Transformer Engine's per-tensor recipes:
+- a cast multiplies by the scale in float32, saturates to the format's largest finite value (e4m3 448,
+  e5m2 57344) and rounds to nearest even: q = fp8(clamp(float(x) * scale, -max, max)); a NaN stays NaN.
+  The cast writes through copy_ into a float8 buffer, so that a graph fuser never sees a float8 cast.
+- delayed scaling: the cast uses the scale of the tensor's slot and records max|x| into the slot's current
+  amax (history[0, slot], a running maximum over the step's casts); `update` turns the histories into the
+  next step's scales (see update's comment). Tensorwise (current) scaling: the cast takes its scale from
+  this tensor's own amax, scale = max / amax (1 where amax is 0 or not finite), and records nothing.
+- every GEMM multiplies two float8 operands, accumulates in float32, multiplies by the two inverse
+  scales and rounds to the output dtype: torch._scaled_mm where the device has it (first operand
+  row-major, second column-major, dims multiples of 16), else the reference: the same product of the
+  operands widened to float32 (exact), times the inverse scales, rounded to the output dtype.
+
+The scales live in two [slots, 4] float32 buffers (scale, scale_inv), slot i's value at [i, 0]: every slot's
+0-dim view starts on a 16-byte boundary, which cuBLASLt needs of _scaled_mm's scale pointers (a view at 4*i bytes
+fails with CUBLAS_STATUS_NOT_SUPPORTED). The amax history is [history_len, slots].
+
+Integer arguments come in a CPU int64 tensor `cfg`, read with tolist() (no device wait):
+  cfg = [slot, fmt, current, use_scaled_mm, out_dtype]  (fmt 0: e4m3, 1: e5m2; out_dtype: a ScalarType code)
+
+Usage: python3 scripts/make_fp8_linear_module.py core/src/main/resources/io/mcore4j/core/torchscript/fp8_linear.pt
+"""
+import sys
+from typing import List, Tuple
+
+import torch
+
+from torchscript_archive import write_checked
+
+E4M3_MAX = 448.0
+E5M2_MAX = 57344.0
+# floats per slot in the scale buffers: 16 bytes, the alignment cuBLASLt needs of a scale pointer
+SCALE_STRIDE = 4
+
+
+def _fp8_max(fmt: int) -> float:
+    if fmt == 1:
+        return 57344.0
+    return 448.0
+
+
+def _cast(x: torch.Tensor, scale: torch.Tensor, fmt: int) -> torch.Tensor:
+    m = _fp8_max(fmt)
+    y = torch.clamp(x.float() * scale, -m, m)
+    out = torch.empty(y.shape, dtype=torch.float8_e5m2 if fmt == 1 else torch.float8_e4m3fn, device=y.device)
+    out.copy_(y)
+    return out
+
+
+def _amax(x: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(x, float("inf")).float()
+
+
+def _quantize(x: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
+              slot: int, fmt: int, current: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The float8 copy of x and its inverse scale (a 0-dim float32 tensor on x's device)."""
+    amax = _amax(x)
+    if current:
+        # a true float32 division (a Python number over a tensor would be amax.reciprocal() * max)
+        s = torch.full_like(amax, _fp8_max(fmt)) / amax
+        s = torch.where((amax > 0.0) & torch.isfinite(amax), s, torch.ones_like(s))
+        s = torch.where(torch.isinf(s), torch.full_like(s, 3.4028234663852886e38), s)
+        return _cast(x, s, fmt), s.reciprocal()
+    history[0, slot] = torch.maximum(history[0, slot], amax)
+    return _cast(x, scale[slot, 0], fmt), scale_inv[slot, 0]
+
+
+def _gemm(a: torch.Tensor, b: torch.Tensor, a_inv: torch.Tensor, b_inv: torch.Tensor, scaled_mm: bool,
+          out_dtype: int) -> torch.Tensor:
+    """a [m, k] row-major times b [k, n] column-major, both float8, to out_dtype."""
+    if scaled_mm:
+        return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype)
+    return (torch.mm(a.float(), b.float()) * (a_inv * b_inv)).to(out_dtype)
+
+
+class Fp8Linear(torch.nn.Module):
+    def forward(self, x: torch.Tensor, qw: torch.Tensor, w_inv: torch.Tensor, bias: torch.Tensor,
+                scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
+                cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """y = x.W^T (+ bias when it has elements) for x [m, k] and the float8 weight qw [n, k]; returns y,
+        the float8 copy of x (kept for the weight gradient) and its inverse scale."""
+        c: List[int] = cfg.tolist()
+        qx, x_inv = _quantize(x, scale, scale_inv, history, c[0], c[1], c[2] != 0)
+        y = _gemm(qx, qw.t(), x_inv, w_inv, c[3] != 0, c[4])
+        if bias.numel() > 0:
+            y = y + bias
+        return y, qx, x_inv
+
+    @torch.jit.export
+    def quantize_weight(self, w: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor,
+                        history: torch.Tensor, cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The float8 weight [n, k], its transpose [k, n] (row-major, for the input gradient) and the
+        inverse scale."""
+        c: List[int] = cfg.tolist()
+        qw, w_inv = _quantize(w, scale, scale_inv, history, c[0], c[1], c[2] != 0)
+        return qw, qw.t().contiguous(), w_inv
+
+    @torch.jit.export
+    def backward(self, dy: torch.Tensor, qx: torch.Tensor, x_inv: torch.Tensor, qw_t: torch.Tensor,
+                 w_inv: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
+                 cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """dx = dy.W [m, k] (out_dtype) and dW = dy^T.x [n, k] (out_dtype), dy [m, n] cast in fmt."""
+        c: List[int] = cfg.tolist()
+        qdy, dy_inv = _quantize(dy, scale, scale_inv, history, c[0], c[1], c[2] != 0)
+        dx = _gemm(qdy, qw_t.t(), dy_inv, w_inv, c[3] != 0, c[4])
+        dw = _gemm(qdy.t().contiguous(), qx.t().contiguous().t(), dy_inv, x_inv, c[3] != 0, c[4])
+        return dx, dw
+
+    @torch.jit.export
+    def dequantize(self, q: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+        """float32(q) * inv, for tests and checks."""
+        return q.float() * inv
+
+    @torch.jit.export
+    def update(self, history: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor,
+               fp8_max: torch.Tensor, current_amax: torch.Tensor, cfg: torch.Tensor) -> torch.Tensor:
+        """Delayed scaling's step, in place: the current amax row (reduced over ranks by the caller) is written
+        to history[0]; the amax is the history's maximum (algo 1; NaN wins) or its current row (algo 0); the
+        history rolls by one (history[0] leaves for the end, the oldest entry is dropped) and its current row
+        becomes 0; scale[:, 0] = fp8_max / amax / 2^margin where amax > 0 and finite (else unchanged), the largest
+        float32 where that is infinite; scale_inv[:, 0] = 1 / scale[:, 0]. cfg = [margin, algo]."""
+        c: List[int] = cfg.tolist()
+        history[0].copy_(current_amax)
+        if c[1] == 1:
+            amax = torch.amax(history, 0)
+        else:
+            amax = history[0].clone()
+        if history.size(0) > 1:
+            history.copy_(torch.roll(history, -1, 0))
+        history[0].zero_()
+        sf = (fp8_max / amax) / float(2 ** c[0])
+        previous = scale[:, 0]
+        sf = torch.where(amax > 0.0, sf, previous)
+        sf = torch.where(torch.isfinite(amax), sf, previous)
+        sf = torch.where(torch.isinf(sf), torch.full_like(sf, 3.4028234663852886e38), sf)
+        scale[:, 0].copy_(sf)
+        scale_inv[:, 0].copy_(sf.reciprocal())
+        return scale
+
+
+def _buffer(values: List[float]) -> torch.Tensor:
+    """A [slots, SCALE_STRIDE] scale buffer holding values in column 0 and ones elsewhere."""
+    b = torch.ones(len(values), SCALE_STRIDE)
+    b[:, 0] = torch.tensor(values)
+    return b
+
+
+def check(module: torch.jit.ScriptModule) -> None:
+    """Against the definitions (module and reference GEMM; _scaled_mm where this torch has it)."""
+    torch.manual_seed(0)
+    x = torch.randn(32, 48, dtype=torch.bfloat16)
+    w = torch.randn(16, 48, dtype=torch.bfloat16) * 0.05
+    n = 3
+    history = torch.zeros(2, n)
+    scale = _buffer([8.0, 4096.0, 1.0])
+    scale_inv = scale.reciprocal()
+    cfg = torch.tensor([1, 0, 0, 0, 15])
+    qw, qw_t, w_inv = module.quantize_weight(w, scale, scale_inv, history, cfg)
+    want_qw = torch.clamp(w.float() * 4096.0, -448.0, 448.0).to(torch.float8_e4m3fn)
+    if not torch.equal(qw.float(), want_qw.float()) or not torch.equal(qw_t.float(), want_qw.float().t()):
+        raise SystemExit("weight cast differs")
+    if history[0, 1].item() != w.float().abs().max().item():
+        raise SystemExit("weight amax not recorded")
+    y, qx, x_inv = module(x, qw, w_inv, torch.empty(0), scale, scale_inv, history,
+                          torch.tensor([0, 0, 0, 0, 15]))
+    want_y = (qx.float() @ qw.float().t() / 8.0 / 4096.0).to(torch.bfloat16)
+    if not torch.equal(y, want_y):
+        raise SystemExit("forward differs")
+    dy = torch.randn(32, 16, dtype=torch.bfloat16)
+    dx, dw = module.backward(dy, qx, x_inv, qw_t, w_inv, scale, scale_inv, history, torch.tensor([2, 1, 1, 0, 15]))
+    amax = dy.float().abs().max()
+    s_dy = torch.tensor(E5M2_MAX) / amax
+    qdy = torch.clamp(dy.float() * s_dy, -E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2).float()
+    inv = 1 / s_dy
+    if not torch.allclose(dx.float(), (qdy @ qw.float() * inv / 4096.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
+        raise SystemExit("input gradient differs")
+    if not torch.allclose(dw.float(), (qdy.t() @ qx.float() * inv / 8.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
+        raise SystemExit("weight gradient differs")
+    try:
+        y2, _, _ = module(x, qw, w_inv, torch.empty(0), scale, scale_inv, history, torch.tensor([0, 0, 0, 1, 15]))
+        if not torch.allclose(y2.float(), y.float(), rtol=1e-2, atol=1e-2):
+            raise SystemExit("_scaled_mm differs from the reference GEMM")
+    except RuntimeError as e:
+        print(f"(_scaled_mm not checked on this device: {str(e).splitlines()[0]})")
+    h = torch.tensor([[3.0, 0.0, float("nan")], [5.0, 1.0, 2.0]])
+    s = _buffer([1.0, 1.0, 1.0])
+    si = _buffer([1.0, 1.0, 1.0])
+    module.update(h, s, si, torch.tensor([448.0, 448.0, 57344.0]), torch.tensor([2.0, 0.0, 4.0]), torch.tensor([1, 1]))
+    if not torch.equal(s, _buffer([448.0 / 5.0 / 2.0, 448.0 / 1.0 / 2.0, 57344.0 / 4.0 / 2.0])):
+        raise SystemExit(f"update gave {s}")
+    if not torch.equal(h, torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 4.0]])):
+        raise SystemExit(f"update left history {h}")
+
+
+def main(path: str) -> None:
+    write_checked(Fp8Linear(), check, path)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
