@@ -23,7 +23,8 @@ class ExportHfRoundTripTest {
 
     @ParameterizedTest(name = "{0}: converted at {1}, exported at {2}")
     @CsvSource({"gemma3, --pipeline-model-parallel-size, --tensor-model-parallel-size, bf16",
-        "qwen3_moe, --expert-model-parallel-size, --tensor-model-parallel-size, bf16"})
+        "qwen3_moe, --expert-model-parallel-size, --tensor-model-parallel-size, bf16",
+        "deepseek_v3, --expert-model-parallel-size, --tensor-model-parallel-size, f32"})
     void convertedAndExportedTensorsAreTheOriginals(String fixture, String convertAxis, String exportAxis, String dtype) {
         Path source = Path.of("..", "hf-bridge", "src", "test", "resources", "hf", fixture);
         Path converted = tmp.resolve("converted");
