@@ -9,6 +9,7 @@ import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
+import io.mcore4j.tensorparallel.Mappings;
 import io.mcore4j.tensorparallel.ParallelLinear;
 
 /**
@@ -35,7 +36,9 @@ import io.mcore4j.tensorparallel.ParallelLinear;
  *
  * <p>Tensor parallelism: the up-projections are column-parallel (each rank its heads) and {@code linear_proj}
  * row-parallel; the down-projections, whose outputs every head needs, are column-parallel with their outputs
- * gathered, so every rank holds the whole latent; the two norms are replicated. During generation the cache holds
+ * gathered, so every rank holds the whole latent; the two norms are replicated. The rotated key that every head
+ * shares enters the heads through a copy to the tensor-parallel region, so that its gradient sums every rank's heads
+ * (the latent's gradient is summed by {@code linear_kv_up_proj}'s own input copy). During generation the cache holds
  * every head's full keys and values (not the compressed latent, which DeepSeek's inference caches). Not yet, and
  * refused: sequence and context parallelism, packed sequences and explicit position ids.
  */
@@ -165,7 +168,9 @@ public final class MultiLatentAttention extends AbstractModule implements Attent
         NDList keyValueParts = attached(scope, Tensors.split(kv.reshape(s, b, heads, nope + dims.vHeadDim()),
                 new long[] {nope, dims.vHeadDim()}, 3));
         NDArray queryRotating = evensThenOdds(queryParts.get(1));
-        NDArray keyRotating = evensThenOdds(latentParts.get(1).reshape(s, b, 1, rotated));
+        // the shared rotated key reaches this rank's heads only: its gradient is summed over the TP group's heads
+        NDArray keyRotating = evensThenOdds(Mappings.copyToTensorParallelRegion(scope, ctx.groups().tp(),
+                latentParts.get(1)).reshape(s, b, 1, rotated));
         NDArray[] rotatedQk = cache != null ? rope.apply(scope.manager(), queryRotating, keyRotating, positionOffset)
                 : rope.apply(scope, queryRotating, keyRotating, null);
         NDArray sharedKey = rotatedQk[1].broadcast(s, b, heads, rotated);
