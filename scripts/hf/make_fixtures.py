@@ -74,7 +74,7 @@ def fixtures():
         # mscale 1 and mscale_all_dim 0.8, so that both the cos/sin factor and the softmax scale's differ from 1);
         # layer 0 dense (first_k_dense_replace 1), layers 1-3 of 8 routed experts (width 32) top-2 with sigmoid scores,
         # a random e_score_correction_bias, 2 groups of which each token keeps 1, norm_topk_prob and routed_scaling_factor
-        # 2.5, and one shared expert
+        # 2.5, and one shared expert; bfloat16 with the bias in float32, as transformers stores it
         ("deepseek_v3", DeepseekV3ForCausalLM, DeepseekV3Config(
             **dict(SMALL, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_key_value_heads=4),
             q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
@@ -83,7 +83,7 @@ def fixtures():
             tie_word_embeddings=False, rope_interleave=True,
             rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                              "original_max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0,
-                             "mscale": 1.0, "mscale_all_dim": 0.8}), torch.float32, None),
+                             "mscale": 1.0, "mscale_all_dim": 0.8}), torch.bfloat16, None),
     ]
 
 
@@ -113,7 +113,11 @@ def main():
         randomize(model, 1000 + seed)
         out = os.path.join(OUT, name)
         shutil.rmtree(out, ignore_errors=True)
-        model.to(dtype).save_pretrained(out, **({"max_shard_size": shard} if shard else {}))
+        model.to(dtype)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # float32 whatever the dtype, as transformers keeps it
+                b.data = b.data.float()
+        model.save_pretrained(out, **({"max_shard_size": shard} if shard else {}))
         # the reference: what transformers computes in float32 from the saved (rounded) weights
         loaded = cls.from_pretrained(out, dtype=torch.float32).eval()
         with torch.no_grad():

@@ -82,7 +82,7 @@ class HfExportTest {
             assertEquals(x.keySet(), y.keySet());
             for (String k : x.keySet()) {
                 float[] want = x.get(k).clone();
-                if (roundToBf16) {
+                if (roundToBf16 && !k.endsWith(".e_score_correction_bias")) { // kept in float32, as transformers keeps it
                     for (int i = 0; i < want.length; i++) {
                         want[i] = Float.intBitsToFloat(HfDtype.floatToBfloat16(want[i]) << 16);
                     }

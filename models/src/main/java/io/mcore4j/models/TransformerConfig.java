@@ -756,7 +756,10 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
      * An MLP counts {@code 2} weights of width {@code ffn} per hidden unit (3 with SwiGLU): a dense layer's
      * {@code ffn}, a mixture-of-experts layer's top-k routed experts of {@code ffn_moe} each plus its shared
      * expert; never its other experts, nor the router. For a GPT with a {@code 4h} GELU MLP and as many key/value
-     * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}.
+     * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}. Multi-latent attention counts, as Megatron-LM does,
+     * its projections and latent norms ({@code r_q (h + n w + 1) + r_kv (h + n (d_k + d_v) + 1) + h d_r + n d_v h}, or
+     * {@code h n w} for the queries without a latent, with {@code n} heads of {@code w = d_k + d_r} query/key channels)
+     * and {@code 6 s n (w + d_v)} for the scores and their product with the values.
      *
      * @param seqLength tokens per sequence
      * @return FLOPs per token
@@ -766,6 +769,14 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         double query = (double) kvChannels * numAttentionHeads;
         double keyValue = (double) kvChannels * numQueryGroups;
         double attention = 6 * (h * (query + 2 * keyValue) + query * h) + 12 * query * seqLength;
+        if (multiLatentAttention != null) {
+            MlaDims d = multiLatentAttention;
+            double n = numAttentionHeads;
+            double queries = d.compressesQueries() ? d.qLoraRank() * (h + n * d.queryKeyWidth() + 1) : h * n * d.queryKeyWidth();
+            double keysValues = d.kvLoraRank() * (h + n * (d.qkHeadDim() + d.vHeadDim()) + 1) + h * d.qkPosEmbHeadDim();
+            attention = 6 * (queries + keysValues + n * d.vHeadDim() * h)
+                    + 6.0 * seqLength * n * (d.queryKeyWidth() + d.vHeadDim());
+        }
         double widths = activation.fc1Factor() + 1; // fc1 (fused [gate; up] for SwiGLU) and fc2
         int moeLayers = moe == null ? 0 : moe.layers().count(numLayers);
         double mlpWidth = (double) ffnHiddenSize * (numLayers - moeLayers);

@@ -105,7 +105,8 @@ class GenerateGptHfTest {
         int at = text.indexOf(line);
         assertTrue(at >= 0, text);
         String completion = text.substring(text.indexOf("): ", at) + 3).stripTrailing();
-        assertEquals(new ByteLevelTokenizer().decode(expected), completion, what);
+        // the console line's trailing whitespace is cut on both sides (DeepSeek's fixture ends in a form feed, id 12)
+        assertEquals(new ByteLevelTokenizer().decode(expected).stripTrailing(), completion, what);
     }
 
     @Test
