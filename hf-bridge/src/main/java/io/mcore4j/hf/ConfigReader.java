@@ -139,6 +139,20 @@ final class ConfigReader {
      * @throws HfCheckpointException for another rope type
      */
     Rope rope(String key, JsonObject params, double theta) {
+        return rope(key, params, theta, false);
+    }
+
+    /**
+     * One set of RoPE parameters, as {@link #rope(String, JsonObject, double)} reads them.
+     *
+     * @param key the object's name, for errors
+     * @param params the object, or null for none
+     * @param theta the base where the object names none
+     * @param yarnAllowed whether {@code yarn} may be read (mcore4j implements it for multi-latent attention only)
+     * @return the base and scaling
+     * @throws HfCheckpointException for another rope type, or {@code yarn} where it is not allowed
+     */
+    Rope rope(String key, JsonObject params, double theta, boolean yarnAllowed) {
         if (params == null) {
             return new Rope(theta, null);
         }
@@ -152,6 +166,8 @@ final class ConfigReader {
             return new Rope(base, TransformerConfig.RopeScaling.linear(p.number("factor")));
         }
         if (type.equals("yarn")) {
+            p.require("rope_type", yarnAllowed, "\"default\", \"linear\" or \"llama3\", got \"yarn\" (mcore4j implements"
+                    + " yarn for multi-latent attention, DeepseekV3ForCausalLM, only)");
             return new Rope(base, yarn(p));
         }
         p.require("rope_type", type.equals("llama3"), "\"default\", \"linear\", \"llama3\" or \"yarn\", got \"" + type

@@ -93,7 +93,8 @@ final class DeepseekV3Config {
                 .initStd(r.numberOr("initializer_range", 0.02))
                 .multiLatentAttention(dims);
         String key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-        ConfigReader.Rope rope = r.rope(key, r.has(key) ? r.json.getAsJsonObject(key) : null, r.numberOr("rope_theta", 10000));
+        ConfigReader.Rope rope = r.rope(key, r.has(key) ? r.json.getAsJsonObject(key) : null, r.numberOr("rope_theta", 10000),
+                true);
         b.rotary(rope.theta(), 1.0).ropeScaling(rope.scaling());
         b.moe(experts(r, layers));
         return r.build(b);

@@ -633,6 +633,13 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         if (sequenceParallel && tp == 1) {
             throw new IllegalArgumentException("sequence parallelism needs tensor parallel size > 1, got 1");
         }
+        if (multiLatentAttention != null && (multiLatentAttention.qLoraRank() % tp != 0
+                || (multiLatentAttention.kvLoraRank() + multiLatentAttention.qkPosEmbHeadDim()) % tp != 0)) {
+            // the down-projections are column-parallel with gathered outputs: their widths split over TP
+            throw new IllegalArgumentException("multi-latent attention's q_lora_rank " + multiLatentAttention.qLoraRank()
+                    + " and kv_lora_rank + qk_pos_emb_head_dim " + (multiLatentAttention.kvLoraRank()
+                    + multiLatentAttention.qkPosEmbHeadDim()) + " must be divisible by tensor parallel size " + tp);
+        }
         if (moe != null && moe.numExperts() % dims.expertParallel() != 0) {
             throw new IllegalArgumentException(moe.numExperts() + " experts are not divisible by expert parallel size "
                     + dims.expertParallel());
