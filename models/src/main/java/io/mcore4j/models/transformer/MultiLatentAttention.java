@@ -38,9 +38,16 @@ import io.mcore4j.tensorparallel.ParallelLinear;
  * row-parallel; the down-projections, whose outputs every head needs, are column-parallel with their outputs
  * gathered, so every rank holds the whole latent; the two norms are replicated. The rotated key that every head
  * shares enters the heads through a copy to the tensor-parallel region, so that its gradient sums every rank's heads
- * (the latent's gradient is summed by {@code linear_kv_up_proj}'s own input copy). During generation the cache holds
- * every head's full keys and values (not the compressed latent, which DeepSeek's inference caches). Not yet, and
- * refused: sequence and context parallelism, packed sequences and explicit position ids.
+ * (the latent's gradient is summed by {@code linear_kv_up_proj}'s own input copy).
+ *
+ * <p>During generation the cache holds what DeepSeek's inference caches: per token the normalised latent and the
+ * rotated shared key ({@code kvLoraRank + qkPosEmbHeadDim} values, one "group" for every head), not every head's keys
+ * and values. {@code linear_kv_up_proj} is absorbed: each head's query channels that do not rotate are multiplied by
+ * its key up-projection ({@code q W_UK} against the latent gives {@code q k}), the attention runs over the latent as
+ * keys and values, and the heads' context over the latent goes through their value up-projection ({@code W_UV}) —
+ * the same attention, reassociated. Where {@code linear_kv_up_proj} is not a plain column-parallel linear (a LoRA
+ * adapter), the cache holds every head's keys and values instead. Not yet, and refused: sequence and context
+ * parallelism, packed sequences and explicit position ids.
  */
 public final class MultiLatentAttention extends AbstractModule implements Attention {
     private final ModelContext ctx;
@@ -164,15 +171,19 @@ public final class MultiLatentAttention extends AbstractModule implements Attent
         NDList queryParts = attached(scope, Tensors.split(q.reshape(s, b, heads, width), new long[] {nope, rotated}, 3));
         NDList latentParts = attached(scope, Tensors.split(keyValueDown.forward(scope, x).output(),
                 new long[] {dims.kvLoraRank(), rotated}, 2));
-        NDArray kv = keyValueUp.forward(scope, keyValueNorm.forward(scope, latentParts.get(0))).output();
-        NDList keyValueParts = attached(scope, Tensors.split(kv.reshape(s, b, heads, nope + dims.vHeadDim()),
-                new long[] {nope, dims.vHeadDim()}, 3));
+        NDArray latent = keyValueNorm.forward(scope, latentParts.get(0));
         NDArray queryRotating = evensThenOdds(queryParts.get(1));
         // the shared rotated key reaches this rank's heads only: its gradient is summed over the TP group's heads
         NDArray keyRotating = evensThenOdds(Mappings.copyToTensorParallelRegion(scope, ctx.groups().tp(),
                 latentParts.get(1)).reshape(s, b, 1, rotated));
         NDArray[] rotatedQk = cache != null ? rope.apply(scope.manager(), queryRotating, keyRotating, positionOffset)
                 : rope.apply(scope, queryRotating, keyRotating, null);
+        if (cache != null && keyValueUp instanceof ColumnParallelLinear plain) {
+            return attendLatent(scope, queryParts.get(0), rotatedQk, latent, plain.weight().data(), cache);
+        }
+        NDArray kv = keyValueUp.forward(scope, latent).output();
+        NDList keyValueParts = attached(scope, Tensors.split(kv.reshape(s, b, heads, nope + dims.vHeadDim()),
+                new long[] {nope, dims.vHeadDim()}, 3));
         NDArray sharedKey = rotatedQk[1].broadcast(s, b, heads, rotated);
         NDArray query = queryParts.get(0).concat(rotatedQk[0], 3);
         if (queryScale != 1) {
@@ -186,6 +197,41 @@ public final class MultiLatentAttention extends AbstractModule implements Attent
         }
         NDArray context = cache != null ? cache.attend(scope, query, key, value) : coreAttention(scope, query, key, value);
         return context.reshape(s, b, heads, width).get(":, :, :, :" + dims.vHeadDim()).reshape(s, b, heads * dims.vHeadDim());
+    }
+
+    /**
+     * Generation's attention over the cached latents (see the class comment): the queries {@code [q W_UK, q_rotated]}
+     * against the keys and values {@code [latent, k_rotated]} of one group, scaled so that the cache's
+     * {@code 1/sqrt(kvLoraRank + qkPosEmbHeadDim)} becomes the layer's softmax scale; the heads' context over the latent
+     * then through {@code W_UV}.
+     *
+     * @param queryNope the queries' channels that do not rotate [s, b, heads, qkHeadDim]
+     * @param rotatedQk the rotated queries [s, b, heads, qkPosEmbHeadDim] and shared key [s, b, 1, qkPosEmbHeadDim]
+     * @param latent the normalised latent [s, b, kvLoraRank]
+     * @param upWeight this rank's {@code linear_kv_up_proj} weight [heads * (qkHeadDim + vHeadDim), kvLoraRank]
+     * @return the heads' context [s, b, heads * vHeadDim]
+     */
+    private NDArray attendLatent(AutogradScope scope, NDArray queryNope, NDArray[] rotatedQk, NDArray latent,
+                                 NDArray upWeight, KeyValueCache cache) {
+        long s = queryNope.getShape().get(0);
+        long b = queryNope.getShape().get(1);
+        long heads = queryNope.getShape().get(2);
+        int nope = dims.qkHeadDim();
+        int rank = dims.kvLoraRank();
+        int width = rank + dims.qkPosEmbHeadDim();
+        NDList up = attached(scope, Tensors.split(upWeight.reshape(heads, nope + dims.vHeadDim(), rank),
+                new long[] {nope, dims.vHeadDim()}, 1));
+        // [heads, s*b, nope] x [heads, nope, rank]: each head's queries as queries of the latent
+        NDArray absorbed = queryNope.transpose(2, 0, 1, 3).reshape(heads, s * b, nope).matMul(up.get(0))
+                .reshape(heads, s, b, rank).transpose(1, 2, 0, 3);
+        NDArray query = absorbed.concat(rotatedQk[0], 3);
+        double scale = queryScale * Math.sqrt((double) width / dims.queryKeyWidth());
+        query = query.mul(Tensors.scalar(scale, query, scope.manager()));
+        NDArray key = latent.reshape(s, b, 1, rank).concat(rotatedQk[1], 3);
+        NDArray context = cache.attend(scope, query, key, key).reshape(s, b, heads, width).get(":, :, :, :" + rank);
+        // [heads, s*b, rank] x [heads, rank, v]: the context over the latent as each head's values
+        return context.transpose(2, 0, 1, 3).reshape(heads, s * b, rank).matMul(up.get(1).transpose(0, 2, 1))
+                .reshape(heads, s, b, dims.vHeadDim()).transpose(1, 2, 0, 3).reshape(s, b, heads * dims.vHeadDim());
     }
 
     /** The core attention of a training pass, recomputed in backward under selective recompute of {@code core_attn}. */
