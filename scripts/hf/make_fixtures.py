@@ -74,9 +74,10 @@ def fixtures():
         # mscale 1 and mscale_all_dim 0.8, so that both the cos/sin factor and the softmax scale's differ from 1);
         # layer 0 dense (first_k_dense_replace 1), layers 1-3 of 8 routed experts (width 32) top-2 with sigmoid scores,
         # a random e_score_correction_bias, 2 groups of which each token keeps 1, norm_topk_prob and routed_scaling_factor
-        # 2.5, and one shared expert; bfloat16 with the bias in float32, as transformers stores it
+        # 2.5, and one shared expert; bfloat16 with the bias in float32, as transformers stores it; rms_norm_eps 1e-6
+        # (DeepSeek-V3's), the epsilon transformers' latent norms always take
         ("deepseek_v3", DeepseekV3ForCausalLM, DeepseekV3Config(
-            **dict(SMALL, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_key_value_heads=4),
+            **dict(SMALL, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_key_value_heads=4, rms_norm_eps=1e-6),
             q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
             n_routed_experts=8, n_shared_experts=1, moe_intermediate_size=32, num_experts_per_tok=2, n_group=2,
             topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,

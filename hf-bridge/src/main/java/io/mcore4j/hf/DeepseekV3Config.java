@@ -29,7 +29,8 @@ import java.util.Set;
  *     by its {@code num_experts_per_tok / topk_group} best scores: the same where that is 2 (DeepSeek-V3's 8 / 4),
  *     and refused elsewhere.
  * </ul>
- * Refused by name: attention biases, {@code rope_interleave} false, {@code norm_topk_prob} false, another
+ * Refused by name: an {@code rms_norm_eps} other than 1e-6 (transformers' latent norms always use 1e-6, Megatron-Core's
+ * the layers' epsilon), attention biases, {@code rope_interleave} false, {@code norm_topk_prob} false, another
  * {@code scoring_func} or {@code topk_method} than DeepSeek-V3's, {@code moe_layer_freq} other than 1, and a
  * {@code quantization_config} (FP8 weights). The multi-token-prediction layers ({@code num_nextn_predict_layers}),
  * which transformers neither builds nor loads, are left out the same way.
@@ -72,6 +73,10 @@ final class DeepseekV3Config {
         r.require("rope_interleave", r.boolOr("rope_interleave", true), "true (DeepSeek's interleaved rotary pairs)");
         r.require("quantization_config", !r.has("quantization_config"), "absent (FP8 weights are not supported: convert"
                 + " them to bf16 first)");
+        // transformers' q_a_layernorm and kv_a_layernorm keep RMSNorm's default epsilon whatever rms_norm_eps says;
+        // Megatron-Core's latent norms take the layers' epsilon: the two agree only at 1e-6 (DeepSeek-V2's and V3's)
+        r.require("rms_norm_eps", r.numberOr("rms_norm_eps", DEFAULT_EPS) == DEFAULT_EPS, DEFAULT_EPS + " (transformers'"
+                + " latent norms q_a_layernorm and kv_a_layernorm always use 1e-6, Megatron-Core's the layers' epsilon)");
         r.require("num_key_value_heads", r.integerOr("num_key_value_heads", heads) == heads, "num_attention_heads (" + heads
                 + "; MLA gives every head its own keys and values)");
         TransformerConfig.MlaDims dims = new TransformerConfig.MlaDims(r.integerOr("q_lora_rank", 0),

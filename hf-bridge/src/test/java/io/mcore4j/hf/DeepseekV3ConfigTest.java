@@ -81,6 +81,8 @@ class DeepseekV3ConfigTest {
         assertTrue(refused(j -> j.add("quantization_config", new JsonObject())).contains("FP8 weights are not supported"));
         assertTrue(refused(j -> j.getAsJsonObject("rope_parameters").remove("mscale")).contains("\"mscale_all_dim\""));
         assertTrue(refused(j -> j.addProperty("num_key_value_heads", 2)).contains("\"num_key_value_heads\""));
+        assertTrue(refused(j -> j.addProperty("rms_norm_eps", 1e-5)).contains("latent norms q_a_layernorm and kv_a_layernorm"
+                + " always use 1e-6"));
     }
 
     /**
