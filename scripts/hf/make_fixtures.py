@@ -20,7 +20,7 @@ import transformers
 from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
                           Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+                          Qwen3MoeForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM)
 
 OUT = os.path.join("hf-bridge", "src", "test", "resources", "hf")
 PROMPT = [3, 17, 42, 99, 0, 8, 64, 23]
@@ -69,6 +69,22 @@ def fixtures():
             moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
             mlp_only_layers=[2], tie_word_embeddings=False,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}), torch.bfloat16, None),
+        # DeepSeek-V3: multi-latent attention (4 heads, q_lora_rank 32, kv_lora_rank 16, 16 + 8 query/key channels of
+        # which 8 rotate as interleaved pairs, 16 value channels) with YaRN (factor 4 over an original 64 positions,
+        # mscale 1 and mscale_all_dim 0.8, so that both the cos/sin factor and the softmax scale's differ from 1);
+        # layer 0 dense (first_k_dense_replace 1), layers 1-3 of 8 routed experts (width 32) top-2 with sigmoid scores,
+        # a random e_score_correction_bias, 2 groups of which each token keeps 1, norm_topk_prob and routed_scaling_factor
+        # 2.5, and one shared expert; bfloat16 with the bias in float32, as transformers stores it; rms_norm_eps 1e-6
+        # (DeepSeek-V3's), the epsilon transformers' latent norms always take
+        ("deepseek_v3", DeepseekV3ForCausalLM, DeepseekV3Config(
+            **dict(SMALL, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_key_value_heads=4, rms_norm_eps=1e-6),
+            q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+            n_routed_experts=8, n_shared_experts=1, moe_intermediate_size=32, num_experts_per_tok=2, n_group=2,
+            topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1,
+            tie_word_embeddings=False, rope_interleave=True,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 64, "beta_fast": 32.0, "beta_slow": 1.0,
+                             "mscale": 1.0, "mscale_all_dim": 0.8}), torch.bfloat16, None),
     ]
 
 
@@ -82,6 +98,9 @@ def randomize(model, seed):
                 p.copy_(1 + 0.1 * noise if name.endswith("weight") else 0.1 * noise)
             else:
                 p.copy_(0.2 * noise)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek-V3's expert bias: a buffer, loaded and saved
+                b.copy_(0.1 * torch.randn(b.shape, generator=g, dtype=torch.float32))
 
 
 def main():
@@ -95,7 +114,11 @@ def main():
         randomize(model, 1000 + seed)
         out = os.path.join(OUT, name)
         shutil.rmtree(out, ignore_errors=True)
-        model.to(dtype).save_pretrained(out, **({"max_shard_size": shard} if shard else {}))
+        model.to(dtype)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # float32 whatever the dtype, as transformers keeps it
+                b.data = b.data.float()
+        model.save_pretrained(out, **({"max_shard_size": shard} if shard else {}))
         # the reference: what transformers computes in float32 from the saved (rounded) weights
         loaded = cls.from_pretrained(out, dtype=torch.float32).eval()
         with torch.no_grad():

@@ -17,7 +17,7 @@ final class ConfigReader {
     static final String SLIDING = "sliding_attention";
 
     /**
-     * A RoPE base and its LLaMA 3.1 scaling.
+     * A RoPE base and its scaling (linear, LLaMA 3.1's or YaRN's).
      *
      * @param theta the base
      * @param scaling the scaling, or null
@@ -129,8 +129,8 @@ final class ConfigReader {
 
     /**
      * One set of RoPE parameters: a {@code rope_parameters} object (transformers 5) or {@code rope_scaling}
-     * (transformers 4) of type {@code default}, {@code linear} or {@code llama3}, its {@code rope_theta} where it has
-     * one.
+     * (transformers 4) of type {@code default}, {@code linear}, {@code llama3} or {@code yarn} ({@link #yarn}), its
+     * {@code rope_theta} where it has one.
      *
      * @param key the object's name, for errors
      * @param params the object, or null for none
@@ -139,6 +139,20 @@ final class ConfigReader {
      * @throws HfCheckpointException for another rope type
      */
     Rope rope(String key, JsonObject params, double theta) {
+        return rope(key, params, theta, false);
+    }
+
+    /**
+     * One set of RoPE parameters, as {@link #rope(String, JsonObject, double)} reads them.
+     *
+     * @param key the object's name, for errors
+     * @param params the object, or null for none
+     * @param theta the base where the object names none
+     * @param yarnAllowed whether {@code yarn} may be read (mcore4j implements it for multi-latent attention only)
+     * @return the base and scaling
+     * @throws HfCheckpointException for another rope type, or {@code yarn} where it is not allowed
+     */
+    Rope rope(String key, JsonObject params, double theta, boolean yarnAllowed) {
         if (params == null) {
             return new Rope(theta, null);
         }
@@ -151,8 +165,38 @@ final class ConfigReader {
         if (type.equals("linear")) {
             return new Rope(base, TransformerConfig.RopeScaling.linear(p.number("factor")));
         }
-        p.require("rope_type", type.equals("llama3"), "\"default\", \"linear\" or \"llama3\", got \"" + type + "\"");
+        if (type.equals("yarn")) {
+            p.require("rope_type", yarnAllowed, "\"default\", \"linear\" or \"llama3\", got \"yarn\" (mcore4j implements"
+                    + " yarn for multi-latent attention, DeepseekV3ForCausalLM, only)");
+            return new Rope(base, yarn(p));
+        }
+        p.require("rope_type", type.equals("llama3"), "\"default\", \"linear\", \"llama3\" or \"yarn\", got \"" + type
+                + "\"");
         return new Rope(base, new TransformerConfig.RopeScaling(p.number("factor"), p.number("low_freq_factor"),
                 p.number("high_freq_factor"), p.integer("original_max_position_embeddings")));
+    }
+
+    /**
+     * transformers' YaRN parameters as Megatron-Core's: {@code factor}, {@code original_max_position_embeddings},
+     * {@code beta_fast} and {@code beta_slow} (default 32 and 1) as they are. transformers multiplies cos and sin by
+     * {@code get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)} where both are set and non-zero, else by
+     * {@code get_mscale(factor)}; Megatron always by the quotient with its defaults {@code mscale} 1 and
+     * {@code mscale_all_dim} 0: equal where both are set, or where {@code mscale_all_dim} is not (both then use
+     * mscale 1 and no softmax factor). Refused: {@code mscale_all_dim} without {@code mscale}, an explicit
+     * {@code attention_factor}, {@code truncate} false.
+     */
+    private static TransformerConfig.RopeScaling yarn(ConfigReader p) {
+        p.require("attention_factor", !p.has("attention_factor"), "absent (an explicit YaRN attention factor has no"
+                + " Megatron-Core counterpart; it follows from mscale and mscale_all_dim)");
+        p.require("truncate", p.boolOr("truncate", true), "true (Megatron-Core's YaRN floors and ceils the correction"
+                + " range)");
+        double mscale = p.numberOr("mscale", 0);
+        double mscaleAllDim = p.numberOr("mscale_all_dim", 0);
+        p.require("mscale_all_dim", mscaleAllDim == 0 || mscale != 0, "0 or absent without an mscale (transformers then"
+                + " scales cos and sin by get_mscale(factor) alone, which Megatron-Core cannot express)");
+        double betaFast = p.numberOr("beta_fast", 0);
+        double betaSlow = p.numberOr("beta_slow", 0);
+        return TransformerConfig.RopeScaling.yarn(p.number("factor"), p.integer("original_max_position_embeddings"),
+                betaFast == 0 ? 32 : betaFast, betaSlow == 0 ? 1 : betaSlow, mscaleAllDim == 0 ? 1 : mscale, mscaleAllDim);
     }
 }

@@ -37,6 +37,12 @@ public enum HfArchitecture {
      * ({@link Gemma3TextConfig}).
      */
     GEMMA3("Gemma3ForCausalLM", "gemma3_text"),
+    /**
+     * DeepSeek-V3: multi-latent attention with YaRN, the first layers dense, the others mixtures of experts with a
+     * shared expert and a sigmoid router with a score correction bias and group-limited top-k
+     * ({@link DeepseekV3Config}).
+     */
+    DEEPSEEK_V3("DeepseekV3ForCausalLM", "deepseek_v3"),
     /** GPT-2: LayerNorm, tanh GELU, learned positions, Conv1D (transposed) weights, biases everywhere. */
     GPT2("GPT2LMHeadModel", "gpt2");
 

@@ -32,7 +32,8 @@ import java.util.TreeMap;
  * <p>{@link #open} checks the whole checkpoint against the config before any tensor is read: every
  * tensor the architecture needs is present in an existing file with the shape the config implies,
  * and no tensor is left over (apart from the buffers transformers itself never loads: rotary
- * {@code inv_freq}, GPT-2's attention masks, a tied {@code lm_head} copy). {@link #loadInto} then
+ * {@code inv_freq}, GPT-2's attention masks, a tied {@code lm_head} copy, DeepSeek-V3's multi-token-prediction
+ * layers). {@link #loadInto} then
  * fills a model built at any layout: each rank reads, with positional reads, only the rows and
  * columns of its own pieces. Nothing is communicated. Close the checkpoint to release its files.
  */
@@ -187,9 +188,23 @@ public final class HfCheckpoint implements AutoCloseable {
     }
 
     private boolean isUnloadedBuffer(String name) {
-        return name.endsWith("rotary_emb.inv_freq") || name.endsWith(".attn.bias") && !config.architecture().isLlamaFamily()
+        return name.endsWith("rotary_emb.inv_freq") || isMultiTokenPredictionLayer(name) || name.endsWith(".attn.bias") && !config.architecture().isLlamaFamily()
                 || name.endsWith(".attn.masked_bias")
                 || name.equals("lm_head.weight") && config.transformerConfig().tiedEmbeddings();
+    }
+
+    /**
+     * Whether {@code name} is in one of DeepSeek-V3's multi-token-prediction layers ({@code model.layers.N.*} past the
+     * config's layers), which transformers neither builds nor loads.
+     */
+    private boolean isMultiTokenPredictionLayer(String name) {
+        if (config.architecture() != HfArchitecture.DEEPSEEK_V3 || !name.startsWith("model.layers.")) {
+            return false;
+        }
+        String rest = name.substring("model.layers.".length());
+        int dot = rest.indexOf('.');
+        return dot > 0 && rest.substring(0, dot).chars().allMatch(Character::isDigit)
+                && Integer.parseInt(rest.substring(0, dot)) >= config.transformerConfig().numLayers();
     }
 
     private HfWeightMap weightMap(int vocab) {

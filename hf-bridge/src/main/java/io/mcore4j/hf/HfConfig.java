@@ -181,7 +181,7 @@ public final class HfConfig {
         }
         HfArchitecture arch = HfArchitecture.of(copy.getAsJsonArray("architectures").get(0).getAsString(), file);
         Set<String> understood = new TreeSet<>(arch == HfArchitecture.GEMMA3 ? Gemma3TextConfig.KEYS
-                : arch.isLlamaFamily() ? LLAMA_KEYS : GPT2_KEYS);
+                : arch == HfArchitecture.DEEPSEEK_V3 ? DeepseekV3Config.KEYS : arch.isLlamaFamily() ? LLAMA_KEYS : GPT2_KEYS);
         understood.addAll(switch (arch) {
             case QWEN2 -> QWEN2_KEYS;
             case QWEN3 -> QWEN3_KEYS;
@@ -203,6 +203,7 @@ public final class HfConfig {
         }
         ConfigReader r = new ConfigReader(file, copy);
         TransformerConfig model = arch == HfArchitecture.GEMMA3 ? Gemma3TextConfig.read(r)
+                : arch == HfArchitecture.DEEPSEEK_V3 ? DeepseekV3Config.read(r)
                 : arch.isLlamaFamily() ? llama(arch, r) : gpt2(r);
         return new HfConfig(file, copy, arch, model);
     }

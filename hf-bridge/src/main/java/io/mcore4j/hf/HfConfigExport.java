@@ -11,7 +11,7 @@ import java.util.Set;
 /**
  * The Hugging Face {@code config.json} of a model mcore4j built itself (for {@link HfExport}): GPT-2 for LayerNorm
  * + GELU + learned positions with biases and a tied head; Gemma 3 for its norms, GeGLU and scaled embeddings
- * ({@link Gemma3TextConfig}); otherwise the LLaMA family for RMSNorm + SwiGLU + RoPE: Qwen2 with QKV biases only,
+ * ({@link Gemma3TextConfig}); DeepSeek-V3 for multi-latent attention ({@link DeepseekV3Config}); otherwise the LLaMA family for RMSNorm + SwiGLU + RoPE: Qwen2 with QKV biases only,
  * Qwen3 with query and key norms (Qwen3-MoE with experts too), Mixtral with experts in every layer and no query and
  * key norms, Mistral with a sliding window on every layer, LLaMA otherwise. The written config is read back and must give the model's shape.
  */
@@ -30,6 +30,9 @@ final class HfConfigExport {
         if (c.normalization() == TransformerConfig.Normalization.LAYER_NORM) {
             arch = HfArchitecture.GPT2;
             gpt2(c, j);
+        } else if (c.multiLatentAttention() != null) {
+            arch = HfArchitecture.DEEPSEEK_V3;
+            DeepseekV3Config.write(c, j);
         } else if (Gemma3TextConfig.isGemma(c)) {
             arch = HfArchitecture.GEMMA3;
             Gemma3TextConfig.write(c, j);
@@ -147,15 +150,23 @@ final class HfConfigExport {
      * One set of RoPE parameters as transformers 5 writes them ({@code rope_parameters}).
      *
      * @param theta the base
-     * @param s LLaMA 3.1 or linear scaling, or null
+     * @param s LLaMA 3.1, linear or YaRN scaling, or null
      * @return the object
      */
     static JsonObject rope(double theta, TransformerConfig.RopeScaling s) {
         JsonObject rope = new JsonObject();
         rope.addProperty("rope_theta", theta);
         boolean linear = s != null && s.type() == TransformerConfig.RopeScaling.Type.LINEAR;
-        rope.addProperty("rope_type", s == null ? "default" : linear ? "linear" : "llama3");
-        if (linear) {
+        boolean yarn = s != null && s.type() == TransformerConfig.RopeScaling.Type.YARN;
+        rope.addProperty("rope_type", s == null ? "default" : linear ? "linear" : yarn ? "yarn" : "llama3");
+        if (yarn) {
+            rope.addProperty("factor", s.factor());
+            rope.addProperty("original_max_position_embeddings", s.originalMaxPositions());
+            rope.addProperty("beta_fast", s.betaFast());
+            rope.addProperty("beta_slow", s.betaSlow());
+            rope.addProperty("mscale", s.mscale());
+            rope.addProperty("mscale_all_dim", s.mscaleAllDim());
+        } else if (linear) {
             rope.addProperty("factor", s.factor());
         } else if (s != null) {
             rope.addProperty("factor", s.factor());
@@ -219,13 +230,15 @@ final class HfConfigExport {
      * dropout, precision and parallelism are the run's).
      */
     private static boolean sameNetwork(TransformerConfig back, TransformerConfig c) {
-        boolean same = back.numLayers() == c.numLayers() && back.kvChannels() == c.kvChannels()
+        boolean mla = c.multiLatentAttention() != null;
+        boolean same = back.numLayers() == c.numLayers() && (mla || back.kvChannels() == c.kvChannels())
+                && java.util.Objects.equals(back.multiLatentAttention(), c.multiLatentAttention())
                 && back.tiedEmbeddings() == c.tiedEmbeddings() && back.qkLayernorm() == c.qkLayernorm()
                 && back.addQkvBias() == c.addQkvBias() && back.addBiasLinear() == c.addBiasLinear()
                 && back.activation() == c.activation() && back.layernormZeroCenteredGamma() == c.layernormZeroCenteredGamma()
                 && back.postSelfAttnLayernorm() == c.postSelfAttnLayernorm() && back.postMlpLayernorm() == c.postMlpLayernorm()
                 && back.scaleEmbeddingsBySqrtHidden() == c.scaleEmbeddingsBySqrtHidden()
-                && Math.abs(scoreScale(back) - scoreScale(c)) <= 1e-12 * scoreScale(c) && sameExperts(back, c);
+                && (mla || Math.abs(scoreScale(back) - scoreScale(c)) <= 1e-12 * scoreScale(c)) && sameExperts(back, c);
         for (int i = 0; i < c.numLayers(); i++) {
             same &= effectiveWindow(back, i) == effectiveWindow(c, i)
                     && (!c.usesRope() || back.rotaryBase(i) == c.rotaryBase(i)
@@ -244,7 +257,10 @@ final class HfConfigExport {
             MoeConfig a = back.moe().config();
             MoeConfig b = c.moe().config();
             if (a.numExperts() != b.numExperts() || a.topK() != b.topK() || a.ffnHiddenSize() != b.ffnHiddenSize()
-                    || a.preSoftmax() != b.preSoftmax() || a.routerScore() != b.routerScore()) {
+                    || a.preSoftmax() != b.preSoftmax() || a.routerScore() != b.routerScore()
+                    || a.numGroups() != b.numGroups() || a.groupTopK() != b.groupTopK()
+                    || a.topKScalingFactor() != b.topKScalingFactor() || a.auxLossFree() != b.auxLossFree()
+                    || a.sharedExpertFfnHiddenSize() != b.sharedExpertFfnHiddenSize()) {
                 return false;
             }
             for (int i = 0; i < c.numLayers(); i++) {

@@ -232,7 +232,7 @@ public final class HfExport {
                 for (int i = 0; i < paths.size(); i++) {
                     long size = headers.get(i).remaining();
                     for (HfWeightMap.HfTensor t : shards.get(i)) {
-                        size += volume(t.shape()) * dtype.bytes();
+                        size += volume(t.shape()) * stored(t, dtype).bytes();
                     }
                     try (RandomAccessFile f = new RandomAccessFile(paths.get(i).toFile(), "rw")) {
                         f.setLength(0);
@@ -311,13 +311,22 @@ public final class HfExport {
         return fallback;
     }
 
+    /**
+     * The dtype a tensor is written in: the chosen one, but float32 for DeepSeek-V3's {@code e_score_correction_bias},
+     * which transformers keeps in float32 whatever the model's dtype ({@code _keep_in_fp32_modules_strict}; mcore4j's
+     * expert bias is float32 too), so that a bfloat16 export routes exactly as the model.
+     */
+    private static HfDtype stored(HfWeightMap.HfTensor t, HfDtype dtype) {
+        return t.name().endsWith(".e_score_correction_bias") ? HfDtype.F32 : dtype;
+    }
+
     /** Tensors into files of at most {@code maxBytes} each, in order. */
     private static List<List<HfWeightMap.HfTensor>> split(HfWeightMap names, HfDtype dtype, long maxBytes) {
         List<List<HfWeightMap.HfTensor>> out = new ArrayList<>();
         List<HfWeightMap.HfTensor> current = new ArrayList<>();
         long bytes = 0;
         for (HfWeightMap.HfTensor t : names.tensors().values()) {
-            long size = volume(t.shape()) * dtype.bytes();
+            long size = volume(t.shape()) * stored(t, dtype).bytes();
             if (!current.isEmpty() && bytes + size > maxBytes) {
                 out.add(current);
                 current = new ArrayList<>();
@@ -341,13 +350,13 @@ public final class HfExport {
         List<long[]> ranges = new ArrayList<>();
         for (HfWeightMap.HfTensor t : tensors) {
             JsonObject e = new JsonObject();
-            e.addProperty("dtype", dtype.name());
+            e.addProperty("dtype", stored(t, dtype).name());
             JsonArray shape = new JsonArray();
             for (long s : t.shape()) {
                 shape.add(s);
             }
             e.add("shape", shape);
-            long end = offset + volume(t.shape()) * dtype.bytes();
+            long end = offset + volume(t.shape()) * stored(t, dtype).bytes();
             JsonArray range = new JsonArray();
             range.add(offset);
             range.add(end);
@@ -435,10 +444,11 @@ public final class HfExport {
 
     private static void put(FileChannel channel, Placement place, float[] values, int from, int count, long element,
                             HfDtype dtype) {
-        ByteBuffer bytes = ByteBuffer.allocate(count * dtype.bytes());
-        dtype.encode(values, from, count, bytes);
+        HfDtype d = stored(place.tensor(), dtype);
+        ByteBuffer bytes = ByteBuffer.allocate(count * d.bytes());
+        d.encode(values, from, count, bytes);
         bytes.flip();
-        long at = place.begin() + element * dtype.bytes();
+        long at = place.begin() + element * d.bytes();
         try {
             while (bytes.hasRemaining()) {
                 at += channel.write(bytes, at);
@@ -474,7 +484,7 @@ public final class HfExport {
                 JsonObject weightMap = new JsonObject();
                 for (int i = 0; i < shards.size(); i++) {
                     for (HfWeightMap.HfTensor t : shards.get(i)) {
-                        total += volume(t.shape()) * dtype.bytes();
+                        total += volume(t.shape()) * stored(t, dtype).bytes();
                         weightMap.addProperty(t.name(), paths.get(i).getFileName().toString());
                     }
                 }

@@ -27,6 +27,9 @@ import java.util.Map;
  * <li>Gemma 3's {@code post_attention_layernorm} is mcore4j's {@code post_self_attn_layernorm} (LLaMA's of that name
  *     is the {@code pre_mlp_layernorm}), its {@code pre_feedforward_layernorm} and {@code post_feedforward_layernorm}
  *     the {@code pre_mlp_layernorm} and {@code post_mlp_layernorm}; the zero-centred weights are stored as they are.
+ * <li>DeepSeek-V3's attention is mcore4j's multi-latent attention tensor for tensor ({@link #multiLatentAttention});
+ *     its {@code e_score_correction_bias} is the router's {@code expert_bias}, its shared experts' gate and up
+ *     projections the shared expert's fused fc1.
  * <li>The vocabulary is padded to the model's size: padded embedding/output rows are zero on import
  *     and dropped on export.
  * </ul>
@@ -117,20 +120,25 @@ final class HfWeightMap {
             String hf = "model.layers." + i + ".";
             String mc = "decoder.layers." + i + ".";
             same(mc + "input_layernorm.weight", hf + "input_layernorm.weight", h);
-            String q = hf + "self_attn.q_proj.";
-            String k = hf + "self_attn.k_proj.";
-            String v = hf + "self_attn.v_proj.";
-            groupedQkv(mc + "self_attention.linear_qkv.weight", q + "weight", k + "weight", v + "weight", heads, groups, d, h);
-            if (qkvBias) {
-                groupedQkv(mc + "self_attention.linear_qkv.bias", q + "bias", k + "bias", v + "bias", heads, groups, d, 0);
-            }
-            if (qkNorms) {
-                same(mc + "self_attention.q_layernorm.weight", hf + "self_attn.q_norm.weight", d);
-                same(mc + "self_attention.k_layernorm.weight", hf + "self_attn.k_norm.weight", d);
-            }
-            same(mc + "self_attention.linear_proj.weight", hf + "self_attn.o_proj.weight", h, heads * d);
-            if (bias) {
-                same(mc + "self_attention.linear_proj.bias", hf + "self_attn.o_proj.bias", h);
+            if (c.multiLatentAttention() != null) {
+                multiLatentAttention(c, hf + "self_attn.", mc + "self_attention.");
+            } else {
+                String q = hf + "self_attn.q_proj.";
+                String k = hf + "self_attn.k_proj.";
+                String v = hf + "self_attn.v_proj.";
+                groupedQkv(mc + "self_attention.linear_qkv.weight", q + "weight", k + "weight", v + "weight", heads, groups,
+                        d, h);
+                if (qkvBias) {
+                    groupedQkv(mc + "self_attention.linear_qkv.bias", q + "bias", k + "bias", v + "bias", heads, groups, d, 0);
+                }
+                if (qkNorms) {
+                    same(mc + "self_attention.q_layernorm.weight", hf + "self_attn.q_norm.weight", d);
+                    same(mc + "self_attention.k_layernorm.weight", hf + "self_attn.k_norm.weight", d);
+                }
+                same(mc + "self_attention.linear_proj.weight", hf + "self_attn.o_proj.weight", h, heads * d);
+                if (bias) {
+                    same(mc + "self_attention.linear_proj.bias", hf + "self_attn.o_proj.bias", h);
+                }
             }
             if (gemma) {
                 // Gemma's post_attention_layernorm follows the attention; its pre_feedforward_layernorm is LLaMA's
@@ -161,13 +169,41 @@ final class HfWeightMap {
     }
 
     /**
+     * DeepSeek-V3's attention ({@code self_attn.*}) as mcore4j's multi-latent attention, tensor for tensor:
+     * {@code q_a_proj}, {@code q_a_layernorm} and {@code q_b_proj} (or {@code q_proj}) are {@code linear_q_down_proj},
+     * {@code q_layernorm} and {@code linear_q_up_proj} (or {@code linear_q_proj}); {@code kv_a_proj_with_mqa},
+     * {@code kv_a_layernorm} and {@code kv_b_proj} are {@code linear_kv_down_proj}, {@code kv_layernorm} and
+     * {@code linear_kv_up_proj}; {@code o_proj} is {@code linear_proj}. Both lay the heads out head-major, each head's
+     * channels not rotated first; the rotated ones stay interleaved, as the attention reads them.
+     */
+    private void multiLatentAttention(TransformerConfig c, String hf, String mc) {
+        TransformerConfig.MlaDims dims = c.multiLatentAttention();
+        long h = c.hiddenSize();
+        long heads = c.numAttentionHeads();
+        if (dims.compressesQueries()) {
+            same(mc + "linear_q_down_proj.weight", hf + "q_a_proj.weight", dims.qLoraRank(), h);
+            same(mc + "q_layernorm.weight", hf + "q_a_layernorm.weight", dims.qLoraRank());
+            same(mc + "linear_q_up_proj.weight", hf + "q_b_proj.weight", heads * dims.queryKeyWidth(), dims.qLoraRank());
+        } else {
+            same(mc + "linear_q_proj.weight", hf + "q_proj.weight", heads * dims.queryKeyWidth(), h);
+        }
+        same(mc + "linear_kv_down_proj.weight", hf + "kv_a_proj_with_mqa.weight",
+                dims.kvLoraRank() + dims.qkPosEmbHeadDim(), h);
+        same(mc + "kv_layernorm.weight", hf + "kv_a_layernorm.weight", dims.kvLoraRank());
+        same(mc + "linear_kv_up_proj.weight", hf + "kv_b_proj.weight", heads * (dims.qkHeadDim() + dims.vHeadDim()),
+                dims.kvLoraRank());
+        same(mc + "linear_proj.weight", hf + "o_proj.weight", h, heads * dims.vHeadDim());
+    }
+
+    /**
      * A mixture-of-experts layer's router and experts: Mixtral's {@code block_sparse_moe.gate} and experts' {@code w1}
-     * (gate), {@code w3} (up), {@code w2} (down); Qwen3-MoE's {@code mlp.gate} and experts' {@code gate_proj},
-     * {@code up_proj}, {@code down_proj}.
+     * (gate), {@code w3} (up), {@code w2} (down); Qwen3-MoE's and DeepSeek-V3's {@code mlp.gate} and experts'
+     * {@code gate_proj}, {@code up_proj}, {@code down_proj}; DeepSeek-V3's {@code mlp.gate.e_score_correction_bias}
+     * (the router's {@code expert_bias}) and {@code mlp.shared_experts.*} (the {@code shared_experts}).
      */
     private void experts(HfArchitecture arch, TransformerConfig c, String hf, String mc) {
         boolean mixtral = arch == HfArchitecture.MIXTRAL;
-        if (!mixtral && arch != HfArchitecture.QWEN3_MOE) {
+        if (!mixtral && arch != HfArchitecture.QWEN3_MOE && arch != HfArchitecture.DEEPSEEK_V3) {
             throw new HfCheckpointException(arch.className() + " has no mixture-of-experts layers");
         }
         long h = c.hiddenSize();
@@ -181,6 +217,16 @@ final class HfWeightMap {
             stacked(mx + "linear_fc1.weight", h, ex + (mixtral ? "w1" : "gate_proj") + ".weight",
                     ex + (mixtral ? "w3" : "up_proj") + ".weight", expertFfn);
             same(mx + "linear_fc2.weight", ex + (mixtral ? "w2" : "down_proj") + ".weight", h, expertFfn);
+        }
+        if (c.moe().config().auxLossFree()) {
+            same(mc + "mlp.router.expert_bias", moe + "gate.e_score_correction_bias", experts);
+        }
+        long sharedFfn = c.moe().config().sharedExpertFfnHiddenSize();
+        if (sharedFfn > 0) {
+            String shared = moe + "shared_experts.";
+            stacked(mc + "mlp.shared_experts.linear_fc1.weight", h, shared + "gate_proj.weight", shared + "up_proj.weight",
+                    sharedFfn);
+            same(mc + "mlp.shared_experts.linear_fc2.weight", shared + "down_proj.weight", h, sharedFfn);
         }
     }
 

@@ -190,11 +190,11 @@ final class Fixtures {
 
     static List<String> all() {
         return new ArrayList<>(List.of("llama", "qwen2", "qwen2_window", "qwen3", "mistral", "mixtral", "gpt2", "gemma3",
-                "qwen3_moe"));
+                "qwen3_moe", "deepseek_v3"));
     }
 
     /** The fixtures with mixture-of-experts layers. */
     static List<String> withExperts() {
-        return List.of("mixtral", "qwen3_moe");
+        return List.of("mixtral", "qwen3_moe", "deepseek_v3");
     }
 }

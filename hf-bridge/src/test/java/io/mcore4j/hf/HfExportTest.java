@@ -28,7 +28,8 @@ class HfExportTest {
     private static final Path OUT = Path.of("target", "hf-export");
 
     @ParameterizedTest(name = "{0}")
-    @ValueSource(strings = {"llama", "qwen2", "qwen2_window", "qwen3", "mistral", "mixtral", "gpt2", "gemma3", "qwen3_moe"})
+    @ValueSource(strings = {"llama", "qwen2", "qwen2_window", "qwen3", "mistral", "mixtral", "gpt2", "gemma3", "qwen3_moe",
+        "deepseek_v3"})
     void roundTripAtTp2Pp2(String name) throws IOException {
         Path source = Fixtures.dir(name);
         for (HfDtype dtype : new HfDtype[] {HfDtype.F32, HfDtype.BF16}) {
@@ -81,7 +82,7 @@ class HfExportTest {
             assertEquals(x.keySet(), y.keySet());
             for (String k : x.keySet()) {
                 float[] want = x.get(k).clone();
-                if (roundToBf16) {
+                if (roundToBf16 && !k.endsWith(".e_score_correction_bias")) { // kept in float32, as transformers keeps it
                     for (int i = 0; i < want.length; i++) {
                         want[i] = Float.intBitsToFloat(HfDtype.floatToBfloat16(want[i]) << 16);
                     }

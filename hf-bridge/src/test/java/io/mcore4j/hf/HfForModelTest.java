@@ -30,7 +30,9 @@ import org.junit.jupiter.api.Test;
  * RoPE, GQA, untied), Qwen3-shaped (LLaMA's with query and key norms and 12 channels per head, tied), Qwen3-MoE-shaped
  * (Qwen3's with 4 experts, top-2 of the softmax over all of them, in layer 0 and a dense MLP in layer 1), GPT-2-shaped
  * (LayerNorm, tanh GELU, learned positions, biases, tied) and Gemma-3-shaped (zero-centred pre and post norms, QK-norm,
- * GeGLU, scaled embeddings, a 4-token window on layer 0 with its own rope base, layer 1 global, softmax scale 20^-1/2).
+ * GeGLU, scaled embeddings, a 4-token window on layer 0 with its own rope base, layer 1 global, softmax scale 20^-1/2)
+ * and DeepSeek-V3-shaped (multi-latent attention with YaRN, a dense layer, then 4 experts routed by grouped sigmoid
+ * scores with an expert bias and scaling, and a shared expert).
  */
 class HfForModelTest {
     private static final int VOCAB = 64;
@@ -49,6 +51,17 @@ class HfForModelTest {
                 b.moe(new TransformerConfig.MoeSettings(MoeLayerPattern.of(List.of(1, 0)), MoeConfig.builder(4, 2, 16)
                         .preSoftmax(true).build()));
             }
+        } else if (kind.equals("deepseek_v3")) {
+            // MLA with YaRN; layer 0 dense, layer 1 of 4 experts top-2 of 2 groups (1 kept), sigmoid scores with an
+            // expert bias, scaling 2.5 and a shared expert of the experts' width
+            b.ffnHiddenSize(48).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-6)
+                    .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(MlpActivation.SWIGLU)
+                    .addBiasLinear(false).tiedEmbeddings(false)
+                    .multiLatentAttention(new TransformerConfig.MlaDims(16, 8, 8, 4, 6))
+                    .ropeScaling(TransformerConfig.RopeScaling.yarn(4, 4, 32, 1, 1, 0.8))
+                    .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.of(List.of(0, 1)), MoeConfig.builder(4, 2, 16)
+                            .routerScore(MoeConfig.RouterScore.SIGMOID).auxLossFree(true).groupLimitedRouting(2, 1)
+                            .topKScalingFactor(2.5).sharedExpertFfnHiddenSize(16).build()));
         } else if (kind.equals("gemma3")) {
             b.queryGroups(2).kvChannels(12).ffnHiddenSize(48).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-6)
                     .layernormZeroCenteredGamma(true).qkLayernorm(true).postLayernorms(true, true)
@@ -63,7 +76,7 @@ class HfForModelTest {
     }
 
     @ParameterizedTest
-    @ValueSource(strings = {"llama", "qwen3", "qwen3_moe", "gpt2", "gemma3"})
+    @ValueSource(strings = {"llama", "qwen3", "qwen3_moe", "gpt2", "gemma3", "deepseek_v3"})
     void nativeModelExportsAndImportsBack(String kind) throws java.io.IOException {
         TransformerConfig c = config(kind);
         HfConfig hf = HfConfig.forModel(c, VOCAB);

@@ -51,7 +51,7 @@ class MultiLatentAttentionTest {
         JsonObject fixture = JsonParser.parseString(Files.readString(DIR.resolve("attention.json"), StandardCharsets.UTF_8))
                 .getAsJsonObject();
         JsonObject d = fixture.getAsJsonObject("dims");
-        MultiLatentAttention.Dims dims = new MultiLatentAttention.Dims(d.get("q_lora_rank").getAsInt(),
+        TransformerConfig.MlaDims dims = new TransformerConfig.MlaDims(d.get("q_lora_rank").getAsInt(),
                 d.get("kv_lora_rank").getAsInt(), d.get("qk_nope_head_dim").getAsInt(), d.get("qk_rope_head_dim").getAsInt(),
                 d.get("v_head_dim").getAsInt());
         float[][][] input = batchFirst(fixture.getAsJsonArray("input"));
@@ -62,12 +62,13 @@ class MultiLatentAttentionTest {
         TransformerConfig c = TransformerConfig.builder(1, h, d.get("num_attention_heads").getAsInt(), 100)
                 .normalization(TransformerConfig.Normalization.RMS_NORM, d.get("rms_norm_eps").getAsDouble())
                 .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).rotary(fixture.get("rope_theta").getAsDouble(), 1)
-                .activation(MlpActivation.SWIGLU).addBiasLinear(false).maxSequenceLength(64).dropout(0, 0).build();
+                .activation(MlpActivation.SWIGLU).addBiasLinear(false).maxSequenceLength(64).dropout(0, 0)
+                .multiLatentAttention(dims).build();
         ParallelDims layout = ParallelDims.of(tp, tp, 1);
         List<float[]> perRank = InJvmWorld.run(tp, rank -> {
             ProcessGroups groups = rank.groups(layout);
             MultiLatentAttention mla = new MultiLatentAttention(ModelContext.create(c, groups, rank.manager(),
-                    new SeedScheme(5)), LayerSpec.tensorParallel(), "", 0, dims);
+                    new SeedScheme(5)), LayerSpec.tensorParallel(), "", 0);
             try (SafetensorsFile weights = SafetensorsFile.open(DIR.resolve("attention.safetensors"));
                  AutogradScope scope = AutogradScope.openNoGrad(rank.manager())) {
                 for (ShardedTensor piece : mla.shardedState("")) {

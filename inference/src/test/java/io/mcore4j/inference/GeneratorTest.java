@@ -83,6 +83,24 @@ class GeneratorTest {
         }
     }
 
+    /**
+     * Multi-latent attention with YaRN caches its latent and rotated key (the key up-projection absorbed into the
+     * queries, the value up-projection applied to the context): the cached passes give the full forward's logits at TP1
+     * and TP2, with and without a query latent.
+     */
+    @Test
+    void latentCacheGivesTheFullForward() {
+        for (int qLoraRank : new int[] {16, 0}) {
+            TransformerConfig c = llama().toBuilder().queryGroups(4)
+                    .multiLatentAttention(new TransformerConfig.MlaDims(qLoraRank, 8, 8, 4, 6))
+                    .ropeScaling(TransformerConfig.RopeScaling.yarn(4, 4, 32, 1, 1, 0.8)).build();
+            for (int tp : new int[] {1, 2}) {
+                double diff = cachedVersusFull(c, tp, false); // op by op: the one-call kernel has no MLA
+                assertTrue(diff <= 1e-5, "MLA q_lora_rank " + qLoraRank + " TP" + tp + ": cached logits differ by " + diff);
+            }
+        }
+    }
+
     /** In float16, as on GPUs: the one-call layers keep the op-by-op path's numerics (float32 norms, casts, biases). */
     @Test
     void float16LayersRunWholeAsTheyRunOpByOp() {

@@ -80,6 +80,9 @@ import java.util.stream.Collectors;
  * @param fp8 FP8 GEMMs in the transformer layers' QKV, projection, FC1 and FC2 (Megatron's {@code --fp8-format}
  *     and its flags; the first and last layers as {@link Fp8Config#fp8Layer} says), or null for none; needs
  *     bfloat16 or float16 parameters, as Megatron does
+ * @param multiLatentAttention the widths of multi-latent attention, which every layer then uses instead of the
+ *     grouped-query self-attention (Megatron-Core's {@code multi_latent_attention}; DeepSeek-V2/V3), or null for
+ *     self-attention; {@code kvChannels} and {@code numQueryGroups} are then unused by the attention
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -94,7 +97,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow,
                                 boolean layernormZeroCenteredGamma, boolean postSelfAttnLayernorm,
                                 boolean postMlpLayernorm, boolean scaleEmbeddingsBySqrtHidden, double softmaxScale,
-                                double localRotaryBase, Fp8Config fp8) {
+                                double localRotaryBase, Fp8Config fp8, MlaDims multiLatentAttention) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -254,18 +257,30 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
      * {@code w > originalMaxPositions / lowFreqFactor} are divided by {@code factor}, those with
      * {@code w < originalMaxPositions / highFreqFactor} are kept, and those between are interpolated.
      * {@link Type#LINEAR} (type {@code linear}, Megatron's {@code rotary_seq_len_interpolation_factor}): every
-     * frequency divided by {@code factor}, the other fields 0.
+     * frequency divided by {@code factor}, the other fields 0. {@link Type#YARN} (type {@code yarn}, Megatron-Core's
+     * {@code YarnRotaryEmbedding}, {@code --rope-type yarn}; DeepSeek-V3): frequencies that turn fewer than
+     * {@code betaSlow} times over {@code originalMaxPositions} are divided by {@code factor}, those that turn more than
+     * {@code betaFast} times are kept, the channels between ramp linearly; cos and sin are multiplied by
+     * {@link #attentionFactor()}, and multi-latent attention multiplies its softmax scale by
+     * {@code yarnMscale(factor, mscaleAllDim)^2}.
      *
      * @param type the rule
-     * @param factor the scale of low frequencies (of all, linearly), above 0
-     * @param lowFreqFactor the low-frequency bound's divisor
-     * @param highFreqFactor the high-frequency bound's divisor, above {@code lowFreqFactor}
-     * @param originalMaxPositions the context length the model was pre-trained with
+     * @param factor the scale of low frequencies (of all, linearly), above 0 (Megatron's {@code rotary_scaling_factor})
+     * @param lowFreqFactor LLaMA 3.1's low-frequency bound's divisor; 0 otherwise
+     * @param highFreqFactor LLaMA 3.1's high-frequency bound's divisor, above {@code lowFreqFactor}; 0 otherwise
+     * @param originalMaxPositions the context length the model was pre-trained with (LLaMA 3.1, YaRN); 0 for linear
+     * @param betaFast YaRN's rotations above which a frequency is kept, above {@code betaSlow} (32); 0 otherwise
+     * @param betaSlow YaRN's rotations below which a frequency is scaled, above 0 (1); 0 otherwise
+     * @param mscale YaRN's {@code mscale} of the cos/sin factor, not negative (Megatron's {@code --mscale}, 1.0); 0
+     *     otherwise
+     * @param mscaleAllDim YaRN's {@code mscale_all_dim}, not negative (Megatron's {@code --mscale-all-dim}, 0.0); 0
+     *     otherwise
      */
     public record RopeScaling(Type type, double factor, double lowFreqFactor, double highFreqFactor,
-                              int originalMaxPositions) {
+                              int originalMaxPositions, double betaFast, double betaSlow, double mscale,
+                              double mscaleAllDim) {
         /** The scaling rules. */
-        public enum Type { LLAMA3, LINEAR }
+        public enum Type { LLAMA3, LINEAR, YARN }
 
         /** Validates the factors. */
         public RopeScaling {
@@ -282,6 +297,16 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                 throw new IllegalArgumentException("linear rope scaling has a factor alone, got low/high frequency factors "
                         + lowFreqFactor + "/" + highFreqFactor + " and original max positions " + originalMaxPositions);
             }
+            if (type == Type.YARN && (!(betaSlow > 0) || !(betaFast > betaSlow) || originalMaxPositions < 1
+                    || !(mscale >= 0) || !(mscaleAllDim >= 0) || lowFreqFactor != 0 || highFreqFactor != 0)) {
+                throw new IllegalArgumentException("yarn rope scaling needs beta fast " + betaFast + " > beta slow " + betaSlow
+                        + " > 0, original max positions " + originalMaxPositions + " >= 1, mscale " + mscale
+                        + " and mscale all dim " + mscaleAllDim + " >= 0, and no low/high frequency factors");
+            }
+            if (type != Type.YARN && (betaFast != 0 || betaSlow != 0 || mscale != 0 || mscaleAllDim != 0)) {
+                throw new IllegalArgumentException(type + " rope scaling has no beta fast/slow or mscale, got " + betaFast
+                        + "/" + betaSlow + ", " + mscale + "/" + mscaleAllDim);
+            }
         }
 
         /**
@@ -293,7 +318,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
          * @param originalMaxPositions the context length the model was pre-trained with
          */
         public RopeScaling(double factor, double lowFreqFactor, double highFreqFactor, int originalMaxPositions) {
-            this(Type.LLAMA3, factor, lowFreqFactor, highFreqFactor, originalMaxPositions);
+            this(Type.LLAMA3, factor, lowFreqFactor, highFreqFactor, originalMaxPositions, 0, 0, 0, 0);
         }
 
         /**
@@ -301,7 +326,96 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
          * @return linear scaling
          */
         public static RopeScaling linear(double factor) {
-            return new RopeScaling(Type.LINEAR, factor, 0, 0, 0);
+            return new RopeScaling(Type.LINEAR, factor, 0, 0, 0, 0, 0, 0, 0);
+        }
+
+        /**
+         * YaRN's scaling (Megatron-Core's defaults: beta fast 32, beta slow 1, mscale 1, mscale all dim 0).
+         *
+         * @param factor the scale of low frequencies
+         * @param originalMaxPositions the context length the model was pre-trained with
+         * @param betaFast rotations above which a frequency is kept
+         * @param betaSlow rotations below which a frequency is divided by {@code factor}
+         * @param mscale the cos/sin factor's {@code mscale}
+         * @param mscaleAllDim the {@code mscale_all_dim} of the cos/sin factor and of MLA's softmax scale
+         * @return the scaling
+         */
+        public static RopeScaling yarn(double factor, int originalMaxPositions, double betaFast, double betaSlow,
+                                       double mscale, double mscaleAllDim) {
+            return new RopeScaling(Type.YARN, factor, 0, 0, originalMaxPositions, betaFast, betaSlow, mscale, mscaleAllDim);
+        }
+
+        /**
+         * @return the factor on cos and sin: YaRN's {@code yarnMscale(factor, mscale) / yarnMscale(factor,
+         *     mscaleAllDim)}, 1 for the other rules
+         */
+        public double attentionFactor() {
+            return type == Type.YARN ? yarnMscale(factor, mscale) / yarnMscale(factor, mscaleAllDim) : 1;
+        }
+
+        /**
+         * @return the factor multi-latent attention's softmax scale gets: YaRN's {@code yarnMscale(factor,
+         *     mscaleAllDim)^2} (Megatron-Core's {@code MLASelfAttention}, transformers' {@code yarn_apply_mscale}), 1
+         *     for the other rules
+         */
+        public double softmaxScaleFactor() {
+            double m = type == Type.YARN ? yarnMscale(factor, mscaleAllDim) : 1;
+            return m * m;
+        }
+
+        /**
+         * YaRN's {@code get_mscale}: 1 for a scale up to 1, else {@code 0.1 mscale ln(scale) + 1}.
+         *
+         * @param scale the scaling factor
+         * @param mscale the multiplier of its logarithm
+         * @return the factor
+         */
+        public static double yarnMscale(double scale, double mscale) {
+            return scale <= 1 ? 1 : 0.1 * mscale * Math.log(scale) + 1;
+        }
+    }
+
+    /**
+     * The widths of multi-latent attention (Megatron-Core's {@code MLATransformerConfig}: {@code --q-lora-rank},
+     * {@code --kv-lora-rank}, {@code --qk-head-dim}, {@code --qk-pos-emb-head-dim}, {@code --v-head-dim}).
+     *
+     * @param qLoraRank width of the queries' latent, or 0 for queries projected from the hidden states directly
+     *     (Megatron's {@code q_lora_rank} None; DeepSeek-V3: 1536)
+     * @param kvLoraRank width of the keys' and values' latent, at least 1 (512)
+     * @param qkHeadDim channels per query and key head that do not rotate, at least 1 (128)
+     * @param qkPosEmbHeadDim channels per query and key head that rotate, even, at least 2 (64)
+     * @param vHeadDim channels per value head, at least 1 and at most {@code qkHeadDim + qkPosEmbHeadDim} (128)
+     */
+    public record MlaDims(int qLoraRank, int kvLoraRank, int qkHeadDim, int qkPosEmbHeadDim, int vHeadDim) {
+        /**
+         * Checks the widths.
+         *
+         * @throws IllegalArgumentException naming the value and what was expected
+         */
+        public MlaDims {
+            if (qLoraRank < 0 || kvLoraRank < 1 || qkHeadDim < 1 || vHeadDim < 1) {
+                throw new IllegalArgumentException("MLA widths must be at least 1 (q_lora_rank at least 0): q_lora_rank "
+                        + qLoraRank + ", kv_lora_rank " + kvLoraRank + ", qk_head_dim " + qkHeadDim + ", v_head_dim "
+                        + vHeadDim);
+            }
+            if (qkPosEmbHeadDim < 2 || qkPosEmbHeadDim % 2 != 0) {
+                throw new IllegalArgumentException("qk_pos_emb_head_dim " + qkPosEmbHeadDim + " must be even and at least 2"
+                        + " (RoPE rotates pairs of channels)");
+            }
+            if (vHeadDim > qkHeadDim + qkPosEmbHeadDim) {
+                throw new IllegalArgumentException("v_head_dim " + vHeadDim + " must be at most qk_head_dim + "
+                        + "qk_pos_emb_head_dim = " + (qkHeadDim + qkPosEmbHeadDim) + " (values are padded to the query width)");
+            }
+        }
+
+        /** @return channels per query and key head, {@code qkHeadDim + qkPosEmbHeadDim} */
+        public int queryKeyWidth() {
+            return qkHeadDim + qkPosEmbHeadDim;
+        }
+
+        /** @return whether the queries go through a latent ({@code qLoraRank > 0}) */
+        public boolean compressesQueries() {
+            return qLoraRank > 0;
         }
     }
 
@@ -430,6 +544,11 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                         + dtype + " (Megatron's rule: --fp8-format with --bf16 or --fp16)");
             }
             fp8.checkLayers(numLayers);
+            if (multiLatentAttention != null) {
+                throw new IllegalArgumentException("FP8 (" + fp8.format().megatronName() + ") runs the QKV, projection,"
+                        + " FC1 and FC2 GEMMs of grouped-query attention layers; multi-latent attention's linears have no"
+                        + " FP8 path yet (drop --fp8-format or --multi-latent-attention)");
+            }
         }
         if (tpCommOverlap && !sequenceParallel) {
             // Megatron asserts the same: the overlap splits the sequence-parallel collectives
@@ -451,6 +570,17 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                 && slidingWindow.windowedLayers().size() != numLayers) {
             throw new IllegalArgumentException("the window pattern " + slidingWindow.windowedLayers() + " has "
                     + slidingWindow.windowedLayers().size() + " entries for " + numLayers + " layers");
+        }
+        if (multiLatentAttention != null && (positionEmbedding != PositionEmbedding.ROPE || rotaryPercent != 1
+                || qkLayernorm || slidingWindow != null || addQkvBias || softmaxScale != 0)) {
+            throw new IllegalArgumentException("multi-latent attention rotates its own qk_pos_emb_head_dim channels of every"
+                    + " head with RoPE, without rotary percent, QK layernorm, sliding windows, QKV biases or a softmax scale"
+                    + " of its own; got " + positionEmbedding + ", rotary percent " + rotaryPercent + ", qk layernorm "
+                    + qkLayernorm + ", window " + slidingWindow + ", qkv bias " + addQkvBias + ", softmax scale "
+                    + softmaxScale);
+        }
+        if (ropeScaling != null && ropeScaling.type() == RopeScaling.Type.YARN && multiLatentAttention == null) {
+            throw new IllegalArgumentException("yarn rope scaling is implemented for multi-latent attention only");
         }
         if (moe != null) {
             moe.layers().check(numLayers);
@@ -518,6 +648,13 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
         if (sequenceParallel && tp == 1) {
             throw new IllegalArgumentException("sequence parallelism needs tensor parallel size > 1, got 1");
+        }
+        if (multiLatentAttention != null && (multiLatentAttention.qLoraRank() % tp != 0
+                || (multiLatentAttention.kvLoraRank() + multiLatentAttention.qkPosEmbHeadDim()) % tp != 0)) {
+            // the down-projections are column-parallel with gathered outputs: their widths split over TP
+            throw new IllegalArgumentException("multi-latent attention's q_lora_rank " + multiLatentAttention.qLoraRank()
+                    + " and kv_lora_rank + qk_pos_emb_head_dim " + (multiLatentAttention.kvLoraRank()
+                    + multiLatentAttention.qkPosEmbHeadDim()) + " must be divisible by tensor parallel size " + tp);
         }
         if (moe != null && moe.numExperts() % dims.expertParallel() != 0) {
             throw new IllegalArgumentException(moe.numExperts() + " experts are not divisible by expert parallel size "
@@ -642,7 +779,10 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
      * An MLP counts {@code 2} weights of width {@code ffn} per hidden unit (3 with SwiGLU): a dense layer's
      * {@code ffn}, a mixture-of-experts layer's top-k routed experts of {@code ffn_moe} each plus its shared
      * expert; never its other experts, nor the router. For a GPT with a {@code 4h} GELU MLP and as many key/value
-     * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}.
+     * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}. Multi-latent attention counts, as Megatron-LM does,
+     * its projections and latent norms ({@code r_q (h + n w + 1) + r_kv (h + n (d_k + d_v) + 1) + h d_r + n d_v h}, or
+     * {@code h n w} for the queries without a latent, with {@code n} heads of {@code w = d_k + d_r} query/key channels)
+     * and {@code 6 s n (w + d_v)} for the scores and their product with the values.
      *
      * @param seqLength tokens per sequence
      * @return FLOPs per token
@@ -652,6 +792,14 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         double query = (double) kvChannels * numAttentionHeads;
         double keyValue = (double) kvChannels * numQueryGroups;
         double attention = 6 * (h * (query + 2 * keyValue) + query * h) + 12 * query * seqLength;
+        if (multiLatentAttention != null) {
+            MlaDims d = multiLatentAttention;
+            double n = numAttentionHeads;
+            double queries = d.compressesQueries() ? d.qLoraRank() * (h + n * d.queryKeyWidth() + 1) : h * n * d.queryKeyWidth();
+            double keysValues = d.kvLoraRank() * (h + n * (d.qkHeadDim() + d.vHeadDim()) + 1) + h * d.qkPosEmbHeadDim();
+            attention = 6 * (queries + keysValues + n * d.vHeadDim() * h)
+                    + 6.0 * seqLength * n * (d.queryKeyWidth() + d.vHeadDim());
+        }
         double widths = activation.fc1Factor() + 1; // fc1 (fused [gate; up] for SwiGLU) and fc2
         int moeLayers = moe == null ? 0 : moe.layers().count(numLayers);
         double mlpWidth = (double) ffnHiddenSize * (numLayers - moeLayers);
@@ -713,6 +861,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.scoreScale = softmaxScale;
         b.localRope = localRotaryBase;
         b.fp8Config = fp8;
+        b.mla = multiLatentAttention;
         return b;
     }
 
@@ -764,6 +913,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private double scoreScale;
         private double localRope;
         private Fp8Config fp8Config;
+        private MlaDims mla;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -1024,6 +1174,16 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param dims the widths of multi-latent attention, which every layer then uses (Megatron-Core's
+         *     {@code multi_latent_attention}), or null for grouped-query self-attention
+         * @return this
+         */
+        public Builder multiLatentAttention(MlaDims dims) {
+            this.mla = dims;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -1037,7 +1197,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
                     type, moeSettings, cpComm, hierarchicalCp, qkvBias, scaling, qkNorm, tpOverlap, window, zeroCentered,
-                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope, fp8Config);
+                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope, fp8Config, mla);
         }
     }
 }

@@ -65,4 +65,43 @@ class TransformerConfigTest {
         assertEquals(1_480_704, attention + dense + moe + logits);
         assertEquals(1_480_704, c.flopsPerToken(128), 1e-6);
     }
+
+    /** Megatron-LM's accounting of multi-latent attention: its projections and latent norms, then the core attention. */
+    @Test
+    void multiLatentAttentionFlopsCountTheLatentsProjections() {
+        TransformerConfig c = TransformerConfig.builder(1, 64, 4, 100).ffnHiddenSize(96).activation(MlpActivation.SWIGLU)
+                .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-6)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
+                .multiLatentAttention(new TransformerConfig.MlaDims(32, 16, 16, 8, 16)).build();
+        double queries = 32 * (64 + 4 * 24 + 1); // down, norm, up: 5,152
+        double keysValues = 16 * (64 + 4 * 32 + 1) + 64 * 8; // latent down, norm, up, and the rotated key: 3,600
+        double out = 4 * 16 * 64; // 4,096
+        double core = 6.0 * 128 * 4 * (24 + 16); // scores over 24 channels, values of 16: 122,880
+        double attention = 6 * (queries + keysValues + out) + core;
+        assertEquals(199_968, attention);
+        assertEquals(199_968 + 6.0 * 64 * 3 * 96 + 6.0 * 64 * 100, c.flopsPerToken(128), 1e-6);
+    }
+
+    /** YaRN's two factors and what multi-latent attention and YaRN refuse, each naming the value. */
+    @Test
+    void yarnFactorsAndMultiLatentAttentionRules() {
+        TransformerConfig.RopeScaling yarn = TransformerConfig.RopeScaling.yarn(4, 64, 32, 1, 1, 0.8);
+        double m1 = 0.1 * Math.log(4) + 1;
+        double m08 = 0.08 * Math.log(4) + 1;
+        assertEquals(m1 / m08, yarn.attentionFactor(), 1e-15);
+        assertEquals(m08 * m08, yarn.softmaxScaleFactor(), 1e-15);
+        assertEquals(1, TransformerConfig.RopeScaling.linear(2).softmaxScaleFactor());
+        assertEquals(1, TransformerConfig.RopeScaling.yarnMscale(1, 0.7));
+        assertThrows(IllegalArgumentException.class, () -> TransformerConfig.RopeScaling.yarn(4, 64, 1, 32, 1, 0));
+        TransformerConfig.Builder b = TransformerConfig.builder(1, 64, 4, 100)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE);
+        IllegalArgumentException noMla = assertThrows(IllegalArgumentException.class, () -> b.ropeScaling(yarn).build());
+        assertEquals("yarn rope scaling is implemented for multi-latent attention only", noMla.getMessage());
+        b.ropeScaling(null).multiLatentAttention(new TransformerConfig.MlaDims(0, 16, 16, 8, 16));
+        IllegalArgumentException qkNorm = assertThrows(IllegalArgumentException.class, () -> b.qkLayernorm(true).build());
+        org.junit.jupiter.api.Assertions.assertTrue(qkNorm.getMessage().contains("qk layernorm true"), qkNorm.getMessage());
+        IllegalArgumentException odd = assertThrows(IllegalArgumentException.class,
+                () -> new TransformerConfig.MlaDims(0, 16, 16, 7, 16));
+        assertEquals("qk_pos_emb_head_dim 7 must be even and at least 2 (RoPE rotates pairs of channels)", odd.getMessage());
+    }
 }

@@ -70,25 +70,58 @@ public final class ParameterInventory {
         return Collections.unmodifiableList(out);
     }
 
+    /** The grouped-query self-attention's tensors under {@code key} ({@code ...self_attention.}). */
+    private static void selfAttention(TransformerConfig c, int tp, String key, List<Tensor> out) {
+        long h = c.hiddenSize();
+        long qkv = (long) (c.numAttentionHeads() + 2 * c.numQueryGroups()) * c.kvChannels() / tp;
+        out.add(new Tensor(key + "linear_qkv.weight", qkv * h, false));
+        if (c.addBiasLinear() || c.addQkvBias()) {
+            out.add(new Tensor(key + "linear_qkv.bias", qkv, false));
+        }
+        if (c.qkLayernorm()) {
+            for (String qk : new String[] {"q_layernorm.", "k_layernorm."}) {
+                norm(c, key + qk, c.kvChannels(), out);
+            }
+        }
+        long projIn = (long) c.numAttentionHeads() * c.kvChannels() / tp;
+        out.add(new Tensor(key + "linear_proj.weight", projIn * h, false));
+        if (c.addBiasLinear()) {
+            out.add(new Tensor(key + "linear_proj.bias", h, false));
+        }
+    }
+
+    /**
+     * Multi-latent attention's tensors under {@code key}: the down-projections column-parallel (rows over TP, their
+     * outputs gathered), the up-projections column-parallel by heads, {@code linear_proj} row-parallel, the latents'
+     * norms whole.
+     */
+    private static void multiLatentAttention(TransformerConfig c, int tp, String key, List<Tensor> out) {
+        TransformerConfig.MlaDims d = c.multiLatentAttention();
+        long h = c.hiddenSize();
+        long heads = c.numAttentionHeads();
+        if (d.compressesQueries()) {
+            out.add(new Tensor(key + "linear_q_down_proj.weight", d.qLoraRank() / tp * h, false));
+            norm(c, key + "q_layernorm.", d.qLoraRank(), out);
+            out.add(new Tensor(key + "linear_q_up_proj.weight", heads * d.queryKeyWidth() / tp * d.qLoraRank(), false));
+        } else {
+            out.add(new Tensor(key + "linear_q_proj.weight", heads * d.queryKeyWidth() / tp * h, false));
+        }
+        out.add(new Tensor(key + "linear_kv_down_proj.weight", (d.kvLoraRank() + d.qkPosEmbHeadDim()) / tp * h, false));
+        norm(c, key + "kv_layernorm.", d.kvLoraRank(), out);
+        out.add(new Tensor(key + "linear_kv_up_proj.weight", heads * (d.qkHeadDim() + d.vHeadDim()) / tp * d.kvLoraRank(),
+                false));
+        out.add(new Tensor(key + "linear_proj.weight", h * (heads * d.vHeadDim() / tp), false));
+    }
+
     private static void layer(TransformerConfig c, Layout layout, int n, List<Tensor> out) {
         int tp = layout.tensorParallel();
         String key = "decoder.layers." + n + ".";
         long h = c.hiddenSize();
         norm(c, key + "input_layernorm.", out);
-        long qkv = (long) (c.numAttentionHeads() + 2 * c.numQueryGroups()) * c.kvChannels() / tp;
-        out.add(new Tensor(key + "self_attention.linear_qkv.weight", qkv * h, false));
-        if (c.addBiasLinear() || c.addQkvBias()) {
-            out.add(new Tensor(key + "self_attention.linear_qkv.bias", qkv, false));
-        }
-        if (c.qkLayernorm()) {
-            for (String qk : new String[] {"q_layernorm.", "k_layernorm."}) {
-                norm(c, key + "self_attention." + qk, c.kvChannels(), out);
-            }
-        }
-        long projIn = (long) c.numAttentionHeads() * c.kvChannels() / tp;
-        out.add(new Tensor(key + "self_attention.linear_proj.weight", projIn * h, false));
-        if (c.addBiasLinear()) {
-            out.add(new Tensor(key + "self_attention.linear_proj.bias", h, false));
+        if (c.multiLatentAttention() != null) {
+            multiLatentAttention(c, tp, key + "self_attention.", out);
+        } else {
+            selfAttention(c, tp, key + "self_attention.", out);
         }
         if (c.postSelfAttnLayernorm()) {
             norm(c, key + "post_self_attn_layernorm.", out);

@@ -77,16 +77,7 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
      * @return the model with {@code vocab} entries
      */
     public static TransformerConfig withVocab(TransformerConfig c, int vocab) {
-        return new TransformerConfig(c.numLayers(), c.hiddenSize(), c.numAttentionHeads(), c.numQueryGroups(),
-                c.ffnHiddenSize(), c.kvChannels(), vocab, c.maxSequenceLength(), c.normalization(), c.normEpsilon(),
-                c.positionEmbedding(), c.rotaryBase(), c.rotaryPercent(), c.activation(), c.addBiasLinear(),
-                c.tiedEmbeddings(), c.hiddenDropout(), c.attentionDropout(), c.initStd(), c.recompute(), c.recomputeMethod(),
-                c.recomputeNumLayers(), c.recomputeModules(),
-                c.sequenceParallel(), c.dtype(), c.moe(), c.cpCommType(), c.hierarchicalContextParallelSizes(),
-                c.addQkvBias(), c.ropeScaling(),
-                c.qkLayernorm(), c.tpCommOverlap(), c.slidingWindow(), c.layernormZeroCenteredGamma(),
-                c.postSelfAttnLayernorm(), c.postMlpLayernorm(), c.scaleEmbeddingsBySqrtHidden(), c.softmaxScale(),
-                c.localRotaryBase(), c.fp8());
+        return c.withVocabSize(vocab);
     }
 
     /** @return the optimizer settings of a layout */

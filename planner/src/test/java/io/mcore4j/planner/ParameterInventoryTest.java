@@ -105,4 +105,20 @@ class ParameterInventoryTest {
                 .build();
         check(model, new Layout(2, 1, 1, 2, 1, 2, 1, Recompute.NONE, false));
     }
+
+    /** DeepSeek-V3's shape: multi-latent attention (with and without a query latent), a dense layer, then experts. */
+    @Test
+    void multiLatentAttentionWithExpertsAtTp2Pp2() {
+        for (int qLoraRank : new int[] {16, 0}) {
+            TransformerConfig model = TransformerConfig.builder(4, 32, 4, 128).maxSequenceLength(16).dropout(0, 0)
+                    .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-6)
+                    .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(MlpActivation.SWIGLU)
+                    .addBiasLinear(false).multiLatentAttention(new TransformerConfig.MlaDims(qLoraRank, 8, 8, 4, 6))
+                    .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.parse("[0,1,1,1]"), MoeConfig.builder(4, 2, 16)
+                            .routerScore(MoeConfig.RouterScore.SIGMOID).auxLossFree(true).sharedExpertFfnHiddenSize(16)
+                            .dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL).build()))
+                    .build();
+            check(model, new Layout(2, 2, 1, 1, 1, 1, 1, Recompute.NONE, false));
+        }
+    }
 }

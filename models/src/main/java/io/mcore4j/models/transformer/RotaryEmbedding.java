@@ -24,8 +24,9 @@ import java.util.Map;
  * Rotary position embeddings (RoFormer) in the "rotate half" layout Megatron-Core uses by default:
  * the first {@code rotaryDims} channels of each head are split in two halves {@code (x1, x2)} and
  * become {@code x * cos + (-x2, x1) * sin} with frequencies {@code base^(-2i / rotaryDims)}; the
- * remaining channels pass through. With LLaMA 3.1 or linear scaling the inverse frequencies are rescaled by
- * {@link TransformerConfig.RopeScaling}'s rule.
+ * remaining channels pass through. With LLaMA 3.1, linear or YaRN scaling the inverse frequencies are rescaled by
+ * {@link TransformerConfig.RopeScaling}'s rule, and YaRN multiplies cos and sin by its
+ * {@link TransformerConfig.RopeScaling#attentionFactor()}.
  *
  * <p>Made with a module owner, an instance rotates queries and keys whose channels all rotate
  * through mcore4j's TorchScript module ({@code scripts/make_rotary_module.py}): one call for both,
@@ -45,6 +46,8 @@ public final class RotaryEmbedding {
     private final int rotaryDims;
     private final double base;
     private final double[] scaledInverseFrequencies;
+    /** The factor on cos and sin (YaRN's attention factor), 1 for none. */
+    private final double attentionFactor;
     private final TorchScriptModule module;
     private final NDManager tableOwner;
     /** cos, sin and -sin of positions 0..s-1 per (s, dtype) training passes asked for. */
@@ -63,7 +66,7 @@ public final class RotaryEmbedding {
      * @param headDim channels per head
      * @param percent fraction of them that rotate
      * @param base the frequency base (theta)
-     * @param scaling LLaMA 3.1 frequency scaling, or null for none
+     * @param scaling frequency scaling, or null for none
      */
     public RotaryEmbedding(int headDim, double percent, double base, TransformerConfig.RopeScaling scaling) {
         this(headDim, percent, base, scaling, null);
@@ -73,7 +76,7 @@ public final class RotaryEmbedding {
      * @param headDim channels per head
      * @param percent fraction of them that rotate
      * @param base the frequency base (theta)
-     * @param scaling LLaMA 3.1 frequency scaling, or null for none
+     * @param scaling frequency scaling, or null for none
      * @param moduleOwner owner of the loaded rotation module (see the class comment); null to compose
      *     the rotation from elementary ops
      */
@@ -82,14 +85,18 @@ public final class RotaryEmbedding {
         this.rotaryDims = (int) Math.round(headDim * percent);
         this.base = base;
         this.scaledInverseFrequencies = scaling == null ? null : scaledInverseFrequencies(rotaryDims, base, scaling);
+        this.attentionFactor = scaling == null ? 1 : scaling.attentionFactor();
         this.module = moduleOwner == null || rotaryDims != headDim ? null
                 : TorchScriptModules.load(moduleOwner, RotaryEmbedding.class, RESOURCE);
         this.tableOwner = module == null ? null : moduleOwner;
     }
 
-    /** LLaMA 3.1's or the linear rule (see {@link TransformerConfig.RopeScaling}), computed once in double precision. */
+    /** LLaMA 3.1's, the linear or YaRN's rule (see {@link TransformerConfig.RopeScaling}), computed once in double precision. */
     static double[] scaledInverseFrequencies(int rotaryDims, double base, TransformerConfig.RopeScaling s) {
         int half = rotaryDims / 2;
+        if (s.type() == TransformerConfig.RopeScaling.Type.YARN) {
+            return yarnInverseFrequencies(rotaryDims, base, s);
+        }
         double lowFreqWavelength = s.originalMaxPositions() / s.lowFreqFactor();
         double highFreqWavelength = s.originalMaxPositions() / s.highFreqFactor();
         double[] out = new double[half];
@@ -109,6 +116,34 @@ public final class RotaryEmbedding {
             }
         }
         return out;
+    }
+
+    /**
+     * YaRN's frequencies (Megatron-Core's {@code YarnRotaryEmbedding}, transformers' {@code yarn}): the channel pairs
+     * below {@code low} keep their frequency, those above {@code high} are divided by the factor, those between ramp
+     * linearly, where {@code low} and {@code high} are the pairs (floored and ceiled) that turn {@code betaFast} and
+     * {@code betaSlow} times over the original context.
+     */
+    private static double[] yarnInverseFrequencies(int rotaryDims, double base, TransformerConfig.RopeScaling s) {
+        int half = rotaryDims / 2;
+        double low = Math.max(Math.floor(correctionDim(s.betaFast(), rotaryDims, base, s.originalMaxPositions())), 0);
+        double high = Math.min(Math.ceil(correctionDim(s.betaSlow(), rotaryDims, base, s.originalMaxPositions())),
+                rotaryDims - 1);
+        if (low == high) {
+            high += 0.001; // as both references: no division by zero
+        }
+        double[] out = new double[half];
+        for (int i = 0; i < half; i++) {
+            double f = Math.exp(-2.0 * i / rotaryDims * Math.log(base));
+            double ramp = Math.min(Math.max((i - low) / (high - low), 0), 1);
+            out[i] = f / s.factor() * ramp + f * (1 - ramp);
+        }
+        return out;
+    }
+
+    /** The (fractional) channel whose frequency turns {@code rotations} times over {@code positions} positions. */
+    private static double correctionDim(double rotations, int rotaryDims, double base, int positions) {
+        return rotaryDims * Math.log(positions / (rotations * 2 * Math.PI)) / (2 * Math.log(base));
     }
 
     /**
@@ -364,7 +399,13 @@ public final class RotaryEmbedding {
         }
         NDArray angles = at.reshape(at.size(), 1).mul(inv.reshape(1, half));
         NDArray emb = NDArrays.concat(new NDList(angles, angles), 1).reshape(table);
-        return new NDArray[] {DataTypes.toType(emb.cos(), dtype, false), DataTypes.toType(emb.sin(), dtype, false)};
+        NDArray cos = emb.cos();
+        NDArray sin = emb.sin();
+        if (attentionFactor != 1) {
+            cos = cos.mul(Tensors.scalar(attentionFactor, cos, manager));
+            sin = sin.mul(Tensors.scalar(attentionFactor, sin, manager));
+        }
+        return new NDArray[] {DataTypes.toType(cos, dtype, false), DataTypes.toType(sin, dtype, false)};
     }
 
     private NDArray rotate(NDArray x, NDArray cos, NDArray sin) {

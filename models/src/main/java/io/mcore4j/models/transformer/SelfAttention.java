@@ -9,7 +9,6 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.core.nn.AbstractModule;
-import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.tensorparallel.ParallelLinear;
 
@@ -25,7 +24,7 @@ import io.mcore4j.tensorparallel.ParallelLinear;
  * dim into equal contiguous parts gives every tensor-parallel rank whole groups. With selective
  * recompute the core attention is recomputed in backward instead of keeping its activations.
  */
-public final class SelfAttention extends AbstractModule implements UnaryModule {
+public final class SelfAttention extends AbstractModule implements Attention {
     private final ModelContext ctx;
     private final ParallelLinear qkv;
     private final ParallelLinear proj;
@@ -88,6 +87,7 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
      *     core attention masks by them)
      * @return the attention output, same shape as {@code x}
      */
+    @Override
     public NDArray forward(AutogradScope scope, NDArray x, TokenPositions positions) {
         return scope.frame(() -> proj.forward(scope, scope.frame(() -> attend(scope, x, 0, null, positions))).output());
     }
@@ -102,6 +102,7 @@ public final class SelfAttention extends AbstractModule implements UnaryModule {
      * @param cache this layer's key/value cache, which replaces the core attention; null for the training path
      * @return the attention output, same shape as {@code x}
      */
+    @Override
     public NDArray forward(AutogradScope scope, NDArray x, long positionOffset, KeyValueCache cache) {
         // the fused QKV output and its views die with the inner frame, consumed by the core
         // attention, which keeps (through libtorch or the scope) whatever its backward needs

@@ -22,7 +22,8 @@ import java.util.List;
 import java.util.Map;
 
 /**
- * A pre-norm transformer layer: {@code h = x + dropout(attention(norm(x)))},
+ * A pre-norm transformer layer: {@code h = x + dropout(attention(norm(x)))} (the grouped-query {@link SelfAttention},
+ * or {@link MultiLatentAttention} where {@link TransformerConfig#multiLatentAttention()} is set),
  * {@code out = h + dropout(mlp(norm(h)))}; with {@link TransformerConfig#postSelfAttnLayernorm()} and
  * {@link TransformerConfig#postMlpLayernorm()} (Gemma's "sandwich" norms) the attention's and the MLP's outputs
  * are normed too before their residual adds. Full recompute checkpoints runs of layers
@@ -41,7 +42,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     private final ModelContext ctx;
     private final int layerNumber;
     private final Norm inputNorm;
-    private final SelfAttention attention;
+    private final Attention attention;
     private final Norm preMlpNorm;
     /** The norms of the attention's and the MLP's outputs, or null. */
     private final Norm postAttentionNorm;
@@ -65,7 +66,9 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         // only on rank 0 of the dp-cp group
         boolean dpReplica = ctx.groups().dpCp().rank() > 0;
         this.inputNorm = registerModule("input_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
-        this.attention = registerModule("self_attention.", new SelfAttention(ctx, spec, key + "self_attention.", layerNumber), dpReplica);
+        this.attention = registerModule("self_attention.", c.multiLatentAttention() != null
+                ? new MultiLatentAttention(ctx, spec, key + "self_attention.", layerNumber)
+                : new SelfAttention(ctx, spec, key + "self_attention.", layerNumber), dpReplica);
         this.postAttentionNorm = c.postSelfAttnLayernorm()
                 ? registerModule("post_self_attn_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica) : null;
         this.preMlpNorm = registerModule("pre_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);

@@ -85,6 +85,33 @@ class GptModelTest {
         }
     }
 
+    /**
+     * Multi-latent attention with YaRN (DeepSeek-V3's layer, composed of autograd-recorded ops): TP2 (two heads per
+     * rank) matches TP1 in the loss and every gradient, every MLA weight receives one, selective recompute of the core
+     * attention changes nothing, and sequence parallelism is refused by name.
+     */
+    @Test
+    void multiLatentAttentionTrainsAtTp2() {
+        TransformerConfig c = base().positionEmbedding(TransformerConfig.PositionEmbedding.ROPE)
+                .normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5).activation(MlpActivation.SWIGLU)
+                .addBiasLinear(false).multiLatentAttention(new TransformerConfig.MlaDims(16, 8, 8, 4, 6))
+                .ropeScaling(TransformerConfig.RopeScaling.yarn(4, 4, 32, 1, 1, 0.8)).build();
+        Result ref = run(c, 1);
+        int mla = 0;
+        for (String key : assertMatches(ref, run(c, 2), c)) {
+            if (key.contains(".self_attention.")) {
+                mla++;
+                assertTrue(java.util.Arrays.stream(ref.gradients.get(key)).anyMatch(v -> v != 0), key + " got no gradient");
+            }
+        }
+        assertEquals(2 * 7, mla, "MLA parameters compared, 2 layers");
+        Result recomputed = run(c.toBuilder().recompute(TransformerConfig.Recompute.SELECTIVE).build(), 2);
+        assertEquals(ref.loss, recomputed.loss, 1e-6, "loss with core_attn recomputed");
+        Throwable e = org.junit.jupiter.api.Assertions.assertThrows(InJvmWorld.RankFailedException.class,
+                () -> run(c.toBuilder().sequenceParallel(true).build(), 2)).getCause();
+        assertTrue(e.getMessage().contains("multi-latent attention runs without sequence"), e.getMessage());
+    }
+
     @Test
     void recomputeGivesIdenticalGradients() {
         for (int tp : new int[] {1, 2}) {

@@ -400,6 +400,8 @@ public final class PretrainArgs {
     boolean qkLayernorm;
     @Mixin
     final LayerVariantFlags layerVariants = new LayerVariantFlags();
+    @Mixin
+    final MlaFlags mla = new MlaFlags();
     @Option(names = "--rotary-base", description = "RoPE base (theta). Default: ${DEFAULT-VALUE}.")
     double rotaryBase = 10000;
     @Option(names = "--rotary-percent", description = "Fraction of each head's channels that RoPE rotates. Default: ${DEFAULT-VALUE}.")
@@ -1066,6 +1068,7 @@ public final class PretrainArgs {
                         + ") has no query and key norms; drop the flag");
             }
             layerVariants.checkAgainst(hfConfig(), "--load-hf " + loadHf);
+            mla.refuseWithLoadHf("--load-hf " + loadHf);
             // the checkpoint's shapes; precision, sequence parallelism, the context-parallel exchange and recompute
             // stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
@@ -1103,6 +1106,7 @@ public final class PretrainArgs {
             b.activation(MlpActivation.SWIGLU);
         }
         layerVariants.apply(b, numLayers, swiglu);
+        mla.apply(b, positionEmbedding == PositionEmbeddingKind.rope);
         if (normalization == NormalizationKind.RMSNorm) {
             b.normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5);
         }

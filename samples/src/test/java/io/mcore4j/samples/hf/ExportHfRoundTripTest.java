@@ -13,7 +13,8 @@ import org.junit.jupiter.params.provider.CsvSource;
 
 /**
  * {@code convert-hf} then {@code export-hf}, the commands end to end: hf-bridge's Gemma 3 fixture (bfloat16) converted
- * at PP2, and its Qwen3-MoE fixture (bfloat16) converted at EP2, each exported at TP2 in its own dtype, come back with the same tensor names and bitwise the same values, and
+ * at PP2, and its Qwen3-MoE and DeepSeek-V3 fixtures (bfloat16; DeepSeek's expert bias float32) converted at EP2, each
+ * exported at TP2 in bfloat16, come back with the same tensor names and bitwise the same values, and
  * the config that export-hf writes is read back as the same architecture (every fixture's export through
  * {@code HfExport} is HfExportTest's).
  */
@@ -23,7 +24,8 @@ class ExportHfRoundTripTest {
 
     @ParameterizedTest(name = "{0}: converted at {1}, exported at {2}")
     @CsvSource({"gemma3, --pipeline-model-parallel-size, --tensor-model-parallel-size, bf16",
-        "qwen3_moe, --expert-model-parallel-size, --tensor-model-parallel-size, bf16"})
+        "qwen3_moe, --expert-model-parallel-size, --tensor-model-parallel-size, bf16",
+        "deepseek_v3, --expert-model-parallel-size, --tensor-model-parallel-size, bf16"})
     void convertedAndExportedTensorsAreTheOriginals(String fixture, String convertAxis, String exportAxis, String dtype) {
         Path source = Path.of("..", "hf-bridge", "src", "test", "resources", "hf", fixture);
         Path converted = tmp.resolve("converted");

@@ -154,6 +154,51 @@ class PretrainGptMegatronFlagsTest {
         assertEquals(3, setup("--load-hf", hf.resolve("mistral").toString(), "--window-size", "3,0").model().windowSize(1));
     }
 
+    private static final List<String> MLA = List.of("--multi-latent-attention", "--position-embedding-type", "rope",
+            "--q-lora-rank", "16", "--kv-lora-rank", "8", "--qk-head-dim", "8", "--qk-pos-emb-head-dim", "4", "--v-head-dim",
+            "6", "--rotary-scaling-factor", "4", "--mscale", "1", "--mscale-all-dim", "0.8",
+            "--original-max-position-embeddings", "8");
+
+    /** Megatron's multi-latent attention and YaRN flags: what they set, and the one line of what cannot be honoured. */
+    @Test
+    void multiLatentAttentionFlagsSetTheModel() {
+        TransformerConfig m = setup(MLA.toArray(String[]::new)).model();
+        assertEquals(new TransformerConfig.MlaDims(16, 8, 8, 4, 6), m.multiLatentAttention());
+        assertEquals(TransformerConfig.RopeScaling.yarn(4, 8, 32, 1, 1, 0.8), m.ropeScaling());
+        TransformerConfig defaults = setup("--multi-latent-attention", "--position-embedding-type", "rope",
+                "--num-attention-heads", "2").model();
+        assertEquals(new TransformerConfig.MlaDims(0, 32, 128, 64, 128), defaults.multiLatentAttention(), "Megatron's defaults");
+        assertEquals(null, defaults.ropeScaling(), "YaRN with --rotary-scaling-factor 1 is RoPE");
+        assertEquals("--kv-lora-rank 8, --rope-type yarn apply to multi-latent attention: add --multi-latent-attention",
+                refusal("--kv-lora-rank", "8", "--rope-type", "yarn"));
+        assertEquals("--multi-latent-attention rotates part of every head: it needs --position-embedding-type rope",
+                refusal("--multi-latent-attention"));
+        assertEquals("--mscale 0.5 with --rope-type rope: YaRN's flags need --rope-type yarn",
+                refusal("--multi-latent-attention", "--position-embedding-type", "rope", "--rope-type", "rope", "--mscale", "0.5"));
+        assertEquals("--multi-latent-attention with --load-hf " + Path.of("..", "hf-bridge", "src", "test", "resources", "hf",
+                "llama") + ": the attention comes from the checkpoint's config.json; drop the flag",
+                refusal("--load-hf", Path.of("..", "hf-bridge", "src", "test", "resources", "hf", "llama").toString(),
+                        "--multi-latent-attention"));
+    }
+
+    /**
+     * The DeepSeek-V3 pattern at a tiny size trains: multi-latent attention with YaRN, layer 0 dense, layer 1 of 4
+     * experts top-2 with sigmoid scores, an expert bias, 2 groups of which each token keeps 1, scaling 2.5 and a shared
+     * expert, at EP2.
+     */
+    @Test
+    void deepSeekShapedModelTrainsAtEp2() throws Exception {
+        List<String> flags = new ArrayList<>(MLA);
+        flags.addAll(List.of("--expert-model-parallel-size", "2", "--swiglu", "--normalization", "RMSNorm",
+                "--disable-bias-linear", "--num-experts", "4", "--moe-router-topk", "2", "--moe-layer-freq", "[0]+[1]",
+                "--moe-ffn-hidden-size", "16", "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+                "--moe-router-num-groups", "2", "--moe-router-group-topk", "1", "--moe-router-topk-scaling-factor", "2.5",
+                "--moe-shared-expert-intermediate-size", "16", "--hidden-dropout", "0", "--attention-dropout", "0"));
+        List<Double> losses = losses(run(2, flags.toArray(String[]::new)));
+        assertEquals(2, losses.size());
+        assertTrue(losses.stream().allMatch(l -> Double.isFinite(l) && l > 0), losses.toString());
+    }
+
     /** A Gemma-shaped model (windows interleaved, its norms, GeGLU, scales) trains at TP2 on the fused attention. */
     @Test
     void gemmaShapedModelTrainsAtTp2() throws Exception {
