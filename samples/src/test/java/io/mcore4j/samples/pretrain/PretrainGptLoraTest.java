@@ -149,7 +149,7 @@ class PretrainGptLoraTest {
         assertEquals(whole, resumed);
         String saved = checkpointText(ckpt);
         assertTrue(saved.contains("adapter.linear_in.weight") && saved.contains("adapter.linear_out.weight"), saved);
-        assertFalse(saved.contains("linear_qkv.weight\"") || saved.contains("word_embeddings"),
+        assertFalse(saved.contains("linear_qkv.weight\"") || saved.contains("word_embeddings.weight"),
                 "the checkpoint holds base weights");
     }
 
