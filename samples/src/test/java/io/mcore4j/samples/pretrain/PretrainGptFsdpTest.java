@@ -23,6 +23,9 @@ import org.junit.jupiter.api.io.TempDir;
  */
 class PretrainGptFsdpTest {
     private static final List<String> ZERO2 = List.of("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads");
+    private static final List<String> ZERO3 = List.of("--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+            "optim_grads_params", "--recompute-granularity", "full", "--recompute-method", "uniform",
+            "--recompute-num-layers", "1");
 
     @TempDir
     Path dir;
@@ -54,6 +57,14 @@ class PretrainGptFsdpTest {
                 "DP4 ZeRO-2 + overlapped reduction");
         assertSameLosses(serial, train(with(common(4, 6), ZERO2,
                 List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-2");
+    }
+
+    @Test
+    void zero3GivesTheSerialLossesAloneAndWithTensorAndSequenceParallelism() throws Exception {
+        List<Double> serial = train(common(1, 6));
+        assertSameLosses(serial, train(with(common(4, 6), ZERO3)), "DP4 ZeRO-3");
+        assertSameLosses(serial, train(with(common(4, 6), ZERO3,
+                List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-3");
     }
 
     /**
@@ -92,6 +103,11 @@ class PretrainGptFsdpTest {
                 + " (--pipeline-model-parallel-size 2), as in Megatron: use 1", refusal("--mock-data", "--nproc", "2",
                 "--pipeline-model-parallel-size", "2", "--use-megatron-fsdp"));
         assertTrue(refusal("--mock-data", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params")
-                .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) is not built yet"));
+                .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) needs"
+                        + " --recompute-granularity full --recompute-method uniform (got --recompute-granularity none)"));
+        assertTrue(refusal(with(List.of("--mock-data"), ZERO3, List.of("--cuda-graph-impl", "local",
+                "--cuda-graph-scope", "full_iteration")).toArray(String[]::new))
+                .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) does not compose"
+                        + " with --cuda-graph-impl local"));
     }
 }

@@ -1,0 +1,180 @@
+package io.mcore4j.optimizer;
+
+import static io.mcore4j.core.Tensors.own;
+import static io.mcore4j.optimizer.FlatTensors.range;
+
+import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.TensorMemory;
+import io.mcore4j.core.autograd.NoGrad;
+import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.nn.ParameterResidency;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+/**
+ * Megatron FSDP's {@code optim_grads_params} (ZeRO-3): a bucket's parameters hold their values only
+ * while the model reads them. Before a read ({@link #beforeForward}: the forward's, and the rerun in
+ * backward of a recomputed layer) the bucket's weights are all-gathered over its data-parallel group
+ * from this rank's master shard (cast to the parameters' dtype) into one flat buffer, and each parameter
+ * is made a view of it in place ({@link TensorMemory#shareStorage}: the same leaf, no copy). Once every
+ * parameter of the bucket has been named to {@link #afterUse} since that gather, each parameter is
+ * emptied ({@link TensorMemory#releaseStorage}) and the buffer's memory goes back to the allocator.
+ * Buckets of one rank ({@code group.size() == 1}) are never released, nor buckets holding a parameter
+ * the model never names to {@link #afterUse} (the embedding's and the head's). A step's new weights
+ * ({@link #publish}) release every gathered bucket; the next read gathers the new values.
+ *
+ * <p>{@link #finish()} gathers every bucket, for whatever reads the weights without naming them
+ * (a checkpoint, evaluation, the end of training); {@link #beforeStep()} gathers nothing, since the
+ * step reads only master shards. The collectives are issued in the order the model reads, the same on
+ * every rank of each group. Used by one thread.
+ */
+final class ShardedParamGather implements ParamGather, ParameterResidency {
+
+    /** This rank's shard of a bucket's weights. */
+    @FunctionalInterface
+    interface ShardSource {
+        /**
+         * @param bucket the bucket
+         * @param owner owner of the shard if it is a new tensor
+         * @return this rank's shard of the bucket's current weights, 1-D, in the parameters' dtype and on their device
+         */
+        NDArray shard(GradientBucket bucket, NDManager owner);
+    }
+
+    private final List<GradientBucket> buckets;
+    private final ShardSource source;
+    private final Map<Parameter, GradientBucket> bucketOf = new IdentityHashMap<>();
+    /** Each parameter's shape, which its tensor loses while released. */
+    private final Map<Parameter, Shape> shapes = new IdentityHashMap<>();
+    /** Per bucket, the manager of its gathered buffer while its parameters are views of it, else null. */
+    private final NDManager[] gathered;
+    /** Per bucket, the parameters named to afterUse since its last gather. */
+    private final List<Set<Parameter>> used = new ArrayList<>();
+    private final NDManager manager;
+    private long gathers;
+
+    /**
+     * @param buckets the wrapper's buckets; their parameters are whole (gathered) now
+     * @param source this rank's shards
+     * @param parent parent of the gathered buffers' managers
+     */
+    ShardedParamGather(List<GradientBucket> buckets, ShardSource source, NDManager parent) {
+        this.buckets = buckets;
+        this.source = source;
+        this.gathered = new NDManager[buckets.size()];
+        this.manager = parent.newSubManager();
+        this.manager.setName("zero3-gathered");
+        for (GradientBucket bucket : buckets) {
+            for (GradientBucket.Slot slot : bucket.slots) {
+                bucketOf.put(slot.param(), bucket);
+                shapes.put(slot.param(), slot.param().data().getShape());
+            }
+            used.add(Collections.newSetFromMap(new IdentityHashMap<>()));
+            // the parameters hold their values now: as if gathered, released after their first use
+            gathered[bucket.index] = manager.newSubManager();
+        }
+    }
+
+    @Override
+    public void publish(GradientBucket bucket, NDArray local, NDManager buffers) {
+        buffers.close(); // the next read gathers from the master shard itself
+        release(bucket);
+    }
+
+    @Override
+    public void beforeForward(List<Parameter> parameters) {
+        for (Parameter p : parameters) {
+            GradientBucket bucket = bucketOf.get(p);
+            if (bucket != null && gathered[bucket.index] == null) {
+                gather(bucket);
+            }
+        }
+    }
+
+    @Override
+    public void afterUse(List<Parameter> parameters) {
+        for (Parameter p : parameters) {
+            GradientBucket bucket = bucketOf.get(p);
+            if (bucket == null || gathered[bucket.index] == null || bucket.group.size() == 1) {
+                continue;
+            }
+            Set<Parameter> done = used.get(bucket.index);
+            done.add(p);
+            if (done.size() == bucket.slots.size()) {
+                release(bucket);
+            }
+        }
+    }
+
+    /** Nothing: the step reads the master shards only. */
+    @Override
+    public void beforeStep() {}
+
+    @Override
+    public void finish() {
+        for (GradientBucket bucket : buckets) {
+            if (gathered[bucket.index] == null) {
+                gather(bucket);
+            }
+        }
+    }
+
+    /** @return how many all-gathers ran so far */
+    long gathers() {
+        return gathers;
+    }
+
+    /** @return how many buckets' parameters hold their values now */
+    int gatheredBuckets() {
+        int n = 0;
+        for (NDManager g : gathered) {
+            n += g != null ? 1 : 0;
+        }
+        return n;
+    }
+
+    private void gather(GradientBucket bucket) {
+        NDManager owner = manager.newSubManager();
+        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+            NDArray full = bucket.group.allGather(source.shard(bucket, temp), 0, owner);
+            List<NDArray> targets = new ArrayList<>(bucket.slots.size());
+            List<NDArray> views = new ArrayList<>(bucket.slots.size());
+            for (GradientBucket.Slot slot : bucket.slots) {
+                targets.add(slot.param().data());
+                views.add(own(range(full, slot.offset(), slot.offset() + slot.numel(), temp)
+                        .reshape(shapes.get(slot.param())), temp));
+            }
+            TensorMemory.shareStorage(targets, views);
+        } catch (RuntimeException e) {
+            owner.close();
+            throw e;
+        }
+        gathered[bucket.index] = owner;
+        used.get(bucket.index).clear();
+        gathers++;
+    }
+
+    private void release(GradientBucket bucket) {
+        NDManager owner = gathered[bucket.index];
+        if (owner == null || bucket.group.size() == 1) {
+            return;
+        }
+        List<NDArray> targets = new ArrayList<>(bucket.slots.size());
+        for (GradientBucket.Slot slot : bucket.slots) {
+            targets.add(slot.param().data());
+        }
+        try (NoGrad off = NoGrad.enter()) {
+            TensorMemory.releaseStorage(targets);
+        }
+        owner.close();
+        gathered[bucket.index] = null;
+        used.get(bucket.index).clear();
+    }
+}
