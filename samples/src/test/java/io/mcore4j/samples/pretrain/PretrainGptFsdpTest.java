@@ -16,10 +16,10 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * Megatron FSDP's {@code --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads} (ZeRO-2):
- * the serial run's losses at DP4 and at TP2 x DP2 with sequence parallelism (two micro-batches per
- * rank, so shards are summed over passes), and checkpoints that move between it at DP4 and the
- * distributed optimizer at TP2 x DP2 in both directions.
+ * Megatron FSDP's {@code --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads} (ZeRO-2) and
+ * {@code optim_grads_params} (ZeRO-3, with every layer recomputed): the serial run's losses at DP4 and at
+ * TP2 x DP2 with sequence parallelism (two micro-batches per rank, so shards are summed over passes), and
+ * checkpoints that move between each at DP4 and the distributed optimizer at TP2 x DP2 in both directions.
  */
 class PretrainGptFsdpTest {
     private static final List<String> ZERO2 = List.of("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads");
@@ -74,11 +74,22 @@ class PretrainGptFsdpTest {
      */
     @Test
     void checkpointsMoveBetweenZero2AtDp4AndTheDistributedOptimizerAtTp2Dp2() throws Exception {
+        checkpointsMoveBetween(ZERO2);
+    }
+
+    /** The same with ZeRO-3: saved at DP4 it resumes at TP2 x DP2 with the distributed optimizer, and the reverse. */
+    @Test
+    void checkpointsMoveBetweenZero3AtDp4AndTheDistributedOptimizerAtTp2Dp2() throws Exception {
+        checkpointsMoveBetween(ZERO3);
+    }
+
+    /** Saves with {@code sharded} at DP4 and resumes at TP2 x DP2 with the distributed optimizer, and the reverse. */
+    private void checkpointsMoveBetween(List<String> sharded) throws Exception {
         List<String> tp2 = List.of("--tensor-model-parallel-size", "2", "--use-distributed-optimizer");
-        List<List<String>> from = List.of(ZERO2, tp2);
-        List<List<String>> to = List.of(tp2, ZERO2);
+        List<List<String>> from = List.of(sharded, tp2);
+        List<List<String>> to = List.of(tp2, sharded);
         for (int i = 0; i < 2; i++) {
-            Path save = dir.resolve("ckpt-" + i);
+            Path save = dir.resolve("ckpt-" + System.nanoTime());
             train(with(common(4, 3), from.get(i), List.of("--save", save.toString(), "--save-interval", "3")));
             List<Double> reference = train(with(common(4, 6), to.get(i))).subList(3, 6);
             List<Double> resumed = train(with(common(4, 6), to.get(i), List.of("--load", save.toString())));
