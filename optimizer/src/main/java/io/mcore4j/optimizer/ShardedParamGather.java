@@ -10,6 +10,7 @@ import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.nn.ParameterResidency;
+import io.mcore4j.parallel.PendingCollective;
 
 import java.util.ArrayList;
 import java.util.Collections;
@@ -30,10 +31,18 @@ import java.util.Set;
  * the model never names to {@link #afterUse} (the embedding's and the head's). A step's new weights
  * ({@link #publish}) release every gathered bucket; the next read gathers the new values.
  *
+ * <p><b>Prefetch.</b> The buckets are gathered in the same order every step (the forward's layers, then
+ * the backward's reruns in reverse). The order of the last step is kept, and while this step follows it,
+ * gathering a bucket starts the all-gather of the one that came next
+ * ({@link io.mcore4j.parallel.Communicator#startAllGather}, on a second stream with NCCL), so that it
+ * runs while the current layer computes; the next read waits for it. Once the step departs from the
+ * recorded order (a checkpoint's {@link #finish()}, another number of micro-batches) it prefetches no
+ * more until the next step. At most two buckets' gathered buffers live at once per layer boundary.
+ *
  * <p>{@link #finish()} gathers every bucket, for whatever reads the weights without naming them
  * (a checkpoint, evaluation, the end of training); {@link #beforeStep()} gathers nothing, since the
- * step reads only master shards. The collectives are issued in the order the model reads, the same on
- * every rank of each group. Used by one thread.
+ * step reads only master shards, and drops a prefetch left over. The collectives are issued in the order
+ * the model reads, the same on every rank of each group. Used by one thread.
  */
 final class ShardedParamGather implements ParamGather, ParameterResidency {
 
@@ -59,6 +68,17 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
     private final List<Set<Parameter>> used = new ArrayList<>();
     private final NDManager manager;
     private long gathers;
+    private long prefetches;
+    /** Per bucket, its all-gather started ahead of its read, or null. */
+    private final Prefetch[] prefetched;
+    /** The buckets gathered in the last step, in order, and in this one so far. */
+    private List<Integer> lastOrder = List.of();
+    private List<Integer> order = new ArrayList<>();
+    /** Whether this step has gathered as the last one did so far (and may prefetch). */
+    private boolean onTrack = true;
+
+    /** A started all-gather: the manager of its result, the one of its input, the collective. */
+    private record Prefetch(NDManager owner, NDManager input, PendingCollective pending) {}
 
     /**
      * @param buckets the wrapper's buckets; their parameters are whole (gathered) now
@@ -69,6 +89,7 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         this.buckets = buckets;
         this.source = source;
         this.gathered = new NDManager[buckets.size()];
+        this.prefetched = new Prefetch[buckets.size()];
         this.manager = parent.newSubManager();
         this.manager.setName("zero3-gathered");
         for (GradientBucket bucket : buckets) {
@@ -113,9 +134,22 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         }
     }
 
-    /** Nothing: the step reads the master shards only. */
+    /** Gathers nothing (the step reads the master shards only); drops prefetches and starts a new order. */
     @Override
-    public void beforeStep() {}
+    public void beforeStep() {
+        for (GradientBucket bucket : buckets) {
+            Prefetch f = prefetched[bucket.index];
+            if (f != null) {
+                prefetched[bucket.index] = null;
+                try (NDManager owner = f.owner(); NDManager input = f.input()) {
+                    f.pending().await(); // never leave a collective running on released buffers
+                }
+            }
+        }
+        lastOrder = order;
+        order = new ArrayList<>();
+        onTrack = true;
+    }
 
     @Override
     public void finish() {
@@ -131,19 +165,24 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         return gathers;
     }
 
-    /** @return how many buckets' parameters hold their values now */
-    int gatheredBuckets() {
-        int n = 0;
-        for (NDManager g : gathered) {
-            n += g != null ? 1 : 0;
-        }
-        return n;
+    /** @return how many all-gathers were started ahead of their read so far */
+    long prefetches() {
+        return prefetches;
     }
 
     private void gather(GradientBucket bucket) {
-        NDManager owner = manager.newSubManager();
+        Prefetch ahead = prefetched[bucket.index];
+        prefetched[bucket.index] = null;
+        NDManager owner = ahead != null ? ahead.owner() : manager.newSubManager();
         try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
-            NDArray full = bucket.group.allGather(source.shard(bucket, temp), 0, owner);
+            NDArray full;
+            if (ahead != null) {
+                try (NDManager input = ahead.input()) {
+                    full = ahead.pending().await();
+                }
+            } else {
+                full = bucket.group.allGather(source.shard(bucket, temp), 0, owner);
+            }
             List<NDArray> targets = new ArrayList<>(bucket.slots.size());
             List<NDArray> views = new ArrayList<>(bucket.slots.size());
             for (GradientBucket.Slot slot : bucket.slots) {
@@ -159,6 +198,31 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         gathered[bucket.index] = owner;
         used.get(bucket.index).clear();
         gathers++;
+        prefetchAfter(bucket);
+    }
+
+    /** Records the gather and, while this step follows the last one's order, starts the next bucket's. */
+    private void prefetchAfter(GradientBucket bucket) {
+        int i = order.size();
+        order.add(bucket.index);
+        onTrack &= i < lastOrder.size() && lastOrder.get(i) == bucket.index;
+        if (!onTrack || i + 1 >= lastOrder.size()) {
+            return;
+        }
+        GradientBucket next = buckets.get(lastOrder.get(i + 1));
+        if (gathered[next.index] != null || prefetched[next.index] != null || next.group.size() == 1) {
+            return;
+        }
+        NDManager owner = manager.newSubManager();
+        NDManager input = manager.newSubManager();
+        try (NoGrad off = NoGrad.enter()) {
+            prefetched[next.index] = new Prefetch(owner, input, next.group.startAllGather(source.shard(next, input), owner));
+            prefetches++;
+        } catch (RuntimeException e) {
+            owner.close();
+            input.close();
+            throw e;
+        }
     }
 
     private void release(GradientBucket bucket) {
