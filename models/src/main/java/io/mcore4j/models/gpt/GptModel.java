@@ -282,7 +282,8 @@ public final class GptModel extends AbstractModule {
                 // held only while read are released after it, and after its backward (the boundary before it)
                 boolean releaseAfterBackward = grad && hidden != input && !residencies.isEmpty();
                 hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run,
-                        releaseAfterBackward ? scope.apply1(boundary(reads), h) : h, positions, residency(reads)));
+                        releaseAfterBackward ? scope.apply1(boundary(reads), h) : h, positions,
+                        residencies.isEmpty() ? null : allResidencies));
             } else {
                 TransformerLayer layer = run.get(0);
                 beforeForward(layerParameters.get(segment.start()));
@@ -429,7 +430,8 @@ public final class GptModel extends AbstractModule {
      * backward leaves the layer. Parameters of a chunk's first layer fed by a previous pipeline
      * stage, of the embedding, of the layers full recompute checkpoints, and of the final norm and
      * output layer after a checkpointed layer are not reported (their gradients are complete when
-     * the pass's backward returns). Data-parallel wrappers use this to
+     * the pass's backward returns), except that with a residency ({@link #addParameterResidency}) the
+     * checkpointed layers and the head after them are reported too. Data-parallel wrappers use this to
      * start gradient reduction during backward.
      *
      * @param listener the listener; called on the thread running backward
@@ -476,24 +478,22 @@ public final class GptModel extends AbstractModule {
         forwardPreHooks.add(residency);
     }
 
-    /** What a recomputed run tells the residencies: before its rerun reads {@code reads}, and after its forward. */
-    private ParameterResidency residency(List<Parameter> reads) {
-        return residencies.isEmpty() ? null : new ParameterResidency() {
-            @Override
-            public void beforeForward(List<Parameter> parameters) {
-                for (ParameterResidency r : residencies) {
-                    r.beforeForward(parameters);
-                }
+    /** Every residency at once: what a recomputed run tells before its rerun reads, and after its forward. */
+    private final ParameterResidency allResidencies = new ParameterResidency() {
+        @Override
+        public void beforeForward(List<Parameter> parameters) {
+            for (ParameterResidency r : residencies) {
+                r.beforeForward(parameters);
             }
+        }
 
-            @Override
-            public void afterUse(List<Parameter> parameters) {
-                for (ParameterResidency r : residencies) {
-                    r.afterUse(parameters);
-                }
+        @Override
+        public void afterUse(List<Parameter> parameters) {
+            for (ParameterResidency r : residencies) {
+                r.afterUse(parameters);
             }
-        };
-    }
+        }
+    };
 
     private void beforeForward(List<Parameter> parameters) {
         if (parameters.isEmpty()) {
