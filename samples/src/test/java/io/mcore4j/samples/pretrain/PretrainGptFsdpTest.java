@@ -67,6 +67,16 @@ class PretrainGptFsdpTest {
                 List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-3");
     }
 
+    /** ZeRO-3 with context parallelism (CP2 x DP2) and with experts (EP2 x DP4 over a mixture of 4 experts). */
+    @Test
+    void zero3GivesTheSerialLossesWithContextAndExpertParallelism() throws Exception {
+        assertSameLosses(train(common(1, 4)), train(with(common(4, 4), ZERO3, List.of("--context-parallel-size", "2"))),
+                "CP2 DP2 ZeRO-3");
+        List<String> moe = List.of("--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm");
+        assertSameLosses(train(with(common(1, 4), moe)),
+                train(with(common(4, 4), moe, ZERO3, List.of("--expert-model-parallel-size", "2"))), "EP2 DP4 ZeRO-3");
+    }
+
     /**
      * The checkpoint of a ZeRO-2 run is the distributed optimizer's (same optimizer state, keyed by
      * weight): saved at DP4 with ZeRO-2 it resumes at TP2 x DP2 with the distributed optimizer, and the
