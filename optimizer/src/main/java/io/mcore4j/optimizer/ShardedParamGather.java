@@ -33,11 +33,11 @@ import java.util.Set;
  *
  * <p><b>Prefetch.</b> The buckets are gathered in the same order every step (the forward's layers, then
  * the backward's reruns in reverse). The order of the last step is kept, and while this step follows it,
- * gathering a bucket starts the all-gather of the one that came next
- * ({@link io.mcore4j.parallel.Communicator#startAllGather}, on a second stream with NCCL), so that it
- * runs while the current layer computes; the next read waits for it. Once the step departs from the
- * recorded order (a checkpoint's {@link #finish()}, another number of micro-batches) it prefetches no
- * more until the next step. At most two buckets' gathered buffers live at once per layer boundary.
+ * a read that gathered k buckets then starts the all-gathers of the next k buckets of that order
+ * ({@link io.mcore4j.parallel.Communicator#startAllGather}, on a second stream with NCCL): the next
+ * layer's, which run while this layer computes; the next read waits for them. Once the step departs from
+ * the recorded order (a checkpoint's {@link #finish()}, another number of micro-batches) it prefetches no
+ * more until the next step. About two layers' gathered weights live at once.
  *
  * <p>{@link #finish()} gathers every bucket, for whatever reads the weights without naming them
  * (a checkpoint, evaluation, the end of training); {@link #beforeStep()} gathers nothing, since the
@@ -111,12 +111,15 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
 
     @Override
     public void beforeForward(List<Parameter> parameters) {
+        int count = 0;
         for (Parameter p : parameters) {
             GradientBucket bucket = bucketOf.get(p);
             if (bucket != null && gathered[bucket.index] == null) {
                 gather(bucket);
+                count++;
             }
         }
+        prefetch(count);
     }
 
     @Override
@@ -198,30 +201,31 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         gathered[bucket.index] = owner;
         used.get(bucket.index).clear();
         gathers++;
-        prefetchAfter(bucket);
-    }
-
-    /** Records the gather and, while this step follows the last one's order, starts the next bucket's. */
-    private void prefetchAfter(GradientBucket bucket) {
         int i = order.size();
         order.add(bucket.index);
         onTrack &= i < lastOrder.size() && lastOrder.get(i) == bucket.index;
-        if (!onTrack || i + 1 >= lastOrder.size()) {
-            return;
-        }
-        GradientBucket next = buckets.get(lastOrder.get(i + 1));
-        if (gathered[next.index] != null || prefetched[next.index] != null || next.group.size() == 1) {
-            return;
-        }
-        NDManager owner = manager.newSubManager();
-        NDManager input = manager.newSubManager();
-        try (NoGrad off = NoGrad.enter()) {
-            prefetched[next.index] = new Prefetch(owner, input, next.group.startAllGather(source.shard(next, input), owner));
-            prefetches++;
-        } catch (RuntimeException e) {
-            owner.close();
-            input.close();
-            throw e;
+    }
+
+    /**
+     * While this step follows the last one's order, starts the gathers of the next {@code count} buckets
+     * that order names (those not gathered or started already): the next read's, as many as this read gathered.
+     */
+    private void prefetch(int count) {
+        for (int j = order.size(); onTrack && j < Math.min(order.size() + count, lastOrder.size()); j++) {
+            GradientBucket next = buckets.get(lastOrder.get(j));
+            if (gathered[next.index] != null || prefetched[next.index] != null || next.group.size() == 1) {
+                continue;
+            }
+            NDManager owner = manager.newSubManager();
+            NDManager input = manager.newSubManager();
+            try (NoGrad off = NoGrad.enter()) {
+                prefetched[next.index] = new Prefetch(owner, input, next.group.startAllGather(source.shard(next, input), owner));
+                prefetches++;
+            } catch (RuntimeException e) {
+                owner.close();
+                input.close();
+                throw e;
+            }
         }
     }
 
