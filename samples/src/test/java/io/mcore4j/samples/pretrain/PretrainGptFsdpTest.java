@@ -67,6 +67,22 @@ class PretrainGptFsdpTest {
                 List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-3");
     }
 
+    /**
+     * ZeRO-3 in bfloat16 gathers the weights the distributed optimizer would publish (its fp32 master shards
+     * cast to bf16): ZeRO-2 with the same recompute gives its losses, with a separate output layer. One
+     * micro-batch per rank, since ZeRO-2 sums a recomputed layer's bf16 gradients over the micro-batches
+     * before reducing them, where ZeRO-3 reduces each pass (it reports those layers), which rounds otherwise.
+     */
+    @Test
+    void zero3InBfloat16WithASeparateOutputLayerGivesZero2sLosses() throws Exception {
+        List<String> bf16 = List.of("--bf16", "--untie-embeddings-and-output-weights");
+        List<String> recompute = ZERO3.subList(3, ZERO3.size());
+        List<String> oneMicroBatch = common(4, 4);
+        oneMicroBatch.set(oneMicroBatch.indexOf("--global-batch-size") + 1, "8");
+        assertSameLosses(train(with(oneMicroBatch, bf16, ZERO2, recompute)), train(with(oneMicroBatch, bf16, ZERO3)),
+                "DP4 bf16 ZeRO-3 against ZeRO-2");
+    }
+
     /** ZeRO-3 with context parallelism (CP2 x DP2) and with experts (EP2 x DP4 over a mixture of 4 experts). */
     @Test
     void zero3GivesTheSerialLossesWithContextAndExpertParallelism() throws Exception {
