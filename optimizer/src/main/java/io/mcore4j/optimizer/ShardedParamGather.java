@@ -39,8 +39,10 @@ import java.util.Set;
  * the recorded order (a checkpoint's {@link #finish()}, another number of micro-batches) it prefetches no
  * more until the next step. About two layers' gathered weights live at once.
  *
- * <p>{@link #finish()} gathers every bucket, for whatever reads the weights without naming them
- * (a checkpoint, evaluation, the end of training); {@link #beforeStep()} gathers nothing, since the
+ * <p>The parameters start whole (as built, loaded or written before the first read). {@link #finish()}
+ * gathers every bucket, for whatever reads the weights without naming them (a checkpoint, evaluation,
+ * the end of training). The first read after either releases every bucket it does not read, so that
+ * whole weights do not outlive the loads and saves that needed them. {@link #beforeStep()} gathers nothing, since the
  * step reads only master shards, and drops a prefetch left over. The collectives are issued in the order
  * the model reads, the same on every rank of each group. Used by one thread.
  */
@@ -76,6 +78,12 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
     private List<Integer> order = new ArrayList<>();
     /** Whether this step has gathered as the last one did so far (and may prefetch). */
     private boolean onTrack = true;
+    /**
+     * Whether every bucket is whole because nothing has read since the start or since {@link #finish()}:
+     * the next read then releases all the others at once rather than one by one as they are used (the
+     * embedding's and the head's would otherwise stay whole until the step's new weights).
+     */
+    private boolean releaseUnread = true;
 
     /** A started all-gather: the manager of its result, the one of its input, the collective. */
     private record Prefetch(NDManager owner, NDManager input, PendingCollective pending) {}
@@ -111,6 +119,10 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
 
     @Override
     public void beforeForward(List<Parameter> parameters) {
+        if (releaseUnread) {
+            releaseUnread = false;
+            releaseAllBut(parameters);
+        }
         int count = 0;
         for (Parameter p : parameters) {
             GradientBucket bucket = bucketOf.get(p);
@@ -159,6 +171,23 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         for (GradientBucket bucket : buckets) {
             if (gathered[bucket.index] == null) {
                 gather(bucket);
+            }
+        }
+        releaseUnread = true;
+    }
+
+    /** Releases every gathered bucket that holds none of {@code parameters}. */
+    private void releaseAllBut(List<Parameter> parameters) {
+        Set<GradientBucket> read = Collections.newSetFromMap(new IdentityHashMap<>());
+        for (Parameter p : parameters) {
+            GradientBucket bucket = bucketOf.get(p);
+            if (bucket != null) {
+                read.add(bucket);
+            }
+        }
+        for (GradientBucket bucket : buckets) {
+            if (!read.contains(bucket)) {
+                release(bucket);
             }
         }
     }
