@@ -9,7 +9,10 @@
 # Rows (GPUs): tp1 (1), tp2 (2), tp4 (4), pp2 (2), tp2pp2 (4), tp2dp2 (4), dp2 (2), dp4 (4),
 #   llama-tp4sp (4), llama-tp2dp2 (4), probe-tp1 (1), probe-tp2 (2), probe-tp4 (4); and, only when named,
 #   tp2sp (2), llama-dp4 (4), dp4-zero2 (4: dp4 with --use-megatron-fsdp --data-parallel-sharding-strategy
-#   optim_grads; "fsdp" names dp4 dp4-zero2, issue 36's pair), and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
+#   optim_grads), dp4-zero3 (4: the same with optim_grads_params, which recomputes every layer; "fsdp" names dp4
+#   dp4-zero2 dp4-zero3, issue 36's rows), llama20b-zero3 (4 H200s: issue 36's ~20B LLaMA shape, 48 layers,
+#   hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3; no PyTorch reference yet),
+#   and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
 #   cp1 (1: one GPU at 16k), cp2 (2: CP2 at 32k), cp4 (4: CP4 at 64k), cp4-128k (4: CP4 at 128k with full
 #   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a), cp4-a2a-p2p (4: CP4 at 64k, --cp-comm-type a2a+p2p,
 #   --hierarchical-context-parallel-sizes 2 2); issue 34's MoE rows, EP4 x DP4 with the alltoall dispatcher, grouped
@@ -130,6 +133,14 @@ row() {
                   args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce"; refs=("4|ddp|DDP" "4|fsdp2|FSDP2");;
     dp4-zero2)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads (ZeRO-2)"
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --overlap-grad-reduce";;
+    dp4-zero3)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), full recompute"
+                  args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
+                  args+=" --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";;
+    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3, full recompute, micro-batch 1 × 4"
+                  args="--model llama7b --num-layers 48 --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
+                  args+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --use-megatron-fsdp"
+                  args+=" --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce --recompute-granularity full"
+                  args+=" --recompute-method uniform --recompute-num-layers 1 --micro-batch-size 1 --micro-batches 4";;
     llama-tp4sp)  gpus=4; layout="LLaMA-7B, TP4 + SP, micro-batch 1 × 8"
                   args="--model llama7b --tensor-model-parallel-size 4 --sequence-parallel --micro-batch-size 1 --micro-batches 8";;
     llama-tp2dp2) gpus=4; layout="LLaMA-7B, TP2 × DP2, SP, distributed optimizer, micro-batch 1 × 4"
@@ -319,7 +330,7 @@ EOF
   [ "$(grep -c '^| tp1 ' <<<"$got")" -eq 1 ] || { echo "selftest: FAIL, tp1 is not one row"; fail=1; }
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
-  local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 dp4-zero2 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
+  local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 llama20b-zero3 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
       probe-tp4 cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-fg-ep4 probe-dp4 probe-moe; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done
@@ -351,7 +362,7 @@ fi
 rows=""
 for r in $ROWS; do
   case $r in
-    probe) rows+=" probe-tp1 probe-tp2 probe-tp4";; cp) rows+=" cp1 cp2 cp4 cp4-128k";; fsdp) rows+=" dp4 dp4-zero2";;
+    probe) rows+=" probe-tp1 probe-tp2 probe-tp4";; cp) rows+=" cp1 cp2 cp4 cp4-128k";; fsdp) rows+=" dp4 dp4-zero2 dp4-zero3";;
     moe) rows+=" moe-ep4 moe-fg-ep4 probe-dp4 probe-moe";; *) rows+=" $r";;
   esac
 done

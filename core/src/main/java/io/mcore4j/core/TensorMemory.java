@@ -38,6 +38,36 @@ public final class TensorMemory {
      */
     public static void releaseStorage(List<NDArray> tensors) {
         StorageRelease.get().release(tensors);
+        forgetShapes(tensors);
+    }
+
+    /**
+     * Makes each target, in place, a tensor over its source's memory with the source's shape, offset and
+     * strides ({@code Tensor.set_(source)} with grad mode off): no copy, and the target keeps its identity
+     * (a parameter stays the same autograd leaf, every handle to it sees the new values). The inverse of
+     * {@link #releaseStorage} for ZeRO-3's parameters, which hold their values only while read. A graph
+     * that saved a target before cannot run backward afterwards (its version counter moved).
+     *
+     * @param targets PyTorch-engine tensors to repoint
+     * @param sources one per target, same dtype and device
+     * @throws IllegalArgumentException if the lists differ in length
+     */
+    public static void shareStorage(List<NDArray> targets, List<NDArray> sources) {
+        StorageRelease.get().share(targets, sources);
+        forgetShapes(targets);
+    }
+
+    /** Drops the shape DJL caches in each handle: the tensors' shapes changed under it. */
+    private static void forgetShapes(List<NDArray> tensors) {
+        for (NDArray t : tensors) {
+            if (t instanceof PtNDArray) {
+                try {
+                    PtField.SHAPE.get().set(t, null);
+                } catch (IllegalAccessException e) {
+                    throw new IllegalStateException("PtNDArray.shape is not accessible: " + e.getMessage(), e);
+                }
+            }
+        }
     }
 
     /**
@@ -96,7 +126,7 @@ public final class TensorMemory {
             return false;
         }
         try {
-            return HostBuffer.field().get(array) != null;
+            return PtField.DATA_REF.get().get(array) != null;
         } catch (IllegalAccessException e) {
             throw new IllegalStateException("PtNDArray.dataRef is not accessible: " + e.getMessage(), e);
         }
@@ -117,9 +147,9 @@ public final class TensorMemory {
             return;
         }
         try {
-            Object buffer = HostBuffer.field().get(from);
+            Object buffer = PtField.DATA_REF.get().get(from);
             if (buffer != null) {
-                HostBuffer.field().set(to, buffer);
+                PtField.DATA_REF.get().set(to, buffer);
             }
         } catch (IllegalAccessException e) {
             throw new IllegalStateException("PtNDArray.dataRef is not accessible: " + e.getMessage(), e);
@@ -148,29 +178,28 @@ public final class TensorMemory {
         }
     }
 
-    /** DJL's {@code PtNDArray.dataRef}, the Java buffer a tensor created from Java data borrows; looked up once. */
-    private static final class HostBuffer {
-        private static final Field FIELD;
-        private static final String FAILURE;
+    /** A private field of DJL's {@code PtNDArray}, looked up once; {@link #get} fails naming what is missing. */
+    private record PtField(Field field, String name, String failure) {
+        /** {@code dataRef}, the Java buffer a tensor created from Java data borrows. */
+        static final PtField DATA_REF = of("dataRef");
+        /** {@code shape}, the shape a handle caches on first use. */
+        static final PtField SHAPE = of("shape");
 
-        static {
-            Field field = null;
-            String failure = null;
+        private static PtField of(String name) {
             try {
-                field = PtNDArray.class.getDeclaredField("dataRef");
+                Field field = PtNDArray.class.getDeclaredField(name);
                 field.setAccessible(true);
+                return new PtField(field, name, null);
             } catch (ReflectiveOperationException | RuntimeException e) {
-                failure = e.toString();
+                return new PtField(null, name, e.toString());
             }
-            FIELD = field;
-            FAILURE = failure;
         }
 
-        static Field field() {
-            if (FIELD == null) {
-                throw new IllegalStateException("cannot reach DJL's PtNDArray.dataRef (DJL 0.35.1 has it): " + FAILURE);
+        Field get() {
+            if (field == null) {
+                throw new IllegalStateException("cannot reach DJL's PtNDArray." + name + " (DJL 0.35.1 has it): " + failure);
             }
-            return FIELD;
+            return field;
         }
     }
 

@@ -14,8 +14,10 @@ import java.util.stream.Collectors;
  *   <li>{@link #OPTIM_GRADS}: also the gradients (ZeRO-2): each bucket is reduce-scattered as every
  *       backward pass completes it, its full gradients are released at once, and only this rank's shard
  *       is accumulated over the micro-batches ({@link DistributedDataParallel});</li>
- *   <li>{@link #OPTIM_GRADS_PARAMS}: also the parameters (ZeRO-3); not built yet, refused by
- *       {@link OptimizerConfig}.</li>
+ *   <li>{@link #OPTIM_GRADS_PARAMS}: also the parameters (ZeRO-3): between uses a bucket's parameters
+ *       hold no values; they are all-gathered from the master shards before a layer reads them and
+ *       released after ({@link ShardedParamGather}). The model must recompute every layer, since libtorch
+ *       cannot release a weight that a kept graph saved.</li>
  * </ul>
  */
 public enum DataParallelShardingStrategy {

@@ -15,6 +15,7 @@ import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.kernel.MasterAdamKernel;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.nn.ParameterResidency;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.parallel.ProcessGroups;
 
@@ -155,7 +156,10 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             }
         }
         this.kernel = fusedKernel();
-        this.gather = ParamGather.of(config, ddp);
+        this.gather = config.dataParallelShardingStrategy().shardsParameters()
+                ? new ShardedParamGather(ddp.buckets(), (bucket, owner) -> workingShard(shards.get(bucket.index), owner, owner),
+                        manager)
+                : ParamGather.of(config, ddp);
         this.publishOrder = gather.publishOrder(ddp.buckets());
     }
 
@@ -197,7 +201,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             throw new IllegalArgumentException("learning rate " + learningRate + " and weight decay " + weightDecay
                     + " must be finite and >= 0");
         }
-        gather.finish(); // the last step's gathers read the masters this step updates
+        gather.beforeStep(); // the last step's gathers read the masters this step updates
         if (!ddp.isGradSynced()) {
             throw new IllegalStateException("gradients are not synchronised: call finishGradSync() after the last backward");
         }
@@ -335,12 +339,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             }
             // a gathered bucket's shard lives until the gather has written it (ParamGather closes its manager)
             NDManager buffers = sharded(bucket) ? manager.newSubManager() : temp;
-            NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
-                    : own(DataTypes.toType(s.master, bucket.paramDtype, false), s.onHost ? hostTemp : buffers);
-            if (s.onHost) {
-                // DataTypes' copy: DJL's own, which a cross-device write would make, fails on bfloat16
-                local = own(DataTypes.toDevice(local, bucket.slots.get(0).param().data().getDevice(), true), buffers);
-            }
+            NDArray local = workingShard(s, buffers, hostTemp);
             if (sharded(bucket)) {
                 gather.publish(bucket, local, buffers);
             } else {
@@ -349,9 +348,30 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
         }
     }
 
+    /**
+     * This rank's master shard in the parameters' dtype on their device: the master itself for float32,
+     * else a cast owned by {@code owner} (made on the host by {@code hostTemp} for a host shard, which then
+     * crosses to the device in one copy).
+     */
+    private NDArray workingShard(Shard s, NDManager owner, NDManager hostTemp) {
+        GradientBucket bucket = s.bucket;
+        NDArray local = bucket.paramDtype == DataType.FLOAT32 ? s.master
+                : own(DataTypes.toType(s.master, bucket.paramDtype, false), s.onHost ? hostTemp : owner);
+        if (s.onHost) {
+            // DataTypes' copy: DJL's own, which a cross-device write would make, fails on bfloat16
+            local = own(DataTypes.toDevice(local, bucket.slots.get(0).param().data().getDevice(), true), owner);
+        }
+        return local;
+    }
+
     @Override
     public void beforeForward(List<Parameter> parameters) {
         gather.beforeForward(parameters);
+    }
+
+    @Override
+    public ParameterResidency parameterResidency() {
+        return gather instanceof ShardedParamGather sharded ? sharded : null;
     }
 
     @Override

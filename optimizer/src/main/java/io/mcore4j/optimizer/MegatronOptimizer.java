@@ -2,6 +2,7 @@ package io.mcore4j.optimizer;
 
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.nn.ForwardPreHook;
+import io.mcore4j.core.nn.ParameterResidency;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.shard.ShardedTensor;
 
@@ -72,6 +73,16 @@ public interface MegatronOptimizer extends ForwardPreHook, AutoCloseable {
      * {@link #close()} call it themselves.
      */
     void finishParamSync();
+
+    /**
+     * The residency the model must tell when it reads and is done with parameters, where the weights
+     * are sharded between uses ({@link DataParallelShardingStrategy#OPTIM_GRADS_PARAMS}, ZeRO-3).
+     *
+     * @return the residency, or null when every parameter holds its values all the time (the default)
+     */
+    default ParameterResidency parameterResidency() {
+        return null;
+    }
 
     /** @return the factor the training loop multiplies the loss by before backward: the current loss scale with fp16, else 1.0 */
     double lossScale();

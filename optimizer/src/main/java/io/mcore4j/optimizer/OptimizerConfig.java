@@ -116,11 +116,6 @@ public record OptimizerConfig(Algorithm algorithm, double lr, double beta1, doub
             throw new IllegalArgumentException("data-parallel sharding strategy " + dataParallelShardingStrategy.flag()
                     + " shards the optimizer state: it needs the distributed optimizer (useDistributedOptimizer=true)");
         }
-        if (dataParallelShardingStrategy.shardsParameters()) {
-            throw new IllegalArgumentException("data-parallel sharding strategy " + dataParallelShardingStrategy.flag()
-                    + " (ZeRO-3, parameters sharded between uses) is not built yet (issue 36); "
-                    + DataParallelShardingStrategy.OPTIM_GRADS.flag() + " shards optimizer state and gradients");
-        }
         if (optimizerCpuOffload && algorithm == Algorithm.ADAM) {
             throw new IllegalArgumentException("optimizer CPU offload needs decoupled weight decay (ADAMW), as in"
                     + " Megatron-Core; the algorithm is ADAM");

@@ -88,6 +88,11 @@ interface ParamGather extends ForwardPreHook {
     /** Writes every bucket published but not yet written, in publish order. */
     void finish();
 
+    /** Called as a step begins, before it reads the master weights: by default {@link #finish()}. */
+    default void beforeStep() {
+        finish();
+    }
+
     /**
      * Copies the gathered (padded) buffer of a bucket into its parameters, one copy per parameter.
      *

@@ -11,6 +11,7 @@ import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.core.kernel.GraphCapture;
 import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.nn.ParameterResidency;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.optimizer.DistributedDataParallel;
 import io.mcore4j.optimizer.MegatronOptimizer;
@@ -122,7 +123,22 @@ public final class TrainStep implements AutoCloseable {
         Map<Parameter, String> keys = new IdentityHashMap<>();
         model.namedParameters(MODEL_PREFIX).forEach((key, p) -> keys.put(p, key));
         this.optimizer = Optimizers.create(parameters, ddp, groups, b.optimizer, ParameterLayout.byKey(keys::get));
-        this.forwardWaitsForGather = b.optimizer.overlapParamGather() && model.addForwardPreHook(optimizer);
+        ParameterResidency residency = optimizer.parameterResidency();
+        if (residency != null) {
+            // ZeRO-3: the model gathers each layer's weights as it reads them, and releases them after
+            if (b.cudaGraph.enabled()) {
+                throw new IllegalArgumentException("--data-parallel-sharding-strategy "
+                        + b.optimizer.dataParallelShardingStrategy().flag() + " does not compose with CUDA graphs"
+                        + " (--cuda-graph-impl): a replayed graph calls no hooks, so the weights would never be gathered");
+            }
+            if (!model.addParameterResidency(residency)) {
+                throw new IllegalArgumentException("--data-parallel-sharding-strategy "
+                        + b.optimizer.dataParallelShardingStrategy().flag() + " needs a model that gathers and releases its"
+                        + " parameters around each use; " + model.getClass().getSimpleName() + " does not");
+            }
+        }
+        this.forwardWaitsForGather = residency != null
+                || b.optimizer.overlapParamGather() && model.addForwardPreHook(optimizer);
         this.schedule = ScheduleConfig.of(microBatches, model.activationShape(microBatchSize, seqLength),
                 model.activationDtype());
         this.unreadLosses = manager.newSubManager();

@@ -10,6 +10,7 @@ import io.mcore4j.core.nn.ForwardPreHook;
 import io.mcore4j.core.nn.GradientReadyListener;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.nn.ParameterResidency;
 
 import java.util.List;
 import java.util.Map;
@@ -102,6 +103,19 @@ public interface TrainingModel extends Module {
      * @return whether the model calls the hook
      */
     default boolean addForwardPreHook(ForwardPreHook hook) {
+        return false;
+    }
+
+    /**
+     * Registers the residency of parameters sharded between uses (ZeRO-3,
+     * {@link io.mcore4j.core.nn.ParameterResidency}): the model names parameters before every read and
+     * once it is done with them. Models that cannot return false (the default), and ZeRO-3 is refused.
+     *
+     * @param residency the residency
+     * @return whether the model tells it
+     * @throws IllegalStateException if the model could, but not as configured (a layer not recomputed)
+     */
+    default boolean addParameterResidency(ParameterResidency residency) {
         return false;
     }
 

@@ -16,6 +16,7 @@ import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.ForwardPreHook;
 import io.mcore4j.core.nn.GradientReadyListener;
+import io.mcore4j.core.nn.ParameterResidency;
 import io.mcore4j.core.nn.ModuleList;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.models.TransformerConfig;
@@ -55,7 +56,7 @@ import java.util.function.UnaryOperator;
  */
 public final class GptModel extends AbstractModule {
     private static final String OUTPUT_KEY = "output_layer.";
-    private static final Function LAYER_BOUNDARY = new LayerBoundary(List.of(), List.of());
+    private static final Function LAYER_BOUNDARY = new LayerBoundary(List.of(), List.of(), List.of());
 
     private final ModelContext ctx;
     private final GptEmbedding embedding;
@@ -68,6 +69,7 @@ public final class GptModel extends AbstractModule {
     private final CrossEntropyKernel crossEntropyKernel;
     private final List<GradientReadyListener> gradientListeners = new CopyOnWriteArrayList<>();
     private final List<ForwardPreHook> forwardPreHooks = new CopyOnWriteArrayList<>();
+    private final List<ParameterResidency> residencies = new CopyOnWriteArrayList<>();
     /** Per layer of this chunk, its parameters; the embedding's; the head's (the tied word weight included): what the hooks are told. */
     private final List<List<Parameter>> layerParameters;
     private final List<Parameter> embeddingParameters;
@@ -271,11 +273,17 @@ public final class GptModel extends AbstractModule {
         for (RecomputeSegment segment : inference == null ? segments : plainSegments) {
             List<TransformerLayer> run = chunk.subList(segment.start(), segment.end());
             if (segment.recomputed()) {
+                List<Parameter> reads = new ArrayList<>();
                 for (int i = segment.start(); i < segment.end(); i++) {
                     beforeForward(layerParameters.get(i));
+                    reads.addAll(layerParameters.get(i));
                 }
-                // full recompute: the run keeps only its input (its Recompute is the graph's cut)
-                hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run, h, positions));
+                // full recompute: the run keeps only its input (its Recompute is the graph's cut); parameters
+                // held only while read are released after it, and after its backward (the boundary before it)
+                boolean releaseAfterBackward = grad && hidden != input && !residencies.isEmpty();
+                hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run,
+                        releaseAfterBackward ? scope.apply1(boundary(reads), h) : h, positions,
+                        residencies.isEmpty() ? null : allResidencies));
             } else {
                 TransformerLayer layer = run.get(0);
                 beforeForward(layerParameters.get(segment.start()));
@@ -293,8 +301,9 @@ public final class GptModel extends AbstractModule {
         if (finalNorm == null) {
             return hidden;
         }
-        // the same cut before the final norm and the output layer, for listeners
-        boolean cutHead = cut && !gradientListeners.isEmpty() && hidden != input;
+        // the same cut before the final norm and the output layer, for listeners (after a recomputed layer
+        // too where parameters are released, so that a bucket shared with the last layer's is reported whole)
+        boolean cutHead = (cut || grad && !residencies.isEmpty()) && !gradientListeners.isEmpty() && hidden != input;
         beforeForward(headReads);
         return stage(scope, hidden, input,
                 h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, labels, lossMask));
@@ -421,7 +430,8 @@ public final class GptModel extends AbstractModule {
      * backward leaves the layer. Parameters of a chunk's first layer fed by a previous pipeline
      * stage, of the embedding, of the layers full recompute checkpoints, and of the final norm and
      * output layer after a checkpointed layer are not reported (their gradients are complete when
-     * the pass's backward returns). Data-parallel wrappers use this to
+     * the pass's backward returns), except that with a residency ({@link #addParameterResidency}) the
+     * checkpointed layers and the head after them are reported too. Data-parallel wrappers use this to
      * start gradient reduction during backward.
      *
      * @param listener the listener; called on the thread running backward
@@ -445,6 +455,46 @@ public final class GptModel extends AbstractModule {
         forwardPreHooks.add(Objects.requireNonNull(hook, "hook"));
     }
 
+    /**
+     * Adds a residency told, besides the forward pre-hooks' calls, before the rerun in backward of each
+     * recomputed run of layers reads their parameters, and after each such run's forward and backward
+     * that they may be released (ZeRO-3). Only recomputed layers are released (their first run keeps no
+     * graph that saved the parameters); the embedding's and the head's parameters are only named before
+     * they are read. Every layer must therefore be recomputed ({@code --recompute-granularity full}).
+     *
+     * @param residency the residency; also added as a forward pre-hook
+     * @throws IllegalStateException if a layer of this chunk is not fully recomputed
+     */
+    public void addParameterResidency(ParameterResidency residency) {
+        Objects.requireNonNull(residency, "residency");
+        for (RecomputeSegment segment : segments) {
+            if (!segment.recomputed()) {
+                throw new IllegalStateException("parameters sharded between uses (ZeRO-3) need every layer recomputed"
+                        + " (--recompute-granularity full --recompute-method uniform): layer " + segment.start()
+                        + " of this chunk is not, and libtorch cannot release a weight that a kept graph saved");
+            }
+        }
+        residencies.add(residency);
+        forwardPreHooks.add(residency);
+    }
+
+    /** Every residency at once: what a recomputed run tells before its rerun reads, and after its forward. */
+    private final ParameterResidency allResidencies = new ParameterResidency() {
+        @Override
+        public void beforeForward(List<Parameter> parameters) {
+            for (ParameterResidency r : residencies) {
+                r.beforeForward(parameters);
+            }
+        }
+
+        @Override
+        public void afterUse(List<Parameter> parameters) {
+            for (ParameterResidency r : residencies) {
+                r.afterUse(parameters);
+            }
+        }
+    };
+
     private void beforeForward(List<Parameter> parameters) {
         if (parameters.isEmpty()) {
             return;
@@ -455,15 +505,16 @@ public final class GptModel extends AbstractModule {
     }
 
     private Function boundary(List<Parameter> completed) {
-        return gradientListeners.isEmpty() || completed.isEmpty() ? LAYER_BOUNDARY
-                : new LayerBoundary(List.copyOf(completed), gradientListeners);
+        return (gradientListeners.isEmpty() && residencies.isEmpty()) || completed.isEmpty() ? LAYER_BOUNDARY
+                : new LayerBoundary(List.copyOf(completed), gradientListeners, residencies);
     }
 
     /**
      * Identity whose only effect is to cut the graph: backward segments stay one layer long. Its
      * backward runs once the segment after it is done, so it reports that segment's parameters.
      */
-    private record LayerBoundary(List<Parameter> completed, List<GradientReadyListener> listeners) implements Function {
+    private record LayerBoundary(List<Parameter> completed, List<GradientReadyListener> listeners,
+                                 List<ParameterResidency> residencies) implements Function {
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
             return inputs.clone();
@@ -473,6 +524,9 @@ public final class GptModel extends AbstractModule {
         public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
             for (GradientReadyListener listener : listeners) {
                 listener.gradientsReady(completed);
+            }
+            for (ParameterResidency residency : residencies) {
+                residency.afterUse(completed);
             }
             return gradOutputs.clone();
         }

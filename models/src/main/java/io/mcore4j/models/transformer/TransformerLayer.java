@@ -10,6 +10,7 @@ import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.core.nn.ParameterResidency;
 import io.mcore4j.core.nn.UnaryModule;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.moe.MoeLayer;
@@ -210,10 +211,41 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      */
     public static NDArray forwardRecomputed(AutogradScope scope, List<TransformerLayer> layers, NDArray x,
                                             TokenPositions positions) {
+        return forwardRecomputed(scope, layers, x, positions, null);
+    }
+
+    /**
+     * Runs consecutive layers as one checkpointed unit whose parameters are held only while read (ZeRO-3):
+     * {@code residency} is told before each run (the first, and the rerun in backward) reads the layers'
+     * parameters, and after a run that keeps no graph (the first; every run without grad) that it is done
+     * with them. Releasing them after the rerun's backward is the caller's (it knows when that backward ends).
+     *
+     * @param scope the pass's scope
+     * @param layers the layers, in order, at least one
+     * @param x the first layer's input
+     * @param positions the tokens' position ids and packed sequences, which the recomputation reuses
+     * @param residency told about the layers' parameters, or null
+     * @return the last layer's output
+     */
+    public static NDArray forwardRecomputed(AutogradScope scope, List<TransformerLayer> layers, NDArray x,
+                                            TokenPositions positions, ParameterResidency residency) {
         if (layers.isEmpty()) {
             throw new IllegalArgumentException("a recomputed run needs at least one layer");
         }
-        Recompute.Body body = (inner, in) -> new NDArray[] {runAll(inner, layers, in[0], positions)};
+        List<Parameter> reads = new ArrayList<>();
+        for (TransformerLayer layer : layers) {
+            reads.addAll(layer.parameters());
+        }
+        Recompute.Body body = residency == null || reads.isEmpty()
+                ? (inner, in) -> new NDArray[] {runAll(inner, layers, in[0], positions)}
+                : (inner, in) -> {
+                    residency.beforeForward(reads);
+                    NDArray out = runAll(inner, layers, in[0], positions);
+                    if (!inner.isGradEnabled()) {
+                        residency.afterUse(reads);
+                    }
+                    return new NDArray[] {out};
+                };
         if (!scope.isGradEnabled()) {
             return body.run(scope, x)[0];
         }

@@ -17,7 +17,8 @@ import java.util.function.BooleanSupplier;
  * <ul>
  *   <li><b>state</b>: a rank holds 1/(TP x PP) of the dense weights and 1/(TP x PP x EP) of the
  *       experts'; each parameter costs its weight and its gradient (4 bytes each, 2 under
- *       {@code --fp16}/{@code --bf16}), plus with Adam 8 bytes of moments and under
+ *       {@code --fp16}/{@code --bf16}; the gradient divided over the data-parallel ranks under
+ *       {@code --data-parallel-sharding-strategy optim_grads}, both under {@code optim_grads_params}), plus with Adam 8 bytes of moments and under
  *       {@code --fp16}/{@code --bf16} a 4-byte float32 master weight, those two divided over the
  *       data-parallel ranks with {@code --use-distributed-optimizer};</li>
  *   <li><b>activations</b>: each of a rank's layers keeps its input for the backward pass (micro-batch
@@ -148,9 +149,11 @@ final class MemoryFloor {
         boolean halfWidth = a.fp16 || a.bf16;
         double width = halfWidth ? 2 : 4;
         double optimizerBytes = (a.optimizer == PretrainArgs.OptimizerKind.adam ? 8 : 0) + (halfWidth ? 4 : 0);
-        // weights, gradients (sharded under --data-parallel-sharding-strategy optim_grads) and optimizer state
+        // weights (sharded between uses under optim_grads_params), gradients (sharded under optim_grads and
+        // optim_grads_params) and optimizer state
+        double weights = width / (a.shardingStrategy().shardsParameters() ? dataParallel : 1);
         double gradients = width / (a.shardingStrategy().shardsGradients() ? dataParallel : 1);
-        double perParameter = width + gradients + optimizerBytes / (a.useDistributedOptimizer ? dataParallel : 1);
+        double perParameter = weights + gradients + optimizerBytes / (a.useDistributedOptimizer ? dataParallel : 1);
         double parameters = s.parameters() / (tp * (double) pp)
                 + s.expertParameters() / (tp * (double) pp * a.layout.expertParallel());
         double state = parameters * perParameter;

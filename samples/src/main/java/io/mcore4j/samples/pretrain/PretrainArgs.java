@@ -269,7 +269,8 @@ public final class PretrainArgs {
     boolean useMegatronFsdp;
     @Option(names = "--data-parallel-sharding-strategy", description = "With --use-megatron-fsdp: no_shard, optim"
             + " (ZeRO-1), optim_grads (ZeRO-2: gradients reduce-scattered per micro-batch, only shards kept) or"
-            + " optim_grads_params (ZeRO-3, not built yet). Default: ${DEFAULT-VALUE}, as Megatron's.")
+            + " optim_grads_params (ZeRO-3: each layer's weights all-gathered before it runs and released after;"
+            + " needs --recompute-granularity full --recompute-method uniform). Default: ${DEFAULT-VALUE}, as Megatron's.")
     String dataParallelShardingStrategy = "no_shard";
     @Option(names = "--overlap-grad-reduce", description = "Start data-parallel gradient reduction during the last backward.")
     boolean overlapGradReduce;
@@ -822,7 +823,9 @@ public final class PretrainArgs {
     /**
      * {@code --use-megatron-fsdp} and {@code --data-parallel-sharding-strategy}: a strategy without
      * the flag is refused (Megatron would ignore it), as are pipeline parallelism (Megatron FSDP does
-     * not compose with it) and {@code optim_grads_params} (not built yet); every strategy that shards
+     * not compose with it), and {@code optim_grads_params} without full uniform recompute (libtorch cannot
+     * release a weight that a kept graph saved, so every layer is rerun in backward) or with CUDA graphs
+     * (a replayed graph gathers nothing); every strategy that shards
      * the optimizer state turns the distributed optimizer on, as Megatron-Bridge does.
      */
     private void checkMegatronFsdp() {
@@ -842,9 +845,16 @@ public final class PretrainArgs {
             throw new IllegalArgumentException("--use-megatron-fsdp does not compose with pipeline parallelism"
                     + " (--pipeline-model-parallel-size " + layout.pipelineParallel() + "), as in Megatron: use 1");
         }
-        if (strategy.shardsParameters()) {
-            throw new IllegalArgumentException("--data-parallel-sharding-strategy optim_grads_params (ZeRO-3) is not built"
-                    + " yet (issue 36): optim_grads shards the optimizer state and the gradients");
+        if (strategy.shardsParameters() && (recompute != RecomputeGranularity.full
+                || recomputeMethod != RecomputeMethodKind.uniform)) {
+            throw new IllegalArgumentException("--data-parallel-sharding-strategy optim_grads_params (ZeRO-3) needs"
+                    + " --recompute-granularity full --recompute-method uniform (got --recompute-granularity " + recompute
+                    + (recomputeMethod == null ? "" : " --recompute-method " + recomputeMethod) + "): a layer's gathered"
+                    + " weights are released after its forward, which libtorch allows only where backward reruns the layer");
+        }
+        if (strategy.shardsParameters() && !"none".equals(cudaGraphImpl)) {
+            throw new IllegalArgumentException("--data-parallel-sharding-strategy optim_grads_params (ZeRO-3) does not"
+                    + " compose with --cuda-graph-impl " + cudaGraphImpl + ": a replayed graph gathers no weights");
         }
         if (strategy.shardsOptimizerState()) {
             useDistributedOptimizer = true;

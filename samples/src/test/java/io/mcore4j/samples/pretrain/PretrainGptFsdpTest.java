@@ -16,13 +16,16 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.io.TempDir;
 
 /**
- * Megatron FSDP's {@code --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads} (ZeRO-2):
- * the serial run's losses at DP4 and at TP2 x DP2 with sequence parallelism (two micro-batches per
- * rank, so shards are summed over passes), and checkpoints that move between it at DP4 and the
- * distributed optimizer at TP2 x DP2 in both directions.
+ * Megatron FSDP's {@code --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads} (ZeRO-2) and
+ * {@code optim_grads_params} (ZeRO-3, with every layer recomputed): the serial run's losses at DP4 and at
+ * TP2 x DP2 with sequence parallelism (two micro-batches per rank, so shards are summed over passes), and
+ * checkpoints that move between each at DP4 and the distributed optimizer at TP2 x DP2 in both directions.
  */
 class PretrainGptFsdpTest {
     private static final List<String> ZERO2 = List.of("--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads");
+    private static final List<String> ZERO3 = List.of("--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+            "optim_grads_params", "--recompute-granularity", "full", "--recompute-method", "uniform",
+            "--recompute-num-layers", "1");
 
     @TempDir
     Path dir;
@@ -56,6 +59,40 @@ class PretrainGptFsdpTest {
                 List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-2");
     }
 
+    @Test
+    void zero3GivesTheSerialLossesAloneAndWithTensorAndSequenceParallelism() throws Exception {
+        List<Double> serial = train(common(1, 6));
+        assertSameLosses(serial, train(with(common(4, 6), ZERO3)), "DP4 ZeRO-3");
+        assertSameLosses(serial, train(with(common(4, 6), ZERO3,
+                List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-3");
+    }
+
+    /**
+     * ZeRO-3 in bfloat16 gathers the weights the distributed optimizer would publish (its fp32 master shards
+     * cast to bf16): ZeRO-2 with the same recompute gives its losses, with a separate output layer. One
+     * micro-batch per rank, since ZeRO-2 sums a recomputed layer's bf16 gradients over the micro-batches
+     * before reducing them, where ZeRO-3 reduces each pass (it reports those layers), which rounds otherwise.
+     */
+    @Test
+    void zero3InBfloat16WithASeparateOutputLayerGivesZero2sLosses() throws Exception {
+        List<String> bf16 = List.of("--bf16", "--untie-embeddings-and-output-weights");
+        List<String> recompute = ZERO3.subList(3, ZERO3.size());
+        List<String> oneMicroBatch = common(4, 4);
+        oneMicroBatch.set(oneMicroBatch.indexOf("--global-batch-size") + 1, "8");
+        assertSameLosses(train(with(oneMicroBatch, bf16, ZERO2, recompute)), train(with(oneMicroBatch, bf16, ZERO3)),
+                "DP4 bf16 ZeRO-3 against ZeRO-2");
+    }
+
+    /** ZeRO-3 with context parallelism (CP2 x DP2) and with experts (EP2 x DP4 over a mixture of 4 experts). */
+    @Test
+    void zero3GivesTheSerialLossesWithContextAndExpertParallelism() throws Exception {
+        assertSameLosses(train(common(1, 4)), train(with(common(4, 4), ZERO3, List.of("--context-parallel-size", "2"))),
+                "CP2 DP2 ZeRO-3");
+        List<String> moe = List.of("--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm");
+        assertSameLosses(train(with(common(1, 4), moe)),
+                train(with(common(4, 4), moe, ZERO3, List.of("--expert-model-parallel-size", "2"))), "EP2 DP4 ZeRO-3");
+    }
+
     /**
      * The checkpoint of a ZeRO-2 run is the distributed optimizer's (same optimizer state, keyed by
      * weight): saved at DP4 with ZeRO-2 it resumes at TP2 x DP2 with the distributed optimizer, and the
@@ -63,11 +100,22 @@ class PretrainGptFsdpTest {
      */
     @Test
     void checkpointsMoveBetweenZero2AtDp4AndTheDistributedOptimizerAtTp2Dp2() throws Exception {
+        checkpointsMoveBetween(ZERO2);
+    }
+
+    /** The same with ZeRO-3: saved at DP4 it resumes at TP2 x DP2 with the distributed optimizer, and the reverse. */
+    @Test
+    void checkpointsMoveBetweenZero3AtDp4AndTheDistributedOptimizerAtTp2Dp2() throws Exception {
+        checkpointsMoveBetween(ZERO3);
+    }
+
+    /** Saves with {@code sharded} at DP4 and resumes at TP2 x DP2 with the distributed optimizer, and the reverse. */
+    private void checkpointsMoveBetween(List<String> sharded) throws Exception {
         List<String> tp2 = List.of("--tensor-model-parallel-size", "2", "--use-distributed-optimizer");
-        List<List<String>> from = List.of(ZERO2, tp2);
-        List<List<String>> to = List.of(tp2, ZERO2);
+        List<List<String>> from = List.of(sharded, tp2);
+        List<List<String>> to = List.of(tp2, sharded);
         for (int i = 0; i < 2; i++) {
-            Path save = dir.resolve("ckpt-" + i);
+            Path save = dir.resolve("ckpt-" + System.nanoTime());
             train(with(common(4, 3), from.get(i), List.of("--save", save.toString(), "--save-interval", "3")));
             List<Double> reference = train(with(common(4, 6), to.get(i))).subList(3, 6);
             List<Double> resumed = train(with(common(4, 6), to.get(i), List.of("--load", save.toString())));
@@ -92,6 +140,11 @@ class PretrainGptFsdpTest {
                 + " (--pipeline-model-parallel-size 2), as in Megatron: use 1", refusal("--mock-data", "--nproc", "2",
                 "--pipeline-model-parallel-size", "2", "--use-megatron-fsdp"));
         assertTrue(refusal("--mock-data", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params")
-                .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) is not built yet"));
+                .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) needs"
+                        + " --recompute-granularity full --recompute-method uniform (got --recompute-granularity none)"));
+        assertTrue(refusal(with(List.of("--mock-data"), ZERO3, List.of("--cuda-graph-impl", "local",
+                "--cuda-graph-scope", "full_iteration")).toArray(String[]::new))
+                .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) does not compose"
+                        + " with --cuda-graph-impl local"));
     }
 }

@@ -12,6 +12,7 @@ import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.ForwardPreHook;
 import io.mcore4j.core.nn.GradientReadyListener;
+import io.mcore4j.core.nn.ParameterResidency;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.hf.HfCheckpointException;
 import io.mcore4j.hf.HfConfig;
@@ -217,6 +218,14 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
     public boolean addForwardPreHook(ForwardPreHook hook) {
         for (GptModel m : chunks) {
             m.addForwardPreHook(hook);
+        }
+        return true;
+    }
+
+    @Override
+    public boolean addParameterResidency(ParameterResidency residency) {
+        for (GptModel m : chunks) {
+            m.addParameterResidency(residency);
         }
         return true;
     }
