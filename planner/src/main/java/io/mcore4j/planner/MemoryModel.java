@@ -1,6 +1,7 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.parallel.ParallelDims;
 
@@ -19,6 +20,17 @@ import java.util.List;
  * that much: the device share estimated is an upper bound); the gradients, their buffers and the
  * step's workspace stay on the device. FP8 linears ({@link TransformerConfig#fp8()}) keep a float8 copy of their
  * weight and its transpose: 2 more bytes per FP8 weight element, counted with the parameters.
+ *
+ * <p>Megatron FSDP ({@link OptimizerConfig#dataParallelShardingStrategy()}): {@code optim} is the
+ * distributed optimizer above. {@code optim_grads} (ZeRO-2) keeps whole {@code .grad}s only for the
+ * weights outside the transformer layers (the embedding, final norm and output layer, which no layer
+ * reports) and the bucket backward is filling; beside the shards' running sum the two per-pass
+ * reductions in flight hold one flat buffer each, as large as the largest bucket (the bucket size less
+ * one element plus the largest layer tensor, as buckets close once full); all of it lives through
+ * backward. {@code optim_grads_params} (ZeRO-3) adds sharded weights: only the master shards hold them
+ * between uses, so the parameters on the device are the weights outside the layers (never released)
+ * and two layers' gathered weights (the one in use and the one prefetched), and FP8 copies of those
+ * two layers only; its full uniform recompute is the layout's.
  */
 public final class MemoryModel {
     private MemoryModel() {}
@@ -73,8 +85,23 @@ public final class MemoryModel {
         long onHost = opt.optimizerCpuOffload() ? (long) Math.floor(opt.optimizerOffloadFraction() * state) : 0;
         long optimizer = state - onHost;
         int gradBytes = opt.gradReduceInFp32() ? 4 : bytes;
+        long gradients = params;
         long buffers = (denseShard + expertShard) * gradBytes;
-        if (shard && (denseGroup > 1 || expertGroup > 1)) {
+        DataParallelShardingStrategy sharding = opt.dataParallelShardingStrategy();
+        if (sharding.shardsGradients()) {
+            Sharded z = Sharded.of(tensors, opt.bucketSizeBytes() / gradBytes);
+            // whole .grads: the weights outside the layers (no layer reports them) and the bucket being filled;
+            // flat buffers: the shards' running sum and the two passes' reductions in flight
+            gradients = (z.outside() + z.bucket()) * bytes;
+            buffers += PASSES_IN_FLIGHT * z.bucket() * gradBytes;
+            if (sharding.shardsParameters()) {
+                // the weights outside the layers are never released; of the layers' only the one in use and the
+                // one prefetched are whole
+                long gathered = z.outside() + Math.min(2, z.layers()) * z.largestLayer();
+                fp8Copies = z.layers() == 0 ? fp8Copies : (long) (fp8Copies * Math.min(1.0, 2.0 / z.layers()));
+                params = gathered * bytes;
+            }
+        } else if (shard && (denseGroup > 1 || expertGroup > 1)) {
             buffers += Math.min(opt.bucketSizeBytes(), (dense + expert) * (long) gradBytes); // the bucket being scattered
         }
         ActivationModel act = new ActivationModel(c, layout.tensorParallel(), layout.contextParallel(),
@@ -91,8 +118,9 @@ public final class MemoryModel {
         boolean last = stage == layout.pipelineParallel() - 1;
         double peak = kept + Math.max(act.backwardTransient(b, s, layersPerChunk), last ? act.logits(b, s) : 0);
         long workspace = (long) ((denseShard + expertShard) * cal.optimizerWorkspaceBytesPerParameter());
-        return new MemoryEstimate(stage, params + fp8Copies, params, optimizer, onHost, (long) perMicroBatch,
-                chunksInFlight / layout.virtualStages(), (long) peak, params, buffers, workspace,
+        long gradientsAtPeak = sharding.shardsGradients() ? gradients + buffers : gradients;
+        return new MemoryEstimate(stage, params + fp8Copies, gradients, optimizer, onHost, (long) perMicroBatch,
+                chunksInFlight / layout.virtualStages(), (long) peak, gradientsAtPeak, buffers, workspace,
                 cal.deviceOverheadBytes());
     }
 
@@ -108,6 +136,43 @@ public final class MemoryModel {
         long warmup = vp == 1 ? pp - stage - 1 : (long) (pp - stage - 1) * 2 + (long) (vp - 1) * pp;
         return Math.min(warmup + 1, microBatches * vp);
     }
+
+    /**
+     * A rank's weights as Megatron FSDP buckets them: those of the transformer layers (by layer) and
+     * those outside them (embedding, final norm, output layer).
+     *
+     * @param outside elements outside the layers
+     * @param layers layers on the rank
+     * @param largestLayer elements of the largest layer
+     * @param bucket elements of the largest gradient bucket: a bucket closes once it holds the bucket size, so
+     *     at most that less one element plus one layer tensor, never more than the layers hold
+     */
+    record Sharded(long outside, int layers, long largestLayer, long bucket) {
+        static Sharded of(List<ParameterInventory.Tensor> tensors, long bucketNumel) {
+            java.util.Map<String, Long> byLayer = new java.util.HashMap<>();
+            long outside = 0;
+            long inLayers = 0;
+            long largestTensor = 0;
+            for (ParameterInventory.Tensor t : tensors) {
+                java.util.regex.Matcher m = LAYER.matcher(t.key());
+                if (m.lookingAt()) {
+                    byLayer.merge(m.group(), t.numel(), Long::sum);
+                    inLayers += t.numel();
+                    largestTensor = Math.max(largestTensor, t.numel());
+                } else {
+                    outside += t.numel();
+                }
+            }
+            long largestLayer = byLayer.values().stream().mapToLong(Long::longValue).max().orElse(0);
+            return new Sharded(outside, byLayer.size(), largestLayer,
+                    Math.min(inLayers, Math.max(0, bucketNumel - 1) + largestTensor));
+        }
+    }
+
+    private static final java.util.regex.Pattern LAYER = java.util.regex.Pattern.compile("decoder\\.layers\\.\\d+\\.");
+
+    /** The per-pass reductions ZeRO-2 and ZeRO-3 leave running, each with its bucket's flat buffer ({@code DistributedDataParallel}). */
+    static final int PASSES_IN_FLIGHT = 2;
 
     private static int stateTensors(OptimizerConfig opt) {
         return switch (opt.algorithm()) {
