@@ -158,6 +158,8 @@ class FsdpPlanTest {
                 assertTrue(MemoryModel.estimate(w, l, H200).total() > capacity, l.name());
             }
         }
+        // the FLOPs per token torch_dist_gpt_bench.py --arch llama counts for its MFU (its formula, evaluated in Python)
+        assertEquals(128_015_400_960.0, w.model().flopsPerToken(4096));
         MemoryEstimate zero2 = MemoryModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO2), H200);
         MemoryEstimate zero3 = MemoryModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO3), H200);
         MemoryEstimate distOpt = MemoryModel.estimate(w, dp4FullRecompute(1), H200);

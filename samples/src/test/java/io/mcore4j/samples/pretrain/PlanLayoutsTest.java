@@ -97,4 +97,23 @@ class PlanLayoutsTest {
         assertTrue(text.contains("auto-layout: TP1 PP1 DP2"), text);
         assertEquals(2, losses.size(), text);
     }
+
+    @Test
+    void autoLayoutWithMegatronFsdpPlansTheStrategyGiven() throws Exception {
+        Path cluster = dir.resolve("cpu-fsdp.json");
+        Files.writeString(cluster, "{\"gpusPerNode\": 2, \"nodes\": 1, \"gpuMemoryGiB\": 80, \"peakTflops\": 989,"
+                + " \"memoryBandwidthGBps\": 3350, \"intraNodeBandwidthGBps\": 300, \"interNodeBandwidthGBps\": 45}");
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        // ZeRO-3 without the recompute it needs, and at PP2: the planner chooses both
+        List<Double> losses = PretrainGpt.run(PretrainArgs.parse("--nproc", "2", "--auto-layout", "--auto-layout-cluster",
+                cluster.toString(), "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params",
+                "--pipeline-model-parallel-size", "2", "--num-layers", "2", "--hidden-size", "32",
+                "--num-attention-heads", "4", "--seq-length", "16", "--global-batch-size", "4", "--train-iters", "2",
+                "--mock-data", "--vocab-size", "250", "--log-interval", "1", "--metrics-dir", dir.resolve("m").toString()),
+                new PrintStream(out, true, StandardCharsets.UTF_8));
+        String text = out.toString(StandardCharsets.UTF_8);
+        assertTrue(text.contains("auto-layout: TP1 PP1 DP2 mb") && text.contains(" full uniform 1 fsdp optim_grads_params ("),
+                text);
+        assertEquals(2, losses.size(), text);
+    }
 }
