@@ -5,7 +5,11 @@ import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.parallel.ParallelDims;
 
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * Per-rank memory of a layout. Parameters come from {@link ParameterInventory} (the shapes the
@@ -23,16 +27,21 @@ import java.util.List;
  *
  * <p>Megatron FSDP ({@link OptimizerConfig#dataParallelShardingStrategy()}): {@code optim} is the
  * distributed optimizer above. {@code optim_grads} (ZeRO-2) keeps whole {@code .grad}s only for the
- * weights outside the transformer layers (the embedding, final norm and output layer, which no layer
- * reports) and the bucket backward is filling; beside the shards' running sum the two per-pass
- * reductions in flight hold one flat buffer each, as large as the largest bucket (the bucket size less
- * one element plus the largest layer tensor, as buckets close once full); all of it lives through
- * backward. {@code optim_grads_params} (ZeRO-3) adds sharded weights: only the master shards hold them
+ * bucket backward is filling and the weights backward does not report per pass (the embedding; and
+ * without ZeRO-3 the layers full recompute checkpoints, with the head after a checkpointed last layer:
+ * ZeRO-2 with uniform full recompute keeps every gradient whole); beside the shards' running sum the
+ * two per-pass reductions in flight hold one flat buffer each, as large as the largest bucket (the
+ * bucket size less one element plus the largest layer tensor, as buckets close once full); all of it
+ * lives through backward. {@code optim_grads_params} (ZeRO-3) adds sharded weights: only the master shards hold them
  * between uses, so the parameters on the device are the weights outside the layers (never released)
  * and two layers' gathered weights (the one in use and the one prefetched), and FP8 copies of those
  * two layers only; its full uniform recompute is the layout's.
  */
 public final class MemoryModel {
+    /** The per-pass reductions ZeRO-2 and ZeRO-3 leave running, each with its bucket's flat buffer ({@code DistributedDataParallel}). */
+    static final int PASSES_IN_FLIGHT = 2;
+    private static final Pattern LAYER = Pattern.compile("decoder\\.layers\\.\\d+\\.");
+
     private MemoryModel() {}
 
     /**
@@ -90,14 +99,14 @@ public final class MemoryModel {
         DataParallelShardingStrategy sharding = opt.dataParallelShardingStrategy();
         if (sharding.shardsGradients()) {
             Sharded z = Sharded.of(tensors, opt.bucketSizeBytes() / gradBytes);
-            // whole .grads: the weights outside the layers (no layer reports them) and the bucket being filled;
+            // whole .grads: those backward does not report (see the class comment) and the bucket being filled;
             // flat buffers: the shards' running sum and the two passes' reductions in flight
-            gradients = (z.outside() + z.bucket()) * bytes;
+            gradients = (unreported(c, layout, z) + z.bucket()) * bytes;
             buffers += PASSES_IN_FLIGHT * z.bucket() * gradBytes;
             if (sharding.shardsParameters()) {
                 // the weights outside the layers are never released; of the layers' only the one in use and the
                 // one prefetched are whole
-                long gathered = z.outside() + Math.min(2, z.layers()) * z.largestLayer();
+                long gathered = z.embedding() + z.head() + Math.min(2, z.layers()) * z.largestLayer();
                 fp8Copies = z.layers() == 0 ? fp8Copies : (long) (fp8Copies * Math.min(1.0, 2.0 / z.layers()));
                 params = gathered * bytes;
             }
@@ -138,41 +147,56 @@ public final class MemoryModel {
     }
 
     /**
-     * A rank's weights as Megatron FSDP buckets them: those of the transformer layers (by layer) and
-     * those outside them (embedding, final norm, output layer).
+     * Elements whose gradients backward does not report to the per-pass reduction, so that they stay whole
+     * until the step's sync ({@code GptModel.addGradientReadyListener}): the embedding's always; without
+     * ZeRO-3's residency also the layers full recompute checkpoints and, after a checkpointed last layer,
+     * the final norm's and output layer's.
+     */
+    private static long unreported(TransformerConfig c, Layout layout, Sharded z) {
+        if (layout.sharding().shardsParameters() || c.recompute() != TransformerConfig.Recompute.FULL) {
+            return z.embedding();
+        }
+        int perChunk = c.numLayers() / (layout.pipelineParallel() * layout.virtualStages());
+        double share = TimeModel.recomputedShare(c, perChunk);
+        return z.embedding() + (long) Math.ceil(share * z.inLayers()) + (share == 1 ? z.head() : 0);
+    }
+
+    /**
+     * A rank's weights as Megatron FSDP buckets them: the embedding's, the transformer layers' (by layer)
+     * and the head's (final norm, output layer).
      *
-     * @param outside elements outside the layers
+     * @param embedding elements of the embedding
+     * @param head elements after the layers
+     * @param inLayers elements of the layers
      * @param layers layers on the rank
      * @param largestLayer elements of the largest layer
      * @param bucket elements of the largest gradient bucket: a bucket closes once it holds the bucket size, so
      *     at most that less one element plus one layer tensor, never more than the layers hold
      */
-    record Sharded(long outside, int layers, long largestLayer, long bucket) {
+    record Sharded(long embedding, long head, long inLayers, int layers, long largestLayer, long bucket) {
         static Sharded of(List<ParameterInventory.Tensor> tensors, long bucketNumel) {
-            java.util.Map<String, Long> byLayer = new java.util.HashMap<>();
-            long outside = 0;
+            Map<String, Long> byLayer = new HashMap<>();
+            long embedding = 0;
+            long head = 0;
             long inLayers = 0;
             long largestTensor = 0;
             for (ParameterInventory.Tensor t : tensors) {
-                java.util.regex.Matcher m = LAYER.matcher(t.key());
+                Matcher m = LAYER.matcher(t.key());
                 if (m.lookingAt()) {
                     byLayer.merge(m.group(), t.numel(), Long::sum);
                     inLayers += t.numel();
                     largestTensor = Math.max(largestTensor, t.numel());
+                } else if (t.key().startsWith("embedding.")) {
+                    embedding += t.numel();
                 } else {
-                    outside += t.numel();
+                    head += t.numel();
                 }
             }
             long largestLayer = byLayer.values().stream().mapToLong(Long::longValue).max().orElse(0);
-            return new Sharded(outside, byLayer.size(), largestLayer,
+            return new Sharded(embedding, head, inLayers, byLayer.size(), largestLayer,
                     Math.min(inLayers, Math.max(0, bucketNumel - 1) + largestTensor));
         }
     }
-
-    private static final java.util.regex.Pattern LAYER = java.util.regex.Pattern.compile("decoder\\.layers\\.\\d+\\.");
-
-    /** The per-pass reductions ZeRO-2 and ZeRO-3 leave running, each with its bucket's flat buffer ({@code DistributedDataParallel}). */
-    static final int PASSES_IN_FLIGHT = 2;
 
     private static int stateTensors(OptimizerConfig opt) {
         return switch (opt.algorithm()) {
