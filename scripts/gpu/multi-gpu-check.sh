@@ -12,7 +12,8 @@
 #   optim_grads), dp4-zero3 (4: the same with optim_grads_params, which recomputes every layer; "fsdp" names dp4
 #   dp4-zero2 dp4-zero3, issue 36's rows), llama20b-zero3 (4 H200s: issue 36's ~20B LLaMA shape, 48 layers,
 #   hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3, with torch_dist_gpt_bench.py
-#   --mode fsdp2 --arch llama --ac beside it: FSDP2 per block with activation checkpointing),
+#   --mode fsdp2 --arch llama --ac beside it: FSDP2 per block with activation checkpointing; its layout names the
+#   planner's peak estimate, FsdpPlanTest's),
 #   and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
 #   cp1 (1: one GPU at 16k), cp2 (2: CP2 at 32k), cp4 (4: CP4 at 64k), cp4-128k (4: CP4 at 128k with full
 #   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a), cp4-a2a-p2p (4: CP4 at 64k, --cp-comm-type a2a+p2p,
@@ -139,7 +140,7 @@ row() {
     dp4-zero3)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), full recompute"
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
                   args+=" --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";;
-    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3, full recompute, micro-batch 1 × 4"
+    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3, full recompute, micro-batch 1 × 4; planner 82.3 GiB"
                   args="--model llama7b --num-layers 48 --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
                   args+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --use-megatron-fsdp"
                   args+=" --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce --recompute-granularity full"

@@ -171,5 +171,6 @@ class FsdpPlanTest {
         assertTrue(zero3.total() < distOpt.total() && distOpt.total() < zero2.total());
         assertTrue(zero2.total() > capacity, zero2.describe());
         assertTrue(zero3.total() < capacity, zero3.describe());
+        assertEquals(82.3, MemoryEstimate.gib(zero3.total()), 0.05, "the figure multi-gpu-check.sh's row names");
     }
 }
