@@ -11,7 +11,9 @@
 #   tp2sp (2), llama-dp4 (4), dp4-zero2 (4: dp4 with --use-megatron-fsdp --data-parallel-sharding-strategy
 #   optim_grads), dp4-zero3 (4: the same with optim_grads_params, which recomputes every layer; "fsdp" names dp4
 #   dp4-zero2 dp4-zero3, issue 36's rows), llama20b-zero3 (4 H200s: issue 36's ~20B LLaMA shape, 48 layers,
-#   hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3; no PyTorch reference yet),
+#   hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3, with torch_dist_gpt_bench.py
+#   --mode fsdp2 --arch llama --ac beside it: FSDP2 per block with activation checkpointing; its layout names the
+#   planner's peak estimate, FsdpPlanTest's),
 #   and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
 #   cp1 (1: one GPU at 16k), cp2 (2: CP2 at 32k), cp4 (4: CP4 at 64k), cp4-128k (4: CP4 at 128k with full
 #   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a), cp4-a2a-p2p (4: CP4 at 64k, --cp-comm-type a2a+p2p,
@@ -23,7 +25,7 @@
 #   --mock-data) of the 1.3B model (L=24 h=2048 heads=16 s=2048 V=32768, micro-batch 4 x 2 per replica), of
 #   LLaMA-7B, or of the probe preset with --phases (its step is the host's time); one process per GPU under
 #   torchrun. References: eager_gpt_bench.py next to tp1, torch_dist_gpt_bench.py (DTensor TP) next to tp2 and
-#   tp4, DDP and FSDP2 next to dp2 and dp4, eager at 16k next to cp1, torch_dist_gpt_bench.py --mode cp
+#   tp4, DDP and FSDP2 next to dp2 and dp4, FSDP2 of the LLaMA shape next to llama20b-zero3, eager at 16k next to cp1, torch_dist_gpt_bench.py --mode cp
 #   (PyTorch's context_parallel over SDPA) next to cp2 and cp4, torch_moe_bench.py (all-to-all and _grouped_mm)
 #   next to moe-ep4 and moe-fg-ep4.
 # Environment:
@@ -115,6 +117,8 @@ row() {
   refs=()
   local long="--seq-length 16384 --micro-batch-size 1 --micro-batches 1 $CP_ATTENTION"
   local moe="--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-permute-fusion"
+  # issue 36's ~20B LLaMA in torch_dist_gpt_bench.py's flags (the llama7b preset's vocabulary, 32000)
+  local llama20b="--arch llama --layers 48 --hidden 6144 --ffn 16384 --heads 48 --kv-heads 8 --seq 4096 --vocab 32000"
   moe+=" --use-distributed-optimizer"
   case $1 in
     tp1)          gpus=1; layout="1.3B, 1 GPU"; args="--model 1.3b"; refs=("1|eager|eager + SDPA");;
@@ -136,11 +140,12 @@ row() {
     dp4-zero3)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), full recompute"
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
                   args+=" --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";;
-    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3, full recompute, micro-batch 1 × 4"
+    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3, full recompute, micro-batch 1 × 4; planner 82.3 GiB"
                   args="--model llama7b --num-layers 48 --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
                   args+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --use-megatron-fsdp"
                   args+=" --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce --recompute-granularity full"
-                  args+=" --recompute-method uniform --recompute-num-layers 1 --micro-batch-size 1 --micro-batches 4";;
+                  args+=" --recompute-method uniform --recompute-num-layers 1 --micro-batch-size 1 --micro-batches 4"
+                  refs=("4|fsdp2|FSDP2 + AC|$llama20b --mbs 1 --micro 4 --ac");;
     llama-tp4sp)  gpus=4; layout="LLaMA-7B, TP4 + SP, micro-batch 1 × 8"
                   args="--model llama7b --tensor-model-parallel-size 4 --sequence-parallel --micro-batch-size 1 --micro-batches 8";;
     llama-tp2dp2) gpus=4; layout="LLaMA-7B, TP2 × DP2, SP, distributed optimizer, micro-batch 1 × 4"
@@ -308,6 +313,8 @@ selftest() {
 [llama-tp4sp] layout: LLaMA-7B, TP4 + SP, micro-batch 1 × 8
 [llama-tp4sp]   | java.lang.OutOfMemoryError: CUDA out of memory
 [llama-tp4sp] status: failed (exit 1, out of memory)
+[llama20b-zero3] layout: LLaMA ~20B, DP4 ZeRO-3
+[llama20b-zero3] RESULT torch-fsdp2-ac-bf16 world=4 tp=1 cp=1 dp=4 L=48 h=6144 s=4096 V=32000 arch=llama ffn=16384 heads=48 kv=8 mbs=1 micro=4 step=6000.0ms tokens/s/gpu=2730 MFU=35.3% loss=10.4 peakmem=90.0GiB (allocated) device=95.0GiB (in use)
 [pp2] layout: 1.3B, PP2
 [pp2] status: skipped (needs 2 GPUs, the host has 1)
 [probe-tp1] layout: probe, TP1
@@ -325,6 +332,10 @@ EOF
   expect "| dp4 | 1.3B, DP4, distributed optimizer | 58,474 (52.4%) | 25.5 GiB | ddp-bf16 ×4 49,292 (44.2%, 31.2GiB in use); DDP failed (timed out after 240 s); fsdp2-bf16 ×4 46,499 (41.6%, 25.5GiB in use) |"
   expect "| llama-tp4sp | LLaMA-7B, TP4 + SP, micro-batch 1 × 8 | failed (exit 1, out of memory) |  | — |"
   expect "| pp2 | 1.3B, PP2 | skipped (needs 2 GPUs, the host has 1) |  | — |"
+  expect "| llama20b-zero3 | LLaMA ~20B, DP4 ZeRO-3 | no result |  | fsdp2-ac-bf16 ×4 2,730 (35.3%, 95.0GiB in use) |"
+  row llama20b-zero3
+  [[ "${refs[0]}" == "4|fsdp2|FSDP2 + AC|--arch llama --layers 48 --hidden 6144 --ffn 16384 --heads 48 --kv-heads 8 --seq 4096 --vocab 32000 --mbs 1 --micro 4 --ac" ]] \
+    || { echo "selftest: FAIL, llama20b-zero3's reference is ${refs[0]:-none}"; fail=1; }
   expect "| probe-tp1 | probe, TP1 | 180.2 | 172.0 | 168.5 | 3.51 |"
   expect "| probe-tp4 | probe, TP4 | skipped (the 540-second deadline) | | | |"
   [ "$(grep -c '^| tp1 ' <<<"$got")" -eq 1 ] || { echo "selftest: FAIL, tp1 is not one row"; fail=1; }

@@ -2,14 +2,18 @@ package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig.Recompute;
 import io.mcore4j.models.TransformerConfig.RecomputeMethod;
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.parallel.ParallelDims;
 
 import java.util.Locale;
 
 /**
- * One candidate way to run a job: the parallel sizes, the micro-batch and the recompute policy.
- * Only positivity is checked here; whether a model and a world accept it is the training setup's
- * decision ({@link LayoutSearch} asks it).
+ * One candidate way to run a job: the parallel sizes, the micro-batch, the recompute policy and what
+ * data parallelism shards. Checked here: positivity, and the rules Megatron FSDP sets on the layout
+ * itself (a sharding strategy beyond {@code no_shard} shards the optimizer state, so it needs the
+ * distributed optimizer; sharded gradients do not compose with pipeline parallelism; sharded
+ * parameters need full uniform recompute, as {@code pretrain-gpt} requires). Whether a model and a
+ * world accept a layout is the training setup's decision ({@link LayoutSearch} asks it).
  *
  * @param tensorParallel TP size
  * @param pipelineParallel PP size
@@ -24,15 +28,20 @@ import java.util.Locale;
  * @param recomputeNumLayers with {@link Recompute#FULL}, layers per recomputed group (uniform) or
  *     recomputed per model chunk (block), at least 1 (Megatron's {@code --recompute-num-layers}); 0 otherwise
  * @param distributedOptimizer whether optimizer state is sharded over data-parallel ranks
+ * @param sharding what Megatron FSDP shards ({@code --data-parallel-sharding-strategy}):
+ *     {@link DataParallelShardingStrategy#NO_SHARD} without {@code --use-megatron-fsdp} (then
+ *     {@code distributedOptimizer} alone decides), {@link DataParallelShardingStrategy#OPTIM_GRADS} (ZeRO-2) or
+ *     {@link DataParallelShardingStrategy#OPTIM_GRADS_PARAMS} (ZeRO-3); {@code optim} is the distributed
+ *     optimizer and is written as {@code no_shard} with {@code distributedOptimizer}
  */
 public record Layout(int tensorParallel, int pipelineParallel, int virtualStages, int dataParallel, int contextParallel,
                      int expertParallel, int microBatchSize, Recompute recompute, RecomputeMethod recomputeMethod,
-                     int recomputeNumLayers, boolean distributedOptimizer) {
+                     int recomputeNumLayers, boolean distributedOptimizer, DataParallelShardingStrategy sharding) {
 
     /**
-     * Checks the sizes are positive.
+     * Checks the sizes are positive and the sharding strategy fits the rest.
      *
-     * @throws IllegalArgumentException naming the size that is not
+     * @throws IllegalArgumentException naming the size or the combination that is wrong
      */
     public Layout {
         positive("tensor parallel size", tensorParallel);
@@ -51,6 +60,44 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
                     + " layers does not fit " + recompute + " recompute: full needs uniform or block and at least 1 layer,"
                     + " the others neither");
         }
+        if (sharding == null || sharding == DataParallelShardingStrategy.OPTIM) {
+            throw new IllegalArgumentException("sharding must be no_shard, optim_grads or optim_grads_params (optim is"
+                    + " no_shard with the distributed optimizer), got " + sharding);
+        }
+        if (sharding.shardsOptimizerState() && !distributedOptimizer) {
+            throw new IllegalArgumentException("sharding " + sharding.flag() + " shards the optimizer state: it needs"
+                    + " the distributed optimizer");
+        }
+        if (sharding.shardsGradients() && pipelineParallel > 1) {
+            throw new IllegalArgumentException("sharding " + sharding.flag() + " does not compose with pipeline"
+                    + " parallelism (PP " + pipelineParallel + "), as in Megatron FSDP");
+        }
+        if (sharding.shardsParameters() && recomputeMethod != RecomputeMethod.UNIFORM) {
+            throw new IllegalArgumentException("sharding optim_grads_params needs full uniform recompute (every layer"
+                    + " reruns in backward), got " + recompute + (recomputeMethod == null ? "" : " " + recomputeMethod));
+        }
+    }
+
+    /**
+     * A layout without Megatron FSDP ({@link DataParallelShardingStrategy#NO_SHARD}).
+     *
+     * @param tensorParallel TP size
+     * @param pipelineParallel PP size
+     * @param virtualStages model chunks per pipeline rank
+     * @param dataParallel DP size
+     * @param contextParallel CP size
+     * @param expertParallel EP size
+     * @param microBatchSize samples per micro-batch
+     * @param recompute activation recompute granularity
+     * @param recomputeMethod with full recompute, its method; null otherwise
+     * @param recomputeNumLayers with full recompute, its layers; 0 otherwise
+     * @param distributedOptimizer whether optimizer state is sharded
+     */
+    public Layout(int tensorParallel, int pipelineParallel, int virtualStages, int dataParallel, int contextParallel,
+                  int expertParallel, int microBatchSize, Recompute recompute, RecomputeMethod recomputeMethod,
+                  int recomputeNumLayers, boolean distributedOptimizer) {
+        this(tensorParallel, pipelineParallel, virtualStages, dataParallel, contextParallel, expertParallel, microBatchSize,
+                recompute, recomputeMethod, recomputeNumLayers, distributedOptimizer, DataParallelShardingStrategy.NO_SHARD);
     }
 
     /**
@@ -81,7 +128,18 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
      */
     public Layout withFullRecompute(RecomputeMethod method, int numLayers) {
         return new Layout(tensorParallel, pipelineParallel, virtualStages, dataParallel, contextParallel, expertParallel,
-                microBatchSize, Recompute.FULL, method, numLayers, distributedOptimizer);
+                microBatchSize, Recompute.FULL, method, numLayers, distributedOptimizer, sharding);
+    }
+
+    /**
+     * @param strategy what Megatron FSDP shards (not {@code optim}: see {@link #sharding()})
+     * @return this layout with that strategy, the distributed optimizer on where it shards anything
+     * @throws IllegalArgumentException if the strategy does not fit the layout (see the constructor)
+     */
+    public Layout withSharding(DataParallelShardingStrategy strategy) {
+        return new Layout(tensorParallel, pipelineParallel, virtualStages, dataParallel, contextParallel, expertParallel,
+                microBatchSize, recompute, recomputeMethod, recomputeNumLayers,
+                distributedOptimizer || strategy.shardsOptimizerState(), strategy);
     }
 
     /** @return ranks this layout uses: TP x PP x CP x DP */
@@ -133,10 +191,16 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
         if (distributedOptimizer) {
             b.append(" --use-distributed-optimizer");
         }
+        if (sharding != DataParallelShardingStrategy.NO_SHARD) {
+            b.append(" --use-megatron-fsdp --data-parallel-sharding-strategy ").append(sharding.flag());
+        }
         return b.toString();
     }
 
-    /** @return a short name such as {@code TP2 PP2 VP2 DP2 mb1 selective} or {@code TP1 PP1 DP8 mb2 full block 3} */
+    /**
+     * @return a short name such as {@code TP2 PP2 VP2 DP2 mb1 selective}, {@code TP1 PP1 DP8 mb2 full block 3} or
+     *     {@code TP1 PP1 DP4 mb1 full uniform 1 fsdp optim_grads_params}
+     */
     public String name() {
         StringBuilder b = new StringBuilder("TP" + tensorParallel + " PP" + pipelineParallel);
         if (virtualStages > 1) {
@@ -153,7 +217,9 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
         if (recompute == Recompute.FULL) {
             b.append(' ').append(recomputeMethod.megatronName()).append(' ').append(recomputeNumLayers);
         }
-        if (distributedOptimizer && dataParallel > 1) {
+        if (sharding != DataParallelShardingStrategy.NO_SHARD) {
+            b.append(" fsdp ").append(sharding.flag());
+        } else if (distributedOptimizer && dataParallel > 1) {
             b.append(" dist-opt");
         }
         return b.toString();

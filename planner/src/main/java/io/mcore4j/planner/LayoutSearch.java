@@ -2,6 +2,7 @@ package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.TransformerConfig.Recompute;
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.training.CheckpointConfig;
 import io.mcore4j.training.TrainingConfig;
@@ -20,9 +21,13 @@ import java.util.Objects;
  * ({@link GptTrainingSetup#dims}, the checks {@code pretrain-gpt} runs: heads, query groups, FFN and
  * padded vocabulary divisible by TP, layers by PP x VP, experts by EP, the world by TP x CP x PP,
  * the global batch by micro-batch x DP, the sequence by 2 x CP), estimates their memory and time,
- * and ranks those that fit by estimated iteration time (then by memory). A layout with full
- * recompute is tried as Megatron's {@code uniform} method with one layer per group, and also as its
- * {@code block} method with the fewest recomputed layers per chunk that fit.
+ * and ranks those that fit by estimated iteration time (then by how much data parallelism shards,
+ * least first, since the estimate does not count ZeRO-2's and ZeRO-3's per-pass bookkeeping; then by
+ * memory). A layout with full recompute is tried as Megatron's {@code uniform} method with one layer
+ * per group, and also as its {@code block} method with the fewest recomputed layers per chunk that fit
+ * (not under ZeRO-3, which reruns every layer). Megatron FSDP's strategies ({@link SearchSpace#sharding()})
+ * are tried where they fit a layout ({@link Layout}'s rules): ZeRO-2 with the distributed optimizer at PP 1,
+ * ZeRO-3 also with full recompute.
  */
 public final class LayoutSearch {
     private static final TrainingConfig VALIDATION_ONLY =
@@ -71,7 +76,12 @@ public final class LayoutSearch {
                             for (int mb : microBatchSizes(dp)) {
                                 for (Recompute r : space.recompute()) {
                                     for (boolean distributed : dp * cp > 1 ? space.distributedOptimizer() : List.of(false)) {
-                                        out.add(new Layout(tp, pp, vp, dp, cp, ep, mb, r, distributed));
+                                        Layout layout = new Layout(tp, pp, vp, dp, cp, ep, mb, r, distributed);
+                                        for (DataParallelShardingStrategy s : space.sharding()) {
+                                            if (fits(layout, s)) {
+                                                out.add(layout.withSharding(s));
+                                            }
+                                        }
                                     }
                                 }
                             }
@@ -81,6 +91,19 @@ public final class LayoutSearch {
             }
         }
         return out;
+    }
+
+    /**
+     * Whether a strategy is worth trying on a candidate: {@code no_shard} always; the others only where
+     * the data-parallel group has more than one rank and {@link Layout}'s rules hold (the distributed
+     * optimizer, PP 1, and for ZeRO-3 full recompute, which the candidate has as uniform, one layer per group).
+     */
+    private static boolean fits(Layout layout, DataParallelShardingStrategy s) {
+        if (s == DataParallelShardingStrategy.NO_SHARD) {
+            return true;
+        }
+        return layout.dataParallel() * layout.contextParallel() > 1 && layout.distributedOptimizer()
+                && layout.pipelineParallel() == 1 && (!s.shardsParameters() || layout.recompute() == Recompute.FULL);
     }
 
     /**
@@ -124,14 +147,15 @@ public final class LayoutSearch {
             MemoryEstimate memory = MemoryModel.estimate(workload, layout, calibration);
             TimeEstimate time = TimeModel.estimate(workload, layout, cluster, calibration);
             out.add(new PlannedLayout(layout, memory, time, memory.total() <= capacity));
-            Layout block = layout.recompute() == Recompute.FULL ? fewestBlockLayers(layout, capacity) : null;
+            Layout block = layout.recompute() == Recompute.FULL && !layout.sharding().shardsParameters()
+                    ? fewestBlockLayers(layout, capacity) : null;
             if (block != null) {
                 MemoryEstimate blockMemory = MemoryModel.estimate(workload, block, calibration);
                 out.add(new PlannedLayout(block, blockMemory, TimeModel.estimate(workload, block, cluster, calibration), true));
             }
         }
         out.sort(Comparator.comparingDouble((PlannedLayout p) -> p.time().total())
-                .thenComparingLong(p -> p.memory().total()));
+                .thenComparing(p -> p.layout().sharding()).thenComparingLong(p -> p.memory().total()));
         return out;
     }
 

@@ -10,8 +10,10 @@ import java.util.Locale;
  * buffers of the data-parallel reduction live from the gradient sync to the end of the optimizer step.
  *
  * @param stage the pipeline rank this is (the one with the highest peak)
- * @param parameters the model's parameters on this rank, in their dtype
- * @param gradients {@code .grad} of every parameter (its dtype), from backward to the end of the step
+ * @param parameters the model's parameters on this rank, in their dtype (ZeRO-3: those whole at once, see
+ *     {@link MemoryModel})
+ * @param gradients {@code .grad} of every parameter (its dtype), from backward to the end of the step (ZeRO-2 and
+ *     ZeRO-3: only those whole at once)
  * @param optimizerState float32 master weights and the update rule's state (Adam: two moments),
  *     sharded over data-parallel ranks with the distributed optimizer; on the device: without the
  *     share {@code optimizerStateOnHost}
@@ -24,7 +26,8 @@ import java.util.Locale;
  *     flight, the logits and loss (last stage), and the gradients flowing through a layer
  * @param gradientsAtActivationPeak gradients alive when the activations peak: all of them, because a
  *     micro-batch's pass keeps its graph until its backward ends and the first micro-batch's backward
- *     allocates every {@code .grad} while its activations are still held
+ *     allocates every {@code .grad} while its activations are still held (ZeRO-2 and ZeRO-3: the whole ones
+ *     and the reduction buffers, which live through backward)
  * @param gradientBuffers the data-parallel reduction's flat buffers (float32 by default), alive from
  *     the gradient sync to the end of the optimizer step
  * @param optimizerWorkspace what the optimizer step allocates beyond gradients and buffers (calibrated)

@@ -1,10 +1,15 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.parallel.ParallelDims;
 
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 
 /**
  * Per-rank memory of a layout. Parameters come from {@link ParameterInventory} (the shapes the
@@ -19,8 +24,24 @@ import java.util.List;
  * that much: the device share estimated is an upper bound); the gradients, their buffers and the
  * step's workspace stay on the device. FP8 linears ({@link TransformerConfig#fp8()}) keep a float8 copy of their
  * weight and its transpose: 2 more bytes per FP8 weight element, counted with the parameters.
+ *
+ * <p>Megatron FSDP ({@link OptimizerConfig#dataParallelShardingStrategy()}): {@code optim} is the
+ * distributed optimizer above. {@code optim_grads} (ZeRO-2) keeps whole {@code .grad}s only for the
+ * bucket backward is filling and the weights backward does not report per pass (the embedding; and
+ * without ZeRO-3 the layers full recompute checkpoints, with the head after a checkpointed last layer:
+ * ZeRO-2 with uniform full recompute keeps every gradient whole); beside the shards' running sum the
+ * two per-pass reductions in flight hold one flat buffer each, as large as the largest bucket (the
+ * bucket size less one element plus the largest layer tensor, as buckets close once full); all of it
+ * lives through backward. {@code optim_grads_params} (ZeRO-3) adds sharded weights: only the master shards hold them
+ * between uses, so the parameters on the device are the weights outside the layers (never released)
+ * and two layers' gathered weights (the one in use and the one prefetched), and FP8 copies of those
+ * two layers only; its full uniform recompute is the layout's.
  */
 public final class MemoryModel {
+    /** The per-pass reductions ZeRO-2 and ZeRO-3 leave running, each with its bucket's flat buffer ({@code DistributedDataParallel}). */
+    static final int PASSES_IN_FLIGHT = 2;
+    private static final Pattern LAYER = Pattern.compile("decoder\\.layers\\.\\d+\\.");
+
     private MemoryModel() {}
 
     /**
@@ -73,8 +94,23 @@ public final class MemoryModel {
         long onHost = opt.optimizerCpuOffload() ? (long) Math.floor(opt.optimizerOffloadFraction() * state) : 0;
         long optimizer = state - onHost;
         int gradBytes = opt.gradReduceInFp32() ? 4 : bytes;
+        long gradients = params;
         long buffers = (denseShard + expertShard) * gradBytes;
-        if (shard && (denseGroup > 1 || expertGroup > 1)) {
+        DataParallelShardingStrategy sharding = opt.dataParallelShardingStrategy();
+        if (sharding.shardsGradients()) {
+            Sharded z = Sharded.of(tensors, opt.bucketSizeBytes() / gradBytes);
+            // whole .grads: those backward does not report (see the class comment) and the bucket being filled;
+            // flat buffers: the shards' running sum and the two passes' reductions in flight
+            gradients = (unreported(c, layout, z) + z.bucket()) * bytes;
+            buffers += PASSES_IN_FLIGHT * z.bucket() * gradBytes;
+            if (sharding.shardsParameters()) {
+                // the weights outside the layers are never released; of the layers' only the one in use and the
+                // one prefetched are whole
+                long gathered = z.embedding() + z.head() + Math.min(2, z.layers()) * z.largestLayer();
+                fp8Copies = z.layers() == 0 ? fp8Copies : (long) (fp8Copies * Math.min(1.0, 2.0 / z.layers()));
+                params = gathered * bytes;
+            }
+        } else if (shard && (denseGroup > 1 || expertGroup > 1)) {
             buffers += Math.min(opt.bucketSizeBytes(), (dense + expert) * (long) gradBytes); // the bucket being scattered
         }
         ActivationModel act = new ActivationModel(c, layout.tensorParallel(), layout.contextParallel(),
@@ -91,8 +127,9 @@ public final class MemoryModel {
         boolean last = stage == layout.pipelineParallel() - 1;
         double peak = kept + Math.max(act.backwardTransient(b, s, layersPerChunk), last ? act.logits(b, s) : 0);
         long workspace = (long) ((denseShard + expertShard) * cal.optimizerWorkspaceBytesPerParameter());
-        return new MemoryEstimate(stage, params + fp8Copies, params, optimizer, onHost, (long) perMicroBatch,
-                chunksInFlight / layout.virtualStages(), (long) peak, params, buffers, workspace,
+        long gradientsAtPeak = sharding.shardsGradients() ? gradients + buffers : gradients;
+        return new MemoryEstimate(stage, params + fp8Copies, gradients, optimizer, onHost, (long) perMicroBatch,
+                chunksInFlight / layout.virtualStages(), (long) peak, gradientsAtPeak, buffers, workspace,
                 cal.deviceOverheadBytes());
     }
 
@@ -107,6 +144,58 @@ public final class MemoryModel {
         int vp = layout.virtualStages();
         long warmup = vp == 1 ? pp - stage - 1 : (long) (pp - stage - 1) * 2 + (long) (vp - 1) * pp;
         return Math.min(warmup + 1, microBatches * vp);
+    }
+
+    /**
+     * Elements whose gradients backward does not report to the per-pass reduction, so that they stay whole
+     * until the step's sync ({@code GptModel.addGradientReadyListener}): the embedding's always; without
+     * ZeRO-3's residency also the layers full recompute checkpoints and, after a checkpointed last layer,
+     * the final norm's and output layer's.
+     */
+    private static long unreported(TransformerConfig c, Layout layout, Sharded z) {
+        if (layout.sharding().shardsParameters() || c.recompute() != TransformerConfig.Recompute.FULL) {
+            return z.embedding();
+        }
+        int perChunk = c.numLayers() / (layout.pipelineParallel() * layout.virtualStages());
+        double share = TimeModel.recomputedShare(c, perChunk);
+        return z.embedding() + (long) Math.ceil(share * z.inLayers()) + (share == 1 ? z.head() : 0);
+    }
+
+    /**
+     * A rank's weights as Megatron FSDP buckets them: the embedding's, the transformer layers' (by layer)
+     * and the head's (final norm, output layer).
+     *
+     * @param embedding elements of the embedding
+     * @param head elements after the layers
+     * @param inLayers elements of the layers
+     * @param layers layers on the rank
+     * @param largestLayer elements of the largest layer
+     * @param bucket elements of the largest gradient bucket: a bucket closes once it holds the bucket size, so
+     *     at most that less one element plus one layer tensor, never more than the layers hold
+     */
+    record Sharded(long embedding, long head, long inLayers, int layers, long largestLayer, long bucket) {
+        static Sharded of(List<ParameterInventory.Tensor> tensors, long bucketNumel) {
+            Map<String, Long> byLayer = new HashMap<>();
+            long embedding = 0;
+            long head = 0;
+            long inLayers = 0;
+            long largestTensor = 0;
+            for (ParameterInventory.Tensor t : tensors) {
+                Matcher m = LAYER.matcher(t.key());
+                if (m.lookingAt()) {
+                    byLayer.merge(m.group(), t.numel(), Long::sum);
+                    inLayers += t.numel();
+                    largestTensor = Math.max(largestTensor, t.numel());
+                } else if (t.key().startsWith("embedding.")) {
+                    embedding += t.numel();
+                } else {
+                    head += t.numel();
+                }
+            }
+            long largestLayer = byLayer.values().stream().mapToLong(Long::longValue).max().orElse(0);
+            return new Sharded(embedding, head, inLayers, byLayer.size(), largestLayer,
+                    Math.min(inLayers, Math.max(0, bucketNumel - 1) + largestTensor));
+        }
     }
 
     private static int stateTensors(OptimizerConfig opt) {

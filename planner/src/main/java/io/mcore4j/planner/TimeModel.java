@@ -2,6 +2,7 @@ package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.RecomputeSegment;
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.optimizer.OptimizerConfig;
 
 import java.util.List;
@@ -24,7 +25,14 @@ import java.util.List;
  *   <li>pipeline: {@code (m + (PP - 1) / VP)} times the slowest stage's micro-batch time (1F1B's fill
  *       and drain), plus stage-to-stage transfers;</li>
  *   <li>DP: the all-reduce (or reduce-scatter and parameter all-gather) of the rank's gradients over
- *       DP x CP at the group's bus bandwidth, times the calibrated factor; optimizer: per parameter.</li>
+ *       DP x CP at the group's bus bandwidth, times the calibrated factor; optimizer: per parameter.
+ *       Megatron FSDP: ZeRO-2 reduce-scatters every backward pass, ZeRO-3 also all-gathers the weights
+ *       twice per pass (forward, and the recompute in backward) and not after the step. The last pass's
+ *       reduce-scatter is exposed as the distributed optimizer's; the other collectives (times the
+ *       calibrated factor) run on a second stream beside the {@code m} passes' compute and are exposed
+ *       only where they outlast it, ZeRO-3's first gather of a step (one layer's) always; ZeRO-2 adds the
+ *       distributed optimizer's gather of the updated weights, so it is never estimated faster than the
+ *       distributed optimizer. ZeRO-3's full recompute is the layout's, counted with compute.</li>
  *   <li>FP8 ({@link TransformerConfig#fp8()}): the GEMMs of the FP8 linears run at {@code FP8_GEMM_SPEEDUP} (2) times
  *       the bf16 rate (Hopper's dense FP8 peak over its bf16 peak); their casts are not counted, so the estimate is
  *       the gain's upper bound until a calibration measures it (scripts/gpu/fp8-check.sh prints the ratio).</li>
@@ -161,10 +169,23 @@ public final class TimeModel {
         if (group > 1) {
             double gradBytes = (double) maxParams * (opt.gradReduceInFp32() ? 4 : bytes);
             double bw = cluster.busBandwidth(group, tp);
-            double comm = opt.useDistributedOptimizer()
-                    ? gradBytes * (group - 1) / group / bw + (double) maxParams * bytes * (group - 1) / group / bw
-                    : gradBytes * 2.0 * (group - 1) / group / bw;
-            dpSync = cal.dataParallelSyncFactor() * comm;
+            double scatter = gradBytes * (group - 1) / group / bw;
+            double gather = (double) maxParams * bytes * (group - 1) / group / bw;
+            DataParallelShardingStrategy sharding = opt.dataParallelShardingStrategy();
+            if (sharding.shardsGradients()) {
+                // the last pass's reduce-scatter is exposed as the distributed optimizer's is; the earlier passes'
+                // (ZeRO-3: and every pass's two gathers of the weights, for forward and for the recompute in
+                // backward) run on a second stream beside the passes' compute, exposed where they outlast it, and
+                // ZeRO-3's first gather of a step waits; ZeRO-2 gathers the updated weights after the step
+                boolean zero3 = sharding.shardsParameters();
+                double f = cal.dataParallelSyncFactor();
+                double beside = f * ((m - 1) * scatter + (zero3 ? 2 * m * gather : 0));
+                double exposed = Math.max(beside - m * worstStage, zero3 ? f * gather / Math.max(1, worstLayers) : 0);
+                dpSync = f * scatter + exposed + (zero3 ? 0 : f * gather);
+            } else {
+                double comm = opt.useDistributedOptimizer() ? scatter + gather : 2 * scatter;
+                dpSync = cal.dataParallelSyncFactor() * comm;
+            }
         }
         double bandwidthScale = cal.memoryBandwidthGBps() / cluster.memoryBandwidthGBps();
         double updated = opt.useDistributedOptimizer() ? (double) maxParams / group : maxParams;

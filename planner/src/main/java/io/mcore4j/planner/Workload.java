@@ -17,7 +17,8 @@ import java.util.Objects;
  * @param seqLength tokens per sample
  * @param globalBatchSize samples per iteration
  * @param vocabDivisor Megatron's {@code --make-vocab-size-divisible-by}
- * @param optimizer optimizer and gradient-reduction settings (the distributed optimizer is decided per layout)
+ * @param optimizer optimizer and gradient-reduction settings (the distributed optimizer and the sharding strategy
+ *     are decided per layout)
  * @param attention the core attention kind
  */
 public record Workload(TransformerConfig model, int seqLength, long globalBatchSize, int vocabDivisor,
@@ -80,8 +81,9 @@ public record Workload(TransformerConfig model, int seqLength, long globalBatchS
         return c.withVocabSize(vocab);
     }
 
-    /** @return the optimizer settings of a layout */
+    /** @return the optimizer settings of a layout (its distributed optimizer and sharding strategy) */
     OptimizerConfig optimizerFor(Layout layout) {
-        return optimizer.toBuilder().useDistributedOptimizer(layout.distributedOptimizer()).build();
+        return optimizer.toBuilder().useDistributedOptimizer(layout.distributedOptimizer())
+                .dataParallelShardingStrategy(layout.sharding()).build();
     }
 }

@@ -15,8 +15,10 @@ import java.util.Locale;
 
 /**
  * {@code pretrain-gpt --auto-layout}: runs the planner for the job's ranks and sets the layout flags
- * (TP, PP, virtual stages, CP, EP, micro-batch size, recompute, distributed optimizer) to the fastest
- * layout estimated to fit. The cluster is {@code --auto-layout-cluster}'s file, else this machine:
+ * (TP, PP, virtual stages, CP, EP, micro-batch size, recompute, distributed optimizer, Megatron FSDP's
+ * strategy) to the fastest layout estimated to fit. The planner tries every strategy, or with
+ * {@code --use-megatron-fsdp} only the {@code --data-parallel-sharding-strategy} given, or with CUDA
+ * graphs none (a replayed graph neither gathers weights nor reduces per pass). The cluster is {@code --auto-layout-cluster}'s file, else this machine:
  * its GPUs (the H200 calibration for GPUs of more than 100 GiB, else the H100 one), or on the CPU the
  * in-JVM ranks sharing the machine's memory (memory-only calibration: among layouts that fit, the
  * time ranking there is not measured).
@@ -59,7 +61,11 @@ final class AutoLayout {
                     + cluster.worldSize() + " GPUs but the job has " + worldSize + " ranks");
         }
         Workload w = PlannerInputs.workload(args);
-        PlannedLayout best = new LayoutSearch(w, cluster, calibration, SearchSpace.defaults()).best(1).get(0);
+        // CUDA graphs replay no gathers nor per-pass reductions: no FSDP strategy beyond the distributed optimizer
+        SearchSpace space = args.useMegatronFsdp ? SearchSpace.defaults().only(args.shardingStrategy())
+                : "none".equals(args.cudaGraphImpl) ? SearchSpace.defaults()
+                : SearchSpace.defaults().only(io.mcore4j.optimizer.DataParallelShardingStrategy.NO_SHARD);
+        PlannedLayout best = new LayoutSearch(w, cluster, calibration, space).best(1).get(0);
         PlannerInputs.apply(args, best.layout(), w.model().numLayers());
         out.printf(Locale.ROOT, "auto-layout: %s (%s); estimated %.1f GiB per rank, %s%n", best.layout().name(),
                 best.layout().flags(w.model().numLayers()), best.memory().total() / (double) (1L << 30),

@@ -1,5 +1,6 @@
 package io.mcore4j.samples.pretrain;
 
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.planner.Layout;
 import io.mcore4j.planner.Workload;
 import io.mcore4j.training.gpt.GptTrainingSetup;
@@ -7,7 +8,8 @@ import io.mcore4j.training.gpt.GptTrainingSetup;
 /**
  * pretrain-gpt's flags as the planner's inputs: the workload they describe (the tokenizer's
  * vocabulary, padded by the planner per layout) and the layout they select; and the other way, a
- * planned layout written back into the flags ({@code --auto-layout}).
+ * planned layout written back into the flags ({@code --auto-layout}; a layout with ZeRO-2 or ZeRO-3
+ * turns {@code --use-megatron-fsdp} on with its strategy).
  */
 public final class PlannerInputs {
     private PlannerInputs() {}
@@ -39,7 +41,12 @@ public final class PlannerInputs {
         return new Layout(setup.tensorParallel(), setup.pipelineParallel(), setup.virtualStages(),
                 worldSize / modelParallel, setup.contextParallel(), setup.expertParallel(), setup.microBatchSize(),
                 setup.model().recompute(), setup.model().recomputeMethod(), setup.model().recomputeNumLayers(),
-                setup.optimizer().useDistributedOptimizer());
+                setup.optimizer().useDistributedOptimizer(), planned(setup.optimizer().dataParallelShardingStrategy()));
+    }
+
+    /** @return the strategy as a layout names it ({@code optim} is {@code no_shard} with the distributed optimizer) */
+    private static DataParallelShardingStrategy planned(DataParallelShardingStrategy s) {
+        return s == DataParallelShardingStrategy.OPTIM ? DataParallelShardingStrategy.NO_SHARD : s;
     }
 
     /**
@@ -65,5 +72,9 @@ public final class PlannerInputs {
         args.recomputeMethod = full ? PretrainArgs.RecomputeMethodKind.valueOf(layout.recomputeMethod().megatronName()) : null;
         args.recomputeNumLayers = full ? layout.recomputeNumLayers() : null;
         args.useDistributedOptimizer = layout.distributedOptimizer();
+        if (layout.sharding() != DataParallelShardingStrategy.NO_SHARD) {
+            args.useMegatronFsdp = true;
+            args.dataParallelShardingStrategy = layout.sharding().flag();
+        }
     }
 }

@@ -826,7 +826,9 @@ public final class PretrainArgs {
      * not compose with it), and {@code optim_grads_params} without full uniform recompute (libtorch cannot
      * release a weight that a kept graph saved, so every layer is rerun in backward) or with CUDA graphs
      * (a replayed graph gathers nothing); every strategy that shards
-     * the optimizer state turns the distributed optimizer on, as Megatron-Bridge does.
+     * the optimizer state turns the distributed optimizer on, as Megatron-Bridge does. With
+     * {@code --auto-layout} the planner tries only the strategy given and picks a pipeline size and
+     * recompute that suit it, so those two checks are left to it.
      */
     private void checkMegatronFsdp() {
         DataParallelShardingStrategy strategy = DataParallelShardingStrategy.of(dataParallelShardingStrategy);
@@ -837,9 +839,15 @@ public final class PretrainArgs {
             }
             return;
         }
+        if (strategy.shardsParameters() && !"none".equals(cudaGraphImpl)) {
+            throw new IllegalArgumentException("--data-parallel-sharding-strategy optim_grads_params (ZeRO-3) does not"
+                    + " compose with --cuda-graph-impl " + cudaGraphImpl + ": a replayed graph gathers no weights");
+        }
+        if (strategy.shardsOptimizerState()) {
+            useDistributedOptimizer = true;
+        }
         if (autoLayout) {
-            throw new IllegalArgumentException("--use-megatron-fsdp and --auto-layout exclude each other for now: the"
-                    + " planner does not weigh FSDP's sharding yet");
+            return; // the planner tries only this strategy and chooses PP and recompute to fit it (AutoLayout)
         }
         if (layout.pipelineParallel() > 1) {
             throw new IllegalArgumentException("--use-megatron-fsdp does not compose with pipeline parallelism"
@@ -851,13 +859,6 @@ public final class PretrainArgs {
                     + " --recompute-granularity full --recompute-method uniform (got --recompute-granularity " + recompute
                     + (recomputeMethod == null ? "" : " --recompute-method " + recomputeMethod) + "): a layer's gathered"
                     + " weights are released after its forward, which libtorch allows only where backward reruns the layer");
-        }
-        if (strategy.shardsParameters() && !"none".equals(cudaGraphImpl)) {
-            throw new IllegalArgumentException("--data-parallel-sharding-strategy optim_grads_params (ZeRO-3) does not"
-                    + " compose with --cuda-graph-impl " + cudaGraphImpl + ": a replayed graph gathers no weights");
-        }
-        if (strategy.shardsOptimizerState()) {
-            useDistributedOptimizer = true;
         }
     }
 

@@ -9,6 +9,7 @@ import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -83,18 +84,35 @@ class PlanLayoutsTest {
 
     @Test
     void autoLayoutTrainsWithThePlannedLayout() throws Exception {
-        Path cluster = dir.resolve("cpu.json");
         // two ranks of 80 GiB: every layout fits, the fastest by the H100 calibration is data-parallel
+        String text = trainTwoStepsWithAutoLayout("--tensor-model-parallel-size", "2");
+        assertTrue(text.contains("auto-layout: TP1 PP1 DP2"), text);
+    }
+
+    @Test
+    void autoLayoutWithMegatronFsdpPlansTheStrategyGiven() throws Exception {
+        // ZeRO-3 without the recompute it needs, and at PP2: the planner chooses both
+        String text = trainTwoStepsWithAutoLayout("--use-megatron-fsdp", "--data-parallel-sharding-strategy",
+                "optim_grads_params", "--pipeline-model-parallel-size", "2");
+        assertTrue(text.contains("auto-layout: TP1 PP1 DP2 mb") && text.contains(" full uniform 1 fsdp optim_grads_params ("),
+                text);
+    }
+
+    /** Two iterations of a tiny model on two in-JVM ranks planned for two 80 GiB H100-like GPUs; returns the output. */
+    private String trainTwoStepsWithAutoLayout(String... more) throws Exception {
+        Path cluster = dir.resolve("cpu.json");
         Files.writeString(cluster, "{\"gpusPerNode\": 2, \"nodes\": 1, \"gpuMemoryGiB\": 80, \"peakTflops\": 989,"
                 + " \"memoryBandwidthGBps\": 3350, \"intraNodeBandwidthGBps\": 300, \"interNodeBandwidthGBps\": 45}");
-        ByteArrayOutputStream out = new ByteArrayOutputStream();
-        List<Double> losses = PretrainGpt.run(PretrainArgs.parse("--nproc", "2", "--auto-layout", "--auto-layout-cluster",
+        List<String> argv = new ArrayList<>(List.of("--nproc", "2", "--auto-layout", "--auto-layout-cluster",
                 cluster.toString(), "--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4",
                 "--seq-length", "16", "--global-batch-size", "4", "--train-iters", "2", "--mock-data", "--vocab-size", "250",
-                "--log-interval", "1", "--tensor-model-parallel-size", "2", "--metrics-dir", dir.resolve("m").toString()),
+                "--log-interval", "1", "--metrics-dir", dir.resolve("m").toString()));
+        argv.addAll(List.of(more));
+        ByteArrayOutputStream out = new ByteArrayOutputStream();
+        List<Double> losses = PretrainGpt.run(PretrainArgs.parse(argv.toArray(String[]::new)),
                 new PrintStream(out, true, StandardCharsets.UTF_8));
         String text = out.toString(StandardCharsets.UTF_8);
-        assertTrue(text.contains("auto-layout: TP1 PP1 DP2"), text);
         assertEquals(2, losses.size(), text);
+        return text;
     }
 }

@@ -1,0 +1,176 @@
+package io.mcore4j.planner;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.TransformerConfig.Recompute;
+import io.mcore4j.models.TransformerConfig.RecomputeMethod;
+import io.mcore4j.optimizer.DataParallelShardingStrategy;
+import io.mcore4j.tensorparallel.MlpActivation;
+
+import java.util.List;
+
+import org.junit.jupiter.api.Test;
+
+/**
+ * Megatron FSDP in the planner: the memory of each sharding strategy against bytes counted by hand, the
+ * time model's collectives, the layout rules, and the search choosing ZeRO-3 only where nothing else fits.
+ */
+class FsdpPlanTest {
+    private static final Calibration H200 = Calibration.builtIn("h200");
+    private static final DataParallelShardingStrategy NO_SHARD = DataParallelShardingStrategy.NO_SHARD;
+    private static final DataParallelShardingStrategy ZERO2 = DataParallelShardingStrategy.OPTIM_GRADS;
+    private static final DataParallelShardingStrategy ZERO3 = DataParallelShardingStrategy.OPTIM_GRADS_PARAMS;
+
+    /** A LLaMA shape: RMSNorm, RoPE, SwiGLU, grouped queries, no biases, untied output layer, bf16. */
+    static TransformerConfig llama(int layers, int hidden, int heads, int groups, int ffn, int seq) {
+        return TransformerConfig.builder(layers, hidden, heads, 32000).queryGroups(groups).ffnHiddenSize(ffn)
+                .maxSequenceLength(seq).normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5)
+                .positionEmbedding(TransformerConfig.PositionEmbedding.ROPE).activation(MlpActivation.SWIGLU)
+                .addBiasLinear(false).tiedEmbeddings(false).dropout(0, 0).dtype(DataType.BFLOAT16).build();
+    }
+
+    private static Layout dp4FullRecompute(int microBatch) {
+        return new Layout(1, 1, 1, 4, 1, 1, microBatch, Recompute.FULL, true);
+    }
+
+    @Test
+    void memoryPerStrategyMatchesBytesCountedByHand() {
+        // 4 layers, hidden 64, 4 heads of 16, 2 query groups, SwiGLU FFN 128, vocabulary 256 (a multiple of 128)
+        TransformerConfig tiny = llama(4, 64, 4, 2, 128, 64).withVocabSize(256);
+        Workload base = ReadmeFigures.workload(tiny, 64, 1, 1, 4, true);
+        Workload w = new Workload(tiny, 64, 4, 128, base.optimizer().toBuilder().bucketSizeBytes(4 * 10_000).build(),
+                base.attention());
+        long layer = (4 + 2 * 2) * 16 * 64   // linear_qkv
+                + 64 * 64                    // linear_proj
+                + 2 * 128 * 64 + 64 * 128    // linear_fc1 ([gate; up]) and linear_fc2
+                + 2 * 64;                    // the two norms
+        long embedding = 256 * 64;
+        long outside = embedding + 256 * 64 + 64; // and the output layer, the final norm
+        assertEquals(36_992, layer);
+        long all = 4 * layer + outside;
+        long shard = all / 4;                // 45,200 per rank over DP4
+        long bucket = 10_000 - 1 + 2 * 128 * 64; // a bucket closes once full: at most its size less one, plus fc1
+
+        MemoryEstimate distOpt = MemoryModel.estimate(w, dp4FullRecompute(1), H200);
+        assertEquals(2 * all, distOpt.parameters());
+        assertEquals(2 * all, distOpt.gradients());
+        assertEquals(2 * all, distOpt.gradientsAtActivationPeak());
+        assertEquals(12 * shard, distOpt.optimizerState(), "fp32 master and two moments of the shard");
+        assertEquals(4 * shard + 40_000, distOpt.gradientBuffers(), "the fp32 shard and the bucket being scattered");
+
+        Layout noRecompute = new Layout(1, 1, 1, 4, 1, 1, 1, Recompute.NONE, true);
+        MemoryEstimate zero2 = MemoryModel.estimate(w, noRecompute.withSharding(ZERO2), H200);
+        assertEquals(2 * all, zero2.parameters());
+        assertEquals(12 * shard, zero2.optimizerState());
+        assertEquals(2 * (embedding + bucket), zero2.gradients(), "whole .grads: the embedding's (never reported), one bucket");
+        assertEquals(4 * shard + 2 * 4 * bucket, zero2.gradientBuffers(), "the shard sum and two passes in flight");
+        assertEquals(zero2.gradients() + zero2.gradientBuffers(), zero2.gradientsAtActivationPeak());
+        // without ZeRO-3's residency backward reports no layer full recompute checkpoints, nor the head after them
+        MemoryEstimate zero2Recomputed = MemoryModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO2), H200);
+        assertEquals(2 * (all + bucket), zero2Recomputed.gradients());
+
+        MemoryEstimate zero3 = MemoryModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO3), H200);
+        assertEquals(2 * (outside + 2 * layer), zero3.parameters(), "outside the layers and two gathered layers");
+        assertEquals(zero2.gradients(), zero3.gradients(), "the residency reports recomputed layers and the head");
+        assertEquals(zero2.gradientBuffers(), zero3.gradientBuffers());
+        assertEquals(zero2.optimizerState(), zero3.optimizerState());
+        assertEquals(distOpt.activations(), zero3.activations(), "the same full recompute");
+    }
+
+    @Test
+    void zero3GathersBesideComputeAndExposesThemWhereTheLinkIsSlow() {
+        Workload w = ReadmeFigures.gpt1_3b(1, 4, 4, true);
+        for (ClusterSpec cluster : List.of(ClusterSpec.h200(4, 1), new ClusterSpec(1, 4, 139.7, 989, 4800, 340, 2))) {
+            TimeEstimate distOpt = TimeModel.estimate(w, dp4FullRecompute(1), cluster, H200);
+            TimeEstimate zero2 = TimeModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO2), cluster, H200);
+            TimeEstimate zero3 = TimeModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO3), cluster, H200);
+            assertEquals(distOpt.compute(), zero3.compute(), "the recompute is the layout's");
+            assertTrue(zero2.dataParallelSync() >= distOpt.dataParallelSync(), "ZeRO-2 is never estimated faster");
+            boolean fast = cluster.nodes() == 1;
+            // in a node the gathers hide behind compute (only the first layer's waits), so ZeRO-3 skips the
+            // distributed optimizer's gather after the step; across a 2 GB/s link 8 gathers per step cannot hide
+            assertEquals(fast, zero3.dataParallelSync() < distOpt.dataParallelSync(),
+                    cluster + ": " + zero3.describe() + " / " + distOpt.describe());
+        }
+    }
+
+    @Test
+    void aLayoutRefusesStrategiesThatDoNotFitIt() {
+        Layout pp2 = new Layout(1, 2, 1, 2, 1, 1, 1, Recompute.FULL, true);
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> pp2.withSharding(ZERO2)).getMessage()
+                .contains("pipeline"));
+        Layout block = dp4FullRecompute(1).withFullRecompute(RecomputeMethod.BLOCK, 2);
+        assertTrue(assertThrows(IllegalArgumentException.class, () -> block.withSharding(ZERO3)).getMessage()
+                .contains("full uniform recompute"));
+        Layout selective = new Layout(1, 1, 1, 4, 1, 1, 1, Recompute.SELECTIVE, true);
+        assertThrows(IllegalArgumentException.class, () -> selective.withSharding(ZERO3));
+        assertThrows(IllegalArgumentException.class, () -> new Layout(1, 1, 1, 4, 1, 1, 1, Recompute.NONE, null, 0,
+                false, ZERO2), "sharded gradients need the distributed optimizer");
+        Layout zero3 = dp4FullRecompute(2).withSharding(ZERO3);
+        assertTrue(zero3.flags(24).endsWith("--use-distributed-optimizer --use-megatron-fsdp"
+                + " --data-parallel-sharding-strategy optim_grads_params"), zero3.flags(24));
+        assertEquals("TP1 PP1 DP4 mb2 full uniform 1 fsdp optim_grads_params", zero3.name());
+    }
+
+    /** LLaMA-30B's shape (32.5B parameters): 5 bytes per parameter over 4 model-parallel ranks do not fit, ZeRO-3's 4 do. */
+    @Test
+    void theSearchPicksZero3WhereNothingElseFits() {
+        Workload w = ReadmeFigures.workload(llama(60, 6656, 52, 52, 17920, 2048), 2048, 1, 4, 4, true);
+        LayoutSearch search = new LayoutSearch(w, ClusterSpec.h200(4, 1), H200, SearchSpace.defaults());
+        List<PlannedLayout> fitting = search.evaluateAll().stream().filter(PlannedLayout::fits).toList();
+        assertFalse(fitting.isEmpty());
+        for (PlannedLayout p : fitting) {
+            assertEquals(ZERO3, p.layout().sharding(), p.layout().name() + ": " + p.memory().describe());
+        }
+        PlannedLayout best = search.best(1).get(0);
+        System.out.printf("LLaMA-30B on 4 H200s: %s, %s; %s%n", best.layout().name(), best.memory().describe(),
+                best.time().describe());
+        NoLayoutFitsException none = assertThrows(NoLayoutFitsException.class, () -> new LayoutSearch(w,
+                ClusterSpec.h200(4, 1), H200, SearchSpace.defaults().only(NO_SHARD)).best(1));
+        assertTrue(none.getMessage().contains("none fits"), none.getMessage());
+    }
+
+    /** The 1.3B model fits every way: the distributed optimizer (or plain DP) without recompute is faster than ZeRO-3. */
+    @Test
+    void theSearchKeepsTheDistributedOptimizerWhereEverythingFits() {
+        Workload w = ReadmeFigures.gpt1_3b(4, 2, 4, true);
+        List<PlannedLayout> all = new LayoutSearch(w, ClusterSpec.h200(4, 1), H200, SearchSpace.defaults()).evaluateAll();
+        PlannedLayout best = all.stream().filter(PlannedLayout::fits).findFirst().orElseThrow();
+        assertEquals(NO_SHARD, best.layout().sharding(), best.layout().name());
+        PlannedLayout zero3 = all.stream().filter(p -> p.fits() && p.layout().sharding() == ZERO3).findFirst().orElseThrow();
+        assertTrue(zero3.time().total() > best.time().total(), zero3.time().describe() + " / " + best.time().describe());
+    }
+
+    /**
+     * Issue 36's ~20B LLaMA (48 layers, hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096) at DP4
+     * on H200s: neither replicas nor the distributed optimizer fit, ZeRO-3 does (the estimate multi-gpu-check.sh's
+     * llama20b-zero3 row is compared with).
+     */
+    @Test
+    void issue36sTwentyBillionLlamaFitsAtDp4OnlyWithSharding() {
+        Workload w = ReadmeFigures.workload(llama(48, 6144, 48, 8, 16384, 4096), 4096, 1, 4, 4, true);
+        long capacity = ClusterSpec.h200(4, 1).gpuMemoryBytes();
+        for (boolean distributed : new boolean[] {false, true}) {
+            for (Recompute r : Recompute.values()) {
+                Layout l = new Layout(1, 1, 1, 4, 1, 1, 1, r, distributed);
+                assertTrue(MemoryModel.estimate(w, l, H200).total() > capacity, l.name());
+            }
+        }
+        // the FLOPs per token torch_dist_gpt_bench.py --arch llama counts for its MFU (its formula, evaluated in Python)
+        assertEquals(128_015_400_960.0, w.model().flopsPerToken(4096));
+        MemoryEstimate zero2 = MemoryModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO2), H200);
+        MemoryEstimate zero3 = MemoryModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO3), H200);
+        MemoryEstimate distOpt = MemoryModel.estimate(w, dp4FullRecompute(1), H200);
+        System.out.println("LLaMA ~20B, DP4, full recompute, micro-batch 1: ZeRO-3 " + zero3.describe() + "; ZeRO-2 "
+                + zero2.describe() + "; distributed optimizer " + distOpt.describe());
+        assertTrue(zero3.total() < distOpt.total() && distOpt.total() < zero2.total());
+        assertTrue(zero2.total() > capacity, zero2.describe());
+        assertTrue(zero3.total() < capacity, zero3.describe());
+        assertEquals(82.3, MemoryEstimate.gib(zero3.total()), 0.05, "the figure multi-gpu-check.sh's row names");
+    }
+}
