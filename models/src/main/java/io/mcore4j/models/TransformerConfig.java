@@ -83,6 +83,8 @@ import java.util.stream.Collectors;
  * @param multiLatentAttention the widths of multi-latent attention, which every layer then uses instead of the
  *     grouped-query self-attention (Megatron-Core's {@code multi_latent_attention}; DeepSeek-V2/V3), or null for
  *     self-attention; {@code kvChannels} and {@code numQueryGroups} are then unused by the attention
+ * @param mtp multi-token prediction's depths and loss scale (Megatron-Core's {@code mtp_num_layers} and
+ *     {@code mtp_loss_scaling_factor}; DeepSeek-V3), or null for none
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -97,7 +99,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow,
                                 boolean layernormZeroCenteredGamma, boolean postSelfAttnLayernorm,
                                 boolean postMlpLayernorm, boolean scaleEmbeddingsBySqrtHidden, double softmaxScale,
-                                double localRotaryBase, Fp8Config fp8, MlaDims multiLatentAttention) {
+                                double localRotaryBase, Fp8Config fp8, MlaDims multiLatentAttention,
+                                MtpSettings mtp) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -420,6 +423,38 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
+     * Multi-token prediction (DeepSeek-V3 §2.2, Megatron-Core's {@code MultiTokenPredictionBlock}): after the
+     * main model's final norm, depth {@code k = 1..numLayers} normalises the previous depth's hidden states and
+     * the embedding of the tokens shifted {@code k} ahead, projects their concatenation back to the hidden size,
+     * runs one transformer layer and its own final norm, and the shared output layer predicts the token
+     * {@code k + 1} ahead. The depths' mean loss times {@code lossScalingFactor} is added to the main loss's
+     * gradient (not to the reported loss). Training only: logits and generation ignore the depths.
+     *
+     * @param numLayers prediction depths, at least 1 ({@code --mtp-num-layers})
+     * @param lossScalingFactor the weight of the depths' mean loss, finite and not negative
+     *     ({@code --mtp-loss-scaling-factor}, Megatron's default 0.1)
+     */
+    public record MtpSettings(int numLayers, double lossScalingFactor) {
+        /** Megatron's default {@code --mtp-loss-scaling-factor}. */
+        public static final double DEFAULT_LOSS_SCALING_FACTOR = 0.1;
+
+        /**
+         * Checks the values.
+         *
+         * @throws IllegalArgumentException naming the value
+         */
+        public MtpSettings {
+            if (numLayers < 1) {
+                throw new IllegalArgumentException("--mtp-num-layers " + numLayers + " must be at least 1");
+            }
+            if (!(lossScalingFactor >= 0) || Double.isInfinite(lossScalingFactor)) {
+                throw new IllegalArgumentException("--mtp-loss-scaling-factor " + lossScalingFactor
+                        + " must be finite and not negative");
+            }
+        }
+    }
+
+    /**
      * Sliding-window attention, Megatron-Core's {@code window_size} with {@code window_attn_skip_freq}: in a
      * windowed layer the query at position {@code p} attends the keys at positions {@code p - size .. p} (causal,
      * limited to the {@code size} tokens before it), in the other layers every position up to {@code p}.
@@ -669,6 +704,13 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     + " is not divisible by expert tensor parallel size " + dims.expertTensorParallel());
         }
         validateContextParallel(tp, dims.contextParallel());
+        if (mtp != null && (dims.pipelineParallel() > 1 || dims.contextParallel() > 1 || sequenceParallel)) {
+            // the depths read the word embedding, which sits on the first stage, and shift tokens along the sequence
+            throw new IllegalArgumentException("--mtp-num-layers " + mtp.numLayers() + " runs on one pipeline stage"
+                    + " without context or sequence parallelism; got --pipeline-model-parallel-size "
+                    + dims.pipelineParallel() + ", --context-parallel-size " + dims.contextParallel()
+                    + (sequenceParallel ? ", --sequence-parallel" : ""));
+        }
         if (cpCommType == CpCommType.A2A_P2P
                 && !dims.hierarchicalContextParallelSizes().equals(hierarchicalContextParallelSizes)) {
             throw new IllegalArgumentException("--cp-comm-type a2a+p2p with " + hierarchyFlag(hierarchicalContextParallelSizes)
@@ -862,6 +904,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.localRope = localRotaryBase;
         b.fp8Config = fp8;
         b.mla = multiLatentAttention;
+        b.mtpSettings = mtp;
         return b;
     }
 
@@ -914,6 +957,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private double localRope;
         private Fp8Config fp8Config;
         private MlaDims mla;
+        private MtpSettings mtpSettings;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -1184,6 +1228,15 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param settings multi-token prediction's depths and loss scale, or null for none
+         * @return this
+         */
+        public Builder mtp(MtpSettings settings) {
+            this.mtpSettings = settings;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -1197,7 +1250,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
                     type, moeSettings, cpComm, hierarchicalCp, qkvBias, scaling, qkNorm, tpOverlap, window, zeroCentered,
-                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope, fp8Config, mla);
+                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope, fp8Config, mla,
+                    mtpSettings);
         }
     }
 }

@@ -403,6 +403,13 @@ public final class PretrainArgs {
     final LayerVariantFlags layerVariants = new LayerVariantFlags();
     @Mixin
     final MlaFlags mla = new MlaFlags();
+    @Option(names = "--mtp-num-layers", description = "Multi-token prediction (DeepSeek-V3): this many extra depths, each"
+            + " predicting one token further ahead, their mean loss added to the training loss's gradient and logged as"
+            + " 'mtp_<k> loss'. One pipeline stage, without context or sequence parallelism. Default: none.")
+    Integer mtpNumLayers;
+    @Option(names = "--mtp-loss-scaling-factor", description = "Weight of the multi-token prediction depths' mean loss."
+            + " Default: ${DEFAULT-VALUE}.")
+    double mtpLossScalingFactor = TransformerConfig.MtpSettings.DEFAULT_LOSS_SCALING_FACTOR;
     @Option(names = "--rotary-base", description = "RoPE base (theta). Default: ${DEFAULT-VALUE}.")
     double rotaryBase = 10000;
     @Option(names = "--rotary-percent", description = "Fraction of each head's channels that RoPE rotates. Default: ${DEFAULT-VALUE}.")
@@ -1070,6 +1077,14 @@ public final class PretrainArgs {
         return sequenceParallel && layout.tensorParallel() > 1;
     }
 
+    /** @return the multi-token prediction of --mtp-num-layers and --mtp-loss-scaling-factor, or null without it */
+    private TransformerConfig.MtpSettings mtp() {
+        if (mtpNumLayers == null) {
+            return null;
+        }
+        return new TransformerConfig.MtpSettings(mtpNumLayers, mtpLossScalingFactor);
+    }
+
     private TransformerConfig model() {
         if (loadHf != null) {
             if (qkLayernorm && !hfConfig().transformerConfig().qkLayernorm()) {
@@ -1084,7 +1099,7 @@ public final class PretrainArgs {
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
                     Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
                     .tpCommOverlap(tpCommOverlap).cpCommType(cpCommType.type)
-                    .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes).fp8(fp8Config())).build();
+                    .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes).fp8(fp8Config())).mtp(mtp()).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());
@@ -1128,6 +1143,7 @@ public final class PretrainArgs {
         }
         recompute(b);
         b.moe(moe.settings(ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize));
+        b.mtp(mtp());
         try {
             return b.build();
         } catch (IllegalArgumentException e) {
