@@ -7,6 +7,7 @@ import io.mcore4j.data.preprocess.TokenizerSpec;
 import io.mcore4j.data.tokenizer.Tokenizer;
 import io.mcore4j.data.gpt.SplitWeights;
 import io.mcore4j.data.sampler.DataloaderType;
+import io.mcore4j.hf.HfArchitecture;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
@@ -1094,6 +1095,12 @@ public final class PretrainArgs {
             }
             layerVariants.checkAgainst(hfConfig(), "--load-hf " + loadHf);
             mla.refuseWithLoadHf("--load-hf " + loadHf);
+            if (mtpNumLayers != null && mtpNumLayers > hfConfig().multiTokenPredictionLayers()) {
+                throw new IllegalArgumentException("--mtp-num-layers " + mtpNumLayers + " with --load-hf " + loadHf
+                        + ": its config.json has " + hfConfig().multiTokenPredictionLayers() + " multi-token prediction"
+                        + " layers (" + hfConfig().architecture().className() + (hfConfig().architecture()
+                        == HfArchitecture.DEEPSEEK_V3 ? ", num_nextn_predict_layers" : "") + ")");
+            }
             // the checkpoint's shapes; precision, sequence parallelism, the context-parallel exchange and recompute
             // stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
