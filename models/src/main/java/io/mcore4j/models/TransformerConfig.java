@@ -704,18 +704,28 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     + " is not divisible by expert tensor parallel size " + dims.expertTensorParallel());
         }
         validateContextParallel(tp, dims.contextParallel());
-        if (mtp != null && (dims.pipelineParallel() > 1 || dims.contextParallel() > 1 || sequenceParallel)) {
-            // the depths read the word embedding, which sits on the first stage, and shift tokens along the sequence
-            throw new IllegalArgumentException("--mtp-num-layers " + mtp.numLayers() + " runs on one pipeline stage"
-                    + " without context or sequence parallelism; got --pipeline-model-parallel-size "
-                    + dims.pipelineParallel() + ", --context-parallel-size " + dims.contextParallel()
-                    + (sequenceParallel ? ", --sequence-parallel" : ""));
-        }
+        validateMtpLayout(dims.pipelineParallel(), dims.contextParallel());
         if (cpCommType == CpCommType.A2A_P2P
                 && !dims.hierarchicalContextParallelSizes().equals(hierarchicalContextParallelSizes)) {
             throw new IllegalArgumentException("--cp-comm-type a2a+p2p with " + hierarchyFlag(hierarchicalContextParallelSizes)
                     + " needs the layout's hierarchical context-parallel groups of those sizes; the layout has "
                     + dims.hierarchicalContextParallelSizes() + " (ParallelDims.Builder.hierarchicalContextParallelSizes)");
+        }
+    }
+
+    /**
+     * Checks that multi-token prediction, if set, fits the layout: one pipeline stage (the depths read the word
+     * embedding, which sits on the first), no context or sequence parallelism (they shift tokens along the sequence).
+     *
+     * @param pipelineParallel the pipeline-parallel size
+     * @param contextParallel the context-parallel size
+     * @throws IllegalArgumentException naming the flags and their values
+     */
+    public void validateMtpLayout(int pipelineParallel, int contextParallel) {
+        if (mtp != null && (pipelineParallel > 1 || contextParallel > 1 || sequenceParallel)) {
+            throw new IllegalArgumentException("--mtp-num-layers " + mtp.numLayers() + " runs on one pipeline stage"
+                    + " without context or sequence parallelism; got --pipeline-model-parallel-size " + pipelineParallel
+                    + ", --context-parallel-size " + contextParallel + (sequenceParallel ? ", --sequence-parallel" : ""));
         }
     }
 

@@ -650,6 +650,11 @@ public final class PretrainArgs {
             MemoryFloor.check(this, MemoryFloor.ofFlags(this), () -> MemoryFloor.onCpu(this));
         }
         TransformerConfig model = model();
+        model.validateMtpLayout(layout.pipelineParallel(), contextParallel);
+        if (model.mtp() != null && resetAttentionMask) {
+            throw new IllegalArgumentException("--mtp-num-layers " + model.mtp().numLayers() + " with --reset-attention-mask:"
+                    + " the depths do not shift packed documents (each document's tokens would run into the next's)");
+        }
         if (trainsHere && loadHf != null) {
             MemoryFloor.check(this, MemoryFloor.of(model, "--load-hf " + loadHf), () -> MemoryFloor.onCpu(this));
         }

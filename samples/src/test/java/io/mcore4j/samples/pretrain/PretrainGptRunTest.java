@@ -67,6 +67,40 @@ class PretrainGptRunTest {
                 && records.contains("\"moe/load_balancing_loss_layer_1\""), records);
     }
 
+    /**
+     * Multi-token prediction at TP2: each depth's loss is logged per window as Megatron names it ({@code mtp_1 loss},
+     * about ln V at the start), the logged lm loss stays the main model's (with {@code --mtp-loss-scaling-factor 0}
+     * the run gives the losses of a run without the depths, step for step), a positive factor changes the training,
+     * and the layouts it does not run on are refused by name.
+     */
+    @Test
+    void multiTokenPredictionIsLoggedAndOnlyItsFactorTrainsIt() throws Exception {
+        Path metrics = dir.resolve("mtp-metrics");
+        List<String> f = flags(4, "--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0");
+        f.set(f.indexOf("--metrics-dir") + 1, metrics.toString());
+        ByteArrayOutputStream console = new ByteArrayOutputStream();
+        List<Double> zero = PretrainGpt.run(PretrainArgs.parse(f.toArray(String[]::new)),
+                new PrintStream(console, true, StandardCharsets.UTF_8));
+        String text = console.toString(StandardCharsets.UTF_8);
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| mtp_1 loss ([0-9.E+-]+)").matcher(text);
+        int lines = 0;
+        while (m.find()) {
+            double value = Double.parseDouble(m.group(1));
+            assertTrue(value > 4 && value < 7, "mtp_1 loss " + value + " (ln 256 = 5.5) in\n" + text);
+            lines++;
+        }
+        assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
+        assertTrue(java.nio.file.Files.readString(metrics.resolve("metrics.jsonl")).contains("\"mtp_1 loss\""));
+        List<Double> without = train(flags(4));
+        PretrainRuns.assertSameLosses(without, zero, "--mtp-loss-scaling-factor 0");
+        List<Double> weighted = train(flags(4, "--mtp-num-layers", "1"));
+        assertTrue(Math.abs(weighted.get(1) - without.get(1)) > 1e-6, weighted + " vs " + without);
+        assertTrue(PretrainRuns.refusal(flags(1, "--mtp-num-layers", "1", "--pipeline-model-parallel-size", "2",
+                "--tensor-model-parallel-size", "1")).contains("--mtp-num-layers 1 runs on one pipeline stage"));
+        assertTrue(PretrainRuns.refusal(flags(1, "--mtp-num-layers", "0")).contains("--mtp-num-layers 0 must be at least"
+                + " 1"));
+    }
+
     @Test
     void fusedAttentionGivesTheComposedAttentionsLosses() throws Exception {
         List<Double> composed = train(flags(6, "--attention-backend", "unfused"));
