@@ -834,7 +834,9 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
      * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}. Multi-latent attention counts, as Megatron-LM does,
      * its projections and latent norms ({@code r_q (h + n w + 1) + r_kv (h + n (d_k + d_v) + 1) + h d_r + n d_v h}, or
      * {@code h n w} for the queries without a latent, with {@code n} heads of {@code w = d_k + d_r} query/key channels)
-     * and {@code 6 s n (w + d_v)} for the scores and their product with the values.
+     * and {@code 6 s n (w + d_v)} for the scores and their product with the values. Each multi-token prediction depth
+     * counts, as Megatron-LM does, one layer of the decoder's last layer's kind, {@code 6 (3 h + 2 h^2)} for its norms
+     * and projection, and {@code 6 h V} for its logits.
      *
      * @param seqLength tokens per sequence
      * @return FLOPs per token
@@ -853,12 +855,22 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     + 6.0 * seqLength * n * (d.queryKeyWidth() + d.vHeadDim());
         }
         double widths = activation.fc1Factor() + 1; // fc1 (fused [gate; up] for SwiGLU) and fc2
+        int depths = mtp == null ? 0 : mtp.numLayers();
         int moeLayers = moe == null ? 0 : moe.layers().count(numLayers);
-        double mlpWidth = (double) ffnHiddenSize * (numLayers - moeLayers);
+        int denseLayers = numLayers - moeLayers;
+        // Megatron counts each depth's layer as one of the decoder's last layer's kind
+        if (isMoeLayer(numLayers - 1)) {
+            moeLayers += depths;
+        } else {
+            denseLayers += depths;
+        }
+        double mlpWidth = (double) ffnHiddenSize * denseLayers;
         if (moe != null) {
             mlpWidth += ((double) moe.ffnHiddenSize() * moe.topK() + moe.config().sharedExpertFfnHiddenSize()) * moeLayers;
         }
-        return numLayers * attention + 6 * h * widths * mlpWidth + 6 * h * vocabSize;
+        // each depth's two norms of its inputs and final norm (3 h), its projection (2 h^2) and its logits
+        return (numLayers + depths) * attention + 6 * h * widths * mlpWidth + 6.0 * depths * (3 * h + 2 * h * h)
+                + 6 * h * vocabSize * (depths + 1);
     }
 
     /**

@@ -66,6 +66,24 @@ class TransformerConfigTest {
         assertEquals(1_480_704, c.flopsPerToken(128), 1e-6);
     }
 
+    /**
+     * Megatron-LM's accounting of multi-token prediction: each depth is one more layer of the last layer's kind (here
+     * MoE), its norms and projection {@code 6 (3 h + 2 h^2)}, and its logits {@code 6 h V}.
+     */
+    @Test
+    void multiTokenPredictionFlopsCountEachDepthAsALastLayer() {
+        TransformerConfig base = TransformerConfig.builder(4, 64, 8, 512).queryGroups(2).kvChannels(8).ffnHiddenSize(176)
+                .activation(MlpActivation.SWIGLU)
+                .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.parse("[0,1,1,1]"),
+                        MoeConfig.builder(16, 2, 32).sharedExpertFfnHiddenSize(64).build()))
+                .build();
+        TransformerConfig c = base.toBuilder().mtp(new TransformerConfig.MtpSettings(2, 0.1)).build();
+        double layer = 6.0 * (64 * (64 + 2 * 16) + 64 * 64) + 12.0 * 64 * 128 + 6.0 * 64 * 3 * (2 * 32 + 64);
+        double normsAndProjection = 6.0 * (3 * 64 + 2 * 64 * 64);
+        double logits = 6.0 * 64 * 512;
+        assertEquals(1_480_704 + 2 * (layer + normsAndProjection + logits), c.flopsPerToken(128), 1e-6);
+    }
+
     /** Megatron-LM's accounting of multi-latent attention: its projections and latent norms, then the core attention. */
     @Test
     void multiLatentAttentionFlopsCountTheLatentsProjections() {
