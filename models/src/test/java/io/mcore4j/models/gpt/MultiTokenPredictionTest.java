@@ -8,14 +8,9 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.DataTypes;
-import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
-import io.mcore4j.core.nn.Parameter;
-import io.mcore4j.core.random.SeedScheme;
-import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.LayerSpec;
-import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.moe.MoeAuxLossTracker;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
@@ -23,8 +18,6 @@ import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.Arrays;
-import java.util.IdentityHashMap;
-import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
@@ -120,10 +113,9 @@ class MultiTokenPredictionTest {
     /** One forward/backward at TP {@code tp}: the returned loss, each depth's loss, every gradient reassembled. */
     private static Result run(TransformerConfig config, int tp) {
         List<Result> perRank = InJvmWorld.run(tp, rank -> {
-            ProcessGroups groups = rank.groups(ParallelDims.of(tp, tp, 1));
+            ProcessGroups groups = GlobalGradients.groups(rank, tp, 1);
             NDManager m = rank.manager();
-            GptModel model = GptModel.build(ModelContext.create(config, groups, m, new SeedScheme(42)),
-                    LayerSpec.tensorParallel(), new int[] {0, 1}, true, true);
+            GptModel model = GlobalGradients.twoLayers(config, groups, m, LayerSpec.tensorParallel());
             double[] mtpLosses = new double[config.mtp() == null ? 0 : config.mtp().numLayers()];
             try (MoeAuxLossTracker tracker = new MoeAuxLossTracker(m)) {
                 if (model.mtp() != null) {
@@ -139,19 +131,7 @@ class MultiTokenPredictionTest {
                 for (int k = 0; k < mtpLosses.length; k++) {
                     mtpLosses[k] = tracker.localValues(MultiTokenPrediction.lossName(k + 1))[0];
                 }
-                Map<NDArray, NDArray> grads = new IdentityHashMap<>();
-                for (Parameter p : model.parameters()) {
-                    grads.put(p.data(), Tensors.gradientOrZeros(p.data(), m));
-                }
-                Map<String, double[]> global = new LinkedHashMap<>();
-                for (ShardedTensor t : model.shardedState("")) {
-                    NDArray g = grads.get(t.data());
-                    if (g != null) {
-                        NDArray full = GlobalGradients.gatherTensorParallel(groups, t, g, m);
-                        global.put(t.key(), DataTypes.toType(full, DataType.FLOAT64, false).toDoubleArray());
-                    }
-                }
-                return new Result(loss, mtpLosses, global);
+                return new Result(loss, mtpLosses, GlobalGradients.averagedOverContextParallel(model, groups, m));
             }
         });
         return perRank.get(0);

@@ -181,6 +181,14 @@ class PretrainGptMegatronFlagsTest {
                         "--multi-latent-attention"));
     }
 
+    /** With {@link #MLA}, DeepSeek-V3's pattern at EP2: layer 0 dense, layer 1 of 4 experts as described below. */
+    private static final List<String> DEEPSEEK_EXPERTS = List.of("--expert-model-parallel-size", "2", "--swiglu",
+            "--normalization", "RMSNorm", "--disable-bias-linear", "--num-experts", "4", "--moe-router-topk", "2",
+            "--moe-layer-freq", "[0]+[1]", "--moe-ffn-hidden-size", "16", "--moe-router-score-function", "sigmoid",
+            "--moe-router-enable-expert-bias", "--moe-router-num-groups", "2", "--moe-router-group-topk", "1",
+            "--moe-router-topk-scaling-factor", "2.5", "--moe-shared-expert-intermediate-size", "16", "--hidden-dropout",
+            "0", "--attention-dropout", "0");
+
     /**
      * The DeepSeek-V3 pattern at a tiny size trains: multi-latent attention with YaRN, layer 0 dense, layer 1 of 4
      * experts top-2 with sigmoid scores, an expert bias, 2 groups of which each token keeps 1, scaling 2.5 and a shared
@@ -189,11 +197,7 @@ class PretrainGptMegatronFlagsTest {
     @Test
     void deepSeekShapedModelTrainsAtEp2() throws Exception {
         List<String> flags = new ArrayList<>(MLA);
-        flags.addAll(List.of("--expert-model-parallel-size", "2", "--swiglu", "--normalization", "RMSNorm",
-                "--disable-bias-linear", "--num-experts", "4", "--moe-router-topk", "2", "--moe-layer-freq", "[0]+[1]",
-                "--moe-ffn-hidden-size", "16", "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
-                "--moe-router-num-groups", "2", "--moe-router-group-topk", "1", "--moe-router-topk-scaling-factor", "2.5",
-                "--moe-shared-expert-intermediate-size", "16", "--hidden-dropout", "0", "--attention-dropout", "0"));
+        flags.addAll(DEEPSEEK_EXPERTS);
         List<Double> losses = losses(run(2, flags.toArray(String[]::new)));
         assertEquals(2, losses.size());
         assertTrue(losses.stream().allMatch(l -> Double.isFinite(l) && l > 0), losses.toString());
@@ -208,12 +212,8 @@ class PretrainGptMegatronFlagsTest {
     @Test
     void multiTokenPredictionTrainsAtEp2AndItsCheckpointExportsAndGenerates() throws Exception {
         List<String> flags = new ArrayList<>(MLA);
-        flags.addAll(List.of("--expert-model-parallel-size", "2", "--swiglu", "--normalization", "RMSNorm",
-                "--disable-bias-linear", "--num-experts", "4", "--moe-router-topk", "2", "--moe-layer-freq", "[0]+[1]",
-                "--moe-ffn-hidden-size", "16", "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
-                "--moe-router-num-groups", "2", "--moe-router-group-topk", "1", "--moe-router-topk-scaling-factor", "2.5",
-                "--moe-shared-expert-intermediate-size", "16", "--hidden-dropout", "0", "--attention-dropout", "0",
-                "--mtp-num-layers", "1"));
+        flags.addAll(DEEPSEEK_EXPERTS);
+        flags.addAll(List.of("--mtp-num-layers", "1"));
         String text = console(run(2, flags.toArray(String[]::new)));
         assertTrue(text.contains("| mtp_1 loss "), text);
         Path checkpoint = dir.resolve("mtp-checkpoint");

@@ -53,14 +53,7 @@ class PretrainGptRunTest {
         PretrainGpt.run(PretrainArgs.parse(f.toArray(String[]::new)), new PrintStream(console, true, StandardCharsets.UTF_8));
         String text = console.toString(StandardCharsets.UTF_8);
         // loss / coeff of a balanced router is about 1 (E experts, top-k: E * sum_e f_e P_e with f_e = P_e = 1/E)
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| load_balancing_loss ([0-9.E+-]+)").matcher(text);
-        int lines = 0;
-        while (m.find()) {
-            double value = Double.parseDouble(m.group(1));
-            assertTrue(value > 0.9 && value < 2.0, "load_balancing_loss " + value + " in\n" + text);
-            lines++;
-        }
-        assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
+        assertLoggedPerWindow(text, "load_balancing_loss", 0.9, 2.0);
         String records = java.nio.file.Files.readString(metrics.resolve("metrics.jsonl"));
         // the metrics file writes Megatron's names: moe/<name>_layer_<i>
         assertTrue(records.contains("\"load_balancing_loss\"") && records.contains("\"moe/load_balancing_loss_layer_0\"")
@@ -82,14 +75,7 @@ class PretrainGptRunTest {
         List<Double> zero = PretrainGpt.run(PretrainArgs.parse(f.toArray(String[]::new)),
                 new PrintStream(console, true, StandardCharsets.UTF_8));
         String text = console.toString(StandardCharsets.UTF_8);
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| mtp_1 loss ([0-9.E+-]+)").matcher(text);
-        int lines = 0;
-        while (m.find()) {
-            double value = Double.parseDouble(m.group(1));
-            assertTrue(value > 4 && value < 7, "mtp_1 loss " + value + " (ln 256 = 5.5) in\n" + text);
-            lines++;
-        }
-        assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
+        assertLoggedPerWindow(text, "mtp_1 loss", 4, 7); // about ln 256 = 5.5
         assertTrue(java.nio.file.Files.readString(metrics.resolve("metrics.jsonl")).contains("\"mtp_1 loss\""));
         List<Double> without = train(flags(4));
         PretrainRuns.assertSameLosses(without, zero, "--mtp-loss-scaling-factor 0");
@@ -99,6 +85,18 @@ class PretrainGptRunTest {
                 "--tensor-model-parallel-size", "1")).contains("--mtp-num-layers 1 runs on one pipeline stage"));
         assertTrue(PretrainRuns.refusal(flags(1, "--mtp-num-layers", "0")).contains("--mtp-num-layers 0 must be at least"
                 + " 1"));
+    }
+
+    /** Asserts one value of {@code name} in each of a 4-iteration run's two logged windows, each within (low, high). */
+    private static void assertLoggedPerWindow(String text, String name, double low, double high) {
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| " + name + " ([0-9.E+-]+)").matcher(text);
+        int lines = 0;
+        while (m.find()) {
+            double value = Double.parseDouble(m.group(1));
+            assertTrue(value > low && value < high, name + " " + value + " in\n" + text);
+            lines++;
+        }
+        assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
     }
 
     @Test
