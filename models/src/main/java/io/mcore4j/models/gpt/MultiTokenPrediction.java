@@ -124,7 +124,9 @@ public final class MultiTokenPrediction extends AbstractModule {
         NDManager m = scope.manager();
         long s = tokens.getShape().get(0);
         long b = tokens.getShape().get(1);
+        // the caller's mask stays the caller's: shifting copies it
         NDArray mask = lossMask == null ? m.ones(new Shape(s, b), DataType.FLOAT32)
+                : lossMask.getDataType() == DataType.FLOAT32 ? lossMask
                 : Tensors.own(lossMask.toType(DataType.FLOAT32, false), m);
         NDArray ids = positions.positionIds() != null ? positions.positionIds()
                 : m.arange(0, (int) s, 1, DataType.INT64).reshape(s, 1).repeat(1, b);
