@@ -715,17 +715,17 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
 
     /**
      * Checks that multi-token prediction, if set, fits the layout: one pipeline stage (the depths read the word
-     * embedding, which sits on the first), no context or sequence parallelism (they shift tokens along the sequence).
+     * embedding, which sits on the first), no context parallelism (the depths shift tokens along the whole sequence).
      *
      * @param pipelineParallel the pipeline-parallel size
      * @param contextParallel the context-parallel size
      * @throws IllegalArgumentException naming the flags and their values
      */
     public void validateMtpLayout(int pipelineParallel, int contextParallel) {
-        if (mtp != null && (pipelineParallel > 1 || contextParallel > 1 || sequenceParallel)) {
+        if (mtp != null && (pipelineParallel > 1 || contextParallel > 1)) {
             throw new IllegalArgumentException("--mtp-num-layers " + mtp.numLayers() + " runs on one pipeline stage"
-                    + " without context or sequence parallelism; got --pipeline-model-parallel-size " + pipelineParallel
-                    + ", --context-parallel-size " + contextParallel + (sequenceParallel ? ", --sequence-parallel" : ""));
+                    + " without context parallelism; got --pipeline-model-parallel-size " + pipelineParallel
+                    + ", --context-parallel-size " + contextParallel);
         }
     }
 

@@ -17,7 +17,9 @@ import io.mcore4j.models.transformer.TokenPositions;
 import io.mcore4j.models.transformer.TransformerLayer;
 import io.mcore4j.moe.MoeAuxLossTracker;
 import io.mcore4j.moe.MoeLayer;
+import io.mcore4j.parallel.Communicator;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
+import io.mcore4j.tensorparallel.Mappings;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -37,8 +39,8 @@ import java.util.function.UnaryOperator;
  * <p>Keys (Megatron-Core's): {@code mtp.layers.<k-1>.enorm.weight}, {@code hnorm.weight}, {@code eh_proj.weight}
  * ([h, 2h], column-parallel, its input the concatenation [embedding; hidden]), {@code transformer_layer.*} (a
  * layer of the decoder's last layer's kind: MoE for DeepSeek-V3) and {@code final_layernorm.weight}. One pipeline
- * stage holds the whole model (the depths read the word embedding), without context or sequence parallelism and
- * without packed sequences ({@link TransformerConfig#validate(io.mcore4j.parallel.ParallelDims)} refuses the
+ * stage holds the whole model (the depths read the word embedding), without context parallelism and without packed
+ * sequences; with sequence parallelism each depth's input and output are this rank's part of the sequence ({@link TransformerConfig#validate(io.mcore4j.parallel.ParallelDims)} refuses the
  * layouts; {@link #loss} the sequences).
  */
 public final class MultiTokenPrediction extends AbstractModule {
@@ -190,6 +192,8 @@ public final class MultiTokenPrediction extends AbstractModule {
         private final ColumnParallelLinear projection;
         private final TransformerLayer layer;
         private final Norm finalNorm;
+        private final Communicator tp;
+        private final boolean sequenceParallel;
 
         Depth(ModelContext ctx, LayerSpec spec, String key) {
             TransformerConfig c = ctx.config();
@@ -197,19 +201,28 @@ public final class MultiTokenPrediction extends AbstractModule {
             this.embeddingNorm = registerModule("enorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
             this.hiddenNorm = registerModule("hnorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
             String proj = key + "eh_proj.";
-            // column-parallel with its output gathered: every TP rank's layer reads the whole width
+            // column-parallel (its input gathered along the sequence under sequence parallelism), its output gathered
+            // along the width by forward: every TP rank's layer reads the whole width, as Megatron's depth does
             this.projection = registerModule("eh_proj.", ColumnParallelLinear.builder(2 * c.hiddenSize(), c.hiddenSize(),
-                    ctx.groups().tp()).bias(false).gatherOutput(true).dtype(c.dtype()).manager(ctx.parameters())
-                    .name(proj).initializer(ctx.initializer(proj + "weight", c.initStd())).build(), dpReplica);
+                    ctx.groups().tp()).bias(false).gatherOutput(false).sequenceParallel(c.sequenceParallel())
+                    .dtype(c.dtype()).manager(ctx.parameters()).name(proj)
+                    .initializer(ctx.initializer(proj + "weight", c.initStd())).build(), dpReplica);
+            this.tp = ctx.groups().tp();
+            this.sequenceParallel = c.sequenceParallel();
             // Megatron builds the depth's layer from the decoder's last layer spec
             this.layer = registerModule("transformer_layer.", new TransformerLayer(ctx, spec, c.numLayers() - 1,
                     key + "transformer_layer."));
             this.finalNorm = registerModule("final_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica);
         }
 
+        /** Hidden states and embeddings [s, b, h] ([s/TP, b, h] with sequence parallelism) to the depth's output. */
         NDArray forward(AutogradScope scope, NDArray hidden, NDArray embedded, TokenPositions positions) {
             NDArray joined = embeddingNorm.forward(scope, embedded).concat(hiddenNorm.forward(scope, hidden), 2);
-            NDArray projected = projection.forward(scope, Tensors.own(joined, scope.manager())).output();
+            NDArray projected = Mappings.gatherFromTensorParallelRegion(scope, tp,
+                    projection.forward(scope, Tensors.own(joined, scope.manager())).output());
+            if (sequenceParallel) {
+                projected = Mappings.scatterToSequenceParallelRegion(scope, tp, projected);
+            }
             return finalNorm.forward(scope, layer.forward(scope, projected, positions));
         }
     }

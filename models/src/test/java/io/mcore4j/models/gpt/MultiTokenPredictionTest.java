@@ -24,7 +24,7 @@ import java.util.Map;
 import org.junit.jupiter.api.Test;
 
 /**
- * Multi-token prediction ({@code --mtp-num-layers}): at TP2 the main loss, each depth's loss and every gradient
+ * Multi-token prediction ({@code --mtp-num-layers}): at TP2, with and without sequence parallelism, the main loss, each depth's loss and every gradient
  * (the depths' included) equal TP1's; with {@code --mtp-loss-scaling-factor 0} the main loss and every main weight's
  * gradient equal a model's without the depths, while a positive factor changes the gradients and not the returned
  * (main) loss; the layouts it does not run on are refused by name.
@@ -44,8 +44,13 @@ class MultiTokenPredictionTest {
     void tensorParallelMatchesSerial() {
         TransformerConfig c = base().mtp(new TransformerConfig.MtpSettings(2, 0.3)).build();
         Result ref = run(c, 1);
-        Result tp2 = run(c, 2);
-        assertEquals(ref.loss, tp2.loss, 1e-5 * Math.abs(ref.loss), "main loss");
+        for (TransformerConfig parallel : List.of(c, c.toBuilder().sequenceParallel(true).build())) {
+            assertMatches(ref, run(parallel, 2), "SP=" + parallel.sequenceParallel());
+        }
+    }
+
+    private static void assertMatches(Result ref, Result tp2, String what) {
+        assertEquals(ref.loss, tp2.loss, 1e-5 * Math.abs(ref.loss), "main loss with " + what);
         assertEquals(2, ref.mtpLosses.length);
         for (int k = 0; k < 2; k++) {
             assertTrue(ref.mtpLosses[k] > 1, "depth " + (k + 1) + " loss " + ref.mtpLosses[k]);
@@ -53,7 +58,7 @@ class MultiTokenPredictionTest {
         }
         int depthWeights = 0;
         for (String key : tp2.gradients.keySet()) {
-            assertClose(ref.gradients.get(key), tp2.gradients.get(key), 1e-5, key);
+            assertClose(ref.gradients.get(key), tp2.gradients.get(key), 1e-5, key + " with " + what);
             if (key.startsWith("mtp.layers.")) {
                 depthWeights++;
                 assertTrue(Arrays.stream(ref.gradients.get(key)).anyMatch(v -> v != 0), key + " got no gradient");
@@ -91,9 +96,9 @@ class MultiTokenPredictionTest {
         IllegalArgumentException pp = assertThrows(IllegalArgumentException.class,
                 () -> c.validate(ParallelDims.of(2, 1, 2)));
         assertTrue(pp.getMessage().contains("--mtp-num-layers 1 runs on one pipeline stage"), pp.getMessage());
-        IllegalArgumentException sp = assertThrows(IllegalArgumentException.class,
-                () -> c.toBuilder().sequenceParallel(true).build().validate(ParallelDims.of(2, 2, 1)));
-        assertTrue(sp.getMessage().contains("--sequence-parallel"), sp.getMessage());
+        IllegalArgumentException cp = assertThrows(IllegalArgumentException.class,
+                () -> c.validate(ParallelDims.builder(2).contextParallel(2).build()));
+        assertTrue(cp.getMessage().contains("--context-parallel-size 2"), cp.getMessage());
         IllegalArgumentException depth = assertThrows(IllegalArgumentException.class,
                 () -> new TransformerConfig.MtpSettings(0, 0.1));
         assertEquals("--mtp-num-layers 0 must be at least 1", depth.getMessage());

@@ -406,7 +406,7 @@ public final class PretrainArgs {
     final MlaFlags mla = new MlaFlags();
     @Option(names = "--mtp-num-layers", description = "Multi-token prediction (DeepSeek-V3): this many extra depths, each"
             + " predicting one token further ahead, their mean loss added to the training loss's gradient and logged as"
-            + " 'mtp_<k> loss'. One pipeline stage, without context or sequence parallelism. Default: none.")
+            + " 'mtp_<k> loss'. One pipeline stage, without context parallelism or packed documents. Default: none.")
     Integer mtpNumLayers;
     @Option(names = "--mtp-loss-scaling-factor", description = "Weight of the multi-token prediction depths' mean loss."
             + " Default: ${DEFAULT-VALUE}.")
