@@ -33,7 +33,8 @@ import java.util.Set;
  * the layers' epsilon), attention biases, {@code rope_interleave} false, {@code norm_topk_prob} false, another
  * {@code scoring_func} or {@code topk_method} than DeepSeek-V3's, {@code moe_layer_freq} other than 1, and a
  * {@code quantization_config} (FP8 weights). The multi-token-prediction layers ({@code num_nextn_predict_layers}),
- * which transformers neither builds nor loads, are left out the same way.
+ * which transformers neither builds nor loads, are left out unless the run asks for them ({@code --mtp-num-layers},
+ * {@link HfConfig#multiTokenPredictionLayers()}): then they are the model's depths, and an export writes them back.
  */
 final class DeepseekV3Config {
     /** The keys of {@code DeepseekV3Config} (and of DeepSeek's published configs) that shape the network or are checked. */
@@ -192,6 +193,10 @@ final class DeepseekV3Config {
         j.addProperty("v_head_dim", dims.vHeadDim());
         j.addProperty("rope_interleave", true);
         j.add("rope_parameters", HfConfigExport.rope(c.rotaryBase(), c.ropeScaling()));
+        if (c.mtp() != null) {
+            // the depths are written as DeepSeek stores them, after the decoder's layers
+            j.addProperty("num_nextn_predict_layers", c.mtp().numLayers());
+        }
         writeExperts(c, j);
     }
 

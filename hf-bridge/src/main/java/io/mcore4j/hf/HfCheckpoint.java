@@ -208,7 +208,10 @@ public final class HfCheckpoint implements AutoCloseable {
     }
 
     private HfWeightMap weightMap(int vocab) {
-        TransformerConfig c = config.transformerConfig();
+        return weightMap(config.transformerConfig(), vocab);
+    }
+
+    private HfWeightMap weightMap(TransformerConfig c, int vocab) {
         return HfWeightMap.of(config.architecture(), vocab == c.vocabSize() ? c : c.withVocabSize(vocab),
                 config.vocabSize(), gpt2Prefix);
     }
@@ -232,7 +235,7 @@ public final class HfCheckpoint implements AutoCloseable {
     public void loadInto(List<? extends Module> chunks) {
         for (Module chunk : chunks) {
             List<ShardedTensor> pieces = chunk.shardedState("");
-            HfWeightMap map = weightMap(vocabOf(pieces));
+            HfWeightMap map = weightMap(HfWeightMap.withDepthsOf(config.transformerConfig(), pieces), vocabOf(pieces));
             for (ShardedTensor piece : pieces) {
                 if (LoraLinear.isAdapterKey(piece.key())) {
                     continue; // a LoRA adapter is not part of the base checkpoint: it keeps its initialisation
@@ -246,6 +249,13 @@ public final class HfCheckpoint implements AutoCloseable {
                     throw new HfCheckpointException("model tensor \"" + piece.key() + "\" has global shape "
                             + Arrays.toString(piece.globalShape()) + " but " + config.file() + " implies "
                             + Arrays.toString(plan.shape()) + ": build the model from this checkpoint's config");
+                }
+                for (HfWeightMap.Segment segment : plan.segments()) {
+                    if (segment.hfName() != null && !fileOf.containsKey(segment.hfName())) {
+                        // the depths' layers: DeepSeek's checkpoints hold them, transformers' saves do not
+                        throw new HfCheckpointException(dir + ": tensor \"" + segment.hfName() + "\" that model tensor \""
+                                + piece.key() + "\" needs is in no file of the checkpoint");
+                    }
                 }
                 copy(plan, piece);
             }

@@ -415,6 +415,22 @@ public final class HfConfig {
         return json.deepCopy();
     }
 
+    /**
+     * The multi-token prediction layers the checkpoint stores after the decoder's: DeepSeek-V3's
+     * {@code num_nextn_predict_layers} (transformers' default 1 where absent; transformers neither builds nor loads
+     * them, so a checkpoint it saved has none whatever this says), 0 for every other architecture. A model built
+     * with {@link TransformerConfig#mtp()} reads them as its depths.
+     *
+     * @return the number of layers
+     */
+    public int multiTokenPredictionLayers() {
+        if (architecture != HfArchitecture.DEEPSEEK_V3) {
+            return 0;
+        }
+        return json.has("num_nextn_predict_layers") && !json.get("num_nextn_predict_layers").isJsonNull()
+                ? json.get("num_nextn_predict_layers").getAsInt() : 1;
+    }
+
     /** @return the file the config came from */
     public String file() {
         return file;

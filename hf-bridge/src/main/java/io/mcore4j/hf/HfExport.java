@@ -8,6 +8,7 @@ import com.google.gson.JsonObject;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.nn.Module;
 import io.mcore4j.core.shard.ShardedTensor;
+import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.transformer.LoraConfig;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.tensorparallel.LoraLinear;
@@ -84,8 +85,12 @@ public final class HfExport {
         for (Module chunk : chunks) {
             LoraLinear.mergeAll(chunk); // W + (alpha/r)·B·A, local to every rank
         }
-        HfWeightMap names = HfWeightMap.of(config.architecture(), config.transformerConfig(), config.vocabSize(),
-                "transformer.");
+        List<ShardedTensor> all = new ArrayList<>();
+        for (Module chunk : chunks) {
+            all.addAll(chunk.shardedState(""));
+        }
+        TransformerConfig model = HfWeightMap.withDepthsOf(config.transformerConfig(), all);
+        HfWeightMap names = HfWeightMap.of(config.architecture(), model, config.vocabSize(), "transformer.");
         List<List<HfWeightMap.HfTensor>> shards = split(names, dtype, maxShardBytes);
         List<Path> paths = new ArrayList<>();
         for (int i = 0; i < shards.size(); i++) {
@@ -98,7 +103,7 @@ public final class HfExport {
             for (Module chunk : chunks) {
                 List<ShardedTensor> pieces = chunk.shardedState("");
                 HfWeightMap map = HfWeightMap.of(config.architecture(),
-                        config.transformerConfig().withVocabSize(vocabOf(pieces, config.vocabSize())),
+                        model.withVocabSize(vocabOf(pieces, config.vocabSize())),
                         config.vocabSize(), "transformer.");
                 for (ShardedTensor piece : pieces) {
                     if (piece.isMainReplica() && !LoraLinear.isAdapterKey(piece.key())) {

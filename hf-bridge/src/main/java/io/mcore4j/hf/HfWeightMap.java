@@ -1,6 +1,8 @@
 package io.mcore4j.hf;
 
+import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.models.gpt.MultiTokenPrediction;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -96,14 +98,32 @@ final class HfWeightMap {
         return m;
     }
 
+    /**
+     * The config with the multi-token prediction depths that model tensors name ({@code mtp.layers.<k>.*}): a
+     * checkpoint's {@code config.json} does not say whether the run built them ({@code --mtp-num-layers}), the
+     * model does.
+     *
+     * @param c the config read from {@code config.json}
+     * @param pieces the model's tensors (every chunk of this rank)
+     * @return {@code c}, with {@link TransformerConfig#mtp()} of as many depths as the tensors name (none: as it was)
+     */
+    static TransformerConfig withDepthsOf(TransformerConfig c, List<ShardedTensor> pieces) {
+        int depths = 0;
+        for (ShardedTensor t : pieces) {
+            if (t.key().startsWith(MultiTokenPrediction.KEY)) {
+                String rest = t.key().substring(MultiTokenPrediction.KEY.length());
+                depths = Math.max(depths, Integer.parseInt(rest.substring(0, rest.indexOf('.'))) + 1);
+            }
+        }
+        if (depths == 0 || c.mtp() != null && c.mtp().numLayers() == depths) {
+            return c;
+        }
+        return c.toBuilder().mtp(new TransformerConfig.MtpSettings(depths, c.mtp() == null
+                ? TransformerConfig.MtpSettings.DEFAULT_LOSS_SCALING_FACTOR : c.mtp().lossScalingFactor())).build();
+    }
+
     private void llama(HfArchitecture arch, TransformerConfig c, int hfVocab) {
         long h = c.hiddenSize();
-        long d = c.kvChannels();
-        long heads = c.numAttentionHeads();
-        long groups = c.numQueryGroups();
-        long ffn = c.ffnHiddenSize();
-        boolean bias = c.addBiasLinear();
-        boolean qkvBias = bias || c.addQkvBias();
         boolean gemma = arch == HfArchitecture.GEMMA3;
         boolean qkNorms = arch.hasQkNorm();
         if (qkNorms != c.qkLayernorm()) {
@@ -117,54 +137,97 @@ final class HfWeightMap {
         }
         vocab("embedding.word_embeddings.weight", "model.embed_tokens.weight", c.vocabSize(), hfVocab, h);
         for (int i = 0; i < c.numLayers(); i++) {
-            String hf = "model.layers." + i + ".";
-            String mc = "decoder.layers." + i + ".";
-            same(mc + "input_layernorm.weight", hf + "input_layernorm.weight", h);
-            if (c.multiLatentAttention() != null) {
-                multiLatentAttention(c, hf + "self_attn.", mc + "self_attention.");
-            } else {
-                String q = hf + "self_attn.q_proj.";
-                String k = hf + "self_attn.k_proj.";
-                String v = hf + "self_attn.v_proj.";
-                groupedQkv(mc + "self_attention.linear_qkv.weight", q + "weight", k + "weight", v + "weight", heads, groups,
-                        d, h);
-                if (qkvBias) {
-                    groupedQkv(mc + "self_attention.linear_qkv.bias", q + "bias", k + "bias", v + "bias", heads, groups, d, 0);
-                }
-                if (qkNorms) {
-                    same(mc + "self_attention.q_layernorm.weight", hf + "self_attn.q_norm.weight", d);
-                    same(mc + "self_attention.k_layernorm.weight", hf + "self_attn.k_norm.weight", d);
-                }
-                same(mc + "self_attention.linear_proj.weight", hf + "self_attn.o_proj.weight", h, heads * d);
-                if (bias) {
-                    same(mc + "self_attention.linear_proj.bias", hf + "self_attn.o_proj.bias", h);
-                }
-            }
-            if (gemma) {
-                // Gemma's post_attention_layernorm follows the attention; its pre_feedforward_layernorm is LLaMA's
-                same(mc + "post_self_attn_layernorm.weight", hf + "post_attention_layernorm.weight", h);
-                same(mc + "pre_mlp_layernorm.weight", hf + "pre_feedforward_layernorm.weight", h);
-                same(mc + "post_mlp_layernorm.weight", hf + "post_feedforward_layernorm.weight", h);
-            } else {
-                same(mc + "pre_mlp_layernorm.weight", hf + "post_attention_layernorm.weight", h);
-            }
-            if (c.isMoeLayer(i)) {
-                experts(arch, c, hf, mc);
-            } else {
-                String mlp = hf + "mlp.";
-                stacked(mc + "mlp.linear_fc1.weight", h, mlp + "gate_proj.weight", mlp + "up_proj.weight", ffn);
-                if (bias) {
-                    stacked(mc + "mlp.linear_fc1.bias", 0, mlp + "gate_proj.bias", mlp + "up_proj.bias", ffn);
-                }
-                same(mc + "mlp.linear_fc2.weight", mlp + "down_proj.weight", h, ffn);
-                if (bias) {
-                    same(mc + "mlp.linear_fc2.bias", mlp + "down_proj.bias", h);
-                }
-            }
+            layer(arch, c, "model.layers." + i + ".", "decoder.layers." + i + ".", i);
+        }
+        if (c.mtp() != null) {
+            multiTokenPrediction(arch, c);
         }
         same("decoder.final_layernorm.weight", "model.norm.weight", h);
         if (!c.tiedEmbeddings()) {
             vocab("output_layer.weight", "lm_head.weight", c.vocabSize(), hfVocab, h);
+        }
+    }
+
+    /**
+     * One decoder layer's tensors: Hugging Face's under {@code hf} ({@code "model.layers.N."}), mcore4j's under
+     * {@code mc}, the layer built like decoder layer {@code kind} (dense or MoE).
+     */
+    private void layer(HfArchitecture arch, TransformerConfig c, String hf, String mc, int kind) {
+        long h = c.hiddenSize();
+        long d = c.kvChannels();
+        long heads = c.numAttentionHeads();
+        long groups = c.numQueryGroups();
+        long ffn = c.ffnHiddenSize();
+        boolean bias = c.addBiasLinear();
+        boolean qkvBias = bias || c.addQkvBias();
+        boolean gemma = arch == HfArchitecture.GEMMA3;
+        boolean qkNorms = arch.hasQkNorm();
+        same(mc + "input_layernorm.weight", hf + "input_layernorm.weight", h);
+        if (c.multiLatentAttention() != null) {
+            multiLatentAttention(c, hf + "self_attn.", mc + "self_attention.");
+        } else {
+            String q = hf + "self_attn.q_proj.";
+            String k = hf + "self_attn.k_proj.";
+            String v = hf + "self_attn.v_proj.";
+            groupedQkv(mc + "self_attention.linear_qkv.weight", q + "weight", k + "weight", v + "weight", heads, groups,
+                    d, h);
+            if (qkvBias) {
+                groupedQkv(mc + "self_attention.linear_qkv.bias", q + "bias", k + "bias", v + "bias", heads, groups, d, 0);
+            }
+            if (qkNorms) {
+                same(mc + "self_attention.q_layernorm.weight", hf + "self_attn.q_norm.weight", d);
+                same(mc + "self_attention.k_layernorm.weight", hf + "self_attn.k_norm.weight", d);
+            }
+            same(mc + "self_attention.linear_proj.weight", hf + "self_attn.o_proj.weight", h, heads * d);
+            if (bias) {
+                same(mc + "self_attention.linear_proj.bias", hf + "self_attn.o_proj.bias", h);
+            }
+        }
+        if (gemma) {
+            // Gemma's post_attention_layernorm follows the attention; its pre_feedforward_layernorm is LLaMA's
+            same(mc + "post_self_attn_layernorm.weight", hf + "post_attention_layernorm.weight", h);
+            same(mc + "pre_mlp_layernorm.weight", hf + "pre_feedforward_layernorm.weight", h);
+            same(mc + "post_mlp_layernorm.weight", hf + "post_feedforward_layernorm.weight", h);
+        } else {
+            same(mc + "pre_mlp_layernorm.weight", hf + "post_attention_layernorm.weight", h);
+        }
+        if (c.isMoeLayer(kind)) {
+            experts(arch, c, hf, mc);
+        } else {
+            String mlp = hf + "mlp.";
+            stacked(mc + "mlp.linear_fc1.weight", h, mlp + "gate_proj.weight", mlp + "up_proj.weight", ffn);
+            if (bias) {
+                stacked(mc + "mlp.linear_fc1.bias", 0, mlp + "gate_proj.bias", mlp + "up_proj.bias", ffn);
+            }
+            same(mc + "mlp.linear_fc2.weight", mlp + "down_proj.weight", h, ffn);
+            if (bias) {
+                same(mc + "mlp.linear_fc2.bias", mlp + "down_proj.bias", h);
+            }
+        }
+    }
+
+    /**
+     * DeepSeek-V3's multi-token prediction layers, which its checkpoints store after the decoder's
+     * ({@code model.layers.<num_hidden_layers + k>.}, {@code num_nextn_predict_layers} of them), as mcore4j's depths
+     * ({@code mtp.layers.<k>.}): {@code enorm}, {@code hnorm}, {@code eh_proj} by the same names,
+     * {@code shared_head.norm} the depth's {@code final_layernorm}, the layer's attention, norms and MLP the depth's
+     * {@code transformer_layer} (built like the decoder's last layer). The layer's {@code embed_tokens} and
+     * {@code shared_head.head}, copies of the model's embedding and output layer, are neither read nor written.
+     */
+    private void multiTokenPrediction(HfArchitecture arch, TransformerConfig c) {
+        if (arch != HfArchitecture.DEEPSEEK_V3) {
+            throw new HfCheckpointException(arch.className() + " has no multi-token prediction layers: build the model"
+                    + " without --mtp-num-layers");
+        }
+        long h = c.hiddenSize();
+        for (int k = 0; k < c.mtp().numLayers(); k++) {
+            String hf = "model.layers." + (c.numLayers() + k) + ".";
+            String mc = "mtp.layers." + k + ".";
+            same(mc + "enorm.weight", hf + "enorm.weight", h);
+            same(mc + "hnorm.weight", hf + "hnorm.weight", h);
+            same(mc + "eh_proj.weight", hf + "eh_proj.weight", h, 2 * h);
+            layer(arch, c, hf, mc + "transformer_layer.", c.numLayers() - 1);
+            same(mc + "final_layernorm.weight", hf + "shared_head.norm.weight", h);
         }
     }
 

@@ -83,6 +83,8 @@ import java.util.stream.Collectors;
  * @param multiLatentAttention the widths of multi-latent attention, which every layer then uses instead of the
  *     grouped-query self-attention (Megatron-Core's {@code multi_latent_attention}; DeepSeek-V2/V3), or null for
  *     self-attention; {@code kvChannels} and {@code numQueryGroups} are then unused by the attention
+ * @param mtp multi-token prediction's depths and loss scale (Megatron-Core's {@code mtp_num_layers} and
+ *     {@code mtp_loss_scaling_factor}; DeepSeek-V3), or null for none
  */
 public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionHeads, int numQueryGroups,
                                 int ffnHiddenSize, int kvChannels, int vocabSize, int maxSequenceLength,
@@ -97,7 +99,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow,
                                 boolean layernormZeroCenteredGamma, boolean postSelfAttnLayernorm,
                                 boolean postMlpLayernorm, boolean scaleEmbeddingsBySqrtHidden, double softmaxScale,
-                                double localRotaryBase, Fp8Config fp8, MlaDims multiLatentAttention) {
+                                double localRotaryBase, Fp8Config fp8, MlaDims multiLatentAttention,
+                                MtpSettings mtp) {
 
     /** Normalisation layer kind. */
     public enum Normalization { LAYER_NORM, RMS_NORM }
@@ -420,6 +423,38 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
     }
 
     /**
+     * Multi-token prediction (DeepSeek-V3 §2.2, Megatron-Core's {@code MultiTokenPredictionBlock}): after the
+     * main model's final norm, depth {@code k = 1..numLayers} normalises the previous depth's hidden states and
+     * the embedding of the tokens shifted {@code k} ahead, projects their concatenation back to the hidden size,
+     * runs one transformer layer and its own final norm, and the shared output layer predicts the token
+     * {@code k + 1} ahead. The depths' mean loss times {@code lossScalingFactor} is added to the main loss's
+     * gradient (not to the reported loss). Training only: logits and generation ignore the depths.
+     *
+     * @param numLayers prediction depths, at least 1 ({@code --mtp-num-layers})
+     * @param lossScalingFactor the weight of the depths' mean loss, finite and not negative
+     *     ({@code --mtp-loss-scaling-factor}, Megatron's default 0.1)
+     */
+    public record MtpSettings(int numLayers, double lossScalingFactor) {
+        /** Megatron's default {@code --mtp-loss-scaling-factor}. */
+        public static final double DEFAULT_LOSS_SCALING_FACTOR = 0.1;
+
+        /**
+         * Checks the values.
+         *
+         * @throws IllegalArgumentException naming the value
+         */
+        public MtpSettings {
+            if (numLayers < 1) {
+                throw new IllegalArgumentException("--mtp-num-layers " + numLayers + " must be at least 1");
+            }
+            if (!(lossScalingFactor >= 0) || Double.isInfinite(lossScalingFactor)) {
+                throw new IllegalArgumentException("--mtp-loss-scaling-factor " + lossScalingFactor
+                        + " must be finite and not negative");
+            }
+        }
+    }
+
+    /**
      * Sliding-window attention, Megatron-Core's {@code window_size} with {@code window_attn_skip_freq}: in a
      * windowed layer the query at position {@code p} attends the keys at positions {@code p - size .. p} (causal,
      * limited to the {@code size} tokens before it), in the other layers every position up to {@code p}.
@@ -669,11 +704,28 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     + " is not divisible by expert tensor parallel size " + dims.expertTensorParallel());
         }
         validateContextParallel(tp, dims.contextParallel());
+        validateMtpLayout(dims.pipelineParallel(), dims.contextParallel());
         if (cpCommType == CpCommType.A2A_P2P
                 && !dims.hierarchicalContextParallelSizes().equals(hierarchicalContextParallelSizes)) {
             throw new IllegalArgumentException("--cp-comm-type a2a+p2p with " + hierarchyFlag(hierarchicalContextParallelSizes)
                     + " needs the layout's hierarchical context-parallel groups of those sizes; the layout has "
                     + dims.hierarchicalContextParallelSizes() + " (ParallelDims.Builder.hierarchicalContextParallelSizes)");
+        }
+    }
+
+    /**
+     * Checks that multi-token prediction, if set, fits the layout: one pipeline stage (the depths read the word
+     * embedding, which sits on the first), no context parallelism (the depths shift tokens along the whole sequence).
+     *
+     * @param pipelineParallel the pipeline-parallel size
+     * @param contextParallel the context-parallel size
+     * @throws IllegalArgumentException naming the flags and their values
+     */
+    public void validateMtpLayout(int pipelineParallel, int contextParallel) {
+        if (mtp != null && (pipelineParallel > 1 || contextParallel > 1)) {
+            throw new IllegalArgumentException("--mtp-num-layers " + mtp.numLayers() + " runs on one pipeline stage"
+                    + " without context parallelism; got --pipeline-model-parallel-size " + pipelineParallel
+                    + ", --context-parallel-size " + contextParallel);
         }
     }
 
@@ -782,7 +834,9 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
      * heads as heads this is {@code 72 L h^2 + 12 L h s + 6 h V}. Multi-latent attention counts, as Megatron-LM does,
      * its projections and latent norms ({@code r_q (h + n w + 1) + r_kv (h + n (d_k + d_v) + 1) + h d_r + n d_v h}, or
      * {@code h n w} for the queries without a latent, with {@code n} heads of {@code w = d_k + d_r} query/key channels)
-     * and {@code 6 s n (w + d_v)} for the scores and their product with the values.
+     * and {@code 6 s n (w + d_v)} for the scores and their product with the values. Each multi-token prediction depth
+     * counts, as Megatron-LM does, one layer of the decoder's last layer's kind, {@code 6 (3 h + 2 h^2)} for its norms
+     * and projection, and {@code 6 h V} for its logits.
      *
      * @param seqLength tokens per sequence
      * @return FLOPs per token
@@ -801,12 +855,22 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     + 6.0 * seqLength * n * (d.queryKeyWidth() + d.vHeadDim());
         }
         double widths = activation.fc1Factor() + 1; // fc1 (fused [gate; up] for SwiGLU) and fc2
+        int depths = mtp == null ? 0 : mtp.numLayers();
         int moeLayers = moe == null ? 0 : moe.layers().count(numLayers);
-        double mlpWidth = (double) ffnHiddenSize * (numLayers - moeLayers);
+        int denseLayers = numLayers - moeLayers;
+        // Megatron counts each depth's layer as one of the decoder's last layer's kind
+        if (isMoeLayer(numLayers - 1)) {
+            moeLayers += depths;
+        } else {
+            denseLayers += depths;
+        }
+        double mlpWidth = (double) ffnHiddenSize * denseLayers;
         if (moe != null) {
             mlpWidth += ((double) moe.ffnHiddenSize() * moe.topK() + moe.config().sharedExpertFfnHiddenSize()) * moeLayers;
         }
-        return numLayers * attention + 6 * h * widths * mlpWidth + 6 * h * vocabSize;
+        // each depth's two norms of its inputs and final norm (3 h), its projection (2 h^2) and its logits
+        return (numLayers + depths) * attention + 6 * h * widths * mlpWidth + 6.0 * depths * (3 * h + 2 * h * h)
+                + 6 * h * vocabSize * (depths + 1);
     }
 
     /**
@@ -862,6 +926,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.localRope = localRotaryBase;
         b.fp8Config = fp8;
         b.mla = multiLatentAttention;
+        b.mtpSettings = mtp;
         return b;
     }
 
@@ -914,6 +979,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private double localRope;
         private Fp8Config fp8Config;
         private MlaDims mla;
+        private MtpSettings mtpSettings;
 
         private Builder(int layers, int hidden, int heads, int vocab) {
             this.layers = layers;
@@ -1184,6 +1250,15 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return this;
         }
 
+        /**
+         * @param settings multi-token prediction's depths and loss scale, or null for none
+         * @return this
+         */
+        public Builder mtp(MtpSettings settings) {
+            this.mtpSettings = settings;
+            return this;
+        }
+
         /** @return the validated config */
         public TransformerConfig build() {
             int groups = queryGroups < 0 ? heads : queryGroups;
@@ -1197,7 +1272,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
                     type, moeSettings, cpComm, hierarchicalCp, qkvBias, scaling, qkNorm, tpOverlap, window, zeroCentered,
-                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope, fp8Config, mla);
+                    postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope, fp8Config, mla,
+                    mtpSettings);
         }
     }
 }

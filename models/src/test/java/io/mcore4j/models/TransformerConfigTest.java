@@ -53,17 +53,35 @@ class TransformerConfigTest {
      */
     @Test
     void moeFlopsCountTheRoutedTopKAndTheSharedExpertNotTheDenseFfn() {
-        TransformerConfig c = TransformerConfig.builder(4, 64, 8, 512).queryGroups(2).kvChannels(8).ffnHiddenSize(176)
-                .activation(MlpActivation.SWIGLU)
-                .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.parse("[0,1,1,1]"),
-                        MoeConfig.builder(16, 2, 32).sharedExpertFfnHiddenSize(64).build()))
-                .build();
+        TransformerConfig c = moeModel();
         double attention = 4 * (6.0 * (64 * (64 + 2 * 16) + 64 * 64) + 12.0 * 64 * 128); // 4 x 159,744
         double dense = 6.0 * 64 * 3 * 176; // the one dense layer: 202,752
         double moe = 3 * 6.0 * 64 * 3 * (2 * 32 + 64); // top-2 routed experts + shared expert: 3 x 147,456
         double logits = 6.0 * 64 * 512; // 196,608
         assertEquals(1_480_704, attention + dense + moe + logits);
         assertEquals(1_480_704, c.flopsPerToken(128), 1e-6);
+    }
+
+    /** 4 layers (a dense one, then 3 of 16 experts top-2 of width 32 with a shared expert of 64), h 64, V 512. */
+    private static TransformerConfig moeModel() {
+        return TransformerConfig.builder(4, 64, 8, 512).queryGroups(2).kvChannels(8).ffnHiddenSize(176)
+                .activation(MlpActivation.SWIGLU)
+                .moe(new TransformerConfig.MoeSettings(MoeLayerPattern.parse("[0,1,1,1]"),
+                        MoeConfig.builder(16, 2, 32).sharedExpertFfnHiddenSize(64).build()))
+                .build();
+    }
+
+    /**
+     * Megatron-LM's accounting of multi-token prediction: each depth is one more layer of the last layer's kind (here
+     * MoE), its norms and projection {@code 6 (3 h + 2 h^2)}, and its logits {@code 6 h V}.
+     */
+    @Test
+    void multiTokenPredictionFlopsCountEachDepthAsALastLayer() {
+        TransformerConfig c = moeModel().toBuilder().mtp(new TransformerConfig.MtpSettings(2, 0.1)).build();
+        double layer = 6.0 * (64 * (64 + 2 * 16) + 64 * 64) + 12.0 * 64 * 128 + 6.0 * 64 * 3 * (2 * 32 + 64);
+        double normsAndProjection = 6.0 * (3 * 64 + 2 * 64 * 64);
+        double logits = 6.0 * 64 * 512;
+        assertEquals(1_480_704 + 2 * (layer + normsAndProjection + logits), c.flopsPerToken(128), 1e-6);
     }
 
     /** Megatron-LM's accounting of multi-latent attention: its projections and latent norms, then the core attention. */

@@ -27,6 +27,8 @@ import io.mcore4j.models.transformer.Norm;
 import io.mcore4j.models.transformer.RecomputeSegment;
 import io.mcore4j.models.transformer.TokenPositions;
 import io.mcore4j.models.transformer.TransformerLayer;
+import io.mcore4j.moe.AuxLossAutoScaler;
+import io.mcore4j.moe.MoeLayer;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ReduceOp;
 import io.mcore4j.tensorparallel.ColumnParallelLinear;
@@ -50,7 +52,9 @@ import java.util.function.UnaryOperator;
  * a non-main replica of the embedding, named after the embedding weight it mirrors.
  *
  * <p>Keys: {@code embedding.*}, {@code decoder.layers.<global index>.*},
- * {@code decoder.final_layernorm.*}, {@code output_layer.*}. Copies held by several data-parallel
+ * {@code decoder.final_layernorm.*}, {@code output_layer.*}, and with multi-token prediction
+ * {@code mtp.layers.<depth>.*} ({@link MultiTokenPrediction}, whose loss joins the main loss's gradient but not
+ * the returned loss). Copies held by several data-parallel
  * ranks are main replicas only on DP rank 0 (layers mark their own: MoE experts differ across DP
  * ranks).
  */
@@ -64,6 +68,8 @@ public final class GptModel extends AbstractModule {
     private final Norm finalNorm;
     private final ColumnParallelLinear output;
     private final ColumnParallelLinear tiedOutput;
+    /** Multi-token prediction's depths (on the last chunk, with {@link TransformerConfig#mtp()}), or null. */
+    private final MultiTokenPrediction mtp;
     private final boolean outputIsEmbeddingCopy;
     /** The device's cross-entropy kernel (looked up once, not every step), or null. */
     private final CrossEntropyKernel crossEntropyKernel;
@@ -104,7 +110,13 @@ public final class GptModel extends AbstractModule {
                     head.initializer(ctx.initializer(key + "weight", c.initStd())).build(), dpReplica || outputIsEmbeddingCopy);
             this.tiedOutput = reuseEmbedding ? head.skipWeightAllocation(true).build() : null;
             this.crossEntropyKernel = Kernels.find(CrossEntropyKernel.class, ctx.parameters().getDevice()).orElse(null);
+            if (c.mtp() != null && !preProcess) {
+                throw new IllegalArgumentException("--mtp-num-layers " + c.mtp().numLayers() + " needs the embedding on"
+                        + " the chunk with the output layer (one pipeline stage, no virtual stages)");
+            }
+            this.mtp = c.mtp() == null ? null : registerModule("", new MultiTokenPrediction(ctx, spec));
         } else {
+            this.mtp = null;
             this.finalNorm = null;
             this.output = null;
             this.tiedOutput = null;
@@ -121,6 +133,9 @@ public final class GptModel extends AbstractModule {
         if (finalNorm != null) {
             head.addAll(finalNorm.parameters());
             head.addAll(output != null ? output.parameters() : List.of(embedding.wordWeight()));
+            if (mtp != null) {
+                head.addAll(mtp.parameters());
+            }
         }
         this.headReads = List.copyOf(head);
     }
@@ -306,7 +321,8 @@ public final class GptModel extends AbstractModule {
         boolean cutHead = (cut || grad && !residencies.isEmpty()) && !gradientListeners.isEmpty() && hidden != input;
         beforeForward(headReads);
         return stage(scope, hidden, input,
-                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, labels, lossMask));
+                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, tokens, labels, lossMask,
+                        positions));
     }
 
     /**
@@ -351,17 +367,33 @@ public final class GptModel extends AbstractModule {
      * logits after the loss and they die with the frame; with grad the cross-entropy's Function
      * refers to them until backward.
      */
-    private NDArray head(AutogradScope scope, NDArray hidden, NDArray labels, NDArray lossMask) {
+    private NDArray head(AutogradScope scope, NDArray hidden, NDArray tokens, NDArray labels, NDArray lossMask,
+                         TokenPositions positions) {
         NDArray normed = finalNorm.forward(scope, hidden);
-        NDArray logits = output == null
-                ? tiedOutput.forward(scope, normed, embedding.wordWeight()).output()
-                : output.forward(scope, normed).output();
+        if (mtp != null && labels != null && scope.isGradEnabled()) {
+            // the depths' loss reaches the gradients through the hidden states, scaled like the main loss
+            // (Megatron's MTPLossAutoScaler); the returned loss stays the main model's
+            NDArray mtpLoss = mtp.loss(scope, normed, tokens, labels, lossMask, positions,
+                    (ids, positionIds) -> embedding.forward(scope, ids, positionIds), h -> logits(scope, h),
+                    (logits, targets) -> lossPerToken(scope, logits, targets));
+            normed = AuxLossAutoScaler.attach(scope, ctx.auxLossScale(), normed, mtpLoss);
+        }
+        NDArray logits = logits(scope, normed);
         if (labels == null) {
             return logits;
         }
-        NDArray losses = VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0,
-                crossEntropyKernel);
+        NDArray losses = lossPerToken(scope, logits, labels);
         return lossMask == null ? Cast.apply(scope, losses, DataType.FLOAT32).mean() : maskedLoss(scope, losses, lossMask);
+    }
+
+    private NDArray logits(AutogradScope scope, NDArray normed) {
+        return output == null
+                ? tiedOutput.forward(scope, normed, embedding.wordWeight()).output()
+                : output.forward(scope, normed).output();
+    }
+
+    private NDArray lossPerToken(AutogradScope scope, NDArray logits, NDArray labels) {
+        return VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0, crossEntropyKernel);
     }
 
     private List<Parameter> headParameters() {
@@ -369,7 +401,15 @@ public final class GptModel extends AbstractModule {
         if (output != null) {
             head.addAll(output.parameters());
         }
+        if (mtp != null) {
+            head.addAll(mtp.parameters());
+        }
         return head;
+    }
+
+    /** @return multi-token prediction's depths (on the last chunk, with {@link TransformerConfig#mtp()}), or null */
+    public MultiTokenPrediction mtp() {
+        return mtp;
     }
 
     /**
@@ -420,6 +460,12 @@ public final class GptModel extends AbstractModule {
             if (layer.moe() != null) {
                 layer.moe().updateExpertBias();
                 layer.moe().resetGlobalAuxLossTracker();
+            }
+        }
+        if (mtp != null) {
+            for (MoeLayer moe : mtp.moeLayers()) {
+                moe.updateExpertBias();
+                moe.resetGlobalAuxLossTracker();
             }
         }
     }

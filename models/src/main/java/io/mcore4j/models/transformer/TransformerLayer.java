@@ -59,10 +59,23 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      * @param layerNumber the global layer index (keys and seeds depend on it, not on the layout)
      */
     public TransformerLayer(ModelContext ctx, LayerSpec spec, int layerNumber) {
+        this(ctx, spec, layerNumber, keyPrefix(layerNumber));
+    }
+
+    /**
+     * A layer built like decoder layer {@code layerNumber} (its attention, MoE or dense MLP, FP8) under other
+     * keys: a multi-token prediction depth's layer, which Megatron builds from the decoder's last layer spec.
+     *
+     * @param ctx the model context
+     * @param spec which implementations to use
+     * @param layerNumber the global index of the decoder layer whose kind this layer takes
+     * @param key checkpoint key prefix of the layer's weights (their initialisation seeds follow it), e.g.
+     *     {@code "mtp.layers.0.transformer_layer."}
+     */
+    public TransformerLayer(ModelContext ctx, LayerSpec spec, int layerNumber, String key) {
         TransformerConfig c = ctx.config();
         this.ctx = ctx;
         this.layerNumber = layerNumber;
-        String key = keyPrefix(layerNumber);
         // dense parts held identically by every data- and context-parallel rank are main replicas
         // only on rank 0 of the dp-cp group
         boolean dpReplica = ctx.groups().dpCp().rank() > 0;

@@ -13,6 +13,7 @@ import io.mcore4j.hf.HfCheckpoint;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.models.gpt.MultiTokenPrediction;
 import io.mcore4j.models.transformer.LayerSpec;
 import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.parallel.ProcessGroups;
@@ -169,7 +170,9 @@ public final class ModelSource {
         if (!loaded.missingKeys().isEmpty()) {
             throw new IllegalArgumentException("checkpoint " + source + " lacks " + loaded.missingKeys());
         }
-        List<String> unused = loaded.unexpectedKeys().stream().filter(k -> k.startsWith("model.")).toList();
+        // multi-token prediction's depths (mtp.layers.*) train only: generation leaves them unread
+        List<String> unused = loaded.unexpectedKeys().stream().filter(k -> k.startsWith("model.")
+                && !k.startsWith("model." + MultiTokenPrediction.KEY)).toList();
         if (!unused.isEmpty()) {
             // weights the model built from the shapes has no place for: generating without them would be wrong
             throw new IllegalArgumentException("checkpoint " + source + " holds model weights the model read from its"

@@ -11,6 +11,7 @@ import io.mcore4j.hf.HfDtype;
 import io.mcore4j.hf.HfExport;
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.models.gpt.GptModel;
+import io.mcore4j.models.gpt.MultiTokenPrediction;
 import io.mcore4j.samples.launch.FailureReport;
 import picocli.CommandLine;
 import picocli.CommandLine.Command;
@@ -111,7 +112,7 @@ public final class ExportHf implements Callable<Integer> {
             throw new IllegalArgumentException("--load " + checkpoint + " holds no " + HfConfig.CHECKPOINT_KEY
                     + " (written by convert-hf, and by pretrain-gpt for a model a Hugging Face architecture describes): pass --hf-config DIR");
         }
-        TransformerConfig config = layout.modelConfig(hf, padded);
+        TransformerConfig config = withStoredDepths(layout.modelConfig(hf, padded), hf, checkpoint);
         String report = layout.run(config, (groups, manager, chunks) -> {
             long start = System.nanoTime();
             List<ShardedTensor> targets = new ArrayList<>();
@@ -120,7 +121,9 @@ public final class ExportHf implements Callable<Integer> {
             }
             // optimizer state and other keys of a training checkpoint are not needed here
             LoadResult loaded = DistCheckpointing.load(checkpoint, targets, groups.world(), StrictMode.RAISE_MISSING);
-            List<String> dropped = loaded.unexpectedKeys().stream().filter(k -> k.startsWith(ConvertHf.MODEL_PREFIX)).toList();
+            // multi-token prediction's depths train only: an architecture without a place for them exports without them
+            List<String> dropped = loaded.unexpectedKeys().stream().filter(k -> k.startsWith(ConvertHf.MODEL_PREFIX)
+                    && !k.startsWith(ConvertHf.MODEL_PREFIX + MultiTokenPrediction.KEY)).toList();
             if (!dropped.isEmpty()) {
                 // a model weight with no place in the architecture would be left out of the export without a word
                 throw new IllegalArgumentException(checkpoint + " holds model weights that " + hf.architecture().className()
@@ -140,5 +143,20 @@ public final class ExportHf implements Callable<Integer> {
         }
         System.out.println(report);
         return 0;
+    }
+    /**
+     * The model with the multi-token prediction depths the checkpoint stores ({@code mtp.layers.<k>.*}) where the
+     * architecture has a place for them (DeepSeek-V3's layers after the decoder's, as many as its
+     * {@code num_nextn_predict_layers}); the config as it is otherwise.
+     */
+    private static TransformerConfig withStoredDepths(TransformerConfig config, HfConfig hf, Path checkpoint) {
+        String prefix = ConvertHf.MODEL_PREFIX + MultiTokenPrediction.KEY;
+        int depths = (int) DistCheckpointing.storedTensors(checkpoint).keySet().stream().filter(k -> k.startsWith(prefix))
+                .map(k -> k.substring(prefix.length(), k.indexOf('.', prefix.length()))).distinct().count();
+        if (depths == 0 || hf.multiTokenPredictionLayers() < depths) {
+            return config;
+        }
+        return config.toBuilder().mtp(new TransformerConfig.MtpSettings(depths,
+                TransformerConfig.MtpSettings.DEFAULT_LOSS_SCALING_FACTOR)).build();
     }
 }

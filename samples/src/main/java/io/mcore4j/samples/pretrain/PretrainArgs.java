@@ -7,6 +7,7 @@ import io.mcore4j.data.preprocess.TokenizerSpec;
 import io.mcore4j.data.tokenizer.Tokenizer;
 import io.mcore4j.data.gpt.SplitWeights;
 import io.mcore4j.data.sampler.DataloaderType;
+import io.mcore4j.hf.HfArchitecture;
 import io.mcore4j.hf.HfConfig;
 import io.mcore4j.hf.HfDtype;
 import io.mcore4j.models.TransformerConfig;
@@ -403,6 +404,13 @@ public final class PretrainArgs {
     final LayerVariantFlags layerVariants = new LayerVariantFlags();
     @Mixin
     final MlaFlags mla = new MlaFlags();
+    @Option(names = "--mtp-num-layers", description = "Multi-token prediction (DeepSeek-V3): this many extra depths, each"
+            + " predicting one token further ahead, their mean loss added to the training loss's gradient and logged as"
+            + " 'mtp_<k> loss'. One pipeline stage, without context parallelism or packed documents. Default: none.")
+    Integer mtpNumLayers;
+    @Option(names = "--mtp-loss-scaling-factor", description = "Weight of the multi-token prediction depths' mean loss."
+            + " Default: ${DEFAULT-VALUE}.")
+    double mtpLossScalingFactor = TransformerConfig.MtpSettings.DEFAULT_LOSS_SCALING_FACTOR;
     @Option(names = "--rotary-base", description = "RoPE base (theta). Default: ${DEFAULT-VALUE}.")
     double rotaryBase = 10000;
     @Option(names = "--rotary-percent", description = "Fraction of each head's channels that RoPE rotates. Default: ${DEFAULT-VALUE}.")
@@ -642,6 +650,11 @@ public final class PretrainArgs {
             MemoryFloor.check(this, MemoryFloor.ofFlags(this), () -> MemoryFloor.onCpu(this));
         }
         TransformerConfig model = model();
+        model.validateMtpLayout(layout.pipelineParallel(), contextParallel);
+        if (model.mtp() != null && resetAttentionMask) {
+            throw new IllegalArgumentException("--mtp-num-layers " + model.mtp().numLayers() + " with --reset-attention-mask:"
+                    + " the depths do not shift packed documents (each document's tokens would run into the next's)");
+        }
         if (trainsHere && loadHf != null) {
             MemoryFloor.check(this, MemoryFloor.of(model, "--load-hf " + loadHf), () -> MemoryFloor.onCpu(this));
         }
@@ -1071,6 +1084,14 @@ public final class PretrainArgs {
         return sequenceParallel && layout.tensorParallel() > 1;
     }
 
+    /** @return the multi-token prediction of --mtp-num-layers and --mtp-loss-scaling-factor, or null without it */
+    private TransformerConfig.MtpSettings mtp() {
+        if (mtpNumLayers == null) {
+            return null;
+        }
+        return new TransformerConfig.MtpSettings(mtpNumLayers, mtpLossScalingFactor);
+    }
+
     private TransformerConfig model() {
         if (loadHf != null) {
             if (qkLayernorm && !hfConfig().transformerConfig().qkLayernorm()) {
@@ -1080,12 +1101,18 @@ public final class PretrainArgs {
             }
             layerVariants.checkAgainst(hfConfig(), "--load-hf " + loadHf);
             mla.refuseWithLoadHf("--load-hf " + loadHf);
+            if (mtpNumLayers != null && mtpNumLayers > hfConfig().multiTokenPredictionLayers()) {
+                throw new IllegalArgumentException("--mtp-num-layers " + mtpNumLayers + " with --load-hf " + loadHf
+                        + ": its config.json has " + hfConfig().multiTokenPredictionLayers() + " multi-token prediction"
+                        + " layers (" + hfConfig().architecture().className() + (hfConfig().architecture()
+                        == HfArchitecture.DEEPSEEK_V3 ? ", num_nextn_predict_layers" : "") + ")");
+            }
             // the checkpoint's shapes; precision, sequence parallelism, the context-parallel exchange and recompute
             // stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
                     Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
                     .tpCommOverlap(tpCommOverlap).cpCommType(cpCommType.type)
-                    .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes).fp8(fp8Config())).build();
+                    .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes).fp8(fp8Config())).mtp(mtp()).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
         int vocab = Vocab.padded(tokenVocabulary().size(), vocabDivisor, layout.tensorParallel());
@@ -1129,6 +1156,7 @@ public final class PretrainArgs {
         }
         recompute(b);
         b.moe(moe.settings(ffnHiddenSize > 0 ? ffnHiddenSize : 4 * hiddenSize));
+        b.mtp(mtp());
         try {
             return b.build();
         } catch (IllegalArgumentException e) {

@@ -181,6 +181,14 @@ class PretrainGptMegatronFlagsTest {
                         "--multi-latent-attention"));
     }
 
+    /** With {@link #MLA}, DeepSeek-V3's pattern at EP2: layer 0 dense, layer 1 of 4 experts as described below. */
+    private static final List<String> DEEPSEEK_EXPERTS = List.of("--expert-model-parallel-size", "2", "--swiglu",
+            "--normalization", "RMSNorm", "--disable-bias-linear", "--num-experts", "4", "--moe-router-topk", "2",
+            "--moe-layer-freq", "[0]+[1]", "--moe-ffn-hidden-size", "16", "--moe-router-score-function", "sigmoid",
+            "--moe-router-enable-expert-bias", "--moe-router-num-groups", "2", "--moe-router-group-topk", "1",
+            "--moe-router-topk-scaling-factor", "2.5", "--moe-shared-expert-intermediate-size", "16", "--hidden-dropout",
+            "0", "--attention-dropout", "0");
+
     /**
      * The DeepSeek-V3 pattern at a tiny size trains: multi-latent attention with YaRN, layer 0 dense, layer 1 of 4
      * experts top-2 with sigmoid scores, an expert bias, 2 groups of which each token keeps 1, scaling 2.5 and a shared
@@ -189,14 +197,41 @@ class PretrainGptMegatronFlagsTest {
     @Test
     void deepSeekShapedModelTrainsAtEp2() throws Exception {
         List<String> flags = new ArrayList<>(MLA);
-        flags.addAll(List.of("--expert-model-parallel-size", "2", "--swiglu", "--normalization", "RMSNorm",
-                "--disable-bias-linear", "--num-experts", "4", "--moe-router-topk", "2", "--moe-layer-freq", "[0]+[1]",
-                "--moe-ffn-hidden-size", "16", "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
-                "--moe-router-num-groups", "2", "--moe-router-group-topk", "1", "--moe-router-topk-scaling-factor", "2.5",
-                "--moe-shared-expert-intermediate-size", "16", "--hidden-dropout", "0", "--attention-dropout", "0"));
+        flags.addAll(DEEPSEEK_EXPERTS);
         List<Double> losses = losses(run(2, flags.toArray(String[]::new)));
         assertEquals(2, losses.size());
         assertTrue(losses.stream().allMatch(l -> Double.isFinite(l) && l > 0), losses.toString());
+    }
+
+    /**
+     * The same DeepSeek-V3 pattern with one multi-token prediction depth (an MoE layer, as the last decoder layer) trains
+     * at EP2 and logs {@code mtp_1 loss}; a LLaMA-shaped model with a depth, trained at TP2, saves a checkpoint that
+     * export-hf writes as LlamaForCausalLM without the depth (the architecture has no place for it; DeepSeek-V3's export
+     * of the depths is hf-bridge's MultiTokenPredictionBridgeTest) and that generate-gpt completes from, the depth unread.
+     */
+    @Test
+    void multiTokenPredictionTrainsAtEp2AndItsCheckpointExportsAndGenerates() throws Exception {
+        List<String> flags = new ArrayList<>(MLA);
+        flags.addAll(DEEPSEEK_EXPERTS);
+        flags.addAll(List.of("--mtp-num-layers", "1"));
+        String text = console(run(2, flags.toArray(String[]::new)));
+        assertTrue(text.contains("| mtp_1 loss "), text);
+        Path checkpoint = dir.resolve("mtp-checkpoint");
+        console(run(2, "--tensor-model-parallel-size", "2", "--swiglu", "--normalization", "RMSNorm",
+                "--position-embedding-type", "rope", "--disable-bias-linear", "--mtp-num-layers", "1", "--save",
+                checkpoint.toString(), "--save-interval", "2"));
+        Path exported = dir.resolve("mtp-export");
+        assertEquals(0, new picocli.CommandLine(new io.mcore4j.samples.hf.ExportHf()).execute("--load",
+                checkpoint.toString(), "--save-hf", exported.toString()));
+        try (io.mcore4j.hf.HfCheckpoint ck = io.mcore4j.hf.HfCheckpoint.open(exported)) {
+            assertEquals(io.mcore4j.hf.HfArchitecture.LLAMA, ck.config().architecture());
+            assertTrue(ck.tensorNames().stream().noneMatch(n -> n.contains("enorm") || n.contains("eh_proj")),
+                    ck.tensorNames().toString());
+        }
+        ByteArrayOutputStream generated = new ByteArrayOutputStream();
+        PrintStream out = new PrintStream(generated, true, StandardCharsets.UTF_8);
+        assertEquals(0, io.mcore4j.samples.generate.GenerateGpt.run(out, out, "--load", checkpoint.toString(), "--prompts",
+                "ab", "--greedy", "--num-tokens-to-generate", "3"), generated.toString(StandardCharsets.UTF_8));
     }
 
     /** A Gemma-shaped model (windows interleaved, its norms, GeGLU, scales) trains at TP2 on the fused attention. */

@@ -53,18 +53,50 @@ class PretrainGptRunTest {
         PretrainGpt.run(PretrainArgs.parse(f.toArray(String[]::new)), new PrintStream(console, true, StandardCharsets.UTF_8));
         String text = console.toString(StandardCharsets.UTF_8);
         // loss / coeff of a balanced router is about 1 (E experts, top-k: E * sum_e f_e P_e with f_e = P_e = 1/E)
-        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| load_balancing_loss ([0-9.E+-]+)").matcher(text);
-        int lines = 0;
-        while (m.find()) {
-            double value = Double.parseDouble(m.group(1));
-            assertTrue(value > 0.9 && value < 2.0, "load_balancing_loss " + value + " in\n" + text);
-            lines++;
-        }
-        assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
+        assertLoggedPerWindow(text, "load_balancing_loss", 0.9, 2.0);
         String records = java.nio.file.Files.readString(metrics.resolve("metrics.jsonl"));
         // the metrics file writes Megatron's names: moe/<name>_layer_<i>
         assertTrue(records.contains("\"load_balancing_loss\"") && records.contains("\"moe/load_balancing_loss_layer_0\"")
                 && records.contains("\"moe/load_balancing_loss_layer_1\""), records);
+    }
+
+    /**
+     * Multi-token prediction at TP2: each depth's loss is logged per window as Megatron names it ({@code mtp_1 loss},
+     * about ln V at the start), the logged lm loss stays the main model's (with {@code --mtp-loss-scaling-factor 0}
+     * the run gives the losses of a run without the depths, step for step), a positive factor changes the training,
+     * and the layouts it does not run on are refused by name.
+     */
+    @Test
+    void multiTokenPredictionIsLoggedAndOnlyItsFactorTrainsIt() throws Exception {
+        Path metrics = dir.resolve("mtp-metrics");
+        List<String> f = flags(4, "--mtp-num-layers", "1", "--mtp-loss-scaling-factor", "0");
+        f.set(f.indexOf("--metrics-dir") + 1, metrics.toString());
+        ByteArrayOutputStream console = new ByteArrayOutputStream();
+        List<Double> zero = PretrainGpt.run(PretrainArgs.parse(f.toArray(String[]::new)),
+                new PrintStream(console, true, StandardCharsets.UTF_8));
+        String text = console.toString(StandardCharsets.UTF_8);
+        assertLoggedPerWindow(text, "mtp_1 loss", 4, 7); // about ln 256 = 5.5
+        assertTrue(java.nio.file.Files.readString(metrics.resolve("metrics.jsonl")).contains("\"mtp_1 loss\""));
+        List<Double> without = train(flags(4));
+        PretrainRuns.assertSameLosses(without, zero, "--mtp-loss-scaling-factor 0");
+        List<Double> weighted = train(flags(4, "--mtp-num-layers", "1"));
+        assertTrue(Math.abs(weighted.get(1) - without.get(1)) > 1e-6, weighted + " vs " + without);
+        assertTrue(PretrainRuns.refusal(flags(1, "--mtp-num-layers", "1", "--pipeline-model-parallel-size", "2",
+                "--tensor-model-parallel-size", "1")).contains("--mtp-num-layers 1 runs on one pipeline stage"));
+        assertTrue(PretrainRuns.refusal(flags(1, "--mtp-num-layers", "0")).contains("--mtp-num-layers 0 must be at least"
+                + " 1"));
+    }
+
+    /** Asserts one value of {@code name} in each of a 4-iteration run's two logged windows, each within (low, high). */
+    private static void assertLoggedPerWindow(String text, String name, double low, double high) {
+        java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| " + name + " ([0-9.E+-]+)").matcher(text);
+        int lines = 0;
+        while (m.find()) {
+            double value = Double.parseDouble(m.group(1));
+            assertTrue(value > low && value < high, name + " " + value + " in\n" + text);
+            lines++;
+        }
+        assertEquals(2, lines, "one value per logged window (iterations 2 and 4):\n" + text);
     }
 
     @Test

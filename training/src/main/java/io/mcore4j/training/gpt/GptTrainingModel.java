@@ -29,6 +29,7 @@ import io.mcore4j.training.TrainingModel;
 
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.slf4j.Logger;
@@ -48,6 +49,8 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
     private final List<GptModel> chunks;
     private final MoeAuxLossTracker auxLosses;
     private final int moeLayers;
+    /** Multi-token prediction's per-depth losses for logging, or null without it. */
+    private final MoeAuxLossTracker mtpLosses;
     /** Whether micro-batches carry position ids or packed sequences, which every chunk's layers read. */
     private final boolean everyChunkReadsData;
     /** The FP8 scaling state of this rank's chunks, or null without FP8. */
@@ -73,6 +76,14 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
                         // Megatron numbers layers from 1
                         layer.moe().router().trackAuxLosses(auxLosses, layer.layerNumber() + 1, c.numLayers());
                     }
+                }
+            }
+        }
+        this.mtpLosses = c.mtp() == null ? null : new MoeAuxLossTracker(ctx.parameters());
+        if (mtpLosses != null) {
+            for (GptModel m : this.chunks) {
+                if (m.mtp() != null) {
+                    m.mtp().trackLosses(mtpLosses);
                 }
             }
         }
@@ -237,13 +248,23 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
         }
     }
 
-    /** Reports the routers' auxiliary losses over the MoE layers of the whole model (collective). */
+    /**
+     * Reports the routers' auxiliary losses over the MoE layers of the whole model, then multi-token prediction's
+     * per-depth losses ({@code "mtp_<k> loss"}, averaged over data-parallel ranks, as Megatron logs them)
+     * (collective).
+     */
     @Override
     public MoeAuxLossTracker.Report reportAuxLosses(double lossScale) {
-        if (auxLosses == null) {
-            return TrainingModel.super.reportAuxLosses(lossScale);
+        MoeAuxLossTracker.Report moe = auxLosses == null ? TrainingModel.super.reportAuxLosses(lossScale)
+                : auxLosses.report(lossScale, moeLayers, ctx.groups());
+        if (mtpLosses == null) {
+            return moe;
         }
-        return auxLosses.report(lossScale, moeLayers, ctx.groups());
+        // each depth's loss is its own entry of one "layer": the report's average over 1 layer is the value
+        MoeAuxLossTracker.Report mtp = mtpLosses.report(lossScale, 1, ctx.groups());
+        Map<String, Double> averages = new LinkedHashMap<>(moe.averages());
+        averages.putAll(mtp.averages());
+        return new MoeAuxLossTracker.Report(averages, moe.perLayer());
     }
 
     @Override
@@ -282,6 +303,9 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
         super.close();
         if (auxLosses != null) {
             auxLosses.close();
+        }
+        if (mtpLosses != null) {
+            mtpLosses.close();
         }
         if (fp8 != null) {
             fp8.close();
