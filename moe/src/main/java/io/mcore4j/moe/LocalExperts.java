@@ -165,33 +165,48 @@ final class LocalExperts extends AbstractModule {
 
     /**
      * All experts at once: fc1 of every expert in one grouped product, the activation, fc2 in one grouped product,
-     * against weights stacked along a leading expert dim; the biases of each row's expert are added row by row.
+     * against weights stacked along a leading expert dim; each expert's bias is added to its own rows.
      */
     NDArray forwardGrouped(AutogradScope scope, NDArray input, long[] tokensPerExpert, GroupedMatmul matmul) {
         NDManager m = scope.manager();
-        NDArray rowExpert = fc1Biases.isEmpty() ? null : m.create(expertOfEachRow(tokensPerExpert));
         NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), tokensPerExpert); // [N, fc1/t]
-        if (rowExpert != null) {
-            h = Tensors.own(h.add(TokenPermutation.rows(stack(fc1Biases, m), rowExpert, m)), m);
+        if (!fc1Biases.isEmpty()) {
+            h = addExpertBiases(h, stack(fc1Biases, m), tokensPerExpert, m);
         }
         NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), tokensPerExpert);
         NDArray fc2Bias = fc2BiasesForPass(scope);
-        if (fc2Bias != null) {
-            y = Tensors.own(y.add(TokenPermutation.rows(fc2Bias, rowExpert, m)), m);
-        }
-        return y;
+        return fc2Bias == null ? y : addExpertBiases(y, fc2Bias, tokensPerExpert, m);
     }
 
-    /** The local expert of every row, for rows that come expert by expert. */
-    private static long[] expertOfEachRow(long[] tokensPerExpert) {
-        long[] out = new long[Math.toIntExact(TokenPermutation.sum(tokensPerExpert, 0, tokensPerExpert.length))];
-        int row = 0;
+    /**
+     * {@code rows} (expert by expert) with expert {@code e}'s bias added to its rows, one broadcast add per expert
+     * with rows. Not a gather of a bias row per row: that materialises {@code [N, width]} and its backward adds N rows
+     * into E bias rows with atomics, which on a GPU serialise on the few addresses; here each bias's gradient is a plain
+     * sum over its rows.
+     *
+     * @param rows {@code [N, width]}, {@code tokensPerExpert[e]} rows for expert e in turn
+     * @param biases {@code [E, width]}
+     * @param tokensPerExpert rows per expert
+     * @param m owns the result
+     * @return {@code [N, width]}
+     */
+    static NDArray addExpertBiases(NDArray rows, NDArray biases, long[] tokensPerExpert, NDManager m) {
+        NDList parts = new NDList(tokensPerExpert.length);
+        long offset = 0;
         for (int e = 0; e < tokensPerExpert.length; e++) {
-            for (long r = 0; r < tokensPerExpert[e]; r++) {
-                out[row++] = e;
+            long count = tokensPerExpert[e];
+            if (count == 0) {
+                continue;
             }
+            NDArray segment = Tensors.own(Tensors.narrow(rows, 0, offset, offset + count), m);
+            parts.add(Tensors.own(segment.add(Tensors.own(biases.get(e), m)), m));
+            offset += count;
         }
-        return out;
+        if (parts.isEmpty()) {
+            // no rows: the sum still reaches the biases (as zeros), so every rank records the same autograd graph
+            return Tensors.own(rows.add(Tensors.own(biases.get(0), m)), m);
+        }
+        return parts.size() == 1 ? parts.get(0) : Tensors.own(NDArrays.concat(parts, 0), m);
     }
 
     /** The stacked fc2 biases {@code [E_l, h]} to add on this rank, or null (none, or not expert-TP rank 0). */
