@@ -195,6 +195,8 @@ public final class PretrainArgs {
     boolean swiglu;
     @Option(names = "--normalization", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
     NormalizationKind normalization = NormalizationKind.LayerNorm;
+    @Option(names = "--norm-epsilon", description = "Epsilon of every LayerNorm and RMSNorm. Default: 1e-5.")
+    Double normEpsilon;
     @Option(names = "--position-embedding-type", description = "${COMPLETION-CANDIDATES}. Default: ${DEFAULT-VALUE}.")
     PositionEmbeddingKind positionEmbedding = PositionEmbeddingKind.learned_absolute;
     @Option(names = "--untie-embeddings-and-output-weights", description = "A separate output layer instead of the embedding's transpose.")
@@ -1100,6 +1102,11 @@ public final class PretrainArgs {
                         + ") has no query and key norms; drop the flag");
             }
             layerVariants.checkAgainst(hfConfig(), "--load-hf " + loadHf);
+            if (normEpsilon != null && normEpsilon != hfConfig().transformerConfig().normEpsilon()) {
+                throw new IllegalArgumentException("--norm-epsilon " + normEpsilon + " with --load-hf " + loadHf
+                        + ": the model's norms come from its config.json, whose epsilon is "
+                        + hfConfig().transformerConfig().normEpsilon() + "; drop the flag");
+            }
             mla.refuseWithLoadHf("--load-hf " + loadHf);
             if (mtpNumLayers != null && mtpNumLayers > hfConfig().multiTokenPredictionLayers()) {
                 throw new IllegalArgumentException("--mtp-num-layers " + mtpNumLayers + " with --load-hf " + loadHf
@@ -1145,8 +1152,14 @@ public final class PretrainArgs {
         }
         layerVariants.apply(b, numLayers, swiglu);
         mla.apply(b, positionEmbedding == PositionEmbeddingKind.rope);
+        double epsilon = normEpsilon == null ? 1e-5 : normEpsilon;
+        if (!(epsilon > 0) || Double.isInfinite(epsilon)) {
+            throw new IllegalArgumentException("--norm-epsilon " + normEpsilon + " must be positive and finite");
+        }
         if (normalization == NormalizationKind.RMSNorm) {
-            b.normalization(TransformerConfig.Normalization.RMS_NORM, 1e-5);
+            b.normalization(TransformerConfig.Normalization.RMS_NORM, epsilon);
+        } else if (normEpsilon != null) {
+            b.normalization(TransformerConfig.Normalization.LAYER_NORM, epsilon);
         }
         if (positionEmbedding == PositionEmbeddingKind.rope) {
             b.positionEmbedding(TransformerConfig.PositionEmbedding.ROPE);

@@ -119,6 +119,22 @@ class PretrainGptMegatronFlagsTest {
         assertEquals(0.01, setup("--num-experts", "2", "--moe-aux-loss-coeff", "0.01").model().moe().auxLossCoeff());
     }
 
+    /** Megatron's --norm-epsilon sets both norm kinds' epsilon (1e-5 without it); with --load-hf the config.json decides. */
+    @Test
+    void normEpsilonSetsEveryNorm() {
+        assertEquals(1e-5, setup().model().normEpsilon());
+        assertEquals(1e-6, setup("--norm-epsilon", "1e-6").model().normEpsilon());
+        assertEquals(1e-6, setup("--normalization", "RMSNorm", "--norm-epsilon", "1e-6").model().normEpsilon());
+        assertEquals(TransformerConfig.Normalization.RMS_NORM,
+                setup("--normalization", "RMSNorm", "--norm-epsilon", "1e-6").model().normalization());
+        assertEquals("--norm-epsilon 0.0 must be positive and finite", refusal("--norm-epsilon", "0"));
+        Path hf = Path.of("..", "hf-bridge", "src", "test", "resources", "hf", "llama");
+        double stored = setup("--load-hf", hf.toString()).model().normEpsilon();
+        assertEquals(stored, setup("--load-hf", hf.toString(), "--norm-epsilon", String.valueOf(stored)).model().normEpsilon());
+        assertEquals("--norm-epsilon 0.5 with --load-hf " + hf + ": the model's norms come from its config.json, whose"
+                + " epsilon is " + stored + "; drop the flag", refusal("--load-hf", hf.toString(), "--norm-epsilon", "0.5"));
+    }
+
     /**
      * Megatron's sliding-window flags (its int and list forms) and zero-centred norms, and mcore4j's flags for the
      * rest of Gemma's layer: what each sets, and the one line of a value that cannot be honoured.
