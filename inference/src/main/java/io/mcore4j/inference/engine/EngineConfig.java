@@ -54,11 +54,14 @@ public record EngineConfig(int blockSize, int numBlocks, int maxNumSeqs, int max
         return new Builder();
     }
 
+    /** {@link #maxNumSeqs()} unless set (vLLM's {@code --max-num-seqs} is larger; this suits one GPU's cache). */
+    public static final int DEFAULT_MAX_NUM_SEQS = 32;
+
     /** Options of an {@link EngineConfig}, each defaulting as the record says. */
     public static final class Builder {
         private int blockSize = 16;
         private int numBlocks;
-        private int maxNumSeqs = 32;
+        private int maxNumSeqs = DEFAULT_MAX_NUM_SEQS;
         private int maxNumBatchedTokens = 512;
         private int maxWaitingRequests = 256;
         private int maxModelLength;

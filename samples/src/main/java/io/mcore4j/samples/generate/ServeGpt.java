@@ -226,7 +226,7 @@ public final class ServeGpt implements Callable<Integer> {
             }
             return new SerialGenerationEngine(chunk, vocabulary, endOfDocument, maxQueue);
         }
-        EngineConfig config = EngineConfig.builder().maxNumSeqs(maxNumSeqs == 0 ? 32 : maxNumSeqs).maxWaitingRequests(maxQueue)
+        EngineConfig config = EngineConfig.builder().maxNumSeqs(runningRequests()).maxWaitingRequests(maxQueue)
                 .maxModelLength(maxModelLength).maxNumBatchedTokens(maxNumBatchedTokens).vocabularySize(vocabulary)
                 .terminationId(endOfDocument).cudaGraphs(!noCudaGraphs).build();
         try {
@@ -237,9 +237,14 @@ public final class ServeGpt implements Callable<Integer> {
         }
     }
 
+    /** Requests generated at once: {@code --max-num-seqs}, or the continuous engine's default for 0. */
+    private int runningRequests() {
+        return maxNumSeqs > 0 ? maxNumSeqs : EngineConfig.DEFAULT_MAX_NUM_SEQS;
+    }
+
     /** Jetty's pool: one thread per open request, more than the engine holds, so a full engine answers 429 first. */
     private int threads() {
-        return Math.max(maxNumSeqs, 32) + maxQueue + 32;
+        return runningRequests() + maxQueue + 32;
     }
 
     /** {@code --chat-template}, else the tokenizer's template, else none. */
