@@ -101,38 +101,9 @@ public final class PagedKvCache {
         this.sinTable = tables[1];
     }
 
-    /**
-     * Bytes of one block over every layer of this rank, keys and values: what a memory budget divides by.
-     *
-     * @param config the model's config
-     * @param tensorParallelSize the heads' split
-     * @param layers layers on this rank
-     * @param blockSize positions per block
-     * @return the bytes
-     */
-    public static long blockBytes(TransformerConfig config, int tensorParallelSize, int layers, int blockSize) {
-        return 2L * layers * blockSize * (config.numQueryGroups() / tensorParallelSize) * config.kvChannels()
-                * config.dtype().getNumOfBytes();
-    }
-
-    /** @return positions per block */
-    public int blockSize() {
-        return blockSize;
-    }
-
-    /** @return the longest sequence the rotary tables reach */
-    public int maxModelLength() {
-        return maxModelLength;
-    }
-
     /** @return the blocks' allocator */
     public BlockAllocator allocator() {
         return allocator;
-    }
-
-    /** @return the model this cache runs */
-    public GptModel model() {
-        return model;
     }
 
     /**

@@ -72,12 +72,15 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
     private final Condition work = lock.newCondition();
     private volatile boolean closing;
     private final Thread thread;
+    /** One request's row of logits on the host, reused by {@link #deliver} (the engine's thread only). */
+    private final float[] hostRow;
 
     private ContinuousBatchingEngine(GptModel model, EngineConfig config) {
         this.config = config;
         var c = model.context().config();
         this.maxModelLength = config.maxModelLength() > 0 ? config.maxModelLength() : c.maxSequenceLength();
         this.vocabulary = config.vocabularySize() > 0 ? config.vocabularySize() : c.vocabSize();
+        this.hostRow = new float[vocabulary];
         if (vocabulary > c.vocabSize()) {
             throw new IllegalArgumentException("vocabulary size " + vocabulary + " exceeds the model's " + c.vocabSize());
         }
@@ -434,7 +437,8 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         int token;
         float logprob = Float.NaN;
         if (r.hostLogits) {
-            float[] logits = Arrays.copyOfRange(picks.logits(), row * vocabulary, (row + 1) * vocabulary);
+            float[] logits = hostRow; // the sampler penalises it in place: a fresh copy of the row each time
+            System.arraycopy(picks.logits(), row * vocabulary, logits, 0, vocabulary);
             token = r.sampler.next(logits, vocabulary);
             if (r.request.logprobs()) {
                 logprob = r.sampler.logprob(logits, vocabulary, token);

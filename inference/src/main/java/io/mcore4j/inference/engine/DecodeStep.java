@@ -65,11 +65,6 @@ final class DecodeStep implements AutoCloseable {
         this.tables = manager.zeros(new Shape(bucket, width), DataType.INT64);
     }
 
-    /** @return whether the step replays a captured graph */
-    boolean captured() {
-        return graph != null;
-    }
-
     /**
      * Runs the step on the given inputs (padded to the bucket).
      *
