@@ -180,9 +180,10 @@ final class LocalExperts extends AbstractModule {
 
     /**
      * {@code rows} (expert by expert) with expert {@code e}'s bias added to its rows, one broadcast add per expert
-     * with rows. Not a gather of a bias row per row: that materialises {@code [N, width]} and its backward adds N rows
-     * into E bias rows with atomics, which on a GPU serialise on the few addresses; here each bias's gradient is a plain
-     * sum over its rows.
+     * with rows, on one split of the rows (whose backward is one concatenation, where a slice per expert would fill a
+     * zero tensor of the full size each). Not a gather of a bias row per row: that materialises {@code [N, width]} and
+     * its backward adds N rows into E bias rows with atomics, which on a GPU serialise on the few addresses; here each
+     * bias's gradient is a plain sum over its rows.
      *
      * @param rows {@code [N, width]}, {@code tokensPerExpert[e]} rows for expert e in turn
      * @param biases {@code [E, width]}
@@ -191,20 +192,17 @@ final class LocalExperts extends AbstractModule {
      * @return {@code [N, width]}
      */
     static NDArray addExpertBiases(NDArray rows, NDArray biases, long[] tokensPerExpert, NDManager m) {
-        NDList parts = new NDList(tokensPerExpert.length);
-        long offset = 0;
-        for (int e = 0; e < tokensPerExpert.length; e++) {
-            long count = tokensPerExpert[e];
-            if (count == 0) {
-                continue;
-            }
-            NDArray segment = Tensors.own(Tensors.narrow(rows, 0, offset, offset + count), m);
-            parts.add(Tensors.own(segment.add(Tensors.own(biases.get(e), m)), m));
-            offset += count;
-        }
-        if (parts.isEmpty()) {
+        if (TokenPermutation.sum(tokensPerExpert, 0, tokensPerExpert.length) == 0) {
             // no rows: the sum still reaches the biases (as zeros), so every rank records the same autograd graph
             return Tensors.own(rows.add(Tensors.own(biases.get(0), m)), m);
+        }
+        NDList segments = Tensors.split(rows, tokensPerExpert, 0);
+        segments.attach(m);
+        NDList parts = new NDList(tokensPerExpert.length);
+        for (int e = 0; e < tokensPerExpert.length; e++) {
+            if (tokensPerExpert[e] > 0) {
+                parts.add(Tensors.own(segments.get(e).add(Tensors.own(biases.get(e), m)), m));
+            }
         }
         return parts.size() == 1 ? parts.get(0) : Tensors.own(NDArrays.concat(parts, 0), m);
     }
