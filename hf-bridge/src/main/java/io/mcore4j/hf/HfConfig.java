@@ -16,7 +16,9 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.TreeSet;
 
@@ -128,6 +130,20 @@ public final class HfConfig {
         } catch (HfCheckpointException e) {
             throw badInput(name, dir, e);
         }
+    }
+
+    /**
+     * What an mcore4j checkpoint's common state records of this config (the writer's side of {@link #recordedIn}):
+     * {@link #CHECKPOINT_KEY} and {@link #PADDED_VOCAB_KEY}.
+     *
+     * @param paddedVocab the model's padded vocabulary at save time
+     * @return the two entries, in that order
+     */
+    public Map<String, Object> checkpointEntries(int paddedVocab) {
+        Map<String, Object> entries = new LinkedHashMap<>();
+        entries.put(CHECKPOINT_KEY, json().toString());
+        entries.put(PADDED_VOCAB_KEY, (long) paddedVocab);
+        return entries;
     }
 
     /**

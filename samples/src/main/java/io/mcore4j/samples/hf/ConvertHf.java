@@ -77,10 +77,9 @@ public final class ConvertHf implements Callable<Integer> {
                 state.addAll(chunk.shardedState(MODEL_PREFIX));
             }
             Map<String, Object> common = new LinkedHashMap<>();
-            common.put(HfConfig.CHECKPOINT_KEY, hf.json().toString());
+            common.putAll(hf.checkpointEntries(config.vocabSize()));
             common.put("hf_source", hfDir.toAbsolutePath().toString());
             common.put("layout", groups.dims().toString());
-            common.put(HfConfig.PADDED_VOCAB_KEY, (long) config.vocabSize());
             long saveStart = System.nanoTime();
             DistCheckpointing.save(save, state, common, groups.world());
             double saveSeconds = (System.nanoTime() - saveStart) / 1e9;

@@ -295,7 +295,7 @@ public final class GptTrainingModel extends AbstractModule implements TrainingMo
                     noArchitecture.getMessage());
             return Map.of();
         }
-        return Map.of(HfConfig.CHECKPOINT_KEY, hf.json().toString(), HfConfig.PADDED_VOCAB_KEY, (long) config.vocabSize());
+        return hf.checkpointEntries(config.vocabSize());
     }
 
     @Override

@@ -362,9 +362,8 @@ public final class PretrainedGpt implements AutoCloseable {
     public void saveCheckpoint(Path dir) {
         requireOpen();
         Map<String, Object> common = new LinkedHashMap<>();
-        common.put(HfConfig.CHECKPOINT_KEY, hf.json().toString());
+        common.putAll(hf.checkpointEntries(config().vocabSize()));
         common.put("layout", groups.dims().toString());
-        common.put(HfConfig.PADDED_VOCAB_KEY, (long) config().vocabSize());
         DistCheckpointing.save(dir, modelState(), common, groups.world());
     }
 
