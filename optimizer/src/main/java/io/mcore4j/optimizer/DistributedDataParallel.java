@@ -132,7 +132,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
      * Per-pass reductions left running while backward goes on: each holds its bucket's full buffer, so
      * older ones are added (the caller's stream waits for them) as newer ones start.
      */
-    private static final int PASSES_IN_FLIGHT = 2;
+    public static final int PASSES_IN_FLIGHT = 2;
 
     /** A bucket whose reduction was started: the buffers it uses and the pending collective. */
     private record InFlight(NDManager buffers, NDArray flat, boolean scatter, PendingCollective pending) {}

@@ -2,6 +2,7 @@ package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
 import io.mcore4j.optimizer.DataParallelShardingStrategy;
+import io.mcore4j.optimizer.DistributedDataParallel;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.parallel.ParallelDims;
 
@@ -38,8 +39,6 @@ import java.util.regex.Pattern;
  * two layers only; its full uniform recompute is the layout's.
  */
 public final class MemoryModel {
-    /** The per-pass reductions ZeRO-2 and ZeRO-3 leave running, each with its bucket's flat buffer ({@code DistributedDataParallel}). */
-    static final int PASSES_IN_FLIGHT = 2;
     private static final Pattern LAYER = Pattern.compile("decoder\\.layers\\.\\d+\\.");
 
     private MemoryModel() {}
@@ -102,7 +101,7 @@ public final class MemoryModel {
             // whole .grads: those backward does not report (see the class comment) and the bucket being filled;
             // flat buffers: the shards' running sum and the two passes' reductions in flight
             gradients = (unreported(c, layout, z) + z.bucket()) * bytes;
-            buffers += PASSES_IN_FLIGHT * z.bucket() * gradBytes;
+            buffers += DistributedDataParallel.PASSES_IN_FLIGHT * z.bucket() * gradBytes;
             if (sharding.shardsParameters()) {
                 // the weights outside the layers are never released; of the layers' only the one in use and the
                 // one prefetched are whole

@@ -92,12 +92,6 @@ public final class TrainStep implements AutoCloseable {
     private NDManager fp8Pieces;
 
     private TrainStep(Builder b) {
-        if (b.cudaGraph.enabled() && b.model.fp8Scaling() != null) {
-            // the casts and scales are device tensors, but the float8 weight copies are cached by the host between
-            // steps, which a replayed graph bypasses: not validated on a GPU yet
-            throw new IllegalArgumentException("--cuda-graph-impl local cannot be combined with --fp8-format yet: the FP8"
-                    + " linears' weight casts are cached by the host between steps (drop one of them)");
-        }
         this.model = b.model;
         this.groups = b.groups;
         this.manager = b.manager;
@@ -126,11 +120,6 @@ public final class TrainStep implements AutoCloseable {
         ParameterResidency residency = optimizer.parameterResidency();
         if (residency != null) {
             // ZeRO-3: the model gathers each layer's weights as it reads them, and releases them after
-            if (b.cudaGraph.enabled()) {
-                throw new IllegalArgumentException("--data-parallel-sharding-strategy "
-                        + b.optimizer.dataParallelShardingStrategy().flag() + " does not compose with CUDA graphs"
-                        + " (--cuda-graph-impl): a replayed graph calls no hooks, so the weights would never be gathered");
-            }
             if (!model.addParameterResidency(residency)) {
                 throw new IllegalArgumentException("--data-parallel-sharding-strategy "
                         + b.optimizer.dataParallelShardingStrategy().flag() + " needs a model that gathers and releases its"
@@ -556,6 +545,12 @@ public final class TrainStep implements AutoCloseable {
                         + " does not: its per-micro-batch reductions expect one backward pass at a time");
             }
             if (cudaGraph.enabled()) {
+                if (model.fp8Scaling() != null) {
+                    // the casts and scales are device tensors, but the float8 weight copies are cached by the host
+                    // between steps, which a replayed graph bypasses: not validated on a GPU yet
+                    throw new IllegalArgumentException("--cuda-graph-impl local cannot be combined with --fp8-format yet:"
+                            + " the FP8 linears' weight casts are cached by the host between steps (drop one of them)");
+                }
                 if (optimizer.overlapGradReduce()) {
                     throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --overlap-grad-reduce exclude"
                             + " each other for now: the overlapped reduction starts inside the backward the graph captures");
