@@ -113,7 +113,7 @@ public final class PagedKvCache {
      *
      * @param scope a no-grad scope owning the result
      * @param tokens [s, b] int64 token ids on the model's device
-     * @param positions [b, s] int64 each token's position, below {@link #maxModelLength()}
+     * @param positions [b, s] int64 each token's position, below the cache's max model length
      * @param blockTables [b, w] int64 each sequence's blocks (0 past its own), {@code w * blockSize} covering its
      *     positions
      * @param lastPositionOnly return the logits of the pass's last token per sequence only
