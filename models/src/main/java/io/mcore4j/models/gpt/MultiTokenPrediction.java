@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Cast;
@@ -159,7 +160,7 @@ public final class MultiTokenPrediction extends AbstractModule {
     private static NDArray shiftLeft(NDArray x, NDManager m) {
         long s = x.getShape().get(0);
         NDArray rest = Tensors.narrow(x, 0, 1, s);
-        NDArray zero = m.zeros(new Shape(1, x.getShape().get(1)), x.getDataType(), x.getDevice());
+        NDArray zero = DataTypes.zeros(m, new Shape(1, x.getShape().get(1)), DataTypes.of(x), x.getDevice());
         return Tensors.own(rest.concat(zero, 0), m);
     }
 

@@ -3,6 +3,7 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Recompute;
@@ -192,8 +193,8 @@ public final class MultiLatentAttention extends AbstractModule implements Attent
         NDArray key = keyValueParts.get(0).concat(sharedKey, 3);
         NDArray value = keyValueParts.get(1);
         if (dims.vHeadDim() < width) {
-            value = value.concat(scope.manager().zeros(new Shape(s, b, heads, width - dims.vHeadDim()),
-                    value.getDataType(), value.getDevice()), 3);
+            value = value.concat(DataTypes.zeros(scope.manager(), new Shape(s, b, heads, width - dims.vHeadDim()),
+                    DataTypes.of(value), value.getDevice()), 3);
         }
         NDArray context = cache != null ? cache.attend(scope, query, key, value) : coreAttention(scope, query, key, value);
         return context.reshape(s, b, heads, width).get(":, :, :, :" + dims.vHeadDim()).reshape(s, b, heads * dims.vHeadDim());

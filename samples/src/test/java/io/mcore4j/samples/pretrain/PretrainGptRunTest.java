@@ -87,6 +87,32 @@ class PretrainGptRunTest {
                 + " 1"));
     }
 
+    /**
+     * The DeepSeek-V3 pattern (multi-latent attention, a dense first layer, grouped sigmoid routing over fine-grained
+     * experts with a shared expert, multi-token prediction) trains in bfloat16 as in float32: every tensor the
+     * pattern creates of its input's dtype is one libtorch can make in bfloat16 (DJL's own zeros abort the JVM there).
+     */
+    @Test
+    void theDeepSeekV3PatternTrainsInBfloat16AsInFloat32() throws Exception {
+        List<String> pattern = List.of("--tensor-model-parallel-size", "1", "--expert-model-parallel-size", "2",
+                "--normalization", "RMSNorm", "--swiglu", "--disable-bias-linear", "--multi-latent-attention",
+                "--q-lora-rank", "24", "--kv-lora-rank", "16", "--qk-head-dim", "8", "--qk-pos-emb-head-dim", "4",
+                "--v-head-dim", "8", "--num-experts", "16", "--moe-router-topk", "4", "--moe-ffn-hidden-size", "16",
+                "--moe-shared-expert-intermediate-size", "16", "--moe-layer-freq", "([0]*1+[1]*1)",
+                "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias", "--moe-router-num-groups", "4",
+                "--moe-router-group-topk", "2", "--moe-router-topk-scaling-factor", "2.5", "--moe-router-load-balancing-type",
+                "seq_aux_loss", "--moe-aux-loss-coeff", "1e-4", "--moe-token-dispatcher-type", "alltoall",
+                "--moe-grouped-gemm", "--moe-permute-fusion", "--mtp-num-layers", "1");
+        List<String> f32 = flags(2, pattern.toArray(String[]::new));
+        List<String> bf16 = new ArrayList<>(f32);
+        bf16.add("--bf16");
+        List<Double> want = train(f32);
+        List<Double> got = train(bf16);
+        for (int i = 0; i < want.size(); i++) {
+            assertEquals(want.get(i), got.get(i), 2e-2 * want.get(i), "iteration " + (i + 1) + " in bfloat16");
+        }
+    }
+
     /** Asserts one value of {@code name} in each of a 4-iteration run's two logged windows, each within (low, high). */
     private static void assertLoggedPerWindow(String text, String name, double low, double high) {
         java.util.regex.Matcher m = java.util.regex.Pattern.compile("\\| " + name + " ([0-9.E+-]+)").matcher(text);
