@@ -225,8 +225,21 @@ run() {
     grep -q 'out of memory\|OutOfMemory' "$log" && why="$why, out of memory"
     tail -n 12 "$log" | sed "s/^/[$r]   | /" | tee -a "$results"
     say "$r" "$status failed ($why)"
+    free_gpus "$r"
     return 1
   fi
+}
+
+# free_gpus ROW: kills whatever a failed run left on the GPUs. torchrun starts its workers in sessions of their
+# own, so the timeout's signals stop torchrun but can leave a worker JVM holding its GPU memory (and its GPU)
+# through the rows after it.
+free_gpus() {
+  local pids
+  pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null | tr -d ' ' | grep -E '^[0-9]+$' | tr '\n' ' ')
+  [ -n "$pids" ] || return 0
+  say "$1" "killing what the run left on the GPUs: pids $pids"
+  # shellcheck disable=SC2086 # a pid list
+  kill -9 $pids 2>/dev/null; sleep 5
 }
 
 bench() { # bench ROW N: GptBenchmark with the row's flags
