@@ -30,6 +30,12 @@ DTYPE = torch.float16
 if os.environ.get("BENCH_TINY") == "1":
     LAYERS, HIDDEN, HEADS, GROUPS, FFN, VOCAB = 2, 64, 4, 2, 128, 256
     PROMPTS, PROMPT_LENGTH, NEW_TOKENS, DTYPE = 4, 8, 24, torch.float32
+ROPE_THETA = 10000.0
+# BENCH_SHAPE=8b: Llama-3-8B's shape (32 layers, hidden 4096, 32 heads, 8 key/value groups, SwiGLU 14336, vocab
+# 128256, RoPE base 500000), issue 41's 8B row (GenerateBenchmark --num-layers 32 --hidden-size 4096
+#  --num-attention-heads 32 --num-query-groups 8 --ffn-hidden-size 14336 --vocab-size 128256 --rotary-base 500000)
+if os.environ.get("BENCH_SHAPE") == "8b":
+    LAYERS, HIDDEN, HEADS, GROUPS, FFN, VOCAB, ROPE_THETA = 32, 4096, 32, 8, 14336, 128256, 500000.0
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -37,7 +43,7 @@ def llama_config():
     from transformers import LlamaConfig
     return LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
                        num_attention_heads=HEADS, num_key_value_heads=GROUPS, max_position_embeddings=2048,
-                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=False,
+                       rms_norm_eps=1e-5, rope_theta=ROPE_THETA, tie_word_embeddings=False, attention_bias=False,
                        mlp_bias=False, initializer_range=0.02)
 
 
@@ -70,7 +76,8 @@ def make(work):
     from transformers import LlamaForCausalLM
     os.makedirs(work, exist_ok=True)
     torch.manual_seed(SEED)
-    model = LlamaForCausalLM(llama_config()).to(DTYPE)
+    with torch.device(DEVICE):  # initialised where it runs: an 8B model's CPU initialisation takes minutes
+        model = LlamaForCausalLM(llama_config()).to(DTYPE)
     model.save_pretrained(os.path.join(work, "hf"))
     save_file(to_mcore4j(model.state_dict()), os.path.join(work, "mcore4j.safetensors"))
     prompts = torch.randint(0, VOCAB, (PROMPTS, PROMPT_LENGTH), generator=torch.Generator().manual_seed(SEED))

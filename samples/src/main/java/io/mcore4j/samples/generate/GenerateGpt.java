@@ -14,6 +14,7 @@ import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.samples.launch.FailureReport;
 import io.mcore4j.samples.launch.LaunchedRank;
+import io.mcore4j.samples.launch.ParallelLayoutOptions;
 
 import java.io.PrintStream;
 import java.time.Duration;
@@ -117,8 +118,7 @@ public final class GenerateGpt implements Callable<Integer> {
         ModelSource.Resolved resolved = model.resolve(tensorParallel);
         Mcore4j.ensureInitialized();
         int world = tensorParallel * pipelineParallel;
-        boolean launched = System.getenv("RANK") != null || System.getenv("SLURM_PROCID") != null
-                || System.getenv("OMPI_COMM_WORLD_RANK") != null;
+        boolean launched = ParallelLayoutOptions.launched();
         List<List<Completion>> perRank;
         List<int[]> ids = new ArrayList<>();
         try (Tokenizer tokenizer = model.tokenizer()) {

@@ -1,6 +1,8 @@
 package io.mcore4j.samples.generate;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
@@ -23,17 +25,18 @@ import java.util.Map;
 import java.util.Set;
 
 /**
- * Fills a single-rank model's parameters from one plain safetensors file whose tensor names are the
+ * Fills a model's parameters from one plain safetensors file of whole tensors whose names are the
  * parameters' own keys ({@code decoder.layers.0.self_attention.linear_qkv.weight}, ...): the form
  * {@code scripts/inference/gpu_generate_bench.py} writes, so that both sides of the benchmark run the
- * same weights. Every parameter must be present with its exact shape; the dtype converts.
+ * same weights. Every parameter must be present with its global shape; a tensor-parallel rank takes its part
+ * by the parameter's {@link Parameter.Partition} (strided parts included); the dtype converts.
  */
 final class SafetensorsWeights {
     private SafetensorsWeights() {}
 
     /**
      * @param file the safetensors file
-     * @param parameters the model's parameters by key (a TP1, PP1 model: whole tensors)
+     * @param parameters this rank's parameters by key (one pipeline stage, any tensor-parallel size)
      * @param scratch manager for the host-side copies, on the CPU
      * @throws IOException if the file cannot be read
      * @throws IllegalArgumentException naming a missing or misshapen tensor
@@ -57,9 +60,9 @@ final class SafetensorsWeights {
                 for (int i = 0; i < shape.length; i++) {
                     shape[i] = t.getAsJsonArray("shape").get(i).getAsLong();
                 }
-                if (!Arrays.equals(shape, p.data().getShape().getShape())) {
+                if (!Arrays.equals(shape, p.globalShape())) {
                     throw new IllegalArgumentException(e.getKey() + " has shape " + Arrays.toString(shape) + " in " + file
-                            + ", the model expects " + p.data().getShape());
+                            + ", the model expects " + Arrays.toString(p.globalShape()));
                 }
                 DataType dtype = switch (t.get("dtype").getAsString()) {
                     case "F16" -> DataType.FLOAT16;
@@ -73,7 +76,7 @@ final class SafetensorsWeights {
                         .order(ByteOrder.LITTLE_ENDIAN);
                 try (NDManager temp = scratch.newSubManager()) {
                     NDArray host = temp.create(data, new Shape(shape), dtype);
-                    Tensors.copyInto(p.data(), host);
+                    Tensors.copyInto(p.data(), part(host, p));
                 }
                 missing.remove(e.getKey());
             }
@@ -81,5 +84,19 @@ final class SafetensorsWeights {
                 throw new IllegalArgumentException(file + " lacks " + missing);
             }
         }
+    }
+
+    /** This rank's part of the whole tensor {@code global}: its partition's runs along the split dim, in local order. */
+    private static NDArray part(NDArray global, Parameter p) {
+        Parameter.Partition partition = p.partition();
+        if (!partition.isSplit()) {
+            return global;
+        }
+        int dim = partition.dim();
+        NDList runs = new NDList();
+        for (Parameter.Run run : partition.runs(p.data().getShape().get(dim))) {
+            runs.add(Tensors.narrow(global, dim, run.globalStart(), run.globalStart() + run.length()));
+        }
+        return runs.size() == 1 ? runs.get(0) : NDArrays.concat(runs, dim);
     }
 }
