@@ -77,36 +77,44 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, a_inv: torch.Tensor, b_inv: torch.Te
 
 
 class Fp8Linear(torch.nn.Module):
-    def forward(self, x: torch.Tensor, qw: torch.Tensor, w_inv: torch.Tensor, bias: torch.Tensor,
-                scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
-                cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """y = x.W^T (+ bias when it has elements) for x [m, k] and the float8 weight qw [n, k]; returns y,
-        the float8 copy of x (kept for the weight gradient) and its inverse scale."""
+    """The GEMMs take float8 operands cast by `quantize` (the reference) or by a kernel of mcore4j's (its fused CUDA
+    cast, which writes into buffers from `empty_fp8`)."""
+
+    def forward(self, qx: torch.Tensor, qw: torch.Tensor, x_inv: torch.Tensor, w_inv: torch.Tensor,
+                bias: torch.Tensor, cfg: torch.Tensor) -> torch.Tensor:
+        """y = x.W^T (+ bias when it has elements) for the e4m3 x [m, k] and W [n, k]."""
         c: List[int] = cfg.tolist()
-        qx, x_inv = _quantize(x, scale, scale_inv, history, c[0], c[1], c[2] != 0)
         y = _gemm(qx, qw.t(), x_inv, w_inv, c[3] != 0, c[4])
         if bias.numel() > 0:
             y = y + bias
-        return y, qx, x_inv
+        return y
 
     @torch.jit.export
-    def quantize_weight(self, w: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor,
-                        history: torch.Tensor, cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The float8 weight [n, k], its transpose [k, n] (row-major, for the input gradient) and the
-        inverse scale."""
+    def quantize(self, x: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
+                 cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The reference cast of x [m, n] in slot cfg[0]'s way: its float8 copy [m, n], the copy's transpose [n, m]
+        (row-major: the layout the other GEMM takes) and the inverse scale."""
         c: List[int] = cfg.tolist()
-        qw, w_inv = _quantize(w, scale, scale_inv, history, c[0], c[1], c[2] != 0)
-        return qw, qw.t().contiguous(), w_inv
+        q, inv = _quantize(x, scale, scale_inv, history, c[0], c[1], c[2] != 0)
+        return q, q.t().contiguous(), inv
 
     @torch.jit.export
-    def backward(self, dy: torch.Tensor, qx: torch.Tensor, x_inv: torch.Tensor, qw_t: torch.Tensor,
-                 w_inv: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
+    def empty_fp8(self, x: torch.Tensor, cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Uninitialised float8 tensors of format cfg[1] for x [m, n]'s cast: [m, n] and [n, m] on x's device."""
+        c: List[int] = cfg.tolist()
+        dtype = torch.float8_e5m2 if c[1] == 1 else torch.float8_e4m3fn
+        m, n = x.size(0), x.size(1)
+        return torch.empty([m, n], dtype=dtype, device=x.device), torch.empty([n, m], dtype=dtype, device=x.device)
+
+    @torch.jit.export
+    def backward(self, qdy: torch.Tensor, qdy_t: torch.Tensor, dy_inv: torch.Tensor, qx_t: torch.Tensor,
+                 x_inv: torch.Tensor, qw_t: torch.Tensor, w_inv: torch.Tensor,
                  cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """dx = dy.W [m, k] (out_dtype) and dW = dy^T.x [n, k] (out_dtype), dy [m, n] cast in fmt."""
+        """dx = dy.W [m, k] and dW = dy^T.x [n, k] (out_dtype) from the float8 dy [m, n] and dy^T [n, m] (format
+        cfg[1]) and the e4m3 x^T [k, m] and W^T [k, n], each row-major."""
         c: List[int] = cfg.tolist()
-        qdy, dy_inv = _quantize(dy, scale, scale_inv, history, c[0], c[1], c[2] != 0)
         dx = _gemm(qdy, qw_t.t(), dy_inv, w_inv, c[3] != 0, c[4])
-        dw = _gemm(qdy.t().contiguous(), qx.t().contiguous().t(), dy_inv, x_inv, c[3] != 0, c[4])
+        dw = _gemm(qdy_t, qx_t.t(), dy_inv, x_inv, c[3] != 0, c[4])
         return dx, dw
 
     @torch.jit.export
@@ -157,30 +165,50 @@ def check(module: torch.jit.ScriptModule) -> None:
     history = torch.zeros(2, n)
     scale = _buffer([8.0, 4096.0, 1.0])
     scale_inv = scale.reciprocal()
-    cfg = torch.tensor([1, 0, 0, 0, 15])
-    qw, qw_t, w_inv = module.quantize_weight(w, scale, scale_inv, history, cfg)
+    qw, qw_t, w_inv = module.quantize(w, scale, scale_inv, history, torch.tensor([1, 0, 0, 0, 15]))
     want_qw = torch.clamp(w.float() * 4096.0, -448.0, 448.0).to(torch.float8_e4m3fn)
-    if not torch.equal(qw.float(), want_qw.float()) or not torch.equal(qw_t.float(), want_qw.float().t()):
+    if qw.dtype != torch.float8_e4m3fn or not torch.equal(qw.view(torch.uint8), want_qw.view(torch.uint8)) \
+            or not torch.equal(qw_t.view(torch.uint8), want_qw.view(torch.uint8).t()) or not qw_t.is_contiguous():
         raise SystemExit("weight cast differs")
     if history[0, 1].item() != w.float().abs().max().item():
         raise SystemExit("weight amax not recorded")
-    y, qx, x_inv = module(x, qw, w_inv, torch.empty(0), scale, scale_inv, history,
-                          torch.tensor([0, 0, 0, 0, 15]))
+    fwd = torch.tensor([0, 0, 0, 0, 15])
+    qx, qx_t, x_inv = module.quantize(x, scale, scale_inv, history, fwd)
+    y = module(qx, qw, x_inv, w_inv, torch.empty(0), fwd)
     want_y = (qx.float() @ qw.float().t() / 8.0 / 4096.0).to(torch.bfloat16)
     if not torch.equal(y, want_y):
         raise SystemExit("forward differs")
     dy = torch.randn(32, 16, dtype=torch.bfloat16)
-    dx, dw = module.backward(dy, qx, x_inv, qw_t, w_inv, scale, scale_inv, history, torch.tensor([2, 1, 1, 0, 15]))
+    bwd = torch.tensor([2, 1, 1, 0, 15])
+    qdy, qdy_t, dy_inv = module.quantize(dy, scale, scale_inv, history, bwd)
+    dx, dw = module.backward(qdy, qdy_t, dy_inv, qx_t, x_inv, qw_t, w_inv, bwd)
     amax = dy.float().abs().max()
     s_dy = torch.tensor(E5M2_MAX) / amax
-    qdy = torch.clamp(dy.float() * s_dy, -E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2).float()
+    want_qdy = torch.clamp(dy.float() * s_dy, -E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2)
+    if not torch.equal(qdy.view(torch.uint8), want_qdy.view(torch.uint8)) or dy_inv.item() != (1 / s_dy).item():
+        raise SystemExit("tensorwise cast differs")
     inv = 1 / s_dy
+    qdy = want_qdy.float()
+    qxf = qx.float()
     if not torch.allclose(dx.float(), (qdy @ qw.float() * inv / 4096.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
         raise SystemExit("input gradient differs")
-    if not torch.allclose(dw.float(), (qdy.t() @ qx.float() * inv / 8.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
+    if not torch.allclose(dw.float(), (qdy.t() @ qxf * inv / 8.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
         raise SystemExit("weight gradient differs")
+    if not torch.equal(module.dequantize(qdy_t, dy_inv), want_qdy.float().t() * dy_inv):
+        raise SystemExit("dequantize differs")
+    special = torch.tensor([[float("nan"), -float("nan"), float("inf"), -float("inf"), 500.0, -1e30, 1e-30, 0.0]] * 16)
+    for fmt, dtype in ((0, torch.float8_e4m3fn), (1, torch.float8_e5m2)):
+        h = torch.zeros(1, 1)
+        q, _, _ = module.quantize(special, _buffer([1.0]), _buffer([1.0]), h, torch.tensor([0, fmt, 0, 0, 15]))
+        m = _fp8_max(fmt)
+        want = torch.clamp(special, -m, m).to(dtype).view(torch.uint8)
+        if not torch.equal(q.view(torch.uint8), want) or not torch.isnan(h[0, 0]):
+            raise SystemExit(f"saturation or NaN differs for format {fmt}: {q[0].tolist()} vs {want[0].tolist()}")
+        e, e_t = module.empty_fp8(special, torch.tensor([0, fmt, 0, 0, 15]))
+        if e.dtype != dtype or e.shape != special.shape or e_t.shape != special.t().shape:
+            raise SystemExit(f"empty_fp8 gave {e.dtype} {e.shape}, {e_t.shape}")
     try:
-        y2, _, _ = module(x, qw, w_inv, torch.empty(0), scale, scale_inv, history, torch.tensor([0, 0, 0, 1, 15]))
+        y2 = module(qx, qw, x_inv, w_inv, torch.empty(0), torch.tensor([0, 0, 0, 1, 15]))
         if not torch.allclose(y2.float(), y.float(), rtol=1e-2, atol=1e-2):
             raise SystemExit("_scaled_mm differs from the reference GEMM")
     except RuntimeError as e:
