@@ -123,6 +123,11 @@ class Fp8Linear(torch.nn.Module):
         return q.float() * inv
 
     @torch.jit.export
+    def widen(self, q: torch.Tensor) -> torch.Tensor:
+        """float32(q), exact (a NaN keeps its sign), for checks that compare float8 tensors bit for bit."""
+        return q.float()
+
+    @torch.jit.export
     def update(self, history: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor,
                fp8_max: torch.Tensor, current_amax: torch.Tensor, cfg: torch.Tensor) -> torch.Tensor:
         """Delayed scaling's step, in place: the current amax row (reduced over ranks by the caller) is written
@@ -196,6 +201,8 @@ def check(module: torch.jit.ScriptModule) -> None:
         raise SystemExit("weight gradient differs")
     if not torch.equal(module.dequantize(qdy_t, dy_inv), want_qdy.float().t() * dy_inv):
         raise SystemExit("dequantize differs")
+    if not torch.equal(module.widen(qdy_t), want_qdy.float().t()):
+        raise SystemExit("widen differs")
     special = torch.tensor([[float("nan"), -float("nan"), float("inf"), -float("inf"), 500.0, -1e30, 1e-30, 0.0]] * 16)
     for fmt, dtype in ((0, torch.float8_e4m3fn), (1, torch.float8_e5m2)):
         h = torch.zeros(1, 1)

@@ -68,6 +68,7 @@ public final class Fp8Kernels {
     private final NDArray backward;
     private final NDArray update;
     private final NDArray dequantize;
+    private final NDArray widen;
 
     private Fp8Kernels() {
         this.module = TorchScriptModules.shared(Fp8Kernels.class, RESOURCE);
@@ -77,6 +78,7 @@ public final class Fp8Kernels {
         this.backward = marker(host, "backward");
         this.update = marker(host, "update");
         this.dequantize = marker(host, "dequantize");
+        this.widen = marker(host, "widen");
     }
 
     private static NDArray marker(NDManager host, String method) {
@@ -267,6 +269,17 @@ public final class Fp8Kernels {
      */
     public NDArray dequantize(NDArray q, NDArray inverseScale) {
         return run(dequantize, q, inverseScale).singletonOrThrow();
+    }
+
+    /**
+     * The exact float32 values of a float8 tensor (a NaN keeps its sign), for checks that compare float8 tensors bit
+     * for bit through {@link NDArray#toFloatArray()}.
+     *
+     * @param q a float8 tensor (a handle of DJL dtype {@code UNKNOWN})
+     * @return {@code float32(q)}, owned by {@code q}'s manager
+     */
+    public NDArray widen(NDArray q) {
+        return run(widen, q).singletonOrThrow();
     }
 
     private NDList run(NDArray method, NDArray... inputs) {
