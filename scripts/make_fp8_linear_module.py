@@ -82,8 +82,13 @@ class Fp8Linear(torch.nn.Module):
 
     def forward(self, qx: torch.Tensor, qw: torch.Tensor, x_inv: torch.Tensor, w_inv: torch.Tensor,
                 bias: torch.Tensor, cfg: torch.Tensor) -> torch.Tensor:
-        """y = x.W^T (+ bias when it has elements) for the e4m3 x [m, k] and W [n, k]."""
+        """y = x.W^T (+ bias when it has elements) for the e4m3 x [m, k] and W [n, k]; with _scaled_mm and a bias of
+        the output dtype (float16 or bfloat16) the GEMM's epilogue adds the bias."""
         c: List[int] = cfg.tolist()
+        if bias.numel() > 0 and c[3] != 0 and c[4] in (5, 15) and bias.dtype == (torch.half if c[4] == 5 else torch.bfloat16):
+            # cuBLASLt adds the bias in its epilogue (in float32, before the one rounding to the output dtype) instead
+            # of a second pass over y
+            return torch._scaled_mm(qx, qw.t(), scale_a=x_inv, scale_b=w_inv, bias=bias, out_dtype=c[4])
         y = _gemm(qx, qw.t(), x_inv, w_inv, c[3] != 0, c[4])
         if bias.numel() > 0:
             y = y + bias
@@ -218,6 +223,10 @@ def check(module: torch.jit.ScriptModule) -> None:
         y2 = module(qx, qw, x_inv, w_inv, torch.empty(0), torch.tensor([0, 0, 0, 1, 15]))
         if not torch.allclose(y2.float(), y.float(), rtol=1e-2, atol=1e-2):
             raise SystemExit("_scaled_mm differs from the reference GEMM")
+        b = torch.randn(16, dtype=torch.bfloat16)
+        y3 = module(qx, qw, x_inv, w_inv, b, torch.tensor([0, 0, 0, 1, 15]))
+        if not torch.allclose(y3.float(), (y.float() + b.float()), rtol=1e-2, atol=1e-2):
+            raise SystemExit("_scaled_mm's bias epilogue differs from the reference GEMM plus the bias")
     except RuntimeError as e:
         print(f"(_scaled_mm not checked on this device: {str(e).splitlines()[0]})")
     h = torch.tensor([[3.0, 0.0, float("nan")], [5.0, 1.0, 2.0]])

@@ -1,7 +1,7 @@
 """FP8 module check on one GPU (issue 35): loads mcore4j's committed fp8_linear.pt (the module core's Fp8Linear runs)
 and, on CUDA,
-1. runs forward and backward with torch._scaled_mm and with the float32 reference GEMM on the same float8 operands
-   and prints their largest relative difference (expected below 1e-2: accumulation order and bf16 rounding);
+1. runs forward (with a bias: _scaled_mm's epilogue adds it) and backward with torch._scaled_mm and with the float32
+   reference GEMM on the same float8 operands and prints their largest relative difference (expected below 1e-2: accumulation order and bf16 rounding);
 2. times, at M = N = K = SIZE (8192) in bf16, the module's reference cast (`quantize`: x with its delayed scale,
    amax, transposed copy), the forward GEMM on pre-cast operands (`forward`: _scaled_mm with the cached float8
    weight), the backward GEMMs (`backward`: dgrad and wgrad on the pre-cast e5m2 dy and dy^T), and bf16 torch.mm /
@@ -43,7 +43,7 @@ def run(scaled_mm, x, w, dy):
     scale_inv.copy_(scale.reciprocal())
     qw, qw_t, w_inv = module.quantize(w, scale, scale_inv, history, cfg(1, False, scaled_mm))
     qx, qx_t, x_inv = module.quantize(x, scale, scale_inv, history, cfg(0, False, scaled_mm))
-    y = module(qx, qw, x_inv, w_inv, torch.empty(0, device=dev), cfg(0, False, scaled_mm))
+    y = module(qx, qw, x_inv, w_inv, bias, cfg(0, False, scaled_mm))  # _scaled_mm adds the bias in its epilogue
     qdy, qdy_t, dy_inv = module.quantize(dy, scale, scale_inv, history, cfg(2, True, scaled_mm))
     dx, dw = module.backward(qdy, qdy_t, dy_inv, qx_t, x_inv, qw_t, w_inv, cfg(2, True, scaled_mm))
     offsets = [t.storage_offset() * 4 for t in (x_inv, w_inv)]
@@ -60,12 +60,13 @@ torch.manual_seed(0)
 x = torch.randn(512, 1024, device=dev, dtype=torch.bfloat16)
 w = torch.randn(768, 1024, device=dev, dtype=torch.bfloat16) * 0.02
 dy = torch.randn(512, 768, device=dev, dtype=torch.bfloat16) * 1e-3
+bias = torch.randn(768, device=dev, dtype=torch.bfloat16) * 0.1
 fast, ref = run(True, x, w, dy), run(False, x, w, dy)
 worst = max(rel(a, b) for a, b in zip(fast, ref))
 print(f"check _scaled_mm vs float32 reference on the same float8 operands (slots {3 * LINEAR}..{3 * LINEAR + 2}, scale"
       f" views at byte offsets {48 * LINEAR}..{48 * LINEAR + 32}): worst relative difference {worst:.2e}"
       f" ({'OK' if worst < 1e-2 else 'FAIL'})")
-exact = x.float() @ w.float().t()
+exact = x.float() @ w.float().t() + bias.float()
 print(f"check FP8 forward vs float32 linear: relative error {rel(fast[0], exact):.3f} (expected ~0.03)")
 
 
