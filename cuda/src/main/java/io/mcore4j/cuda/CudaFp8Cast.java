@@ -33,23 +33,27 @@ final class CudaFp8Cast implements Fp8CastKernel {
     }
 
     @Override
-    public boolean takes(NDArray x) {
-        return code(x) != null;
-    }
-
-    @Override
-    public void cast(NDArray x, NDArray q, NDArray qT, boolean e5m2, NDArray scale, NDArray amax) {
-        String code = checked(x, q, qT);
+    public boolean cast(NDArray x, NDArray q, NDArray qT, boolean e5m2, NDArray scale, NDArray amax) {
+        String code = code(x);
+        if (code == null) {
+            return false;
+        }
+        fits(x, q, qT);
         scalar(scale, x, "scale");
         if (amax != null) {
             scalar(amax, x, "amax");
         }
         launchCast(x, code, q, qT, e5m2, DevicePointers.address(scale), amax == null ? 0 : DevicePointers.address(amax));
+        return true;
     }
 
     @Override
     public NDArray castCurrent(NDArray x, NDArray q, NDArray qT, boolean e5m2, NDManager owner) {
-        String code = checked(x, q, qT);
+        String code = code(x);
+        if (code == null) {
+            return null;
+        }
+        fits(x, q, qT);
         // [2, 4] float32: the amax at [0, 0], the scale at [0, 1], the inverse scale at [1, 0] (16 bytes in)
         NDArray scratch = owner.zeros(new Shape(2, 4), DataType.FLOAT32, x.getDevice());
         long base = DevicePointers.address(scratch);
@@ -77,20 +81,13 @@ final class CudaFp8Cast implements Fp8CastKernel {
         }
     }
 
-    /** @return the kernels' dtype suffix for {@code x}, checked against the outputs' shapes */
-    private static String checked(NDArray x, NDArray q, NDArray qT) {
-        String code = code(x);
-        if (code == null) {
-            throw new IllegalArgumentException("the fused FP8 cast takes a contiguous, 16-byte aligned [rows, cols]"
-                    + " float32, float16 or bfloat16 tensor with dims that are multiples of 16, not " + x.getShape()
-                    + " " + DataTypes.of(x));
-        }
+    /** Checks that the outputs' shapes fit {@code x} and its transpose. */
+    private static void fits(NDArray x, NDArray q, NDArray qT) {
         Shape shape = x.getShape();
         if (!q.getShape().equals(shape) || (qT != null && !qT.getShape().equals(new Shape(shape.get(1), shape.get(0))))) {
             throw new IllegalArgumentException("float8 outputs " + q.getShape() + (qT == null ? "" : " and " + qT.getShape())
                     + " do not fit the input " + shape + " (and its transpose)");
         }
-        return code;
     }
 
     /** @return the kernels' dtype suffix for a usable {@code x}: 2-d, contiguous, 16-byte aligned, dims multiples of 16 */

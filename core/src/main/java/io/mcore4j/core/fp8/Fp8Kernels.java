@@ -181,7 +181,7 @@ public final class Fp8Kernels {
     /**
      * Casts an operand in its slot's way: delayed scaling with the slot's scale, recording its amax, or tensorwise;
      * fused where the device has the kernel and it takes {@code x} (an FP8 linear's operands always fit it), else the
-     * reference.
+     * reference (the fused kernel's float8 buffers are allocated first: one that refuses costs that allocation).
      *
      * @param x {@code [rows, cols]} float32, float16 or bfloat16
      * @param scaling the scaling state
@@ -191,11 +191,8 @@ public final class Fp8Kernels {
      */
     Quantized quantize(NDArray x, Fp8Scaling scaling, int slot, NDArray cfg) {
         Fp8CastKernel fused = fusedCast(x.getDevice());
-        if (fused != null && fused.takes(x)) {
-            return fusedQuantize(fused, x, scaling, slot, cfg);
-        }
-        NDList q = run(quantize, x, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), cfg);
-        return new Quantized(q.get(0), q.get(1), q.get(2));
+        Quantized q = fused == null ? null : fusedQuantize(fused, x, scaling, slot, cfg);
+        return q != null ? q : referenceQuantize(x, scaling, cfg);
     }
 
     /**
@@ -214,32 +211,43 @@ public final class Fp8Kernels {
                 false, DataType.FLOAT32);
         try {
             if (!fused) {
-                NDList q = run(quantize, x, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), cfg);
-                return new Quantized(q.get(0), q.get(1), q.get(2));
+                return referenceQuantize(x, scaling, cfg);
             }
             Fp8CastKernel kernel = fusedCast(x.getDevice());
-            if (kernel == null || !kernel.takes(x)) {
+            Quantized q = kernel == null ? null : fusedQuantize(kernel, x, scaling, slot, cfg);
+            if (q == null) {
                 throw new IllegalStateException("no fused FP8 cast on " + x.getDevice() + " takes " + x.getShape() + " "
                         + DataTypes.of(x) + (kernel == null ? " (the device has none)" : ""));
             }
-            return fusedQuantize(kernel, x, scaling, slot, cfg);
+            return q;
         } finally {
             cfg.close();
         }
     }
 
+    private Quantized referenceQuantize(NDArray x, Fp8Scaling scaling, NDArray cfg) {
+        NDList q = run(quantize, x, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), cfg);
+        return new Quantized(q.get(0), q.get(1), q.get(2));
+    }
+
+    /** @return the fused cast's copies, or null (nothing cast) where the kernel does not take {@code x} */
     private Quantized fusedQuantize(Fp8CastKernel kernel, NDArray x, Fp8Scaling scaling, int slot, NDArray cfg) {
         NDList out = run(emptyFp8, x, cfg);
         NDArray q = out.get(0);
         NDArray qT = out.get(1);
         boolean e5m2 = scaling.e5m2(slot);
+        NDArray inverse;
         if (scaling.config().recipe() == Fp8Recipe.TENSORWISE) {
-            return new Quantized(q, qT, kernel.castCurrent(x, q, qT, e5m2, x.getManager()));
+            inverse = kernel.castCurrent(x, q, qT, e5m2, x.getManager());
+        } else {
+            NDArray[] views = scaling.slotViews(slot);
+            // a handle of its own on the slot's inverse scale: the caller may attach or close it
+            inverse = kernel.cast(x, q, qT, e5m2, views[0], views[2]) ? views[1].reshape(new Shape()) : null;
         }
-        NDArray[] views = scaling.slotViews(slot);
-        kernel.cast(x, q, qT, e5m2, views[0], views[2]);
-        // a handle of its own on the slot's inverse scale: the caller may attach or close it
-        NDArray inverse = views[1].reshape(new Shape());
+        if (inverse == null) {
+            out.close();
+            return null;
+        }
         inverse.attach(x.getManager());
         return new Quantized(q, qT, inverse);
     }
@@ -296,9 +304,8 @@ public final class Fp8Kernels {
         }
     }
 
-    /** @return whether {@code x}'s dtype can be an FP8 GEMM's output dtype */
-    static boolean supportedOutput(NDArray x) {
-        DataType t = DataTypes.of(x);
+    /** @return whether {@code t} can be an FP8 GEMM's output dtype */
+    static boolean supportedOutput(DataType t) {
         return t == DataType.FLOAT32 || t == DataType.FLOAT16 || t == DataType.BFLOAT16;
     }
 

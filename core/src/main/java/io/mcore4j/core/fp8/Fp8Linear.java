@@ -149,7 +149,7 @@ public final class Fp8Linear implements AutoCloseable {
             NDArray x = inputs[0];
             NDArray w = inputs[1];
             DataType type = DataTypes.of(x);
-            if (!Fp8Kernels.supportedOutput(x)) {
+            if (!Fp8Kernels.supportedOutput(type)) {
                 throw new IllegalArgumentException(name + ": FP8 linear input of dtype " + type
                         + "; expected float32, float16 or bfloat16");
             }

@@ -14,16 +14,10 @@ import ai.djl.ndarray.NDManager;
  */
 public interface Fp8CastKernel {
     /**
-     * @param x a tensor to cast
-     * @return whether the casts take it: {@code [rows, cols]} float32, float16 or bfloat16, contiguous, its dims
-     *     multiples of 16 (an FP8 linear's operands always are) and its data 16-byte aligned
-     */
-    boolean takes(NDArray x);
-
-    /**
      * Delayed scaling's cast: the scale and the running amax are the slot's, on the device.
      *
-     * @param x {@code [rows, cols]}, one that {@link #takes}
+     * @param x {@code [rows, cols]} float32, float16 or bfloat16, contiguous, its dims multiples of 16 (an FP8
+     *     linear's operands always are) and its data 16-byte aligned
      * @param q the float8 output {@code [rows, cols]} in the format {@code e5m2} names, contiguous
      * @param qT the float8 transposed output {@code [cols, rows]}, contiguous; null to write none
      * @param e5m2 whether to cast to e5m2 (else e4m3)
@@ -31,21 +25,23 @@ public interface Fp8CastKernel {
      *     scale buffer is fine: only its address is read)
      * @param amax a one-element float32 tensor on {@code x}'s device, the slot's running amax: set to
      *     {@code max(amax, max|x|)} (a NaN wins); null to record nothing
-     * @throws IllegalArgumentException if {@code x} is not one the kernel {@link #takes} or an output's size differs
+     * @return whether the kernel cast {@code x}; false, having written nothing, if it cannot take it (dtype, layout,
+     *     dims)
+     * @throws IllegalArgumentException if an output's shape does not fit {@code x}
      */
-    void cast(NDArray x, NDArray q, NDArray qT, boolean e5m2, NDArray scale, NDArray amax);
+    boolean cast(NDArray x, NDArray q, NDArray qT, boolean e5m2, NDArray scale, NDArray amax);
 
     /**
      * Tensorwise (current) scaling's cast: the scale from {@code x}'s own amax, {@code max / amax} (1 where the
      * amax is 0 or not finite, the largest float32 where the quotient is infinite); records nothing.
      *
-     * @param x {@code [rows, cols]}, one that {@link #takes}
+     * @param x {@code [rows, cols]}, as {@link #cast} takes it
      * @param q the float8 output {@code [rows, cols]}, contiguous
      * @param qT the float8 transposed output {@code [cols, rows]}, contiguous; null to write none
      * @param e5m2 whether to cast to e5m2 (else e4m3)
      * @param owner manager that owns the result
      * @return the 0-dim float32 {@code 1 / scale} on {@code x}'s device, 16-byte aligned (as a GEMM's scale operand
-     *     must be)
+     *     must be); null, having written nothing, if the kernel cannot take {@code x}
      * @throws IllegalArgumentException as {@link #cast}
      */
     NDArray castCurrent(NDArray x, NDArray q, NDArray qT, boolean e5m2, NDManager owner);
