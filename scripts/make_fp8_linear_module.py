@@ -14,6 +14,11 @@ The module is mcore4j's own, written from the semantics of Transformer Engine's 
   row-major, second column-major, dims multiples of 16), else the reference: the same product of the
   operands widened to float32 (exact), times the inverse scales, rounded to the output dtype.
 
+The methods: `quantize` (the reference cast of one operand: its float8 copy, the copy's row-major transpose and the
+inverse scale), `empty_fp8` (float8 buffers for a cast written by a kernel of mcore4j's: its fused CUDA cast, which
+equals `quantize` bit for bit), `forward` and `backward` (the GEMMs on pre-cast operands), `update`, `dequantize` and
+`widen` (exact float32 of a float8 tensor, for checks).
+
 The scales live in two [slots, 4] float32 buffers (scale, scale_inv), slot i's value at [i, 0]: every slot's
 0-dim view starts on a 16-byte boundary, which cuBLASLt needs of _scaled_mm's scale pointers (a view at 4*i bytes
 fails with CUBLAS_STATUS_NOT_SUPPORTED). The amax history is [history_len, slots].
