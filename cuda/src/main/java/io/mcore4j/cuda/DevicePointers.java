@@ -62,6 +62,19 @@ public final class DevicePointers {
         return address(array, array.size(), DIRECT_LIMIT_BYTES);
     }
 
+    /**
+     * {@link #address(NDArray)} for a caller that knows the tensor's size in bytes (a bfloat16 tensor's dtype costs
+     * a native call to find out).
+     *
+     * @param array a contiguous PyTorch-engine tensor
+     * @param bytes its size in bytes
+     * @return its data address, or 0 for a tensor without elements
+     * @throws IllegalArgumentException if the tensor is not contiguous or not a PyTorch tensor
+     */
+    static long addressOf(NDArray array, long bytes) {
+        return address(array, bytes, DIRECT_LIMIT_BYTES);
+    }
+
     private static long address(NDArray array, long bytes, long directLimitBytes) {
         if (bytes == 0) {
             return 0;
