@@ -160,14 +160,25 @@ public final class Fp8Kernels {
     }
 
     /**
-     * The device's fused cast, looked up (and the choice logged) on the first call per device.
+     * The device's fused cast, looked up (and the choice logged) on the first call per device. Where the CUDA runtime
+     * or NVRTC does not load the reference casts, with one warning; a kernel that fails to compile is an error.
      *
      * @param device the tensors' device
      * @return the kernel, or null where the reference casts
      */
     private static Fp8CastKernel fusedCast(Device device) {
         return FUSED_CAST.computeIfAbsent(device.toString(), d -> {
-            Optional<Fp8CastKernel> kernel = Kernels.find(Fp8CastKernel.class, device);
+            Optional<Fp8CastKernel> kernel;
+            try {
+                kernel = Kernels.find(Fp8CastKernel.class, device);
+            } catch (IllegalStateException e) {
+                if (!(e.getCause() instanceof LinkageError)) {
+                    throw e; // the kernel source failed to compile or load: a bug to see, not a reason to fall back
+                }
+                LOG.warn("FP8 casts on {} run the TorchScript reference: the fused cast kernel needs the CUDA runtime and"
+                        + " NVRTC, which did not load ({})", device, e.getCause().toString());
+                return Optional.empty();
+            }
             if (kernel.isPresent()) {
                 LOG.info("FP8 casts on {} run mcore4j's fused kernel (float8 copy, transposed copy and amax in one pass)",
                         device);
