@@ -105,7 +105,7 @@ public final class Fp8CastCheck {
             float tie = e5m2 ? 1.125f : 1.0625f;
             float[] values = {Float.NaN, -Float.NaN, Float.intBitsToFloat(0xffc00000), Float.POSITIVE_INFINITY,
                 Float.NEGATIVE_INFINITY, 1e30f, -1e30f, max * 1.03f, -max * 1.03f, max * 1.0001f, tie, -tie, tie + (e5m2 ? 0.25f : 0.125f),
-                1e-3f, -1e-3f, 3e-5f, 1e-7f, -0f, 0f};
+                1e-3f, -1e-3f, 3e-5f, 1e-7f, -1e-7f, -0f, 0f};
             for (int i = 0; i < values.length; i++) {
                 v[(int) ((i * 7919L) % v.length)] = values[i] / scale;
             }
