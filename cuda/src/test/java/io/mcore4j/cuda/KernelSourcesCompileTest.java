@@ -12,8 +12,9 @@ import org.junit.jupiter.params.provider.CsvSource;
 /**
  * Every CUDA source of this package compiles with NVRTC for the architectures it is loaded on, without a GPU: a
  * syntax or type error shows here instead of on the GPU host. Needs CUDA 13's {@code libnvrtc.so.13} where the
- * system linker finds it (e.g. {@code LD_LIBRARY_PATH} at the {@code nvidia/cu13/lib} of the
- * {@code nvidia-cuda-nvrtc} wheel); skipped, with that reason, where it cannot be loaded.
+ * system linker finds it, and the CUDA runtime libraries JavaCPP's NVRTC binding loads with it
+ * ({@code scripts/cuda/nvrtc-test-libs.sh DIR} puts NVRTC from its wheel and stand-ins for the runtime in {@code DIR},
+ * then {@code LD_LIBRARY_PATH=DIR}); skipped, with that reason, where they cannot be loaded.
  */
 class KernelSourcesCompileTest {
 
@@ -22,7 +23,8 @@ class KernelSourcesCompileTest {
         try {
             Loader.load(org.bytedeco.cuda.global.nvrtc.class);
         } catch (LinkageError e) {
-            Assumptions.abort("NVRTC (libnvrtc.so.13) cannot be loaded here, so the CUDA sources are not compiled: " + e);
+            Assumptions.abort("NVRTC (libnvrtc.so.13) cannot be loaded here, so the CUDA sources are not compiled"
+                    + " (scripts/cuda/nvrtc-test-libs.sh makes a folder for LD_LIBRARY_PATH): " + e);
         }
     }
 
