@@ -9,8 +9,9 @@ The module is mcore4j's own, written from the semantics of Transformer Engine's 
   amax (history[0, slot], a running maximum over the step's casts); `update` turns the histories into the
   next step's scales (see update's comment). Tensorwise (current) scaling: the cast takes its scale from
   this tensor's own amax, scale = max / amax (1 where amax is 0 or not finite), and records nothing.
-- every GEMM multiplies two float8 operands, accumulates in float32, multiplies by the two inverse
-  scales and rounds to the output dtype: torch._scaled_mm where the device has it (first operand
+- every GEMM multiplies two float8 operands, accumulates in float32 (the forward's _scaled_mm with fast
+  accumulation, as Transformer Engine's forward GEMM), multiplies by the two inverse scales and rounds to the output
+  dtype: torch._scaled_mm where the device has it (first operand
   row-major, second column-major, dims multiples of 16), else the reference: the same product of the
   operands widened to float32 (exact), times the inverse scales, rounded to the output dtype.
 
@@ -74,10 +75,11 @@ def _quantize(x: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, his
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, a_inv: torch.Tensor, b_inv: torch.Tensor, scaled_mm: bool,
-          out_dtype: int) -> torch.Tensor:
-    """a [m, k] row-major times b [k, n] column-major, both float8, to out_dtype."""
+          out_dtype: int, fast_accum: bool = False) -> torch.Tensor:
+    """a [m, k] row-major times b [k, n] column-major, both float8, to out_dtype; fast_accum: _scaled_mm's
+    use_fast_accum (the tensor cores' accumulator is promoted to float32 less often)."""
     if scaled_mm:
-        return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype)
+        return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype, use_fast_accum=fast_accum)
     return (torch.mm(a.float(), b.float()) * (a_inv * b_inv)).to(out_dtype)
 
 
@@ -88,13 +90,16 @@ class Fp8Linear(torch.nn.Module):
     def forward(self, qx: torch.Tensor, qw: torch.Tensor, x_inv: torch.Tensor, w_inv: torch.Tensor,
                 bias: torch.Tensor, cfg: torch.Tensor) -> torch.Tensor:
         """y = x.W^T (+ bias when it has elements) for the e4m3 x [m, k] and W [n, k]; with _scaled_mm and a bias of
-        the output dtype (float16 or bfloat16) the GEMM's epilogue adds the bias."""
+        the output dtype (float16 or bfloat16) the GEMM's epilogue adds the bias. _scaled_mm accumulates fast here
+        and precisely in backward, as Transformer Engine's GEMMs do (its split accumulator is off for the forward
+        GEMM, on for dgrad and wgrad)."""
         c: List[int] = cfg.tolist()
         if bias.numel() > 0 and c[3] != 0 and c[4] in (5, 15) and bias.dtype == (torch.half if c[4] == 5 else torch.bfloat16):
             # cuBLASLt adds the bias in its epilogue (in float32, before the one rounding to the output dtype) instead
             # of a second pass over y
-            return torch._scaled_mm(qx, qw.t(), scale_a=x_inv, scale_b=w_inv, bias=bias, out_dtype=c[4])
-        y = _gemm(qx, qw.t(), x_inv, w_inv, c[3] != 0, c[4])
+            return torch._scaled_mm(qx, qw.t(), scale_a=x_inv, scale_b=w_inv, bias=bias, out_dtype=c[4],
+                                    use_fast_accum=True)
+        y = _gemm(qx, qw.t(), x_inv, w_inv, c[3] != 0, c[4], True)
         if bias.numel() > 0:
             y = y + bias
         return y
