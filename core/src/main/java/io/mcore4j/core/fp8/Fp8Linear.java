@@ -45,6 +45,7 @@ public final class Fp8Linear implements AutoCloseable {
     private NDArray weightConfig;
     private NDArray backwardConfig;
     private DataType configType;
+    private NDArray noBias;
 
     /**
      * @param name the linear's name (in errors and as its slots' prefix)
@@ -103,6 +104,14 @@ public final class Fp8Linear implements AutoCloseable {
         backwardConfig = Fp8Kernels.config(manager, slots.gradOutput(), scaling.e5m2(slots.gradOutput()), current,
                 scaledMm, outType);
         configType = outType;
+    }
+
+    /** @return the empty tensor the forward GEMM takes for "no bias", made once */
+    private NDArray noBias() {
+        if (noBias == null) {
+            noBias = manager.zeros(new Shape(0), DataType.FLOAT32);
+        }
+        return noBias;
     }
 
     private CachedWeight weight(NDArray w) {
@@ -169,7 +178,7 @@ public final class Fp8Linear implements AutoCloseable {
             NDArray x2 = x.reshape(tokens, in);
             x2.attach(owner);
             x2 = TensorMemory.contiguous(x2, owner);
-            NDArray bias = inputs.length > 2 ? inputs[2] : owner.zeros(new Shape(0), DataType.FLOAT32);
+            NDArray bias = inputs.length > 2 ? inputs[2] : noBias();
             Fp8Kernels.Quantized qx = kernels.quantize(x2, scaling, slots.input(), forwardConfig);
             NDArray y2 = kernels.forward(qx.q(), cw.q(), qx.inverseScale(), cw.inverseScale(), bias, forwardConfig);
             y2.attach(owner);
