@@ -9,10 +9,16 @@ The module is mcore4j's own, written from the semantics of Transformer Engine's 
   amax (history[0, slot], a running maximum over the step's casts); `update` turns the histories into the
   next step's scales (see update's comment). Tensorwise (current) scaling: the cast takes its scale from
   this tensor's own amax, scale = max / amax (1 where amax is 0 or not finite), and records nothing.
-- every GEMM multiplies two float8 operands, accumulates in float32, multiplies by the two inverse
-  scales and rounds to the output dtype: torch._scaled_mm where the device has it (first operand
+- every GEMM multiplies two float8 operands, accumulates in float32 (the forward's _scaled_mm with fast
+  accumulation, as Transformer Engine's forward GEMM), multiplies by the two inverse scales and rounds to the output
+  dtype: torch._scaled_mm where the device has it (first operand
   row-major, second column-major, dims multiples of 16), else the reference: the same product of the
   operands widened to float32 (exact), times the inverse scales, rounded to the output dtype.
+
+The methods: `quantize` (the reference cast of one operand: its float8 copy, the copy's row-major transpose and the
+inverse scale), `empty_fp8` (float8 buffers for a cast written by a kernel of mcore4j's: its fused CUDA cast, which
+equals `quantize` bit for bit), `forward` and `backward` (the GEMMs on pre-cast operands), `update`, `dequantize` and
+`widen` (exact float32 of a float8 tensor, for checks).
 
 The scales live in two [slots, 4] float32 buffers (scale, scale_inv), slot i's value at [i, 0]: every slot's
 0-dim view starts on a 16-byte boundary, which cuBLASLt needs of _scaled_mm's scale pointers (a view at 4*i bytes
@@ -69,50 +75,72 @@ def _quantize(x: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, his
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, a_inv: torch.Tensor, b_inv: torch.Tensor, scaled_mm: bool,
-          out_dtype: int) -> torch.Tensor:
-    """a [m, k] row-major times b [k, n] column-major, both float8, to out_dtype."""
+          out_dtype: int, fast_accum: bool = False) -> torch.Tensor:
+    """a [m, k] row-major times b [k, n] column-major, both float8, to out_dtype; fast_accum: _scaled_mm's
+    use_fast_accum (the tensor cores' accumulator is promoted to float32 less often)."""
     if scaled_mm:
-        return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype)
+        return torch._scaled_mm(a, b, scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype, use_fast_accum=fast_accum)
     return (torch.mm(a.float(), b.float()) * (a_inv * b_inv)).to(out_dtype)
 
 
 class Fp8Linear(torch.nn.Module):
-    def forward(self, x: torch.Tensor, qw: torch.Tensor, w_inv: torch.Tensor, bias: torch.Tensor,
-                scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
-                cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """y = x.W^T (+ bias when it has elements) for x [m, k] and the float8 weight qw [n, k]; returns y,
-        the float8 copy of x (kept for the weight gradient) and its inverse scale."""
+    """The GEMMs take float8 operands cast by `quantize` (the reference) or by a kernel of mcore4j's (its fused CUDA
+    cast, which writes into buffers from `empty_fp8`)."""
+
+    def forward(self, qx: torch.Tensor, qw: torch.Tensor, x_inv: torch.Tensor, w_inv: torch.Tensor,
+                bias: torch.Tensor, cfg: torch.Tensor) -> torch.Tensor:
+        """y = x.W^T (+ bias when it has elements) for the e4m3 x [m, k] and W [n, k]; with _scaled_mm and a bias of
+        the output dtype (float16 or bfloat16) the GEMM's epilogue adds the bias. _scaled_mm accumulates fast here
+        and precisely in backward, as Transformer Engine's GEMMs do (its split accumulator is off for the forward
+        GEMM, on for dgrad and wgrad)."""
         c: List[int] = cfg.tolist()
-        qx, x_inv = _quantize(x, scale, scale_inv, history, c[0], c[1], c[2] != 0)
-        y = _gemm(qx, qw.t(), x_inv, w_inv, c[3] != 0, c[4])
+        if bias.numel() > 0 and c[3] != 0 and c[4] in (5, 15) and bias.dtype == (torch.half if c[4] == 5 else torch.bfloat16):
+            # cuBLASLt adds the bias in its epilogue (in float32, before the one rounding to the output dtype) instead
+            # of a second pass over y
+            return torch._scaled_mm(qx, qw.t(), scale_a=x_inv, scale_b=w_inv, bias=bias, out_dtype=c[4],
+                                    use_fast_accum=True)
+        y = _gemm(qx, qw.t(), x_inv, w_inv, c[3] != 0, c[4], True)
         if bias.numel() > 0:
             y = y + bias
-        return y, qx, x_inv
+        return y
 
     @torch.jit.export
-    def quantize_weight(self, w: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor,
-                        history: torch.Tensor, cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The float8 weight [n, k], its transpose [k, n] (row-major, for the input gradient) and the
-        inverse scale."""
+    def quantize(self, x: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
+                 cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The reference cast of x [m, n] in slot cfg[0]'s way: its float8 copy [m, n], the copy's transpose [n, m]
+        (row-major: the layout the other GEMM takes) and the inverse scale."""
         c: List[int] = cfg.tolist()
-        qw, w_inv = _quantize(w, scale, scale_inv, history, c[0], c[1], c[2] != 0)
-        return qw, qw.t().contiguous(), w_inv
+        q, inv = _quantize(x, scale, scale_inv, history, c[0], c[1], c[2] != 0)
+        return q, q.t().contiguous(), inv
 
     @torch.jit.export
-    def backward(self, dy: torch.Tensor, qx: torch.Tensor, x_inv: torch.Tensor, qw_t: torch.Tensor,
-                 w_inv: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor, history: torch.Tensor,
+    def empty_fp8(self, x: torch.Tensor, cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Uninitialised float8 tensors of format cfg[1] for x [m, n]'s cast: [m, n] and [n, m] on x's device."""
+        c: List[int] = cfg.tolist()
+        dtype = torch.float8_e5m2 if c[1] == 1 else torch.float8_e4m3fn
+        m, n = x.size(0), x.size(1)
+        return torch.empty([m, n], dtype=dtype, device=x.device), torch.empty([n, m], dtype=dtype, device=x.device)
+
+    @torch.jit.export
+    def backward(self, qdy: torch.Tensor, qdy_t: torch.Tensor, dy_inv: torch.Tensor, qx_t: torch.Tensor,
+                 x_inv: torch.Tensor, qw_t: torch.Tensor, w_inv: torch.Tensor,
                  cfg: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """dx = dy.W [m, k] (out_dtype) and dW = dy^T.x [n, k] (out_dtype), dy [m, n] cast in fmt."""
+        """dx = dy.W [m, k] and dW = dy^T.x [n, k] (out_dtype) from the float8 dy [m, n] and dy^T [n, m] (format
+        cfg[1]) and the e4m3 x^T [k, m] and W^T [k, n], each row-major."""
         c: List[int] = cfg.tolist()
-        qdy, dy_inv = _quantize(dy, scale, scale_inv, history, c[0], c[1], c[2] != 0)
         dx = _gemm(qdy, qw_t.t(), dy_inv, w_inv, c[3] != 0, c[4])
-        dw = _gemm(qdy.t().contiguous(), qx.t().contiguous().t(), dy_inv, x_inv, c[3] != 0, c[4])
+        dw = _gemm(qdy_t, qx_t.t(), dy_inv, x_inv, c[3] != 0, c[4])
         return dx, dw
 
     @torch.jit.export
     def dequantize(self, q: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
         """float32(q) * inv, for tests and checks."""
         return q.float() * inv
+
+    @torch.jit.export
+    def widen(self, q: torch.Tensor) -> torch.Tensor:
+        """float32(q), exact (a NaN keeps its sign), for checks that compare float8 tensors bit for bit."""
+        return q.float()
 
     @torch.jit.export
     def update(self, history: torch.Tensor, scale: torch.Tensor, scale_inv: torch.Tensor,
@@ -157,32 +185,58 @@ def check(module: torch.jit.ScriptModule) -> None:
     history = torch.zeros(2, n)
     scale = _buffer([8.0, 4096.0, 1.0])
     scale_inv = scale.reciprocal()
-    cfg = torch.tensor([1, 0, 0, 0, 15])
-    qw, qw_t, w_inv = module.quantize_weight(w, scale, scale_inv, history, cfg)
+    qw, qw_t, w_inv = module.quantize(w, scale, scale_inv, history, torch.tensor([1, 0, 0, 0, 15]))
     want_qw = torch.clamp(w.float() * 4096.0, -448.0, 448.0).to(torch.float8_e4m3fn)
-    if not torch.equal(qw.float(), want_qw.float()) or not torch.equal(qw_t.float(), want_qw.float().t()):
+    if qw.dtype != torch.float8_e4m3fn or not torch.equal(qw.view(torch.uint8), want_qw.view(torch.uint8)) \
+            or not torch.equal(qw_t.view(torch.uint8), want_qw.view(torch.uint8).t()) or not qw_t.is_contiguous():
         raise SystemExit("weight cast differs")
     if history[0, 1].item() != w.float().abs().max().item():
         raise SystemExit("weight amax not recorded")
-    y, qx, x_inv = module(x, qw, w_inv, torch.empty(0), scale, scale_inv, history,
-                          torch.tensor([0, 0, 0, 0, 15]))
+    fwd = torch.tensor([0, 0, 0, 0, 15])
+    qx, qx_t, x_inv = module.quantize(x, scale, scale_inv, history, fwd)
+    y = module(qx, qw, x_inv, w_inv, torch.empty(0), fwd)
     want_y = (qx.float() @ qw.float().t() / 8.0 / 4096.0).to(torch.bfloat16)
     if not torch.equal(y, want_y):
         raise SystemExit("forward differs")
     dy = torch.randn(32, 16, dtype=torch.bfloat16)
-    dx, dw = module.backward(dy, qx, x_inv, qw_t, w_inv, scale, scale_inv, history, torch.tensor([2, 1, 1, 0, 15]))
+    bwd = torch.tensor([2, 1, 1, 0, 15])
+    qdy, qdy_t, dy_inv = module.quantize(dy, scale, scale_inv, history, bwd)
+    dx, dw = module.backward(qdy, qdy_t, dy_inv, qx_t, x_inv, qw_t, w_inv, bwd)
     amax = dy.float().abs().max()
     s_dy = torch.tensor(E5M2_MAX) / amax
-    qdy = torch.clamp(dy.float() * s_dy, -E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2).float()
+    want_qdy = torch.clamp(dy.float() * s_dy, -E5M2_MAX, E5M2_MAX).to(torch.float8_e5m2)
+    if not torch.equal(qdy.view(torch.uint8), want_qdy.view(torch.uint8)) or dy_inv.item() != (1 / s_dy).item():
+        raise SystemExit("tensorwise cast differs")
     inv = 1 / s_dy
+    qdy = want_qdy.float()
+    qxf = qx.float()
     if not torch.allclose(dx.float(), (qdy @ qw.float() * inv / 4096.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
         raise SystemExit("input gradient differs")
-    if not torch.allclose(dw.float(), (qdy.t() @ qx.float() * inv / 8.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
+    if not torch.allclose(dw.float(), (qdy.t() @ qxf * inv / 8.0).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-3):
         raise SystemExit("weight gradient differs")
+    if not torch.equal(module.dequantize(qdy_t, dy_inv), want_qdy.float().t() * dy_inv):
+        raise SystemExit("dequantize differs")
+    if not torch.equal(module.widen(qdy_t), want_qdy.float().t()):
+        raise SystemExit("widen differs")
+    special = torch.tensor([[float("nan"), -float("nan"), float("inf"), -float("inf"), 500.0, -1e30, 1e-30, 0.0]] * 16)
+    for fmt, dtype in ((0, torch.float8_e4m3fn), (1, torch.float8_e5m2)):
+        h = torch.zeros(1, 1)
+        q, _, _ = module.quantize(special, _buffer([1.0]), _buffer([1.0]), h, torch.tensor([0, fmt, 0, 0, 15]))
+        m = _fp8_max(fmt)
+        want = torch.clamp(special, -m, m).to(dtype).view(torch.uint8)
+        if not torch.equal(q.view(torch.uint8), want) or not torch.isnan(h[0, 0]):
+            raise SystemExit(f"saturation or NaN differs for format {fmt}: {q[0].tolist()} vs {want[0].tolist()}")
+        e, e_t = module.empty_fp8(special, torch.tensor([0, fmt, 0, 0, 15]))
+        if e.dtype != dtype or e.shape != special.shape or e_t.shape != special.t().shape:
+            raise SystemExit(f"empty_fp8 gave {e.dtype} {e.shape}, {e_t.shape}")
     try:
-        y2, _, _ = module(x, qw, w_inv, torch.empty(0), scale, scale_inv, history, torch.tensor([0, 0, 0, 1, 15]))
+        y2 = module(qx, qw, x_inv, w_inv, torch.empty(0), torch.tensor([0, 0, 0, 1, 15]))
         if not torch.allclose(y2.float(), y.float(), rtol=1e-2, atol=1e-2):
             raise SystemExit("_scaled_mm differs from the reference GEMM")
+        b = torch.randn(16, dtype=torch.bfloat16)
+        y3 = module(qx, qw, x_inv, w_inv, b, torch.tensor([0, 0, 0, 1, 15]))
+        if not torch.allclose(y3.float(), (y.float() + b.float()), rtol=1e-2, atol=1e-2):
+            raise SystemExit("_scaled_mm's bias epilogue differs from the reference GEMM plus the bias")
     except RuntimeError as e:
         print(f"(_scaled_mm not checked on this device: {str(e).splitlines()[0]})")
     h = torch.tensor([[3.0, 0.0, float("nan")], [5.0, 1.0, 2.0]])

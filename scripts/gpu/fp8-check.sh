@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # fp8-check.sh (issue 35): on a one-GPU host, after `source .gpu/run-on-host.sh` (see docs/gpu.md; CP holds mcore4j's
 # jars), in one call:
+#   0. cast: io.mcore4j.samples.bench.Fp8CastCheck, the fused CUDA float8 cast (fp8_cast.cu) against the TorchScript
+#      reference cast bit for bit (bf16/fp16/fp32 to e4m3 and e5m2, delayed and tensorwise, NaN/inf/saturating values,
+#      transposed copy, amax), and both casts' time at [8192, 8192];
 #   1. module: mcore4j's FP8 TorchScript module on CUDA (fp8_module_check.py): _scaled_mm against the float32
 #      reference on the same float8 operands, at the scale views of a second linear (byte offsets 48..80, the
 #      16-byte aligned layout cuBLASLt needs), and the FP8 forward/backward TFLOP/s against bf16 at 8192^3;
@@ -12,11 +15,11 @@
 #      output) at LLAMA_LAYERS (26) layers, hidden 3200, 25 heads of 128, FFN 8640 (OpenLLaMA-3B's widths, 3.4B
 #      parameters), micro-batch 1 x 4, --recompute-granularity selective.
 # Each pair prints its two gpt-benchmark lines and "fp8/bf16 tokens/s ratio R".
-#   STEPS (5) timed steps after WARMUP (2); ROWS (module losses 1.3b llama3b) picks the parts; EXTRA: more flags for every
+#   STEPS (5) timed steps after WARMUP (2); ROWS (cast module losses 1.3b llama3b) picks the parts; EXTRA: more flags for every
 #   GptBenchmark run; FP8 ("--fp8-format hybrid"): the FP8 run's flags.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-steps=${STEPS:-5}; warmup=${WARMUP:-2}; rows=${ROWS:-module losses 1.3b llama3b}; extra=${EXTRA:-}
+steps=${STEPS:-5}; warmup=${WARMUP:-2}; rows=${ROWS:-cast module losses 1.3b llama3b}; extra=${EXTRA:-}
 fp8=${FP8:---fp8-format hybrid}
 # the FP8 package logs at info which GEMMs it runs (a GPU whose _scaled_mm fails stops the run with the reason)
 java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn -Dorg.slf4j.simpleLogger.log.io.mcore4j.core.fp8=info -Dmcore4j.stacktrace=true"
@@ -40,6 +43,9 @@ pair() {
 }
 for row in $rows; do
   case $row in
+    cast)
+      echo "== fused FP8 cast against the reference"
+      java $java_opts -cp "$CP" io.mcore4j.samples.bench.Fp8CastCheck 2>&1 | grep -E "FAIL|first difference|TIME|Fp8CastCheck|FP8 casts|Exception|Error" ;;
     module)
       module=${FP8_MODULE:-$here/../../core/src/main/resources/io/mcore4j/core/torchscript/fp8_linear.pt}
       [ -f "$module" ] || module=$(cd "$here/../.." && pwd)/core/src/main/resources/io/mcore4j/core/torchscript/fp8_linear.pt
@@ -57,7 +63,7 @@ for row in $rows; do
     llama3b)
       pair llama3b --model llama7b --num-layers "${LLAMA_LAYERS:-26}" --hidden-size 3200 --num-attention-heads 25 \
         --ffn-hidden-size 8640 --micro-batch-size 1 --micro-batches 4 --recompute-granularity selective ;;
-    *) echo "fp8-check: unknown row $row (module, losses, 1.3b, llama3b)" >&2; exit 2 ;;
+    *) echo "fp8-check: unknown row $row (cast, module, losses, 1.3b, llama3b)" >&2; exit 2 ;;
   esac
 done
 rm -f "$log"

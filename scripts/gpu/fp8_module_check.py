@@ -1,11 +1,13 @@
 """FP8 module check on one GPU (issue 35): loads mcore4j's committed fp8_linear.pt (the module core's Fp8Linear runs)
 and, on CUDA,
-1. runs forward and backward with torch._scaled_mm and with the float32 reference GEMM on the same float8 operands
-   and prints their largest relative difference (expected below 1e-2: accumulation order and bf16 rounding);
-2. times, at M = N = K = SIZE (8192) in bf16, the forward call (cast x with its delayed scale, record its amax,
-   _scaled_mm with the cached float8 weight), the backward call (cast dy to e5m2, dgrad and wgrad GEMMs), the
-   weight cast, and bf16 torch.mm / the three bf16 GEMMs for comparison, with TorchScript's graph optimisation off
-   (how mcore4j runs it) and on (does the fuser still fail on the float8 cast?).
+1. runs forward (with a bias: _scaled_mm's epilogue adds it) and backward with torch._scaled_mm and with the float32
+   reference GEMM on the same float8 operands and prints their largest relative difference (expected below 1e-2: accumulation order and bf16 rounding);
+2. times, at M = N = K = SIZE (8192) in bf16, the module's reference cast (`quantize`: x with its delayed scale,
+   amax, transposed copy), the forward GEMM on pre-cast operands (`forward`: _scaled_mm with the cached float8
+   weight), the backward GEMMs (`backward`: dgrad and wgrad on the pre-cast e5m2 dy and dy^T), and bf16 torch.mm /
+   the two bf16 backward GEMMs for comparison, with TorchScript's graph optimisation off (how mcore4j runs it) and
+   on. On the GPU mcore4j casts with its fused kernel instead of `quantize` (io.mcore4j.samples.bench.Fp8CastCheck
+   compares the two and times both), so the GEMM figures are what an FP8 linear multiplies at.
 Prints one line per figure. Usage: python3 scripts/gpu/fp8_module_check.py [core/src/main/resources/.../fp8_linear.pt]
 """
 import os
@@ -39,9 +41,11 @@ def run(scaled_mm, x, w, dy):
     first = 3 * LINEAR
     scale[first:first + 3, 0] = torch.tensor([448.0 / 4, 448.0 / w.abs().max().item(), 57344.0 / dy.abs().max().item()])
     scale_inv.copy_(scale.reciprocal())
-    qw, qw_t, w_inv = module.quantize_weight(w, scale, scale_inv, history, cfg(1, False, scaled_mm))
-    y, qx, x_inv = module(x, qw, w_inv, torch.empty(0, device=dev), scale, scale_inv, history, cfg(0, False, scaled_mm))
-    dx, dw = module.backward(dy, qx, x_inv, qw_t, w_inv, scale, scale_inv, history, cfg(2, True, scaled_mm))
+    qw, qw_t, w_inv = module.quantize(w, scale, scale_inv, history, cfg(1, False, scaled_mm))
+    qx, qx_t, x_inv = module.quantize(x, scale, scale_inv, history, cfg(0, False, scaled_mm))
+    y = module(qx, qw, x_inv, w_inv, bias, cfg(0, False, scaled_mm))  # _scaled_mm adds the bias in its epilogue
+    qdy, qdy_t, dy_inv = module.quantize(dy, scale, scale_inv, history, cfg(2, True, scaled_mm))
+    dx, dw = module.backward(qdy, qdy_t, dy_inv, qx_t, x_inv, qw_t, w_inv, cfg(2, True, scaled_mm))
     offsets = [t.storage_offset() * 4 for t in (x_inv, w_inv)]
     if min(offsets) == 0 or any(o % 16 for o in offsets):
         raise SystemExit(f"the check meant scale views at non-zero 16-byte aligned offsets, got byte offsets {offsets}")
@@ -56,12 +60,13 @@ torch.manual_seed(0)
 x = torch.randn(512, 1024, device=dev, dtype=torch.bfloat16)
 w = torch.randn(768, 1024, device=dev, dtype=torch.bfloat16) * 0.02
 dy = torch.randn(512, 768, device=dev, dtype=torch.bfloat16) * 1e-3
+bias = torch.randn(768, device=dev, dtype=torch.bfloat16) * 0.1
 fast, ref = run(True, x, w, dy), run(False, x, w, dy)
 worst = max(rel(a, b) for a, b in zip(fast, ref))
 print(f"check _scaled_mm vs float32 reference on the same float8 operands (slots {3 * LINEAR}..{3 * LINEAR + 2}, scale"
       f" views at byte offsets {48 * LINEAR}..{48 * LINEAR + 32}): worst relative difference {worst:.2e}"
       f" ({'OK' if worst < 1e-2 else 'FAIL'})")
-exact = x.float() @ w.float().t()
+exact = x.float() @ w.float().t() + bias.float()
 print(f"check FP8 forward vs float32 linear: relative error {rel(fast[0], exact):.3f} (expected ~0.03)")
 
 
@@ -89,15 +94,16 @@ for optimize in (False, True):
     torch._C._set_graph_executor_optimize(optimize)
     try:
         history, scale, scale_inv = state()
-        qw, qw_t, w_inv = module.quantize_weight(W, scale, scale_inv, history, cfg(1, False, True))
+        qw, qw_t, w_inv = module.quantize(W, scale, scale_inv, history, cfg(1, False, True))
         empty = torch.empty(0, device=dev)
-        fwd = timed(lambda: module(X, qw, w_inv, empty, scale, scale_inv, history, cfg(0, False, True)))
-        _, QX, x_inv = module(X, qw, w_inv, empty, scale, scale_inv, history, cfg(0, False, True))
-        bwd = timed(lambda: module.backward(DY, QX, x_inv, qw_t, w_inv, scale, scale_inv, history, cfg(2, True, True)))
-        wq = timed(lambda: module.quantize_weight(W, scale, scale_inv, history, cfg(1, False, True)))
-        print(f"graph optimisation {'on ' if optimize else 'off'}: fp8 forward (cast x + _scaled_mm) {flop / fwd / 1e12:.0f}"
-              f" TFLOP/s ({bf16 / fwd:.2f}x bf16); fp8 backward (cast dy + 2 GEMMs) {2 * flop / bwd / 1e12:.0f} TFLOP/s"
-              f" ({bf16_bwd / bwd:.2f}x bf16); weight cast {wq * 1e3:.2f} ms")
+        cast = timed(lambda: module.quantize(X, scale, scale_inv, history, cfg(0, False, True)))
+        QX, QX_T, x_inv = module.quantize(X, scale, scale_inv, history, cfg(0, False, True))
+        QDY, QDY_T, dy_inv = module.quantize(DY, scale, scale_inv, history, cfg(2, True, True))
+        fwd = timed(lambda: module(QX, qw, x_inv, w_inv, empty, cfg(0, False, True)))
+        bwd = timed(lambda: module.backward(QDY, QDY_T, dy_inv, QX_T, x_inv, qw_t, w_inv, cfg(2, True, True)))
+        print(f"graph optimisation {'on ' if optimize else 'off'}: fp8 forward GEMM {flop / fwd / 1e12:.0f} TFLOP/s"
+              f" ({bf16 / fwd:.2f}x bf16); fp8 backward GEMMs {2 * flop / bwd / 1e12:.0f} TFLOP/s ({bf16_bwd / bwd:.2f}x"
+              f" bf16); reference cast of x (amax, scale, float8 copy and its transpose) {cast * 1e3:.2f} ms")
     except Exception as e:  # the fuser's float8 failure is what this line reports
         print(f"graph optimisation {'on ' if optimize else 'off'}: FAILED {str(e).splitlines()[0][:200]}")
 torch._C._set_graph_executor_optimize(True)

@@ -3,6 +3,7 @@ package io.mcore4j.cuda;
 import ai.djl.Device;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.CrossEntropyKernel;
+import io.mcore4j.core.kernel.Fp8CastKernel;
 import io.mcore4j.core.kernel.GraphCapture;
 import io.mcore4j.core.kernel.KernelProvider;
 import io.mcore4j.core.kernel.LayerNormKernel;
@@ -15,7 +16,8 @@ import java.util.Optional;
  * The {@link KernelProvider} service of the CUDA artifact: {@link MasterAdamKernel},
  * {@link QkvGradientKernel}, {@link BiasGradientKernel}, {@link CrossEntropyKernel} and
  * {@link LayerNormKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
- * bfloat16 conversions), each source compiled once per device and process; and {@link GraphCapture}
+ * bfloat16 conversions), and {@link Fp8CastKernel} for 8.9 or newer (float8 conversions), each source compiled once
+ * per device and process; and {@link GraphCapture}
  * (CUDA graphs) where mcore4j's native graph library is loaded ({@link NativeCudaGraphs}). Off with
  * {@code -Dmcore4j.cuda.kernels=false}: callers then compose the same results from libtorch's kernels.
  */
@@ -33,13 +35,18 @@ public final class CudaKernels implements KernelProvider {
             return Optional.empty();
         }
         if (kernel != MasterAdamKernel.class && kernel != QkvGradientKernel.class && kernel != BiasGradientKernel.class
-                && kernel != CrossEntropyKernel.class && kernel != LayerNormKernel.class) {
+                && kernel != CrossEntropyKernel.class && kernel != LayerNormKernel.class && kernel != Fp8CastKernel.class) {
             return Optional.empty();
         }
         int id = device.getDeviceId();
         try {
-            if (RuntimeCompiledModule.computeCapability(id) < 80) {
+            int capability = RuntimeCompiledModule.computeCapability(id);
+            if (capability < 80) {
                 return Optional.empty();
+            }
+            if (kernel == Fp8CastKernel.class) {
+                return capability < 89 ? Optional.empty()
+                        : Optional.of(kernel.cast(new CudaFp8Cast(RuntimeCompiledModule.load(id, CudaFp8Cast.SOURCE))));
             }
             if (kernel == MasterAdamKernel.class) {
                 return Optional.of(kernel.cast(new CudaMasterAdam(RuntimeCompiledModule.load(id, CudaMasterAdam.SOURCE))));

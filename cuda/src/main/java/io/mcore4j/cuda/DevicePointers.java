@@ -47,12 +47,40 @@ public final class DevicePointers {
 
     /** {@link #address(NDArray)} with the direct-buffer limit as a parameter (tests lower it). */
     static long address(NDArray array, long directLimitBytes) {
-        long bytes = bytes(array);
+        return address(array, bytes(array), directLimitBytes);
+    }
+
+    /**
+     * The address of element 0 of a contiguous tensor of one-byte elements whose dtype DJL cannot name (a float8
+     * tensor, DJL dtype {@code UNKNOWN}).
+     *
+     * @param array a contiguous PyTorch-engine tensor of a one-byte dtype
+     * @return its data address, or 0 for a tensor without elements
+     * @throws IllegalArgumentException if the tensor is not contiguous or not a PyTorch tensor
+     */
+    static long addressOfBytes(NDArray array) {
+        return address(array, array.size(), DIRECT_LIMIT_BYTES);
+    }
+
+    /**
+     * {@link #address(NDArray)} for a caller that knows the tensor's size in bytes (a bfloat16 tensor's dtype costs
+     * a native call to find out).
+     *
+     * @param array a contiguous PyTorch-engine tensor
+     * @param bytes its size in bytes
+     * @return its data address, or 0 for a tensor without elements
+     * @throws IllegalArgumentException if the tensor is not contiguous or not a PyTorch tensor
+     */
+    static long addressOf(NDArray array, long bytes) {
+        return address(array, bytes, DIRECT_LIMIT_BYTES);
+    }
+
+    private static long address(NDArray array, long bytes, long directLimitBytes) {
         if (bytes == 0) {
             return 0;
         }
         if (!TensorMemory.isContiguous(array)) {
-            throw new IllegalArgumentException("tensor " + array.getShape() + " " + DataTypes.of(array)
+            throw new IllegalArgumentException("tensor " + array.getShape() + " " + array.getDataType()
                     + " is not contiguous; device code (NCCL, CUDA kernels) needs contiguous memory");
         }
         if (bytes <= directLimitBytes) {

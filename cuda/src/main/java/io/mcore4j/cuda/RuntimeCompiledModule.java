@@ -85,9 +85,29 @@ final class RuntimeCompiledModule {
      *     or the driver refuses the cubin
      */
     static RuntimeCompiledModule compile(int device, String resource) {
+        BytePointer cubin = cubin(resource, computeCapability(device));
+        try {
+            CUmod_st module = new CUmod_st();
+            checkDriver(cuModuleLoadData(module, cubin), "cuModuleLoadData(" + resource + ")");
+            return new RuntimeCompiledModule(device, resource, module);
+        } finally {
+            cubin.close();
+        }
+    }
+
+    /**
+     * Compiles a source resource for an architecture with NVRTC alone: no device, no driver (so a machine without
+     * a GPU can check that a source compiles).
+     *
+     * @param resource absolute resource path of the CUDA C source
+     * @param computeCapability the target's major * 10 + minor, e.g. 90
+     * @return the cubin, which the caller closes
+     * @throws IllegalStateException if the resource is missing or compilation fails (with NVRTC's log)
+     */
+    static BytePointer cubin(String resource, int computeCapability) {
         // the one header our sources include, put in place of its #include (NVRTC sees one source)
         String source = read(resource).replace("#include \"" + HEADER_NAME + "\"", read(HEADER));
-        String arch = "--gpu-architecture=sm_" + computeCapability(device);
+        String arch = "--gpu-architecture=sm_" + computeCapability;
         _nvrtcProgram program = new _nvrtcProgram();
         checkNvrtc(nvrtcCreateProgram(program, new BytePointer(source, StandardCharsets.UTF_8),
                 new BytePointer(resource), 0, (PointerPointer<?>) null, (PointerPointer<?>) null), "nvrtcCreateProgram", resource);
@@ -106,9 +126,7 @@ final class RuntimeCompiledModule {
             checkNvrtc(nvrtcGetCUBINSize(program, size), "nvrtcGetCUBINSize", resource);
             BytePointer cubin = new BytePointer(size.get());
             checkNvrtc(nvrtcGetCUBIN(program, cubin), "nvrtcGetCUBIN", resource);
-            CUmod_st module = new CUmod_st();
-            checkDriver(cuModuleLoadData(module, cubin), "cuModuleLoadData(" + resource + ")");
-            return new RuntimeCompiledModule(device, resource, module);
+            return cubin;
         } finally {
             nvrtcDestroyProgram(program);
         }

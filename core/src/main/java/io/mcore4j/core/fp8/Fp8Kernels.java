@@ -13,16 +13,23 @@ import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.kernel.Fp8CastKernel;
+import io.mcore4j.core.kernel.Kernels;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.util.Map;
+import java.util.Optional;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * The float8 casts and GEMMs of an FP8 linear, run by mcore4j's TorchScript module
- * ({@code scripts/make_fp8_linear_module.py}, {@code /io/mcore4j/core/torchscript/fp8_linear.pt}). The one place
- * that chooses how the GEMMs run on a device: {@code torch._scaled_mm} on a GPU (CUDA on Hopper and Ada), the
+ * ({@code scripts/make_fp8_linear_module.py}, {@code /io/mcore4j/core/torchscript/fp8_linear.pt}) and, for the casts
+ * on a GPU, by a fused kernel. The one place that chooses how the casts run on a device: the device's
+ * {@link Fp8CastKernel} ({@link Kernels#find}: mcore4j's CUDA kernel on compute capability 8.9 and newer, which reads
+ * the tensor once and writes its float8 copy, the transposed copy and the amax) into float8 buffers the module
+ * allocates, else the module's reference cast (float32 copy, scale, clamp, float8 copy, amax and transpose as
+ * separate ops), which the kernel equals bit for bit; the choice is logged once per device. And how the GEMMs run: {@code torch._scaled_mm} on a GPU (CUDA on Hopper and Ada), the
  * reference on the CPU: the same float8 operands widened to float32 and multiplied by {@code torch.mm} (libtorch
  * 2.7.1 has no CPU {@code _scaled_mm}). The choice is made once per device by trying {@code _scaled_mm} on a
  * [16, 16] product at a second slot's scale (16 bytes into its buffer): the CPU's reference is announced by one log
@@ -42,20 +49,36 @@ public final class Fp8Kernels {
     private static final long BFLOAT16 = 15;
 
     private static final Map<String, Boolean> SCALED_MM = new ConcurrentHashMap<>();
+    private static final Map<String, Optional<Fp8CastKernel>> FUSED_CAST = new ConcurrentHashMap<>();
+
+    /**
+     * A float8 copy of an operand {@code [rows, cols]}: the copy, its row-major transpose {@code [cols, rows]} (the
+     * layout the operand takes in the linear's other GEMM) and the 0-dim float32 inverse scale. The float8 tensors
+     * are handles of DJL dtype {@code UNKNOWN}.
+     *
+     * @param q the float8 copy
+     * @param qT its transpose
+     * @param inverseScale {@code 1 / scale}
+     */
+    public record Quantized(NDArray q, NDArray qT, NDArray inverseScale) {}
 
     private final TorchScriptModule module;
-    private final NDArray quantizeWeight;
+    private final NDArray quantize;
+    private final NDArray emptyFp8;
     private final NDArray backward;
     private final NDArray update;
     private final NDArray dequantize;
+    private final NDArray widen;
 
     private Fp8Kernels() {
         this.module = TorchScriptModules.shared(Fp8Kernels.class, RESOURCE);
         NDManager host = Mcore4j.newRootManager().newSubManager(Device.cpu());
-        this.quantizeWeight = marker(host, "quantize_weight");
+        this.quantize = marker(host, "quantize");
+        this.emptyFp8 = marker(host, "empty_fp8");
         this.backward = marker(host, "backward");
         this.update = marker(host, "update");
         this.dequantize = marker(host, "dequantize");
+        this.widen = marker(host, "widen");
     }
 
     private static NDArray marker(NDManager host, String method) {
@@ -86,9 +109,9 @@ public final class Fp8Kernels {
             NDArray scale = temp.ones(new Shape(3, Fp8Scaling.SCALE_STRIDE));
             NDArray history = temp.zeros(new Shape(1, 3));
             NDArray cfg = config(temp, 1, false, false, true, DataType.FLOAT32); // slot 1: a scale view at a non-zero offset
-            NDList w = run(quantizeWeight, x, scale, scale, history, cfg);
+            NDList q = run(quantize, x, scale, scale, history, cfg);
             NDArray empty = temp.zeros(new Shape(0));
-            run(null, x, w.get(0), w.get(2), empty, scale, scale, history, cfg);
+            run(null, q.get(0), q.get(0), q.get(2), q.get(2), empty, cfg);
             return true;
         } catch (EngineException e) {
             String reason = abbreviated((e.getMessage() == null ? e.toString() : e.getMessage().lines()
@@ -136,21 +159,119 @@ public final class Fp8Kernels {
         return cfg;
     }
 
-    /** {@code forward}: y = x.Wᵀ (+ b), the float8 x and its inverse scale. */
-    NDList forward(NDArray x, NDArray qw, NDArray wInv, NDArray bias, NDArray scale, NDArray scaleInv,
-                   NDArray history, NDArray cfg) {
-        return run(null, x, qw, wInv, bias, scale, scaleInv, history, cfg);
+    /**
+     * The device's fused cast, looked up (and the choice logged) on the first call per device. Where the CUDA runtime
+     * or NVRTC does not load the reference casts, with one warning; a kernel that fails to compile is an error.
+     *
+     * @param device the tensors' device
+     * @return the kernel, or null where the reference casts
+     */
+    private static Fp8CastKernel fusedCast(Device device) {
+        return FUSED_CAST.computeIfAbsent(device.toString(), d -> {
+            Optional<Fp8CastKernel> kernel;
+            try {
+                kernel = Kernels.find(Fp8CastKernel.class, device);
+            } catch (IllegalStateException e) {
+                if (!(e.getCause() instanceof LinkageError)) {
+                    throw e; // the kernel source failed to compile or load: a bug to see, not a reason to fall back
+                }
+                LOG.warn("FP8 casts on {} run the TorchScript reference: the fused cast kernel needs the CUDA runtime and"
+                        + " NVRTC, which did not load ({})", device, e.getCause().toString());
+                return Optional.empty();
+            }
+            if (kernel.isPresent()) {
+                LOG.info("FP8 casts on {} run mcore4j's fused kernel (float8 copy, transposed copy and amax in one pass)",
+                        device);
+            } else {
+                LOG.info("FP8 casts on {} run the TorchScript reference (no fused float8 cast kernel for the device)", device);
+            }
+            return kernel;
+        }).orElse(null);
     }
 
-    /** {@code quantize_weight}: the float8 weight, its transpose and inverse scale. */
-    NDList quantizeWeight(NDArray w, NDArray scale, NDArray scaleInv, NDArray history, NDArray cfg) {
-        return run(quantizeWeight, w, scale, scaleInv, history, cfg);
+    /**
+     * Casts an operand in its slot's way: delayed scaling with the slot's scale, recording its amax, or tensorwise;
+     * fused where the device has the kernel and it takes {@code x} (an FP8 linear's operands always fit it), else the
+     * reference (the fused kernel's float8 buffers are allocated first: one that refuses costs that allocation).
+     *
+     * @param x {@code [rows, cols]} float32, float16 or bfloat16
+     * @param scaling the scaling state
+     * @param slot the operand's slot
+     * @param cfg the slot's configuration tensor ({@link #config})
+     * @return the copies, owned by {@code x}'s manager
+     */
+    Quantized quantize(NDArray x, Fp8Scaling scaling, int slot, NDArray cfg) {
+        Fp8CastKernel fused = fusedCast(x.getDevice());
+        Quantized q = fused == null ? null : fusedQuantize(fused, x, scaling, slot, cfg);
+        return q != null ? q : referenceQuantize(x, scaling, cfg);
     }
 
-    /** {@code backward}: dx and dW. */
-    NDList backward(NDArray dy, NDArray qx, NDArray xInv, NDArray qwT, NDArray wInv, NDArray scale,
-                    NDArray scaleInv, NDArray history, NDArray cfg) {
-        return run(backward, dy, qx, xInv, qwT, wInv, scale, scaleInv, history, cfg);
+    /**
+     * {@link #quantize} by the implementation the caller names, for checks that compare the two: the slot's format
+     * and the recipe come from {@code scaling}.
+     *
+     * @param x {@code [rows, cols]} float32, float16 or bfloat16
+     * @param scaling the scaling state (its amax history records the cast under delayed scaling)
+     * @param slot a registered slot
+     * @param fused whether to cast with the device's fused kernel (else the TorchScript reference)
+     * @return the copies, owned by {@code x}'s manager
+     * @throws IllegalStateException if {@code fused} and the device has no fused cast or it does not take {@code x}
+     */
+    public Quantized quantize(NDArray x, Fp8Scaling scaling, int slot, boolean fused) {
+        NDArray cfg = config(x.getManager(), slot, scaling.e5m2(slot), scaling.config().recipe() == Fp8Recipe.TENSORWISE,
+                false, DataType.FLOAT32);
+        try {
+            if (!fused) {
+                return referenceQuantize(x, scaling, cfg);
+            }
+            Fp8CastKernel kernel = fusedCast(x.getDevice());
+            Quantized q = kernel == null ? null : fusedQuantize(kernel, x, scaling, slot, cfg);
+            if (q == null) {
+                throw new IllegalStateException("no fused FP8 cast on " + x.getDevice() + " takes " + x.getShape() + " "
+                        + DataTypes.of(x) + (kernel == null ? " (the device has none)" : ""));
+            }
+            return q;
+        } finally {
+            cfg.close();
+        }
+    }
+
+    private Quantized referenceQuantize(NDArray x, Fp8Scaling scaling, NDArray cfg) {
+        NDList q = run(quantize, x, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), cfg);
+        return new Quantized(q.get(0), q.get(1), q.get(2));
+    }
+
+    /** @return the fused cast's copies, or null (nothing cast) where the kernel does not take {@code x} */
+    private Quantized fusedQuantize(Fp8CastKernel kernel, NDArray x, Fp8Scaling scaling, int slot, NDArray cfg) {
+        NDList out = run(emptyFp8, x, cfg);
+        NDArray q = out.get(0);
+        NDArray qT = out.get(1);
+        boolean e5m2 = scaling.e5m2(slot);
+        NDArray inverse;
+        if (scaling.config().recipe() == Fp8Recipe.TENSORWISE) {
+            inverse = kernel.castCurrent(x, q, qT, e5m2, x.getManager());
+        } else {
+            NDArray[] views = scaling.slotViews(slot);
+            // a handle of its own on the slot's inverse scale: the caller may attach or close it
+            inverse = kernel.cast(x, q, qT, e5m2, views[0], views[2]) ? views[1].reshape(new Shape()) : null;
+        }
+        if (inverse == null) {
+            out.close();
+            return null;
+        }
+        inverse.attach(x.getManager());
+        return new Quantized(q, qT, inverse);
+    }
+
+    /** {@code forward}: y = x.Wᵀ (+ b) from the float8 x and W. */
+    NDArray forward(NDArray qx, NDArray qw, NDArray xInv, NDArray wInv, NDArray bias, NDArray cfg) {
+        return run(null, qx, qw, xInv, wInv, bias, cfg).singletonOrThrow();
+    }
+
+    /** {@code backward}: dx and dW from the float8 dy, dyᵀ, xᵀ and Wᵀ. */
+    NDList backward(NDArray qdy, NDArray qdyT, NDArray dyInv, NDArray qxT, NDArray xInv, NDArray qwT, NDArray wInv,
+                    NDArray cfg) {
+        return run(backward, qdy, qdyT, dyInv, qxT, xInv, qwT, wInv, cfg);
     }
 
     /** {@code update}: delayed scaling's step, in place. */
@@ -169,6 +290,17 @@ public final class Fp8Kernels {
         return run(dequantize, q, inverseScale).singletonOrThrow();
     }
 
+    /**
+     * The exact float32 values of a float8 tensor (a NaN keeps its sign), for checks that compare float8 tensors bit
+     * for bit through {@link NDArray#toFloatArray()}.
+     *
+     * @param q a float8 tensor (a handle of DJL dtype {@code UNKNOWN})
+     * @return {@code float32(q)}, owned by {@code q}'s manager
+     */
+    public NDArray widen(NDArray q) {
+        return run(widen, q).singletonOrThrow();
+    }
+
     private NDList run(NDArray method, NDArray... inputs) {
         NDManager owner = inputs[0].getManager();
         try (NDManager temp = owner.newSubManager();
@@ -183,9 +315,8 @@ public final class Fp8Kernels {
         }
     }
 
-    /** @return whether {@code x}'s dtype can be an FP8 GEMM's output dtype */
-    static boolean supportedOutput(NDArray x) {
-        DataType t = DataTypes.of(x);
+    /** @return whether {@code t} can be an FP8 GEMM's output dtype */
+    static boolean supportedOutput(DataType t) {
         return t == DataType.FLOAT32 || t == DataType.FLOAT16 || t == DataType.BFLOAT16;
     }
 

@@ -6,6 +6,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
@@ -17,14 +18,15 @@ import java.util.Objects;
  * {@link io.mcore4j.core.Tensors#linear} composes in the parameter dtype, with the same autograd contract. Forward
  * casts the input to e4m3 and multiplies it by the weight's e4m3 copy; backward casts the output gradient
  * (e5m2 under {@link Fp8Format#HYBRID}, e4m3 otherwise) and computes {@code dx = dy·W} and {@code dW = dyᵀ·x} on
- * float8 operands; {@code db = Σ dy} in the gradient's dtype. Every GEMM accumulates in float32 and writes the
+ * float8 operands; each cast writes the operand's transposed copy too, the layout the other GEMM takes
+ * ({@link Fp8Kernels} casts with a fused kernel where the device has one); {@code db = Σ dy} in the gradient's dtype. Every GEMM accumulates in float32 and writes the
  * input's dtype ({@link Fp8Kernels} chooses {@code _scaled_mm} or its float32 reference). The scales come from
  * the linear's three slots of an {@link Fp8Scaling}.
  *
  * <p><b>The weight cache.</b> The weight is cast once per {@link Fp8Scaling#generation() generation} (once per
  * optimizer step), with its transposed copy for the input gradient, and again only when the generation or the
- * weight tensor changes; the float8 input of each application is kept for backward instead of the input
- * (half the bytes of bf16). The cached copies are owned by this object and closed with it.
+ * weight tensor changes; the transposed float8 copy of each application's input is kept for backward instead of
+ * the input (half the bytes of bf16). The cached copies are owned by this object and closed with it.
  *
  * <p>The input's last dim, the output dim and the token count (the product of the input's other dims) must be
  * multiples of 16 ({@code _scaled_mm}'s constraint, checked on every device so that a layout that trains on the
@@ -43,6 +45,7 @@ public final class Fp8Linear implements AutoCloseable {
     private NDArray weightConfig;
     private NDArray backwardConfig;
     private DataType configType;
+    private NDArray noBias;
 
     /**
      * @param name the linear's name (in errors and as its slots' prefix)
@@ -103,6 +106,14 @@ public final class Fp8Linear implements AutoCloseable {
         configType = outType;
     }
 
+    /** @return the empty tensor the forward GEMM takes for "no bias", made once */
+    private NDArray noBias() {
+        if (noBias == null) {
+            noBias = manager.zeros(new Shape(0), DataType.FLOAT32);
+        }
+        return noBias;
+    }
+
     private CachedWeight weight(NDArray w) {
         long generation = scaling.generation();
         if (cached != null && cached.generation == generation && cached.source == w) {
@@ -111,9 +122,11 @@ public final class Fp8Linear implements AutoCloseable {
         if (cached != null) {
             cached.close();
         }
-        NDList q = Fp8Kernels.get().quantizeWeight(w, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), weightConfig);
-        q.attach(manager);
-        cached = new CachedWeight(w, generation, q.get(0), q.get(1), q.get(2));
+        Fp8Kernels.Quantized q = Fp8Kernels.get().quantize(w, scaling, slots.weight(), weightConfig);
+        q.q().attach(manager);
+        q.qT().attach(manager);
+        q.inverseScale().attach(manager);
+        cached = new CachedWeight(w, generation, q.q(), q.qT(), q.inverseScale());
         return cached;
     }
 
@@ -145,7 +158,7 @@ public final class Fp8Linear implements AutoCloseable {
             NDArray x = inputs[0];
             NDArray w = inputs[1];
             DataType type = DataTypes.of(x);
-            if (!Fp8Kernels.supportedOutput(x)) {
+            if (!Fp8Kernels.supportedOutput(type)) {
                 throw new IllegalArgumentException(name + ": FP8 linear input of dtype " + type
                         + "; expected float32, float16 or bfloat16");
             }
@@ -164,15 +177,20 @@ public final class Fp8Linear implements AutoCloseable {
             NDManager owner = ctx.manager();
             NDArray x2 = x.reshape(tokens, in);
             x2.attach(owner);
-            NDArray bias = inputs.length > 2 ? inputs[2] : owner.zeros(new Shape(0), DataType.FLOAT32);
-            NDList result = kernels.forward(x2, cw.q(), cw.inverseScale(), bias, scaling.scaleBuffer(), scaling.scaleInvBuffer(),
-                    scaling.history(), forwardConfig);
-            result.attach(owner);
+            x2 = TensorMemory.contiguous(x2, owner);
+            NDArray bias = inputs.length > 2 ? inputs[2] : noBias();
+            Fp8Kernels.Quantized qx = kernels.quantize(x2, scaling, slots.input(), forwardConfig);
+            NDArray y2 = kernels.forward(qx.q(), cw.q(), qx.inverseScale(), cw.inverseScale(), bias, forwardConfig);
+            y2.attach(owner);
+            qx.qT().attach(owner);
+            qx.inverseScale().attach(owner);
+            // the row-major copy served the forward GEMM; backward multiplies the transposed one
+            qx.q().close();
             long[] dims = shape.getShape().clone();
             dims[dims.length - 1] = out;
-            NDArray y = result.get(0).reshape(new Shape(dims));
+            NDArray y = y2.reshape(new Shape(dims));
             y.attach(owner);
-            ctx.saveForBackward(result.get(1), result.get(2), cw.qT(), cw.inverseScale());
+            ctx.saveForBackward(qx.qT(), qx.inverseScale(), cw.qT(), cw.inverseScale());
             ctx.setState(new long[] {in, out});
             return new NDArray[] {y};
         }
@@ -185,9 +203,15 @@ public final class Fp8Linear implements AutoCloseable {
             Shape shape = dy.getShape();
             NDArray dy2 = dy.reshape(-1, dims[1]);
             dy2.attach(owner);
-            NDList g = Fp8Kernels.get().backward(dy2, ctx.saved(0), ctx.saved(1), ctx.saved(2), ctx.saved(3),
-                    scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), backwardConfig);
+            Fp8Kernels kernels = Fp8Kernels.get();
+            Fp8Kernels.Quantized qdy = kernels.quantize(TensorMemory.contiguous(dy2, owner), scaling, slots.gradOutput(),
+                    backwardConfig);
+            NDList g = kernels.backward(qdy.q(), qdy.qT(), qdy.inverseScale(), ctx.saved(0), ctx.saved(1), ctx.saved(2),
+                    ctx.saved(3), backwardConfig);
             g.attach(owner);
+            qdy.q().close();
+            qdy.qT().close();
+            qdy.inverseScale().close();
             NDArray[] result = new NDArray[ctx.inputCount()];
             if (ctx.needsInputGrad(0)) {
                 long[] xd = shape.getShape().clone();

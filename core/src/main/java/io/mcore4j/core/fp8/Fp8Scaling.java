@@ -71,6 +71,7 @@ public final class Fp8Scaling implements AutoCloseable {
     private NDArray scaleInv;
     private NDArray fp8Max;
     private NDArray updateConfig;
+    private NDArray[] slotViews;
     private long generation;
 
     /**
@@ -165,6 +166,31 @@ public final class Fp8Scaling implements AutoCloseable {
         return scaleInvBuffer;
     }
 
+    /**
+     * Slot {@code slot}'s scale, inverse scale and current amax as one-element views into the state's tensors (the
+     * fused cast reads and writes them in place), made once per slot.
+     *
+     * @param slot a registered slot
+     * @return {@code {scale, scaleInv, amax}}: 0-dim float32 views of {@code scale[slot, 0]},
+     *     {@code scaleInv[slot, 0]} (16-byte aligned) and {@code history[0, slot]}
+     */
+    NDArray[] slotViews(int slot) {
+        allocate();
+        if (slotViews[3 * slot] == null) {
+            slotViews[3 * slot] = element(scaleBuffer, slot, 0);
+            slotViews[3 * slot + 1] = element(scaleInvBuffer, slot, 0);
+            slotViews[3 * slot + 2] = element(history, 0, slot);
+        }
+        return new NDArray[] {slotViews[3 * slot], slotViews[3 * slot + 1], slotViews[3 * slot + 2]};
+    }
+
+    /** @return the 0-dim view of {@code t[row, col]}, owned by the state */
+    private NDArray element(NDArray t, long row, long col) {
+        NDArray view = Tensors.narrow(Tensors.narrow(t, 0, row, row + 1), 1, col, col + 1).reshape(new Shape());
+        view.attach(manager);
+        return view;
+    }
+
     private void allocate() {
         if (history != null) {
             return;
@@ -183,6 +209,7 @@ public final class Fp8Scaling implements AutoCloseable {
             max[i] = (float) (e5m2(i) ? Fp8Format.E5M2_MAX : Fp8Format.E4M3_MAX);
         }
         fp8Max = manager.create(max);
+        slotViews = new NDArray[3 * n];
         NDManager host = manager.newSubManager(ai.djl.Device.cpu());
         updateConfig = host.create(new long[] {config.margin(), config.amaxComputeAlgo() == AmaxComputeAlgo.MAX ? 1 : 0});
         updateConfig.attach(manager);

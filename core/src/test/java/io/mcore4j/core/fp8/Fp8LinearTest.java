@@ -114,6 +114,38 @@ class Fp8LinearTest {
         }
     }
 
+    @Test
+    void theReferenceCastWritesTheTransposedCopyAndRecordsTheAmaxAndTheCpuHasNoFusedCast() {
+        try (NDManager m = Mcore4j.newRootManager();
+             Fp8Scaling scaling = new Fp8Scaling(Fp8Config.of(Fp8Format.HYBRID), m)) {
+            scaling.register("fc1");
+            Tensors.copyInto(scaling.scale(), m.create(new float[] {2f, 1f, 1000f}));
+            float[] v = new float[16 * 32];
+            for (int i = 0; i < v.length; i++) {
+                v[i] = (float) Math.sin(i) * 0.3f;
+            }
+            v[5] = 1f; // the amax
+            NDArray x = DataTypes.toType(m.create(v, new Shape(16, 32)), DataType.BFLOAT16, false);
+            Fp8Kernels kernels = Fp8Kernels.get();
+            Fp8Kernels.Quantized q = kernels.quantize(x, scaling, 2, false);
+            float[] copy = kernels.widen(q.q()).toFloatArray();
+            float[] transposed = kernels.widen(q.qT()).toFloatArray();
+            assertEquals(new Shape(32, 16), q.qT().getShape());
+            float[] xs = f32(x);
+            for (int r = 0; r < 16; r++) {
+                for (int c = 0; c < 32; c++) {
+                    assertEquals(copy[r * 32 + c], transposed[c * 16 + r], 0f, "transposed copy at " + r + ", " + c);
+                    // e5m2 keeps 2 mantissa bits: within 2^-3 of the scaled value
+                    float scaled = xs[r * 32 + c] * 1000f;
+                    assertTrue(Math.abs(copy[r * 32 + c] - scaled) <= Math.abs(scaled) / 8f + 1e-3f, r + ", " + c);
+                }
+            }
+            assertEquals(1f, scaling.history().toFloatArray()[2], 0f, "the output gradient slot's amax");
+            IllegalStateException none = assertThrows(IllegalStateException.class, () -> kernels.quantize(x, scaling, 2, true));
+            assertTrue(none.getMessage().contains("cpu()"), none.getMessage());
+        }
+    }
+
     private static float[] float32Linear(NDManager m, NDArray x, NDArray w, NDArray b) {
         NDArray x32 = DataTypes.toType(x, DataType.FLOAT32, false).stopGradient();
         NDArray w32 = DataTypes.toType(w, DataType.FLOAT32, false).stopGradient();
