@@ -19,8 +19,9 @@ computes it once (pass_inputs) and hands it to every layer's forward:
         written [b * s] int64: the pool slot (block * block_size + offset) of each token, sequence by sequence
         read [b * w * block_size] int64: the slots of each sequence's blocks, in order
         mask [b, 1, per_group * s, w * block_size], the tables' dtype: 0 where query i may see slot j
-            (j <= positions[b, i]), -inf elsewhere; row p * s + i for query head p of a group (the layout of the
-            queries in attend_paged); the additive form of the boolean mask, as SDPA converts one
+            (j <= positions[b, i]), -65504 elsewhere; row p * s + i for query head p of a group (the layout of the
+            queries in attend_paged); the additive form of the boolean mask, made once per pass instead of by
+            SDPA in every layer (libtorch converts a boolean mask for cuDNN with the same value)
     forward(x, attention_out, the layer's parameters, key_pool, value_pool, rotation_a, rotation_b, written, read,
             mask, settings): see make_cached_layer_module.py for x, attention_out, the parameters and settings
             ([norm epsilon, activation, part], CPU float64), except that RMSNorm weights come in the activations'
@@ -161,7 +162,9 @@ class PagedLayer(torch.nn.Module):
         if per_group > 1:
             allowed = allowed.repeat(1, per_group, 1)
         mask = torch.zeros([allowed.size(0), 1, per_group * s, width], dtype=a_table.dtype, device=a_table.device)
-        mask.masked_fill_(allowed.logical_not().unsqueeze(1), float("-inf"))
+        # -65504 (float16's lowest) rather than -inf, as libtorch's own conversion for cuDNN does: exp underflows to 0
+        # all the same, every row having an allowed slot (slot 0 always is)
+        mask.masked_fill_(allowed.logical_not().unsqueeze(1), -65504.0)
         return [rotation_a, rotation_b, written, read, mask]
 def rotary_tables(rot: int, d: int, length: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """cos and sin [length, rot] as KvCache.rotaryTables makes them: sin with its first half negated."""
