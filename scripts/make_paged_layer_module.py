@@ -7,26 +7,29 @@ positions in order. Every sequence of the pass has its own positions, so sequenc
 
 Three methods. What depends only on the pass's positions and block tables is the same for every layer, so a pass
 computes it once (pass_inputs) and hands it to every layer's forward:
-    rotation_tables(cos_table, sin_table) -> [a_table, b_table], once per cache: the rotary tables [max_len, rot]
-        (zero columns: no rotary; sin with its first half negated) as the two factors of the rotation of a
-        channel pair (x1, x2) = (x[j], x[j + rot/2]): (y1, y2) = x1 * a + x2 * b, a = (cos, sin), b = (-sin, cos)
+    rotation_tables(cos_table, sin_table) -> [a_table, b_table] [max_len, 2, rot], once per cache: from the rotary
+        tables [max_len, rot] (zero columns: no rotary; sin with its first half negated), the two factors of the
+        rotation of a channel pair (x1, x2) = (x[j], x[j + rot/2]): (y1, y2) = x1 * a + x2 * b, with
+        a = (cos, sin), b = (-sin, cos) in row 0 (queries and keys) and a = (1, 0), b = (0, 1) in row 1 (values,
+        which the keys' kernel passes through unchanged)
     pass_inputs(a_table, b_table, positions, block_tables, layout) -> [rotation_a, rotation_b, written, read, mask]:
         positions [b, s] int64: position of each token of the pass (row i of x's sequence axis, column b)
         block_tables [b, w] int64: sequence b's blocks; position p sits in block block_tables[b, p // block_size]
             at offset p % block_size; entries past the sequence's blocks are 0 (the null block, masked)
         layout (CPU, int64): [block_size, query heads per key/value group]
-        rotation_a, rotation_b [s * b, rot]: each token's rows of the tables, in x's order (sequence axis first)
+        rotation_a, rotation_b [s * b, 2 * rot]: each token's rows of the tables, in x's order (sequence axis first)
         written [b * s] int64: the pool slot (block * block_size + offset) of each token, sequence by sequence
         read [b * w * block_size] int64: the slots of each sequence's blocks, in order
         mask [b, 1, per_group * s, w * block_size], the tables' dtype: 0 where query i may see slot j
             (j <= positions[b, i]), -65504 elsewhere; row p * s + i for query head p of a group (the layout of the
             queries in attend_paged); the additive form of the boolean mask, made once per pass instead of by
             SDPA in every layer (libtorch converts a boolean mask for cuDNN with the same value)
-    forward(x, attention_out, the layer's parameters, key_pool, value_pool, rotation_a, rotation_b, written, read,
-            mask, settings): see make_cached_layer_module.py for x, attention_out, the parameters and settings
+    forward(x, attention_out, the layer's parameters, kv_pool, rotation_a, rotation_b, written, read, mask,
+            settings): see make_cached_layer_module.py for x, attention_out, the parameters and settings
             ([norm epsilon, activation, part], CPU float64), except that RMSNorm weights come in the activations'
             dtype (the norm computes in float32 all the same);
-        key_pool, value_pool [num_blocks, block_size, groups, d]: the layer's whole pools; block 0 is the null
+        kv_pool [num_blocks, block_size, groups, 2, d]: the layer's whole pool of keys (index 0 of its fourth
+            axis) and values (index 1), so that a pass writes and gathers both in one op each; block 0 is the null
             block that padded rows write to and that no sequence owns
 
 The pass writes its keys and values at their slots (index_copy_ into the pool viewed as slots), gathers each
@@ -65,40 +68,40 @@ def rotate(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def paged_inputs(tokens: torch.Tensor, s: int, b: int, norm1_w: torch.Tensor, norm1_b: torch.Tensor,
                  qkv_w: torch.Tensor, qkv_b: torch.Tensor, groups: int, d: int, rotation_a: torch.Tensor,
-                 rotation_b: torch.Tensor, eps: float) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Queries [s, b, heads, d] (contiguous), keys [s, b, groups, d] (contiguous) and values (a view of the QKV output)."""
+                 rotation_b: torch.Tensor, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Queries [s, b, heads, d] (contiguous) and each group's key and value [s, b, groups, 2, d].
+
+    The queries and the keys-and-values are rotated apart, each pass writing a contiguous tensor (the values by the
+    identity rows of the tables); without rotary the keys and values are a view of the QKV output."""
     mixed = linear(norm(tokens, norm1_w, norm1_b, eps), qkv_w, qkv_b)
     per_group = mixed.size(1) // (groups * d) - 2
     grouped = mixed.view(s, b, groups, per_group + 2, d)
     query = grouped.narrow(3, 0, per_group)
-    key = grouped.select(3, per_group)
-    rot = rotation_a.size(1)
+    kv = grouped.narrow(3, per_group, 2)
+    rot = rotation_a.size(1) // 2
     if rot > 0:
-        a = rotation_a.view(s, b, 1, 2, rot // 2)
-        n = rotation_b.view(s, b, 1, 2, rot // 2)
-        # queries and keys rotated apart, each into a contiguous tensor that the attention reads as a view
-        query = rotate(query, a.unsqueeze(2), n.unsqueeze(2))
-        key = rotate(key, a, n)
-    return query.reshape(s, b, groups * per_group, d), key, grouped.select(3, per_group + 1)
+        a = rotation_a.view(s, b, 1, 2, 2, rot // 2)
+        n = rotation_b.view(s, b, 1, 2, 2, rot // 2)
+        query = rotate(query, a.narrow(3, 0, 1), n.narrow(3, 0, 1))
+        kv = rotate(kv, a, n)
+    return query.reshape(s, b, groups * per_group, d), kv
 
 
-def attend_paged(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_pool: torch.Tensor,
-                 value_pool: torch.Tensor, written: torch.Tensor, read: torch.Tensor,
-                 mask: torch.Tensor) -> torch.Tensor:
+def attend_paged(query: torch.Tensor, kv: torch.Tensor, kv_pool: torch.Tensor, written: torch.Tensor,
+                 read: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Writes the pass's keys and values at their slots, gathers each sequence's slots and attends, masked."""
     s = query.size(0)
     b = query.size(1)
     heads = query.size(2)
     d = query.size(3)
-    groups = key_pool.size(2)
+    groups = kv_pool.size(2)
     per_group = heads // groups
     width = mask.size(3)
-    key_slots = key_pool.view(-1, groups, d)
-    value_slots = value_pool.view(-1, groups, d)
-    key_slots.index_copy_(0, written, key.transpose(0, 1).reshape(b * s, groups, d))
-    value_slots.index_copy_(0, written, value.transpose(0, 1).reshape(b * s, groups, d))
-    keys = key_slots.index_select(0, read).view(b, width, groups, d).transpose(1, 2)
-    values = value_slots.index_select(0, read).view(b, width, groups, d).transpose(1, 2)
+    slots = kv_pool.view(-1, groups, 2, d)
+    slots.index_copy_(0, written, kv.transpose(0, 1).reshape(b * s, groups, 2, d))
+    gathered = slots.index_select(0, read).view(b, width, groups, 2, d)
+    keys = gathered.select(3, 0).transpose(1, 2)
+    values = gathered.select(3, 1).transpose(1, 2)
     # a group's query heads stacked along the query axis (row p * s + i), as make_cached_layer_module's attend_static
     q = query.reshape(s, b, groups, per_group, d).permute(1, 2, 3, 0, 4).reshape(b, groups, per_group * s, d)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
@@ -110,7 +113,7 @@ class PagedLayer(torch.nn.Module):
                 norm1_w: torch.Tensor, norm1_b: torch.Tensor, qkv_w: torch.Tensor, qkv_b: torch.Tensor,
                 proj_w: torch.Tensor, proj_b: torch.Tensor, norm2_w: torch.Tensor, norm2_b: torch.Tensor,
                 fc1_w: torch.Tensor, fc1_b: torch.Tensor, fc2_w: torch.Tensor, fc2_b: torch.Tensor,
-                key_pool: torch.Tensor, value_pool: torch.Tensor, rotation_a: torch.Tensor, rotation_b: torch.Tensor,
+                kv_pool: torch.Tensor, rotation_a: torch.Tensor, rotation_b: torch.Tensor,
                 written: torch.Tensor, read: torch.Tensor, mask: torch.Tensor,
                 settings: torch.Tensor) -> List[torch.Tensor]:
         values: List[float] = settings.tolist()
@@ -122,9 +125,9 @@ class PagedLayer(torch.nn.Module):
         hidden = x.size(2)
         tokens = x.reshape(s * b, hidden)
         if part != 2:
-            query, key, value = paged_inputs(tokens, s, b, norm1_w, norm1_b, qkv_w, qkv_b, key_pool.size(2),
-                                             key_pool.size(3), rotation_a, rotation_b, eps)
-            context = attend_paged(query, key, value, key_pool, value_pool, written, read, mask)
+            query, kv = paged_inputs(tokens, s, b, norm1_w, norm1_b, qkv_w, qkv_b, kv_pool.size(2), kv_pool.size(4),
+                                     rotation_a, rotation_b, eps)
+            context = attend_paged(query, kv, kv_pool, written, read, mask)
             attention = linear(context.view(s * b, context.size(2)), proj_w, proj_b)
             if part == 1:
                 return [attention.view(s, b, hidden)]
@@ -136,10 +139,12 @@ class PagedLayer(torch.nn.Module):
     @torch.jit.export
     def rotation_tables(self, cos_table: torch.Tensor, sin_table: torch.Tensor) -> List[torch.Tensor]:
         half = cos_table.size(1) // 2
-        rot = 2 * half
         a = torch.cat((cos_table.narrow(1, 0, half), sin_table.narrow(1, half, half)), 1)
         b = torch.cat((sin_table.narrow(1, 0, half), cos_table.narrow(1, half, half)), 1)
-        return [a.narrow(1, 0, rot), b.narrow(1, 0, rot)]
+        ones = torch.ones_like(a.narrow(1, 0, half))
+        zeros = torch.zeros_like(ones)
+        # row 0 rotates keys (and queries), row 1 is the identity for values: (y1, y2) = x1 * (1, 0) + x2 * (0, 1)
+        return [torch.stack((a, torch.cat((ones, zeros), 1)), 1), torch.stack((b, torch.cat((zeros, ones), 1)), 1)]
 
     @torch.jit.export
     def pass_inputs(self, a_table: torch.Tensor, b_table: torch.Tensor, positions: torch.Tensor,
@@ -149,8 +154,8 @@ class PagedLayer(torch.nn.Module):
         per_group = sizes[1]
         s = positions.size(1)
         flat = positions.transpose(0, 1).reshape(-1)
-        rotation_a = a_table.index_select(0, flat)
-        rotation_b = b_table.index_select(0, flat)
+        rotation_a = a_table.flatten(1).index_select(0, flat)
+        rotation_b = b_table.flatten(1).index_select(0, flat)
         # token (b, i) goes to slot block_tables[b, p // block_size] * block_size + p % block_size, p = positions[b, i]
         blocks = block_tables.gather(1, torch.div(positions, block_size, rounding_mode="floor"))
         written = (blocks * block_size + torch.remainder(positions, block_size)).reshape(-1)
@@ -199,14 +204,13 @@ def check_on(module: torch.jit.ScriptModule, rot: int, device: str, dtype: torch
         return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
 
     wd = [on(t) for t in w]
-    pool_k = on(torch.zeros(9, block_size, groups, d))
-    pool_v = on(torch.zeros(9, block_size, groups, d))
+    pool = on(torch.zeros(9, block_size, groups, 2, d))
     a_t, b_t = module.rotation_tables(on(cos_t), on(sin_t))
     layout = torch.tensor([block_size, heads // groups])
 
     def run(x: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor) -> torch.Tensor:
         inputs = module.pass_inputs(a_t, b_t, on(positions), on(block_tables), layout)
-        return module(on(x), on(torch.empty(0)), *wd, pool_k, pool_v, *inputs, settings)[0].float().cpu()
+        return module(on(x), on(torch.empty(0)), *wd, pool, *inputs, settings)[0].float().cpu()
 
     for b, n in enumerate(lengths):
         first = run(xs[b][: n - 1], torch.arange(n - 1).view(1, n - 1), tables[b: b + 1])

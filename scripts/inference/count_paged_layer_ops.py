@@ -84,15 +84,16 @@ def main(path: str) -> None:
     new = hasattr(module, "pass_inputs")
     with torch.jit.optimized_execution(False), torch.no_grad():
         if new:
+            pool = torch.zeros(blocks + 1, block_size, groups, 2, d, dtype=half)
             a_t, b_t = module.rotation_tables(cos, sin)
             layout = torch.tensor([block_size, per_group])
             for _ in range(2):
                 p = module.pass_inputs(a_t, b_t, positions, tables, layout)
-                module(x, torch.empty(0, dtype=half), *w, pool_k, pool_v, *p, settings)
+                module(x, torch.empty(0, dtype=half), *w, pool, *p, settings)
             with profile(activities=[ProfilerActivity.CPU]) as step:
                 p = module.pass_inputs(a_t, b_t, positions, tables, layout)
             report("once per step (pass_inputs)", step)
-            args = [x, torch.empty(0, dtype=half), *w, pool_k, pool_v, *p, settings]
+            args = [x, torch.empty(0, dtype=half), *w, pool, *p, settings]
             with profile(activities=[ProfilerActivity.CPU]) as layer:
                 module(*args)
         else:

@@ -332,8 +332,8 @@ final class CachedLayer {
      * @param w the layer's weights
      * @param x the layer's input [s, b, h]
      * @param keys the layer's whole key cache [b, groups/TP, maxLen, d] (positions {@code L-s..L-1} are written), or
-     *     its key pool [numBlocks, blockSize, groups/TP, d] for the paged module
-     * @param values the value cache, likewise
+     *     for the paged module its pool of keys and values [numBlocks, blockSize, groups/TP, 2, d]
+     * @param values the value cache, likewise; null for the paged module
      * @param pass the pass's tensors, made once for every layer
      * @param absent the empty tensor
      * @return the layer's output [s, b, h]
@@ -366,7 +366,9 @@ final class CachedLayer {
             in.add(t);
         }
         in.add(keys);
-        in.add(values);
+        if (values != null) {
+            in.add(values);
+        }
         in.addAll(new NDList(pass.arguments().toArray(new NDArray[0])));
         in.add(settings);
         return module.forward(in);

@@ -19,7 +19,8 @@ import java.util.Map;
 
 /**
  * A paged key/value cache (vLLM's PagedAttention layout) and the model's pass over it, on this rank: per layer of
- * the model, key and value pools [numBlocks, blockSize, groups/TP, d] allocated once, and a {@link BlockAllocator}
+ * the model, a pool of keys and values [numBlocks, blockSize, groups/TP, 2, d] allocated once (a slot's key and
+ * value side by side, written and gathered in one op each), and a {@link BlockAllocator}
  * that hands their blocks to sequences. A sequence's positions live in the blocks its block table names, in order
  * (position {@code p} in block {@code table[p / blockSize]} at offset {@code p % blockSize}), so sequences of any
  * lengths run in one pass, each at its own positions, and a sequence that ends gives its blocks back at once.
@@ -45,7 +46,8 @@ public final class PagedKvCache {
     private final BlockAllocator allocator;
     private final CachedLayer layerModule;
     private final Map<Integer, CachedLayer.Weights> weights = new HashMap<>();
-    private final Map<Integer, NDArray[]> pools = new HashMap<>();
+    /** Per layer, its pool of keys and values [numBlocks, blockSize, groups/TP, 2, d]. */
+    private final Map<Integer, NDArray> pools = new HashMap<>();
     /** The module's rotation tables {a, b} [maxModelLength, rotaryDims]. */
     private final NDArray[] rotationTables;
     /** Host int64 [block size, query heads per key/value group], the module's pass layout. */
@@ -86,7 +88,7 @@ public final class PagedKvCache {
         this.layerModule = CachedLayer.paged(manager);
         DataType dtype = config.dtype();
         this.absent = DataTypes.zeros(manager, new Shape(0), dtype);
-        Shape pool = new Shape(numBlocks, blockSize, config.numQueryGroups() / tp.size(), config.kvChannels());
+        Shape pool = new Shape(numBlocks, blockSize, config.numQueryGroups() / tp.size(), 2, config.kvChannels());
         for (TransformerLayer layer : model.layers()) {
             int n = layer.layerNumber();
             if (config.windowSize(n) >= 0) {
@@ -99,7 +101,7 @@ public final class PagedKvCache {
                         + " which the paged cache runs only in one call (Generator runs it op by op)");
             }
             weights.put(n, w);
-            pools.put(n, new NDArray[] {DataTypes.zeros(manager, pool, dtype), DataTypes.zeros(manager, pool, dtype)});
+            pools.put(n, DataTypes.zeros(manager, pool, dtype));
         }
         try (NDManager temporaries = manager.newSubManager()) {
             NDArray[] tables = KvCache.rotaryTables(temporaries, config, maxModelLength, dtype);
@@ -145,8 +147,8 @@ public final class PagedKvCache {
 
             @Override
             public NDArray forwardLayer(AutogradScope s, TransformerLayer layer, NDArray hidden) {
-                NDArray[] pool = pools.get(layer.layerNumber());
-                return layerModule.forward(s, weights.get(layer.layerNumber()), hidden, pool[0], pool[1], pass, absent);
+                return layerModule.forward(s, weights.get(layer.layerNumber()), hidden, pools.get(layer.layerNumber()),
+                        null, pass, absent);
             }
         };
         NDManager m = scope.manager();
