@@ -40,6 +40,11 @@ RMSNorm weights come in the activations' dtype: on a GPU libtorch's fused RMSNor
 they are and computes in float32 (no cast kernels around it); on the CPU the norm casts to float32 and back around
 rms_norm, as the contiguous layer does (make_cached_layer_module's norm).
 
+The check (before saving and after loading back) runs the module in float32 on the CPU against the contiguous
+layer, with full, half and no rotary; where CUDA is available also in float16 on the GPU (the fused RMSNorm, the
+additive mask under cuDNN's attention), within 2e-2 of the float32 reference: on a GPU host, write a scratch copy
+(any path) to run that check.
+
 Usage: PYTHONPATH=scripts python3 scripts/make_paged_layer_module.py \
     inference/src/main/resources/io/mcore4j/inference/torchscript/paged_layer.pt
 """

@@ -11,8 +11,9 @@ positions and block tables) is run the same way, for a before/after count:
     /tmp/tv/bin/python scripts/inference/count_paged_layer_ops.py /tmp/before.pt
     /tmp/tv/bin/python scripts/inference/count_paged_layer_ops.py
 
-The CPU counts include RMSNorm's casts to float32 and back (two per norm); on a GPU the current module's norm
-runs without them (libtorch's fused kernel reads float16), four ops fewer per layer than printed.
+The CPU counts include RMSNorm's casts to float32 and back (before: the input and the result per norm; now also the
+float16 weight); on a GPU the current module's norm runs without any (libtorch's fused kernel reads float16), six
+ops fewer per layer than printed for it.
 """
 import collections
 import sys
