@@ -28,9 +28,9 @@ computes it once (pass_inputs) and hands it to every layer's forward:
             settings): see make_cached_layer_module.py for x, attention_out, the parameters and settings
             ([norm epsilon, activation, part], CPU float64), except that RMSNorm weights come in the activations'
             dtype (the norm computes in float32 all the same);
-        kv_pool [num_blocks, block_size, groups, 2, d]: the layer's whole pool of keys (index 0 of its fourth
-            axis) and values (index 1), so that a pass writes and gathers both in one op each; block 0 is the null
-            block that padded rows write to and that no sequence owns
+        kv_pool [num_blocks, block_size, 2, groups, d]: the layer's whole pool of keys (index 0 of its third axis)
+            and values (index 1), so that a pass writes and gathers both in one op each; block 0 is the null block
+            that padded rows write to and that no sequence owns
 
 The pass writes its keys and values at their slots (index_copy_ into the pool viewed as slots), gathers each
 sequence's w * block_size slots and attends under the mask: the same shapes for every decode step of a batch size
@@ -74,7 +74,7 @@ def rotate(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def paged_inputs(tokens: torch.Tensor, s: int, b: int, norm1_w: torch.Tensor, norm1_b: torch.Tensor,
                  qkv_w: torch.Tensor, qkv_b: torch.Tensor, groups: int, d: int, rotation_a: torch.Tensor,
                  rotation_b: torch.Tensor, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Queries [s, b, heads, d] (contiguous) and each group's key and value [s, b, groups, 2, d].
+    """Queries [s, b, heads, d] (contiguous) and the keys and values [s, b, 2, groups, d].
 
     The queries and the keys-and-values are rotated apart, each pass writing a contiguous tensor (the values by the
     identity rows of the tables); without rotary the keys and values are a view of the QKV output."""
@@ -82,12 +82,12 @@ def paged_inputs(tokens: torch.Tensor, s: int, b: int, norm1_w: torch.Tensor, no
     per_group = mixed.size(1) // (groups * d) - 2
     grouped = mixed.view(s, b, groups, per_group + 2, d)
     query = grouped.narrow(3, 0, per_group)
-    kv = grouped.narrow(3, per_group, 2)
+    kv = grouped.narrow(3, per_group, 2).transpose(2, 3)
     rot = rotation_a.size(1) // 2
     if rot > 0:
-        a = rotation_a.view(s, b, 1, 2, 2, rot // 2)
-        n = rotation_b.view(s, b, 1, 2, 2, rot // 2)
-        query = rotate(query, a.narrow(3, 0, 1), n.narrow(3, 0, 1))
+        a = rotation_a.view(s, b, 2, 1, 2, rot // 2)
+        n = rotation_b.view(s, b, 2, 1, 2, rot // 2)
+        query = rotate(query, a.narrow(2, 0, 1), n.narrow(2, 0, 1))
         kv = rotate(kv, a, n)
     return query.reshape(s, b, groups * per_group, d), kv
 
@@ -99,14 +99,16 @@ def attend_paged(query: torch.Tensor, kv: torch.Tensor, kv_pool: torch.Tensor, w
     b = query.size(1)
     heads = query.size(2)
     d = query.size(3)
-    groups = kv_pool.size(2)
+    groups = kv_pool.size(3)
     per_group = heads // groups
     width = mask.size(3)
-    slots = kv_pool.view(-1, groups, 2, d)
-    slots.index_copy_(0, written, kv.transpose(0, 1).reshape(b * s, groups, 2, d))
-    gathered = slots.index_select(0, read).view(b, width, groups, 2, d)
-    keys = gathered.select(3, 0).transpose(1, 2)
-    values = gathered.select(3, 1).transpose(1, 2)
+    slots = kv_pool.view(-1, 2, groups, d)
+    slots.index_copy_(0, written, kv.transpose(0, 1).reshape(b * s, 2, groups, d))
+    # keys and values [b, groups, width, d] with unit head stride d and position stride 2 * groups * d: the layout
+    # of a packed key/value tensor, read by SDPA as it is
+    gathered = slots.index_select(0, read).view(b, width, 2, groups, d)
+    keys = gathered.select(2, 0).transpose(1, 2)
+    values = gathered.select(2, 1).transpose(1, 2)
     # a group's query heads stacked along the query axis (row p * s + i), as make_cached_layer_module's attend_static
     q = query.reshape(s, b, groups, per_group, d).permute(1, 2, 3, 0, 4).reshape(b, groups, per_group * s, d)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
@@ -130,7 +132,7 @@ class PagedLayer(torch.nn.Module):
         hidden = x.size(2)
         tokens = x.reshape(s * b, hidden)
         if part != 2:
-            query, kv = paged_inputs(tokens, s, b, norm1_w, norm1_b, qkv_w, qkv_b, kv_pool.size(2), kv_pool.size(4),
+            query, kv = paged_inputs(tokens, s, b, norm1_w, norm1_b, qkv_w, qkv_b, kv_pool.size(3), kv_pool.size(4),
                                      rotation_a, rotation_b, eps)
             context = attend_paged(query, kv, kv_pool, written, read, mask)
             attention = linear(context.view(s * b, context.size(2)), proj_w, proj_b)
@@ -209,7 +211,7 @@ def check_on(module: torch.jit.ScriptModule, rot: int, device: str, dtype: torch
         return t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype)
 
     wd = [on(t) for t in w]
-    pool = on(torch.zeros(9, block_size, groups, 2, d))
+    pool = on(torch.zeros(9, block_size, 2, groups, d))
     a_t, b_t = module.rotation_tables(on(cos_t), on(sin_t))
     layout = torch.tensor([block_size, heads // groups])
 

@@ -85,7 +85,7 @@ def main(path: str) -> None:
     new = hasattr(module, "pass_inputs")
     with torch.jit.optimized_execution(False), torch.no_grad():
         if new:
-            pool = torch.zeros(blocks + 1, block_size, groups, 2, d, dtype=half)
+            pool = torch.zeros(blocks + 1, block_size, 2, groups, d, dtype=half)
             a_t, b_t = module.rotation_tables(cos, sin)
             layout = torch.tensor([block_size, per_group])
             for _ in range(2):

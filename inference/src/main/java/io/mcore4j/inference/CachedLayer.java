@@ -332,7 +332,7 @@ final class CachedLayer {
      * @param w the layer's weights
      * @param x the layer's input [s, b, h]
      * @param keys the layer's whole key cache [b, groups/TP, maxLen, d] (positions {@code L-s..L-1} are written), or
-     *     for the paged module its pool of keys and values [numBlocks, blockSize, groups/TP, 2, d]
+     *     for the paged module its pool of keys and values [numBlocks, blockSize, 2, groups/TP, d]
      * @param values the value cache, likewise; null for the paged module
      * @param pass the pass's tensors, made once for every layer
      * @param absent the empty tensor

@@ -19,7 +19,7 @@ import java.util.Map;
 
 /**
  * A paged key/value cache (vLLM's PagedAttention layout) and the model's pass over it, on this rank: per layer of
- * the model, a pool of keys and values [numBlocks, blockSize, groups/TP, 2, d] allocated once (a slot's key and
+ * the model, a pool of keys and values [numBlocks, blockSize, 2, groups/TP, d] allocated once (a slot's key and
  * value side by side, written and gathered in one op each), and a {@link BlockAllocator}
  * that hands their blocks to sequences. A sequence's positions live in the blocks its block table names, in order
  * (position {@code p} in block {@code table[p / blockSize]} at offset {@code p % blockSize}), so sequences of any
@@ -46,7 +46,7 @@ public final class PagedKvCache {
     private final BlockAllocator allocator;
     private final CachedLayer layerModule;
     private final Map<Integer, CachedLayer.Weights> weights = new HashMap<>();
-    /** Per layer, its pool of keys and values [numBlocks, blockSize, groups/TP, 2, d]. */
+    /** Per layer, its pool of keys and values [numBlocks, blockSize, 2, groups/TP, d]. */
     private final Map<Integer, NDArray> pools = new HashMap<>();
     /** The module's rotation tables {a, b} [maxModelLength, rotaryDims]. */
     private final NDArray[] rotationTables;
@@ -88,7 +88,7 @@ public final class PagedKvCache {
         this.layerModule = CachedLayer.paged(manager);
         DataType dtype = config.dtype();
         this.absent = DataTypes.zeros(manager, new Shape(0), dtype);
-        Shape pool = new Shape(numBlocks, blockSize, config.numQueryGroups() / tp.size(), 2, config.kvChannels());
+        Shape pool = new Shape(numBlocks, blockSize, 2, config.numQueryGroups() / tp.size(), config.kvChannels());
         for (TransformerLayer layer : model.layers()) {
             int n = layer.layerNumber();
             if (config.windowSize(n) >= 0) {
