@@ -160,13 +160,15 @@ final class CachedLayer {
 
     /**
      * The paged module's rotary tables, made once per cache: each position's two factors of the rotation of a channel
-     * pair {@code (x1, x2) = (x[j], x[j + rot/2])}, {@code (y1, y2) = x1 * a + x2 * b} with {@code a = (cos, sin)} and
-     * {@code b = (-sin, cos)} (the module rotates with them in one elementwise kernel, without rolling).
+     * pair {@code (x1, x2) = (x[j], x[j + rot/2])}, {@code (y1, y2) = x1 * a + x2 * b}, with {@code a = (cos, sin)} and
+     * {@code b = (-sin, cos)} in row 0 (queries and keys) and the identity {@code a = (1, 0)}, {@code b = (0, 1)} in
+     * row 1 (values): the module rotates the keys and passes the values through in one elementwise kernel, without
+     * rolling.
      *
      * @param cos rotary cos of positions {@code 0..maxLen-1} [maxLen, rotaryDims] (zero columns without rotary)
      * @param sin rotary sin with the first half of its columns negated, likewise
      * @param owner owner of the tables
-     * @return {a, b}, each [maxLen, rotaryDims]
+     * @return {a, b}, each [maxLen, 2, rotaryDims]
      * @throws IllegalStateException if this is not the paged form
      */
     NDArray[] rotationTables(NDArray cos, NDArray sin, NDManager owner) {
@@ -185,8 +187,8 @@ final class CachedLayer {
      * @param positions [b, s] int64 each token's position, on the device
      * @param blockTables [b, w] int64 each sequence's blocks (0, the null block, past its own), on the device
      * @param layout host int64 [block size, query heads per key/value group]
-     * @return each token's rotary rows [s * b, rot] (twice), the slots it writes [b * s], the slots each sequence
-     *     reads [b * w * blockSize], the additive attention mask [b, 1, perGroup * s, w * blockSize]
+     * @return each token's rows of the two tables [s * b, 2 * rotaryDims], the slots it writes [b * s], the slots each
+     *     sequence reads [b * w * blockSize], the additive attention mask [b, 1, perGroup * s, w * blockSize]
      * @throws IllegalStateException if this is not the paged form
      */
     Pass pagedPass(NDManager owner, NDArray[] tables, NDArray positions, NDArray blockTables, NDArray layout) {

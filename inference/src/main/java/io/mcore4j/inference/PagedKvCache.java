@@ -48,7 +48,7 @@ public final class PagedKvCache {
     private final Map<Integer, CachedLayer.Weights> weights = new HashMap<>();
     /** Per layer, its pool of keys and values [numBlocks, blockSize, 2, groups/TP, d]. */
     private final Map<Integer, NDArray> pools = new HashMap<>();
-    /** The module's rotation tables {a, b} [maxModelLength, rotaryDims]. */
+    /** The module's rotation tables {a, b} [maxModelLength, 2, rotaryDims] ({@link CachedLayer#rotationTables}). */
     private final NDArray[] rotationTables;
     /** Host int64 [block size, query heads per key/value group], the module's pass layout. */
     private final NDArray layout;
