@@ -53,8 +53,12 @@ from make_cached_sdpa_module import attend_cached
 def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     if bias.numel() > 0:
         return F.layer_norm(x, [x.size(-1)], weight, bias, eps)
-    # RMSNorm as mcore4j's Norm computes it: in float32 (the caller passes the weight in float32), cast back
-    return F.rms_norm(x.float(), [x.size(-1)], weight, eps).to(x.dtype)
+    if x.is_cuda and weight.dtype == x.dtype:
+        # the paged layer's RMSNorm weights come in x's dtype: libtorch's fused CUDA kernel reads x as it is,
+        # computes and scales in float32 and rounds once, as the casts below do, without their two kernels
+        return F.rms_norm(x, [x.size(-1)], weight, eps)
+    # RMSNorm as mcore4j's Norm computes it: in float32 (the cached layers pass the weight in float32), cast back
+    return F.rms_norm(x.float(), [x.size(-1)], weight.float(), eps).to(x.dtype)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

@@ -22,6 +22,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
@@ -63,7 +64,9 @@ final class CachedLayer {
 
     private final TorchScriptModule module;
     private final boolean staticShapes;
-    private final boolean paged;
+    /** The paged module's method markers (null for the contiguous forms): rotation_tables and pass_inputs. */
+    private final NDArray rotationTablesMethod;
+    private final NDArray passInputsMethod;
 
     /**
      * @param owner manager that owns the loaded module (closed with it) and picks its device
@@ -79,13 +82,22 @@ final class CachedLayer {
     private CachedLayer(NDManager owner, String resource, boolean staticShapes, boolean paged) {
         this.module = TorchScriptModules.load(owner, CachedLayer.class, resource);
         this.staticShapes = staticShapes;
-        this.paged = paged;
+        NDManager host = paged ? owner.newSubManager(Device.cpu()) : null;
+        this.rotationTablesMethod = paged ? method(host, "rotation_tables") : null;
+        this.passInputsMethod = paged ? method(host, "pass_inputs") : null;
+    }
+
+    private static NDArray method(NDManager host, String name) {
+        NDArray marker = host.zeros(new Shape());
+        marker.setName("module_method:" + name);
+        return marker;
     }
 
     /**
      * The third form: over a paged cache (pools of fixed-size blocks per layer, a block table per sequence), every
-     * sequence at its own positions; its {@link Pass} carries the whole rotary tables, the positions [b, s] and the
-     * block tables [b, w].
+     * sequence at its own positions. What depends only on a pass's positions and block tables (each token's rotary
+     * rows, the slots it writes, the slots each sequence reads, the attention mask) is the same for every layer: the
+     * module computes it once per pass ({@link #pagedPass}) and every layer's call takes it.
      *
      * @param owner manager that owns the loaded module and picks its device
      * @return the paged layer
@@ -100,18 +112,98 @@ final class CachedLayer {
     }
 
     /**
-     * What a pass gives every layer's module, made once per pass by the cache.
+     * What a pass gives every layer's module, made once per pass by the cache: the module's arguments between the
+     * caches and the settings, in order.
      *
-     * @param cos rotary cos: of positions {@code 0..L-1} [L, rotaryDims] for the narrowing module, of the pass's
-     *     positions only [s, rotaryDims] for the static one (zero columns without rotary)
-     * @param sin rotary sin with the first half of its columns negated, likewise
-     * @param positions the pass's positions {@code L-s..L-1} [s] int64 on the device (static module only, else null)
-     * @param allowed [s, maxLen] bool, true where query {@code i} attends to position {@code j <= L-s+i} (static
-     *     module only, else null)
-     * @param blockTables the paged module's block tables [b, w] int64 (else null); for it {@code cos} and {@code sin}
-     *     are the whole tables [maxLen, rotaryDims] and {@code positions} is [b, s], each sequence's own
+     * @param arguments the tensors ({@link #narrowing}, {@link #masked} or {@link CachedLayer#pagedPass}'s)
      */
-    record Pass(NDArray cos, NDArray sin, NDArray positions, NDArray allowed, NDArray blockTables) {}
+    record Pass(List<NDArray> arguments) {
+        /**
+         * The narrowing module's pass.
+         *
+         * @param cos rotary cos of positions {@code 0..L-1} [L, rotaryDims] (zero columns without rotary)
+         * @param sin rotary sin with the first half of its columns negated, likewise
+         * @return the pass
+         */
+        static Pass narrowing(NDArray cos, NDArray sin) {
+            return new Pass(List.of(cos, sin));
+        }
+
+        /**
+         * The static module's pass.
+         *
+         * @param cos rotary cos of the pass's positions only [s, rotaryDims]
+         * @param sin rotary sin with the first half of its columns negated, likewise
+         * @param positions the pass's positions {@code L-s..L-1} [s] int64 on the device
+         * @param allowed [s, maxLen] bool, true where query {@code i} attends to position {@code j <= L-s+i}
+         * @return the pass
+         */
+        static Pass masked(NDArray cos, NDArray sin, NDArray positions, NDArray allowed) {
+            return new Pass(List.of(cos, sin, positions, allowed));
+        }
+
+        /** @return a contiguous form's rotary cos */
+        NDArray cos() {
+            return arguments.get(0);
+        }
+
+        /** @return a contiguous form's rotary sin */
+        NDArray sin() {
+            return arguments.get(1);
+        }
+
+        /** @return the static module's positions */
+        NDArray positions() {
+            return arguments.get(2);
+        }
+    }
+
+    /**
+     * The paged module's rotary tables, made once per cache: each position's two factors of the rotation of a channel
+     * pair {@code (x1, x2) = (x[j], x[j + rot/2])}, {@code (y1, y2) = x1 * a + x2 * b}, with {@code a = (cos, sin)} and
+     * {@code b = (-sin, cos)} in row 0 (queries and keys) and the identity {@code a = (1, 0)}, {@code b = (0, 1)} in
+     * row 1 (values): the module rotates the keys and passes the values through in one elementwise kernel, without
+     * rolling.
+     *
+     * @param cos rotary cos of positions {@code 0..maxLen-1} [maxLen, rotaryDims] (zero columns without rotary)
+     * @param sin rotary sin with the first half of its columns negated, likewise
+     * @param owner owner of the tables
+     * @return {a, b}, each [maxLen, 2, rotaryDims]
+     * @throws IllegalStateException if this is not the paged form
+     */
+    NDArray[] rotationTables(NDArray cos, NDArray sin, NDManager owner) {
+        requirePaged();
+        NDList tables = module.forward(rotationTablesMethod, cos, sin);
+        tables.attach(owner);
+        return new NDArray[] {tables.get(0), tables.get(1)};
+    }
+
+    /**
+     * The paged module's pass: what every layer of a pass takes, computed once (device work only, no host read, so it
+     * may run under a graph capture).
+     *
+     * @param owner owner of the pass's tensors (the pass's scope)
+     * @param tables {@link #rotationTables}'s {a, b}
+     * @param positions [b, s] int64 each token's position, on the device
+     * @param blockTables [b, w] int64 each sequence's blocks (0, the null block, past its own), on the device
+     * @param layout host int64 [block size, query heads per key/value group]
+     * @return each token's rows of the two tables [s * b, 2 * rotaryDims], the slots it writes [b * s], the slots each
+     *     sequence reads [b * w * blockSize], the additive attention mask [b, 1, perGroup * s, w * blockSize]
+     * @throws IllegalStateException if this is not the paged form
+     */
+    Pass pagedPass(NDManager owner, NDArray[] tables, NDArray positions, NDArray blockTables, NDArray layout) {
+        requirePaged();
+        NDList inputs = module.forward(passInputsMethod, tables[0], tables[1], positions, blockTables, layout);
+        inputs.attach(owner);
+        return new Pass(List.copyOf(inputs));
+    }
+
+    private void requirePaged() {
+        if (passInputsMethod == null) {
+            throw new IllegalStateException("the " + (staticShapes ? "static" : "narrowing")
+                    + " layer module has no paged pass; CachedLayer.paged loads the one that has");
+        }
+    }
 
     /**
      * One layer's arguments to the module.
@@ -132,10 +224,12 @@ final class CachedLayer {
      * @param tp the tensor-parallel group the layer is split over
      * @param manager owner of what is made here (bias shares, float32 norm weights, settings: the generation's)
      * @param absent the empty tensor that stands for a missing bias, in the activations' dtype
+     * @param float32RmsNorm whether RMSNorm weights are passed as float32 copies (the contiguous modules) or as they
+     *     are, in the activations' dtype (the paged module, whose norm computes in float32 all the same)
      * @return the weights, or null
      */
     static Weights weightsOf(TransformerLayer layer, TransformerConfig config, Communicator tp, NDManager manager,
-                             NDArray absent) {
+                             NDArray absent, boolean float32RmsNorm) {
         if (layer.moe() != null) {
             return null;
         }
@@ -167,7 +261,7 @@ final class CachedLayer {
             LOG.warn("layer {} runs op by op, one native call per op, because {}", layer.layerNumber(), reason);
             return null;
         }
-        if (config.normalization() == TransformerConfig.Normalization.RMS_NORM) {
+        if (float32RmsNorm && config.normalization() == TransformerConfig.Normalization.RMS_NORM) {
             // RMSNorm computes in float32: the weights' float32 copies, made once instead of in every call
             for (String norm : new String[] {"input_layernorm.weight", "pre_mlp_layernorm.weight"}) {
                 NDArray w32 = DataTypes.toType(byName.get(norm), DataType.FLOAT32, true);
@@ -239,9 +333,10 @@ final class CachedLayer {
      * @param scope the pass's no-grad scope; owns the result
      * @param w the layer's weights
      * @param x the layer's input [s, b, h]
-     * @param keys the layer's whole key cache [b, groups/TP, maxLen, d]; positions {@code L-s..L-1} are written
-     * @param values the value cache, likewise
-     * @param pass the pass's rotary rows (and positions and mask, for the static module)
+     * @param keys the layer's whole key cache [b, groups/TP, maxLen, d] (positions {@code L-s..L-1} are written), or
+     *     for the paged module its pool of keys and values [numBlocks, blockSize, 2, groups/TP, d]
+     * @param values the value cache, likewise; null for the paged module
+     * @param pass the pass's tensors, made once for every layer
      * @param absent the empty tensor
      * @return the layer's output [s, b, h]
      */
@@ -266,20 +361,17 @@ final class CachedLayer {
 
     private NDList call(NDArray x, NDArray attention, Weights w, NDArray keys, NDArray values, Pass pass,
                         NDArray settings) {
-        NDList in = new NDList(21);
+        NDList in = new NDList(22);
         in.add(x);
         in.add(attention);
         for (NDArray t : w.tensors()) {
             in.add(t);
         }
         in.add(keys);
-        in.add(values);
-        in.add(pass.cos());
-        in.add(pass.sin());
-        if (staticShapes) {
-            in.add(pass.positions());
-            in.add(paged ? pass.blockTables() : pass.allowed());
+        if (values != null) {
+            in.add(values);
         }
+        in.addAll(new NDList(pass.arguments().toArray(new NDArray[0])));
         in.add(settings);
         return module.forward(in);
     }

@@ -142,7 +142,7 @@ public final class KvCache implements InferenceContext {
             if (absent == null) {
                 absent = CachedLayer.absent(manager, hidden);
             }
-            cache.weights = CachedLayer.weightsOf(layer, config, tp, manager, absent);
+            cache.weights = CachedLayer.weightsOf(layer, config, tp, manager, absent, true);
             cache.resolved = true;
         }
         if (cache.weights == null) {
@@ -154,7 +154,7 @@ public final class KvCache implements InferenceContext {
                 DataTypes.of(hidden));
         passInputs(hidden, offset, (int) end);
         CachedLayer.Pass layerPass = cache.window < 0 ? pass
-                : new CachedLayer.Pass(pass.cos(), pass.sin(), pass.positions(), mask(offset, (int) end, cache.window), null);
+                : CachedLayer.Pass.masked(pass.cos(), pass.sin(), pass.positions(), mask(offset, (int) end, cache.window));
         return fused.forward(scope, cache.weights, hidden, cache.keys, cache.values, layerPass, absent);
     }
 
@@ -243,8 +243,8 @@ public final class KvCache implements InferenceContext {
         int from = fused.staticShapes() ? start : 0;
         NDArray cos = Tensors.narrow(cosTable, 0, from, end);
         NDArray sin = sinTable == cosTable ? cos : Tensors.narrow(sinTable, 0, from, end);
-        pass = fused.staticShapes() ? new CachedLayer.Pass(cos, sin, positions(start, end), mask(start, end, -1), null)
-                : new CachedLayer.Pass(cos, sin, null, null, null);
+        pass = fused.staticShapes() ? CachedLayer.Pass.masked(cos, sin, positions(start, end), mask(start, end, -1))
+                : CachedLayer.Pass.narrowing(cos, sin);
         passStart = start;
         passEnd = end;
     }

@@ -1,5 +1,6 @@
 package io.mcore4j.inference;
 
+import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
@@ -18,15 +19,18 @@ import java.util.Map;
 
 /**
  * A paged key/value cache (vLLM's PagedAttention layout) and the model's pass over it, on this rank: per layer of
- * the model, key and value pools [numBlocks, blockSize, groups/TP, d] allocated once, and a {@link BlockAllocator}
+ * the model, a pool of keys and values [numBlocks, blockSize, 2, groups/TP, d] allocated once (a slot's key and
+ * value side by side, written and gathered in one op each), and a {@link BlockAllocator}
  * that hands their blocks to sequences. A sequence's positions live in the blocks its block table names, in order
  * (position {@code p} in block {@code table[p / blockSize]} at offset {@code p % blockSize}), so sequences of any
  * lengths run in one pass, each at its own positions, and a sequence that ends gives its blocks back at once.
  *
  * <p>Each dense layer runs its pass in one native call ({@link CachedLayer#paged}): it writes the pass's keys and
  * values at their slots, gathers each sequence's blocks by its table and attends under the mask of the positions
- * each query may see. {@link #forward} takes every input as a tensor, so a decode step of a fixed batch size has
- * the same shapes and reads the same tensors every time: what a CUDA graph captures. Heads are split over the
+ * each query may see. What these depend on besides the layer (each token's rotary rows, the slots it writes, the
+ * slots each sequence reads, the mask) is computed once per pass, before the layers, in one more native call.
+ * {@link #forward} takes every input as a tensor, so a decode step of a fixed batch size has the same shapes and
+ * reads the same tensors every time: what a CUDA graph captures, the per-pass work included. Heads are split over the
  * tensor-parallel group as in training (each layer's two partial sums all-reduced over it, the logits gathered);
  * the model must be one pipeline stage.
  *
@@ -42,9 +46,12 @@ public final class PagedKvCache {
     private final BlockAllocator allocator;
     private final CachedLayer layerModule;
     private final Map<Integer, CachedLayer.Weights> weights = new HashMap<>();
-    private final Map<Integer, NDArray[]> pools = new HashMap<>();
-    private final NDArray cosTable;
-    private final NDArray sinTable;
+    /** Per layer, its pool of keys and values [numBlocks, blockSize, 2, groups/TP, d]. */
+    private final Map<Integer, NDArray> pools = new HashMap<>();
+    /** The module's rotation tables {a, b} [maxModelLength, 2, rotaryDims] ({@link CachedLayer#rotationTables}). */
+    private final NDArray[] rotationTables;
+    /** Host int64 [block size, query heads per key/value group], the module's pass layout. */
+    private final NDArray layout;
     private final NDArray absent;
 
     /**
@@ -81,24 +88,27 @@ public final class PagedKvCache {
         this.layerModule = CachedLayer.paged(manager);
         DataType dtype = config.dtype();
         this.absent = DataTypes.zeros(manager, new Shape(0), dtype);
-        Shape pool = new Shape(numBlocks, blockSize, config.numQueryGroups() / tp.size(), config.kvChannels());
+        Shape pool = new Shape(numBlocks, blockSize, 2, config.numQueryGroups() / tp.size(), config.kvChannels());
         for (TransformerLayer layer : model.layers()) {
             int n = layer.layerNumber();
             if (config.windowSize(n) >= 0) {
                 throw new IllegalArgumentException("layer " + n + " has a sliding window of " + config.windowSize(n)
                         + " tokens, which the paged layer module does not mask (Generator runs it)");
             }
-            CachedLayer.Weights w = CachedLayer.weightsOf(layer, config, tp, manager, absent);
+            CachedLayer.Weights w = CachedLayer.weightsOf(layer, config, tp, manager, absent, false);
             if (w == null) {
                 throw new IllegalArgumentException("layer " + n + " is not a plain dense layer (see the warning above),"
                         + " which the paged cache runs only in one call (Generator runs it op by op)");
             }
             weights.put(n, w);
-            pools.put(n, new NDArray[] {DataTypes.zeros(manager, pool, dtype), DataTypes.zeros(manager, pool, dtype)});
+            pools.put(n, DataTypes.zeros(manager, pool, dtype));
         }
-        NDArray[] tables = KvCache.rotaryTables(manager, config, maxModelLength, dtype);
-        this.cosTable = tables[0];
-        this.sinTable = tables[1];
+        try (NDManager temporaries = manager.newSubManager()) {
+            NDArray[] tables = KvCache.rotaryTables(temporaries, config, maxModelLength, dtype);
+            this.rotationTables = layerModule.rotationTables(tables[0], tables[1], manager);
+        }
+        this.layout = manager.newSubManager(Device.cpu())
+                .create(new long[] {blockSize, config.numAttentionHeads() / config.numQueryGroups()});
     }
 
     /** @return the blocks' allocator */
@@ -122,7 +132,7 @@ public final class PagedKvCache {
      */
     public NDArray forward(AutogradScope scope, NDArray tokens, NDArray positions, NDArray blockTables,
                            boolean lastPositionOnly) {
-        CachedLayer.Pass pass = new CachedLayer.Pass(cosTable, sinTable, positions, null, blockTables);
+        CachedLayer.Pass pass = layerModule.pagedPass(scope.manager(), rotationTables, positions, blockTables, layout);
         InferenceContext context = new InferenceContext() {
             @Override
             public int sequenceLengthOffset() {
@@ -137,12 +147,13 @@ public final class PagedKvCache {
 
             @Override
             public NDArray forwardLayer(AutogradScope s, TransformerLayer layer, NDArray hidden) {
-                NDArray[] pool = pools.get(layer.layerNumber());
-                return layerModule.forward(s, weights.get(layer.layerNumber()), hidden, pool[0], pool[1], pass, absent);
+                return layerModule.forward(s, weights.get(layer.layerNumber()), hidden, pools.get(layer.layerNumber()),
+                        null, pass, absent);
             }
         };
         NDManager m = scope.manager();
         NDArray out = model.inferenceForward(scope, tokens, null, context);
+        scope.release(pass.arguments().toArray(new NDArray[0]));
         long s = out.getShape().get(0);
         NDArray local = lastPositionOnly ? out.get(s - 1) : out;
         local.attach(m);

@@ -37,6 +37,9 @@ final class DecodeStep implements AutoCloseable {
     private GraphCapture capture;
     private final int bucket;
     private final NDManager manager;
+    /** The step's inputs in one tensor [bucket + bucket + bucket * width], copied from the host in one copy. */
+    private final NDArray inputs;
+    private final long[] staged;
     private final NDArray tokens;
     private final NDArray positions;
     private final NDArray tables;
@@ -60,9 +63,12 @@ final class DecodeStep implements AutoCloseable {
         this.capture = capture;
         this.bucket = bucket;
         this.manager = parent.newSubManager();
-        this.tokens = manager.zeros(new Shape(1, bucket), DataType.INT64);
-        this.positions = manager.zeros(new Shape(bucket, 1), DataType.INT64);
-        this.tables = manager.zeros(new Shape(bucket, width), DataType.INT64);
+        this.staged = new long[2 * bucket + bucket * width];
+        this.inputs = manager.zeros(new Shape(staged.length), DataType.INT64);
+        // views of the one tensor: what the graph reads, refreshed by one copy per step
+        this.tokens = Tensors.narrow(inputs, 0, 0, bucket).reshape(1, bucket);
+        this.positions = Tensors.narrow(inputs, 0, bucket, 2L * bucket).reshape(bucket, 1);
+        this.tables = Tensors.narrow(inputs, 0, 2L * bucket, staged.length).reshape(bucket, width);
     }
 
     /**
@@ -73,10 +79,11 @@ final class DecodeStep implements AutoCloseable {
      * @param blockTables [bucket * width] the sequences' block tables, row by row
      */
     void run(long[] tokenIds, long[] tokenPositions, long[] blockTables) {
+        System.arraycopy(tokenIds, 0, staged, 0, bucket);
+        System.arraycopy(tokenPositions, 0, staged, bucket, bucket);
+        System.arraycopy(blockTables, 0, staged, 2 * bucket, staged.length - 2 * bucket);
         try (NDManager staging = manager.newSubManager()) {
-            Tensors.copyInto(tokens, staging.create(tokenIds, tokens.getShape()));
-            Tensors.copyInto(positions, staging.create(tokenPositions, positions.getShape()));
-            Tensors.copyInto(tables, staging.create(blockTables, tables.getShape()));
+            Tensors.copyInto(inputs, staging.create(staged, inputs.getShape()));
         }
         if (graph == null && capture != null && eagerSteps >= WARMUPS) {
             renewOutputs();
