@@ -4,7 +4,6 @@ import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.chat.ChatTemplate;
 import io.mcore4j.data.preprocess.HuggingFaceTokenizerAdapter;
-import io.mcore4j.data.preprocess.StrictJson;
 import io.mcore4j.data.tokenizer.Tokenizer;
 import io.mcore4j.inference.SerialGenerationEngine;
 import io.mcore4j.inference.engine.ContinuousBatchingEngine;
@@ -250,12 +249,7 @@ public final class ServeGpt implements Callable<Integer> {
     /** {@code --chat-template}, else the tokenizer's template, else none. */
     private ChatTemplate chatTemplate(Path tokenizerPath) throws Exception {
         if (tokenizerPath != null) {
-            Path dir = Files.isDirectory(tokenizerPath) ? tokenizerPath : tokenizerPath.toAbsolutePath().getParent();
-            Path config = dir.resolve("tokenizer_config.json");
-            boolean has = chatTemplate != null || Files.isRegularFile(dir.resolve("chat_template.jinja"))
-                    || Files.isRegularFile(config) && StrictJson.parse(Files.readString(config, StandardCharsets.UTF_8))
-                            instanceof Map<?, ?> m && m.get("chat_template") != null;
-            return has ? ChatTemplate.load(tokenizerPath, chatTemplate) : null;
+            return ChatTemplate.find(tokenizerPath, chatTemplate).orElse(null);
         }
         return chatTemplate == null ? null : ChatTemplate.of(Files.readString(chatTemplate, StandardCharsets.UTF_8),
                 chatTemplate.toString(), Map.of());
