@@ -174,7 +174,6 @@ public final class ServeGpt implements Callable<Integer> {
             throw new IllegalArgumentException("--chat-template " + chatTemplate + " is not a file; expected a Jinja template");
         }
         new ServerConfig(host, port, threads()); // the values checked before the model loads
-        ModelSource.Resolved resolved = model.resolve(tensorParallel);
         Path tokenizerPath = model.tokenizerModel != null ? model.tokenizerModel
                 : model.loadHf != null && Files.isRegularFile(model.loadHf.resolve("tokenizer.json")) ? model.loadHf : null;
         Tokenizer tokenizer = tokenizerPath != null ? ModelSource.huggingFaceTokenizer(tokenizerPath) : model.tokenizer();
@@ -182,7 +181,7 @@ public final class ServeGpt implements Callable<Integer> {
         LaunchedRank rank = LaunchedRank.single(Duration.ofMinutes(10));
         NDManager parameters = NDManager.newBaseManager(rank.device());
         GenerationEngine engine = null;
-        try {
+        try (ModelSource.Resolved resolved = model.resolve(tensorParallel)) { // only the load reads its files
             ProcessGroups groups = ProcessGroups.create(ParallelDims.of(1, 1, 1), rank.backend());
             GptModel chunk = model.build(resolved, groups, parameters, 1234);
             int vocabulary = ModelSource.vocabulary(tokenizer, resolved);
