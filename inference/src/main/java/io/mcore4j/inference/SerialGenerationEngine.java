@@ -70,18 +70,7 @@ public final class SerialGenerationEngine implements GenerationEngine {
 
     @Override
     public RequestHandle submit(EngineRequest request, TokenStream stream) {
-        int[] prompt = request.promptTokens();
-        for (int k = 0; k < prompt.length; k++) {
-            if (prompt[k] < 0 || prompt[k] >= vocabularySize) {
-                throw new IllegalArgumentException("prompt token " + prompt[k] + " at position " + k
-                        + " is outside the vocabulary [0, " + vocabularySize + ")");
-            }
-        }
-        int needed = prompt.length + request.maxTokens();
-        if (needed > maxSequenceLength()) {
-            throw new IllegalArgumentException("a prompt of " + prompt.length + " tokens and " + request.maxTokens()
-                    + " tokens to generate need " + needed + " positions, more than the model's " + maxSequenceLength());
-        }
+        request.validate(vocabularySize, maxSequenceLength());
         Job job = new Job(request, stream);
         synchronized (lock) {
             if (closed) {
