@@ -2,7 +2,6 @@ package io.mcore4j.inference;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.GraphOptimization;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.inference.engine.EngineRequest;
@@ -173,13 +172,10 @@ public final class SerialGenerationEngine implements GenerationEngine {
                 float logprob = Float.NaN;
                 try (AutogradScope scope = AutogradScope.openNoGrad(manager)) {
                     NDArray logits = generator.step(scope, cache, input, true);
-                    NDArray candidates = logits.get(":, :{}", vocabularySize);
-                    if (hostRow) {
-                        float[] row = candidates.toType(DataType.FLOAT32, false).toFloatArray();
-                        next = sampler.next(row, vocabularySize);
-                        logprob = request.logprobs() ? sampler.logprob(row, vocabularySize, next) : Float.NaN;
-                    } else {
-                        next = (int) candidates.argMax(1).toLongArray()[0];
+                    float[][] row = request.logprobs() ? new float[1][] : null;
+                    next = generator.pickFromLastPosition(logits, new TokenSampler[] {sampler}, hostRow, row)[0];
+                    if (row != null) {
+                        logprob = sampler.logprob(row[0], vocabularySize, next);
                     }
                 }
                 if (next == terminationId || contains(stops, next)) {
