@@ -439,8 +439,7 @@ public final class HfConfig {
         if (architecture != HfArchitecture.DEEPSEEK_V3) {
             return 0;
         }
-        return json.has("num_nextn_predict_layers") && !json.get("num_nextn_predict_layers").isJsonNull()
-                ? json.get("num_nextn_predict_layers").getAsInt() : 1;
+        return new ConfigReader(file, json).integerOr("num_nextn_predict_layers", 1);
     }
 
     /** @return the file the config came from */
