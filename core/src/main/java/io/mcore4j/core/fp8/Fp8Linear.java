@@ -45,7 +45,6 @@ public final class Fp8Linear implements AutoCloseable {
     private final Fp8Scaling.Slots slots;
     private final NDManager manager;
     private CachedWeight cached;
-    private long casts;
     private NDArray forwardConfig;
     private NDArray weightConfig;
     private NDArray backwardConfig;
@@ -100,11 +99,6 @@ public final class Fp8Linear implements AutoCloseable {
         return bias == null ? scope.apply1(gemms, x, weight.data()) : scope.apply1(gemms, x, weight.data(), bias);
     }
 
-    /** @return how many times a weight was cast to float8 so far (once per generation and parameter) */
-    long casts() {
-        return casts;
-    }
-
     private void configure(DataType outType, boolean scaledMm) {
         if (outType == configType) {
             return;
@@ -128,7 +122,7 @@ public final class Fp8Linear implements AutoCloseable {
         NDList q = Fp8Kernels.get().quantizeWeight(w, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), weightConfig);
         q.attach(manager);
         cached = new CachedWeight(source, generation, q.get(0), q.get(1), q.get(2));
-        casts++;
+        scaling.countWeightCast();
         return cached;
     }
 

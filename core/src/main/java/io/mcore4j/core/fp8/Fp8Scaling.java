@@ -73,6 +73,7 @@ public final class Fp8Scaling implements AutoCloseable {
     private NDArray fp8Max;
     private NDArray updateConfig;
     private long generation;
+    private long weightCasts;
 
     /**
      * @param config the FP8 settings
@@ -134,6 +135,21 @@ public final class Fp8Scaling implements AutoCloseable {
     /** @return the number of updates and restores so far: a weight cast in an earlier generation is stale */
     public long generation() {
         return generation;
+    }
+
+    /**
+     * How often this state's FP8 linears cast a weight to float8: once per linear and {@link #generation()} (a
+     * measure of the weight cache, which micro-batches of one step share).
+     *
+     * @return the casts so far
+     */
+    public long weightCasts() {
+        return weightCasts;
+    }
+
+    /** Counts one weight cast of a linear ({@link #weightCasts()}). */
+    void countWeightCast() {
+        weightCasts++;
     }
 
     /** @return {@code [amaxHistoryLen, slots]} float32, row 0 the current step's amaxes; allocated on first use */
