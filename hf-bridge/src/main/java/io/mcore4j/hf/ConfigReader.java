@@ -57,6 +57,24 @@ final class ConfigReader {
         return has(key) ? integer(key) : fallback;
     }
 
+    /**
+     * An integer that transformers also reads under a second name: {@code key}, else {@code alias}; where both are
+     * given they must be equal.
+     *
+     * @param key the architecture's own name (DeepSeek-V3's {@code n_routed_experts})
+     * @param alias the name transformers reads it as (its {@code num_local_experts})
+     * @return the value
+     * @throws HfCheckpointException if neither is given, or both are and differ
+     */
+    int integerAlias(String key, String alias) {
+        int value = has(key) ? integer(key) : integer(alias);
+        if (has(key) && has(alias)) {
+            require(alias, integer(alias) == value, "equal to " + key + " (" + value + "), which transformers reads as "
+                    + alias);
+        }
+        return value;
+    }
+
     double number(String key) {
         return typed(key, "a number", JsonElement::getAsDouble);
     }

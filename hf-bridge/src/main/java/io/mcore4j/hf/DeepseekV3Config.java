@@ -108,11 +108,7 @@ final class DeepseekV3Config {
 
     /** The experts of the layers from {@code first_k_dense_replace} on, or null where there are none. */
     private static TransformerConfig.MoeSettings experts(ConfigReader r, int layers) {
-        int experts = r.has("n_routed_experts") ? r.integer("n_routed_experts") : r.integer("num_local_experts");
-        if (r.has("n_routed_experts") && r.has("num_local_experts")) {
-            r.require("num_local_experts", r.integer("num_local_experts") == experts, "equal to n_routed_experts ("
-                    + experts + "), which transformers reads as num_local_experts");
-        }
+        int experts = r.integerAlias("n_routed_experts", "num_local_experts");
         int firstMoe = r.integerOr("first_k_dense_replace", DEFAULT_FIRST_DENSE);
         r.require("moe_layer_freq", r.integerOr("moe_layer_freq", 1) == 1, "1 (every layer from first_k_dense_replace on"
                 + " has experts, as transformers builds it)");

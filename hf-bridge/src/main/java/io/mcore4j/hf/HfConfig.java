@@ -287,11 +287,7 @@ public final class HfConfig {
      */
     private static TransformerConfig.MoeSettings qwen3Moe(ConfigReader r) {
         int layers = r.integer("num_hidden_layers");
-        int experts = r.has("num_experts") ? r.integer("num_experts") : r.integer("num_local_experts");
-        if (r.has("num_experts") && r.has("num_local_experts")) {
-            r.require("num_local_experts", r.integer("num_local_experts") == experts, "equal to num_experts (" + experts
-                    + "), which transformers reads as num_local_experts");
-        }
+        int experts = r.integerAlias("num_experts", "num_local_experts");
         int step = r.integerOr("decoder_sparse_step", 1);
         r.require("decoder_sparse_step", step >= 1, "at least 1");
         java.util.Set<Integer> dense = new java.util.TreeSet<>();
@@ -443,8 +439,7 @@ public final class HfConfig {
         if (architecture != HfArchitecture.DEEPSEEK_V3) {
             return 0;
         }
-        return json.has("num_nextn_predict_layers") && !json.get("num_nextn_predict_layers").isJsonNull()
-                ? json.get("num_nextn_predict_layers").getAsInt() : 1;
+        return new ConfigReader(file, json).integerOr("num_nextn_predict_layers", 1);
     }
 
     /** @return the file the config came from */

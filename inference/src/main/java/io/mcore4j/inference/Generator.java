@@ -354,24 +354,14 @@ public final class Generator {
         int[] next = new int[b];
         NDManager m = scope.manager();
         if (logits != null) {
-            NDArray candidates = vocabularySize == ctx.config().vocabSize() ? logits : logits.get(":, :{}", vocabularySize);
-            if (allGreedy) {
-                // greedy on the device: b ids cross to the host instead of b rows of logits
-                long[] best = candidates.argMax(1).toLongArray();
-                for (int i = 0; i < b; i++) {
-                    next[i] = (int) best[i];
-                }
-            } else {
-                float[] rows = candidates.toType(DataType.FLOAT32, false).toFloatArray();
-                float[] row = new float[vocabularySize];
-                for (int i = 0; i < b; i++) {
-                    if (t >= lengths[i] && finished[i] == null) {
-                        // only a request that generates draws: its draws never depend on the rest of the batch
-                        System.arraycopy(rows, i * vocabularySize, row, 0, vocabularySize);
-                        next[i] = samplers[i].next(row, vocabularySize);
-                    }
+            TokenSampler[] picking = new TokenSampler[b];
+            for (int i = 0; i < b; i++) {
+                if (t >= lengths[i] && finished[i] == null) {
+                    // only a request that generates draws: its draws never depend on the rest of the batch
+                    picking[i] = samplers[i];
                 }
             }
+            next = pickFromLastPosition(logits, picking, !allGreedy, null);
         }
         Communicator pp = groups.pp();
         if (pp.size() > 1) {
@@ -383,6 +373,49 @@ public final class Generator {
             long[] received = pp.broadcast(sent, pp.size() - 1, m).toLongArray();
             for (int i = 0; i < b; i++) {
                 next[i] = (int) received[i];
+            }
+        }
+        return next;
+    }
+
+    /**
+     * The picks from the last position's logits, on the stage that has them: with the rows on the device, every
+     * row's argmax (b ids cross to the host instead of b rows of logits, and no sampler is asked); otherwise each
+     * picking row's sampler draws from its row on the host, penalising the row in place.
+     *
+     * @param logits {@code [b, V]} over the model's (padded) vocabulary; the generator's first {@code vocabularySize}
+     *     ids are the candidates
+     * @param samplers per row, the sampler of a request that picks now, or null for a row that picks nothing
+     * @param onHost whether the rows cross to the host (a request samples, or wants log-probabilities)
+     * @param rows null, or receives per row the row its sampler drew from (the penalised logits that
+     *     {@link TokenSampler#logprob} reads)
+     * @return per row the picked id; 0 for a row that picked nothing on the host
+     */
+    int[] pickFromLastPosition(NDArray logits, TokenSampler[] samplers, boolean onHost, float[][] rows) {
+        int b = samplers.length;
+        int[] next = new int[b];
+        NDArray candidates = vocabularySize == ctx.config().vocabSize() ? logits : logits.get(":, :{}", vocabularySize);
+        if (!onHost) {
+            long[] best = candidates.argMax(1).toLongArray();
+            for (int i = 0; i < b; i++) {
+                next[i] = (int) best[i];
+            }
+            return next;
+        }
+        float[] all = candidates.toType(DataType.FLOAT32, false).toFloatArray();
+        // one row is drawn from as it came; several share one buffer unless their rows are kept
+        float[] shared = b > 1 && rows == null ? new float[vocabularySize] : null;
+        for (int i = 0; i < b; i++) {
+            if (samplers[i] == null) {
+                continue;
+            }
+            float[] row = b == 1 ? all : shared != null ? shared : new float[vocabularySize];
+            if (b > 1) {
+                System.arraycopy(all, i * vocabularySize, row, 0, vocabularySize);
+            }
+            next[i] = samplers[i].next(row, vocabularySize);
+            if (rows != null) {
+                rows[i] = row;
             }
         }
         return next;

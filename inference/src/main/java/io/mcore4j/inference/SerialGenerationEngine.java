@@ -2,7 +2,6 @@ package io.mcore4j.inference;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.GraphOptimization;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.inference.engine.EngineRequest;
@@ -70,18 +69,7 @@ public final class SerialGenerationEngine implements GenerationEngine {
 
     @Override
     public RequestHandle submit(EngineRequest request, TokenStream stream) {
-        int[] prompt = request.promptTokens();
-        for (int k = 0; k < prompt.length; k++) {
-            if (prompt[k] < 0 || prompt[k] >= vocabularySize) {
-                throw new IllegalArgumentException("prompt token " + prompt[k] + " at position " + k
-                        + " is outside the vocabulary [0, " + vocabularySize + ")");
-            }
-        }
-        int needed = prompt.length + request.maxTokens();
-        if (needed > maxSequenceLength()) {
-            throw new IllegalArgumentException("a prompt of " + prompt.length + " tokens and " + request.maxTokens()
-                    + " tokens to generate need " + needed + " positions, more than the model's " + maxSequenceLength());
-        }
+        request.validate(vocabularySize, maxSequenceLength());
         Job job = new Job(request, stream);
         synchronized (lock) {
             if (closed) {
@@ -184,13 +172,10 @@ public final class SerialGenerationEngine implements GenerationEngine {
                 float logprob = Float.NaN;
                 try (AutogradScope scope = AutogradScope.openNoGrad(manager)) {
                     NDArray logits = generator.step(scope, cache, input, true);
-                    NDArray candidates = logits.get(":, :{}", vocabularySize);
-                    if (hostRow) {
-                        float[] row = candidates.toType(DataType.FLOAT32, false).toFloatArray();
-                        next = sampler.next(row, vocabularySize);
-                        logprob = request.logprobs() ? sampler.logprob(row, vocabularySize, next) : Float.NaN;
-                    } else {
-                        next = (int) candidates.argMax(1).toLongArray()[0];
+                    float[][] row = request.logprobs() ? new float[1][] : null;
+                    next = generator.pickFromLastPosition(logits, new TokenSampler[] {sampler}, hostRow, row)[0];
+                    if (row != null) {
+                        logprob = sampler.logprob(row[0], vocabularySize, next);
                     }
                 }
                 if (next == terminationId || contains(stops, next)) {

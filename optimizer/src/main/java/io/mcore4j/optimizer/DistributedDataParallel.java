@@ -273,8 +273,20 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     }
 
     /**
+     * Whether this object reduces gradients as the model reports them through {@link #gradientsReady}: with
+     * {@link OptimizerConfig#overlapGradReduce()}, and with sharded gradients (ZeRO-2), which are reduced pass by
+     * pass whether overlapped or not. A trainer registers it as the model's gradient listener exactly then; otherwise
+     * {@link #expectBackwardPasses} arms nothing and reports are ignored.
+     *
+     * @return true if the reports drive the reductions
+     */
+    public boolean reducesReportedGradients() {
+        return config.overlapGradReduce() || shardsGradients;
+    }
+
+    /**
      * Arms the overlap of gradient reduction with backward for the coming step (no-op unless
-     * {@link OptimizerConfig#overlapGradReduce()}): each bucket's reduction starts once every
+     * {@link #reducesReportedGradients()}): each bucket's reduction starts once every
      * parameter in it has been reported {@code passes} times through {@link #gradientsReady}. Pass
      * the number of backward passes each parameter takes part in this step: the number of
      * micro-batches. Call it before the step's first backward, on every rank of the data-parallel
@@ -292,7 +304,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         if (synced != null) {
             throw new IllegalStateException("gradients of the last step are still synchronised; call zeroGrad() first");
         }
-        if (!config.overlapGradReduce() && !shardsGradients) {
+        if (!reducesReportedGradients()) {
             return;
         }
         if (inFlight != null) {

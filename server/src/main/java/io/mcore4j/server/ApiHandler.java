@@ -157,7 +157,7 @@ final class ApiHandler extends Handler.Abstract {
             }
             text.append(piece.text());
         } while (piece.finishReason() == null);
-        List<Object> choices = List.of(endpoint.choice(p, text.toString(), log, piece.finishReason()));
+        List<Object> choices = List.of(endpoint.choice(text.toString(), log, piece.finishReason()));
         Map<String, Object> answer = endpoint.envelope(endpoint.object(), id, now, model, choices);
         answer.put("usage", Endpoint.usage(run));
         writeJson(response, callback, 200, answer);
@@ -171,7 +171,7 @@ final class ApiHandler extends Handler.Abstract {
         int offset = p.echo().length();
         boolean first = true;
         if (endpoint.opensStream(p)) {
-            event(response, chunk(endpoint, p, id, now, endpoint.chunkChoice(p, p.echo(), null, true, null)));
+            event(response, chunk(endpoint, p, id, now, endpoint.chunkChoice(p.echo(), null, true, null)));
             first = false;
         }
         try {
@@ -185,7 +185,7 @@ final class ApiHandler extends Handler.Abstract {
                 }
                 offset += piece.text().length();
                 if (!piece.text().isEmpty() || piece.finishReason() != null) {
-                    event(response, chunk(endpoint, p, id, now, endpoint.chunkChoice(p, piece.text(), log, first,
+                    event(response, chunk(endpoint, p, id, now, endpoint.chunkChoice(piece.text(), log, first,
                             piece.finishReason())));
                     first = false;
                 }

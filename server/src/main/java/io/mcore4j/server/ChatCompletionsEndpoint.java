@@ -89,7 +89,7 @@ final class ChatCompletionsEndpoint extends Endpoint {
         String budget = f.has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
         GenerationParams params = GenerationParams.parse(f, "messages", budget, 0, prompt.length, model.engine().maxSequenceLength(),
                 model.engine().vocabularySize(), logprobs);
-        return prepared(f, model, prompt, params, "");
+        return prepared(f, prompt, params, "");
     }
 
     /** The messages as the template reads them: each a copy, its content a string. */
@@ -140,7 +140,7 @@ final class ChatCompletionsEndpoint extends Endpoint {
     }
 
     @Override
-    Map<String, Object> choice(Prepared p, String text, TokenLog log, String finishReason) {
+    Map<String, Object> choice(String text, TokenLog log, String finishReason) {
         Map<String, Object> message = new LinkedHashMap<>();
         message.put("role", "assistant");
         message.put("content", text);
@@ -148,7 +148,7 @@ final class ChatCompletionsEndpoint extends Endpoint {
     }
 
     @Override
-    Map<String, Object> chunkChoice(Prepared p, String text, TokenLog log, boolean first, String finishReason) {
+    Map<String, Object> chunkChoice(String text, TokenLog log, boolean first, String finishReason) {
         Map<String, Object> delta = new LinkedHashMap<>();
         if (first) {
             delta.put("role", "assistant");

@@ -87,7 +87,7 @@ final class CompletionsEndpoint extends Endpoint {
         }
         GenerationParams params = GenerationParams.parse(f, "prompt", "max_tokens", DEFAULT_MAX_TOKENS, prompt.length,
                 model.engine().maxSequenceLength(), model.engine().vocabularySize(), logprobs);
-        return prepared(f, model, prompt, params, echo ? text : "");
+        return prepared(f, prompt, params, echo ? text : "");
     }
 
     @Override
@@ -96,12 +96,12 @@ final class CompletionsEndpoint extends Endpoint {
     }
 
     @Override
-    Map<String, Object> choice(Prepared p, String text, TokenLog log, String finishReason) {
+    Map<String, Object> choice(String text, TokenLog log, String finishReason) {
         return choiceOf(text, log, finishReason);
     }
 
     @Override
-    Map<String, Object> chunkChoice(Prepared p, String text, TokenLog log, boolean first, String finishReason) {
+    Map<String, Object> chunkChoice(String text, TokenLog log, boolean first, String finishReason) {
         return choiceOf(text, log, finishReason);
     }
 

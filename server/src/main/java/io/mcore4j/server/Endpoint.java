@@ -69,25 +69,23 @@ abstract class Endpoint {
     /**
      * A whole answer's choice.
      *
-     * @param p the request
      * @param text the completion (with the echo)
      * @param log the tokens' log-probabilities, or null when not asked for
      * @param finishReason {@code stop} or {@code length}
      * @return the choice
      */
-    abstract Map<String, Object> choice(Prepared p, String text, TokenLog log, String finishReason);
+    abstract Map<String, Object> choice(String text, TokenLog log, String finishReason);
 
     /**
      * A streamed chunk's choice.
      *
-     * @param p the request
      * @param text the new text (the echo, on the first chunk)
      * @param log the new tokens' log-probabilities, or null when not asked for
      * @param first whether this is the stream's first chunk
      * @param finishReason null, or the reason on the last chunk
      * @return the choice
      */
-    abstract Map<String, Object> chunkChoice(Prepared p, String text, TokenLog log, boolean first, String finishReason);
+    abstract Map<String, Object> chunkChoice(String text, TokenLog log, boolean first, String finishReason);
 
     /**
      * @param p the request
@@ -106,13 +104,12 @@ abstract class Endpoint {
      * Checks {@code model}, {@code stream} and {@code stream_options}, and builds the prepared request.
      *
      * @param f the request
-     * @param model the served model
      * @param prompt the prompt's ids
      * @param params the parsed parameters
      * @param echo the echo text, or empty
      * @return the prepared request
      */
-    static Prepared prepared(RequestFields f, ServedModel model, int[] prompt, GenerationParams params, String echo) {
+    static Prepared prepared(RequestFields f, int[] prompt, GenerationParams params, String echo) {
         boolean stream = f.bool("stream", false);
         boolean includeUsage = false;
         Object options = f.raw("stream_options");

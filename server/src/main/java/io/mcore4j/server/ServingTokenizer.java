@@ -22,9 +22,6 @@ public interface ServingTokenizer {
      */
     String decode(int[] ids);
 
-    /** @return ids a token may take */
-    int vocabularySize();
-
     /**
      * A Hugging Face tokenizer, its calls serialised (DJL's tokenizer is one per thread).
      *
@@ -41,11 +38,6 @@ public interface ServingTokenizer {
             @Override
             public synchronized String decode(int[] ids) {
                 return tokenizer.decode(ids, true);
-            }
-
-            @Override
-            public int vocabularySize() {
-                return tokenizer.vocabularySize();
             }
         };
     }
@@ -67,11 +59,6 @@ public interface ServingTokenizer {
             @Override
             public synchronized String decode(int[] ids) {
                 return tokenizer.decode(ids);
-            }
-
-            @Override
-            public int vocabularySize() {
-                return tokenizer.vocabularySize();
             }
         };
     }

@@ -28,9 +28,4 @@ final class CharTokenizer implements ServingTokenizer {
         }
         return out.toString();
     }
-
-    @Override
-    public int vocabularySize() {
-        return VOCABULARY;
-    }
 }

@@ -143,7 +143,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
         NDArray x = sequenceParallel
                 ? Mappings.gatherFromSequenceParallelRegion(scope, tp, input, true)
                 : Mappings.copyToTensorParallelRegion(scope, tp, input);
-        NDArray local = LocalLinear.apply(scope, fp8, x, weight.data(), addedBias);
+        NDArray local = LocalLinear.apply(scope, fp8, x, weight, addedBias);
         NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
         // without grad, a gathered input or a gathered-from output is dead here; with grad the scope
         // keeps what the mappings' Functions refer to, and at TP1 the mappings return what they got

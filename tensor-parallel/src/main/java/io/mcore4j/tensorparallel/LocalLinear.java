@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.fp8.Fp8Linear;
+import io.mcore4j.core.nn.Parameter;
 
 /**
  * The one place that chooses how a parallel linear multiplies its local shard: in the parameter dtype
@@ -17,11 +18,11 @@ final class LocalLinear {
      * @param scope the pass's scope; owns the output
      * @param fp8 the layer's FP8 GEMMs, or null
      * @param x the local input {@code [.., in]}
-     * @param w the local weight {@code [out, in]}
+     * @param w the local weight {@code [out, in]} (the parameter: FP8 caches its float8 copy per parameter)
      * @param b the bias {@code [out]}, or null
      * @return {@code x·wᵀ (+ b)}
      */
-    static NDArray apply(AutogradScope scope, Fp8Linear fp8, NDArray x, NDArray w, NDArray b) {
-        return fp8 == null ? Tensors.linear(x, w, b, scope.manager()) : fp8.apply(scope, x, w, b);
+    static NDArray apply(AutogradScope scope, Fp8Linear fp8, NDArray x, Parameter w, NDArray b) {
+        return fp8 == null ? Tensors.linear(x, w.data(), b, scope.manager()) : fp8.apply(scope, x, w, b);
     }
 }

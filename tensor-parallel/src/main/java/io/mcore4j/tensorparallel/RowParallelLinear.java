@@ -126,7 +126,7 @@ public final class RowParallelLinear implements ParallelLinear {
                 share = scope.apply1(new BiasShare(tp.size()), bias.data());
             }
         }
-        NDArray partial = LocalLinear.apply(scope, fp8, x, weight.data(), share);
+        NDArray partial = LocalLinear.apply(scope, fp8, x, weight, share);
         NDArray out = sequenceParallel
                 ? Mappings.reduceScatterToSequenceParallelRegion(scope, tp, partial)
                 : Mappings.reduceFromTensorParallelRegion(scope, tp, partial);

@@ -109,8 +109,7 @@ public final class TrainStep implements AutoCloseable {
         });
         this.ddp = new DistributedDataParallel(parameters, groups, b.optimizer,
                 model.sharedEmbeddingParameters().stream().filter(Parameter::isTrainable).toList());
-        // sharded gradients (ZeRO-2) are reduced pass by pass as the model reports them, overlapped or not
-        if (b.optimizer.overlapGradReduce() || b.optimizer.dataParallelShardingStrategy().shardsGradients()) {
+        if (ddp.reducesReportedGradients()) {
             model.addGradientReadyListener(ddp);
         }
         // optimizer state is keyed like the weights it belongs to, so checkpoints reshard across layouts

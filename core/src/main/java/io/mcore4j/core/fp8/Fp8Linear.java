@@ -10,6 +10,7 @@ import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.nn.Parameter;
 
 import java.util.Objects;
 
@@ -23,10 +24,15 @@ import java.util.Objects;
  * input's dtype ({@link Fp8Kernels} chooses {@code _scaled_mm} or its float32 reference). The scales come from
  * the linear's three slots of an {@link Fp8Scaling}.
  *
- * <p><b>The weight cache.</b> The weight is cast once per {@link Fp8Scaling#generation() generation} (once per
- * optimizer step), with its transposed copy for the input gradient, and again only when the generation or the
- * weight tensor changes; the transposed float8 copy of each application's input is kept for backward instead of
- * the input (half the bytes of bf16). The cached copies are owned by this object and closed with it.
+ * <p><b>The weight cache.</b> The weight is cast once per {@link Fp8Scaling#generation() generation}, with its
+ * transposed copy for the input gradient, and again only when the generation or the {@link Parameter} changes.
+ * The generation is the version of the weights' values: it moves when the optimizer writes them
+ * ({@link Fp8Scaling#update}, once per step) and when a checkpoint is written into them in place
+ * ({@link Fp8Scaling#loadShardedState}). The key is the parameter, not its tensor handle: the handle is renewed
+ * whenever the gradient is set to none ({@link Parameter#clearGradient()}, every micro-batch under ZeRO-2/3) and
+ * under ZeRO-3 the storage is gathered afresh for every read, while the values stay those of the generation. The
+ * transposed float8 copy of each application's input is kept for backward instead of the input (half the bytes of
+ * bf16). The cached copies are owned by this object and closed with it.
  *
  * <p>The input's last dim, the output dim and the token count (the product of the input's other dims) must be
  * multiples of 16 ({@code _scaled_mm}'s constraint, checked on every device so that a layout that trains on the
@@ -85,13 +91,15 @@ public final class Fp8Linear implements AutoCloseable {
      *
      * @param scope the pass's scope; owns the output
      * @param x {@code [.., in]} in float32, float16 or bfloat16
-     * @param weight {@code [out, in]}, the parameter (its gradient is accumulated by autograd)
+     * @param weight the {@code [out, in]} parameter (its gradient is accumulated by autograd); its float8 copy is
+     *     cached for the current generation (the class comment's weight cache)
      * @param bias {@code [out]} or null
      * @return {@code [.., out]} in {@code x}'s dtype
      * @throws IllegalArgumentException if a dim is not a multiple of 16 or the dtype is not supported
      */
-    public NDArray apply(AutogradScope scope, NDArray x, NDArray weight, NDArray bias) {
-        return bias == null ? scope.apply1(new Gemms(), x, weight) : scope.apply1(new Gemms(), x, weight, bias);
+    public NDArray apply(AutogradScope scope, NDArray x, Parameter weight, NDArray bias) {
+        Gemms gemms = new Gemms(weight);
+        return bias == null ? scope.apply1(gemms, x, weight.data()) : scope.apply1(gemms, x, weight.data(), bias);
     }
 
     private void configure(DataType outType, boolean scaledMm) {
@@ -114,9 +122,9 @@ public final class Fp8Linear implements AutoCloseable {
         return noBias;
     }
 
-    private CachedWeight weight(NDArray w) {
+    private CachedWeight weight(Parameter source, NDArray w) {
         long generation = scaling.generation();
-        if (cached != null && cached.generation == generation && cached.source == w) {
+        if (cached != null && cached.generation == generation && cached.source == source) {
             return cached;
         }
         if (cached != null) {
@@ -126,7 +134,8 @@ public final class Fp8Linear implements AutoCloseable {
         q.q().attach(manager);
         q.qT().attach(manager);
         q.inverseScale().attach(manager);
-        cached = new CachedWeight(w, generation, q.q(), q.qT(), q.inverseScale());
+        cached = new CachedWeight(source, generation, q.q(), q.qT(), q.inverseScale());
+        scaling.countWeightCast();
         return cached;
     }
 
@@ -143,7 +152,7 @@ public final class Fp8Linear implements AutoCloseable {
     }
 
     /** The float8 weight of one generation: {@code [out, in]}, its transpose {@code [in, out]} and inverse scale. */
-    private record CachedWeight(NDArray source, long generation, NDArray q, NDArray qT, NDArray inverseScale) {
+    private record CachedWeight(Parameter source, long generation, NDArray q, NDArray qT, NDArray inverseScale) {
         void close() {
             q.close();
             qT.close();
@@ -153,6 +162,12 @@ public final class Fp8Linear implements AutoCloseable {
 
     /** The forward GEMM and the two backward GEMMs; the weight cache is read at forward. */
     private final class Gemms implements Function {
+        private final Parameter weight;
+
+        Gemms(Parameter weight) {
+            this.weight = weight;
+        }
+
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
             NDArray x = inputs[0];
@@ -173,7 +188,7 @@ public final class Fp8Linear implements AutoCloseable {
             checkDims(name, in, out);
             Fp8Kernels kernels = Fp8Kernels.get();
             configure(type, kernels.scaledMm(x.getDevice()));
-            CachedWeight cw = weight(w);
+            CachedWeight cw = weight(weight, w);
             NDManager owner = ctx.manager();
             NDArray x2 = x.reshape(tokens, in);
             x2.attach(owner);

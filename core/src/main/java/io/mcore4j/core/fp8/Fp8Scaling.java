@@ -40,8 +40,9 @@ import java.util.function.UnaryOperator;
  * history that matters, and {@link #update} only starts a new weight generation.
  *
  * <p>Slots are registered while the model is built ({@link #register}); the tensors are allocated on the first
- * use, after which registering is refused. {@link #generation()} counts the updates: FP8 linears cast their
- * weight again when it changed (the optimizer steps between two updates). Owns its tensors (in the manager given
+ * use, after which registering is refused. {@link #generation()} is the version of the weights' values: it moves
+ * at each {@link #update} (the optimizer wrote the weights) and each {@link #loadShardedState} (a checkpoint was
+ * written into them), and FP8 linears cast their weight again when it moved. Owns its tensors (in the manager given
  * to the constructor, which picks the device) and closes them in {@link #close()}. Not thread-safe: used by the
  * thread that trains the model.
  */
@@ -73,6 +74,7 @@ public final class Fp8Scaling implements AutoCloseable {
     private NDArray updateConfig;
     private NDArray[] slotViews;
     private long generation;
+    private long weightCasts;
 
     /**
      * @param config the FP8 settings
@@ -131,9 +133,24 @@ public final class Fp8Scaling implements AutoCloseable {
         return slot % 3 == Role.GRAD_OUTPUT.ordinal() && config.format().gradientsInE5m2();
     }
 
-    /** @return the number of updates so far: a weight cast in an earlier generation is stale */
+    /** @return the number of updates and restores so far: a weight cast in an earlier generation is stale */
     public long generation() {
         return generation;
+    }
+
+    /**
+     * How often this state's FP8 linears cast a weight to float8: once per linear and {@link #generation()} (a
+     * measure of the weight cache, which micro-batches of one step share).
+     *
+     * @return the casts so far
+     */
+    public long weightCasts() {
+        return weightCasts;
+    }
+
+    /** Counts one weight cast of a linear ({@link #weightCasts()}). */
+    void countWeightCast() {
+        weightCasts++;
     }
 
     /** @return {@code [amaxHistoryLen, slots]} float32, row 0 the current step's amaxes; allocated on first use */

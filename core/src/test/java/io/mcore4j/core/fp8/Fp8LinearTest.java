@@ -16,6 +16,7 @@ import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.nn.Parameter;
 
 import java.io.InputStreamReader;
 import java.io.Reader;
@@ -47,14 +48,13 @@ class Fp8LinearTest {
         try (NDManager m = Mcore4j.newRootManager();
              Fp8Scaling scaling = new Fp8Scaling(Fp8Config.of(Fp8Format.HYBRID), m);
              Fp8Linear linear = new Fp8Linear("fc1", scaling, m)) {
-            NDArray w = bf16(m, fixture.getAsJsonArray("w"), new Shape(n, k));
+            Parameter w = Parameter.replicated("weight", bf16(m, fixture.getAsJsonArray("w"), new Shape(n, k)));
             NDArray bias = bf16(m, fixture.getAsJsonArray("b"), new Shape(n));
-            w.setRequiresGradient(true);
             bias.setRequiresGradient(true);
             JsonArray steps = fixture.getAsJsonArray("delayed");
             for (int step = 0; step < steps.size(); step++) {
                 JsonObject want = steps.get(step).getAsJsonObject();
-                Tensors.zeroGradient(w);
+                w.zeroGradient();
                 Tensors.zeroGradient(bias);
                 NDArray x = bf16(m, want.getAsJsonArray("x"), new Shape(s, b, k));
                 x.setRequiresGradient(true);
@@ -64,7 +64,7 @@ class Fp8LinearTest {
                     scope.backward(new NDArray[] {y}, new NDArray[] {bf16(m, want.getAsJsonArray("dy"), new Shape(s, b, n))});
                 }
                 assertClose(floats(want.getAsJsonArray("dx")), f32(Tensors.gradientOrNull(x, m)), "step " + step + " dx");
-                assertClose(floats(want.getAsJsonArray("dw")), f32(Tensors.gradientOrNull(w, m)), "step " + step + " dW");
+                assertClose(floats(want.getAsJsonArray("dw")), f32(w.gradient(m)), "step " + step + " dW");
                 assertClose(floats(want.getAsJsonArray("db")), f32(Tensors.gradientOrNull(bias, m)), "step " + step + " db");
                 float[] amax = java.util.Arrays.copyOf(scaling.history().toFloatArray(), 3);
                 assertArrayEquals(floats(want.getAsJsonArray("amax")), amax, 0f, "step " + step + " amaxes (x, W, dy)");
@@ -82,20 +82,19 @@ class Fp8LinearTest {
         try (NDManager m = Mcore4j.newRootManager();
              Fp8Scaling scaling = new Fp8Scaling(Fp8Config.of(Fp8Format.HYBRID).withRecipe(Fp8Recipe.TENSORWISE), m);
              Fp8Linear linear = new Fp8Linear("fc1", scaling, m)) {
-            NDArray w = bf16(m, fixture.getAsJsonArray("w"), new Shape(n, k));
+            Parameter w = Parameter.replicated("weight", bf16(m, fixture.getAsJsonArray("w"), new Shape(n, k)));
             NDArray bias = bf16(m, fixture.getAsJsonArray("b"), new Shape(n));
-            w.setRequiresGradient(true);
             NDArray x = bf16(m, step.getAsJsonArray("x"), new Shape(s, b, k));
             x.setRequiresGradient(true);
             try (AutogradScope scope = AutogradScope.open(m)) {
                 NDArray y = linear.apply(scope, x, w, bias);
                 assertClose(floats(want.getAsJsonArray("y")), f32(y), "tensorwise y");
-                float relative = relativeError(f32(y), float32Linear(m, x, w, bias));
+                float relative = relativeError(f32(y), float32Linear(m, x, w.data(), bias));
                 assertTrue(relative < 0.05, "FP8 output's relative error to the float32 linear " + relative);
                 scope.backward(new NDArray[] {y}, new NDArray[] {bf16(m, step.getAsJsonArray("dy"), new Shape(s, b, n))});
             }
             assertClose(floats(want.getAsJsonArray("dx")), f32(Tensors.gradientOrNull(x, m)), "tensorwise dx");
-            assertClose(floats(want.getAsJsonArray("dw")), f32(Tensors.gradientOrNull(w, m)), "tensorwise dW");
+            assertClose(floats(want.getAsJsonArray("dw")), f32(w.gradient(m)), "tensorwise dW");
         }
     }
 
@@ -108,7 +107,7 @@ class Fp8LinearTest {
              Fp8Linear linear = new Fp8Linear("fc1", scaling, m);
              AutogradScope scope = AutogradScope.open(m)) {
             NDArray x = m.ones(new Shape(3, 32));
-            NDArray w = m.ones(new Shape(16, 32));
+            Parameter w = Parameter.replicated("weight", m.ones(new Shape(16, 32)));
             IllegalArgumentException tokens = assertThrows(IllegalArgumentException.class, () -> linear.apply(scope, x, w, null));
             assertTrue(tokens.getMessage().contains("token count"), tokens.getMessage());
         }
@@ -143,6 +142,63 @@ class Fp8LinearTest {
             assertEquals(1f, scaling.history().toFloatArray()[2], 0f, "the output gradient slot's amax");
             IllegalStateException none = assertThrows(IllegalStateException.class, () -> kernels.quantize(x, scaling, 2, true));
             assertTrue(none.getMessage().contains("cpu()"), none.getMessage());
+        }
+    }
+
+    /**
+     * The cast is kept across micro-batches whose gradients are set to none in between (what data parallelism does
+     * after each micro-batch's reduce-scatter under ZeRO-2/3, which renews the weight's tensor handle) and redone when
+     * the weights' values change: after a checkpoint is written into the weight in place (the restore starts a new
+     * generation) and after an optimizer step's update.
+     */
+    @Test
+    void theCastIsReusedAcrossMicroBatchesAndRedoneWhenTheWeightIsWritten() {
+        try (NDManager m = Mcore4j.newRootManager();
+             Fp8Scaling scaling = new Fp8Scaling(Fp8Config.of(Fp8Format.HYBRID), m);
+             Fp8Linear linear = new Fp8Linear("fc1", scaling, m)) {
+            Parameter w = Parameter.replicated("weight", DataTypes.toType(waves(m, 0.37, 0.05), DataType.BFLOAT16, false));
+            NDArray x = DataTypes.toType(waves(m, 0.61, 1), DataType.BFLOAT16, false);
+            float[] first = microBatch(m, linear, x, w);
+            w.clearGradient();
+            float[] second = microBatch(m, linear, x, w);
+            assertEquals(1, scaling.weightCasts(), "casts after two micro-batches of one step");
+            assertArrayEquals(first, second, 0f);
+
+            var saved = scaling.shardedState("fp8.", m);
+            Tensors.copyInto(w.data(), w.data().mul(2));
+            scaling.loadShardedState("fp8.", saved);
+            w.clearGradient();
+            float[] written = microBatch(m, linear, x, w);
+            assertEquals(2, scaling.weightCasts(), "casts after a checkpoint was written into the weight");
+            float[] doubled = new float[first.length];
+            for (int i = 0; i < first.length; i++) {
+                doubled[i] = 2 * first[i];
+            }
+            float relative = relativeError(written, doubled);
+            assertTrue(relative < 0.05, "output of the doubled weight against twice the first output: relative error " + relative);
+
+            scaling.update(current -> current);
+            microBatch(m, linear, x, w);
+            assertEquals(3, scaling.weightCasts(), "casts after the optimizer step's update");
+        }
+    }
+
+    /** @return {@code [16, 32]} float32 values {@code amplitude·sin(frequency·i)}, i the flat index */
+    private static NDArray waves(NDManager m, double frequency, double amplitude) {
+        float[] values = new float[16 * 32];
+        for (int i = 0; i < values.length; i++) {
+            values[i] = (float) (amplitude * Math.sin(frequency * i));
+        }
+        return m.create(values, new Shape(16, 32));
+    }
+
+    /** One forward and backward of {@code linear}; returns the output as float32. */
+    private static float[] microBatch(NDManager m, Fp8Linear linear, NDArray x, Parameter w) {
+        try (AutogradScope scope = AutogradScope.open(m)) {
+            NDArray y = linear.apply(scope, x, w, null);
+            float[] out = f32(y);
+            scope.backward(new NDArray[] {y}, new NDArray[] {DataTypes.toType(m.ones(y.getShape()), DataType.BFLOAT16, false)});
+            return out;
         }
     }
 

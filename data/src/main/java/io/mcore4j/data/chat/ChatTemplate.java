@@ -14,6 +14,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.regex.Pattern;
 
 /**
@@ -70,7 +71,23 @@ public final class ChatTemplate {
      *     {@code tokenizer_config.json} is not valid
      */
     public static ChatTemplate load(Path tokenizer, Path templateFile) throws IOException {
-        Path dir = Files.isDirectory(tokenizer) ? tokenizer : tokenizer.toAbsolutePath().getParent();
+        return find(tokenizer, templateFile).orElseThrow(() -> new IllegalArgumentException(directory(tokenizer)
+                + " has no chat template (neither chat_template.jinja nor a chat_template in tokenizer_config.json)"));
+    }
+
+    /**
+     * The chat template of a Hugging Face tokenizer if it has one, or another template with the tokenizer's special
+     * tokens: {@link #load}'s template, or empty where {@link #load} finds none.
+     *
+     * @param tokenizer a tokenizer directory, or its {@code tokenizer.json} (the directory is read)
+     * @param templateFile a Jinja file to use instead of the tokenizer's template, or null
+     * @return the template; empty if the tokenizer has none and no file is given
+     * @throws IOException if a file cannot be read
+     * @throws IllegalArgumentException if the tokenizer's {@code tokenizer_config.json} is not valid, or names
+     *     templates but none {@code default}
+     */
+    public static Optional<ChatTemplate> find(Path tokenizer, Path templateFile) throws IOException {
+        Path dir = directory(tokenizer);
         Path configFile = dir.resolve("tokenizer_config.json");
         Map<?, ?> config = Map.of();
         if (Files.isRegularFile(configFile)) {
@@ -96,30 +113,36 @@ public final class ChatTemplate {
             specials.put("additional_special_tokens", texts);
         }
         if (templateFile != null) {
-            return new ChatTemplate(Files.readString(templateFile, StandardCharsets.UTF_8), templateFile.toString(), specials);
+            return Optional.of(new ChatTemplate(Files.readString(templateFile, StandardCharsets.UTF_8),
+                    templateFile.toString(), specials));
         }
         Path jinjaFile = dir.resolve("chat_template.jinja");
         if (Files.isRegularFile(jinjaFile)) {
-            return new ChatTemplate(Files.readString(jinjaFile, StandardCharsets.UTF_8), jinjaFile.toString(), specials);
+            return Optional.of(new ChatTemplate(Files.readString(jinjaFile, StandardCharsets.UTF_8), jinjaFile.toString(),
+                    specials));
         }
         Object template = config.get("chat_template");
         if (template instanceof String text) {
-            return new ChatTemplate(text, configFile + " (chat_template)", specials);
+            return Optional.of(new ChatTemplate(text, configFile + " (chat_template)", specials));
         }
         if (template instanceof List<?> named) {
             List<String> names = new ArrayList<>();
             for (Object entry : named) {
                 if (entry instanceof Map<?, ?> m && m.get("name") instanceof String name && m.get("template") instanceof String text) {
                     if (name.equals("default")) {
-                        return new ChatTemplate(text, configFile + " (chat_template \"default\")", specials);
+                        return Optional.of(new ChatTemplate(text, configFile + " (chat_template \"default\")", specials));
                     }
                     names.add(name);
                 }
             }
             throw new IllegalArgumentException(configFile + " names chat templates " + names + " but none \"default\"");
         }
-        throw new IllegalArgumentException(dir + " has no chat template (neither chat_template.jinja nor a chat_template"
-                + " in tokenizer_config.json)");
+        return Optional.empty();
+    }
+
+    /** @return the tokenizer's directory: {@code tokenizer} itself, or the directory of its {@code tokenizer.json} */
+    private static Path directory(Path tokenizer) {
+        return Files.isDirectory(tokenizer) ? tokenizer : tokenizer.toAbsolutePath().getParent();
     }
 
     /** A special token's text: a string, or an added token's {@code content}. */

@@ -60,6 +60,17 @@ class ChatTemplateTest {
         assertEquals("<s>", ChatTemplate.load(dir, null).specialTokens().get("bos_token"));
     }
 
+    @Test
+    void aTokenizerWithoutATemplateIsFoundEmptyAndRefusedByLoad(@TempDir Path dir) throws Exception {
+        Files.writeString(dir.resolve("tokenizer_config.json"), "{\"bos_token\": \"<s>\"}");
+        assertTrue(ChatTemplate.find(dir, null).isEmpty());
+        IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> ChatTemplate.load(dir, null));
+        assertEquals(dir + " has no chat template (neither chat_template.jinja nor a chat_template in tokenizer_config.json)",
+                e.getMessage());
+        Path file = Files.writeString(dir.resolve("other.jinja"), "{{ bos_token }}");
+        assertEquals("<s>", ChatTemplate.find(dir, file).orElseThrow().render(List.of(), null, false, Map.of()));
+    }
+
     @ParameterizedTest(name = "{0}")
     @MethodSource("cases")
     void rendersAsTransformers(ChatFixtures.Case c) throws Exception {

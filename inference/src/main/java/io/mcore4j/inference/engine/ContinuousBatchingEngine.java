@@ -149,19 +149,9 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         if (!leader) {
             throw new IllegalStateException("requests go to tensor-parallel rank 0's engine; this is rank " + tp.rank());
         }
+        request.validate(vocabulary, maxModelLength);
         int[] prompt = request.promptTokens();
-        for (int k = 0; k < prompt.length; k++) {
-            if (prompt[k] < 0 || prompt[k] >= vocabulary) {
-                throw new IllegalArgumentException("prompt token " + prompt[k] + " at position " + k
-                        + " lies outside the vocabulary [0, " + vocabulary + ")");
-            }
-        }
         int total = prompt.length + request.maxTokens();
-        if (total > maxModelLength) {
-            throw new IllegalArgumentException("a prompt of " + prompt.length + " tokens and max tokens "
-                    + request.maxTokens() + " need " + total + " positions, more than the max model length "
-                    + maxModelLength);
-        }
         int blocks = (total + config.blockSize() - 1) / config.blockSize();
         if (blocks > cache.allocator().capacity()) {
             throw new IllegalArgumentException("a request of " + total + " positions needs " + blocks

@@ -30,6 +30,29 @@ public record EngineRequest(int[] promptTokens, SamplingParams sampling, int[] s
         return sampling.numTokensToGenerate();
     }
 
+    /**
+     * Checks that the request can ever run on an engine of these limits: what {@link GenerationEngine#submit}
+     * refuses before it queues the request.
+     *
+     * @param vocabularySize ids a prompt token may take
+     * @param maxModelLength the longest prompt plus new tokens one request may have
+     * @throws IllegalArgumentException naming the prompt token outside the vocabulary and its position, or the
+     *     positions the prompt and {@link #maxTokens()} need beyond the max model length
+     */
+    public void validate(int vocabularySize, int maxModelLength) {
+        for (int k = 0; k < promptTokens.length; k++) {
+            if (promptTokens[k] < 0 || promptTokens[k] >= vocabularySize) {
+                throw new IllegalArgumentException("prompt token " + promptTokens[k] + " at position " + k
+                        + " lies outside the vocabulary [0, " + vocabularySize + ")");
+            }
+        }
+        int total = promptTokens.length + maxTokens();
+        if (total > maxModelLength) {
+            throw new IllegalArgumentException("a prompt of " + promptTokens.length + " tokens and max tokens "
+                    + maxTokens() + " need " + total + " positions, more than the max model length " + maxModelLength);
+        }
+    }
+
     @Override
     public int[] promptTokens() {
         return promptTokens.clone();

@@ -35,7 +35,9 @@ import io.mcore4j.tensorparallel.ColumnParallelLinear;
 import io.mcore4j.tensorparallel.VocabParallelCrossEntropy;
 
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.function.UnaryOperator;
@@ -80,6 +82,10 @@ public final class GptModel extends AbstractModule {
     private final List<List<Parameter>> layerParameters;
     private final List<Parameter> embeddingParameters;
     private final List<Parameter> headReads;
+    /** The head's own parameters (the tied word weight left out: the embedding's backward still adds to it). */
+    private final List<Parameter> headParameters;
+    /** Per recomputed run of layers, their parameters: what the run reads and its boundary reports. */
+    private final Map<RecomputeSegment, List<Parameter>> recomputedReads;
     /** How training runs this chunk's layers: as full recompute cuts them (every layer a plain run without it). */
     private final List<RecomputeSegment> segments;
     /** How generation runs them: every layer a plain run. */
@@ -138,6 +144,26 @@ public final class GptModel extends AbstractModule {
             }
         }
         this.headReads = List.copyOf(head);
+        List<Parameter> own = new ArrayList<>();
+        if (finalNorm != null) {
+            own.addAll(finalNorm.parameters());
+            if (output != null) {
+                own.addAll(output.parameters());
+            }
+            if (mtp != null) {
+                own.addAll(mtp.parameters());
+            }
+        }
+        this.headParameters = List.copyOf(own);
+        Map<RecomputeSegment, List<Parameter>> runs = new HashMap<>();
+        for (RecomputeSegment segment : segments) {
+            if (segment.recomputed()) {
+                List<Parameter> reads = new ArrayList<>();
+                layerParameters.subList(segment.start(), segment.end()).forEach(reads::addAll);
+                runs.put(segment, List.copyOf(reads));
+            }
+        }
+        this.recomputedReads = Map.copyOf(runs);
     }
 
     /**
@@ -288,25 +314,25 @@ public final class GptModel extends AbstractModule {
         for (RecomputeSegment segment : inference == null ? segments : plainSegments) {
             List<TransformerLayer> run = chunk.subList(segment.start(), segment.end());
             if (segment.recomputed()) {
-                List<Parameter> reads = new ArrayList<>();
+                List<Parameter> reads = recomputedReads.get(segment);
                 for (int i = segment.start(); i < segment.end(); i++) {
                     beforeForward(layerParameters.get(i));
-                    reads.addAll(layerParameters.get(i));
                 }
                 // full recompute: the run keeps only its input (its Recompute is the graph's cut); parameters
                 // held only while read are released after it, and after its backward (the boundary before it)
                 boolean releaseAfterBackward = grad && hidden != input && !residencies.isEmpty();
                 hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run,
                         releaseAfterBackward ? scope.apply1(boundary(reads), h) : h, positions,
-                        residencies.isEmpty() ? null : allResidencies));
+                        residencies.isEmpty() ? null : allResidencies, reads));
             } else {
                 TransformerLayer layer = run.get(0);
-                beforeForward(layerParameters.get(segment.start()));
+                List<Parameter> parameters = layerParameters.get(segment.start());
+                beforeForward(parameters);
                 // a cut per layer keeps each backward segment to one layer instead of the whole residual
                 // chain; when backward reaches it, the layer after it is done
                 boolean cutHere = grad && hidden != input;
                 hidden = stage(scope, hidden, input, h -> {
-                    NDArray in = cutHere ? scope.apply1(boundary(layer.parameters()), h) : h;
+                    NDArray in = cutHere ? scope.apply1(boundary(parameters), h) : h;
                     return inference != null ? layer.forward(scope, in, inference) : layer.forward(scope, in, positions);
                 });
             }
@@ -321,7 +347,7 @@ public final class GptModel extends AbstractModule {
         boolean cutHead = (cut || grad && !residencies.isEmpty()) && !gradientListeners.isEmpty() && hidden != input;
         beforeForward(headReads);
         return stage(scope, hidden, input,
-                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters()), h) : h, tokens, labels, lossMask,
+                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters), h) : h, tokens, labels, lossMask,
                         positions));
     }
 
@@ -394,17 +420,6 @@ public final class GptModel extends AbstractModule {
 
     private NDArray lossPerToken(AutogradScope scope, NDArray logits, NDArray labels) {
         return VocabParallelCrossEntropy.lossPerToken(scope, ctx.groups().tp(), logits, labels, 0.0, crossEntropyKernel);
-    }
-
-    private List<Parameter> headParameters() {
-        List<Parameter> head = new ArrayList<>(finalNorm.parameters());
-        if (output != null) {
-            head.addAll(output.parameters());
-        }
-        if (mtp != null) {
-            head.addAll(mtp.parameters());
-        }
-        return head;
     }
 
     /** @return multi-token prediction's depths (on the last chunk, with {@link TransformerConfig#mtp()}), or null */

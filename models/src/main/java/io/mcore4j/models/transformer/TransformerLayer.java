@@ -224,7 +224,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      */
     public static NDArray forwardRecomputed(AutogradScope scope, List<TransformerLayer> layers, NDArray x,
                                             TokenPositions positions) {
-        return forwardRecomputed(scope, layers, x, positions, null);
+        return forwardRecomputed(scope, layers, x, positions, null, List.of());
     }
 
     /**
@@ -238,16 +238,15 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      * @param x the first layer's input
      * @param positions the tokens' position ids and packed sequences, which the recomputation reuses
      * @param residency told about the layers' parameters, or null
+     * @param reads the layers' parameters, what {@code residency} is told: a list the caller holds across passes
+     *     (unused without a residency)
      * @return the last layer's output
      */
     public static NDArray forwardRecomputed(AutogradScope scope, List<TransformerLayer> layers, NDArray x,
-                                            TokenPositions positions, ParameterResidency residency) {
+                                            TokenPositions positions, ParameterResidency residency,
+                                            List<Parameter> reads) {
         if (layers.isEmpty()) {
             throw new IllegalArgumentException("a recomputed run needs at least one layer");
-        }
-        List<Parameter> reads = new ArrayList<>();
-        for (TransformerLayer layer : layers) {
-            reads.addAll(layer.parameters());
         }
         Recompute.Body body = residency == null || reads.isEmpty()
                 ? (inner, in) -> new NDArray[] {runAll(inner, layers, in[0], positions)}

@@ -115,13 +115,12 @@ public final class GenerateGpt implements Callable<Integer> {
         checkFlags();
         SamplingParams params = greedy ? SamplingParams.greedy(numTokensToGenerate)
                 : SamplingParams.sample(temperature, topK, topP, numTokensToGenerate, seed);
-        ModelSource.Resolved resolved = model.resolve(tensorParallel);
         Mcore4j.ensureInitialized();
         int world = tensorParallel * pipelineParallel;
         boolean launched = ParallelLayoutOptions.launched();
         List<List<Completion>> perRank;
         List<int[]> ids = new ArrayList<>();
-        try (Tokenizer tokenizer = model.tokenizer()) {
+        try (ModelSource.Resolved resolved = model.resolve(tensorParallel); Tokenizer tokenizer = model.tokenizer()) {
             for (String p : prompts) {
                 ids.add(tokenizer.encode(p));
             }

@@ -65,16 +65,28 @@ public final class ModelSource {
     private static final int HF_VOCAB_DIVISOR = 128;
 
     /**
-     * The model's shape and where its weights are.
+     * The model's shape and where its weights are. Owns the opened Hugging Face checkpoint: close it once the
+     * model is built.
      *
      * @param config the model's configuration at the tensor-parallel size asked for
      * @param huggingFace the Hugging Face configuration, when the model has one (--load-hf, or a convert-hf checkpoint)
      * @param directory the checkpoint directory read
+     * @param hfCheckpoint the --load-hf checkpoint, opened and checked once by {@link #resolve} and read by
+     *     {@link #build} (its reads are positional: the ranks of one JVM may share it); null for --load
      */
-    public record Resolved(TransformerConfig config, HfConfig huggingFace, Path directory) {
+    public record Resolved(TransformerConfig config, HfConfig huggingFace, Path directory, HfCheckpoint hfCheckpoint)
+            implements AutoCloseable {
         /** @return how the model is named in a command's first line */
         String describe() {
             return directory + (huggingFace != null ? " (" + huggingFace.architecture().className() + ")" : "");
+        }
+
+        /** Closes the Hugging Face checkpoint's files, if one was opened. */
+        @Override
+        public void close() {
+            if (hfCheckpoint != null) {
+                hfCheckpoint.close();
+            }
         }
     }
 
@@ -124,13 +136,17 @@ public final class ModelSource {
      * (128 x TP; padded ids are never picked).
      *
      * @param tensorParallel the tensor-parallel size the model will run at
-     * @return the shape and the weights' directory
+     * @return the shape and the weights' directory (and, for --load-hf, the opened checkpoint); close it
      */
     Resolved resolve(int tensorParallel) {
         if (loadHf != null) {
-            try (HfCheckpoint ck = HfCheckpoint.openInput("--load-hf", loadHf, Set.of())) { // every tensor's header
+            HfCheckpoint ck = HfCheckpoint.openInput("--load-hf", loadHf, Set.of()); // every tensor's header
+            try {
                 HfConfig hf = ck.config();
-                return new Resolved(hf.transformerConfig(HF_VOCAB_DIVISOR, tensorParallel, DataType.FLOAT32), hf, loadHf);
+                return new Resolved(hf.transformerConfig(HF_VOCAB_DIVISOR, tensorParallel, DataType.FLOAT32), hf, loadHf, ck);
+            } catch (RuntimeException e) {
+                ck.close();
+                throw e;
             }
         }
         CheckpointShapes checkpoint = CheckpointShapes.read(load);
@@ -138,13 +154,13 @@ public final class ModelSource {
         HfConfig stored = checkpoint.storedHfConfig();
         TransformerConfig config = stored != null ? checkpoint.config(stored)
                 : checkpoint.config(heads, seqLength, rotaryBase, normEpsilon);
-        return new Resolved(config, stored, checkpoint.directory());
+        return new Resolved(config, stored, checkpoint.directory(), null);
     }
 
     /**
      * Builds this rank's chunk of the model and loads its weights (this rank's rows and columns only).
      *
-     * @param model the resolved model
+     * @param model the resolved model (not closed yet)
      * @param groups this rank's groups
      * @param root the manager of the parameters (on the rank's device)
      * @param seed seed of the initial weights, which the checkpoint overwrites
@@ -158,10 +174,8 @@ public final class ModelSource {
         // the weights are overwritten by the checkpoint: draw the initial ones on the device, per rank
         ModelContext ctx = ModelContext.create(model.config(), groups, root, new SeedScheme(seed)).withDeviceInitialization();
         GptModel chunk = GptModel.build(ctx, LayerSpec.tensorParallel(), layers, stage == 0, stage == stages - 1);
-        if (loadHf != null) {
-            try (HfCheckpoint ck = HfCheckpoint.open(loadHf)) {
-                ck.loadInto(List.of(chunk));
-            }
+        if (model.hfCheckpoint() != null) {
+            model.hfCheckpoint().loadInto(List.of(chunk));
             return chunk;
         }
         Path source = model.directory();

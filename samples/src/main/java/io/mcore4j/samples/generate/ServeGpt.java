@@ -4,7 +4,6 @@ import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.data.chat.ChatTemplate;
 import io.mcore4j.data.preprocess.HuggingFaceTokenizerAdapter;
-import io.mcore4j.data.preprocess.StrictJson;
 import io.mcore4j.data.tokenizer.Tokenizer;
 import io.mcore4j.inference.SerialGenerationEngine;
 import io.mcore4j.inference.engine.ContinuousBatchingEngine;
@@ -175,7 +174,6 @@ public final class ServeGpt implements Callable<Integer> {
             throw new IllegalArgumentException("--chat-template " + chatTemplate + " is not a file; expected a Jinja template");
         }
         new ServerConfig(host, port, threads()); // the values checked before the model loads
-        ModelSource.Resolved resolved = model.resolve(tensorParallel);
         Path tokenizerPath = model.tokenizerModel != null ? model.tokenizerModel
                 : model.loadHf != null && Files.isRegularFile(model.loadHf.resolve("tokenizer.json")) ? model.loadHf : null;
         Tokenizer tokenizer = tokenizerPath != null ? ModelSource.huggingFaceTokenizer(tokenizerPath) : model.tokenizer();
@@ -183,7 +181,7 @@ public final class ServeGpt implements Callable<Integer> {
         LaunchedRank rank = LaunchedRank.single(Duration.ofMinutes(10));
         NDManager parameters = NDManager.newBaseManager(rank.device());
         GenerationEngine engine = null;
-        try {
+        try (ModelSource.Resolved resolved = model.resolve(tensorParallel)) { // only the load reads its files
             ProcessGroups groups = ProcessGroups.create(ParallelDims.of(1, 1, 1), rank.backend());
             GptModel chunk = model.build(resolved, groups, parameters, 1234);
             int vocabulary = ModelSource.vocabulary(tokenizer, resolved);
@@ -250,12 +248,7 @@ public final class ServeGpt implements Callable<Integer> {
     /** {@code --chat-template}, else the tokenizer's template, else none. */
     private ChatTemplate chatTemplate(Path tokenizerPath) throws Exception {
         if (tokenizerPath != null) {
-            Path dir = Files.isDirectory(tokenizerPath) ? tokenizerPath : tokenizerPath.toAbsolutePath().getParent();
-            Path config = dir.resolve("tokenizer_config.json");
-            boolean has = chatTemplate != null || Files.isRegularFile(dir.resolve("chat_template.jinja"))
-                    || Files.isRegularFile(config) && StrictJson.parse(Files.readString(config, StandardCharsets.UTF_8))
-                            instanceof Map<?, ?> m && m.get("chat_template") != null;
-            return has ? ChatTemplate.load(tokenizerPath, chatTemplate) : null;
+            return ChatTemplate.find(tokenizerPath, chatTemplate).orElse(null);
         }
         return chatTemplate == null ? null : ChatTemplate.of(Files.readString(chatTemplate, StandardCharsets.UTF_8),
                 chatTemplate.toString(), Map.of());

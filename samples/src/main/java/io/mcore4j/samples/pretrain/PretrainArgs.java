@@ -342,6 +342,9 @@ public final class PretrainArgs {
             + "config gives the model's shape, norms, positions, dropout and vocabulary (the model-shape flags and "
             + "--vocab-size are not used); --load, when it holds a checkpoint, still takes precedence.")
     Path loadHf;
+    /** {@link #hfConfig()}'s config.json, read once, and the {@code --load-hf} directory it was read from. */
+    private HfConfig hfConfig;
+    private Path hfConfigPath;
     @Option(names = "--save-hf", description = "After training, write the model here as a Hugging Face directory "
             + "(config.json + model.safetensors) that transformers loads.")
     Path saveHf;
@@ -1018,9 +1021,16 @@ public final class PretrainArgs {
         }
     }
 
-    /** @return the Hugging Face config of {@code --load-hf}, or null without it */
+    /** @return the Hugging Face config of {@code --load-hf}, or null without it; its config.json is read once */
     HfConfig hfConfig() {
-        return loadHf == null ? null : HfConfig.readInput("--load-hf", loadHf, Set.of());
+        if (loadHf == null) {
+            return null;
+        }
+        if (hfConfig == null || !hfConfigPath.equals(loadHf)) {
+            hfConfig = HfConfig.readInput("--load-hf", loadHf, Set.of());
+            hfConfigPath = loadHf;
+        }
+        return hfConfig;
     }
 
     /** @return the vocabulary of the tokens (the Hugging Face checkpoint's with {@code --load-hf}) */

@@ -4,18 +4,13 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import ai.djl.ndarray.NDManager;
-import ai.djl.ndarray.types.Shape;
-import io.mcore4j.core.random.SeedScheme;
 import io.mcore4j.models.TransformerConfig;
-import io.mcore4j.models.transformer.AttentionBackend;
-import io.mcore4j.models.transformer.ModelContext;
 import io.mcore4j.optimizer.DataParallelShardingStrategy;
 import io.mcore4j.optimizer.OptimizerConfig;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 import io.mcore4j.training.BatchSource;
-import io.mcore4j.training.MicroBatch;
 import io.mcore4j.training.TrainStep;
 
 import java.util.ArrayList;
@@ -38,22 +33,13 @@ class ZeroThreeResidencyTest {
         return InJvmWorld.run(4, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.of(4, 1, 1));
             try (NDManager params = rank.manager().newSubManager();
-                 GptTrainingModel model = GptTrainingModel.build(ModelContext.create(MODEL, groups, params, new SeedScheme(3)),
-                         AttentionBackend.AUTO.layerSpec(MODEL), 1)) {
+                 GptTrainingModel model = TinyGptTraining.model(MODEL, groups, params)) {
                 List<Long> resident = new ArrayList<>();
                 model.addForwardPreHook(ps -> resident.add(model.parameters().stream().mapToLong(p -> p.data().size()).sum()));
                 long total = model.parameters().stream().mapToLong(p -> p.data().size()).sum();
                 OptimizerConfig adam = OptimizerConfig.builder().lr(1e-2).useDistributedOptimizer(true)
                         .dataParallelShardingStrategy(strategy).bucketSizeBytes(1).build();
-                BatchSource data = (m, consumed, mb) -> {
-                    long[] tokens = new long[16 * 2];
-                    long[] labels = new long[tokens.length];
-                    for (int i = 0; i < tokens.length; i++) {
-                        tokens[i] = (5 * consumed + 3L * mb + i * i) % 128;
-                        labels[i] = (tokens[i] + 1) % 128;
-                    }
-                    return new MicroBatch(m.create(tokens, new Shape(16, 2)), m.create(labels, new Shape(16, 2)));
-                };
+                BatchSource data = TinyGptTraining.batches(16, 2, 128);
                 try (TrainStep step = TrainStep.builder(model, groups, rank.manager()).optimizer(adam).microBatchSize(2)
                         .seqLength(16).globalBatchSize(16).build()) {
                     step.run(1e-2, 0, data, 0);
