@@ -50,15 +50,16 @@ import torch.nn.functional as F
 from make_cached_sdpa_module import attend_cached
 
 
-def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, in_dtype: bool = False) -> torch.Tensor:
     if bias.numel() > 0:
         return F.layer_norm(x, [x.size(-1)], weight, bias, eps)
-    if x.is_cuda and weight.dtype == x.dtype:
-        # the paged layer's RMSNorm weights come in x's dtype: libtorch's fused CUDA kernel reads x as it is,
-        # computes and scales in float32 and rounds once, as the casts below do, without their two kernels
+    if in_dtype:
+        # the paged layer on CUDA, its RMSNorm weights in x's dtype: libtorch's fused CUDA kernel reads x as it is,
+        # computes and scales in float32 and rounds once, as the casts below do, without their two kernels. The
+        # cached layers never pass it: the literal default folds this branch out of their graphs.
         return F.rms_norm(x, [x.size(-1)], weight, eps)
-    # RMSNorm as mcore4j's Norm computes it: in float32 (the cached layers pass the weight in float32), cast back
-    return F.rms_norm(x.float(), [x.size(-1)], weight.float(), eps).to(x.dtype)
+    # RMSNorm as mcore4j's Norm computes it: in float32 (the caller passes the weight in float32), cast back
+    return F.rms_norm(x.float(), [x.size(-1)], weight, eps).to(x.dtype)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -100,10 +101,11 @@ def attention_inputs(tokens: torch.Tensor, s: int, b: int, norm1_w: torch.Tensor
 
 def mlp_part(tokens: torch.Tensor, attention: torch.Tensor, s: int, b: int, hidden: int, norm2_w: torch.Tensor,
              norm2_b: torch.Tensor, fc1_w: torch.Tensor, fc1_b: torch.Tensor, fc2_w: torch.Tensor,
-             fc2_b: torch.Tensor, eps: float, activation: int, part: int) -> List[torch.Tensor]:
-    """The residual and MLP after attention [s * b, hidden]: [out] (part 0) or [h, fc2 partial sum] (part 2)."""
+             fc2_b: torch.Tensor, eps: float, activation: int, part: int, in_dtype: bool = False) -> List[torch.Tensor]:
+    """The residual and MLP after attention [s * b, hidden]: [out] (part 0) or [h, fc2 partial sum] (part 2);
+    in_dtype: norm's RMSNorm on weights in x's dtype."""
     h = tokens + attention
-    up = linear(norm(h, norm2_w, norm2_b, eps), fc1_w, fc1_b)
+    up = linear(norm(h, norm2_w, norm2_b, eps, in_dtype), fc1_w, fc1_b)
     if activation == 2:
         gate, value_half = up.chunk(2, -1)
         act = F.silu(gate) * value_half

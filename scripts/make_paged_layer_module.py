@@ -73,12 +73,12 @@ def rotate(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def paged_inputs(tokens: torch.Tensor, s: int, b: int, norm1_w: torch.Tensor, norm1_b: torch.Tensor,
                  qkv_w: torch.Tensor, qkv_b: torch.Tensor, groups: int, d: int, rotation_a: torch.Tensor,
-                 rotation_b: torch.Tensor, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+                 rotation_b: torch.Tensor, eps: float, in_dtype: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """Queries [s, b, heads, d] (contiguous) and the keys and values [s, b, 2, groups, d].
 
     The queries and the keys-and-values are rotated apart, each pass writing a contiguous tensor (the values by the
     identity rows of the tables); without rotary the keys and values are a view of the QKV output."""
-    mixed = linear(norm(tokens, norm1_w, norm1_b, eps), qkv_w, qkv_b)
+    mixed = linear(norm(tokens, norm1_w, norm1_b, eps, in_dtype), qkv_w, qkv_b)
     per_group = mixed.size(1) // (groups * d) - 2
     grouped = mixed.view(s, b, groups, per_group + 2, d)
     query = grouped.narrow(3, 0, per_group)
@@ -131,9 +131,11 @@ class PagedLayer(torch.nn.Module):
         b = x.size(1)
         hidden = x.size(2)
         tokens = x.reshape(s * b, hidden)
+        # on CUDA the RMSNorm weights come in x's dtype (libtorch's fused kernel reads x without casts)
+        cuda = x.is_cuda
         if part != 2:
             query, kv = paged_inputs(tokens, s, b, norm1_w, norm1_b, qkv_w, qkv_b, kv_pool.size(3), kv_pool.size(4),
-                                     rotation_a, rotation_b, eps)
+                                     rotation_a, rotation_b, eps, cuda and norm1_w.dtype == x.dtype)
             context = attend_paged(query, kv, kv_pool, written, read, mask)
             attention = linear(context.view(s * b, context.size(2)), proj_w, proj_b)
             if part == 1:
@@ -141,7 +143,7 @@ class PagedLayer(torch.nn.Module):
         else:
             attention = attention_out.reshape(s * b, hidden)
         return mlp_part(tokens, attention, s, b, hidden, norm2_w, norm2_b, fc1_w, fc1_b, fc2_w, fc2_b, eps,
-                        activation, part)
+                        activation, part, cuda and norm2_w.dtype == x.dtype)
 
     @torch.jit.export
     def rotation_tables(self, cos_table: torch.Tensor, sin_table: torch.Tensor) -> List[torch.Tensor]:
