@@ -86,7 +86,8 @@ import org.slf4j.LoggerFactory;
  * started (or at {@link #finishGradSync()}). A bucket thus holds its full gradients only from its pass's
  * backward to its reduction, and at most two full buffers are in flight; between passes only the shard
  * sums live. Buckets that wait for pre-sums
- * (sequence-parallel and shared embedding parameters) and gradients no report covers are reduced by
+ * (sequence-parallel and shared embedding parameters) and gradients no report covers (a bucket whose first pass
+ * never completed when one of its parameters is reported for the second) are reduced by
  * {@link #finishGradSync()} from their {@code .grad}s and added to the same sum. Each pass is averaged
  * on its own, so the result equals the reduction of the accumulated gradients up to float rounding.
  *
@@ -124,6 +125,8 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     private final boolean shardsGradients;
     private int[] passesReduced;
     private int[] reportedInPass;
+    /** Per bucket: it holds a parameter no report covers, found when another was reported for a second pass. */
+    private boolean[] unreported;
     private InFlight[] lastPass;
     private NDArray[] shardSum;
     /** Buckets whose last pass is started but not yet added, oldest first. */
@@ -325,6 +328,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         if (shardsGradients) {
             passesReduced = new int[buckets.size()];
             reportedInPass = new int[buckets.size()];
+            unreported = new boolean[buckets.size()];
             lastPass = new InFlight[buckets.size()];
             shardSum = new NDArray[buckets.size()];
         }
@@ -351,6 +355,14 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             if (n > expectedPasses) {
                 throw new IllegalStateException("parameter " + p + " was reported ready " + n + " times, but the step was"
                         + " armed for " + expectedPasses + " backward passes (expectBackwardPasses)");
+            }
+            if (reducesPerPass(bucket) && n == 2 && passesReduced[bucket.index] == 0) {
+                // pass 1 never completed the bucket: a parameter of it is reported by no layer (the embedding's are
+                // complete only when the pass's backward returns). Its gradients stay whole and accumulate;
+                // finishGradSync reduces them, as it does every bucket with gradients no report covers. The reports
+                // are the same on every rank, so every rank decides the same.
+                unreported[bucket.index] = true;
+                reportedInPass[bucket.index] = 0;
             }
             if (reducesPerPass(bucket)) {
                 if (n != passesReduced[bucket.index] + 1) {
@@ -382,6 +394,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         inFlight = null;
         passesReduced = null;
         reportedInPass = null;
+        unreported = null;
         lastPass = null;
         shardSum = null;
         passesInFlight.clear();
@@ -389,7 +402,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
 
     /** Whether the armed step reduces the bucket once per backward pass (sharded gradients, ZeRO-2). */
     private boolean reducesPerPass(GradientBucket bucket) {
-        return passesReduced != null && !waitsForPreSums[bucket.index] && !inPlace(bucket);
+        return passesReduced != null && !waitsForPreSums[bucket.index] && !unreported[bucket.index] && !inPlace(bucket);
     }
 
     /**

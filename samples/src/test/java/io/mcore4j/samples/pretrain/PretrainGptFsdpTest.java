@@ -55,6 +55,11 @@ class PretrainGptFsdpTest {
         assertSameLosses(serial, train(with(common(4, 6), ZERO2)), "DP4 ZeRO-2");
         assertSameLosses(serial, train(with(common(4, 6), ZERO2, List.of("--overlap-grad-reduce"))),
                 "DP4 ZeRO-2 + overlapped reduction");
+        // Megatron's default bucket size: one bucket holds the embedding, which no layer reports, beside layer weights
+        List<String> defaultBuckets = with(common(4, 6), ZERO2);
+        defaultBuckets.subList(defaultBuckets.indexOf("--ddp-bucket-size"), defaultBuckets.indexOf("--ddp-bucket-size") + 2)
+                .clear();
+        assertSameLosses(serial, train(defaultBuckets), "DP4 ZeRO-2, default buckets, 2 micro-batches");
         assertSameLosses(serial, train(with(common(4, 6), ZERO2,
                 List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-2");
     }

@@ -34,11 +34,8 @@ class Fp8ShardedGradientsTest {
             ProcessGroups groups = rank.groups(ParallelDims.of(2, 1, 1));
             try (NDManager params = rank.manager().newSubManager();
                  GptTrainingModel model = TinyGptTraining.model(MODEL, groups, params)) {
-                // one parameter per bucket, as the other ZeRO-2 tests keep buckets small: at the default size the
-                // embedding's weight, which no layer boundary reports, shares a bucket with reported layers' weights,
-                // and the second micro-batch's reports are refused ("waits for the other parameters of pass 1")
                 OptimizerConfig adam = OptimizerConfig.builder().lr(1e-3).useDistributedOptimizer(true).bf16(true)
-                        .dataParallelShardingStrategy(strategy).bucketSizeBytes(1).build();
+                        .dataParallelShardingStrategy(strategy).build();
                 BatchSource data = TinyGptTraining.batches(16, 2, 128);
                 Fp8Scaling fp8 = model.fp8Scaling();
                 try (TrainStep step = TrainStep.builder(model, groups, rank.manager()).optimizer(adam).microBatchSize(2)
