@@ -22,8 +22,8 @@ final class FusedTokenPermutation extends TokenPermutation {
 
     private NDArray tokenOfRow;
 
-    FusedTokenPermutation(NDArray routingMap, NDManager owner) {
-        super(routingMap, owner);
+    FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts) {
+        super(routingMap, owner, counts);
     }
 
     /**
