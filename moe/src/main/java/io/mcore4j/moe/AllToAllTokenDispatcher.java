@@ -38,7 +38,6 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         long[][] countsByRank = gatherCounts(ep, routing.routingMap(), m); // [EP rank][global expert]
         long[] counts = countsByRank[ep.rank()];
         TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts);
-        NDArray permuted = permutation.permute(tokens, m);
 
         int epSize = ep.size();
         long[] send = new long[epSize];
@@ -61,7 +60,15 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         }
         ChunkOrder order = ChunkOrder.byLocalExpert(chunks, numLocalExperts);
         Exchange exchange = new Exchange(ep, expertTp, send, recv, perPeer, order);
-        NDArray expertInput = exchange.isIdentity() ? permuted : scope.apply1(exchange.toExperts(), permuted);
+        NDArray expertInput;
+        if (exchange.isIdentity()) {
+            expertInput = permutation.permute(tokens, m);
+        } else if (permutation instanceof FusedTokenPermutation fused) {
+            // the permutation inside the exchange's Function: the permuted rows are not kept for backward
+            expertInput = scope.apply1(new PermuteAndExchange(fused, exchange), tokens, routing.routingMap());
+        } else {
+            expertInput = scope.apply1(exchange.toExperts(), permutation.permute(tokens, m));
+        }
         int slots = Math.min(topK, numExperts);
         return new Rows(expertInput, order.rowsPerExpert, (s, expertOutput) -> {
             NDArray back = exchange.isIdentity() ? expertOutput : s.apply1(exchange.fromExperts(), expertOutput);
@@ -160,6 +167,37 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
                 out.attach(owner);
                 return out;
             }
+        }
+    }
+
+    /**
+     * The fused permutation and the exchange towards the experts as one Function of the tokens, whose backward
+     * is the exchange back and the permutation's transpose (a sum of each token's rows, by the unpermute
+     * module with weights 1): the permuted rows live only inside the call. The routing map is an input (with no
+     * gradient) so that the scope keeps it for the backward, whatever frame the layer runs in.
+     */
+    private record PermuteAndExchange(FusedTokenPermutation permutation, Exchange exchange) implements Function {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            try (NDManager temp = ctx.manager().newSubManager()) {
+                NDArray rows = permutation.permute(inputs[0], ctx.manager(), temp);
+                return new NDArray[] {exchange.forward(rows, ctx.manager())};
+            }
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            try (NDManager temp = ctx.manager().newSubManager()) {
+                NDArray rows = exchange.backward(grads[0], temp);
+                NDArray tokens = permutation.sumRowsPerToken(rows);
+                tokens.attach(ctx.manager());
+                return new NDArray[] {tokens, null};
+            }
+        }
+
+        @Override
+        public String name() {
+            return "moe-permute-and-exchange(" + exchange.ep.group().key() + ")";
         }
     }
 
