@@ -27,15 +27,25 @@ import io.mcore4j.parallel.Communicator;
  * not kept for backward.
  */
 final class AllToAllTokenDispatcher extends TokenDispatcher {
+    /** Whether the dispatch hands the experts their group ends on the device (for a grouped GEMM). */
+    private final boolean groupEnds;
+
     AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion) {
+        this(groups, numExperts, topK, permuteFusion, true);
+    }
+
+    AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion, boolean groupEnds) {
         super(groups, numExperts, topK, permuteFusion);
+        this.groupEnds = groupEnds;
     }
 
     @Override
     Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
         NDManager m = scope.manager();
         // this rank's rows per expert and every EP peer's, read in one device-to-host copy
-        long[][] countsByRank = gatherCounts(ep, routing.routingMap(), m); // [EP rank][global expert]
+        NDArray[] ends = new NDArray[1];
+        long[][] countsByRank = gatherCounts(ep, routing.routingMap(), m,
+                groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1, numLocalExperts, ends); // [EP rank][global expert]
         long[] counts = countsByRank[ep.rank()];
         TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts);
 
@@ -70,7 +80,7 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
             expertInput = scope.apply1(exchange.toExperts(), permutation.permute(tokens, m));
         }
         int slots = Math.min(topK, numExperts);
-        return new Rows(expertInput, order.rowsPerExpert, (s, expertOutput) -> {
+        return new Rows(expertInput, order.rowsPerExpert, ends[0], (s, expertOutput) -> {
             NDArray back = exchange.isIdentity() ? expertOutput : s.apply1(exchange.fromExperts(), expertOutput);
             return permutation.combine(back, routing.keptMap(), routing.probs(), slots, s);
         });
@@ -79,13 +89,23 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
     /**
      * Every EP rank's column sums of its routing map, in rank order: the sums stay on the device for the
      * all-gather, and the gathered counts come to the host in one copy (the one synchronisation of the dispatch).
+     * With {@code firstLocal >= 0} also the group ends of the experts {@code [firstLocal, firstLocal + local)} over
+     * all sources (the running sums of their rows) into {@code ends[0]}, computed on the device from the gathered
+     * counts, so that the grouped GEMM needs no copy from the host (which would wait for the device).
      */
-    private static long[][] gatherCounts(Communicator group, NDArray routingMap, NDManager owner) {
+    private static long[][] gatherCounts(Communicator group, NDArray routingMap, NDManager owner, int firstLocal,
+                                         int local, NDArray[] ends) {
         int experts = (int) routingMap.getShape().get(1);
         try (NDManager temp = owner.newSubManager()) {
-            NDArray local = Tensors.own(Tensors.own(routingMap.sum(new int[] {0}), temp)
+            NDArray mine = Tensors.own(Tensors.own(routingMap.sum(new int[] {0}), temp)
                     .toType(DataType.INT64, false).reshape(1, experts), temp);
-            long[] all = (group.size() == 1 ? local : Tensors.own(group.allGather(local, 0, temp), temp)).toLongArray();
+            NDArray gathered = group.size() == 1 ? mine : Tensors.own(group.allGather(mine, 0, temp), temp);
+            if (firstLocal >= 0) {
+                NDArray columns = Tensors.own(gathered.get(":, " + firstLocal + ":" + (firstLocal + local)), temp);
+                NDArray rows = Tensors.own(columns.sum(new int[] {0}), temp);
+                ends[0] = Tensors.own(Tensors.own(rows.cumSum(0), temp).toType(DataType.INT32, false), owner);
+            }
+            long[] all = gathered.toLongArray();
             long[][] out = new long[group.size()][experts];
             for (int r = 0; r < out.length; r++) {
                 System.arraycopy(all, r * experts, out[r], 0, experts);

@@ -121,6 +121,20 @@ final class LocalExperts extends AbstractModule {
      * @throws IllegalArgumentException if the counts do not match the input
      */
     NDArray forward(AutogradScope scope, NDArray input, long[] tokensPerExpert) {
+        return forward(scope, input, tokensPerExpert, null);
+    }
+
+    /**
+     * Runs every local expert on its rows; see {@link #forward(AutogradScope, NDArray, long[])}.
+     *
+     * @param scope the pass's scope; owns the output
+     * @param input {@code [N, h]}: the rows of local expert 0, then 1, ...
+     * @param tokensPerExpert rows per local expert, summing to N
+     * @param ends the running sums of {@code tokensPerExpert} as int32 on the rows' device, or null: the grouped
+     *             GEMM's group ends, made here from the counts otherwise (once for both products)
+     * @return {@code [N, h]} outputs in the same order (partial sums over expert-TP when it is above 1)
+     */
+    NDArray forward(AutogradScope scope, NDArray input, long[] tokensPerExpert, NDArray ends) {
         if (tokensPerExpert.length != fc1Weights.size()) {
             throw new IllegalArgumentException(tokensPerExpert.length + " token counts for " + fc1Weights.size()
                     + " local experts");
@@ -131,10 +145,10 @@ final class LocalExperts extends AbstractModule {
                     + total + " rows of width " + hiddenSize);
         }
         if (grouped != null) {
-            return forwardGrouped(scope, input, tokensPerExpert, grouped);
+            return forwardGrouped(scope, input, tokensPerExpert, grouped, ends);
         }
         if (config.batchedExperts() && allEqual(tokensPerExpert) && tokensPerExpert[0] > 0) {
-            return forwardGrouped(scope, input, tokensPerExpert, GroupedMatmul.PADDED);
+            return forwardGrouped(scope, input, tokensPerExpert, GroupedMatmul.PADDED, null);
         }
         return forwardSequential(scope, input, tokensPerExpert);
     }
@@ -169,12 +183,19 @@ final class LocalExperts extends AbstractModule {
      * against weights stacked along a leading expert dim; each expert's bias is added to its own rows.
      */
     NDArray forwardGrouped(AutogradScope scope, NDArray input, long[] tokensPerExpert, GroupedMatmul matmul) {
+        return forwardGrouped(scope, input, tokensPerExpert, matmul, null);
+    }
+
+    /** {@link #forwardGrouped(AutogradScope, NDArray, long[], GroupedMatmul)} with the group ends given, or null. */
+    NDArray forwardGrouped(AutogradScope scope, NDArray input, long[] tokensPerExpert, GroupedMatmul matmul,
+                           NDArray ends) {
         NDManager m = scope.manager();
-        NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), tokensPerExpert); // [N, fc1/t]
+        GroupedMatmul.Groups groups = matmul.groups(tokensPerExpert, ends, input, m);
+        NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), groups); // [N, fc1/t]
         if (!fc1Biases.isEmpty()) {
             h = addExpertBiases(h, data(fc1Biases), tokensPerExpert, m);
         }
-        NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), tokensPerExpert);
+        NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), groups);
         List<NDArray> fc2Bias = fc2BiasRowsForPass(scope);
         return fc2Bias == null ? y : addExpertBiases(y, fc2Bias, tokensPerExpert, m);
     }
