@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
@@ -27,7 +28,7 @@ import io.mcore4j.parallel.Communicator;
  * not kept for backward.
  */
 final class AllToAllTokenDispatcher extends TokenDispatcher {
-    /** Whether the dispatch hands the experts their group ends on the device (for a grouped GEMM). */
+    /** Whether the dispatch hands the experts their group ends on the device (for libtorch's grouped kernel). */
     private final boolean groupEnds;
 
     AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion) {
@@ -101,7 +102,8 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
                     .toType(DataType.INT64, false).reshape(1, experts), temp);
             NDArray gathered = group.size() == 1 ? mine : Tensors.own(group.allGather(mine, 0, temp), temp);
             if (firstLocal >= 0) {
-                NDArray columns = Tensors.own(gathered.get(":, " + firstLocal + ":" + (firstLocal + local)), temp);
+                NDArray columns = Tensors.own(gathered.get(new NDIndex().addAllDim().addSliceDim(firstLocal,
+                        firstLocal + local)), temp);
                 NDArray rows = Tensors.own(columns.sum(new int[] {0}), temp);
                 ends[0] = Tensors.own(Tensors.own(rows.cumSum(0), temp).toType(DataType.INT32, false), owner);
             }

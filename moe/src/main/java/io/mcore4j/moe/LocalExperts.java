@@ -284,6 +284,11 @@ final class LocalExperts extends AbstractModule {
         return true;
     }
 
+    /** @return whether the grouped products read group ends on the device (libtorch's grouped kernel runs) */
+    boolean readsGroupEnds() {
+        return grouped instanceof GroupedMatmul.Kernel;
+    }
+
     /** @return global index of the first local expert */
     int firstLocalExpert() {
         return firstLocalExpert;

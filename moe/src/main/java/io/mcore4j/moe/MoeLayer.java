@@ -130,7 +130,7 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
                 ? sharedExpert(config, hiddenSize, g, parameters, seeds, keyPrefix + "shared_experts.") : null;
         TokenDispatcher dispatcher = config.dispatcher() == MoeConfig.Dispatcher.ALL_TO_ALL
                 ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion(),
-                        config.groupedGemm())
+                        experts.readsGroupEnds())
                 : new AllGatherTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion());
         return new MoeLayer(config, hiddenSize, g, router, dispatcher, experts, shared, jitter);
     }
