@@ -43,7 +43,7 @@ final class AllGatherTokenDispatcher extends TokenDispatcher {
         TokenPermutation permutation = TokenPermutation.of(localMap, m, permuteFusion);
         NDArray expertInput = permutation.permute(allTokens, m);
         int slots = Math.min(topK, numLocalExperts);
-        return new Rows(expertInput, permutation.tokensPerExpert(), (s, expertOutput) -> {
+        return new Rows(expertInput, permutation.tokensPerExpert(), null, (s, expertOutput) -> {
             NDArray partial = permutation.combine(expertOutput, localKept, localProbs, slots, s);
             return ExpertCommunication.reduceScatter(s, expertTp, ExpertCommunication.reduceScatter(s, ep, partial));
         });

@@ -1,44 +1,62 @@
 package io.mcore4j.moe;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.index.NDIndex;
+import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.parallel.Communicator;
 
 /**
  * All-to-all dispatch (Megatron-Core's {@code MoEAlltoAllTokenDispatcher}): this rank permutes its
  * dispatched pairs into expert order, exchanges per-expert counts over EP (one all-gather of
- * {@code E} longs), sends each EP rank the rows of its experts with an uneven all-to-all, all-gathers
+ * {@code E} longs, read by the host together with its own counts in one copy), sends each EP rank the rows of its experts with an uneven all-to-all, all-gathers
  * the received rows over expert-TP (uneven) when experts are tensor-parallel, and sorts them by local
  * expert. Combine runs the inverse: unsort, uneven reduce-scatter over expert-TP (summing the
  * partial outputs), the inverse all-to-all, and the probability-weighted sum per token.
  *
  * <p>Only routed rows travel, so the volume follows the routing; the counts must reach the host to
- * size the all-to-all (a synchronisation point on accelerators, as in Megatron-Core).
+ * size the all-to-all (a synchronisation point on accelerators, as in Megatron-Core): one read per
+ * dispatch, two with expert tensor parallelism. The all-to-all, the expert-TP gather and the sort by
+ * local expert are one autograd Function each way ({@code Exchange}), so that the rows between them are
+ * not kept for backward.
  */
 final class AllToAllTokenDispatcher extends TokenDispatcher {
+    /** Whether the dispatch hands the experts their group ends on the device (for libtorch's grouped kernel). */
+    private final boolean groupEnds;
+
     AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion) {
+        this(groups, numExperts, topK, permuteFusion, true);
+    }
+
+    AllToAllTokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion, boolean groupEnds) {
         super(groups, numExperts, topK, permuteFusion);
+        this.groupEnds = groupEnds;
     }
 
     @Override
     Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
         NDManager m = scope.manager();
-        TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m, permuteFusion);
-        long[] counts = permutation.tokensPerExpert();
-        NDArray permuted = permutation.permute(tokens, m);
+        // this rank's rows per expert and every EP peer's, read in one device-to-host copy
+        NDArray[] ends = new NDArray[1];
+        long[][] countsByRank = gatherCounts(ep, routing.routingMap(), m,
+                groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1, numLocalExperts, ends); // [EP rank][global expert]
+        long[] counts = countsByRank[ep.rank()];
+        TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts);
 
         int epSize = ep.size();
-        long[][] countsByRank = gatherCounts(ep, counts, m); // [EP rank][global expert]
         long[] send = new long[epSize];
         long[] recv = new long[epSize];
         for (int j = 0; j < epSize; j++) {
             send[j] = TokenPermutation.sum(counts, j * numLocalExperts, (j + 1) * numLocalExperts);
             recv[j] = TokenPermutation.sum(countsByRank[j], firstLocalExpert, firstLocalExpert + numLocalExperts);
         }
-        NDArray received = ExpertCommunication.allToAll(scope, ep, permuted, send, recv);
-
         // rows per (source EP rank, local expert) here, then gathered from every expert-TP peer
         long[] mine = new long[epSize * numLocalExperts];
         for (int i = 0; i < epSize; i++) {
@@ -46,91 +64,277 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
                 mine[i * numLocalExperts + l] = countsByRank[i][firstLocalExpert + l];
             }
         }
-        long[][] chunks = gatherCounts(expertTp, mine, m); // [expert-TP peer][source * local expert]
+        long[][] chunks = expertTp.size() == 1 ? new long[][] {mine} : gatherHostCounts(expertTp, mine, m);
         long[] perPeer = new long[chunks.length];
         for (int p = 0; p < chunks.length; p++) {
             perPeer[p] = TokenPermutation.sum(chunks[p], 0, chunks[p].length);
         }
-        NDArray gathered = ExpertCommunication.unevenAllGather(scope, expertTp, received, perPeer);
-
         ChunkOrder order = ChunkOrder.byLocalExpert(chunks, numLocalExperts);
-        NDArray expertInput = order.isIdentity() ? gathered : TokenPermutation.rows(gathered, m.create(order.sorted), m);
-        long[] perExpert = order.rowsPerExpert;
+        Exchange exchange = new Exchange(ep, expertTp, send, recv, perPeer, order);
+        NDArray expertInput;
+        if (exchange.isIdentity()) {
+            expertInput = permutation.permute(tokens, m);
+        } else if (permutation instanceof FusedTokenPermutation fused) {
+            // the permutation inside the exchange's Function: the permuted rows are not kept for backward
+            expertInput = scope.apply1(new PermuteAndExchange(fused, exchange), tokens, routing.routingMap());
+        } else {
+            expertInput = scope.apply1(exchange.toExperts(), permutation.permute(tokens, m));
+        }
         int slots = Math.min(topK, numExperts);
-        return new Rows(expertInput, perExpert, (s, expertOutput) -> {
-            NDManager sm = s.manager();
-            NDArray unsorted = order.isIdentity() ? expertOutput
-                    : TokenPermutation.rows(expertOutput, sm.create(order.inverse), sm);
-            NDArray own = ExpertCommunication.unevenReduceScatter(s, expertTp, unsorted, perPeer);
-            NDArray back = ExpertCommunication.allToAll(s, ep, own, recv, send);
+        return new Rows(expertInput, order.rowsPerExpert, ends[0], (s, expertOutput) -> {
+            NDArray back = exchange.isIdentity() ? expertOutput : s.apply1(exchange.fromExperts(), expertOutput);
             return permutation.combine(back, routing.keptMap(), routing.probs(), slots, s);
         });
     }
 
+    /**
+     * Every EP rank's column sums of its routing map, in rank order: the sums stay on the device for the
+     * all-gather, and the gathered counts come to the host in one copy (the one synchronisation of the dispatch).
+     * With {@code firstLocal >= 0} also the group ends of the experts {@code [firstLocal, firstLocal + local)} over
+     * all sources (the running sums of their rows) into {@code ends[0]}, computed on the device from the gathered
+     * counts, so that the grouped GEMM needs no copy from the host (which would wait for the device).
+     */
+    private static long[][] gatherCounts(Communicator group, NDArray routingMap, NDManager owner, int firstLocal,
+                                         int local, NDArray[] ends) {
+        int experts = (int) routingMap.getShape().get(1);
+        try (NDManager temp = owner.newSubManager()) {
+            NDArray mine = Tensors.own(Tensors.own(routingMap.sum(new int[] {0}), temp)
+                    .toType(DataType.INT64, false).reshape(1, experts), temp);
+            NDArray gathered = group.size() == 1 ? mine : Tensors.own(group.allGather(mine, 0, temp), temp);
+            if (firstLocal >= 0) {
+                NDArray columns = Tensors.own(gathered.get(new NDIndex().addAllDim().addSliceDim(firstLocal,
+                        firstLocal + local)), temp);
+                NDArray rows = Tensors.own(columns.sum(new int[] {0}), temp);
+                ends[0] = Tensors.own(Tensors.own(rows.cumSum(0), temp).toType(DataType.INT32, false), owner);
+            }
+            long[] all = gathered.toLongArray();
+            long[][] out = new long[group.size()][experts];
+            for (int r = 0; r < out.length; r++) {
+                System.arraycopy(all, r * experts, out[r], 0, experts);
+            }
+            return out;
+        }
+    }
+
     /** Every rank's {@code values} (same length on all), in rank order; one all-gather of longs. */
-    private static long[][] gatherCounts(Communicator group, long[] values, NDManager owner) {
-        if (group.size() == 1) {
-            return new long[][] {values.clone()};
+    private static long[][] gatherHostCounts(Communicator group, long[] values, NDManager owner) {
+        try (NDManager temp = owner.newSubManager()) {
+            NDArray local = temp.create(values, new Shape(1, values.length));
+            long[] all = group.allGather(local, 0, temp).toLongArray();
+            long[][] out = new long[group.size()][values.length];
+            for (int r = 0; r < out.length; r++) {
+                System.arraycopy(all, r * values.length, out[r], 0, values.length);
+            }
+            return out;
         }
-        NDArray local = owner.create(values, new Shape(1, values.length));
-        long[] all = group.allGather(local, 0, owner).toLongArray();
-        long[][] out = new long[group.size()][values.length];
-        for (int r = 0; r < out.length; r++) {
-            System.arraycopy(all, r * values.length, out[r], 0, values.length);
+    }
+
+    /**
+     * The exchange between this rank's permuted rows and its experts' rows, as one autograd Function each way:
+     * towards the experts the all-to-all over EP, the uneven all-gather over expert-TP and the sort of the chunks
+     * by local expert (one split and one concatenation); back from them the reverse (unsort, uneven
+     * reduce-scatter, inverse all-to-all). Each direction's backward is the other direction. The intermediate
+     * rows of a direction (the received rows before the sort, the unsorted rows before the all-to-all) live only
+     * inside its call: the exchange is linear, so its backward needs none of them.
+     */
+    private static final class Exchange {
+        final Communicator ep;
+        final Communicator expertTp;
+        final long[] send;
+        final long[] recv;
+        final long[] perPeer;
+        final ChunkOrder order;
+
+        Exchange(Communicator ep, Communicator expertTp, long[] send, long[] recv, long[] perPeer, ChunkOrder order) {
+            this.ep = ep;
+            this.expertTp = expertTp;
+            this.send = send;
+            this.recv = recv;
+            this.perPeer = perPeer;
+            this.order = order;
         }
-        return out;
+
+        /** Whether both directions are the identity (one EP rank, one expert-TP rank). */
+        boolean isIdentity() {
+            return ep.size() == 1 && expertTp.size() == 1 && order.isIdentity();
+        }
+
+        /** @return the permuted rows to the experts' rows */
+        Function toExperts() {
+            return new Direction(this, true);
+        }
+
+        /** @return the experts' rows back to the permuted rows */
+        Function fromExperts() {
+            return new Direction(this, false);
+        }
+
+        NDArray forward(NDArray x, NDManager owner) {
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray received = ep.size() == 1 ? x : ep.allToAll(x, send, recv, temp);
+                NDArray gathered = expertTp.size() == 1 ? received
+                        : ExpertCommunication.gatherUneven(expertTp, received, perPeer, temp);
+                NDArray out = order.sort(gathered, temp);
+                out.attach(owner);
+                return out;
+            }
+        }
+
+        NDArray backward(NDArray y, NDManager owner) {
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray unsorted = order.unsort(y, temp);
+                NDArray own = expertTp.size() == 1 ? unsorted
+                        : ExpertCommunication.reduceScatterUneven(expertTp, unsorted, perPeer, temp);
+                NDArray out = ep.size() == 1 ? own : ep.allToAll(own, recv, send, temp);
+                out.attach(owner);
+                return out;
+            }
+        }
+    }
+
+    /**
+     * The fused permutation and the exchange towards the experts as one Function of the tokens, whose backward
+     * is the exchange back and the permutation's transpose (a sum of each token's rows, by the unpermute
+     * module with weights 1): the permuted rows live only inside the call. The routing map is an input (with no
+     * gradient) so that the scope keeps it for the backward, whatever frame the layer runs in.
+     */
+    private record PermuteAndExchange(FusedTokenPermutation permutation, Exchange exchange) implements Function {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            try (NDManager temp = ctx.manager().newSubManager()) {
+                NDArray rows = permutation.permute(inputs[0], ctx.manager(), temp);
+                return new NDArray[] {exchange.forward(rows, ctx.manager())};
+            }
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            try (NDManager temp = ctx.manager().newSubManager()) {
+                NDArray rows = exchange.backward(grads[0], temp);
+                NDArray tokens = permutation.sumRowsPerToken(rows);
+                tokens.attach(ctx.manager());
+                return new NDArray[] {tokens, null};
+            }
+        }
+
+        @Override
+        public String name() {
+            return "moe-permute-and-exchange(" + exchange.ep.group().key() + ")";
+        }
+    }
+
+    /** One direction of an {@link Exchange}. */
+    private record Direction(Exchange exchange, boolean toExperts) implements Function {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            return new NDArray[] {toExperts ? exchange.forward(inputs[0], ctx.manager())
+                    : exchange.backward(inputs[0], ctx.manager())};
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            return new NDArray[] {toExperts ? exchange.backward(grads[0], ctx.manager())
+                    : exchange.forward(grads[0], ctx.manager())};
+        }
+
+        @Override
+        public String name() {
+            return "moe-exchange-" + (toExperts ? "to" : "from") + "-experts(" + exchange.ep.group().key() + ")";
+        }
     }
 
     /**
      * The reordering of gathered rows from chunk order (expert-TP peer, source EP rank, local expert)
-     * to local-expert order (local expert, peer, source), as row indices.
+     * to local-expert order (local expert, peer, source), chunk by chunk (Megatron-Core's
+     * {@code sort_chunks_by_idxs}): no index per row, nothing to copy to the device.
      */
     private static final class ChunkOrder {
-        final long[] sorted;
-        final long[] inverse;
+        /** Chunk sizes in chunk order. */
+        final long[] sizes;
+        /** The chunks (by chunk-order index) in local-expert order. */
+        final int[] order;
+        /** Chunk sizes in local-expert order. */
+        final long[] sortedSizes;
+        /** For each chunk in chunk order, its place in local-expert order. */
+        final int[] inverse;
         final long[] rowsPerExpert;
 
-        private ChunkOrder(long[] sorted, long[] inverse, long[] rowsPerExpert) {
-            this.sorted = sorted;
-            this.inverse = inverse;
+        private ChunkOrder(long[] sizes, int[] order, long[] rowsPerExpert) {
+            this.sizes = sizes;
+            this.order = order;
             this.rowsPerExpert = rowsPerExpert;
+            this.sortedSizes = new long[order.length];
+            this.inverse = new int[order.length];
+            for (int j = 0; j < order.length; j++) {
+                sortedSizes[j] = sizes[order[j]];
+                inverse[order[j]] = j;
+            }
         }
 
         static ChunkOrder byLocalExpert(long[][] chunks, int numLocalExperts) {
             int peers = chunks.length;
-            int sources = chunks[0].length / numLocalExperts;
-            long[][] start = new long[peers][chunks[0].length];
-            long total = 0;
+            int perPeer = chunks[0].length;
+            int sources = perPeer / numLocalExperts;
+            long[] sizes = new long[peers * perPeer];
             for (int p = 0; p < peers; p++) {
-                for (int c = 0; c < chunks[p].length; c++) {
-                    start[p][c] = total;
-                    total += chunks[p][c];
-                }
+                System.arraycopy(chunks[p], 0, sizes, p * perPeer, perPeer);
             }
-            long[] sorted = new long[Math.toIntExact(total)];
-            long[] inverse = new long[sorted.length];
+            int[] order = new int[sizes.length];
             long[] perExpert = new long[numLocalExperts];
             int next = 0;
             for (int l = 0; l < numLocalExperts; l++) {
                 for (int p = 0; p < peers; p++) {
                     for (int i = 0; i < sources; i++) {
-                        int c = i * numLocalExperts + l;
-                        for (long r = 0; r < chunks[p][c]; r++) {
-                            long row = start[p][c] + r;
-                            sorted[next] = row;
-                            inverse[(int) row] = next;
-                            next++;
-                        }
-                        perExpert[l] += chunks[p][c];
+                        int c = p * perPeer + i * numLocalExperts + l;
+                        order[next++] = c;
+                        perExpert[l] += sizes[c];
                     }
                 }
             }
-            return new ChunkOrder(sorted, inverse, perExpert);
+            return new ChunkOrder(sizes, order, perExpert);
         }
 
         boolean isIdentity() {
-            for (int j = 0; j < sorted.length; j++) {
-                if (sorted[j] != j) {
+            for (int j = 0; j < order.length; j++) {
+                if (order[j] != j) {
+                    return false;
+                }
+            }
+            return true;
+        }
+
+        /** Chunk order to local-expert order: one split, one concatenation. */
+        NDArray sort(NDArray rows, NDManager owner) {
+            return reorder(rows, sizes, order, owner);
+        }
+
+        /** Local-expert order back to chunk order. */
+        NDArray unsort(NDArray rows, NDManager owner) {
+            return reorder(rows, sortedSizes, inverse, owner);
+        }
+
+        /** {@code rows} cut into chunks of {@code sizes}, concatenated in the order {@code order} names them. */
+        private static NDArray reorder(NDArray rows, long[] sizes, int[] order, NDManager owner) {
+            if (isIdentityOrder(order)) {
+                return rows;
+            }
+            NDList parts = Tensors.split(rows, sizes, 0);
+            parts.attach(owner);
+            NDList picked = new NDList(order.length);
+            for (int c : order) {
+                if (sizes[c] > 0) {
+                    picked.add(parts.get(c));
+                }
+            }
+            if (picked.isEmpty()) {
+                return rows;
+            }
+            return picked.size() == 1 ? picked.get(0) : Tensors.own(NDArrays.concat(picked, 0), owner);
+        }
+
+        private static boolean isIdentityOrder(int[] order) {
+            for (int j = 0; j < order.length; j++) {
+                if (order[j] != j) {
                     return false;
                 }
             }

@@ -22,8 +22,8 @@ final class FusedTokenPermutation extends TokenPermutation {
 
     private NDArray tokenOfRow;
 
-    FusedTokenPermutation(NDArray routingMap, NDManager owner) {
-        super(routingMap, owner);
+    FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts) {
+        super(routingMap, owner, counts);
     }
 
     /**
@@ -35,6 +35,36 @@ final class FusedTokenPermutation extends TokenPermutation {
         out.attach(owner);
         tokenOfRow = out.get(1);
         return out.get(0);
+    }
+
+    /**
+     * {@link #permute} with the rows owned by {@code rowsOwner} and the token of each row (which {@link #combine}
+     * reuses) by {@code indexOwner}.
+     */
+    NDArray permute(NDArray tokens, NDManager indexOwner, NDManager rowsOwner) {
+        NDList out = TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE).forward(new NDList(tokens, routingMap));
+        out.get(0).attach(rowsOwner);
+        out.get(1).attach(indexOwner);
+        tokenOfRow = out.get(1);
+        return out.get(0);
+    }
+
+    /**
+     * The transpose of {@link #permute}: each token's rows summed ({@code out[t] = Σ_e rows[pair (t, e)]}, in
+     * float32 for a lower-precision dtype), by the unpermute module with the routing map as weights. Call after
+     * {@link #permute}.
+     *
+     * @param rows {@code [N, h]} in pair order
+     * @return {@code [T, h]} in the rows' dtype, owned by the rows' manager
+     */
+    NDArray sumRowsPerToken(NDArray rows) {
+        if (tokenOfRow == null) {
+            throw new IllegalStateException("the rows' tokens are found by permute");
+        }
+        TorchScriptModule module = TorchScriptModules.shared(FusedTokenPermutation.class, UNPERMUTE);
+        NDArray out = module.forward(new NDList(rows, tokenOfRow, routingMap, routingMap, routingMap)).singletonOrThrow();
+        out.attach(rows.getManager());
+        return out;
     }
 
     @Override

@@ -50,6 +50,42 @@ abstract sealed class GroupedMatmul permits GroupedMatmul.Kernel, GroupedMatmul.
     abstract NDArray apply(AutogradScope scope, NDArray rows, NDArray weights, long[] counts);
 
     /**
+     * The products of {@link #apply(AutogradScope, NDArray, NDArray, long[])} for groups prepared once per pass
+     * ({@link #groups}), so that a layer's two products share one tensor of group ends.
+     *
+     * @param scope the pass's scope; owns the result
+     * @param rows {@code [N, k]}, expert by expert
+     * @param weights {@code [E, n, k]}, in the rows' dtype
+     * @param groups the rows per expert
+     * @return {@code [N, n]}
+     */
+    NDArray apply(AutogradScope scope, NDArray rows, NDArray weights, Groups groups) {
+        return apply(scope, rows, weights, groups.counts());
+    }
+
+    /**
+     * The rows per expert of a pass, with their running sums on the rows' device where this implementation reads
+     * them there: the given {@code ends}, else (for the kernel) one copy of the host's sums, made here once.
+     *
+     * @param counts rows per expert
+     * @param ends their running sums as int32 on the rows' device, or null
+     * @param rows the rows (for their device)
+     * @param owner owns a tensor made here
+     * @return the groups
+     */
+    Groups groups(long[] counts, NDArray ends, NDArray rows, NDManager owner) {
+        return new Groups(counts.clone(), ends);
+    }
+
+    /**
+     * Rows per expert and, where known, their running sums on the device.
+     *
+     * @param counts rows per expert
+     * @param ends int32 running sums on the rows' device, or null
+     */
+    record Groups(long[] counts, NDArray ends) {}
+
+    /**
      * libtorch's grouped kernel where this runtime, device and dtype run it forward and backward, else
      * {@link #PADDED}.
      *
@@ -78,21 +114,37 @@ abstract sealed class GroupedMatmul permits GroupedMatmul.Kernel, GroupedMatmul.
 
         @Override
         NDArray apply(AutogradScope scope, NDArray rows, NDArray weights, long[] counts) {
+            return apply(scope, rows, weights, groups(counts, null, rows, scope.manager()));
+        }
+
+        @Override
+        NDArray apply(AutogradScope scope, NDArray rows, NDArray weights, Groups groups) {
             long k = rows.getShape().get(1);
             long n = weights.getShape().get(1);
             int bytes = DataTypes.of(rows).getNumOfBytes();
-            if (rows.getShape().get(0) == 0 || k * bytes % 16 != 0 || n * bytes % 16 != 0) {
-                return PADDED.apply(scope, rows, weights, counts);
+            if (groups.ends() == null || k * bytes % 16 != 0 || n * bytes % 16 != 0) {
+                return PADDED.apply(scope, rows, weights, groups.counts());
             }
-            int[] ends = new int[counts.length];
+            NDManager m = scope.manager();
+            return Tensors.own(module.forward(new NDList(rows, weights, groups.ends())).singletonOrThrow(), m);
+        }
+
+        /** The given ends, else the host's running sums copied once; none (the fallback runs) without rows. */
+        @Override
+        Groups groups(long[] counts, NDArray ends, NDArray rows, NDManager owner) {
+            if (rows.getShape().get(0) == 0) {
+                return new Groups(counts.clone(), null);
+            }
+            if (ends != null) {
+                return new Groups(counts.clone(), ends);
+            }
+            int[] host = new int[counts.length];
             long end = 0;
             for (int e = 0; e < counts.length; e++) {
                 end += counts[e];
-                ends[e] = Math.toIntExact(end);
+                host[e] = Math.toIntExact(end);
             }
-            NDManager m = scope.manager();
-            NDArray endTensor = Tensors.fromHost(ends, new Shape(ends.length), m);
-            return Tensors.own(module.forward(new NDList(rows, weights, endTensor)).singletonOrThrow(), m);
+            return new Groups(counts.clone(), Tensors.fromHost(host, new Shape(host.length), owner));
         }
 
         /** Whether a product with an empty group runs forward and backward here and agrees with the fallback. */

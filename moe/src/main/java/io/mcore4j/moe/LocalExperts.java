@@ -17,6 +17,7 @@ import io.mcore4j.tensorparallel.Mappings;
 import io.mcore4j.tensorparallel.StridedPartition;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -120,6 +121,20 @@ final class LocalExperts extends AbstractModule {
      * @throws IllegalArgumentException if the counts do not match the input
      */
     NDArray forward(AutogradScope scope, NDArray input, long[] tokensPerExpert) {
+        return forward(scope, input, tokensPerExpert, null);
+    }
+
+    /**
+     * Runs every local expert on its rows; see {@link #forward(AutogradScope, NDArray, long[])}.
+     *
+     * @param scope the pass's scope; owns the output
+     * @param input {@code [N, h]}: the rows of local expert 0, then 1, ...
+     * @param tokensPerExpert rows per local expert, summing to N
+     * @param ends the running sums of {@code tokensPerExpert} as int32 on the rows' device, or null: the grouped
+     *             GEMM's group ends, made here from the counts otherwise (once for both products)
+     * @return {@code [N, h]} outputs in the same order (partial sums over expert-TP when it is above 1)
+     */
+    NDArray forward(AutogradScope scope, NDArray input, long[] tokensPerExpert, NDArray ends) {
         if (tokensPerExpert.length != fc1Weights.size()) {
             throw new IllegalArgumentException(tokensPerExpert.length + " token counts for " + fc1Weights.size()
                     + " local experts");
@@ -130,10 +145,10 @@ final class LocalExperts extends AbstractModule {
                     + total + " rows of width " + hiddenSize);
         }
         if (grouped != null) {
-            return forwardGrouped(scope, input, tokensPerExpert, grouped);
+            return forwardGrouped(scope, input, tokensPerExpert, grouped, ends);
         }
         if (config.batchedExperts() && allEqual(tokensPerExpert) && tokensPerExpert[0] > 0) {
-            return forwardGrouped(scope, input, tokensPerExpert, GroupedMatmul.PADDED);
+            return forwardGrouped(scope, input, tokensPerExpert, GroupedMatmul.PADDED, null);
         }
         return forwardSequential(scope, input, tokensPerExpert);
     }
@@ -141,7 +156,7 @@ final class LocalExperts extends AbstractModule {
     /** One expert after another on consecutive row ranges. */
     NDArray forwardSequential(AutogradScope scope, NDArray input, long[] tokensPerExpert) {
         NDManager m = scope.manager();
-        NDArray fc2Bias = fc2BiasesForPass(scope);
+        List<NDArray> fc2Bias = fc2BiasRowsForPass(scope);
         NDList outputs = new NDList(tokensPerExpert.length);
         long offset = 0;
         for (int l = 0; l < tokensPerExpert.length; l++) {
@@ -152,7 +167,7 @@ final class LocalExperts extends AbstractModule {
                     fc1Biases.isEmpty() ? null : fc1Biases.get(l).data(), m);
             NDArray y = Tensors.linear(config.activation().apply(scope, h), fc2Weights.get(l).data(), null, m);
             if (fc2Bias != null) {
-                y = Tensors.own(y.add(Tensors.own(fc2Bias.get(l), m)), m);
+                y = Tensors.own(y.add(fc2Bias.get(l)), m);
             }
             if (rows > 0 || outputs.isEmpty()) {
                 outputs.add(y);
@@ -168,13 +183,20 @@ final class LocalExperts extends AbstractModule {
      * against weights stacked along a leading expert dim; each expert's bias is added to its own rows.
      */
     NDArray forwardGrouped(AutogradScope scope, NDArray input, long[] tokensPerExpert, GroupedMatmul matmul) {
+        return forwardGrouped(scope, input, tokensPerExpert, matmul, null);
+    }
+
+    /** {@link #forwardGrouped(AutogradScope, NDArray, long[], GroupedMatmul)} with the group ends given, or null. */
+    NDArray forwardGrouped(AutogradScope scope, NDArray input, long[] tokensPerExpert, GroupedMatmul matmul,
+                           NDArray ends) {
         NDManager m = scope.manager();
-        NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), tokensPerExpert); // [N, fc1/t]
+        GroupedMatmul.Groups groups = matmul.groups(tokensPerExpert, ends, input, m);
+        NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), groups); // [N, fc1/t]
         if (!fc1Biases.isEmpty()) {
-            h = addExpertBiases(h, stack(fc1Biases, m), tokensPerExpert, m);
+            h = addExpertBiases(h, data(fc1Biases), tokensPerExpert, m);
         }
-        NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), tokensPerExpert);
-        NDArray fc2Bias = fc2BiasesForPass(scope);
+        NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), groups);
+        List<NDArray> fc2Bias = fc2BiasRowsForPass(scope);
         return fc2Bias == null ? y : addExpertBiases(y, fc2Bias, tokensPerExpert, m);
     }
 
@@ -183,37 +205,66 @@ final class LocalExperts extends AbstractModule {
      * with rows, on one split of the rows (whose backward is one concatenation, where a slice per expert would fill a
      * zero tensor of the full size each). Not a gather of a bias row per row: that materialises {@code [N, width]} and
      * its backward adds N rows into E bias rows with atomics, which on a GPU serialise on the few addresses; here each
-     * bias's gradient is a plain sum over its rows.
+     * bias's gradient is a plain sum over its rows. The biases are the parameters themselves (or one split of a
+     * stacked tensor), not rows selected from a stack per expert: a selected row's backward fills a zero tensor of
+     * the whole stack.
      *
      * @param rows {@code [N, width]}, {@code tokensPerExpert[e]} rows for expert e in turn
-     * @param biases {@code [E, width]}
+     * @param biases one {@code [width]} (or {@code [1, width]}) bias per expert
      * @param tokensPerExpert rows per expert
      * @param m owns the result
      * @return {@code [N, width]}
      */
-    static NDArray addExpertBiases(NDArray rows, NDArray biases, long[] tokensPerExpert, NDManager m) {
+    static NDArray addExpertBiases(NDArray rows, List<NDArray> biases, long[] tokensPerExpert, NDManager m) {
         if (TokenPermutation.sum(tokensPerExpert, 0, tokensPerExpert.length) == 0) {
             // no rows: the sum still reaches the biases (as zeros), so every rank records the same autograd graph
-            return Tensors.own(rows.add(Tensors.own(biases.get(0), m)), m);
+            NDArray out = rows;
+            for (NDArray b : biases) {
+                out = Tensors.own(out.add(b), m);
+            }
+            return out;
         }
         NDList segments = Tensors.split(rows, tokensPerExpert, 0);
         segments.attach(m);
         NDList parts = new NDList(tokensPerExpert.length);
         for (int e = 0; e < tokensPerExpert.length; e++) {
             if (tokensPerExpert[e] > 0) {
-                parts.add(Tensors.own(segments.get(e).add(Tensors.own(biases.get(e), m)), m));
+                parts.add(Tensors.own(segments.get(e).add(biases.get(e)), m));
             }
         }
         return parts.size() == 1 ? parts.get(0) : Tensors.own(NDArrays.concat(parts, 0), m);
     }
 
-    /** The stacked fc2 biases {@code [E_l, h]} to add on this rank, or null (none, or not expert-TP rank 0). */
-    private NDArray fc2BiasesForPass(AutogradScope scope) {
+    /**
+     * The fc2 biases to add on this rank, one per local expert, or null (none, or not expert-TP rank 0). With
+     * expert tensor parallelism they pass, stacked, through the identity whose backward all-reduces their
+     * gradient over expert-TP, and are split again; otherwise they are the parameters themselves.
+     */
+    private List<NDArray> fc2BiasRowsForPass(AutogradScope scope) {
         if (fc2Biases.isEmpty()) {
             return null;
         }
-        NDArray stacked = Mappings.copyToTensorParallelRegion(scope, expertTp, stack(fc2Biases, scope.manager()));
-        return expertTp.rank() == 0 ? stacked : null;
+        if (expertTp.size() == 1) {
+            return data(fc2Biases);
+        }
+        NDManager m = scope.manager();
+        NDArray stacked = Mappings.copyToTensorParallelRegion(scope, expertTp, stack(fc2Biases, m));
+        if (expertTp.rank() != 0) {
+            return null;
+        }
+        long[] ones = new long[fc2Biases.size()];
+        Arrays.fill(ones, 1);
+        NDList rows = Tensors.split(stacked, ones, 0);
+        rows.attach(m);
+        return rows;
+    }
+
+    private static List<NDArray> data(List<Parameter> params) {
+        List<NDArray> out = new ArrayList<>(params.size());
+        for (Parameter p : params) {
+            out.add(p.data());
+        }
+        return out;
     }
 
     private static NDArray stack(List<Parameter> params, NDManager m) {
@@ -231,6 +282,11 @@ final class LocalExperts extends AbstractModule {
             }
         }
         return true;
+    }
+
+    /** @return whether the grouped products read group ends on the device (libtorch's grouped kernel runs) */
+    boolean readsGroupEnds() {
+        return grouped instanceof GroupedMatmul.Kernel;
     }
 
     /** @return global index of the first local expert */

@@ -129,7 +129,8 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         ParallelMlp shared = config.sharedExpertFfnHiddenSize() > 0
                 ? sharedExpert(config, hiddenSize, g, parameters, seeds, keyPrefix + "shared_experts.") : null;
         TokenDispatcher dispatcher = config.dispatcher() == MoeConfig.Dispatcher.ALL_TO_ALL
-                ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion())
+                ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion(),
+                        experts.readsGroupEnds())
                 : new AllGatherTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion());
         return new MoeLayer(config, hiddenSize, g, router, dispatcher, experts, shared, jitter);
     }
@@ -178,7 +179,8 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         NDArray tokens = Tensors.own(local.reshape(seq * batch, hiddenSize), m);
         Routing routing = router.route(scope, tokens, seq, batch);
         TokenDispatcher.Dispatched dispatched = dispatcher.dispatch(scope, tokens, routing);
-        NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert());
+        NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert(),
+                dispatched.expertEnds());
         NDArray combined = dispatched.combine(scope, expertOutput);
         NDArray out = Tensors.own(Cast.apply(scope, combined, DataTypes.of(hidden)).reshape(seq, batch, hiddenSize), m);
         if (splitHere) {

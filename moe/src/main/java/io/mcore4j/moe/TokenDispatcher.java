@@ -58,6 +58,16 @@ abstract class TokenDispatcher {
         long[] tokensPerExpert();
 
         /**
+         * The running sums of {@link #tokensPerExpert()} as an int32 tensor on the rows' device, when the
+         * dispatcher has them there without a copy from the host (the grouped GEMM's group ends); else null.
+         *
+         * @return {@code [E_local]} int32 ends, or null
+         */
+        default NDArray expertEnds() {
+            return null;
+        }
+
+        /**
          * Returns the expert outputs to the tokens' ranks and sums each token's outputs weighted by
          * its routing probabilities.
          *
@@ -69,8 +79,8 @@ abstract class TokenDispatcher {
         NDArray combine(AutogradScope scope, NDArray expertOutput);
     }
 
-    /** A {@link Dispatched} whose combine step is given as a function. */
-    record Rows(NDArray expertInput, long[] tokensPerExpert, Combiner combiner) implements Dispatched {
+    /** A {@link Dispatched} whose combine step is given as a function; {@code expertEnds} may be null. */
+    record Rows(NDArray expertInput, long[] tokensPerExpert, NDArray expertEnds, Combiner combiner) implements Dispatched {
         @Override
         public long[] tokensPerExpert() {
             return tokensPerExpert.clone();

@@ -28,9 +28,9 @@ abstract sealed class TokenPermutation permits TokenPermutation.Composed, FusedT
     final NDArray routingMap;
     private final long[] tokensPerExpert;
 
-    TokenPermutation(NDArray routingMap, NDManager owner) {
+    TokenPermutation(NDArray routingMap, NDManager owner, long[] counts) {
         this.routingMap = routingMap;
-        this.tokensPerExpert = toLongs(Tensors.own(routingMap.sum(new int[] {0}), owner));
+        this.tokensPerExpert = counts != null ? counts.clone() : toLongs(Tensors.own(routingMap.sum(new int[] {0}), owner));
     }
 
     /**
@@ -42,7 +42,21 @@ abstract sealed class TokenPermutation permits TokenPermutation.Composed, FusedT
      * @return the permutation
      */
     static TokenPermutation of(NDArray routingMap, NDManager owner, boolean fused) {
-        return fused ? new FusedTokenPermutation(routingMap, owner) : new Composed(routingMap, owner);
+        return of(routingMap, owner, fused, null);
+    }
+
+    /**
+     * The pairs of {@code routingMap}, whose column sums the caller already read (a dispatcher that reads them
+     * with the other ranks' counts, in one device-to-host copy).
+     *
+     * @param routingMap {@code [T, E']} 0/1 (float)
+     * @param owner owner of the index tensors
+     * @param fused one TorchScript call each way instead of composed index ops
+     * @param counts the map's column sums, or null to read them here
+     * @return the permutation
+     */
+    static TokenPermutation of(NDArray routingMap, NDManager owner, boolean fused, long[] counts) {
+        return fused ? new FusedTokenPermutation(routingMap, owner, counts) : new Composed(routingMap, owner, counts);
     }
 
     /** @return rows each expert receives, in expert order (a copy) */
@@ -80,8 +94,8 @@ abstract sealed class TokenPermutation permits TokenPermutation.Composed, FusedT
     static final class Composed extends TokenPermutation {
         private final NDArray tokenIndices;
 
-        Composed(NDArray routingMap, NDManager owner) {
-            super(routingMap, owner);
+        Composed(NDArray routingMap, NDManager owner, long[] counts) {
+            super(routingMap, owner, counts);
             NDArray pairs = Tensors.own(routingMap.transpose().nonzero(), owner); // [N, 2]: (expert, token)
             this.tokenIndices = Tensors.own(pairs.get(new NDIndex().addAllDim().addIndices(1)), owner);
         }

@@ -122,9 +122,11 @@ public final class TopKRouting {
         }
         probs = Cast.apply(scope, probs, dtype);
         int experts = (int) logits.getShape().get(1);
-        NDArray oneHot = Tensors.own(indices.oneHot(experts), m); // [T, k, E]
-        NDArray routingMap = Tensors.own(oneHot.sum(new int[] {1}), m);
-        NDArray scattered = Tensors.own(DataTypes.toType(oneHot, dtype, false).mul(probs.expandDims(2)).sum(new int[] {1}), m);
+        // each token's k (distinct) experts scattered into [T, E]: no [T, k, E] one-hot, and the probabilities'
+        // gradient is a gather
+        NDArray routingMap = ones(m, indices, experts);
+        NDArray scattered = Tensors.own(DataTypes.zeros(m, new Shape(indices.getShape().get(0), experts), dtype)
+                .scatter(indices, probs, 1), m);
         return new Selection(indices, probs, scattered, routingMap);
     }
 
@@ -155,7 +157,16 @@ public final class TopKRouting {
      * @return {@code [T, E]} float32 0/1
      */
     public static NDArray routingMapForAuxLoss(NDManager m, NDArray scores, int topK) {
-        return Tensors.own(topIndices(m, scores, topK).oneHot((int) scores.getShape().get(1)).sum(new int[] {1}), m);
+        return ones(m, topIndices(m, scores, topK), (int) scores.getShape().get(1));
+    }
+
+    /** The float32 {@code [T, E]} 0/1 map with a one at each token's {@code [T, k]} (distinct) expert indices. */
+    private static NDArray ones(NDManager m, NDArray indices, int experts) {
+        try (NDManager temp = m.newSubManager()) {
+            NDArray one = Tensors.own(temp.ones(indices.getShape(), DataType.FLOAT32), temp);
+            NDArray zeros = Tensors.own(temp.zeros(new Shape(indices.getShape().get(0), experts), DataType.FLOAT32), temp);
+            return Tensors.own(zeros.scatter(indices, one, 1), m);
+        }
     }
 
     private static NDArray withBias(NDManager m, NDArray scores, NDArray expertBias) {

@@ -69,6 +69,15 @@ class DispatcherTest {
                 // every rank of the expert-TP x EP box sends its routed rows to this rank's experts
                 long[] expected = expectedRowsPerLocalExpert(groups, experts, k);
                 assertArrayEquals(expected, d.tokensPerExpert(), "rows per local expert on rank " + ctx.rank());
+                if (kind == MoeConfig.Dispatcher.ALL_TO_ALL && etp == 1) {
+                    // the grouped GEMM's group ends, made on the device from the gathered counts
+                    long[] ends = new long[expected.length];
+                    for (int e = 0; e < ends.length; e++) {
+                        ends[e] = (e == 0 ? 0 : ends[e - 1]) + expected[e];
+                    }
+                    assertArrayEquals(ends, d.expertEnds().toType(ai.djl.ndarray.types.DataType.INT64, false)
+                            .toLongArray(), "group ends on rank " + ctx.rank());
+                }
                 // identity experts, split into equal partial sums over expert-TP
                 NDArray partial = SerialMoe.scaled(d.expertInput(), 1.0 / etp, s);
                 NDArray y = d.combine(scope, partial);

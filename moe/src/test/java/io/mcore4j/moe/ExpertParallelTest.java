@@ -60,7 +60,8 @@ class ExpertParallelTest {
         "2, 1, 1, 2, false, ALL_TO_ALL, swiglu-bias",
         "2, 2, 1, 2, true, ALL_GATHER, swiglu-aux",
         "4, 2, 2, 2, false, ALL_TO_ALL, grouped-fused-swiglu-bias",
-        "4, 1, 4, 1, false, ALL_GATHER, fused-aux"})
+        "4, 1, 4, 1, false, ALL_GATHER, fused-aux",
+        "4, 1, 4, 1, false, ALL_TO_ALL, fused-aux"})
     void expertParallelLayerEqualsTheSingleRankLayer(int world, int tp, int ep, int etp, boolean sp,
                                                      MoeConfig.Dispatcher dispatcher, String variant) {
         MoeConfig.Builder b = MoeConfig.builder(4, 2, 8).initStd(0.3).outputInitStd(0.2).dispatcher(dispatcher)
