@@ -183,7 +183,12 @@ public final class GenerateBenchmark implements Callable<Integer> {
                 generated = onRank(config, all, backend, root);
             }
         } else {
-            Device device = tensorParallel == 1 && LaunchedRank.onGpu() ? Device.gpu() : Device.cpu();
+            if (tensorParallel > 1 && LaunchedRank.onGpu()) {
+                throw new IllegalArgumentException("--tensor-model-parallel-size " + tensorParallel + " on GPUs runs one"
+                        + " process per GPU: start it under a launcher (torchrun --nproc_per_node=" + tensorParallel
+                        + " --no-python java ...); ranks in one JVM run on the CPU (MCORE4J_DEVICE=cpu)");
+            }
+            Device device = LaunchedRank.onGpu() ? Device.gpu() : Device.cpu();
             generated = InJvmWorld.run(tensorParallel, Duration.ofSeconds(timeoutSeconds), rank -> {
                 try (NDManager root = NDManager.newBaseManager(device)) {
                     return onRank(config, all, rank.backend(), root);
