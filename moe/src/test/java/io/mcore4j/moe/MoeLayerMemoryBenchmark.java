@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.ResidentMemory;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.SeedScheme;
@@ -11,10 +12,6 @@ import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.inprocess.InJvmWorld;
 
-import java.io.IOException;
-import java.io.UncheckedIOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.BrokenBarrierException;
@@ -59,21 +56,21 @@ public final class MoeLayerMemoryBenchmark {
                     System.gc();
                     await(barrier);
                     if (ctx.rank() == 0) {
-                        base[0] = field("VmRSS:");
-                        resetPeak();
+                        base[0] = ResidentMemory.resident();
+                        ResidentMemory.resetPeak();
                     }
                     await(barrier);
                     NDArray y = scope.frame(x, r -> layer.forward(scope, r));
                     await(barrier);
                     if (ctx.rank() == 0) {
-                        out[0] = field("VmRSS:") - base[0];
-                        out[1] = field("VmHWM:") - base[0];
+                        out[0] = ResidentMemory.resident() - base[0];
+                        out[1] = ResidentMemory.peak() - base[0];
                     }
                     await(barrier);
                     scope.backward(new NDArray[] {y}, new NDArray[] {upstream});
                     await(barrier);
                     if (ctx.rank() == 0) {
-                        out[2] = field("VmHWM:") - base[0];
+                        out[2] = ResidentMemory.peak() - base[0];
                     }
                 }
                 for (Parameter p : layer.parameters()) {
@@ -91,27 +88,6 @@ public final class MoeLayerMemoryBenchmark {
                         + " forward %.1f MiB (all ranks), must keep %.1f MiB; peak in forward %.1f MiB, over forward and"
                         + " backward %.1f MiB%n", experts, topK, ffn, hidden, tokens, world,
                 grouped ? "grouped GEMM" : "per-expert GEMMs", r[0] / mib, must / mib, r[1] / mib, r[2] / mib);
-    }
-
-    private static long field(String name) {
-        try {
-            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
-                if (line.startsWith(name)) {
-                    return Long.parseLong(line.substring(name.length()).replace("kB", "").trim()) * 1024;
-                }
-            }
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
-        throw new IllegalStateException(name + " missing from /proc/self/status");
-    }
-
-    private static void resetPeak() {
-        try {
-            Files.writeString(Path.of("/proc/self/clear_refs"), "5");
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
     }
 
     private static void await(CyclicBarrier barrier) {

@@ -1,9 +1,6 @@
 package io.mcore4j.planner;
 
-import java.io.IOException;
-import java.io.UncheckedIOException;
-import java.nio.file.Files;
-import java.nio.file.Path;
+import io.mcore4j.core.ResidentMemory;
 
 /**
  * The process's resident memory as Linux counts it ({@code VmRSS}) and its peak since the last
@@ -17,27 +14,22 @@ final class NativePeak {
 
     /** @return whether this platform has the counters (Linux with a writable clear_refs) */
     static boolean available() {
-        return Files.isWritable(Path.of("/proc/self/clear_refs")) && Files.isReadable(Path.of("/proc/self/status"))
-                && "65536".equals(System.getenv("MALLOC_MMAP_THRESHOLD_"));
+        return ResidentMemory.available() && "65536".equals(System.getenv("MALLOC_MMAP_THRESHOLD_"));
     }
 
     /** Resets the peak to the current resident set. */
     static void reset() {
-        try {
-            Files.writeString(Path.of("/proc/self/clear_refs"), "5");
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
+        ResidentMemory.resetPeak();
     }
 
     /** @return bytes resident now */
     static long resident() {
-        return field("VmRSS:");
+        return counted("VmRSS", ResidentMemory.resident());
     }
 
     /** @return the peak resident bytes since {@link #reset} */
     static long peak() {
-        return field("VmHWM:");
+        return counted("VmHWM", ResidentMemory.peak());
     }
 
     /**
@@ -61,16 +53,10 @@ final class NativePeak {
         }
     }
 
-    private static long field(String name) {
-        try {
-            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
-                if (line.startsWith(name)) {
-                    return Long.parseLong(line.substring(name.length()).replace("kB", "").trim()) * 1024;
-                }
-            }
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
+    private static long counted(String name, long bytes) {
+        if (bytes < 0) {
+            throw new IllegalStateException(name + " missing from /proc/self/status");
         }
-        throw new IllegalStateException(name + " missing from /proc/self/status");
+        return bytes;
     }
 }

@@ -8,6 +8,7 @@ import io.mcore4j.checkpoint.CheckpointManager;
 import io.mcore4j.checkpoint.DistCheckpointing;
 import io.mcore4j.checkpoint.LoadResult;
 import io.mcore4j.checkpoint.StrictMode;
+import io.mcore4j.core.ResidentMemory;
 import io.mcore4j.core.shard.ShardedTensor;
 import io.mcore4j.optimizer.LearningRateSchedule;
 import io.mcore4j.parallel.ProcessGroups;
@@ -15,7 +16,6 @@ import io.mcore4j.training.metrics.MetricFormat;
 import io.mcore4j.training.metrics.MetricNames;
 import io.mcore4j.training.metrics.MetricsSink;
 
-import java.io.IOException;
 import java.io.PrintStream;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -368,16 +368,8 @@ public final class TrainingLoop {
     }
 
     private static long residentMegabytes() {
-        try {
-            for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
-                if (line.startsWith("VmRSS:")) {
-                    return Long.parseLong(line.replaceAll("[^0-9]", "")) / 1024;
-                }
-            }
-        } catch (IOException | RuntimeException e) {
-            return -1;
-        }
-        return -1;
+        long bytes = ResidentMemory.resident();
+        return bytes < 0 ? -1 : bytes / (1024 * 1024);
     }
 
     /** Sums over the iterations of one logged window. */
