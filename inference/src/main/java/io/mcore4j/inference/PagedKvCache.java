@@ -104,7 +104,9 @@ public final class PagedKvCache {
             pools.put(n, DataTypes.zeros(manager, pool, dtype));
         }
         try (NDManager temporaries = manager.newSubManager()) {
-            NDArray[] tables = KvCache.rotaryTables(temporaries, config, maxModelLength, dtype);
+            // one block past the max model length in whole blocks: the positions of a pass's padding rows
+            int rows = ((maxModelLength + blockSize - 1) / blockSize + 1) * blockSize;
+            NDArray[] tables = KvCache.rotaryTables(temporaries, config, rows, dtype);
             this.rotationTables = layerModule.rotationTables(tables[0], tables[1], manager);
         }
         this.layout = manager.newSubManager(Device.cpu())
@@ -123,7 +125,8 @@ public final class PagedKvCache {
      *
      * @param scope a no-grad scope owning the result
      * @param tokens [s, b] int64 token ids on the model's device
-     * @param positions [b, s] int64 each token's position, below the cache's max model length
+     * @param positions [b, s] int64 each token's position, below the cache's max model length; a padding row may sit
+     *     in the block after it (max model length rounded up to whole blocks), whose table entry is then the null block
      * @param blockTables [b, w] int64 each sequence's blocks (0 past its own), {@code w * blockSize} covering its
      *     positions
      * @param lastPositionOnly return the logits of the pass's last token per sequence only

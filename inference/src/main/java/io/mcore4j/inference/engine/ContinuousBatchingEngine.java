@@ -32,7 +32,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * loops: it ends cancelled requests (their blocks go back at once), admits waiting requests while a running slot
  * ({@link EngineConfig#maxNumSeqs()}) and the blocks of their whole budget (prompt plus max tokens, reserved at
  * admission, so a running request never waits for memory) are free, prefills new prompts in chunks within the step's
- * token budget ({@link EngineConfig#maxNumBatchedTokens()}), each chunk one eager pass, and runs one decode step for
+ * token budget ({@link EngineConfig#maxNumBatchedTokens()}), the step's chunks in one eager pass (left-padded to the
+ * longest), and runs one decode step for
  * every request whose prompt is in: one token each, padded to the smallest batch-size bucket (1, 2, 4, ... up to
  * max num seqs), a {@link DecodeStep} that is replayed from a CUDA graph where the device can. A request therefore
  * joins the running batch between two steps and leaves it when it stops, reaches its max tokens, or is cancelled.
@@ -72,6 +73,8 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
     private final Condition work = lock.newCondition();
     private volatile boolean closing;
     private final Thread thread;
+    /** Prefill passes run (written by the engine's thread). */
+    private volatile long prefillPasses;
     /** One request's row of logits on the host, reused by {@link #deliver} (the engine's thread only). */
     private final float[] hostRow;
 
@@ -315,21 +318,15 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         }
     }
 
-    /** One engine step: prefill chunks within the token budget, then one decode step for every request past its prompt. */
+    /** One engine step: a pass over prompt chunks within the token budget, then one decode step for every request past its prompt. */
     private void step() {
         List<Request> decoding = new ArrayList<>();
+        List<Request> prompting = new ArrayList<>();
         for (Request r : running) {
-            if (r.prefilled == r.prompt.length) {
-                decoding.add(r);
-            }
+            (r.prefilled == r.prompt.length ? decoding : prompting).add(r);
         }
-        int budget = Math.max(1, config.maxNumBatchedTokens() - decoding.size());
-        for (Request r : new ArrayList<>(running)) {
-            if (r.prefilled < r.prompt.length && budget > 0) {
-                int n = Math.min(budget, r.prompt.length - r.prefilled);
-                budget -= n;
-                prefill(r, n);
-            }
+        if (!prompting.isEmpty()) {
+            prefill(prompting, Math.max(1, config.maxNumBatchedTokens() - decoding.size()));
         }
         int largest = config.maxNumSeqs();
         for (int from = 0; from < decoding.size(); from += largest) {
@@ -337,25 +334,74 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         }
     }
 
-    private void prefill(Request r, int n) {
-        long[] tokens = new long[n];
-        long[] positions = new long[n];
-        for (int k = 0; k < n; k++) {
-            tokens[k] = r.prompt[r.prefilled + k];
-            positions[k] = r.prefilled + k;
+    /**
+     * One eager pass over the next prompt chunk of as many of {@code prompting} (in admission order) as fit the
+     * budget, counted in padded tokens: the pass is [longest chunk, requests], each chunk left-padded to the longest
+     * so that every row's last token is its chunk's last (the one whose logits pick a completed prompt's first
+     * token). The first request takes up to the whole budget; each next one joins while the padded pass stays within
+     * it. Padding rows (token 0) sit at the first position of an extra table column of null blocks, so their keys and
+     * values go to the null block, and no real query sees them (they lie past every real position).
+     */
+    private void prefill(List<Request> prompting, int budget) {
+        List<Request> pass = new ArrayList<>();
+        List<Integer> chunks = new ArrayList<>();
+        int longest = 0;
+        int width = 0;
+        for (Request r : prompting) {
+            int k = pass.size() + 1;
+            int n = Math.min(r.prompt.length - r.prefilled, budget / k);
+            if (n < 1 || longest * k > budget) {
+                break;
+            }
+            pass.add(r);
+            chunks.add(n);
+            longest = Math.max(longest, n);
+            width = Math.max(width, r.blocks.length);
         }
-        long[] table = Arrays.stream(r.blocks).asLongStream().toArray();
-        StepPlan plan = new StepPlan(StepPlan.PASS, 1, n, table.length, tokens, positions, table);
-        boolean last = r.prefilled + n == r.prompt.length;
+        int b = pass.size();
+        if (chunks.stream().mapToInt(Integer::intValue).sum() < longest * b) {
+            width++; // the null column the padding rows write to
+        }
+        long padPosition = (long) (width - 1) * config.blockSize();
+        long[] tokens = new long[longest * b];
+        long[] positions = new long[b * longest];
+        long[] tables = new long[b * width];
+        boolean hostLogits = false;
+        for (int j = 0; j < b; j++) {
+            Request r = pass.get(j);
+            int n = chunks.get(j);
+            int pad = longest - n;
+            for (int i = 0; i < longest; i++) {
+                boolean real = i >= pad;
+                tokens[i * b + j] = real ? r.prompt[r.prefilled + i - pad] : 0;
+                positions[j * longest + i] = real ? r.prefilled + i - pad : padPosition;
+            }
+            for (int k = 0; k < r.blocks.length; k++) {
+                tables[j * width + k] = r.blocks[k];
+            }
+            hostLogits |= r.hostLogits && r.prefilled + n == r.prompt.length;
+        }
+        StepPlan plan = new StepPlan(StepPlan.PASS, b, longest, width, tokens, positions, tables);
+        prefillPasses++;
         try {
-            Picks picks = run(StepPlan.broadcast(plan, tp, manager), last && r.hostLogits);
-            r.prefilled += n;
-            if (last) {
-                deliver(r, picks, 0);
+            Picks picks = run(StepPlan.broadcast(plan, tp, manager), hostLogits);
+            for (int j = 0; j < b; j++) {
+                Request r = pass.get(j);
+                r.prefilled += chunks.get(j);
+                if (r.prefilled == r.prompt.length) {
+                    deliver(r, picks, j);
+                }
             }
         } catch (RuntimeException e) {
-            fail(r, e);
+            for (Request r : pass) {
+                fail(r, e);
+            }
         }
+    }
+
+    /** @return the prefill passes this engine has run (each over one or more requests' chunks) */
+    long prefillPasses() {
+        return prefillPasses;
     }
 
     private void decode(List<Request> batch) {

@@ -34,7 +34,8 @@ import org.junit.jupiter.api.Test;
  * The engine against Generator (the contiguous cache) and against itself: greedy tokens equal Generator's; a request's
  * tokens are the same alone and when it joins a running batch mid-flight, greedy and seeded, at TP1 and TP2 (blocks of
  * 4 positions, prompts prefilled in chunks of 3 beside the running decodes); the log-probabilities are the full
- * forward's; stop ids end a request; cancel and close free every block; a full queue refuses.
+ * forward's; prompts of different lengths prefilled in one left-padded pass get the tokens they get alone; stop ids
+ * end a request; cancel and close free every block; a full queue refuses.
  */
 class ContinuousBatchingEngineTest {
     private static final int VOCAB = 64;
@@ -92,6 +93,51 @@ class ContinuousBatchingEngineTest {
                     if (sp.isPlainGreedy()) {
                         assertArrayEquals(generator.get(k), alone, "request " + k + ": the engine and Generator");
                     }
+                    k++;
+                }
+            }
+        }
+    }
+
+    @Test
+    void promptsOfDifferentLengthsPrefillInOnePaddedPassWithTheTokensTheyGetAlone() {
+        List<SamplingParams> params = List.of(SamplingParams.greedy(10), SamplingParams.sample(0.9, 20, 0.95, 10, 3));
+        for (int tp : new int[] {1, 2}) {
+            for (SamplingParams sp : params) {
+                long[] passes = new long[1];
+                List<int[]> together = withEngine(tp, small().maxNumBatchedTokens(16).build(), (engine, model) -> {
+                    // the engine's thread waits inside A's first token (its prefill pass) while B and C arrive
+                    CountDownLatch release = new CountDownLatch(1);
+                    CountDownLatch blocked = new CountDownLatch(1);
+                    Collector a = new Collector();
+                    a.onEach = () -> {
+                        blocked.countDown();
+                        await(release);
+                    };
+                    engine.submit(new EngineRequest(A, sp, null, false), a);
+                    await(blocked);
+                    Collector b = new Collector();
+                    Collector c = new Collector();
+                    engine.submit(new EngineRequest(B, sp.withSeed(sp.seed() + 1), null, false), b);
+                    engine.submit(new EngineRequest(C, sp.withSeed(sp.seed() + 2), null, false), c);
+                    a.onEach = () -> { };
+                    release.countDown();
+                    List<int[]> out = List.of(a.tokens(), b.tokens(), c.tokens());
+                    passes[0] = engine.prefillPasses();
+                    return out;
+                });
+                // A alone; then B (2 tokens, left-padded to 4) and C (4) in one pass of [4, 2] beside A's decodes
+                assertEquals(2, passes[0], "prefill passes at TP" + tp);
+                int k = 0;
+                for (int[] p : List.of(A, B, C)) {
+                    SamplingParams own = sp.withSeed(sp.seed() + k);
+                    int[] alone = withEngine(1, small().build(), (engine, model) -> {
+                        Collector x = new Collector();
+                        engine.submit(new EngineRequest(p, own, null, false), x);
+                        return x.tokens();
+                    });
+                    assertArrayEquals(alone, together.get(k), "request " + k + " at TP" + tp + " with " + sp
+                            + ": prefilled in a padded pass");
                     k++;
                 }
             }
