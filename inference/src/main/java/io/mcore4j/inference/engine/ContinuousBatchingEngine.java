@@ -47,8 +47,9 @@ import java.util.concurrent.locks.ReentrantLock;
  * its own chunk of the model. Rank 0 is the leader: it takes requests, schedules, and broadcasts each pass's plan
  * ({@link StepPlan}) over the group; the other ranks are followers that run the plans they receive until the leader
  * closes (their {@link #submit} throws; their {@link #close} waits for the leader's). The model must be one pipeline
- * stage. CUDA graphs are captured at tensor-parallel size 1 only (the in-graph collectives are not captured); larger
- * groups run the same static-shape decode steps eagerly.
+ * stage. Decode steps are captured into CUDA graphs at any tensor-parallel size, their collectives inside: every rank
+ * captures a bucket at the same step and replays it at the same steps (see {@link DecodeStep}); each plan's broadcast
+ * stays outside the graphs, on the host before the replay.
  *
  * <p>Owns its cache, decode steps and graphs (a sub-manager of the model's parameter manager), freed when the engine's
  * thread ends.
@@ -98,18 +99,10 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         this.manager = model.context().parameters().newSubManager();
         try {
             this.cache = new PagedKvCache(model, manager, config.blockSize(), numBlocks, maxModelLength);
-            GraphCapture capture = null;
-            if (config.cudaGraphs()) {
-                capture = Kernels.find(GraphCapture.class, manager.getDevice()).orElse(null);
-                if (capture != null && tp.size() > 1) {
-                    LOG.info("decode steps run eagerly at tensor-parallel size {}: their collectives are not captured",
-                            tp.size());
-                    capture = null;
-                }
-            }
+            GraphCapture capture = graphCapture(config, tp, manager);
             for (int bucket = 1; ; bucket *= 2) {
                 int b = Math.min(bucket, config.maxNumSeqs());
-                steps.put(b, new DecodeStep(cache, b, width, vocabulary, capture, manager));
+                steps.put(b, new DecodeStep(cache, b, width, vocabulary, capture, tp, manager));
                 if (b == config.maxNumSeqs()) {
                     break;
                 }
@@ -124,7 +117,27 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
     }
 
     /**
-     * Starts an engine on this rank's model; every rank of the tensor-parallel group calls it with the same config.
+     * The one choice between graphs and eager decode steps: the device's {@link GraphCapture} when the config asks for
+     * graphs and every rank of the group has one (asked over the group, so that all capture or none do), else null.
+     */
+    private static GraphCapture graphCapture(EngineConfig config, Communicator tp, NDManager manager) {
+        if (!config.cudaGraphs()) {
+            return null;
+        }
+        GraphCapture capture = Kernels.find(GraphCapture.class, manager.getDevice()).orElse(null);
+        if (!DecodeStep.onEveryRank(capture != null, tp, manager)) {
+            if (capture != null) {
+                LOG.warn("decode steps run eagerly: another of the {} tensor-parallel ranks has no CUDA graph support",
+                        tp.size());
+            }
+            return null;
+        }
+        return capture;
+    }
+
+    /**
+     * Starts an engine on this rank's model; every rank of the tensor-parallel group calls it with the same config (a
+     * collective over the group, which asks whether every rank can capture CUDA graphs).
      *
      * @param model this rank's model, one pipeline stage (see {@link PagedKvCache} for what it must be)
      * @param config the engine's sizes

@@ -8,6 +8,8 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.kernel.GraphCapture;
 import io.mcore4j.inference.PagedKvCache;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ReduceOp;
 
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -18,8 +20,15 @@ import org.slf4j.LoggerFactory;
  * cache and the greedy pick (argmax on the device), is the same code whether it runs eagerly or is captured into a
  * CUDA graph and replayed: with a {@link GraphCapture} the step runs eagerly for its first {@value #WARMUPS} steps
  * (libtorch's profiling executor specialises and fuses the layer module then), is captured on the next and replayed
- * from then on; without one (CPU, or ranks whose collectives a graph cannot hold), or if the capture fails (logged
- * once), it runs eagerly every time.
+ * from then on; without one (CPU), or if the capture fails (logged once), it runs eagerly every time.
+ *
+ * <p><b>Tensor parallelism.</b> The body's collectives over the tensor-parallel group (each layer's all-reduces, the
+ * logits' all-gather) are captured with it: NCCL queues them on the capture's stream, and each replay runs them. So
+ * every rank of the group must capture at the same step and then replay at the same steps, which holds because every
+ * rank runs the same plans: the steps of a bucket, hence its eager warm-ups, are the same on every rank, and the
+ * engine gives every rank a capture or none ({@link #onEveryRank}). Right after its capture each rank asks the group
+ * whether every rank captured (a collective outside the graph, before anything is replayed); if one failed, every
+ * rank drops its graph and runs the bucket eagerly, so none is left replaying collectives that a peer runs eagerly.
  *
  * <p>Rows past the batch are padding: token 0 at position 0 over the null block, which no sequence reads. Owns its
  * inputs, outputs and graph through a sub-manager of the one given; {@link #close()} frees them. Driven by the
@@ -33,8 +42,9 @@ final class DecodeStep implements AutoCloseable {
     private final int vocabulary;
     private static final Logger LOG = LoggerFactory.getLogger(DecodeStep.class);
 
-    /** The device's graph capture; null to run eagerly (none, or a capture that failed). */
+    /** The device's graph capture; null to run eagerly (none, or a capture that failed on some rank). */
     private GraphCapture capture;
+    private final Communicator tp;
     private final int bucket;
     private final NDManager manager;
     /** The step's inputs in one tensor [bucket + bucket + bucket * width], copied from the host in one copy. */
@@ -54,13 +64,17 @@ final class DecodeStep implements AutoCloseable {
      * @param bucket sequences per step
      * @param width blocks per sequence's table (covering the engine's max model length)
      * @param vocabulary ids a token may take (the logits' first columns)
-     * @param capture the device's graph capture, or null to run eagerly
+     * @param capture the device's graph capture, or null to run eagerly; at tensor-parallel size above 1 non-null on
+     *     every rank or on none
+     * @param tp the model's tensor-parallel group, whose ranks run the same steps
      * @param parent owner of the step's sub-manager, on the model's device
      */
-    DecodeStep(PagedKvCache cache, int bucket, int width, int vocabulary, GraphCapture capture, NDManager parent) {
+    DecodeStep(PagedKvCache cache, int bucket, int width, int vocabulary, GraphCapture capture, Communicator tp,
+               NDManager parent) {
         this.cache = cache;
         this.vocabulary = vocabulary;
         this.capture = capture;
+        this.tp = tp;
         this.bucket = bucket;
         this.manager = parent.newSubManager();
         this.staged = new long[2 * bucket + bucket * width];
@@ -86,15 +100,7 @@ final class DecodeStep implements AutoCloseable {
             Tensors.copyInto(inputs, staging.create(staged, inputs.getShape()));
         }
         if (graph == null && capture != null && eagerSteps >= WARMUPS) {
-            renewOutputs();
-            capture.releaseCachedMemory();
-            try {
-                graph = capture.capture(this::body);
-            } catch (IllegalStateException e) {
-                LOG.warn("capturing the decode step of batch {} into a CUDA graph failed ({}); it runs eagerly",
-                        bucket, e.getMessage());
-                capture = null;
-            }
+            captureOnEveryRank();
         }
         if (graph != null) {
             graph.replay();
@@ -103,6 +109,57 @@ final class DecodeStep implements AutoCloseable {
         eagerSteps++;
         renewOutputs();
         body();
+    }
+
+    /**
+     * Captures the body on every rank of the group (all reach this at the same step); keeps the graph only if every
+     * rank captured, else runs eagerly from now on, on every rank.
+     */
+    private void captureOnEveryRank() {
+        renewOutputs();
+        capture.releaseCachedMemory();
+        String failure = null;
+        try {
+            graph = capture.capture(this::body);
+        } catch (RuntimeException e) {
+            // a refused capture (IllegalStateException) or anything else: either way the peers must hear of it in
+            // the agreement below rather than wait there; an error that is not the capture's recurs in the eager run
+            failure = e instanceof IllegalStateException ? e.getMessage() : e.toString();
+        }
+        if (onEveryRank(failure == null, tp, manager)) {
+            return;
+        }
+        if (graph != null) {
+            graph.close();
+            graph = null;
+        }
+        capture = null;
+        if (failure != null) {
+            LOG.warn("capturing the decode step of batch {} into a CUDA graph failed on tensor-parallel rank {} of {} ({});"
+                    + " it runs eagerly", bucket, tp.rank(), tp.size(), failure);
+        } else {
+            LOG.warn("the decode step of batch {} runs eagerly: another tensor-parallel rank failed to capture it into a"
+                    + " CUDA graph (its log names the cause)", bucket);
+        }
+    }
+
+    /**
+     * Whether a condition holds on every rank of the group: a collective (a MIN all-reduce of one flag, read on the
+     * host) that every rank calls at the same point, outside any capture.
+     *
+     * @param mine whether it holds on this rank
+     * @param tp the group
+     * @param manager owner of the temporaries, on the device the group communicates on
+     * @return whether it holds on every rank; {@code mine} for a group of one
+     */
+    static boolean onEveryRank(boolean mine, Communicator tp, NDManager manager) {
+        if (tp.size() == 1) {
+            return mine;
+        }
+        try (NDManager temporaries = manager.newSubManager()) {
+            NDArray flag = temporaries.create(new int[] {mine ? 1 : 0});
+            return tp.allReduce(flag, ReduceOp.MIN, temporaries).toIntArray()[0] == 1;
+        }
     }
 
     private void renewOutputs() {

@@ -19,7 +19,7 @@ package io.mcore4j.inference.engine;
  * @param vocabularySize ids a prompt may hold and a token may take (the tokenizer's); 0 takes the model's
  * @param terminationId the end-of-sequence id that ends a request with STOP, or -1 for none
  * @param cudaGraphs whether decode steps are captured into CUDA graphs, one per batch-size bucket, where the device
- *     can (one tensor-parallel rank; elsewhere they run eagerly, the same code)
+ *     can (on every tensor-parallel rank, their collectives inside; elsewhere they run eagerly, the same code)
  */
 public record EngineConfig(int blockSize, int numBlocks, int maxNumSeqs, int maxNumBatchedTokens, int maxWaitingRequests,
                            int maxModelLength, int vocabularySize, int terminationId, boolean cudaGraphs) {

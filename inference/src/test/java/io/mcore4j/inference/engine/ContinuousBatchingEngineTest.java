@@ -24,9 +24,11 @@ import io.mcore4j.tensorparallel.MlpActivation;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import org.junit.jupiter.api.Test;
 
@@ -35,7 +37,9 @@ import org.junit.jupiter.api.Test;
  * tokens are the same alone and when it joins a running batch mid-flight, greedy and seeded, at TP1 and TP2 (blocks of
  * 4 positions, prompts prefilled in chunks of 3 beside the running decodes); the log-probabilities are the full
  * forward's; prompts of different lengths prefilled in one left-padded pass get the tokens they get alone; stop ids
- * end a request; cancel and close free every block; a full queue refuses.
+ * end a request; cancel and close free every block; a full queue refuses. Decode steps replayed
+ * from graphs ({@link ReplayingGraphCapture}) at TP1 and TP2 give the eager tokens, every rank capturing each bucket
+ * once, and a capture that fails on one rank leaves every rank eager for that bucket.
  */
 class ContinuousBatchingEngineTest {
     private static final int VOCAB = 64;
@@ -142,6 +146,87 @@ class ContinuousBatchingEngineTest {
                 }
             }
         }
+    }
+
+    @Test
+    void decodeStepsReplayedFromGraphsAtTp2GiveTheEagerTokensAndEveryRankCapturesEachBucketOnce() {
+        List<int[]> eager = graphScenario(1);
+        assertTokensEqual(eager, graphScenario(2), "TP2 eager against TP1 eager");
+        try {
+            ReplayingGraphCapture.enabled = true;
+            for (int tp : new int[] {1, 2}) {
+                ReplayingGraphCapture.CAPTURES.clear();
+                ReplayingGraphCapture.REPLAYS.clear();
+                assertTokensEqual(eager, graphScenario(tp), "TP" + tp + " from graphs against TP1 eager");
+                for (int r = 0; r < tp; r++) {
+                    String rank = "mcore4j-engine-tp" + r;
+                    // buckets 1 and 4 each run 11 decode steps: 3 eager, a capture, 8 replays
+                    assertEquals(2, count(ReplayingGraphCapture.CAPTURES, rank), "TP" + tp + " rank " + r + "'s captures");
+                    assertEquals(16, count(ReplayingGraphCapture.REPLAYS, rank), "TP" + tp + " rank " + r + "'s replays");
+                }
+            }
+            // one rank's capture of bucket 1 fails: both ranks run bucket 1 eagerly (none waits in a collective the
+            // other does not run), then both capture and replay bucket 4
+            ReplayingGraphCapture.CAPTURES.clear();
+            ReplayingGraphCapture.REPLAYS.clear();
+            ReplayingGraphCapture.REFUSALS.set(1);
+            assertTokensEqual(eager, graphScenario(2), "TP2 after one rank's capture failed against TP1 eager");
+            assertEquals(0, ReplayingGraphCapture.REFUSALS.get(), "the refusal was used");
+            for (int r = 0; r < 2; r++) {
+                String rank = "mcore4j-engine-tp" + r;
+                assertEquals(2, count(ReplayingGraphCapture.CAPTURES, rank), "rank " + r + "'s captures (one refused)");
+                assertEquals(8, count(ReplayingGraphCapture.REPLAYS, rank), "rank " + r + ": bucket 4's replays only");
+            }
+        } finally {
+            ReplayingGraphCapture.reset();
+        }
+    }
+
+    /**
+     * Request A alone (decode bucket 1), then A, B and C admitted together behind a one-token request that holds the
+     * engine's thread until they wait (bucket 4), 12 greedy tokens each, every prompt prefilled in one chunk: each
+     * bucket runs 11 decode steps. The four token lists.
+     */
+    private static List<int[]> graphScenario(int tp) {
+        return withEngine(tp, small().maxNumBatchedTokens(16).build(), (engine, model) -> {
+            List<int[]> out = new ArrayList<>();
+            Collector alone = new Collector();
+            engine.submit(new EngineRequest(A, SamplingParams.greedy(12), null, false), alone);
+            out.add(alone.tokens());
+            CountDownLatch release = new CountDownLatch(1);
+            CountDownLatch blocked = new CountDownLatch(1);
+            Collector gate = new Collector();
+            gate.onEach = () -> {
+                blocked.countDown();
+                await(release);
+            };
+            engine.submit(new EngineRequest(B, SamplingParams.greedy(1), null, false), gate);
+            await(blocked);
+            List<Collector> together = new ArrayList<>();
+            for (int[] p : List.of(A, B, C)) {
+                Collector x = new Collector();
+                together.add(x);
+                engine.submit(new EngineRequest(p, SamplingParams.greedy(12), null, false), x);
+            }
+            release.countDown();
+            for (Collector x : together) {
+                out.add(x.tokens());
+            }
+            return out;
+        });
+    }
+
+    private static void assertTokensEqual(List<int[]> expected, List<int[]> actual, String what) {
+        assertEquals(expected.size(), actual.size(), what);
+        for (int k = 0; k < expected.size(); k++) {
+            assertEquals(12, actual.get(k).length, what + ": request " + k + "'s length");
+            assertArrayEquals(expected.get(k), actual.get(k), what + ": request " + k);
+        }
+    }
+
+    private static int count(Map<String, AtomicInteger> counts, String thread) {
+        var c = counts.get(thread);
+        return c == null ? 0 : c.get();
     }
 
     @Test
