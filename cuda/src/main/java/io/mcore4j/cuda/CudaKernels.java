@@ -5,6 +5,7 @@ import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.CrossEntropyKernel;
 import io.mcore4j.core.kernel.Fp8CastKernel;
 import io.mcore4j.core.kernel.GraphCapture;
+import io.mcore4j.core.kernel.HostReadback;
 import io.mcore4j.core.kernel.KernelProvider;
 import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.kernel.MasterAdamKernel;
@@ -18,7 +19,8 @@ import java.util.Optional;
  * {@link LayerNormKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
  * bfloat16 conversions), and {@link Fp8CastKernel} for 8.9 or newer (float8 conversions), each source compiled once
  * per device and process; and {@link GraphCapture}
- * (CUDA graphs) where mcore4j's native graph library is loaded ({@link NativeCudaGraphs}). Off with
+ * (CUDA graphs) where mcore4j's native graph library is loaded ({@link NativeCudaGraphs}); {@link HostReadback}
+ * (page-locked copies) on every CUDA device. Off with
  * {@code -Dmcore4j.cuda.kernels=false}: callers then compose the same results from libtorch's kernels.
  */
 public final class CudaKernels implements KernelProvider {
@@ -30,6 +32,9 @@ public final class CudaKernels implements KernelProvider {
         if (kernel == GraphCapture.class) {
             return device.isGpu() && CudaGraphCapture.available()
                     ? Optional.of(kernel.cast(new CudaGraphCapture(device.getDeviceId()))) : Optional.empty();
+        }
+        if (kernel == HostReadback.class) {
+            return device.isGpu() ? Optional.of(kernel.cast(new CudaHostReadback(device.getDeviceId()))) : Optional.empty();
         }
         if (!device.isGpu() || "false".equalsIgnoreCase(System.getProperty(ENABLED_PROPERTY))) {
             return Optional.empty();

@@ -6,6 +6,7 @@ import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.GraphOptimization;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.kernel.GraphCapture;
+import io.mcore4j.core.kernel.HostReadback;
 import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.inference.PagedKvCache;
 import io.mcore4j.inference.TokenSampler;
@@ -74,8 +75,14 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
     private final Condition work = lock.newCondition();
     private volatile boolean closing;
     private final Thread thread;
-    /** Prefill passes run (written by the engine's thread). */
+    /** Host buffers the decode steps' picks are copied into, used in turn (two steps may be in flight). */
+    private final HostReadback.Buffer[] readbacks;
+    private int nextReadback;
+    /** The decode step queued last whose picks are not yet delivered, or null; the leader's thread only. */
+    private InFlight inFlight;
+    /** Prefill passes run, and decode steps queued from their last step's device-side inputs (the engine's thread). */
     private volatile long prefillPasses;
+    private volatile long advancedSteps;
     /** One request's row of logits on the host, reused by {@link #deliver} (the engine's thread only). */
     private final float[] hostRow;
 
@@ -110,6 +117,11 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         } catch (RuntimeException e) {
             manager.close();
             throw e;
+        }
+        this.readbacks = new HostReadback.Buffer[2];
+        HostReadback readback = Kernels.find(HostReadback.class, manager.getDevice()).orElse(null);
+        for (int i = 0; i < readbacks.length; i++) {
+            readbacks[i] = readback != null ? readback.open(config.maxNumSeqs()) : new ImmediateReadback();
         }
         this.waiting = new ArrayBlockingQueue<>(config.maxWaitingRequests());
         this.thread = new Thread(leader ? this::lead : this::follow, "mcore4j-engine-tp" + tp.rank());
@@ -252,6 +264,10 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
             } finally {
                 lock.unlock();
             }
+            if (inFlight != null) {
+                inFlight.picks.await(); // the device is done with the step before its memory goes
+                inFlight = null;
+            }
             for (Request r : new ArrayList<>(running)) {
                 finish(r, FinishReason.CANCELLED);
             }
@@ -280,6 +296,9 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
     }
 
     private void release() {
+        for (HostReadback.Buffer b : readbacks) {
+            b.close();
+        }
         for (DecodeStep s : steps.values()) {
             s.close();
         }
@@ -333,6 +352,20 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
 
     /** One engine step: a pass over prompt chunks within the token budget, then one decode step for every request past its prompt. */
     private void step() {
+        if (inFlight != null && continues(inFlight)) {
+            // the same sequences, all picked on the device: queue their next step before reading this one's picks
+            InFlight previous = inFlight;
+            DecodeStep step = run(StepPlan.broadcast(StepPlan.advance(previous.step.bucket()), tp, manager));
+            advancedSteps++;
+            inFlight = new InFlight(step, previous.batch, readPicks(step));
+            land(previous);
+            return;
+        }
+        if (inFlight != null) {
+            InFlight previous = inFlight;
+            inFlight = null;
+            land(previous);
+        }
         List<Request> decoding = new ArrayList<>();
         List<Request> prompting = new ArrayList<>();
         for (Request r : running) {
@@ -417,6 +450,11 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         return prefillPasses;
     }
 
+    /** @return the decode steps queued before the host had read their previous step's picks */
+    long advancedSteps() {
+        return advancedSteps;
+    }
+
     private void decode(List<Request> batch) {
         int bucket = bucketFor(batch.size());
         long[] tokens = new long[bucket];
@@ -434,6 +472,13 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         }
         StepPlan plan = new StepPlan(StepPlan.DECODE, bucket, 1, width, tokens, positions, tables);
         try {
+            if (!hostLogits && batch.size() == running.size()) {
+                // every running sequence, each picked on the device: leave the step in flight (see continues)
+                DecodeStep step = steps.get(bucket);
+                run(StepPlan.broadcast(plan, tp, manager));
+                inFlight = new InFlight(step, List.copyOf(batch), readPicks(step));
+                return;
+            }
             Picks picks = run(StepPlan.broadcast(plan, tp, manager), hostLogits);
             for (int i = 0; i < batch.size(); i++) {
                 deliver(batch.get(i), picks, i);
@@ -441,6 +486,74 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         } catch (RuntimeException e) {
             for (Request r : batch) {
                 fail(r, e);
+            }
+        }
+    }
+
+    /**
+     * A decode step queued on the device whose picks the host has not delivered: the step, the requests of its rows,
+     * and the host buffer its picks are being copied into.
+     */
+    private record InFlight(DecodeStep step, List<Request> batch, HostReadback.Buffer picks) {}
+
+    /**
+     * Whether the next step may be queued from the in-flight one's device-side inputs: the running requests are
+     * exactly its rows, in order (none admitted, none ended since), so each row's next token is its pick and its next
+     * position one on, and none reaches its max tokens with the in-flight pick (that one's end is known: the step
+     * lands first rather than running a step nobody reads). A row whose in-flight pick ends it otherwise (a stop or
+     * termination id) runs one step more, whose pick is dropped: its position is still inside the blocks reserved
+     * for it (prompt plus max tokens), and blocks it frees are reused only by work queued after that step.
+     */
+    private boolean continues(InFlight f) {
+        if (!running.equals(f.batch)) {
+            return false;
+        }
+        for (Request r : f.batch) {
+            if (r.generated + 1 >= r.request.maxTokens()) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    /** The readback where tensors are read on the host directly (the CPU): {@link #copyFrom} reads at once. */
+    private static final class ImmediateReadback implements HostReadback.Buffer {
+        private long[] values;
+
+        @Override
+        public void copyFrom(NDArray source) {
+            values = source.toLongArray();
+        }
+
+        @Override
+        public long[] await() {
+            if (values == null) {
+                throw new IllegalStateException("no copy was queued into this readback buffer");
+            }
+            return values;
+        }
+
+        @Override
+        public void close() {
+            values = null;
+        }
+    }
+
+    /** Queues the copy of {@code step}'s picks into the next host buffer; the leader reads it in {@link #land}. */
+    private HostReadback.Buffer readPicks(DecodeStep step) {
+        HostReadback.Buffer b = readbacks[nextReadback];
+        nextReadback = (nextReadback + 1) % readbacks.length;
+        b.copyFrom(step.picked());
+        return b;
+    }
+
+    /** Waits for an in-flight step's picks and delivers them to its rows still running. */
+    private void land(InFlight f) {
+        Picks picks = new Picks(f.picks.await(), null);
+        for (int i = 0; i < f.batch.size(); i++) {
+            Request r = f.batch.get(i);
+            if (!r.done) {
+                deliver(r, picks, i);
             }
         }
     }
@@ -462,9 +575,8 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
      * logits when {@code readLogits}.
      */
     private Picks run(StepPlan plan, boolean readLogits) {
-        if (plan.kind() == StepPlan.DECODE) {
-            DecodeStep step = steps.get(plan.b());
-            step.run(plan.tokens(), plan.positions(), plan.tables());
+        if (plan.kind() == StepPlan.DECODE || plan.kind() == StepPlan.ADVANCE) {
+            DecodeStep step = run(plan);
             return leader ? read(step.picked(), step.logits(), readLogits) : null;
         }
         try (AutogradScope scope = AutogradScope.openNoGrad(manager)) {
@@ -475,6 +587,17 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
             NDArray logits = all.getShape().get(1) == vocabulary ? all : all.get(":, :{}", vocabulary);
             return leader ? read(logits.argMax(1), logits, readLogits) : null;
         }
+    }
+
+    /** Queues a decode plan's step (from the plan's inputs, or advanced from the step's last) and returns the step. */
+    private DecodeStep run(StepPlan plan) {
+        DecodeStep step = steps.get(plan.b());
+        if (plan.kind() == StepPlan.ADVANCE) {
+            step.runAdvanced();
+        } else {
+            step.run(plan.tokens(), plan.positions(), plan.tables());
+        }
+        return step;
     }
 
     private static Picks read(NDArray picked, NDArray logits, boolean readLogits) {

@@ -30,6 +30,9 @@ import org.slf4j.LoggerFactory;
  * whether every rank captured (a collective outside the graph, before anything is replayed); if one failed, every
  * rank drops its graph and runs the bucket eagerly, so none is left replaying collectives that a peer runs eagerly.
  *
+ * <p>Each step also leaves the next step's inputs on the device (its picks as tokens, positions one on), so that the
+ * engine can queue the next step of the same sequences ({@link #runAdvanced}) before it reads this one's picks.
+ *
  * <p>Rows past the batch are padding: token 0 at position 0 over the null block, which no sequence reads. Owns its
  * inputs, outputs and graph through a sub-manager of the one given; {@link #close()} frees them. Driven by the
  * engine's thread only.
@@ -99,6 +102,24 @@ final class DecodeStep implements AutoCloseable {
         try (NDManager staging = manager.newSubManager()) {
             Tensors.copyInto(inputs, staging.create(staged, inputs.getShape()));
         }
+        execute();
+    }
+
+    /**
+     * Runs the step on the inputs the last step left (see {@link #body}): the same sequences, each fed its greedy pick
+     * at its next position, with nothing copied from the host, so it can be queued before the host has read the last
+     * step's picks.
+     *
+     * @throws IllegalStateException if this step has not run yet
+     */
+    void runAdvanced() {
+        if (outputs == null) {
+            throw new IllegalStateException("the decode step of batch " + bucket + " advances from a step it has not run");
+        }
+        execute();
+    }
+
+    private void execute() {
         if (graph == null && capture != null && eagerSteps >= WARMUPS) {
             captureOnEveryRank();
         }
@@ -169,7 +190,11 @@ final class DecodeStep implements AutoCloseable {
         outputs = manager.newSubManager();
     }
 
-    /** The step's work: the pass, its last logits cut to the vocabulary, and their argmax, into {@link #outputs}. */
+    /**
+     * The step's work: the pass, its last logits cut to the vocabulary, and their argmax, into {@link #outputs}; then
+     * the inputs of the step after it, on the device: each row's pick becomes its token and its position moves one on
+     * (a padding row, whose table names no block, keeps position 0), for {@link #runAdvanced}.
+     */
     private void body() {
         try (AutogradScope scope = AutogradScope.openNoGrad(manager)) {
             NDArray all = cache.forward(scope, tokens, positions, tables, true);
@@ -178,7 +203,16 @@ final class DecodeStep implements AutoCloseable {
             picked = cut.argMax(1);
             logits.attach(outputs);
             picked.attach(outputs);
+            Tensors.copyInto(tokens, picked.reshape(1, bucket));
+            // block ids are >= 0 and a sequence's first is not the null block 0: the sign is 1 for a sequence, 0 for
+            // padding (no host scalar, which a capture could not copy)
+            positions.addi(Tensors.narrow(tables, 1, 0, 1).sign());
         }
+    }
+
+    /** @return sequences per step */
+    int bucket() {
+        return bucket;
     }
 
     /** @return the last step's greedy picks [bucket] int64, on the device (valid until the next step) */

@@ -9,8 +9,9 @@ import io.mcore4j.parallel.Communicator;
  * each, their positions and block tables. Tensor-parallel rank 0 schedules and {@link #broadcast broadcasts} each
  * plan; the other ranks run what they receive, so every rank runs the same passes in the same order.
  *
- * @param kind {@link #STOP}, {@link #PASS} (an eager pass: a prefill chunk) or {@link #DECODE} (one token per
- *     sequence, padded to the decode bucket {@code b})
+ * @param kind {@link #STOP}, {@link #PASS} (an eager pass: prefill chunks), {@link #DECODE} (one token per
+ *     sequence, padded to the decode bucket {@code b}) or {@link #ADVANCE} (bucket {@code b}'s decode step again, on
+ *     the inputs its last step left on the device: no tokens, positions or tables)
  * @param b sequences (the bucket, for a decode)
  * @param s tokens per sequence
  * @param width blocks per sequence's table
@@ -22,6 +23,12 @@ record StepPlan(int kind, int b, int s, int width, long[] tokens, long[] positio
     static final int STOP = 0;
     static final int PASS = 1;
     static final int DECODE = 2;
+    static final int ADVANCE = 3;
+
+    /** The plan that runs bucket {@code b}'s decode step on the inputs its last step left. */
+    static StepPlan advance(int b) {
+        return new StepPlan(ADVANCE, b, 0, 0, new long[0], new long[0], new long[0]);
+    }
 
     /** The plan that ends the followers' loops. */
     static StepPlan stop() {
@@ -51,6 +58,9 @@ record StepPlan(int kind, int b, int s, int width, long[] tokens, long[] positio
             int width = (int) h[3];
             if (kind == STOP) {
                 return stop();
+            }
+            if (kind == ADVANCE) {
+                return advance(b);
             }
             long[] body = new long[2 * s * b + b * width];
             if (root) {

@@ -89,7 +89,11 @@ class ContinuousBatchingEngineTest {
                     int[] alone = withEngine(1, small().build(), (engine, model) -> {
                         Collector x = new Collector();
                         engine.submit(new EngineRequest(p, own, null, false), x);
-                        return x.tokens();
+                        int[] tokens = x.tokens();
+                        // greedy alone: the first token from the prefill, then 11 decode steps, each but the first
+                        // and the last queued before the last one's picks were read (the last: max tokens reached)
+                        assertEquals(sp.isPlainGreedy() ? 10 : 0, engine.advancedSteps(), "steps queued ahead");
+                        return tokens;
                     });
                     assertEquals(12, alone.length);
                     assertArrayEquals(alone, joined.get(k), "request " + k + " at TP" + tp + " with " + sp + ": joined"
