@@ -115,21 +115,17 @@ class ContinuousBatchingEngineTest {
                 long[] passes = new long[1];
                 List<int[]> together = withEngine(tp, small().maxNumBatchedTokens(16).build(), (engine, model) -> {
                     // the engine's thread waits inside A's first token (its prefill pass) while B and C arrive
-                    CountDownLatch release = new CountDownLatch(1);
-                    CountDownLatch blocked = new CountDownLatch(1);
+                    Gate gate = new Gate();
                     Collector a = new Collector();
-                    a.onEach = () -> {
-                        blocked.countDown();
-                        await(release);
-                    };
+                    a.onEach = gate::hold;
                     engine.submit(new EngineRequest(A, sp, null, false), a);
-                    await(blocked);
+                    gate.awaitHeld();
                     Collector b = new Collector();
                     Collector c = new Collector();
                     engine.submit(new EngineRequest(B, sp.withSeed(sp.seed() + 1), null, false), b);
                     engine.submit(new EngineRequest(C, sp.withSeed(sp.seed() + 2), null, false), c);
                     a.onEach = () -> { };
-                    release.countDown();
+                    gate.open();
                     List<int[]> out = List.of(a.tokens(), b.tokens(), c.tokens());
                     passes[0] = engine.prefillPasses();
                     return out;
@@ -197,22 +193,18 @@ class ContinuousBatchingEngineTest {
             Collector alone = new Collector();
             engine.submit(new EngineRequest(A, SamplingParams.greedy(12), null, false), alone);
             out.add(alone.tokens());
-            CountDownLatch release = new CountDownLatch(1);
-            CountDownLatch blocked = new CountDownLatch(1);
-            Collector gate = new Collector();
-            gate.onEach = () -> {
-                blocked.countDown();
-                await(release);
-            };
-            engine.submit(new EngineRequest(B, SamplingParams.greedy(1), null, false), gate);
-            await(blocked);
+            Gate gate = new Gate();
+            Collector held = new Collector();
+            held.onEach = gate::hold;
+            engine.submit(new EngineRequest(B, SamplingParams.greedy(1), null, false), held);
+            gate.awaitHeld();
             List<Collector> together = new ArrayList<>();
             for (int[] p : List.of(A, B, C)) {
                 Collector x = new Collector();
                 together.add(x);
                 engine.submit(new EngineRequest(p, SamplingParams.greedy(12), null, false), x);
             }
-            release.countDown();
+            gate.open();
             for (Collector x : together) {
                 out.add(x.tokens());
             }
@@ -268,15 +260,11 @@ class ContinuousBatchingEngineTest {
         withEngine(1, small().maxNumSeqs(1).maxWaitingRequests(1).build(), (engine, model) -> {
             int capacity = engine.allocator().capacity();
             // the engine's thread waits inside the first token's callback: nothing is admitted meanwhile
-            CountDownLatch release = new CountDownLatch(1);
-            CountDownLatch blocked = new CountDownLatch(1);
+            Gate gate = new Gate();
             Collector a = new Collector();
-            a.onEach = () -> {
-                blocked.countDown();
-                await(release);
-            };
+            a.onEach = gate::hold;
             GenerationEngine.RequestHandle ha = engine.submit(new EngineRequest(A, SamplingParams.greedy(15), null, false), a);
-            await(blocked);
+            gate.awaitHeld();
             Collector b = new Collector();
             engine.submit(new EngineRequest(B, SamplingParams.greedy(4), null, false), b);
             assertThrows(GenerationEngine.EngineFullException.class,
@@ -284,7 +272,7 @@ class ContinuousBatchingEngineTest {
             assertEquals(2, engine.pendingRequests());
             ha.cancel();
             a.onEach = () -> { };
-            release.countDown();
+            gate.open();
             assertEquals(GenerationEngine.FinishReason.CANCELLED, a.reason());
             assertEquals(GenerationEngine.FinishReason.LENGTH, b.reason());
             assertEquals(4, b.tokens().length);
@@ -349,6 +337,25 @@ class ContinuousBatchingEngineTest {
             assertTrue(latch.await(60, TimeUnit.SECONDS), "timed out");
         } catch (InterruptedException e) {
             throw new IllegalStateException(e);
+        }
+    }
+
+    /** Holds the engine's thread inside a stream callback ({@link #hold}) until the test {@link #open opens} it. */
+    private static final class Gate {
+        private final CountDownLatch held = new CountDownLatch(1);
+        private final CountDownLatch opened = new CountDownLatch(1);
+
+        void hold() {
+            held.countDown();
+            await(opened);
+        }
+
+        void awaitHeld() {
+            await(held);
+        }
+
+        void open() {
+            opened.countDown();
         }
     }
 
