@@ -44,6 +44,12 @@ import java.util.concurrent.locks.ReentrantLock;
  * own {@link TokenSampler}, seeded per request, so a request's tokens do not depend on the batch it ran in (up to
  * floating-point summation order, which differs between batch sizes).
  *
+ * <p><b>Steps queued ahead.</b> While the running requests stay the same and all pick on the device, the next decode
+ * step is queued before the host reads this one's picks: each {@link DecodeStep} leaves its successor's inputs on the
+ * device, and its picks reach the host through a {@link HostReadback} buffer (page-locked memory on a GPU), so the
+ * host's delivery and callbacks overlap the device's next step. Any change (a request admitted, ended or cancelled,
+ * or one that samples on the host) lands the step in flight first.
+ *
  * <p><b>Tensor parallelism.</b> Every rank of the model's tensor-parallel group {@link #start starts} an engine on
  * its own chunk of the model. Rank 0 is the leader: it takes requests, schedules, and broadcasts each pass's plan
  * ({@link StepPlan}) over the group; the other ranks are followers that run the plans they receive until the leader
