@@ -7,6 +7,8 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.fp8.Fp8Kernels;
+import io.mcore4j.core.fp8.Fp8Recipe;
 import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.core.kernel.GraphCapture;
 import io.mcore4j.core.kernel.Kernels;
@@ -544,11 +546,15 @@ public final class TrainStep implements AutoCloseable {
                         + " does not: its per-micro-batch reductions expect one backward pass at a time");
             }
             if (cudaGraph.enabled()) {
-                if (model.fp8Scaling() != null) {
-                    // the casts and scales are device tensors, but the float8 weight copies are cached by the host
-                    // between steps, which a replayed graph bypasses: not validated on a GPU yet
-                    throw new IllegalArgumentException("--cuda-graph-impl local cannot be combined with --fp8-format yet:"
-                            + " the FP8 linears' weight casts are cached by the host between steps (drop one of them)");
+                Fp8Scaling fp8 = model.fp8Scaling();
+                if (fp8 != null && (fp8.config().recipe() != Fp8Recipe.DELAYED
+                        || !Fp8Kernels.get().castsInPlace(manager.getDevice()))) {
+                    // the graph replays each step's weight casts into the cached float8 copies, which must keep their
+                    // memory across steps: delayed scaling with the fused cast recasts in place (Fp8Linear)
+                    throw new IllegalArgumentException("--cuda-graph-impl local takes --fp8-format only with the delayed"
+                            + " recipe and mcore4j's fused FP8 cast on the device (the recipe is "
+                            + fp8.config().recipe() + ", the device " + manager.getDevice() + (Fp8Kernels.get()
+                            .castsInPlace(manager.getDevice()) ? "" : ", which has no fused cast") + ")");
                 }
                 if (optimizer.overlapGradReduce()) {
                     throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --overlap-grad-reduce exclude"

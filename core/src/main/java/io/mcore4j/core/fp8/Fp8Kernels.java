@@ -236,6 +236,42 @@ public final class Fp8Kernels {
         }
     }
 
+    /**
+     * Whether FP8 linears on {@code device} recast their cached weights in place under delayed scaling (the device has
+     * the fused cast): what a CUDA graph that captures the casts needs.
+     *
+     * @param device a device
+     * @return whether the fused cast loads there
+     */
+    public boolean castsInPlace(Device device) {
+        return fusedCast(device) != null;
+    }
+
+    /**
+     * Casts {@code x} into existing float8 buffers under delayed scaling, with the device's fused kernel: the same
+     * values and amax record as {@link #quantize}, written where {@code q} and {@code qT} already are (a weight cache
+     * whose memory a CUDA graph reads keeps its addresses across generations).
+     *
+     * @param x {@code [rows, cols]} float32, float16 or bfloat16
+     * @param scaling the scaling state, delayed recipe
+     * @param slot the operand's slot
+     * @param q {@code [rows, cols]} float8 buffer of the slot's format
+     * @param qT {@code [cols, rows]} float8 buffer
+     * @return whether it was cast (false, nothing written: the recipe is not delayed, or the device has no fused cast
+     *     that takes {@code x})
+     */
+    boolean quantizeInto(NDArray x, Fp8Scaling scaling, int slot, NDArray q, NDArray qT) {
+        if (scaling.config().recipe() != Fp8Recipe.DELAYED) {
+            return false;
+        }
+        Fp8CastKernel kernel = fusedCast(x.getDevice());
+        if (kernel == null) {
+            return false;
+        }
+        NDArray[] views = scaling.slotViews(slot);
+        return kernel.cast(x, q, qT, scaling.e5m2(slot), views[0], views[2]);
+    }
+
     private Quantized referenceQuantize(NDArray x, Fp8Scaling scaling, NDArray cfg) {
         NDList q = run(quantize, x, scaling.scaleBuffer(), scaling.scaleInvBuffer(), scaling.history(), cfg);
         return new Quantized(q.get(0), q.get(1), q.get(2));

@@ -32,7 +32,9 @@ import java.util.Objects;
  * whenever the gradient is set to none ({@link Parameter#clearGradient()}, every micro-batch under ZeRO-2/3) and
  * under ZeRO-3 the storage is gathered afresh for every read, while the values stay those of the generation. The
  * transposed float8 copy of each application's input is kept for backward instead of the input (half the bytes of
- * bf16). The cached copies are owned by this object and closed with it.
+ * bf16). The cached copies are owned by this object and closed with it. Under delayed scaling with the device's fused
+ * cast, a new generation of the same parameter is cast into the copies already cached (the inverse scale is a view of
+ * the scaling state's buffer), so their memory stays where a captured CUDA graph reads and writes it.
  *
  * <p>The input's last dim, the output dim and the token count (the product of the input's other dims) must be
  * multiples of 16 ({@code _scaled_mm}'s constraint, checked on every device so that a layout that trains on the
@@ -125,6 +127,14 @@ public final class Fp8Linear implements AutoCloseable {
     private CachedWeight weight(Parameter source, NDArray w) {
         long generation = scaling.generation();
         if (cached != null && cached.generation == generation && cached.source == source) {
+            return cached;
+        }
+        if (cached != null && cached.source == source && cached.q.getShape().equals(w.getShape())
+                && Fp8Kernels.get().quantizeInto(w, scaling, slots.weight(), cached.q, cached.qT)) {
+            // a new generation of the same parameter, cast where the last one lies: a CUDA graph that captured the
+            // cast (and the GEMMs reading the copies) keeps valid addresses, whether it or an eager pass casts next
+            cached = new CachedWeight(source, generation, cached.q, cached.qT, cached.inverseScale);
+            scaling.countWeightCast();
             return cached;
         }
         if (cached != null) {

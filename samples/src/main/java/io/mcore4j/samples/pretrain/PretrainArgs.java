@@ -747,10 +747,10 @@ public final class PretrainArgs {
                     throw new IllegalArgumentException("--cuda-graph-impl local does not take MoE layers yet (--num-experts "
                             + moe.numExperts() + "): the routers' auxiliary losses are read per step");
                 }
-                if (fp8.enabled()) {
-                    throw new IllegalArgumentException("--cuda-graph-impl local cannot be combined with --fp8-format "
-                            + fp8.format + " yet: the FP8 linears cache their float8 weights on the host between steps,"
-                            + " which a replayed graph bypasses (drop one of them)");
+                if (fp8.enabled() && "tensorwise".equals(fp8.recipe)) {
+                    throw new IllegalArgumentException("--cuda-graph-impl local takes --fp8-format only with"
+                            + " --fp8-recipe delayed (not tensorwise): a graph replays the weights' casts into cached"
+                            + " float8 copies, which tensorwise scaling re-allocates with each step's scale");
                 }
                 return CudaGraphConfig.fullIteration(cudaGraphWarmupSteps);
             }

@@ -132,11 +132,15 @@ class PretrainGptCudaGraphTest {
     }
 
     @Test
-    void theOverlappedGradientReductionIsRefusedByTheStep() {
+    void theOverlappedGradientReductionAndFp8WithoutTheFusedCastAreRefusedByTheStep() {
         ReplayingGraphCapture.enabled = true;
         IllegalArgumentException overlap = assertThrows(IllegalArgumentException.class,
                 () -> graphed(flags(2, 3, "--overlap-grad-reduce")));
         assertTrue(overlap.getMessage().contains("--overlap-grad-reduce exclude"), overlap.getMessage());
+        // FP8 under a graph needs its weight casts in place, which only the device's fused cast does
+        IllegalArgumentException fp8 = assertThrows(IllegalArgumentException.class,
+                () -> graphed(flags(1, 3, "--bf16", "--fp8-format", "hybrid")));
+        assertTrue(fp8.getMessage().contains("which has no fused cast"), fp8.getMessage());
     }
 
     private void assertRefused(String expected, String... more) {

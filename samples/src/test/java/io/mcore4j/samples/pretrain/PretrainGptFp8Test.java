@@ -89,11 +89,12 @@ class PretrainGptFp8Test {
             {"--fp8-margin", "1"},
             {"--fp8-format", "hybrid", "--num-layers-at-start-in-bf16", "1"},
             {"--fp8-format", "hybrid", "--first-last-layers-bf16"},
-            {"--fp8-format", "hybrid", "--cuda-graph-impl", "local", "--cuda-graph-scope", "full_iteration"},
+            {"--fp8-format", "hybrid", "--fp8-recipe", "tensorwise", "--cuda-graph-impl", "local", "--cuda-graph-scope",
+                "full_iteration"},
         };
         String[] names = {"--bf16 or --fp16", "--fp8-format e5m2", "--fp8-recipe mxfp8", "--fp8-margin needs --fp8-format",
             "--num-layers-at-start-in-bf16 needs --first-last-layers-bf16", "leave none of the 2 layers in FP8",
-            "--cuda-graph-impl local cannot be combined with --fp8-format"};
+            "takes --fp8-format only with --fp8-recipe delayed"};
         for (int i = 0; i < refused.length; i++) {
             List<String> f = flags(1, refused[i]);
             if (i == 0) {
