@@ -10,8 +10,10 @@ and size in the Java benchmark's format, with `collective-benchmark-torch` as it
 
 size: bytes of the full tensor (the all-reduce's tensor, the reduce-scatter's input, the all-gather's output), rounded
 down to a whole number of elements per rank; algbw = size / time (GB = 1e9 bytes); busbw as nccl-tests: algbw x
-2(n-1)/n for all_reduce, algbw x (n-1)/n for reduce_scatter and all_gather. Calls: all_reduce in place (SUM),
-reduce_scatter_tensor and all_gather_into_tensor into an output allocated per call (as the Java communicator does).
+2(n-1)/n for the all-reduces, algbw x (n-1)/n for reduce_scatter and all_gather. Calls: all_reduce in place (SUM),
+reduce_scatter_tensor and all_gather_into_tensor into an output allocated per call (as the Java communicator does),
+and, only when named, all_reduce_out: the functional (out-of-place) all-reduce that DTensor tensor parallelism makes,
+_c10d_functional.all_reduce and wait_tensor, beside the Java side's out-of-place Communicator.allReduce.
 
   NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=2 scripts/gpu/collective_bench.py --sizes-mib 1,32
   python3 collective_bench.py --selftest    (the arithmetic and the line format; no GPU, no torch needed)
@@ -21,7 +23,8 @@ import os
 import sys
 import time
 
-OPS = ("all_reduce", "reduce_scatter", "all_gather")
+OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_reduce_out")
+DEFAULT_OPS = "all_reduce,reduce_scatter,all_gather"
 DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
 
@@ -30,7 +33,7 @@ def bus_bandwidth(op, algbw, ranks):
     if ranks < 1:
         raise ValueError(f"ranks {ranks} must be at least 1")
     factor = (ranks - 1) / ranks
-    return algbw * (2 * factor if op == "all_reduce" else factor)
+    return algbw * (2 * factor if op in ("all_reduce", "all_reduce_out") else factor)
 
 
 def elements(mib, dtype, ranks):
@@ -54,7 +57,7 @@ def parse(argv):
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES))
     p.add_argument("--iterations", type=int, default=50, help="timed calls per operation and size")
     p.add_argument("--warmup", type=int, default=10, help="untimed calls before them")
-    p.add_argument("--ops", default=",".join(OPS), help="operations, of " + ", ".join(OPS))
+    p.add_argument("--ops", default=DEFAULT_OPS, help="operations, of " + ", ".join(OPS) + " (default: %(default)s)")
     p.add_argument("--selftest", action="store_true", help="check the arithmetic and the line format, then exit")
     args = p.parse_args(argv)
     try:
@@ -81,6 +84,7 @@ def selftest():
          "x op=all_gather size=1.0MiB dtype=fp32 ranks=4 | time 10.0 us | algbw 104.9 GB/s | busbw 78.6 GB/s"),
         (bus_bandwidth("all_reduce", 100, 4), 150.0),
         (bus_bandwidth("reduce_scatter", 100, 2), 50.0),
+        (bus_bandwidth("all_reduce_out", 100, 8), 175.0),
         (elements(32, "bf16", 2), 16 << 20),
         (elements(1, "fp16", 3), 3 * 174762),
     ]
@@ -105,9 +109,14 @@ def main(argv):
     rank, n = dist.get_rank(), dist.get_world_size()
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
 
+    group_name = dist.group.WORLD.group_name
+    functional = torch.ops._c10d_functional
+
     def call(op, full, piece):
         if op == "all_reduce":
             dist.all_reduce(full)
+        elif op == "all_reduce_out":
+            functional.wait_tensor(functional.all_reduce(full, "sum", group_name))
         elif op == "reduce_scatter":
             dist.reduce_scatter_tensor(torch.empty_like(piece), full)
         else:

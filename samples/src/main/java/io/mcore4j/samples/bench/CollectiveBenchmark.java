@@ -33,10 +33,11 @@ import java.util.Locale;
  *
  * <p>The size is the bytes of the full tensor: the all-reduce's tensor, the reduce-scatter's input, the all-gather's
  * output (rounded down to a whole number of elements per rank). Time is rank 0's, per call; algbw is size / time
- * (GB = 1e9 bytes); busbw is algbw x 2(n-1)/n for all-reduce and algbw x (n-1)/n for reduce-scatter and all-gather
+ * (GB = 1e9 bytes); busbw is algbw x 2(n-1)/n for the all-reduces and algbw x (n-1)/n for reduce-scatter and all-gather
  * ({@link Op#busBandwidth}). The calls are the ones the library makes: {@link Communicator#allReduceInPlace},
  * {@link Communicator#reduceScatter} and {@link Communicator#allGather} along dim 0, each of the latter two allocating
- * its result. {@code scripts/gpu/collective_bench.py} is the same measurement with {@code torch.distributed}.
+ * its result, and with {@code --ops all_reduce_out} {@link Communicator#allReduce}, the out-of-place all-reduce of the
+ * tensor-parallel forward. {@code scripts/gpu/collective_bench.py} is the same measurement with {@code torch.distributed}.
  *
  * <p>Ranks: one process per GPU under torchrun (NCCL on {@code gpu(LOCAL_RANK)}, through {@link LaunchedRank}, as
  * {@code pretrain-gpt} connects); without a launcher, {@code --nproc N} threads of this JVM on the CPU (1: a world
@@ -48,6 +49,11 @@ public final class CollectiveBenchmark {
     public enum Op {
         /** {@link Communicator#allReduceInPlace} with SUM. */
         all_reduce,
+        /**
+         * {@link Communicator#allReduce} with SUM into a result allocated per call: the out-of-place all-reduce the
+         * tensor-parallel forward makes (a row-parallel layer's output). Not among the defaults.
+         */
+        all_reduce_out,
         /** {@link Communicator#reduceScatter} along dim 0 with SUM; the size is its input's. */
         reduce_scatter,
         /** {@link Communicator#allGather} along dim 0; the size is its output's. */
@@ -58,14 +64,14 @@ public final class CollectiveBenchmark {
          *
          * @param algbw bytes of the full tensor per second
          * @param ranks the group's size, at least 1
-         * @return algbw x 2(n-1)/n for all-reduce, algbw x (n-1)/n for reduce-scatter and all-gather
+         * @return algbw x 2(n-1)/n for the all-reduces, algbw x (n-1)/n for reduce-scatter and all-gather
          */
         public double busBandwidth(double algbw, int ranks) {
             if (ranks < 1) {
                 throw new IllegalArgumentException("ranks " + ranks + " must be at least 1");
             }
             double factor = (ranks - 1) / (double) ranks;
-            return algbw * (this == all_reduce ? 2 * factor : factor);
+            return algbw * (this == all_reduce || this == all_reduce_out ? 2 * factor : factor);
         }
     }
 
@@ -223,6 +229,11 @@ public final class CollectiveBenchmark {
     private static void call(Communicator world, Op op, NDArray full, NDArray piece, NDManager m) {
         switch (op) {
             case all_reduce -> world.allReduceInPlace(full, ReduceOp.SUM);
+            case all_reduce_out -> {
+                try (NDManager result = m.newSubManager()) {
+                    world.allReduce(full, ReduceOp.SUM, result);
+                }
+            }
             case reduce_scatter -> {
                 try (NDManager result = m.newSubManager()) {
                     world.reduceScatter(full, 0, ReduceOp.SUM, result);

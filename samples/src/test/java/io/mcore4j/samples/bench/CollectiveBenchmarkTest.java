@@ -24,6 +24,7 @@ class CollectiveBenchmarkTest {
         assertEquals(100.0, Op.all_reduce.busBandwidth(100, 2), 1e-12); // 2(n-1)/n = 1
         assertEquals(150.0, Op.all_reduce.busBandwidth(100, 4), 1e-12); // 1.5
         assertEquals(175.0, Op.all_reduce.busBandwidth(100, 8), 1e-12); // 1.75
+        assertEquals(175.0, Op.all_reduce_out.busBandwidth(100, 8), 1e-12);
         assertEquals(50.0, Op.reduce_scatter.busBandwidth(100, 2), 1e-12); // (n-1)/n
         assertEquals(75.0, Op.all_gather.busBandwidth(100, 4), 1e-12);
         assertEquals(0.0, Op.all_reduce.busBandwidth(100, 1), 1e-12); // one rank moves nothing
@@ -69,13 +70,15 @@ class CollectiveBenchmarkTest {
             ByteArrayOutputStream out = new ByteArrayOutputStream();
             ByteArrayOutputStream err = new ByteArrayOutputStream();
             int code = CollectiveBenchmark.execute(new String[] {"--nproc", nproc, "--sizes-mib", "0.1,0.2",
-                    "--iterations", "2", "--warmup", "1"}, print(out), print(err));
+                    "--iterations", "2", "--warmup", "1", "--ops", "all_reduce,reduce_scatter,all_gather,all_reduce_out"},
+                    print(out), print(err));
             assertEquals(0, code, err.toString(StandardCharsets.UTF_8));
             List<String> lines = out.toString(StandardCharsets.UTF_8).lines().toList();
-            assertEquals(6, lines.size(), lines.toString()); // 3 ops x 2 sizes, rank 0 only
+            assertEquals(8, lines.size(), lines.toString()); // 4 ops x 2 sizes, rank 0 only
             assertTrue(lines.get(0).startsWith("collective-benchmark op=all_reduce size=0.1MiB dtype=bf16 ranks=" + nproc
                     + " | time "), lines.get(0));
             assertTrue(lines.get(5).startsWith("collective-benchmark op=all_gather size=0.2MiB"), lines.get(5));
+            assertTrue(lines.get(7).startsWith("collective-benchmark op=all_reduce_out size=0.2MiB"), lines.get(7));
         }
     }
 
