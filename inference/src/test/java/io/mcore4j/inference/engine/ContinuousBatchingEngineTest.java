@@ -86,15 +86,7 @@ class ContinuousBatchingEngineTest {
                 int k = 0;
                 for (int[] p : List.of(A, B, C)) {
                     SamplingParams own = sp.withSeed(sp.seed() + k);
-                    int[] alone = withEngine(1, small().build(), (engine, model) -> {
-                        Collector x = new Collector();
-                        engine.submit(new EngineRequest(p, own, null, false), x);
-                        int[] tokens = x.tokens();
-                        // greedy alone: the first token from the prefill, then 11 decode steps, each but the first
-                        // and the last queued before the last one's picks were read (the last: max tokens reached)
-                        assertEquals(sp.isPlainGreedy() ? 10 : 0, engine.advancedSteps(), "steps queued ahead");
-                        return tokens;
-                    });
+                    int[] alone = alone(p, own);
                     assertEquals(12, alone.length);
                     assertArrayEquals(alone, joined.get(k), "request " + k + " at TP" + tp + " with " + sp + ": joined"
                             + " a running batch");
@@ -135,11 +127,7 @@ class ContinuousBatchingEngineTest {
                 int k = 0;
                 for (int[] p : List.of(A, B, C)) {
                     SamplingParams own = sp.withSeed(sp.seed() + k);
-                    int[] alone = withEngine(1, small().build(), (engine, model) -> {
-                        Collector x = new Collector();
-                        engine.submit(new EngineRequest(p, own, null, false), x);
-                        return x.tokens();
-                    });
+                    int[] alone = alone(p, own);
                     assertArrayEquals(alone, together.get(k), "request " + k + " at TP" + tp + " with " + sp
                             + ": prefilled in a padded pass");
                     k++;
@@ -302,6 +290,21 @@ class ContinuousBatchingEngineTest {
             assertThrows(IllegalStateException.class, () -> engine.submit(new EngineRequest(A, SamplingParams.greedy(1),
                     null, false), new Collector()));
             return null;
+        });
+    }
+
+    /**
+     * A request's tokens from an engine of its own at TP1. Greedy, its first token comes from the prefill, then each
+     * decode step but the first and the last (max tokens reached) is queued before the last one's picks are read.
+     */
+    private static int[] alone(int[] prompt, SamplingParams params) {
+        return withEngine(1, small().build(), (engine, model) -> {
+            Collector x = new Collector();
+            engine.submit(new EngineRequest(prompt, params, null, false), x);
+            int[] tokens = x.tokens();
+            int n = params.numTokensToGenerate();
+            assertEquals(params.isPlainGreedy() ? n - 2 : 0, engine.advancedSteps(), "steps queued ahead");
+            return tokens;
         });
     }
 
