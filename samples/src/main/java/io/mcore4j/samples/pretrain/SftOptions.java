@@ -31,7 +31,7 @@ public final class SftOptions {
     boolean packing;
 
     @Option(names = "--chat-template", paramLabel = "FILE", description = "With --sft: a Jinja chat template to use"
-            + " instead of the tokenizer's (a training template with {% generation %} blocks, say).")
+            + " instead of the tokenizer's (a training template with {%% generation %%} blocks, say).")
     Path chatTemplate;
 
     /**
