@@ -1,12 +1,12 @@
 package io.mcore4j.cuda;
 
+import static io.mcore4j.cuda.RuntimeCompiledModule.check;
 import static org.bytedeco.cuda.global.cudart.cudaEventCreateWithFlags;
 import static org.bytedeco.cuda.global.cudart.cudaEventDestroy;
 import static org.bytedeco.cuda.global.cudart.cudaEventDisableTiming;
 import static org.bytedeco.cuda.global.cudart.cudaEventRecord;
 import static org.bytedeco.cuda.global.cudart.cudaEventSynchronize;
 import static org.bytedeco.cuda.global.cudart.cudaFreeHost;
-import static org.bytedeco.cuda.global.cudart.cudaGetErrorString;
 import static org.bytedeco.cuda.global.cudart.cudaMallocHost;
 import static org.bytedeco.cuda.global.cudart.cudaMemcpyAsync;
 import static org.bytedeco.cuda.global.cudart.cudaMemcpyDeviceToHost;
@@ -91,12 +91,6 @@ final class CudaHostReadback implements HostReadback {
         public void close() {
             cudaEventDestroy(landed);
             cudaFreeHost(host);
-        }
-    }
-
-    private static void check(int r, String what) {
-        if (r != cudaSuccess) {
-            throw new IllegalStateException(what + " failed: " + cudaGetErrorString(r).getString());
         }
     }
 }

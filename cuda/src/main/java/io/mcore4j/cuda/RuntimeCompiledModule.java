@@ -225,7 +225,12 @@ final class RuntimeCompiledModule {
         }
     }
 
-    private static void check(int r, String what) {
+    /**
+     * @param r a CUDA runtime call's result
+     * @param what the call, for the message
+     * @throws IllegalStateException naming the call and CUDA's error string unless {@code r} is {@code cudaSuccess}
+     */
+    static void check(int r, String what) {
         if (r != cudaSuccess) {
             throw new IllegalStateException(what + " failed: " + cudaGetErrorString(r).getString());
         }
