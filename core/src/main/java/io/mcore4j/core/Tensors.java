@@ -382,6 +382,18 @@ public final class Tensors {
     }
 
     /**
+     * Waits on the host until the device of {@code manager} has run the work queued so far: a one-element read back
+     * to the host, which the device's stream orders after that work (for timing phases of a step on a GPU).
+     *
+     * @param manager a manager on the device to wait for
+     */
+    public static void awaitDevice(NDManager manager) {
+        try (NDManager temp = manager.newSubManager()) {
+            temp.zeros(new Shape(1)).toFloatArray();
+        }
+    }
+
+    /**
      * Shape as a readable string with the dims in brackets, e.g. {@code [16, 32]}.
      *
      * @param shape a shape

@@ -5,7 +5,6 @@ import io.mcore4j.moe.MoeAuxLossTracker;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
-import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.fp8.Fp8Kernels;
 import io.mcore4j.core.fp8.Fp8Recipe;
@@ -335,9 +334,7 @@ public final class TrainStep implements AutoCloseable {
 
     private double mark() {
         if (timePhases) {
-            try (NDManager temp = manager.newSubManager()) {
-                temp.zeros(new Shape(1)).toFloatArray(); // a device-to-host read waits for the queued work
-            }
+            Tensors.awaitDevice(manager);
         }
         return System.nanoTime() / 1e9;
     }

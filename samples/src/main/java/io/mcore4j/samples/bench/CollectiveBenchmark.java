@@ -7,6 +7,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.parallel.Backend;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroup;
@@ -215,13 +216,13 @@ public final class CollectiveBenchmark {
             for (int i = 0; i < warmup; i++) {
                 call(world, op, full, piece, m);
             }
-            synchronize(m);
+            Tensors.awaitDevice(m);
             world.barrier(); // the ranks start the timed calls together
             long start = System.nanoTime();
             for (int i = 0; i < iterations; i++) {
                 call(world, op, full, piece, m);
             }
-            synchronize(m);
+            Tensors.awaitDevice(m);
             return (System.nanoTime() - start) / 1e9 / iterations;
         }
     }
@@ -244,13 +245,6 @@ public final class CollectiveBenchmark {
                     world.allGather(piece, 0, result);
                 }
             }
-        }
-    }
-
-    /** Waits for the device's queued work: a device-to-host read, as the training step's phase timing does. */
-    private static void synchronize(NDManager m) {
-        try (NDManager temp = m.newSubManager()) {
-            temp.zeros(new Shape(1)).toFloatArray();
         }
     }
 
