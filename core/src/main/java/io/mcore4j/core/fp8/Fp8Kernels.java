@@ -268,6 +268,12 @@ public final class Fp8Kernels {
         if (kernel == null) {
             return false;
         }
+        return castDelayed(kernel, x, scaling, slot, q, qT);
+    }
+
+    /** The fused cast at the slot's delayed scale into {@code q} and {@code qT}, recording the amax in its history. */
+    private static boolean castDelayed(Fp8CastKernel kernel, NDArray x, Fp8Scaling scaling, int slot, NDArray q,
+                                       NDArray qT) {
         NDArray[] views = scaling.slotViews(slot);
         return kernel.cast(x, q, qT, scaling.e5m2(slot), views[0], views[2]);
     }
@@ -282,14 +288,12 @@ public final class Fp8Kernels {
         NDList out = run(emptyFp8, x, cfg);
         NDArray q = out.get(0);
         NDArray qT = out.get(1);
-        boolean e5m2 = scaling.e5m2(slot);
         NDArray inverse;
         if (scaling.config().recipe() == Fp8Recipe.TENSORWISE) {
-            inverse = kernel.castCurrent(x, q, qT, e5m2, x.getManager());
+            inverse = kernel.castCurrent(x, q, qT, scaling.e5m2(slot), x.getManager());
         } else {
-            NDArray[] views = scaling.slotViews(slot);
             // a handle of its own on the slot's inverse scale: the caller may attach or close it
-            inverse = kernel.cast(x, q, qT, e5m2, views[0], views[2]) ? views[1].reshape(new Shape()) : null;
+            inverse = castDelayed(kernel, x, scaling, slot, q, qT) ? scaling.slotViews(slot)[1].reshape(new Shape()) : null;
         }
         if (inverse == null) {
             out.close();
