@@ -544,14 +544,16 @@ public final class TrainStep implements AutoCloseable {
             }
             if (cudaGraph.enabled()) {
                 Fp8Scaling fp8 = model.fp8Scaling();
-                if (fp8 != null && (fp8.config().recipe() != Fp8Recipe.DELAYED
-                        || !Fp8Kernels.get().castsInPlace(manager.getDevice()))) {
+                if (fp8 != null) {
                     // the graph replays each step's weight casts into the cached float8 copies, which must keep their
                     // memory across steps: delayed scaling with the fused cast recasts in place (Fp8Linear)
-                    throw new IllegalArgumentException("--cuda-graph-impl local takes --fp8-format only with the delayed"
-                            + " recipe and mcore4j's fused FP8 cast on the device (the recipe is "
-                            + fp8.config().recipe() + ", the device " + manager.getDevice() + (Fp8Kernels.get()
-                            .castsInPlace(manager.getDevice()) ? "" : ", which has no fused cast") + ")");
+                    boolean inPlace = Fp8Kernels.get().castsInPlace(manager.getDevice());
+                    if (fp8.config().recipe() != Fp8Recipe.DELAYED || !inPlace) {
+                        throw new IllegalArgumentException("--cuda-graph-impl local takes --fp8-format only with the"
+                                + " delayed recipe and mcore4j's fused FP8 cast on the device (the recipe is "
+                                + fp8.config().recipe() + ", the device " + manager.getDevice()
+                                + (inPlace ? "" : ", which has no fused cast") + ")");
+                    }
                 }
                 if (optimizer.overlapGradReduce()) {
                     throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --overlap-grad-reduce exclude"
