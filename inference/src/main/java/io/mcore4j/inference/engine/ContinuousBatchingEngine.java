@@ -480,8 +480,7 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
         try {
             if (!hostLogits && batch.size() == running.size()) {
                 // every running sequence, each picked on the device: leave the step in flight (see continues)
-                DecodeStep step = steps.get(bucket);
-                run(StepPlan.broadcast(plan, tp, manager));
+                DecodeStep step = run(StepPlan.broadcast(plan, tp, manager));
                 inFlight = new InFlight(step, List.copyOf(batch), readPicks(step));
                 return;
             }
