@@ -3,6 +3,7 @@ package io.mcore4j.core;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
 import ai.djl.pytorch.engine.PtNDArray;
 import ai.djl.pytorch.engine.PtSymbolBlock;
 import ai.djl.pytorch.jni.IValue;
@@ -26,6 +27,15 @@ public final class TorchScriptModule {
     TorchScriptModule(PtSymbolBlock block, NDManager owner) {
         this.block = block;
         this.noParameters = new ParameterStore(owner, false);
+        // DJL initialises a block on its first training call, without a lock (its input names and parameter map are
+        // filled in then): threads sharing a module (in-JVM ranks) that make their first calls together corrupted
+        // them. Initialised here, on the loading thread, no call initialises it again.
+        block.initialize(owner, DataType.FLOAT32);
+    }
+
+    /** @return whether the block is initialised, so that no call initialises it (always true after loading) */
+    boolean initialized() {
+        return block.isInitialized();
     }
 
     /**
