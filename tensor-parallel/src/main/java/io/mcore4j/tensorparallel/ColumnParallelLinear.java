@@ -235,6 +235,11 @@ public final class ColumnParallelLinear implements ParallelLinear {
         return out;
     }
 
+    @Override
+    public Fp8Linear fp8() {
+        return fp8;
+    }
+
     /** Closes the parameters and the views kept for checkpoint pieces. */
     @Override
     public void close() {

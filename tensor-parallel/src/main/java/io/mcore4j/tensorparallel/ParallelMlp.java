@@ -48,6 +48,16 @@ public final class ParallelMlp extends AbstractModule implements UnaryModule {
         this.fusedActivation = moduleOwner == null ? null : activation.loadFused(moduleOwner);
     }
 
+    /** @return the first linear, {@code h → fc1Factor · ffn} */
+    public ParallelLinear fc1() {
+        return fc1;
+    }
+
+    /** @return the second linear, {@code ffn → h} */
+    public ParallelLinear fc2() {
+        return fc2;
+    }
+
     /** @return the activation */
     public MlpActivation activation() {
         return activation;

@@ -215,6 +215,11 @@ public final class RowParallelLinear implements ParallelLinear {
         return out;
     }
 
+    @Override
+    public Fp8Linear fp8() {
+        return fp8;
+    }
+
     /** Closes the parameters and the FP8 weight copies. */
     @Override
     public void close() {

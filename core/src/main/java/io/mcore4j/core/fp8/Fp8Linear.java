@@ -170,6 +170,101 @@ public final class Fp8Linear implements AutoCloseable {
         }
     }
 
+    /**
+     * What {@link #forward2d} keeps for {@link #backward2d}: the transposed float8 input and the cached transposed
+     * float8 weight, with their inverse scales.
+     *
+     * @param inputT {@code [in, tokens]} float8, owned by the forward's owner
+     * @param inputInverse its 0-dim float32 inverse scale
+     * @param weightT {@code [in, out]} float8, owned by this linear's cache
+     * @param weightInverse its 0-dim float32 inverse scale
+     */
+    public record Saved(NDArray inputT, NDArray inputInverse, NDArray weightT, NDArray weightInverse) {
+        /** @return the four tensors in this order, for {@link FunctionContext#saveForBackward} */
+        public NDArray[] tensors() {
+            return new NDArray[] {inputT, inputInverse, weightT, weightInverse};
+        }
+
+        /**
+         * @param ctx a function's context
+         * @param first the index of {@link #inputT} among its saved tensors
+         * @return the four tensors saved from {@code first} on
+         */
+        public static Saved from(FunctionContext ctx, int first) {
+            return new Saved(ctx.saved(first), ctx.saved(first + 1), ctx.saved(first + 2), ctx.saved(first + 3));
+        }
+    }
+
+    /**
+     * The forward GEMM {@code y = x·Wᵀ (+ b)} on a 2-D input, outside autograd: for a Function that writes its own
+     * backward around this linear's GEMMs (the MLP half) and for {@link #apply}. Casts {@code x} in the input slot and
+     * reads the weight cache.
+     *
+     * @param x2 {@code [tokens, in]} float32, float16 or bfloat16, tokens a multiple of 16
+     * @param weight the weight parameter (the cache's key)
+     * @param w its current tensor {@code [out, in]}
+     * @param bias {@code [out]} or null
+     * @param owner owns the output and the saved transposed input
+     * @param saved receives what {@link #backward2d} needs (element 0 is set)
+     * @return {@code [tokens, out]} in {@code x2}'s dtype
+     * @throws IllegalArgumentException if a dim is not a multiple of 16 or the dtype is not supported
+     */
+    public NDArray forward2d(NDArray x2, Parameter weight, NDArray w, NDArray bias, NDManager owner, Saved[] saved) {
+        DataType type = DataTypes.of(x2);
+        if (!Fp8Kernels.supportedOutput(type)) {
+            throw new IllegalArgumentException(name + ": FP8 linear input of dtype " + type
+                    + "; expected float32, float16 or bfloat16");
+        }
+        long tokens = x2.getShape().get(0);
+        long in = x2.getShape().get(1);
+        long out = w.getShape().get(0);
+        if (tokens % ALIGNMENT != 0) {
+            throw new IllegalArgumentException(name + ": FP8 GEMMs need a token count (the input's dims but the last)"
+                    + " that is a multiple of " + ALIGNMENT + "; the input has " + tokens);
+        }
+        checkDims(name, in, out);
+        Fp8Kernels kernels = Fp8Kernels.get();
+        configure(type, kernels.scaledMm(x2.getDevice()));
+        CachedWeight cw = weight(weight, w);
+        try (NDManager temp = owner.newSubManager()) {
+            NDArray x = TensorMemory.contiguous(x2, temp);
+            Fp8Kernels.Quantized qx = kernels.quantize(x, scaling, slots.input(), forwardConfig);
+            NDArray y2 = kernels.forward(qx.q(), cw.q(), qx.inverseScale(), cw.inverseScale(), bias == null ? noBias() : bias,
+                    forwardConfig);
+            y2.attach(owner);
+            // the row-major copy served the forward GEMM; backward multiplies the transposed one
+            qx.q().close();
+            qx.qT().attach(owner);
+            qx.inverseScale().attach(owner);
+            saved[0] = new Saved(qx.qT(), qx.inverseScale(), cw.qT(), cw.inverseScale());
+            return y2;
+        }
+    }
+
+    /**
+     * The two backward GEMMs of {@link #forward2d}, outside autograd: casts {@code dy2} in the output-gradient slot,
+     * then {@code dx = dy·W} and {@code dW = dyᵀ·x} on float8 operands.
+     *
+     * @param dy2 {@code [tokens, out]}
+     * @param saved what the forward kept
+     * @param owner owns the two results
+     * @return {@code {dx [tokens, in], dW [out, in]}} in {@code dy2}'s dtype
+     */
+    public NDArray[] backward2d(NDArray dy2, Saved saved, NDManager owner) {
+        Fp8Kernels kernels = Fp8Kernels.get();
+        try (NDManager temp = owner.newSubManager()) {
+            Fp8Kernels.Quantized qdy = kernels.quantize(TensorMemory.contiguous(dy2, temp), scaling, slots.gradOutput(),
+                    backwardConfig);
+            NDList g = kernels.backward(qdy.q(), qdy.qT(), qdy.inverseScale(), saved.inputT(), saved.inputInverse(),
+                    saved.weightT(), saved.weightInverse(), backwardConfig);
+            g.attach(owner);
+            qdy.q().close();
+            qdy.qT().close();
+            qdy.inverseScale().close();
+            return new NDArray[] {g.get(0), g.get(1)};
+        }
+    }
+
     /** The forward GEMM and the two backward GEMMs; the weight cache is read at forward. */
     private final class Gemms implements Function {
         private final Parameter weight;
@@ -181,41 +276,22 @@ public final class Fp8Linear implements AutoCloseable {
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
             NDArray x = inputs[0];
-            NDArray w = inputs[1];
-            DataType type = DataTypes.of(x);
-            if (!Fp8Kernels.supportedOutput(type)) {
-                throw new IllegalArgumentException(name + ": FP8 linear input of dtype " + type
-                        + "; expected float32, float16 or bfloat16");
-            }
             Shape shape = x.getShape();
             long in = shape.get(shape.dimension() - 1);
-            long out = w.getShape().get(0);
-            long tokens = shape.size() / in;
-            if (tokens % ALIGNMENT != 0) {
-                throw new IllegalArgumentException(name + ": FP8 GEMMs need a token count (the input's dims but the last)"
-                        + " that is a multiple of " + ALIGNMENT + "; the input is " + shape);
-            }
-            checkDims(name, in, out);
-            Fp8Kernels kernels = Fp8Kernels.get();
-            configure(type, kernels.scaledMm(x.getDevice()));
-            CachedWeight cw = weight(weight, w);
             NDManager owner = ctx.manager();
-            NDArray x2 = x.reshape(tokens, in);
-            x2.attach(owner);
-            x2 = TensorMemory.contiguous(x2, owner);
-            NDArray bias = inputs.length > 2 ? inputs[2] : noBias();
-            Fp8Kernels.Quantized qx = kernels.quantize(x2, scaling, slots.input(), forwardConfig);
-            NDArray y2 = kernels.forward(qx.q(), cw.q(), qx.inverseScale(), cw.inverseScale(), bias, forwardConfig);
-            y2.attach(owner);
-            qx.qT().attach(owner);
-            qx.inverseScale().attach(owner);
-            // the row-major copy served the forward GEMM; backward multiplies the transposed one
-            qx.q().close();
+            Saved[] saved = new Saved[1];
+            NDArray y2;
+            try (NDManager temp = owner.newSubManager()) {
+                NDArray x2 = x.reshape(-1, in);
+                x2.attach(temp);
+                y2 = forward2d(x2, weight, inputs[1], inputs.length > 2 ? inputs[2] : null, owner, saved);
+            }
+            long out = y2.getShape().get(1);
             long[] dims = shape.getShape().clone();
             dims[dims.length - 1] = out;
             NDArray y = y2.reshape(new Shape(dims));
             y.attach(owner);
-            ctx.saveForBackward(qx.qT(), qx.inverseScale(), cw.qT(), cw.inverseScale());
+            ctx.saveForBackward(saved[0].tensors());
             ctx.setState(new long[] {in, out});
             return new NDArray[] {y};
         }
@@ -228,24 +304,19 @@ public final class Fp8Linear implements AutoCloseable {
             Shape shape = dy.getShape();
             NDArray dy2 = dy.reshape(-1, dims[1]);
             dy2.attach(owner);
-            Fp8Kernels kernels = Fp8Kernels.get();
-            Fp8Kernels.Quantized qdy = kernels.quantize(TensorMemory.contiguous(dy2, owner), scaling, slots.gradOutput(),
-                    backwardConfig);
-            NDList g = kernels.backward(qdy.q(), qdy.qT(), qdy.inverseScale(), ctx.saved(0), ctx.saved(1), ctx.saved(2),
-                    ctx.saved(3), backwardConfig);
-            g.attach(owner);
-            qdy.q().close();
-            qdy.qT().close();
-            qdy.inverseScale().close();
+            NDArray[] g = backward2d(dy2, Saved.from(ctx, 0), owner);
             NDArray[] result = new NDArray[ctx.inputCount()];
             if (ctx.needsInputGrad(0)) {
                 long[] xd = shape.getShape().clone();
                 xd[xd.length - 1] = dims[0];
-                result[0] = g.get(0).reshape(new Shape(xd));
+                result[0] = g[0].reshape(new Shape(xd));
                 result[0].attach(owner);
             }
+            g[0].close();
             if (ctx.needsInputGrad(1)) {
-                result[1] = g.get(1);
+                result[1] = g[1];
+            } else {
+                g[1].close();
             }
             if (ctx.inputCount() > 2 && ctx.needsInputGrad(2)) {
                 result[2] = dy2.sum(new int[] {0});

@@ -3,6 +3,7 @@ package io.mcore4j.models.transformer;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
 import ai.djl.nn.Activation;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
@@ -12,6 +13,7 @@ import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.fp8.Fp8Linear;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.nn.Parameter;
@@ -38,6 +40,11 @@ import io.mcore4j.core.nn.Parameter;
  * Java is still referenced there). The sums are those of autograd up to rounding: a weight's
  * increment is added before it is rounded to the gradient's dtype.
  *
+ * <p><b>FP8.</b> Where the layer's fc1 and fc2 were built with FP8 GEMMs, the half multiplies through those
+ * {@link Fp8Linear}s ({@link Fp8Linear#forward2d}, {@link Fp8Linear#backward2d}: the same casts, scaling slots and
+ * weight cache as the composed half) and keeps their transposed float8 inputs for backward instead of the LayerNorm's
+ * and the GELU's outputs; the weights' gradients are added into an existing {@code .grad} after their GEMM.
+ *
  * <p>Inputs: {@code h, LN weight, LN bias, fc1 weight [F, H], fc1 bias, fc2 weight [H, F], fc2 bias}. The
  * gradient of {@code h} is a new tensor that nothing else refers to (the layer relies on it: see
  * {@link TransformerLayer}'s residual operand).
@@ -48,19 +55,30 @@ final class MlpHalf implements Function {
     private final BiasGradientKernel kernel;
     private final LayerNormKernel normKernel;
     private final Parameter[] parameters;
+    private final Fp8Linear fc1Fp8;
+    private final Fp8Linear fc2Fp8;
 
     /**
      * @param epsilon LayerNorm's epsilon as a 0-dim CPU float64 tensor, owned by the caller
      * @param kernel the device's bias-gradient kernel, or null to compose the same values
      * @param normKernel the device's LayerNorm kernel (its forward, and the half's input gradient in one pass with
      *     the residual's), or null for libtorch's LayerNorm forward, backward and an add
+     * @param fc1Fp8 fc1's FP8 GEMMs, or null (with {@code fc2Fp8}) to multiply in the parameters' dtype
+     * @param fc2Fp8 fc2's FP8 GEMMs, or null
      * @param parameters the half's six parameters in input order (LN weight, LN bias, fc1 weight, fc1
      *     bias, fc2 weight, fc2 bias); their leaves are read at each {@link #apply} and backward
      */
-    MlpHalf(NDArray epsilon, BiasGradientKernel kernel, LayerNormKernel normKernel, Parameter... parameters) {
+    MlpHalf(NDArray epsilon, BiasGradientKernel kernel, LayerNormKernel normKernel, Fp8Linear fc1Fp8, Fp8Linear fc2Fp8,
+            Parameter... parameters) {
         if (parameters.length != 6) {
             throw new IllegalArgumentException("the MLP half has 6 parameters, got " + parameters.length);
         }
+        if ((fc1Fp8 == null) != (fc2Fp8 == null)) {
+            throw new IllegalArgumentException("the MLP half multiplies both linears in FP8 or neither; fc1 "
+                    + (fc1Fp8 == null ? "has none" : "has FP8 GEMMs") + ", fc2 " + (fc2Fp8 == null ? "has none" : "has FP8 GEMMs"));
+        }
+        this.fc1Fp8 = fc1Fp8;
+        this.fc2Fp8 = fc2Fp8;
         this.epsilon = epsilon;
         this.epsilonValue = epsilon.getDouble();
         this.kernel = kernel;
@@ -98,14 +116,50 @@ final class MlpHalf implements Function {
                 norm = composed.toArray(new NDArray[0]);
             }
             NDArray normed = norm[0];
+            if (fc1Fp8 != null) {
+                return new NDArray[] {forwardFp8(ctx, h, norm, in, temp)};
+            }
             NDArray h1 = Tensors.linear(normed, in[3], in[4], m);
             NDArray a = Tensors.own(Activation.gelu(h1), m);
             NDArray y = Tensors.linear(a, in[5], in[6], temp);
             NDArray out = Tensors.own(h.add(y), m);
-            ctx.saveForBackward(h, norm[1], norm[2], normed, h1, a, in[1], in[2], in[3], in[4], in[5], in[6]);
+            ctx.saveForBackward(h, norm[1], norm[2], h1, in[1], in[2], in[3], in[4], in[5], in[6], normed, a);
             return new NDArray[] {out};
         }
     }
+
+    /**
+     * The forward with fc1 and fc2 in FP8: saves the common tensors, then what the two linears keep (their transposed
+     * float8 inputs) in place of the LayerNorm's and the GELU's outputs.
+     */
+    private NDArray forwardFp8(FunctionContext ctx, NDArray h, NDArray[] norm, NDArray[] in, NDManager temp) {
+        NDManager m = ctx.manager();
+        Shape shape = h.getShape();
+        long width = shape.get(shape.dimension() - 1);
+        Fp8Linear.Saved[] fc1 = new Fp8Linear.Saved[1];
+        Fp8Linear.Saved[] fc2 = new Fp8Linear.Saved[1];
+        NDArray normed2 = Tensors.own(norm[0].reshape(-1, width), temp);
+        NDArray h1 = Tensors.own(fc1Fp8.forward2d(normed2, parameters[2], in[3], in[4], temp, fc1), m);
+        norm[0].close();
+        NDArray a = Tensors.own(Activation.gelu(h1), temp);
+        NDArray y = fc2Fp8.forward2d(a, parameters[4], in[5], in[6], temp, fc2);
+        a.close();
+        NDArray out = Tensors.own(h.add(Tensors.own(y.reshape(shape), temp)), m);
+        fc1[0].inputT().attach(m);
+        fc1[0].inputInverse().attach(m);
+        fc2[0].inputT().attach(m);
+        fc2[0].inputInverse().attach(m);
+        NDArray[] saved = new NDArray[18];
+        NDArray[] common = {h, norm[1], norm[2], h1, in[1], in[2], in[3], in[4], in[5], in[6]};
+        System.arraycopy(common, 0, saved, 0, common.length);
+        System.arraycopy(fc1[0].tensors(), 0, saved, FP8_SAVED, 4);
+        System.arraycopy(fc2[0].tensors(), 0, saved, FP8_SAVED + 4, 4);
+        ctx.saveForBackward(saved);
+        return out;
+    }
+
+    /** Where the saved tensors of the FP8 forward's two linears begin (after the ten both forwards save). */
+    private static final int FP8_SAVED = 10;
 
     @Override
     public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
@@ -114,24 +168,34 @@ final class MlpHalf implements Function {
         NDArray h = ctx.saved(0);
         NDArray mean = ctx.saved(1);
         NDArray rstd = ctx.saved(2);
-        NDArray normed = ctx.saved(3);
-        NDArray h1 = ctx.saved(4);
-        NDArray a = ctx.saved(5);
-        NDArray lnWeight = ctx.saved(6);
-        NDArray lnBias = ctx.saved(7);
-        NDArray w1 = ctx.saved(8);
-        NDArray b1 = ctx.saved(9);
-        NDArray w2 = ctx.saved(10);
-        NDArray b2 = ctx.saved(11);
+        NDArray h1 = ctx.saved(3);
+        NDArray lnWeight = ctx.saved(4);
+        NDArray lnBias = ctx.saved(5);
+        NDArray w1 = ctx.saved(6);
+        NDArray b1 = ctx.saved(7);
+        NDArray w2 = ctx.saved(8);
+        NDArray b2 = ctx.saved(9);
         long width = h.getShape().get(h.getShape().dimension() - 1);
         long ffn = h1.getShape().get(h1.getShape().dimension() - 1);
         try (NDManager temp = m.newSubManager()) {
             NDArray dy2 = Tensors.own(dy.reshape(-1, width), temp);
             // fc2: weight, bias, input gradients
-            NDArray dW2 = weightGradient(ctx, 5, dy2, Tensors.own(a.reshape(-1, ffn), temp), temp);
-            NDArray db2 = vectorGradient(ctx, 6, columnSum(dy, b2, temp), temp);
-            a.close();
-            NDArray da = Tensors.own(Tensors.own(dy2.matMul(w2), temp).reshape(h1.getShape()), temp);
+            NDArray dW2;
+            NDArray da2;
+            if (fc2Fp8 != null) {
+                Fp8Linear.Saved fc2 = Fp8Linear.Saved.from(ctx, FP8_SAVED + 4);
+                NDArray[] g = fc2Fp8.backward2d(dy2, fc2, temp);
+                fc2.inputT().close();
+                dW2 = gradient(ctx, 5, g[1], temp);
+                da2 = g[0];
+            } else {
+                NDArray a = ctx.saved(11);
+                dW2 = weightGradient(ctx, 5, dy2, Tensors.own(a.reshape(-1, ffn), temp), temp);
+                a.close();
+                da2 = Tensors.own(dy2.matMul(w2), temp);
+            }
+            NDArray db2 = gradient(ctx, 6, columnSum(dy, b2, temp), temp);
+            NDArray da = Tensors.own(da2.reshape(h1.getShape()), temp);
             // GELU and fc1's bias
             NDArray[] gelu = kernel == null ? null : kernel.geluBackward(h1, da, temp);
             if (gelu == null) {
@@ -141,11 +205,23 @@ final class MlpHalf implements Function {
             }
             h1.close();
             NDArray dh1 = Tensors.own(gelu[0].reshape(-1, ffn), temp);
-            NDArray db1 = vectorGradient(ctx, 4, Tensors.own(DataTypes.toType(gelu[1], DataTypes.of(b1), false), temp), temp);
+            NDArray db1 = gradient(ctx, 4, Tensors.own(DataTypes.toType(gelu[1], DataTypes.of(b1), false), temp), temp);
             // fc1: weight and input gradients
-            NDArray dW1 = weightGradient(ctx, 3, dh1, Tensors.own(normed.reshape(-1, width), temp), temp);
-            normed.close();
-            NDArray dNormed = Tensors.own(Tensors.own(dh1.matMul(w1), temp).reshape(h.getShape()), temp);
+            NDArray dW1;
+            NDArray dNormed2;
+            if (fc1Fp8 != null) {
+                Fp8Linear.Saved fc1 = Fp8Linear.Saved.from(ctx, FP8_SAVED);
+                NDArray[] g = fc1Fp8.backward2d(dh1, fc1, temp);
+                fc1.inputT().close();
+                dW1 = gradient(ctx, 3, g[1], temp);
+                dNormed2 = g[0];
+            } else {
+                NDArray normed = ctx.saved(10);
+                dW1 = weightGradient(ctx, 3, dh1, Tensors.own(normed.reshape(-1, width), temp), temp);
+                normed.close();
+                dNormed2 = Tensors.own(dh1.matMul(w1), temp);
+            }
+            NDArray dNormed = Tensors.own(dNormed2.reshape(h.getShape()), temp);
             // LayerNorm and the residual: the input gradient in one pass with the residual's where a kernel can
             NDArray dh = normKernel == null ? null : normKernel.inputGradientPlus(dNormed, h, mean, rstd, lnWeight, dy, m);
             NDList norm;
@@ -158,8 +234,8 @@ final class MlpHalf implements Function {
                 dh = Tensors.own(dy.add(all.get(0)), m);
                 norm = new NDList(all.get(1), all.get(2));
             }
-            NDArray dLnWeight = vectorGradient(ctx, 1, norm.get(0), temp);
-            NDArray dLnBias = vectorGradient(ctx, 2, norm.get(1), temp);
+            NDArray dLnWeight = gradient(ctx, 1, norm.get(0), temp);
+            NDArray dLnBias = gradient(ctx, 2, norm.get(1), temp);
             return new NDArray[] {dh, dLnWeight, dLnBias, dW1, db1, dW2, db2};
         }
     }
@@ -194,7 +270,7 @@ final class MlpHalf implements Function {
      * {@code g} (owned by {@code temp}) as the gradient of input {@code input}: added in place into the
      * parameter's {@code .grad} where it has one (then null), else handed to the context's manager.
      */
-    private NDArray vectorGradient(FunctionContext ctx, int input, NDArray g, NDManager temp) {
+    private NDArray gradient(FunctionContext ctx, int input, NDArray g, NDManager temp) {
         if (!ctx.needsInputGrad(input)) {
             return null;
         }

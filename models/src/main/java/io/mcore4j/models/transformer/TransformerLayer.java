@@ -104,7 +104,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      * {@link BiasGradientKernel} (its bias gradients are then one pass each) and the half is that
      * function exactly: LayerNorm, exact GELU, biases, no dropout, one tensor-parallel rank, no
      * sequence parallelism, a dense MLP, no selective recompute of the MLP. Elsewhere the half is
-     * composed from its modules.
+     * composed from its modules. FP8 linears stay FP8 in the half (it multiplies through their GEMMs).
      */
     private static MlpHalf mlpHalf(ModelContext ctx, Norm norm, ParallelMlp mlp) {
         TransformerConfig c = ctx.config();
@@ -124,8 +124,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         Map<String, Parameter> n = norm.namedParameters("");
         Map<String, Parameter> d = mlp.namedParameters("");
         LayerNormKernel normKernel = Kernels.find(LayerNormKernel.class, ctx.parameters().getDevice()).orElse(null);
-        return new MlpHalf(epsilon, kernel, normKernel, n.get("weight"), n.get("bias"), d.get("linear_fc1.weight"),
-                d.get("linear_fc1.bias"), d.get("linear_fc2.weight"), d.get("linear_fc2.bias"));
+        return new MlpHalf(epsilon, kernel, normKernel, mlp.fc1().fp8(), mlp.fc2().fp8(), n.get("weight"), n.get("bias"),
+                d.get("linear_fc1.weight"), d.get("linear_fc1.bias"), d.get("linear_fc2.weight"), d.get("linear_fc2.bias"));
     }
 
     /** The dense MLP: the spec's fc1 (fused [gate; up] for SwiGLU) and fc2 around the activation. */

@@ -4,6 +4,7 @@ import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.KernelProvider;
@@ -61,13 +62,16 @@ public final class ReferenceBiasGradients implements KernelProvider {
             NORM_FORWARDS.incrementAndGet();
             int last = x.getShape().dimension() - 1;
             try (NDManager temp = owner.newSubManager()) {
-                NDArray wide = Tensors.own(x.toType(DataType.FLOAT32, true), temp);
+                NDArray wide = Tensors.own(DataTypes.toType(x, DataType.FLOAT32, true), temp);
                 NDArray mean = wide.mean(new int[] {last}, true);
                 NDArray centered = wide.sub(mean);
                 NDArray rstd = centered.square().mean(new int[] {last}, true).add(epsilon).sqrt().pow(-1);
-                NDArray out = centered.mul(rstd).mul(weight.toType(DataType.FLOAT32, true)).add(bias.toType(DataType.FLOAT32, true));
-                return new NDArray[] {Tensors.own(out.toType(x.getDataType(), true), owner), Tensors.own(mean, owner),
-                    Tensors.own(rstd, owner)};
+                NDArray out = centered.mul(rstd).mul(DataTypes.toType(weight, DataType.FLOAT32, true)).add(DataTypes.toType(bias, DataType.FLOAT32, true));
+                // the statistics in x's dtype: libtorch's LayerNorm backward on the CPU takes them so (the CUDA kernel's
+                // are float32, which libtorch's CUDA backward takes)
+                DataType type = DataTypes.of(x);
+                return new NDArray[] {Tensors.own(DataTypes.toType(out, type, true), owner),
+                    Tensors.own(DataTypes.toType(mean, type, false), owner), Tensors.own(DataTypes.toType(rstd, type, false), owner)};
             }
         }
 
@@ -77,14 +81,14 @@ public final class ReferenceBiasGradients implements KernelProvider {
             NORM_GRADIENTS.incrementAndGet();
             int last = x.getShape().dimension() - 1;
             try (NDManager temp = owner.newSubManager()) {
-                NDArray xhat = Tensors.own(x.toType(DataType.FLOAT32, true), temp).sub(mean).mul(rstd);
-                NDArray g = Tensors.own(normedGradient.toType(DataType.FLOAT32, true), temp)
-                        .mul(weight.toType(DataType.FLOAT32, true));
+                NDArray xhat = Tensors.own(DataTypes.toType(x, DataType.FLOAT32, true), temp).sub(mean).mul(rstd);
+                NDArray g = Tensors.own(DataTypes.toType(normedGradient, DataType.FLOAT32, true), temp)
+                        .mul(DataTypes.toType(weight, DataType.FLOAT32, true));
                 NDArray meanG = g.mean(new int[] {last}, true);
                 NDArray meanGx = g.mul(xhat).mean(new int[] {last}, true);
                 NDArray dx = g.sub(meanG).sub(xhat.mul(meanGx)).mul(rstd);
-                NDArray out = Tensors.own(residualGradient.toType(DataType.FLOAT32, true), temp).add(dx);
-                return Tensors.own(out.toType(x.getDataType(), true), owner);
+                NDArray out = Tensors.own(DataTypes.toType(residualGradient, DataType.FLOAT32, true), temp).add(dx);
+                return Tensors.own(DataTypes.toType(out, DataTypes.of(x), true), owner);
             }
         }
     }
@@ -95,11 +99,11 @@ public final class ReferenceBiasGradients implements KernelProvider {
         public NDArray[] geluBackward(NDArray h, NDArray dy, NDManager owner) {
             GELU_BACKWARDS.incrementAndGet();
             try (NDManager temp = owner.newSubManager()) {
-                NDArray x = Tensors.own(h.toType(DataType.FLOAT32, true), temp);
-                NDArray g = Tensors.own(dy.toType(DataType.FLOAT32, true), temp);
+                NDArray x = Tensors.own(DataTypes.toType(h, DataType.FLOAT32, true), temp);
+                NDArray g = Tensors.own(DataTypes.toType(dy, DataType.FLOAT32, true), temp);
                 NDArray cdf = x.mul(SQRT_HALF).erf().add(1).mul(0.5);
                 NDArray pdf = x.square().mul(-0.5).exp().mul(INV_SQRT_2PI);
-                NDArray dh = Tensors.own(g.mul(cdf.add(x.mul(pdf))).toType(h.getDataType(), true), owner);
+                NDArray dh = Tensors.own(DataTypes.toType(g.mul(cdf.add(x.mul(pdf))), DataTypes.of(h), true), owner);
                 return new NDArray[] {dh, columnSums(dh, owner)};
             }
         }
@@ -115,7 +119,7 @@ public final class ReferenceBiasGradients implements KernelProvider {
             try (NDManager temp = owner.newSubManager()) {
                 long cols = x.getShape().get(x.getShape().dimension() - 1);
                 NDArray rows = Tensors.own(x.reshape(-1, cols), temp);
-                NDArray wide = rows.toType(DataType.FLOAT32, true);
+                NDArray wide = DataTypes.toType(rows, DataType.FLOAT32, true);
                 return Tensors.own(wide.sum(new int[] {0}), owner);
             }
         }

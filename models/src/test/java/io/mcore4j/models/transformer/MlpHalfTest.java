@@ -13,6 +13,10 @@ import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.fp8.Fp8Config;
+import io.mcore4j.core.fp8.Fp8Format;
+import io.mcore4j.core.fp8.Fp8Linear;
+import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.random.DeterministicRandom;
 
@@ -66,7 +70,7 @@ class MlpHalfTest {
                         Tensors.accumulateGradient(params[i].data(), params[i].data().zerosLike());
                     }
                 }
-                MlpHalf half = new MlpHalf(epsilon, null, null, params);
+                MlpHalf half = new MlpHalf(epsilon, null, null, null, null, params);
                 NDArray[] kept = new NDArray[8];
                 for (int k = 0; k < microBatches; k++) {
                     h[k].setRequiresGradient(true);
@@ -130,13 +134,83 @@ class MlpHalfTest {
         }
     }
 
+    /**
+     * FP8 (hybrid, delayed scaling): the half built on two {@link Fp8Linear}s multiplies through them, and gives what
+     * the composed half gives with the same linears applied through autograd ({@link Fp8Linear#apply}), over two
+     * micro-batches in bfloat16: the same output and gradients, and the same amaxes recorded by every cast (input,
+     * weight and output gradient of both linears). The half's LayerNorm and GELU are libtorch's here, as the composed
+     * half's, so the float8 operands are the same and the results agree to float32 summation order.
+     */
+    @Test
+    void fp8HalfMatchesTheComposedHalfOnTheSameFp8Linears() {
+        try (NDManager m = Mcore4j.newRootManager()) {
+            DeterministicRandom r = new DeterministicRandom(7);
+            int width = 16;
+            int ffn = 48;
+            Shape act = new Shape(8, 2, width); // 16 tokens: FP8 GEMMs take multiples of 16
+            NDArray[] h = {r.normal(m, act, 0, 1, DataType.FLOAT32), r.normal(m, act, 0, 1, DataType.FLOAT32)};
+            NDArray[] up = {r.normal(m, act, 0, 1, DataType.FLOAT32), r.normal(m, act, 0, 1, DataType.FLOAT32)};
+            NDArray[] init = {r.normal(m, new Shape(width), 1, 0.1, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32),
+                r.normal(m, new Shape(ffn, width), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(ffn), 0, 0.1, DataType.FLOAT32),
+                r.normal(m, new Shape(width, ffn), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32)};
+            NDArray epsilon = m.newSubManager(Device.cpu()).create(1e-5);
+            NDArray[][] results = new NDArray[2][];
+            NDArray[] amaxes = new NDArray[2];
+            for (int pass = 0; pass < 2; pass++) {
+                try (Fp8Scaling scaling = new Fp8Scaling(Fp8Config.of(Fp8Format.HYBRID), m)) {
+                    Fp8Linear fc1 = new Fp8Linear("fc1", scaling, m);
+                    Fp8Linear fc2 = new Fp8Linear("fc2", scaling, m);
+                    Parameter[] params = new Parameter[init.length];
+                    for (int i = 0; i < init.length; i++) {
+                        params[i] = Parameter.replicated("p" + i, DataTypes.toType(init[i], DataType.BFLOAT16, true));
+                    }
+                    MlpHalf half = new MlpHalf(epsilon, null, null, fc1, fc2, params);
+                    NDArray[] kept = new NDArray[8];
+                    NDArray[] inputs = new NDArray[h.length];
+                    for (int k = 0; k < h.length; k++) {
+                        inputs[k] = DataTypes.toType(h[k], DataType.BFLOAT16, true);
+                        inputs[k].setRequiresGradient(true);
+                        try (AutogradScope scope = AutogradScope.open(m)) {
+                            NDArray out;
+                            if (pass == 0) {
+                                NDArray normed = LayerNorm.layerNorm(inputs[k], new Shape(width), params[0].data(),
+                                        params[1].data(), 1e-5f).get(0);
+                                NDArray a = Activation.gelu(fc1.apply(scope, normed, params[2], params[3].data()));
+                                out = inputs[k].add(fc2.apply(scope, a, params[4], params[5].data()));
+                            } else {
+                                out = half.apply(scope, inputs[k]);
+                            }
+                            scope.backward(out.mul(DataTypes.toType(up[k], DataType.BFLOAT16, true)).sum());
+                            kept[0] = widen(out, m);
+                        }
+                    }
+                    kept[1] = widen(Tensors.gradientOrZeros(inputs[h.length - 1], m), m);
+                    for (int i = 0; i < 6; i++) {
+                        kept[i + 2] = widen(params[i].gradient(m), m);
+                    }
+                    results[pass] = kept;
+                    amaxes[pass] = copy(scaling.history(), m);
+                    fc1.close();
+                    fc2.close();
+                }
+            }
+            for (int i = 0; i < NAMES.length; i++) {
+                assertClose(NAMES[i], results[1][i], results[0][i], 1e-6);
+            }
+            // six slots (input, weight, output gradient of fc1 and fc2), each cast at least once
+            org.junit.jupiter.api.Assertions.assertEquals(new Shape(1, 6), amaxes[0].getShape());
+            org.junit.jupiter.api.Assertions.assertTrue(amaxes[0].min().getFloat() > 0, "a slot recorded no amax: " + amaxes[0]);
+            assertClose("amax history", amaxes[1], amaxes[0], 0);
+        }
+    }
+
     /** Two micro-batches through the half in {@code dtype}: the last output and all gradients, as float32. */
     private static NDArray[] run(DataType dtype, NDArray[] h, NDArray[] up, NDArray[] init, NDArray epsilon, NDManager m) {
         Parameter[] params = new Parameter[init.length];
         for (int i = 0; i < init.length; i++) {
             params[i] = Parameter.replicated("p" + i, DataTypes.toType(init[i], dtype, true));
         }
-        MlpHalf half = new MlpHalf(epsilon, null, null, params);
+        MlpHalf half = new MlpHalf(epsilon, null, null, null, null, params);
         NDArray[] kept = new NDArray[8];
         NDArray[] inputs = new NDArray[h.length];
         for (int k = 0; k < h.length; k++) {
