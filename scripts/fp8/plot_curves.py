@@ -1,6 +1,6 @@
 """Draws issue 35's loss curves: pretrain-gpt's logged training loss per iteration for a bf16 run and an FP8 run
 (scripts/gpu/fp8-curves.sh writes both logs), into one PNG, and prints each run's final loss (the mean of its last
-three logged losses) and their relative difference.
+three logged losses), its last validation loss where the log has one, and their relative differences.
 
 Usage: python3 scripts/fp8/plot_curves.py BF16_LOG FP8_LOG OUT.png [--title TEXT]
 """
@@ -13,6 +13,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 LINE = re.compile(r"iteration\s+(\d+)/\s*\d+ \| loss ([0-9.]+)")
+VALIDATION = re.compile(r"validation at iteration\s+(\d+) \| loss ([0-9.]+)")
+
+
+def validation(path):
+    """The last (iteration, loss) of the log's validation lines, or None."""
+    last = None
+    with open(path) as f:
+        for line in f:
+            m = VALIDATION.search(line)
+            if m:
+                last = (int(m.group(1)), float(m.group(2)))
+    return last
 
 
 def losses(path):
@@ -51,6 +63,10 @@ def main():
     plt.savefig(a.png, dpi=110)
     b, f = final["bf16"], final["FP8 hybrid (delayed scaling)"]
     print(f"final loss (mean of the last three logged): bf16 {b:.4f}, FP8 {f:.4f}, FP8/bf16 - 1 = {100 * (f / b - 1):+.2f}%")
+    vb, vf = validation(a.bf16), validation(a.fp8)
+    if vb and vf:
+        print(f"validation loss at iteration {vb[0]}: bf16 {vb[1]:.4f}, FP8 {vf[1]:.4f} (iteration {vf[0]}),"
+              f" FP8/bf16 - 1 = {100 * (vf[1] / vb[1] - 1):+.2f}%")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@
 # Environment:
 #   NPROC (2)    processes (GPUs)
 #   SIZES (1,4,16,32,64)   message sizes in MiB (the full tensor; 32 is the 1.3B model's [8192, 2048] bf16 all-reduce)
-#   DTYPE (bf16), ITERATIONS (50), WARMUP (10)
+#   DTYPE (bf16), ITERATIONS (50), WARMUP (2000: the JVM needs that many calls to compile the call path)
 #   OPS (all_reduce,all_reduce_out,reduce_scatter,all_gather)   all_reduce_out: the out-of-place all-reduce that
 #                tensor parallelism's forward makes (mcore4j's Communicator.allReduce; torch's functional all_reduce)
 #   RUN_TIMEOUT_S (150)   cap on each of the two runs
@@ -23,7 +23,7 @@ limit=${RUN_TIMEOUT_S:-150}
 out=${OUT:-/tmp/collective-check}; mkdir -p "$out"
 java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx8g -Dorg.slf4j.simpleLogger.defaultLogLevel=warn"
 flags=(--sizes-mib "${SIZES:-1,4,16,32,64}" --dtype "${DTYPE:-bf16}" --iterations "${ITERATIONS:-50}"
-       --warmup "${WARMUP:-10}" --ops "${OPS:-all_reduce,all_reduce_out,reduce_scatter,all_gather}")
+       --warmup "${WARMUP:-2000}" --ops "${OPS:-all_reduce,all_reduce_out,reduce_scatter,all_gather}")
 
 status=0
 run() { # run NAME PREFIX CMD...: CMD under torchrun; prints the lines starting with PREFIX, or the log's tail

@@ -56,7 +56,7 @@ def parse(argv):
     p.add_argument("--sizes-mib", default="1,4,16,32,64", help="message sizes in MiB (the full tensor)")
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPE_BYTES))
     p.add_argument("--iterations", type=int, default=50, help="timed calls per operation and size")
-    p.add_argument("--warmup", type=int, default=10, help="untimed calls before them")
+    p.add_argument("--warmup", type=int, default=2000, help="untimed calls before them (as CollectiveBenchmark's)")
     p.add_argument("--ops", default=DEFAULT_OPS, help="operations, of " + ", ".join(OPS) + " (default: %(default)s)")
     p.add_argument("--selftest", action="store_true", help="check the arithmetic and the line format, then exit")
     args = p.parse_args(argv)
