@@ -55,6 +55,36 @@ class PretrainGptFp8Test {
         assertTrue(!fp8.equals(bf16), "the FP8 GEMMs ran: " + fp8 + " equals bf16's " + bf16);
     }
 
+    /**
+     * FP8 under the other layouts of issue 35's list: pipeline parallelism (each stage casts its own layers), data
+     * parallelism with the distributed optimizer (the amaxes MAX-reduced over the replicas, so every replica casts with
+     * the scales one replica of the whole batch would have) and full recompute (the recomputed forward casts the same
+     * input again): each gives the single-rank FP8 run's losses (FP8 and bf16 differ by ~1% here).
+     */
+    @Test
+    void fp8GivesTheSameLossesUnderPipelineDataParallelAndRecompute() throws Exception {
+        List<Double> serial = train(flags(1, "--fp8-format", "hybrid"));
+        String[][] layouts = {
+            {"--pipeline-model-parallel-size", "2"},
+            {"--use-distributed-optimizer"},
+            {"--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"},
+        };
+        int[] ranks = {2, 2, 1};
+        for (int k = 0; k < layouts.length; k++) {
+            List<String> f = flags(1, "--fp8-format", "hybrid");
+            f.set(f.indexOf("--nproc") + 1, String.valueOf(ranks[k]));
+            f.addAll(List.of(layouts[k]));
+            List<Double> losses = train(f);
+            assertEquals(STEPS, losses.size(), String.join(" ", layouts[k]));
+            for (int i = 0; i < STEPS; i++) {
+                double rel = Math.abs(losses.get(i) - serial.get(i)) / serial.get(i);
+                // bf16 sums in another order under PP and DP (seen: below 2e-4); recompute repeats the same ops exactly
+                assertTrue(k == 2 ? rel == 0 : rel < 5e-4, String.join(" ", layouts[k]) + ", step " + (i + 1) + ": " + losses.get(i)
+                        + " vs one rank's " + serial.get(i));
+            }
+        }
+    }
+
     @Test
     void aResumedFp8RunContinuesTheUninterruptedOne() throws Exception {
         Path save = dir.resolve("ckpt");
