@@ -197,6 +197,19 @@ public final class AutogradScope implements AutoCloseable {
     }
 
     /**
+     * A parameter's tensor as a Function input whose gradient the Function computes in Java: an alias (a view)
+     * owned by this scope when it records autograd, else the tensor itself. The gradient handed back for the alias
+     * reaches the leaf through the view's backward as a tensor nothing else refers to, so libtorch keeps it as the
+     * leaf's first {@code .grad} instead of copying it (a tensor returned from Java is still referenced there).
+     *
+     * @param leaf a parameter's tensor
+     * @return the input to pass to {@link #apply1} in its place
+     */
+    public NDArray parameterInput(NDArray leaf) {
+        return gradEnabled ? Tensors.own(leaf.reshape(leaf.getShape()), manager) : leaf;
+    }
+
+    /**
      * Whether this is a training pass: dropout and other stochastic layers are active. Independent
      * of {@link #isGradEnabled()}: the first, no-grad run of a {@link Recompute} inside a training
      * scope is training too, so that it draws the masks its backward rerun replays.

@@ -93,15 +93,17 @@ public final class Fp8Linear implements AutoCloseable {
      *
      * @param scope the pass's scope; owns the output
      * @param x {@code [.., in]} in float32, float16 or bfloat16
-     * @param weight the {@code [out, in]} parameter (its gradient is accumulated by autograd); its float8 copy is
-     *     cached for the current generation (the class comment's weight cache)
+     * @param weight the {@code [out, in]} parameter (its gradient is accumulated by autograd, the first one kept
+     *     without a copy: {@link AutogradScope#parameterInput}); its float8 copy is cached for the current generation
+     *     (the class comment's weight cache)
      * @param bias {@code [out]} or null
      * @return {@code [.., out]} in {@code x}'s dtype
      * @throws IllegalArgumentException if a dim is not a multiple of 16 or the dtype is not supported
      */
     public NDArray apply(AutogradScope scope, NDArray x, Parameter weight, NDArray bias) {
         Gemms gemms = new Gemms(weight);
-        return bias == null ? scope.apply1(gemms, x, weight.data()) : scope.apply1(gemms, x, weight.data(), bias);
+        NDArray w = scope.parameterInput(weight.data());
+        return bias == null ? scope.apply1(gemms, x, w) : scope.apply1(gemms, x, w, scope.parameterInput(bias));
     }
 
     private void configure(DataType outType, boolean scaledMm) {

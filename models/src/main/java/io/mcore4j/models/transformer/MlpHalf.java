@@ -99,7 +99,7 @@ final class MlpHalf implements Function {
         in[0] = h;
         for (int i = 0; i < parameters.length; i++) {
             NDArray leaf = parameters[i].data();
-            in[i + 1] = scope.isGradEnabled() ? Tensors.own(leaf.reshape(leaf.getShape()), scope.manager()) : leaf;
+            in[i + 1] = scope.parameterInput(leaf);
         }
         return scope.apply1(this, in);
     }
