@@ -7,6 +7,7 @@
 # iterations, the loss logged every 10, the validation loss (16 global batches of the held-out 3%) every 100. Each run has its own working directory (its own copy of the corpus) and, with
 # two or more GPUs, its own GPU, so the two run at once. Writes OUT_DIR/bf16.log and OUT_DIR/fp8.log;
 # scripts/fp8/plot_curves.py OUT_DIR/bf16.log OUT_DIR/fp8.log PNG draws the two curves and prints the final losses.
+# SEED (1234) seeds both runs (initialisation and data order).
 #   scripts/gpu/fp8-curves.sh OUT_DIR
 set -euo pipefail
 out="${1:?usage: fp8-curves.sh OUT_DIR}"
@@ -22,7 +23,7 @@ train() { # NAME GPU FLAGS...
     -cp "$CP" io.mcore4j.samples.cli.Mcore4jCli pretrain-gpt --corpus-from-sources "$repo" --vocab-size 257 \
     --num-layers 8 --hidden-size 512 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512 \
     --micro-batch-size 8 --global-batch-size 32 --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 30 --lr-decay-style cosine \
-    --train-iters 300 --log-interval 10 --eval-interval 100 --eval-iters 16 --seed 1234 --bf16 "$@") >"$out/$name.log" 2>&1
+    --train-iters 300 --log-interval 10 --eval-interval 100 --eval-iters 16 --seed "${SEED:-1234}" --bf16 "$@") >"$out/$name.log" 2>&1
 }
 second=$(( gpus > 1 ? 1 : 0 ))
 train bf16 0 &
