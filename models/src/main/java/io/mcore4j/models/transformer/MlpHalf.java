@@ -180,20 +180,8 @@ final class MlpHalf implements Function {
         try (NDManager temp = m.newSubManager()) {
             NDArray dy2 = Tensors.own(dy.reshape(-1, width), temp);
             // fc2: weight, bias, input gradients
-            NDArray dW2;
-            NDArray da2;
-            if (fc2Fp8 != null) {
-                Fp8Linear.Saved fc2 = Fp8Linear.Saved.from(ctx, FP8_SAVED + 4);
-                NDArray[] g = fc2Fp8.backward2d(dy2, fc2, temp);
-                fc2.inputT().close();
-                dW2 = gradient(ctx, 5, g[1], temp);
-                da2 = g[0];
-            } else {
-                NDArray a = ctx.saved(11);
-                dW2 = weightGradient(ctx, 5, dy2, Tensors.own(a.reshape(-1, ffn), temp), temp);
-                a.close();
-                da2 = Tensors.own(dy2.matMul(w2), temp);
-            }
+            NDArray[] dW2 = new NDArray[1];
+            NDArray da2 = linearBackward(ctx, fc2Fp8, FP8_SAVED + 4, 11, 5, dy2, w2, dW2, temp);
             NDArray db2 = gradient(ctx, 6, columnSum(dy, b2, temp), temp);
             NDArray da = Tensors.own(da2.reshape(h1.getShape()), temp);
             // GELU and fc1's bias
@@ -207,20 +195,8 @@ final class MlpHalf implements Function {
             NDArray dh1 = Tensors.own(gelu[0].reshape(-1, ffn), temp);
             NDArray db1 = gradient(ctx, 4, Tensors.own(DataTypes.toType(gelu[1], DataTypes.of(b1), false), temp), temp);
             // fc1: weight and input gradients
-            NDArray dW1;
-            NDArray dNormed2;
-            if (fc1Fp8 != null) {
-                Fp8Linear.Saved fc1 = Fp8Linear.Saved.from(ctx, FP8_SAVED);
-                NDArray[] g = fc1Fp8.backward2d(dh1, fc1, temp);
-                fc1.inputT().close();
-                dW1 = gradient(ctx, 3, g[1], temp);
-                dNormed2 = g[0];
-            } else {
-                NDArray normed = ctx.saved(10);
-                dW1 = weightGradient(ctx, 3, dh1, Tensors.own(normed.reshape(-1, width), temp), temp);
-                normed.close();
-                dNormed2 = Tensors.own(dh1.matMul(w1), temp);
-            }
+            NDArray[] dW1 = new NDArray[1];
+            NDArray dNormed2 = linearBackward(ctx, fc1Fp8, FP8_SAVED, 10, 3, dh1, w1, dW1, temp);
             NDArray dNormed = Tensors.own(dNormed2.reshape(h.getShape()), temp);
             // LayerNorm and the residual: the input gradient in one pass with the residual's where a kernel can
             NDArray dh = normKernel == null ? null : normKernel.inputGradientPlus(dNormed, h, mean, rstd, lnWeight, dy, m);
@@ -236,8 +212,30 @@ final class MlpHalf implements Function {
             }
             NDArray dLnWeight = gradient(ctx, 1, norm.get(0), temp);
             NDArray dLnBias = gradient(ctx, 2, norm.get(1), temp);
-            return new NDArray[] {dh, dLnWeight, dLnBias, dW1, db1, dW2, db2};
+            return new NDArray[] {dh, dLnWeight, dLnBias, dW1[0], db1, dW2[0], db2};
         }
+    }
+
+    /**
+     * One linear's backward: {@code dOut·W}, returned (owned by {@code temp}), and the weight's gradient, added into its
+     * {@code .grad} or left in {@code dW[0]}. In FP8 through the linear's GEMMs on what its forward saved from
+     * {@code fp8Saved} on; else in the parameters' dtype from its input saved at {@code inputSaved}. Frees the saved
+     * input.
+     */
+    private NDArray linearBackward(FunctionContext ctx, Fp8Linear fp8, int fp8Saved, int inputSaved, int weightInput,
+                                   NDArray dOut, NDArray w, NDArray[] dW, NDManager temp) {
+        if (fp8 != null) {
+            Fp8Linear.Saved saved = Fp8Linear.Saved.from(ctx, fp8Saved);
+            NDArray[] g = fp8.backward2d(dOut, saved, temp);
+            saved.inputT().close();
+            dW[0] = gradient(ctx, weightInput, g[1], temp);
+            return g[0];
+        }
+        NDArray x = ctx.saved(inputSaved);
+        long width = x.getShape().get(x.getShape().dimension() - 1);
+        dW[0] = weightGradient(ctx, weightInput, dOut, Tensors.own(x.reshape(-1, width), temp), temp);
+        x.close();
+        return Tensors.own(dOut.matMul(w), temp);
     }
 
     /** The gradient of a bias from its layer's output gradient: column sums in the bias's dtype, owned by {@code temp}. */
