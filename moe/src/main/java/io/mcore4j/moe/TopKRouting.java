@@ -22,6 +22,10 @@ import io.mcore4j.core.autograd.NoGrad;
  * <p>Precision follows Megatron: scores are computed in float32 and the probabilities are returned in the
  * logits' dtype. The top-k is libtorch's sorted top-k (Megatron's choice while gradients are recorded), so
  * ties resolve as in Megatron's training step.
+ *
+ * <p>Two implementations of {@link #select(AutogradScope, NDArray, Options, NDArray)} compute the same selection,
+ * chosen there: routing without expert groups runs {@link FusedTopKRouting}, one TorchScript call with the casts to
+ * and from float32 inside; group-limited routing runs {@link #selectComposed}, DJL's ops one call each.
  */
 public final class TopKRouting {
     private TopKRouting() {}
@@ -100,6 +104,17 @@ public final class TopKRouting {
                     + options.numGroups() + " groups: expected [tokens, experts] logits, 1 <= k <= experts and groups"
                     + " dividing the experts");
         }
+        return options.numGroups() == 0 ? Fused.INSTANCE.select(scope, logits, options, expertBias)
+                : selectComposed(scope, logits, options, expertBias);
+    }
+
+    /**
+     * {@link #select(AutogradScope, NDArray, Options, NDArray)} from DJL's ops, one libtorch call each (with casts
+     * between the logits' dtype and float32 as {@link Cast} Functions): the definition the fused path is tested
+     * against, and the path of group-limited routing. Arguments as {@code select}'s, already checked.
+     */
+    static Selection selectComposed(AutogradScope scope, NDArray logits, Options options, NDArray expertBias) {
+        int topK = options.topK();
         NDManager m = scope.manager();
         DataType dtype = DataTypes.of(logits);
         NDArray indices;
@@ -210,6 +225,11 @@ public final class TopKRouting {
         NDList top = scores.topK(k, 1, true, true);
         top.attach(m);
         return top.get(1);
+    }
+
+    /** The one-call path of routing without groups, made on first use and shared by the process. */
+    private static final class Fused {
+        static final FusedTopKRouting INSTANCE = new FusedTopKRouting();
     }
 
     /** Softmax over the last dim computed in float32. */
