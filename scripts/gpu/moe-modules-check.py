@@ -1,7 +1,8 @@
 """Checks mcore4j's MoE TorchScript archives on a CUDA device with the host's torch (the GPU hosts' 2.11; the
 archives are written by torch 2.13): grouped_mm.pt against one matmul per expert, forward and gradients, with
 experts of no rows, in bfloat16 and float32; permute_tokens.pt and unpermute_tokens.pt against their per-pair
-definition; then one timing line of the grouped product against the padded batched matmul (mcore4j's fallback)
+definition; topk_routing.pt against eager routing (logits and expert bias on the device, options on the host),
+choice, probabilities and gradient, in bfloat16 and float32; then one timing line of the grouped product against the padded batched matmul (mcore4j's fallback)
 and the per-expert loop, for a Mixtral-like expert layer.
 
 Usage (repository root): python3 scripts/gpu/moe-modules-check.py
@@ -64,6 +65,49 @@ def check_permutation(permute, unpermute):
     print(f"token permutation: output error {error:.2e}, order {'ok' if torch.equal(order, token_of_row) else 'FAILED'}")
 
 
+def eager_routing(logits, bias, k, sigmoid, pre_softmax, scaling):
+    """TopKRouting's composed path in eager torch."""
+    key = lambda s: s.detach().float() + bias if bias is not None else s
+    if sigmoid:
+        scores = torch.sigmoid(logits.float())
+        indices = torch.topk(key(scores), k, dim=1).indices
+        chosen = scores.gather(1, indices)
+        probs = chosen / (chosen.sum(1, keepdim=True) + 1e-20) if k > 1 else chosen
+    elif pre_softmax:
+        scores = torch.softmax(logits.float(), -1)
+        indices = torch.topk(key(scores), k, dim=1).indices
+        probs = scores.gather(1, indices)
+    else:
+        indices = torch.topk(key(logits), k, dim=1).indices
+        probs = torch.softmax(logits.gather(1, indices).float(), -1)
+    probs = (probs * scaling).to(logits.dtype)
+    return indices, torch.zeros_like(logits).scatter(1, indices, probs)
+
+
+def check_routing(module):
+    torch.manual_seed(2)
+    for dtype in (torch.bfloat16, torch.float32):
+        for sigmoid, pre_softmax, k, with_bias, scaling in ((False, False, 2, False, 1.0), (False, True, 1, True, 2.5),
+                                                            (True, False, 3, True, 1.0), (True, False, 1, False, 2.5)):
+            values = (torch.randn(256, 8, device="cuda") * 4).round() / 4
+            bias = torch.randn(8, device="cuda") * 0.5 if with_bias else None
+            options = torch.tensor([k, sigmoid, pre_softmax, scaling, with_bias], dtype=torch.float64)
+            x = values.to(dtype).requires_grad_()
+            y = values.to(dtype).requires_grad_()
+            indices, _, probs, routing_map = module(x, bias if bias is not None else torch.zeros(0), options)
+            want_indices, want_probs = eager_routing(y, bias, k, sigmoid, pre_softmax, scaling)
+            upstream = torch.randn(256, 8, device="cuda", dtype=dtype)
+            g, = torch.autograd.grad(probs, x, upstream)
+            w, = torch.autograd.grad(want_probs, y, upstream)
+            same = torch.equal(indices, want_indices) and torch.equal(probs, want_probs) \
+                and torch.equal(routing_map, torch.zeros(256, 8, device="cuda").scatter(1, want_indices, 1.0))
+            error = ((g - w).abs().max() / w.abs().max().clamp_min(1e-6)).item()
+            status = "ok" if same and error < 1e-5 else "FAILED"
+            print(f"topk_routing {dtype} sigmoid={sigmoid} pre_softmax={pre_softmax} top-{k} bias={with_bias}"
+                  f" scaling {scaling}: choice and probabilities {'equal' if same else 'DIFFER'}, gradient relative"
+                  f" error {error:.1e} {status}")
+
+
 def timed(fn, *args):
     for _ in range(3):
         fn(*args)
@@ -96,6 +140,7 @@ def main():
     check_grouped(grouped)
     check_permutation(torch.jit.load(ROOT + "permute_tokens.pt", map_location="cuda"),
                       torch.jit.load(ROOT + "unpermute_tokens.pt", map_location="cuda"))
+    check_routing(torch.jit.load(ROOT + "topk_routing.pt", map_location="cuda"))
     bench(grouped)
 
 
