@@ -185,37 +185,84 @@ abstract sealed class GroupedMatmul permits GroupedMatmul.Kernel, GroupedMatmul.
         @Override
         NDArray apply(AutogradScope scope, NDArray rows, NDArray weights, long[] counts) {
             NDManager m = scope.manager();
-            int experts = counts.length;
-            long k = rows.getShape().get(1);
-            long n = weights.getShape().get(1);
-            long total = TokenPermutation.sum(counts, 0, experts);
-            long longest = 0;
-            for (long c : counts) {
-                longest = Math.max(longest, c);
-            }
+            Layout layout = new Layout(counts);
             NDArray transposed = Tensors.own(weights.transpose(0, 2, 1), m);
-            if (longest * experts == total) {
-                NDArray x = Tensors.own(rows.reshape(experts, longest, k), m);
-                return Tensors.own(Tensors.own(x.matMul(transposed), m).reshape(total, n), m);
-            }
-            // padded slot (e, r) reads row offset_e + r, or the appended zero row N past the expert's rows
-            long[] padded = new long[Math.toIntExact(experts * longest)];
-            long[] kept = new long[Math.toIntExact(total)];
-            long offset = 0;
-            for (int e = 0; e < experts; e++) {
-                for (long r = 0; r < longest; r++) {
-                    padded[(int) (e * longest + r)] = r < counts[e] ? offset + r : total;
+            return layout.unpad(Tensors.own(layout.pad(rows, m).matMul(transposed), m), m);
+        }
+
+        /**
+         * The padded layout of rows that come expert by expert: {@code [E, longest, width]}, expert {@code e}'s rows
+         * first in its slab and zero rows after them. Layers that run several products on the same rows (the experts'
+         * fc1, activation and fc2) pad once and unpad once; rows computed from padding rows are dropped by
+         * {@link #unpad}, so they receive no gradient.
+         */
+        static final class Layout {
+            private final long[] counts;
+            private final long total;
+            private final long longest;
+
+            /** @param counts rows per expert */
+            Layout(long[] counts) {
+                this.counts = counts.clone();
+                this.total = TokenPermutation.sum(counts, 0, counts.length);
+                long most = 0;
+                for (long c : counts) {
+                    most = Math.max(most, c);
                 }
-                for (long r = 0; r < counts[e]; r++) {
-                    kept[(int) (offset + r)] = e * longest + r;
-                }
-                offset += counts[e];
+                this.longest = most;
             }
-            NDArray withZeroRow = Tensors.own(NDArrays.concat(new NDList(rows,
-                    DataTypes.zeros(m, new Shape(1, k), DataTypes.of(rows))), 0), m);
-            NDArray x = TokenPermutation.rows(withZeroRow, m.create(padded), m).reshape(experts, longest, k);
-            NDArray y = Tensors.own(Tensors.own(x.matMul(transposed), m).reshape(experts * longest, n), m);
-            return TokenPermutation.rows(y, m.create(kept), m);
+
+            /** Whether every expert has {@code longest} rows: padding and unpadding are reshapes. */
+            private boolean even() {
+                return longest * counts.length == total;
+            }
+
+            /**
+             * @param rows {@code [N, width]}, expert by expert
+             * @param m owns the result
+             * @return {@code [E, longest, width]}
+             */
+            NDArray pad(NDArray rows, NDManager m) {
+                int experts = counts.length;
+                long width = rows.getShape().get(1);
+                if (even()) {
+                    return Tensors.own(rows.reshape(experts, longest, width), m);
+                }
+                // padded slot (e, r) reads row offset_e + r, or the appended zero row N past the expert's rows
+                long[] padded = new long[Math.toIntExact(experts * longest)];
+                long offset = 0;
+                for (int e = 0; e < experts; e++) {
+                    for (long r = 0; r < longest; r++) {
+                        padded[(int) (e * longest + r)] = r < counts[e] ? offset + r : total;
+                    }
+                    offset += counts[e];
+                }
+                NDArray withZeroRow = Tensors.own(NDArrays.concat(new NDList(rows,
+                        DataTypes.zeros(m, new Shape(1, width), DataTypes.of(rows))), 0), m);
+                return Tensors.own(TokenPermutation.rows(withZeroRow, m.create(padded), m).reshape(experts, longest, width), m);
+            }
+
+            /**
+             * @param slabs {@code [E, longest, width]}
+             * @param m owns the result
+             * @return {@code [N, width]}: the rows of each expert, padding dropped
+             */
+            NDArray unpad(NDArray slabs, NDManager m) {
+                long width = slabs.getShape().get(2);
+                NDArray flat = Tensors.own(slabs.reshape(counts.length * longest, width), m);
+                if (even()) {
+                    return flat;
+                }
+                long[] kept = new long[Math.toIntExact(total)];
+                long offset = 0;
+                for (int e = 0; e < counts.length; e++) {
+                    for (long r = 0; r < counts[e]; r++) {
+                        kept[(int) (offset + r)] = e * longest + r;
+                    }
+                    offset += counts[e];
+                }
+                return TokenPermutation.rows(flat, m.create(kept), m);
+            }
         }
 
         @Override

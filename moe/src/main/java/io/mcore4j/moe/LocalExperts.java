@@ -45,7 +45,9 @@ import java.util.List;
  * rows per expert; otherwise the experts one after another on their rows (an expert with no rows
  * still runs on an empty tensor: its gradients are zero and collectives stay matched), or, when every
  * local expert has the same number of rows and batching is enabled, one batched matmul. Every path
- * computes the same function; the weights are stacked per pass for the grouped ones.
+ * computes the same function; the weights are stacked per pass for the grouped ones. Where the grouped product is
+ * the padded one, the whole MLP runs in its padded layout (padded and unpadded once, each bias added to its slab
+ * by one broadcast).
  */
 final class LocalExperts extends AbstractModule {
     private final MoeConfig config;
@@ -189,6 +191,9 @@ final class LocalExperts extends AbstractModule {
     /** {@link #forwardGrouped(AutogradScope, NDArray, long[], GroupedMatmul)} with the group ends given, or null. */
     NDArray forwardGrouped(AutogradScope scope, NDArray input, long[] tokensPerExpert, GroupedMatmul matmul,
                            NDArray ends) {
+        if (matmul instanceof GroupedMatmul.Padded) {
+            return forwardPadded(scope, input, tokensPerExpert);
+        }
         NDManager m = scope.manager();
         GroupedMatmul.Groups groups = matmul.groups(tokensPerExpert, ends, input, m);
         NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), groups); // [N, fc1/t]
@@ -198,6 +203,34 @@ final class LocalExperts extends AbstractModule {
         NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), groups);
         List<NDArray> fc2Bias = fc2BiasRowsForPass(scope);
         return fc2Bias == null ? y : addExpertBiases(y, fc2Bias, tokensPerExpert, m);
+    }
+
+    /**
+     * The grouped path through {@link GroupedMatmul.Padded}'s layout, entered once for the whole MLP: the rows padded
+     * to {@code [E, longest, h]}, fc1 as one batched matmul with the stacked fc1 biases added by one broadcast, the
+     * activation, fc2 likewise, and the padding dropped. Rows computed from padding rows are dropped, so they add
+     * nothing to any gradient; each bias's gradient is the sum over its expert's rows. Two index-selects and two
+     * broadcast adds per pass where two padded products would pad and unpad twice and add each expert's bias to its
+     * rows one by one.
+     */
+    private NDArray forwardPadded(AutogradScope scope, NDArray input, long[] tokensPerExpert) {
+        NDManager m = scope.manager();
+        GroupedMatmul.Padded.Layout layout = new GroupedMatmul.Padded.Layout(tokensPerExpert);
+        NDArray h = Tensors.own(layout.pad(input, m).matMul(transposedStack(fc1Weights, m)), m); // [E, L, fc1/t]
+        if (!fc1Biases.isEmpty()) {
+            h = Tensors.own(h.add(Tensors.own(stack(fc1Biases, m).expandDims(1), m)), m);
+        }
+        NDArray y = Tensors.own(config.activation().apply(scope, h).matMul(transposedStack(fc2Weights, m)), m);
+        NDArray fc2Bias = fc2BiasStackForPass(scope);
+        if (fc2Bias != null) {
+            y = Tensors.own(y.add(Tensors.own(fc2Bias.expandDims(1), m)), m);
+        }
+        return layout.unpad(y, m);
+    }
+
+    /** The weights stacked {@code [E, out, in]} and transposed to {@code [E, in, out]} for a batched matmul. */
+    private static NDArray transposedStack(List<Parameter> weights, NDManager m) {
+        return Tensors.own(stack(weights, m).transpose(0, 2, 1), m);
     }
 
     /**
@@ -257,6 +290,22 @@ final class LocalExperts extends AbstractModule {
         NDList rows = Tensors.split(stacked, ones, 0);
         rows.attach(m);
         return rows;
+    }
+
+    /**
+     * The fc2 biases to add on this rank stacked {@code [E, h]}, or null (none, or not expert-TP rank 0). With expert
+     * tensor parallelism they pass through the identity whose backward all-reduces their gradient over expert-TP.
+     */
+    private NDArray fc2BiasStackForPass(AutogradScope scope) {
+        if (fc2Biases.isEmpty()) {
+            return null;
+        }
+        NDManager m = scope.manager();
+        if (expertTp.size() == 1) {
+            return stack(fc2Biases, m);
+        }
+        NDArray stacked = Mappings.copyToTensorParallelRegion(scope, expertTp, stack(fc2Biases, m));
+        return expertTp.rank() == 0 ? stacked : null;
     }
 
     private static List<NDArray> data(List<Parameter> params) {
