@@ -24,8 +24,9 @@ import io.mcore4j.core.autograd.NoGrad;
  * ties resolve as in Megatron's training step.
  *
  * <p>Two implementations of {@link #select(AutogradScope, NDArray, Options, NDArray)} compute the same selection,
- * chosen there: routing without expert groups runs {@link FusedTopKRouting}, one TorchScript call with the casts to
- * and from float32 inside; group-limited routing runs {@link #selectComposed}, DJL's ops one call each.
+ * chosen there: routing without expert groups runs one TorchScript call ({@code topk_routing.pt}, written by
+ * {@code scripts/make_topk_routing_module.py}) with the casts to and from float32 inside; group-limited routing runs
+ * the composed path, DJL's ops one call each, against which the fused one is tested.
  */
 public final class TopKRouting {
     private TopKRouting() {}
