@@ -14,7 +14,8 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
 /**
- * Routing without expert groups in one call ({@link FusedTopKRouting}) equals the composed ops
+ * Routing without expert groups in one call ({@link TopKRouting#selectFused}, which {@link TopKRouting#select} runs for
+ * logits in a lower precision than float32) equals the composed ops
  * ({@link TopKRouting#selectComposed}) exactly: the same expert indices and routing map, the same probabilities
  * (top-k and scattered, in the logits' dtype) and the gradient of the logits (within 1e-6: the sigmoid
  * normalisation's backward may round its sums differently), for every score function, top-1 to
@@ -42,7 +43,7 @@ class FusedRoutingTest {
             NDArray upstream = DataTypes.toType(Fixtures.normal(s, 13, 1.0, TOKENS, EXPERTS), dtype, false);
             NDArray fusedLogits = Fixtures.leaf(values, s);
             NDArray composedLogits = Fixtures.leaf(values, s);
-            TopKRouting.Selection fused = TopKRouting.select(scope, fusedLogits, options, expertBias);
+            TopKRouting.Selection fused = TopKRouting.selectFused(scope, fusedLogits, options, expertBias);
             TopKRouting.Selection composed = TopKRouting.selectComposed(scope, composedLogits, options, expertBias);
             scope.backward(new NDArray[] {fused.probs(), composed.probs()}, new NDArray[] {upstream, upstream});
 

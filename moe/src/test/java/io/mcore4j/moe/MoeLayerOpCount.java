@@ -59,6 +59,7 @@ public final class MoeLayerOpCount {
             double moeMs = medianMs(moe::forward, moe.parameters(), input, m, iterations);
             System.out.printf("moe-layer-op-count %s: layer pass (forward+backward, one micro-batch) median dense %.3f ms,"
                     + " MoE %.3f ms, ratio %.2f%n", dtype, denseMs, moeMs, moeMs / denseMs);
+            routerTimes(config, m, iterations);
             Path dir = Files.createTempDirectory("moe-op-count");
             System.out.println("dense MLP pass:");
             report(profile(dense::forward, dense.parameters(), input, m, dir.resolve("dense.json")));
@@ -69,6 +70,38 @@ public final class MoeLayerOpCount {
             moe.close();
             dense.close();
         }
+    }
+
+    /**
+     * The routing of one micro-batch's logits alone, forward and backward, through the one-call path and the composed
+     * ops: the median milliseconds of each.
+     */
+    private static void routerTimes(MoeConfig config, NDManager m, int n) {
+        TopKRouting.Options options = TopKRouting.Options.of(config);
+        NDArray logits = DataTypes.toType(Fixtures.normal(m, 8, 1.0, SEQ * BATCH, config.numExperts()), config.dtype(),
+                false);
+        double[] ms = new double[2];
+        for (int path = 0; path < 2; path++) {
+            boolean fused = path == 0;
+            double[] times = new double[n];
+            for (int i = -20; i < n; i++) {
+                long start = System.nanoTime();
+                try (AutogradScope scope = AutogradScope.open(m)) {
+                    NDArray x = Fixtures.leaf(logits, scope.manager());
+                    TopKRouting.Selection s = fused ? TopKRouting.selectFused(scope, x, options, null)
+                            : TopKRouting.selectComposed(scope, x, options, null);
+                    scope.backward(new NDArray[] {s.probs()}, new NDArray[] {DataTypes.ones(scope.manager(),
+                            s.probs().getShape(), DataTypes.of(s.probs()), s.probs().getDevice())});
+                }
+                if (i >= 0) {
+                    times[i] = (System.nanoTime() - start) / 1e6;
+                }
+            }
+            Arrays.sort(times);
+            ms[path] = times[n / 2];
+        }
+        System.out.printf("moe-layer-op-count %s: routing alone (forward+backward) median one call %.3f ms, composed"
+                + " %.3f ms%n", config.dtype(), ms[0], ms[1]);
     }
 
     /** The dense MLP of the same widths. */
