@@ -2,12 +2,15 @@
 (io.mcore4j.moe.TopKRouting, routing without expert groups), mcore4j's own module:
 
 - topk_routing.pt: forward(logits [T, E], expert_bias [E] float32 (read only when options say so),
-  options [5] float64 on the host: top_k, sigmoid (0/1), pre_softmax (0/1), scaling_factor, has_bias (0/1))
-  -> (indices [T, k] int64, top_probs [T, k], probs [T, E], routing_map [T, E] float32 0/1): Megatron-Core's
+  options [6] float64 on the host: top_k, sigmoid (0/1), pre_softmax (0/1), scaling_factor, has_bias (0/1),
+  aux (0/1)) -> (indices [T, k] int64, top_probs [T, k], probs [T, E], routing_map [T, E] float32 0/1,
+  aux_scores [T, E] float32, aux_map [T, E] float32 0/1; both empty without aux): Megatron-Core's
   topk_routing_with_score_function as TopKRouting's composed path computes it, op for op: scores in float32
   (softmax of the top-k logits, softmax before the top-k, or sigmoid scores normalised over the top-k when k > 1),
   the expert bias added to a detached float32 copy of the scores for the choice only, libtorch's sorted top-k,
-  the scaling factor, the probabilities cast back to the logits' dtype and scattered into [T, E], and the 0/1 map.
+  the scaling factor, the probabilities cast back to the logits' dtype and scattered into [T, E], and the 0/1 map;
+  with aux, compute_routing_scores_for_aux_loss (softmax over all experts, or sigmoid scores normalised over all
+  experts, in float32) and the 0/1 top-k map of those scores, which the load-balancing losses count.
 Differentiable in the logits (gather, softmax, sigmoid, dtype casts and scatter, whose backward libtorch computes):
 the casts between the logits' dtype and float32 are libtorch's own, inside the call.
 
@@ -25,13 +28,15 @@ from torchscript_archive import write_checked  # noqa: E402
 
 class TopKRouting(torch.nn.Module):
     def forward(self, logits: torch.Tensor, expert_bias: torch.Tensor,
-                options: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                options: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                torch.Tensor, torch.Tensor]:
         o: List[float] = options.tolist()
         k = int(o[0])
         sigmoid = o[1] != 0.0
         pre_softmax = o[2] != 0.0
         scaling = o[3]
         has_bias = o[4] != 0.0
+        aux = o[5] != 0.0
         if sigmoid:
             scores = torch.sigmoid(logits.to(torch.float32))
             indices = torch.topk(self.for_choice(scores, expert_bias, has_bias), k, dim=1).indices
@@ -50,7 +55,18 @@ class TopKRouting(torch.nn.Module):
         shape = [logits.size(0), logits.size(1)]
         routing_map = torch.zeros(shape, dtype=torch.float32, device=logits.device).scatter(1, indices, 1.0)
         scattered = torch.zeros(shape, dtype=logits.dtype, device=logits.device).scatter(1, indices, probs)
-        return indices, probs, scattered, routing_map
+        if aux:
+            if sigmoid:
+                s = torch.sigmoid(logits.to(torch.float32))
+                aux_scores = s / (s.sum(dim=1, keepdim=True) + 1e-20)
+            else:
+                aux_scores = torch.softmax(logits.to(torch.float32), dim=-1)
+            aux_map = torch.zeros(shape, dtype=torch.float32, device=logits.device).scatter(
+                1, torch.topk(aux_scores, k, dim=1).indices, 1.0)
+        else:
+            aux_scores = torch.empty([0], dtype=torch.float32, device=logits.device)
+            aux_map = aux_scores
+        return indices, probs, scattered, routing_map, aux_scores, aux_map
 
     def for_choice(self, scores: torch.Tensor, expert_bias: torch.Tensor, has_bias: bool) -> torch.Tensor:
         if has_bias:
@@ -92,9 +108,15 @@ def check(module: torch.jit.ScriptModule) -> None:
         for k in (1, 2, 3):
             for b in (None, bias):
                 for scaling in (1.0, 2.5):
-                    options = torch.tensor([k, sigmoid, pre_softmax, scaling, b is not None], dtype=torch.float64)
+                    options = torch.tensor([k, sigmoid, pre_softmax, scaling, b is not None, 1], dtype=torch.float64)
                     x = logits.clone().requires_grad_()
-                    indices, top, probs, routing_map = module(x, b if b is not None else torch.zeros(0), options)
+                    indices, top, probs, routing_map, aux_scores, aux_map = module(
+                        x, b if b is not None else torch.zeros(0), options)
+                    s = torch.sigmoid(logits.float())
+                    want_aux = s / (s.sum(1, keepdim=True) + 1e-20) if sigmoid else torch.softmax(logits.float(), -1)
+                    want_aux_map = torch.zeros(9, 6).scatter(1, want_aux.topk(k, dim=1).indices, 1.0)
+                    if not torch.equal(aux_scores.detach(), want_aux) or not torch.equal(aux_map, want_aux_map):
+                        raise SystemExit("the load-balancing scores or their top-k map differ from their definition")
                     want_probs, want_map = reference(logits, b, k, sigmoid, pre_softmax, scaling)
                     if not torch.equal(routing_map, want_map) or not torch.allclose(probs, want_probs, atol=1e-12):
                         raise SystemExit(f"routing differs from its definition (sigmoid {sigmoid}, pre-softmax"
@@ -102,13 +124,18 @@ def check(module: torch.jit.ScriptModule) -> None:
                     if not torch.allclose(top, probs.gather(1, indices), atol=0):
                         raise SystemExit("the top-k probabilities are not the scattered ones")
                     # the gradient reaches the logits through the weights only
-                    (probs * torch.arange(6.0, dtype=torch.float64)).sum().backward()
+                    (probs * torch.arange(6.0, dtype=torch.float64)).sum().backward(retain_graph=True)
+                    x.grad = None
+                    aux_scores.sum().backward()
                     if x.grad is None or not torch.isfinite(x.grad).all():
                         raise SystemExit("no gradient reached the logits")
     low = torch.randn(5, 4).to(torch.bfloat16)
-    _, top, probs, routing_map = module(low, torch.zeros(0), torch.tensor([2, 0, 0, 1, 0], dtype=torch.float64))
+    _, top, probs, routing_map, aux_scores, aux_map = module(low, torch.zeros(0),
+                                                             torch.tensor([2, 0, 0, 1, 0, 0], dtype=torch.float64))
     if probs.dtype != torch.bfloat16 or routing_map.dtype != torch.float32:
         raise SystemExit("the probabilities must keep the logits' dtype, the map float32")
+    if aux_scores.numel() != 0 or aux_map.numel() != 0:
+        raise SystemExit("without aux the load-balancing outputs must be empty")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 archives are written by torch 2.13): grouped_mm.pt against one matmul per expert, forward and gradients, with
 experts of no rows, in bfloat16 and float32; permute_tokens.pt and unpermute_tokens.pt against their per-pair
 definition; topk_routing.pt against eager routing (logits and expert bias on the device, options on the host),
-choice, probabilities and gradient, in bfloat16 and float32; then one timing line of the grouped product against the padded batched matmul (mcore4j's fallback)
+choice, probabilities, load-balancing scores and map, gradient, in bfloat16 and float32; then one timing line of the grouped product against the padded batched matmul (mcore4j's fallback)
 and the per-expert loop, for a Mixtral-like expert layer.
 
 Usage (repository root): python3 scripts/gpu/moe-modules-check.py
@@ -91,16 +91,21 @@ def check_routing(module):
                                                             (True, False, 3, True, 1.0), (True, False, 1, False, 2.5)):
             values = (torch.randn(256, 8, device="cuda") * 4).round() / 4
             bias = torch.randn(8, device="cuda") * 0.5 if with_bias else None
-            options = torch.tensor([k, sigmoid, pre_softmax, scaling, with_bias], dtype=torch.float64)
+            options = torch.tensor([k, sigmoid, pre_softmax, scaling, with_bias, 1], dtype=torch.float64)
             x = values.to(dtype).requires_grad_()
             y = values.to(dtype).requires_grad_()
-            indices, _, probs, routing_map = module(x, bias if bias is not None else torch.zeros(0), options)
+            indices, _, probs, routing_map, aux_scores, aux_map = module(x, bias if bias is not None else torch.zeros(0),
+                                                                         options)
+            s = torch.sigmoid(y.detach().float())
+            want_aux = s / (s.sum(1, keepdim=True) + 1e-20) if sigmoid else torch.softmax(y.detach().float(), -1)
+            want_aux_map = torch.zeros(256, 8, device="cuda").scatter(1, want_aux.topk(k, dim=1).indices, 1.0)
             want_indices, want_probs = eager_routing(y, bias, k, sigmoid, pre_softmax, scaling)
             upstream = torch.randn(256, 8, device="cuda", dtype=dtype)
             g, = torch.autograd.grad(probs, x, upstream)
             w, = torch.autograd.grad(want_probs, y, upstream)
             same = torch.equal(indices, want_indices) and torch.equal(probs, want_probs) \
-                and torch.equal(routing_map, torch.zeros(256, 8, device="cuda").scatter(1, want_indices, 1.0))
+                and torch.equal(routing_map, torch.zeros(256, 8, device="cuda").scatter(1, want_indices, 1.0)) \
+                and torch.equal(aux_scores.detach(), want_aux) and torch.equal(aux_map, want_aux_map)
             error = ((g - w).abs().max() / w.abs().max().clamp_min(1e-6)).item()
             status = "ok" if same and error < 1e-5 else "FAILED"
             print(f"topk_routing {dtype} sigmoid={sigmoid} pre_softmax={pre_softmax} top-{k} bias={with_bias}"

@@ -14,8 +14,8 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 
 /**
- * {@link TopKRouting#select(AutogradScope, NDArray, TopKRouting.Options, NDArray)} without expert groups in one
- * libtorch call, through mcore4j's TorchScript archive {@code topk_routing.pt}
+ * {@link TopKRouting#select(AutogradScope, NDArray, TopKRouting.Options, NDArray)} without expert groups (and the
+ * load-balancing scores and their top-k map, when asked) in one libtorch call, through mcore4j's TorchScript archive {@code topk_routing.pt}
  * ({@code scripts/make_topk_routing_module.py}): the same ops as {@link TopKRouting#selectComposed} in the same
  * order, so the same choice, values and gradients, where the composed path makes about ten calls from Java and,
  * for logits in a lower precision than float32, two {@link io.mcore4j.core.autograd.Cast} Functions (each a cut of
@@ -33,7 +33,7 @@ final class FusedTopKRouting {
     private final NDArray noBias;
     private final Map<Key, NDArray> optionTensors = new ConcurrentHashMap<>();
 
-    private record Key(TopKRouting.Options options, boolean bias) {}
+    private record Key(TopKRouting.Options options, boolean bias, boolean aux) {}
 
     FusedTopKRouting() {
         this.host = Mcore4j.newRootManager().newSubManager(Device.cpu());
@@ -41,27 +41,32 @@ final class FusedTopKRouting {
     }
 
     /**
-     * The selection of {@link TopKRouting#select(AutogradScope, NDArray, TopKRouting.Options, NDArray)}, for options
-     * without groups, whose arguments the caller checked.
+     * The selection of {@link TopKRouting#select(AutogradScope, NDArray, TopKRouting.Options, NDArray)}, and with
+     * {@code aux} the load-balancing scores and their top-k map, for options without groups, whose arguments the
+     * caller checked.
      *
      * @param scope the pass's scope; owns every result
      * @param logits {@code [T, E]}
      * @param options how to choose ({@code numGroups() == 0})
      * @param expertBias float32 {@code [E]} on the logits' device, or null
-     * @return the selection
+     * @param aux whether to compute the load-balancing scores and map
+     * @return the selection, with the load-balancing scores and map when asked (else null)
      */
-    TopKRouting.Selection select(AutogradScope scope, NDArray logits, TopKRouting.Options options, NDArray expertBias) {
-        NDArray optionTensor = optionTensors.computeIfAbsent(new Key(options, expertBias != null), this::optionTensor);
+    TopKRouting.Scored select(AutogradScope scope, NDArray logits, TopKRouting.Options options, NDArray expertBias,
+                              boolean aux) {
+        NDArray optionTensor = optionTensors.computeIfAbsent(new Key(options, expertBias != null, aux),
+                this::optionTensor);
         NDList out = TorchScriptModules.shared(FusedTopKRouting.class, RESOURCE)
                 .forward(new NDList(logits, expertBias != null ? expertBias : noBias, optionTensor));
         out.attach(scope.manager());
-        return new TopKRouting.Selection(out.get(0), out.get(1), out.get(2), out.get(3));
+        TopKRouting.Selection selection = new TopKRouting.Selection(out.get(0), out.get(1), out.get(2), out.get(3));
+        return new TopKRouting.Scored(selection, aux ? out.get(4) : null, aux ? out.get(5) : null);
     }
 
     private NDArray optionTensor(Key key) {
         TopKRouting.Options o = key.options();
         double[] values = {o.topK(), o.score() == MoeConfig.RouterScore.SIGMOID ? 1 : 0, o.preSoftmax() ? 1 : 0,
-                o.scalingFactor(), key.bias() ? 1 : 0};
+                o.scalingFactor(), key.bias() ? 1 : 0, key.aux() ? 1 : 0};
         return host.create(values);
     }
 }

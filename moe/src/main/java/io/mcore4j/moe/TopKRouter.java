@@ -133,7 +133,10 @@ public final class TopKRouter extends AbstractModule {
         }
         long numTokens = shape.get(0);
         int k = config.topK();
-        TopKRouting.Selection selection = TopKRouting.select(scope, logits, TopKRouting.Options.of(config), expertBias);
+        boolean aux = training
+                && (config.auxLossCoeff() > 0 || config.seqAuxLossCoeff() > 0 || config.globalAuxLossCoeff() > 0);
+        TopKRouting.Scored scored = TopKRouting.select(scope, logits, TopKRouting.Options.of(config), expertBias, aux);
+        TopKRouting.Selection selection = scored.selection();
         NDArray selected = selection.routingMap();
         NDArray probs = selection.probs();
         NDArray kept = selected;
@@ -147,7 +150,7 @@ public final class TopKRouter extends AbstractModule {
             probs = Tensors.own(probs.mul(DataTypes.toType(kept, DataTypes.of(probs), false)), m);
         }
         if (training) {
-            probs = attachLoadBalancingLosses(scope, probs, logits, sequenceLength, batchSize);
+            probs = attachLoadBalancingLosses(scope, probs, scored, sequenceLength, batchSize);
             if (localTokenCounts != null) {
                 localTokenCounts.addi(dispatched.sum(new int[] {0}));
             }
@@ -222,18 +225,20 @@ public final class TopKRouter extends AbstractModule {
         return Tensors.linear(x, w, null, m);
     }
 
-    /** Adds every enabled load-balancing loss and attaches their sum to {@code probs}. */
-    private NDArray attachLoadBalancingLosses(AutogradScope scope, NDArray probs, NDArray logits, long seq, long batch) {
-        boolean any = config.auxLossCoeff() > 0 || config.seqAuxLossCoeff() > 0 || config.globalAuxLossCoeff() > 0;
-        if (!any) {
+    /**
+     * Adds every enabled load-balancing loss and attaches their sum to {@code probs}; the scores and their plain
+     * top-k map (no bias, no capacity), which decides the counts, come with the selection when a loss is enabled.
+     */
+    private NDArray attachLoadBalancingLosses(AutogradScope scope, NDArray probs, TopKRouting.Scored scored, long seq,
+                                              long batch) {
+        if (scored.auxScores() == null) {
             return probs;
         }
         NDManager m = scope.manager();
         int k = config.topK();
         int experts = config.numExperts();
-        NDArray scores = TopKRouting.scoresForAuxLoss(scope, logits, config.routerScore());
-        // the top-k of the plain scores (no bias, no capacity) decides the counts
-        NDArray selected = TopKRouting.routingMapForAuxLoss(m, scores, k);
+        NDArray scores = scored.auxScores();
+        NDArray selected = scored.auxMap();
         long tokens = scores.getShape().get(0);
         NDArray total = null;
         if (config.auxLossCoeff() > 0) {

@@ -106,20 +106,52 @@ public final class TopKRouting {
                     + options.numGroups() + " groups: expected [tokens, experts] logits, 1 <= k <= experts and groups"
                     + " dividing the experts");
         }
-        // the one call pays where it removes the two Cast Functions of lower-precision logits (a bf16 router's
-        // forward and backward: 0.14 ms against 0.56 ms on a CPU); for float32 logits the composed ops are as quick
-        // (MoeLayerOpCount)
-        boolean fused = options.numGroups() == 0 && logits.getDataType() != DataType.FLOAT32;
-        return fused ? selectFused(scope, logits, options, expertBias) : selectComposed(scope, logits, options, expertBias);
+        return select(scope, logits, options, expertBias, false).selection();
     }
 
     /**
-     * {@link #select(AutogradScope, NDArray, Options, NDArray)} in one TorchScript call, for options without groups:
-     * the same ops as {@link #selectComposed} with the casts between the logits' dtype and float32 inside. Arguments
-     * as {@code select}'s, already checked.
+     * A selection and, when asked, the scores and top-k map the load-balancing losses use.
+     *
+     * @param selection the selection
+     * @param auxScores {@code [T, E]} float32 scores of {@link #scoresForAuxLoss}, or null when not asked
+     * @param auxMap {@code [T, E]} float32 0/1 map of {@link #routingMapForAuxLoss}, or null when not asked
      */
-    static Selection selectFused(AutogradScope scope, NDArray logits, Options options, NDArray expertBias) {
-        return Fused.INSTANCE.select(scope, logits, options, expertBias);
+    record Scored(Selection selection, NDArray auxScores, NDArray auxMap) {}
+
+    /**
+     * {@link #select(AutogradScope, NDArray, Options, NDArray)}, and with {@code aux} the load-balancing scores of the
+     * same logits and their top-k map. Chooses the implementation: one TorchScript call ({@link #selectFused}) for
+     * routing without groups of logits in a lower precision than float32, else the composed ops.
+     *
+     * @param scope the pass's scope; owns every result
+     * @param logits {@code [T, E]}, checked by the caller
+     * @param options how to choose, checked by the caller
+     * @param expertBias float32 {@code [E]} added to the scores for the choice, or null
+     * @param aux whether to compute the load-balancing scores and map too
+     * @return the selection and, with {@code aux}, the scores and map
+     */
+    static Scored select(AutogradScope scope, NDArray logits, Options options, NDArray expertBias, boolean aux) {
+        // the one call pays where it removes the Cast Functions of lower-precision logits (a bf16 router's forward
+        // and backward: 0.14 ms against 0.56 ms on a CPU); for float32 logits the composed ops are as quick
+        // (MoeLayerOpCount)
+        if (options.numGroups() == 0 && logits.getDataType() != DataType.FLOAT32) {
+            return selectFused(scope, logits, options, expertBias, aux);
+        }
+        Selection selection = selectComposed(scope, logits, options, expertBias);
+        if (!aux) {
+            return new Scored(selection, null, null);
+        }
+        NDArray scores = scoresForAuxLoss(scope, logits, options.score());
+        return new Scored(selection, scores, routingMapForAuxLoss(scope.manager(), scores, options.topK()));
+    }
+
+    /**
+     * {@link #select(AutogradScope, NDArray, Options, NDArray, boolean)} in one TorchScript call, for options without
+     * groups: the same ops as {@link #selectComposed} (and {@link #scoresForAuxLoss}, {@link #routingMapForAuxLoss})
+     * with the casts between the logits' dtype and float32 inside. Arguments as {@code select}'s, already checked.
+     */
+    static Scored selectFused(AutogradScope scope, NDArray logits, Options options, NDArray expertBias, boolean aux) {
+        return Fused.INSTANCE.select(scope, logits, options, expertBias, aux);
     }
 
     /**

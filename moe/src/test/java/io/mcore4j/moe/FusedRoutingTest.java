@@ -14,10 +14,12 @@ import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
 
 /**
- * Routing without expert groups in one call ({@link TopKRouting#selectFused}, which {@link TopKRouting#select} runs for
+ * Routing without expert groups in one call ({@link TopKRouting#selectFused}, which {@link TopKRouting#select(AutogradScope, NDArray, TopKRouting.Options,
+ * NDArray, boolean)} runs for
  * logits in a lower precision than float32) equals the composed ops
  * ({@link TopKRouting#selectComposed}) exactly: the same expert indices and routing map, the same probabilities
- * (top-k and scattered, in the logits' dtype) and the gradient of the logits (within 1e-6: the sigmoid
+ * (top-k and scattered, in the logits' dtype), the load-balancing scores and their top-k map, and the gradient
+ * of the logits through the probabilities and the scores (within 1e-6: the sigmoid
  * normalisation's backward may round its sums differently), for every score function, top-1 to
  * top-3, with and without the expert bias and the scaling factor, in float32 and bfloat16, on logits with ties.
  */
@@ -43,9 +45,14 @@ class FusedRoutingTest {
             NDArray upstream = DataTypes.toType(Fixtures.normal(s, 13, 1.0, TOKENS, EXPERTS), dtype, false);
             NDArray fusedLogits = Fixtures.leaf(values, s);
             NDArray composedLogits = Fixtures.leaf(values, s);
-            TopKRouting.Selection fused = TopKRouting.selectFused(scope, fusedLogits, options, expertBias);
+            TopKRouting.Scored scored = TopKRouting.selectFused(scope, fusedLogits, options, expertBias, true);
+            TopKRouting.Selection fused = scored.selection();
             TopKRouting.Selection composed = TopKRouting.selectComposed(scope, composedLogits, options, expertBias);
-            scope.backward(new NDArray[] {fused.probs(), composed.probs()}, new NDArray[] {upstream, upstream});
+            NDArray auxScores = TopKRouting.scoresForAuxLoss(scope, composedLogits, score);
+            NDArray auxMap = TopKRouting.routingMapForAuxLoss(s, auxScores, k);
+            NDArray auxUpstream = Fixtures.normal(s, 14, 1.0, TOKENS, EXPERTS);
+            scope.backward(new NDArray[] {fused.probs(), composed.probs(), scored.auxScores(), auxScores},
+                    new NDArray[] {upstream, upstream, auxUpstream, auxUpstream});
 
             assertArrayEquals(composed.indices().toLongArray(), fused.indices().toLongArray(), "expert indices");
             assertClose("routing map", fused.routingMap(), composed.routingMap(), 0);
@@ -55,6 +62,8 @@ class FusedRoutingTest {
             assertClose("probabilities", fused.probs(), composed.probs(), 0);
             // the sigmoid path's normalisation is differentiated by TorchScript's own formulas inside the call, whose
             // sums may round differently in the last bit
+            assertClose("load-balancing scores", scored.auxScores(), auxScores, 0);
+            assertClose("load-balancing map", scored.auxMap(), auxMap, 0);
             assertClose("logits' gradient", Fixtures.grad(fusedLogits, s), Fixtures.grad(composedLogits, s), 1e-6);
         }
     }

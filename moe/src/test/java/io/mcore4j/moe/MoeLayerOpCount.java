@@ -88,7 +88,7 @@ public final class MoeLayerOpCount {
                 long start = System.nanoTime();
                 try (AutogradScope scope = AutogradScope.open(m)) {
                     NDArray x = Fixtures.leaf(logits, scope.manager());
-                    TopKRouting.Selection s = fused ? TopKRouting.selectFused(scope, x, options, null)
+                    TopKRouting.Selection s = fused ? TopKRouting.selectFused(scope, x, options, null, false).selection()
                             : TopKRouting.selectComposed(scope, x, options, null);
                     scope.backward(new NDArray[] {s.probs()}, new NDArray[] {DataTypes.ones(scope.manager(),
                             s.probs().getShape(), DataTypes.of(s.probs()), s.probs().getDevice())});
