@@ -45,7 +45,11 @@ class FusedRoutingTest {
             NDArray upstream = DataTypes.toType(Fixtures.normal(s, 13, 1.0, TOKENS, EXPERTS), dtype, false);
             NDArray fusedLogits = Fixtures.leaf(values, s);
             NDArray composedLogits = Fixtures.leaf(values, s);
-            TopKRouting.Scored scored = TopKRouting.selectFused(scope, fusedLogits, options, expertBias, true);
+            // the third call: TorchScript's profiling executor runs an optimised graph after its first runs
+            TopKRouting.Scored scored = null;
+            for (int call = 0; call < 3; call++) {
+                scored = TopKRouting.selectFused(scope, fusedLogits, options, expertBias, true);
+            }
             TopKRouting.Selection fused = scored.selection();
             TopKRouting.Selection composed = TopKRouting.selectComposed(scope, composedLogits, options, expertBias);
             NDArray auxScores = TopKRouting.scoresForAuxLoss(scope, composedLogits, score);
