@@ -57,9 +57,7 @@ class MlpHalfTest {
                 h[k] = r.normal(m, new Shape(s, b, width), 0, 1, DataType.FLOAT32);
                 upstream[k] = r.normal(m, new Shape(s, b, width), 0, 1, DataType.FLOAT32);
             }
-            NDArray[] init = {r.normal(m, new Shape(width), 1, 0.1, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32),
-                r.normal(m, new Shape(ffn, width), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(ffn), 0, 0.1, DataType.FLOAT32),
-                r.normal(m, new Shape(width, ffn), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32)};
+            NDArray[] init = initialParameters(r, m, width, ffn);
             NDArray epsilon = m.newSubManager(Device.cpu()).create(1e-5);
             NDArray[][] results = new NDArray[2][];
             for (int pass = 0; pass < 2; pass++) {
@@ -119,9 +117,7 @@ class MlpHalfTest {
             int ffn = 48;
             NDArray[] h = {r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32), r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32)};
             NDArray[] up = {r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32), r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32)};
-            NDArray[] init = {r.normal(m, new Shape(width), 1, 0.1, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32),
-                r.normal(m, new Shape(ffn, width), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(ffn), 0, 0.1, DataType.FLOAT32),
-                r.normal(m, new Shape(width, ffn), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32)};
+            NDArray[] init = initialParameters(r, m, width, ffn);
             NDArray epsilon = m.newSubManager(Device.cpu()).create(1e-5);
             NDArray[] wide = run(DataType.FLOAT32, h, up, init, epsilon, m);
             NDArray[] narrow = run(DataType.BFLOAT16, h, up, init, epsilon, m);
@@ -150,9 +146,7 @@ class MlpHalfTest {
             Shape act = new Shape(8, 2, width); // 16 tokens: FP8 GEMMs take multiples of 16
             NDArray[] h = {r.normal(m, act, 0, 1, DataType.FLOAT32), r.normal(m, act, 0, 1, DataType.FLOAT32)};
             NDArray[] up = {r.normal(m, act, 0, 1, DataType.FLOAT32), r.normal(m, act, 0, 1, DataType.FLOAT32)};
-            NDArray[] init = {r.normal(m, new Shape(width), 1, 0.1, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32),
-                r.normal(m, new Shape(ffn, width), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(ffn), 0, 0.1, DataType.FLOAT32),
-                r.normal(m, new Shape(width, ffn), 0, 0.2, DataType.FLOAT32), r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32)};
+            NDArray[] init = initialParameters(r, m, width, ffn);
             NDArray epsilon = m.newSubManager(Device.cpu()).create(1e-5);
             NDArray[][] results = new NDArray[2][];
             NDArray[] amaxes = new NDArray[2];
@@ -227,6 +221,14 @@ class MlpHalfTest {
             kept[i + 2] = widen(params[i].gradient(m), m);
         }
         return kept;
+    }
+
+    /** The half's six parameters in input order (LN weight, LN bias, fc1 weight, fc1 bias, fc2 weight, fc2 bias), float32. */
+    private static NDArray[] initialParameters(DeterministicRandom r, NDManager m, int width, int ffn) {
+        return new NDArray[] {r.normal(m, new Shape(width), 1, 0.1, DataType.FLOAT32),
+            r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32), r.normal(m, new Shape(ffn, width), 0, 0.2, DataType.FLOAT32),
+            r.normal(m, new Shape(ffn), 0, 0.1, DataType.FLOAT32), r.normal(m, new Shape(width, ffn), 0, 0.2, DataType.FLOAT32),
+            r.normal(m, new Shape(width), 0, 0.1, DataType.FLOAT32)};
     }
 
     private static NDArray widen(NDArray t, NDManager owner) {
