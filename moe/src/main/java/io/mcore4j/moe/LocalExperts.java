@@ -270,8 +270,8 @@ final class LocalExperts extends AbstractModule {
 
     /**
      * The fc2 biases to add on this rank, one per local expert, or null (none, or not expert-TP rank 0). With
-     * expert tensor parallelism they pass, stacked, through the identity whose backward all-reduces their
-     * gradient over expert-TP, and are split again; otherwise they are the parameters themselves.
+     * expert tensor parallelism they are {@link #fc2BiasStackForPass}'s stack split again; otherwise they are the
+     * parameters themselves.
      */
     private List<NDArray> fc2BiasRowsForPass(AutogradScope scope) {
         if (fc2Biases.isEmpty()) {
@@ -280,11 +280,11 @@ final class LocalExperts extends AbstractModule {
         if (expertTp.size() == 1) {
             return data(fc2Biases);
         }
-        NDManager m = scope.manager();
-        NDArray stacked = Mappings.copyToTensorParallelRegion(scope, expertTp, stack(fc2Biases, m));
-        if (expertTp.rank() != 0) {
+        NDArray stacked = fc2BiasStackForPass(scope);
+        if (stacked == null) {
             return null;
         }
+        NDManager m = scope.manager();
         long[] ones = new long[fc2Biases.size()];
         Arrays.fill(ones, 1);
         NDList rows = Tensors.split(stacked, ones, 0);
