@@ -1,12 +1,14 @@
-// mcore4j's CUDA graph support: libtorch's at::cuda::CUDAGraph reached from Java (io.mcore4j.cuda.NativeCudaGraphs),
-// which DJL's JNI does not expose. Built on the GPU host against the libtorch DJL drives (scripts/gpu/build-cuda-graphs.sh),
-// like DJL's own JNI; without it mcore4j runs every step eagerly.
+// mcore4j's native library: libtorch's at::cuda::CUDAGraph reached from Java (io.mcore4j.cuda.NativeCudaGraphs), and
+// the resize of a tensor's storage in place (io.mcore4j.cuda.NativeStorage), neither of which DJL's JNI exposes. Built
+// on the GPU host against the libtorch DJL drives (scripts/gpu/build-cuda-graphs.sh), like DJL's own JNI; without it
+// mcore4j runs every step eagerly, and ZeRO-3 recomputes every layer.
 //
 // A capture makes a stream of libtorch's pool the calling thread's current stream (capture needs one other than the
 // legacy default stream), allocates what the captured work allocates from a private memory pool (the graph's, kept
 // while the graph lives), and restores the previous stream at the end. Replay launches on the caller's current stream.
 #include <jni.h>
 
+#include <ATen/Tensor.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -125,6 +127,32 @@ JNIEXPORT void JNICALL Java_io_mcore4j_cuda_NativeCudaGraphs_destroy(JNIEnv* env
 JNIEXPORT void JNICALL Java_io_mcore4j_cuda_NativeCudaGraphs_emptyCache(JNIEnv* env, jclass) {
   guarded(env, "CUDA caching allocator emptyCache", [&]() -> int {
     c10::cuda::CUDACachingAllocator::emptyCache();
+    return 0;
+  });
+}
+
+// Frees (nbytes 0) or reallocates the memory of a tensor's storage without touching the tensor: the StorageImpl every
+// tensor over that memory shares gets a new DataPtr from its own allocator (the caching allocator on the current
+// stream), the old one goes back to it. Shape, strides and version counters stay; the contents are not kept.
+// jhandle is DJL's tensor handle (a torch::Tensor*).
+JNIEXPORT void JNICALL Java_io_mcore4j_cuda_NativeStorage_resize(JNIEnv* env, jclass, jlong jhandle, jlong nbytes) {
+  guarded(env, "storage resize", [&]() -> int {
+    const auto* tensor = reinterpret_cast<at::Tensor*>(jhandle);
+    c10::StorageImpl* storage = tensor->storage().unsafeGetStorageImpl();
+    TORCH_CHECK(storage->resizable(), "the tensor's storage is not resizable");
+    if (static_cast<jlong>(storage->nbytes()) == nbytes) {
+      return 0;
+    }
+    std::optional<c10::cuda::CUDAGuard> guard;
+    if (tensor->is_cuda()) {
+      guard.emplace(tensor->device().index());
+    }
+    if (nbytes == 0) {
+      storage->set_data_ptr_noswap(at::DataPtr(nullptr, tensor->device()));
+    } else {
+      storage->set_data_ptr_noswap(storage->allocator()->allocate(static_cast<size_t>(nbytes)));
+    }
+    storage->set_nbytes(static_cast<size_t>(nbytes));
     return 0;
   });
 }

@@ -10,6 +10,7 @@ import io.mcore4j.core.kernel.KernelProvider;
 import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.kernel.MasterAdamKernel;
 import io.mcore4j.core.kernel.QkvGradientKernel;
+import io.mcore4j.core.kernel.StorageResize;
 
 import java.util.Optional;
 
@@ -19,7 +20,8 @@ import java.util.Optional;
  * {@link LayerNormKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
  * bfloat16 conversions), and {@link Fp8CastKernel} for 8.9 or newer (float8 conversions), each source compiled once
  * per device and process; and {@link GraphCapture}
- * (CUDA graphs) where mcore4j's native graph library is loaded ({@link NativeCudaGraphs}); {@link HostReadback}
+ * (CUDA graphs) and {@link StorageResize} where mcore4j's native library is loaded ({@link NativeCudaGraphs},
+ * {@link NativeStorage}); {@link HostReadback}
  * (page-locked copies) on every CUDA device. Off with
  * {@code -Dmcore4j.cuda.kernels=false}: callers then compose the same results from libtorch's kernels.
  */
@@ -32,6 +34,9 @@ public final class CudaKernels implements KernelProvider {
         if (kernel == GraphCapture.class) {
             return device.isGpu() && CudaGraphCapture.available()
                     ? Optional.of(kernel.cast(new CudaGraphCapture(device.getDeviceId()))) : Optional.empty();
+        }
+        if (kernel == StorageResize.class) {
+            return device.isGpu() && NativeStorage.available() ? Optional.of(kernel.cast(new NativeStorage())) : Optional.empty();
         }
         if (kernel == HostReadback.class) {
             return device.isGpu() ? Optional.of(kernel.cast(new CudaHostReadback(device.getDeviceId()))) : Optional.empty();

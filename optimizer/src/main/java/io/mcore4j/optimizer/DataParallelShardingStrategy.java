@@ -16,8 +16,10 @@ import java.util.stream.Collectors;
  *       is accumulated over the micro-batches ({@link DistributedDataParallel});</li>
  *   <li>{@link #OPTIM_GRADS_PARAMS}: also the parameters (ZeRO-3): between uses a bucket's parameters
  *       hold no values; they are all-gathered from the master shards before a layer reads them and
- *       released after ({@link ShardedParamGather}). The model must recompute every layer, since libtorch
- *       cannot release a weight that a kept graph saved.</li>
+ *       released after its forward and after its backward ({@link ShardedParamGather}). Where the device
+ *       frees a buffer's memory in place (mcore4j's native library on a CUDA device) a layer keeps its graph and
+ *       its weights are gathered again for its backward; elsewhere the model must recompute every layer, since
+ *       libtorch's own calls cannot release a weight that a kept graph saved.</li>
  * </ul>
  */
 public enum DataParallelShardingStrategy {

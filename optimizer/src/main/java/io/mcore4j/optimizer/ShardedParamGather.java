@@ -6,8 +6,12 @@ import static io.mcore4j.optimizer.FlatTensors.range;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.NoGrad;
+import io.mcore4j.core.kernel.Kernels;
+import io.mcore4j.core.kernel.StorageResize;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.core.nn.ParameterResidency;
 import io.mcore4j.parallel.PendingCollective;
@@ -21,18 +25,28 @@ import java.util.Set;
 
 /**
  * Megatron FSDP's {@code optim_grads_params} (ZeRO-3): a bucket's parameters hold their values only
- * while the model reads them. Before a read ({@link #beforeForward}: the forward's, and the rerun in
- * backward of a recomputed layer) the bucket's weights are all-gathered over its data-parallel group
- * from this rank's master shard (cast to the parameters' dtype) into one flat buffer, and each parameter
- * is made a view of it in place ({@link TensorMemory#shareStorage}: the same leaf, no copy). Once every
- * parameter of the bucket has been named to {@link #afterUse} since that gather, each parameter is
- * emptied ({@link TensorMemory#releaseStorage}) and the buffer's memory goes back to the allocator.
+ * while the model reads them. Before a read ({@link #beforeForward}: the forward's, the backward's of a layer
+ * that kept its graph, and the rerun in backward of a recomputed layer) the bucket's weights are all-gathered
+ * over its data-parallel group from this rank's master shard (cast to the parameters' dtype). Once every
+ * parameter of the bucket has been named to {@link #afterUse} since that gather, the bucket is released.
+ * Where the values go, and how they leave, is one of two residences, chosen once:
+ * <ul>
+ *   <li><b>Resized storage</b>, where the device has a {@link StorageResize} (mcore4j's native library on a
+ *       CUDA device): each bucket's parameters are views of one flat buffer for good. A release frees the
+ *       buffer's memory without touching the parameters, a gather gives it memory again and all-gathers into
+ *       it. A graph that saved a parameter stays valid (nothing moves its version), so layers need not be
+ *       recomputed: {@link #keepsSavedTensors()}.</li>
+ *   <li><b>Views</b>, elsewhere: a gather makes each parameter a view of a new buffer in place
+ *       ({@link TensorMemory#shareStorage}: the same leaf, no copy), a release empties each parameter
+ *       ({@link TensorMemory#releaseStorage}). Both move the parameters' versions, so the model must recompute
+ *       every layer whose parameters it releases.</li>
+ * </ul>
  * Buckets of one rank ({@code group.size() == 1}) are never released, nor buckets holding a parameter
  * the model never names to {@link #afterUse} (the embedding's and the head's). A step's new weights
  * ({@link #publish}) release every gathered bucket; the next read gathers the new values.
  *
  * <p><b>Prefetch.</b> The buckets are gathered in the same order every step (the forward's layers, then
- * the backward's reruns in reverse). The order of the last step is kept, and while this step follows it,
+ * the backward's in reverse). The order of the last step is kept, and while this step follows it,
  * a read that gathered k buckets then starts the all-gathers of the next k buckets of that order
  * ({@link io.mcore4j.parallel.Communicator#startAllGather}, on a second stream with NCCL): the next
  * layer's, which run while this layer computes; the next read waits for them. Once the step departs from
@@ -61,11 +75,10 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
 
     private final List<GradientBucket> buckets;
     private final ShardSource source;
+    private final Residence residence;
     private final Map<Parameter, GradientBucket> bucketOf = new IdentityHashMap<>();
-    /** Each parameter's shape, which its tensor loses while released. */
-    private final Map<Parameter, Shape> shapes = new IdentityHashMap<>();
-    /** Per bucket, the manager of its gathered buffer while its parameters are views of it, else null. */
-    private final NDManager[] gathered;
+    /** Per bucket, whether its parameters hold the gathered values now. */
+    private final boolean[] resident;
     /** Per bucket, the parameters named to afterUse since its last gather. */
     private final List<Set<Parameter>> used = new ArrayList<>();
     private final NDManager manager;
@@ -85,30 +98,50 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
      */
     private boolean releaseUnread = true;
 
-    /** A started all-gather: the manager of its result, the one of its input, the collective. */
-    private record Prefetch(NDManager owner, NDManager input, PendingCollective pending) {}
+    /** A started all-gather: the manager of its input (this rank's shard), the collective. */
+    private record Prefetch(NDManager input, PendingCollective pending) {}
 
     /**
+     * With the device's {@link StorageResize} where it has one ({@link Kernels#find}), else with views.
+     *
      * @param buckets the wrapper's buckets; their parameters are whole (gathered) now
      * @param source this rank's shards
      * @param parent parent of the gathered buffers' managers
      */
     ShardedParamGather(List<GradientBucket> buckets, ShardSource source, NDManager parent) {
+        this(buckets, source, parent, buckets.isEmpty() ? null
+                : Kernels.find(StorageResize.class, buckets.get(0).slots.get(0).param().data().getDevice()).orElse(null));
+    }
+
+    /**
+     * @param buckets the wrapper's buckets; their parameters are whole (gathered) now
+     * @param source this rank's shards
+     * @param parent parent of the gathered buffers' managers
+     * @param resize frees and refills the buckets' buffers in place, or null to make the parameters views of
+     *     each gather's buffer
+     */
+    ShardedParamGather(List<GradientBucket> buckets, ShardSource source, NDManager parent, StorageResize resize) {
         this.buckets = buckets;
         this.source = source;
-        this.gathered = new NDManager[buckets.size()];
+        this.resident = new boolean[buckets.size()];
         this.prefetched = new Prefetch[buckets.size()];
         this.manager = parent.newSubManager();
         this.manager.setName("zero3-gathered");
         for (GradientBucket bucket : buckets) {
             for (GradientBucket.Slot slot : bucket.slots) {
                 bucketOf.put(slot.param(), bucket);
-                shapes.put(slot.param(), slot.param().data().getShape());
             }
             used.add(Collections.newSetFromMap(new IdentityHashMap<>()));
             // the parameters hold their values now: as if gathered, released after their first use
-            gathered[bucket.index] = manager.newSubManager();
+            resident[bucket.index] = true;
         }
+        this.residence = resize != null ? new ResizedStorage(buckets, resize, manager) : new Views(buckets, manager);
+    }
+
+    /** {@inheritDoc} With a {@link StorageResize}: a release leaves the parameters' versions as they were. */
+    @Override
+    public boolean keepsSavedTensors() {
+        return residence instanceof ResizedStorage;
     }
 
     @Override
@@ -126,7 +159,7 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         int count = 0;
         for (Parameter p : parameters) {
             GradientBucket bucket = bucketOf.get(p);
-            if (bucket != null && gathered[bucket.index] == null) {
+            if (bucket != null && !resident[bucket.index]) {
                 gather(bucket);
                 count++;
             }
@@ -138,7 +171,7 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
     public void afterUse(List<Parameter> parameters) {
         for (Parameter p : parameters) {
             GradientBucket bucket = bucketOf.get(p);
-            if (bucket == null || gathered[bucket.index] == null || bucket.group.size() == 1) {
+            if (bucket == null || !resident[bucket.index] || bucket.group.size() == 1) {
                 continue;
             }
             Set<Parameter> done = used.get(bucket.index);
@@ -156,8 +189,9 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
             Prefetch f = prefetched[bucket.index];
             if (f != null) {
                 prefetched[bucket.index] = null;
-                try (NDManager owner = f.owner(); NDManager input = f.input()) {
-                    f.pending().await(); // never leave a collective running on released buffers
+                try (NDManager input = f.input()) {
+                    // never leave a collective running on released buffers
+                    residence.discard(bucket, f.pending().await());
                 }
             }
         }
@@ -169,7 +203,7 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
     @Override
     public void finish() {
         for (GradientBucket bucket : buckets) {
-            if (gathered[bucket.index] == null) {
+            if (!resident[bucket.index]) {
                 gather(bucket);
             }
         }
@@ -205,29 +239,18 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
     private void gather(GradientBucket bucket) {
         Prefetch ahead = prefetched[bucket.index];
         prefetched[bucket.index] = null;
-        NDManager owner = ahead != null ? ahead.owner() : manager.newSubManager();
-        try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
-            NDArray full;
+        try (NoGrad off = NoGrad.enter()) {
             if (ahead != null) {
                 try (NDManager input = ahead.input()) {
-                    full = ahead.pending().await();
+                    residence.land(bucket, ahead.pending().await());
                 }
             } else {
-                full = bucket.group.allGather(source.shard(bucket, temp), 0, owner);
+                try (NDManager temp = manager.newSubManager()) {
+                    residence.gather(bucket, source.shard(bucket, temp));
+                }
             }
-            List<NDArray> targets = new ArrayList<>(bucket.slots.size());
-            List<NDArray> views = new ArrayList<>(bucket.slots.size());
-            for (GradientBucket.Slot slot : bucket.slots) {
-                targets.add(slot.param().data());
-                views.add(own(range(full, slot.offset(), slot.offset() + slot.numel(), temp)
-                        .reshape(shapes.get(slot.param())), temp));
-            }
-            TensorMemory.shareStorage(targets, views);
-        } catch (RuntimeException e) {
-            owner.close();
-            throw e;
         }
-        gathered[bucket.index] = owner;
+        resident[bucket.index] = true;
         used.get(bucket.index).clear();
         gathers++;
         int i = order.size();
@@ -242,16 +265,14 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
     private void prefetch(int count) {
         for (int j = order.size(); onTrack && j < Math.min(order.size() + count, lastOrder.size()); j++) {
             GradientBucket next = buckets.get(lastOrder.get(j));
-            if (gathered[next.index] != null || prefetched[next.index] != null || next.group.size() == 1) {
+            if (resident[next.index] || prefetched[next.index] != null || next.group.size() == 1) {
                 continue;
             }
-            NDManager owner = manager.newSubManager();
             NDManager input = manager.newSubManager();
             try (NoGrad off = NoGrad.enter()) {
-                prefetched[next.index] = new Prefetch(owner, input, next.group.startAllGather(source.shard(next, input), owner));
+                prefetched[next.index] = new Prefetch(input, residence.start(next, source.shard(next, input)));
                 prefetches++;
             } catch (RuntimeException e) {
-                owner.close();
                 input.close();
                 throw e;
             }
@@ -259,19 +280,177 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
     }
 
     private void release(GradientBucket bucket) {
-        NDManager owner = gathered[bucket.index];
-        if (owner == null || bucket.group.size() == 1) {
+        if (!resident[bucket.index] || bucket.group.size() == 1) {
             return;
         }
-        List<NDArray> targets = new ArrayList<>(bucket.slots.size());
-        for (GradientBucket.Slot slot : bucket.slots) {
-            targets.add(slot.param().data());
-        }
         try (NoGrad off = NoGrad.enter()) {
-            TensorMemory.releaseStorage(targets);
+            residence.release(bucket);
         }
-        owner.close();
-        gathered[bucket.index] = null;
+        resident[bucket.index] = false;
         used.get(bucket.index).clear();
+    }
+
+    /** Where a bucket's gathered values live while its parameters hold them, and how they leave. Grad mode is off. */
+    private interface Residence {
+        /** Gathers the bucket's weights from this rank's {@code shard} into its parameters, in the caller's stream order. */
+        void gather(GradientBucket bucket, NDArray shard);
+
+        /** Starts that gather; {@link #land} (or {@link #discard}) takes what its {@code await()} returns. */
+        PendingCollective start(GradientBucket bucket, NDArray shard);
+
+        /** Makes the parameters hold a started gather's result. */
+        void land(GradientBucket bucket, NDArray gathered);
+
+        /** Drops a started gather's result unused. */
+        void discard(GradientBucket bucket, NDArray gathered);
+
+        /** Drops the values the parameters hold. */
+        void release(GradientBucket bucket);
+    }
+
+    /**
+     * Each gather all-gathers into a new buffer and makes the parameters views of it in place; a release
+     * empties them. The parameters' shapes, which an empty tensor loses, are kept here.
+     */
+    private static final class Views implements Residence {
+        private final NDManager manager;
+        private final Map<Parameter, Shape> shapes = new IdentityHashMap<>();
+        /** Per bucket, the manager of the buffer its parameters are views of, or of a started gather's. */
+        private final NDManager[] held;
+
+        Views(List<GradientBucket> buckets, NDManager manager) {
+            this.manager = manager;
+            this.held = new NDManager[buckets.size()];
+            for (GradientBucket bucket : buckets) {
+                for (GradientBucket.Slot slot : bucket.slots) {
+                    shapes.put(slot.param(), slot.param().data().getShape());
+                }
+                held[bucket.index] = manager.newSubManager();
+            }
+        }
+
+        @Override
+        public void gather(GradientBucket bucket, NDArray shard) {
+            NDManager owner = manager.newSubManager();
+            try {
+                land(bucket, bucket.group.allGather(shard, 0, owner), owner);
+            } catch (RuntimeException e) {
+                owner.close();
+                throw e;
+            }
+        }
+
+        @Override
+        public PendingCollective start(GradientBucket bucket, NDArray shard) {
+            NDManager owner = manager.newSubManager();
+            try {
+                PendingCollective pending = bucket.group.startAllGather(shard, owner);
+                held[bucket.index] = owner;
+                return pending;
+            } catch (RuntimeException e) {
+                owner.close();
+                throw e;
+            }
+        }
+
+        @Override
+        public void land(GradientBucket bucket, NDArray gathered) {
+            land(bucket, gathered, held[bucket.index]);
+        }
+
+        private void land(GradientBucket bucket, NDArray full, NDManager owner) {
+            try (NDManager temp = manager.newSubManager()) {
+                List<NDArray> targets = new ArrayList<>(bucket.slots.size());
+                List<NDArray> views = new ArrayList<>(bucket.slots.size());
+                for (GradientBucket.Slot slot : bucket.slots) {
+                    targets.add(slot.param().data());
+                    views.add(own(range(full, slot.offset(), slot.offset() + slot.numel(), temp)
+                            .reshape(shapes.get(slot.param())), temp));
+                }
+                TensorMemory.shareStorage(targets, views);
+            }
+            held[bucket.index] = owner;
+        }
+
+        @Override
+        public void discard(GradientBucket bucket, NDArray gathered) {
+            held[bucket.index].close();
+            held[bucket.index] = null;
+        }
+
+        @Override
+        public void release(GradientBucket bucket) {
+            List<NDArray> targets = new ArrayList<>(bucket.slots.size());
+            for (GradientBucket.Slot slot : bucket.slots) {
+                targets.add(slot.param().data());
+            }
+            TensorMemory.releaseStorage(targets);
+            held[bucket.index].close();
+            held[bucket.index] = null;
+        }
+    }
+
+    /**
+     * Each bucket's parameters are views of one flat buffer for good (made so here, while they are whole); a
+     * release frees the buffer's memory and a gather gives it memory again and all-gathers into it, with the
+     * parameters, their shapes and their versions untouched.
+     */
+    private static final class ResizedStorage implements Residence {
+        private final StorageResize resize;
+        /** Per bucket, the flat buffer its parameters are views of; null for a bucket of one rank. */
+        private final NDArray[] flat;
+
+        ResizedStorage(List<GradientBucket> buckets, StorageResize resize, NDManager manager) {
+            this.resize = resize;
+            this.flat = new NDArray[buckets.size()];
+            for (GradientBucket bucket : buckets) {
+                if (bucket.group.size() == 1) {
+                    continue;
+                }
+                NDArray buffer = DataTypes.empty(manager, new Shape(bucket.paddedNumel), bucket.paramDtype,
+                        bucket.slots.get(0).param().data().getDevice());
+                try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
+                    List<NDArray> targets = new ArrayList<>(bucket.slots.size());
+                    List<NDArray> views = new ArrayList<>(bucket.slots.size());
+                    for (GradientBucket.Slot slot : bucket.slots) {
+                        NDArray weight = slot.param().data();
+                        NDArray view = own(range(buffer, slot.offset(), slot.offset() + slot.numel(), temp)
+                                .reshape(weight.getShape()), temp);
+                        Tensors.copyInto(view, weight);
+                        targets.add(weight);
+                        views.add(view);
+                    }
+                    TensorMemory.shareStorage(targets, views);
+                }
+                flat[bucket.index] = buffer;
+            }
+        }
+
+        @Override
+        public void gather(GradientBucket bucket, NDArray shard) {
+            resize.restore(flat[bucket.index]);
+            bucket.group.allGatherInto(shard, flat[bucket.index]);
+        }
+
+        @Override
+        public PendingCollective start(GradientBucket bucket, NDArray shard) {
+            resize.restore(flat[bucket.index]);
+            return bucket.group.startAllGatherInto(shard, flat[bucket.index]);
+        }
+
+        @Override
+        public void land(GradientBucket bucket, NDArray gathered) {
+            // the collective wrote into the buffer itself
+        }
+
+        @Override
+        public void discard(GradientBucket bucket, NDArray gathered) {
+            resize.release(flat[bucket.index]);
+        }
+
+        @Override
+        public void release(GradientBucket bucket) {
+            resize.release(flat[bucket.index]);
+        }
     }
 }

@@ -2,9 +2,14 @@ package io.mcore4j.optimizer;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.kernel.PoisoningStorageResize;
+import io.mcore4j.core.kernel.StorageResize;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.ParallelDims;
 import io.mcore4j.parallel.ProcessGroups;
@@ -20,13 +25,27 @@ import org.junit.jupiter.api.Test;
  * reads them (forward 0 1 2, backward 2 1 0): each read sees the whole weights, gathered from the shards;
  * each use leaves the parameter empty; and from the third step on (the first whose predecessor gathered
  * every read: the first step's first read found its bucket whole) each gather starts the next one ahead,
- * as the recorded order says.
+ * as the recorded order says. Both residences: views of each gather, and buffers freed in place.
  */
 class ShardedParamGatherTest {
     private static final float[][] VALUES = {{1, 2, 3, 4, 5, 6}, {-1, -2, -3}, {0.5f, 0.25f, 8, 9, 10, 11, 12}};
 
     @Test
     void eachReadSeesTheGatheredWeightsEachUseReleasesThemAndLaterStepsPrefetch() {
+        readsUsesAndPrefetches(null);
+    }
+
+    /**
+     * The same with the weights freed in place ({@link PoisoningStorageResize} standing in for the native
+     * library): a release leaves each parameter its shape and identity and its memory NaN, and tells the model
+     * that graphs which saved the parameters stay valid.
+     */
+    @Test
+    void inPlaceTheParametersKeepTheirShapeAndAReleaseLeavesNothingReadable() {
+        readsUsesAndPrefetches(new PoisoningStorageResize());
+    }
+
+    private static void readsUsesAndPrefetches(StorageResize resize) {
         List<long[]> counts = InJvmWorld.run(2, rank -> {
             ProcessGroups groups = rank.groups(ParallelDims.of(2, 1, 1));
             NDManager m = rank.manager();
@@ -48,7 +67,9 @@ class ShardedParamGatherTest {
                 float[] shard = new float[(int) bucket.shardNumel];
                 System.arraycopy(flat, (int) bucket.shardOffset, shard, 0, shard.length);
                 return owner.create(shard);
-            }, m);
+            }, m, resize);
+            assertEquals(resize != null, gather.keepsSavedTensors());
+            List<NDArray> handles = params.stream().map(Parameter::data).toList();
             long[] prefetchesAfterStep = new long[4];
             for (int step = 0; step < 4; step++) {
                 gather.beforeStep();
@@ -57,7 +78,15 @@ class ShardedParamGatherTest {
                     gather.beforeForward(List.of(p));
                     assertArrayEquals(VALUES[i], p.data().toFloatArray(), "step " + step + ", parameter " + i);
                     gather.afterUse(List.of(p));
-                    assertEquals(0, p.data().size(), "released after its use");
+                    if (resize == null) {
+                        assertEquals(0, p.data().size(), "released after its use");
+                    } else {
+                        assertSame(handles.get(i), p.data(), "the same tensor");
+                        assertEquals(new Shape(VALUES[i].length), p.data().getShape(), "its shape kept");
+                        for (float x : p.data().toFloatArray()) {
+                            assertTrue(Float.isNaN(x), "released after its use: step " + step + ", parameter " + i);
+                        }
+                    }
                 }
                 prefetchesAfterStep[step] = gather.prefetches();
             }

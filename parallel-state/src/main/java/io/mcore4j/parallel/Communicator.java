@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 
 import java.time.Duration;
 import java.util.List;
@@ -109,6 +110,39 @@ public interface Communicator {
     default PendingCollective startAllGather(NDArray input, NDManager owner) {
         NDArray out = allGather(input, 0, owner);
         return () -> out;
+    }
+
+    /**
+     * {@link #allGather} along dim 0 into a tensor the caller holds: every rank's {@code input} in rank order,
+     * written into {@code output}'s memory, which keeps its identity (ZeRO-3 gathers a bucket's weights into the
+     * storage its parameters are views of). The default gathers into a new tensor and copies it in.
+     *
+     * @param input this rank's piece
+     * @param output contiguous, {@code size()} times {@code input}'s elements along dim 0, same dtype and device
+     * @throws IllegalArgumentException if {@code output}'s shape is not the gathered one
+     */
+    default void allGatherInto(NDArray input, NDArray output) {
+        try (NDManager temp = output.getManager().newSubManager()) {
+            NDArray gathered = allGather(input, 0, temp);
+            if (!gathered.getShape().equals(output.getShape())) {
+                throw new IllegalArgumentException(group().key() + " all-gather into a tensor of shape " + output.getShape()
+                        + ": the gathered pieces have shape " + gathered.getShape());
+            }
+            Tensors.copyInto(output, gathered);
+        }
+    }
+
+    /**
+     * Starts {@link #allGatherInto}, letting it overlap the caller's later work where the backend can (see
+     * {@link #startAllReduceInPlace}). The default runs it at once.
+     *
+     * @param input this rank's piece, contiguous; keep it open and unmodified until {@link PendingCollective#await()}
+     * @param output as for {@link #allGatherInto}; not read or written by the caller until then
+     * @return the pending collective; its {@code await()} returns {@code output}
+     */
+    default PendingCollective startAllGatherInto(NDArray input, NDArray output) {
+        allGatherInto(input, output);
+        return () -> output;
     }
 
     /**

@@ -62,7 +62,7 @@ import java.util.function.UnaryOperator;
  */
 public final class GptModel extends AbstractModule {
     private static final String OUTPUT_KEY = "output_layer.";
-    private static final Function LAYER_BOUNDARY = new LayerBoundary(List.of(), List.of(), List.of());
+    private static final Function LAYER_BOUNDARY = new LayerBoundary(List.of(), List.of(), List.of(), List.of());
 
     private final ModelContext ctx;
     private final GptEmbedding embedding;
@@ -322,19 +322,25 @@ public final class GptModel extends AbstractModule {
                 // held only while read are released after it, and after its backward (the boundary before it)
                 boolean releaseAfterBackward = grad && hidden != input && !residencies.isEmpty();
                 hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run,
-                        releaseAfterBackward ? scope.apply1(boundary(reads), h) : h, positions,
+                        releaseAfterBackward ? scope.apply1(boundary(reads, List.of()), h) : h, positions,
                         residencies.isEmpty() ? null : allResidencies, reads));
             } else {
                 TransformerLayer layer = run.get(0);
                 List<Parameter> parameters = layerParameters.get(segment.start());
                 beforeForward(parameters);
                 // a cut per layer keeps each backward segment to one layer instead of the whole residual
-                // chain; when backward reaches it, the layer after it is done
+                // chain; when backward reaches it, the layer after it is done (and, where parameters are
+                // released under kept graphs, the plain layer before it is about to read its own again)
                 boolean cutHere = grad && hidden != input;
+                List<Parameter> before = releasesKeptGraphs() && segment.start() > 0 && !lastRecomputed
+                        ? layerParameters.get(segment.start() - 1) : List.of();
                 hidden = stage(scope, hidden, input, h -> {
-                    NDArray in = cutHere ? scope.apply1(boundary(parameters), h) : h;
+                    NDArray in = cutHere ? scope.apply1(boundary(parameters, before), h) : h;
                     return inference != null ? layer.forward(scope, in, inference) : layer.forward(scope, in, positions);
                 });
+                if (releasesKeptGraphs()) {
+                    allResidencies.afterUse(parameters); // its graph stays valid: backward gathers them again
+                }
             }
             lastRecomputed = segment.recomputed();
         }
@@ -344,11 +350,15 @@ public final class GptModel extends AbstractModule {
         }
         // the same cut before the final norm and the output layer, for listeners (after a recomputed layer
         // too where parameters are released, so that a bucket shared with the last layer's is reported whole)
-        boolean cutHead = (cut || grad && !residencies.isEmpty()) && !gradientListeners.isEmpty() && hidden != input;
+        // and, where parameters are released under kept graphs, to gather the last layer's before its backward
+        List<Parameter> lastLayer = releasesKeptGraphs() && !lastRecomputed && !chunk.isEmpty()
+                ? layerParameters.get(chunk.size() - 1) : List.of();
+        boolean cutHead = ((cut || grad && !residencies.isEmpty()) && !gradientListeners.isEmpty()
+                || grad && !lastLayer.isEmpty()) && hidden != input;
         beforeForward(headReads);
         return stage(scope, hidden, input,
-                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters), h) : h, tokens, labels, lossMask,
-                        positions));
+                h -> head(scope, cutHead ? scope.apply1(boundary(headParameters, lastLayer), h) : h, tokens, labels,
+                        lossMask, positions));
     }
 
     /**
@@ -517,26 +527,39 @@ public final class GptModel extends AbstractModule {
     }
 
     /**
-     * Adds a residency told, besides the forward pre-hooks' calls, before the rerun in backward of each
-     * recomputed run of layers reads their parameters, and after each such run's forward and backward
-     * that they may be released (ZeRO-3). Only recomputed layers are released (their first run keeps no
-     * graph that saved the parameters); the embedding's and the head's parameters are only named before
-     * they are read. Every layer must therefore be recomputed ({@code --recompute-granularity full}).
+     * Adds a residency told, besides the forward pre-hooks' calls, when layers' parameters may be released and
+     * before they are read again (ZeRO-3): after each layer's forward; before the rerun in backward of each
+     * recomputed run of layers, and before the backward of a layer that kept its graph; after each backward.
+     * The embedding's and the head's parameters are only named before they are read. A layer that keeps its
+     * graph (not recomputed) is released only by a residency that {@link ParameterResidency#keepsSavedTensors
+     * keeps saved tensors valid}; with any other, every layer must be recomputed
+     * ({@code --recompute-granularity full}).
      *
      * @param residency the residency; also added as a forward pre-hook
-     * @throws IllegalStateException if a layer of this chunk is not fully recomputed
+     * @throws IllegalArgumentException if a layer of this chunk is not fully recomputed and the residency does not
+     *     keep saved tensors valid, or a residency added before does not keep them and this one does, or the reverse
      */
     public void addParameterResidency(ParameterResidency residency) {
         Objects.requireNonNull(residency, "residency");
+        if (!residencies.isEmpty() && residencies.get(0).keepsSavedTensors() != residency.keepsSavedTensors()) {
+            throw new IllegalArgumentException("the residencies of one model must all keep saved tensors valid, or none");
+        }
         for (RecomputeSegment segment : segments) {
-            if (!segment.recomputed()) {
-                throw new IllegalStateException("parameters sharded between uses (ZeRO-3) need every layer recomputed"
-                        + " (--recompute-granularity full --recompute-method uniform): layer " + segment.start()
-                        + " of this chunk is not, and libtorch cannot release a weight that a kept graph saved");
+            if (!segment.recomputed() && !residency.keepsSavedTensors()) {
+                throw new IllegalArgumentException("--data-parallel-sharding-strategy optim_grads_params (ZeRO-3) needs"
+                        + " --recompute-granularity full --recompute-method uniform on " + ctx.parameters().getDevice()
+                        + " (layer " + segment.start() + " of this chunk is not recomputed): a layer's gathered weights are"
+                        + " released after its forward, and only mcore4j's native library on a CUDA device"
+                        + " (scripts/gpu/build-cuda-graphs.sh) releases a weight that a kept graph saved");
             }
         }
         residencies.add(residency);
         forwardPreHooks.add(residency);
+    }
+
+    /** @return whether plain layers release their parameters after forward and gather them again for backward */
+    private boolean releasesKeptGraphs() {
+        return !residencies.isEmpty() && residencies.get(0).keepsSavedTensors();
     }
 
     /** Every residency at once: what a recomputed run tells before its rerun reads, and after its forward. */
@@ -565,16 +588,22 @@ public final class GptModel extends AbstractModule {
         }
     }
 
-    private Function boundary(List<Parameter> completed) {
-        return (gradientListeners.isEmpty() && residencies.isEmpty()) || completed.isEmpty() ? LAYER_BOUNDARY
-                : new LayerBoundary(List.copyOf(completed), gradientListeners, residencies);
+    /**
+     * @param completed the parameters of what follows the cut, done when backward reaches it
+     * @param next the parameters of the plain layer before the cut, whose backward comes next, to gather again
+     *     (empty unless parameters are released under kept graphs)
+     */
+    private Function boundary(List<Parameter> completed, List<Parameter> next) {
+        return (gradientListeners.isEmpty() && residencies.isEmpty()) || completed.isEmpty() && next.isEmpty()
+                ? LAYER_BOUNDARY : new LayerBoundary(List.copyOf(completed), List.copyOf(next), gradientListeners, residencies);
     }
 
     /**
      * Identity whose only effect is to cut the graph: backward segments stay one layer long. Its
-     * backward runs once the segment after it is done, so it reports that segment's parameters.
+     * backward runs once the segment after it is done, so it reports that segment's parameters; then it
+     * names the parameters the segment before it reads in backward, if any, to the residencies.
      */
-    private record LayerBoundary(List<Parameter> completed, List<GradientReadyListener> listeners,
+    private record LayerBoundary(List<Parameter> completed, List<Parameter> next, List<GradientReadyListener> listeners,
                                  List<ParameterResidency> residencies) implements Function {
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
@@ -583,11 +612,18 @@ public final class GptModel extends AbstractModule {
 
         @Override
         public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
-            for (GradientReadyListener listener : listeners) {
-                listener.gradientsReady(completed);
+            if (!completed.isEmpty()) {
+                for (GradientReadyListener listener : listeners) {
+                    listener.gradientsReady(completed);
+                }
+                for (ParameterResidency residency : residencies) {
+                    residency.afterUse(completed);
+                }
             }
-            for (ParameterResidency residency : residencies) {
-                residency.afterUse(completed);
+            if (!next.isEmpty()) {
+                for (ParameterResidency residency : residencies) {
+                    residency.beforeForward(next);
+                }
             }
             return gradOutputs.clone();
         }

@@ -229,6 +229,59 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         });
     }
 
+    /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: {@code ncclAllGather} straight into {@code output}'s memory, on the caller's stream.
+     */
+    @Override
+    public void allGatherInto(NDArray input, NDArray output) {
+        String what = describe("all-gather into", input);
+        run(what, () -> {
+            checkGatherTarget(what, input, output);
+            if (comm == null) {
+                Tensors.copyInto(output, input);
+                return output;
+            }
+            try (NDManager temp = output.getManager().newSubManager(device)) {
+                gather(what, TensorMemory.contiguous(input, temp), output, false);
+            }
+            return output;
+        });
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: as {@link #startAllReduceInPlace}, into {@code output}'s memory.
+     */
+    @Override
+    public PendingCollective startAllGatherInto(NDArray input, NDArray output) {
+        String what = describe("all-gather into", input);
+        requireContiguous(what, input);
+        return run(what, () -> {
+            checkGatherTarget(what, input, output);
+            if (comm == null) {
+                Tensors.copyInto(output, input);
+                return () -> output;
+            }
+            CUstream_st on = comm.sideStream(what);
+            enqueueAllGather(what, input, output, on);
+            return joinLater(what, comm.startedOnSideStream(what), output);
+        });
+    }
+
+    private void checkGatherTarget(String what, NDArray input, NDArray output) {
+        Shape expected = RankMajorLayout.gathered(input.getShape(), 0, size());
+        if (!output.getShape().equals(expected) || DataTypes.of(output) != DataTypes.of(input)) {
+            throw new IllegalArgumentException(group.key() + " " + what + ": the output is " + DataTypes.of(output) + " "
+                    + output.getShape() + ", the gathered pieces " + DataTypes.of(input) + " " + expected);
+        }
+        if (!TensorMemory.isContiguous(output)) {
+            throw new IllegalArgumentException(group.key() + " " + what + ": the output must be contiguous");
+        }
+    }
+
     private PendingCollective joinLater(String what, CUevent_st event, NDArray result) {
         boolean[] joined = {false};
         return () -> {

@@ -272,8 +272,9 @@ public final class PretrainArgs {
     boolean useMegatronFsdp;
     @Option(names = "--data-parallel-sharding-strategy", description = "With --use-megatron-fsdp: no_shard, optim"
             + " (ZeRO-1), optim_grads (ZeRO-2: gradients reduce-scattered per micro-batch, only shards kept) or"
-            + " optim_grads_params (ZeRO-3: each layer's weights all-gathered before it runs and released after;"
-            + " needs --recompute-granularity full --recompute-method uniform). Default: ${DEFAULT-VALUE}, as Megatron's.")
+            + " optim_grads_params (ZeRO-3: each layer's weights all-gathered before its forward and its backward and"
+            + " released after each; without mcore4j's native library on a CUDA device, only under --recompute-granularity"
+            + " full --recompute-method uniform). Default: ${DEFAULT-VALUE}, as Megatron's.")
     String dataParallelShardingStrategy = "no_shard";
     @Option(names = "--overlap-grad-reduce", description = "Start data-parallel gradient reduction during the last backward.")
     boolean overlapGradReduce;
@@ -841,9 +842,9 @@ public final class PretrainArgs {
     /**
      * {@code --use-megatron-fsdp} and {@code --data-parallel-sharding-strategy}: a strategy without
      * the flag is refused (Megatron would ignore it), as are pipeline parallelism (Megatron FSDP does
-     * not compose with it), and {@code optim_grads_params} without full uniform recompute (libtorch cannot
-     * release a weight that a kept graph saved, so every layer is rerun in backward) or with CUDA graphs
-     * (a replayed graph gathers nothing); every strategy that shards
+     * not compose with it), and {@code optim_grads_params} with CUDA graphs (a replayed graph gathers nothing;
+     * whether it needs full recompute depends on the device, which the model checks when the step is built);
+     * every strategy that shards
      * the optimizer state turns the distributed optimizer on, as Megatron-Bridge does. With
      * {@code --auto-layout} the planner tries only the strategy given and picks a pipeline size and
      * recompute that suit it, so those two checks are left to it.
@@ -870,13 +871,6 @@ public final class PretrainArgs {
         if (layout.pipelineParallel() > 1) {
             throw new IllegalArgumentException("--use-megatron-fsdp does not compose with pipeline parallelism"
                     + " (--pipeline-model-parallel-size " + layout.pipelineParallel() + "), as in Megatron: use 1");
-        }
-        if (strategy.shardsParameters() && (recompute != RecomputeGranularity.full
-                || recomputeMethod != RecomputeMethodKind.uniform)) {
-            throw new IllegalArgumentException("--data-parallel-sharding-strategy optim_grads_params (ZeRO-3) needs"
-                    + " --recompute-granularity full --recompute-method uniform (got --recompute-granularity " + recompute
-                    + (recomputeMethod == null ? "" : " --recompute-method " + recomputeMethod) + "): a layer's gathered"
-                    + " weights are released after its forward, which libtorch allows only where backward reruns the layer");
         }
     }
 

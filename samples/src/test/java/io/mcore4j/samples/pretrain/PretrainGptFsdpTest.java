@@ -2,10 +2,12 @@ package io.mcore4j.samples.pretrain;
 
 import static io.mcore4j.samples.pretrain.PretrainRuns.assertSameLosses;
 import static io.mcore4j.samples.pretrain.PretrainRuns.refusal;
+import static io.mcore4j.samples.pretrain.PretrainRuns.runRefusal;
 import static io.mcore4j.samples.pretrain.PretrainRuns.train;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import io.mcore4j.core.kernel.PoisoningStorageResize;
 import io.mcore4j.optimizer.DataParallelShardingStrategy;
 
 import java.nio.file.Path;
@@ -17,7 +19,8 @@ import org.junit.jupiter.api.io.TempDir;
 
 /**
  * Megatron FSDP's {@code --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads} (ZeRO-2) and
- * {@code optim_grads_params} (ZeRO-3, with every layer recomputed): the serial run's losses at DP4 and at
+ * {@code optim_grads_params} (ZeRO-3, with every layer recomputed, and without where the weights are freed in
+ * place): the serial run's losses at DP4 and at
  * TP2 x DP2 with sequence parallelism (two micro-batches per rank, so shards are summed over passes), and
  * checkpoints that move between each at DP4 and the distributed optimizer at TP2 x DP2 in both directions.
  */
@@ -26,6 +29,9 @@ class PretrainGptFsdpTest {
     private static final List<String> ZERO3 = List.of("--use-megatron-fsdp", "--data-parallel-sharding-strategy",
             "optim_grads_params", "--recompute-granularity", "full", "--recompute-method", "uniform",
             "--recompute-num-layers", "1");
+
+    /** ZeRO-3 with every layer keeping its graph: only where the device frees weights in place. */
+    private static final List<String> ZERO3_KEPT = ZERO3.subList(0, 3);
 
     @TempDir
     Path dir;
@@ -88,6 +94,42 @@ class PretrainGptFsdpTest {
                 "DP4 bf16 ZeRO-3 against ZeRO-2");
     }
 
+    /**
+     * ZeRO-3 where the device can free a buffer's memory in place (mcore4j's native library on a GPU): no layer
+     * is recomputed, each layer's weights are released after its forward and gathered again for its backward.
+     * Here the CPU stands in with {@link PoisoningStorageResize}, whose release writes NaN over the weights:
+     * any read of a released weight would poison the losses. The serial losses at DP4, with overlapped
+     * reduction, at TP2 x DP2 with sequence parallelism, with one layer of three recomputed (both kinds of
+     * layer in one model), and with experts (EP2 x DP4); in bf16 ZeRO-2's.
+     */
+    @Test
+    void zero3WithoutRecomputeReleasesKeptGraphsWeightsAndGivesTheSerialLosses() throws Exception {
+        List<Double> serial = train(common(1, 6));
+        List<String> moe = List.of("--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm");
+        List<Double> serialMoe = train(with(common(1, 6), moe));
+        List<String> bf16 = List.of("--bf16", "--untie-embeddings-and-output-weights");
+        List<String> oneMicroBatch = common(4, 4);
+        oneMicroBatch.set(oneMicroBatch.indexOf("--global-batch-size") + 1, "8");
+        List<Double> zero2Bf16 = train(with(oneMicroBatch, bf16, ZERO2));
+        int before = PoisoningStorageResize.RELEASES.get();
+        PoisoningStorageResize.Provider.enabled = true;
+        try {
+            assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT)), "DP4 ZeRO-3, no recompute");
+            assertTrue(PoisoningStorageResize.RELEASES.get() > before, "the weights were released in place");
+            assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT, List.of("--overlap-grad-reduce"))),
+                    "DP4 ZeRO-3, no recompute, overlapped reduction");
+            assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT,
+                    List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-3, no recompute");
+            assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT, List.of("--recompute-granularity", "full",
+                    "--recompute-method", "block", "--recompute-num-layers", "1"))), "DP4 ZeRO-3, layer 0 recomputed");
+            assertSameLosses(serialMoe, train(with(common(4, 6), moe, ZERO3_KEPT,
+                    List.of("--expert-model-parallel-size", "2"))), "EP2 DP4 ZeRO-3, no recompute");
+            assertSameLosses(zero2Bf16, train(with(oneMicroBatch, bf16, ZERO3_KEPT)), "DP4 bf16 ZeRO-3 against ZeRO-2");
+        } finally {
+            PoisoningStorageResize.Provider.enabled = false;
+        }
+    }
+
     /** ZeRO-3 with context parallelism (CP2 x DP2) and with experts (EP2 x DP4 over a mixture of 4 experts). */
     @Test
     void zero3GivesTheSerialLossesWithContextAndExpertParallelism() throws Exception {
@@ -144,9 +186,10 @@ class PretrainGptFsdpTest {
         assertEquals("pretrain-gpt: --use-megatron-fsdp does not compose with pipeline parallelism"
                 + " (--pipeline-model-parallel-size 2), as in Megatron: use 1", refusal("--mock-data", "--nproc", "2",
                 "--pipeline-model-parallel-size", "2", "--use-megatron-fsdp"));
-        assertTrue(refusal("--mock-data", "--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params")
+        assertTrue(runRefusal(with(common(1, 1), ZERO3_KEPT))
                 .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) needs"
-                        + " --recompute-granularity full --recompute-method uniform (got --recompute-granularity none)"));
+                        + " --recompute-granularity full --recompute-method uniform on cpu() (layer 0 of this chunk is not"
+                        + " recomputed)"), "without a StorageResize (mcore4j's native library on a CUDA device)");
         assertTrue(refusal(with(List.of("--mock-data"), ZERO3, List.of("--cuda-graph-impl", "local",
                 "--cuda-graph-scope", "full_iteration")).toArray(String[]::new))
                 .startsWith("pretrain-gpt: --data-parallel-sharding-strategy optim_grads_params (ZeRO-3) does not compose"
