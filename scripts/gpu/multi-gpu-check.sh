@@ -9,9 +9,11 @@
 # Rows (GPUs): tp1 (1), tp2 (2), tp4 (4), pp2 (2), tp2pp2 (4), tp2dp2 (4), dp2 (2), dp4 (4),
 #   llama-tp4sp (4), llama-tp2dp2 (4), probe-tp1 (1), probe-tp2 (2), probe-tp4 (4); and, only when named,
 #   tp2sp (2), llama-dp4 (4), dp4-zero2 (4: dp4 with --use-megatron-fsdp --data-parallel-sharding-strategy
-#   optim_grads), dp4-zero3 (4: the same with optim_grads_params, which recomputes every layer; "fsdp" names dp4
-#   dp4-zero2 dp4-zero3, issue 36's rows), llama20b-zero3 (4 H200s: issue 36's ~20B LLaMA shape, 48 layers,
-#   hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3, with torch_dist_gpt_bench.py
+#   optim_grads), dp4-zero3 (4: the same with optim_grads_params, no layer recomputed: the weights are freed in place
+#   by mcore4j's native library), dp4-zero3-recompute (4: ZeRO-3 with every layer recomputed, as without that
+#   library; "fsdp" names dp4 dp4-zero2 dp4-zero3, issue 36's rows), llama20b-zero3 (4 H200s: issue 36's ~20B LLaMA
+#   shape, 48 layers, hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3 with the first
+#   LLAMA20B_RECOMPUTE (12) layers recomputed (--recompute-method block), with torch_dist_gpt_bench.py
 #   --mode fsdp2 --arch llama --ac beside it: FSDP2 per block with activation checkpointing; its layout names the
 #   planner's peak estimate, FsdpPlanTest's),
 #   and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
@@ -138,14 +140,17 @@ row() {
                   args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce"; refs=("4|ddp|DDP" "4|fsdp2|FSDP2");;
     dp4-zero2)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads (ZeRO-2)"
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --overlap-grad-reduce";;
-    dp4-zero3)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), full recompute"
+    dp4-zero3)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), no recompute"
+                  args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce";;
+    dp4-zero3-recompute) gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), full recompute"
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
                   args+=" --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";;
-    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3, full recompute, micro-batch 1 × 4; planner 82.3 GiB"
+    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3, ${LLAMA20B_RECOMPUTE:-12} of 48 layers recomputed, micro-batch 1 × 4"
                   args="--model llama7b --num-layers 48 --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
                   args+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --use-megatron-fsdp"
-                  args+=" --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce --recompute-granularity full"
-                  args+=" --recompute-method uniform --recompute-num-layers 1 --micro-batch-size 1 --micro-batches 4"
+                  args+=" --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce"
+                  [ "${LLAMA20B_RECOMPUTE:-12}" -gt 0 ] && args+=" --recompute-granularity full --recompute-method block --recompute-num-layers ${LLAMA20B_RECOMPUTE:-12}"
+                  args+=" --micro-batch-size 1 --micro-batches 4"
                   refs=("4|fsdp2|FSDP2 + AC|$llama20b --mbs 1 --micro 4 --ac");;
     llama-tp4sp)  gpus=4; layout="LLaMA-7B, TP4 + SP, micro-batch 1 × 8"
                   args="--model llama7b --tensor-model-parallel-size 4 --sequence-parallel --micro-batch-size 1 --micro-batches 8";;
@@ -363,7 +368,7 @@ EOF
   [ "$(grep -c '^| tp1 ' <<<"$got")" -eq 1 ] || { echo "selftest: FAIL, tp1 is not one row"; fail=1; }
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
-  local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 llama20b-zero3 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
+  local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 dp4-zero3-recompute llama20b-zero3 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
       probe-tp4 cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-fg-ep4 dsv3-ep4 probe-dp4 probe-moe; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done

@@ -129,13 +129,18 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     private boolean[] unreported;
     private InFlight[] lastPass;
     private NDArray[] shardSum;
-    /** Buckets whose last pass is started but not yet added, oldest first. */
-    private final ArrayDeque<Integer> passesInFlight = new ArrayDeque<>();
+    /** Buckets whose last pass is started but not yet added, oldest first, with the report that started each. */
+    private final ArrayDeque<long[]> passesInFlight = new ArrayDeque<>();
+    /** How many {@link #gradientsReady} calls the armed step has had. */
+    private long reportCount;
     /**
-     * Per-pass reductions left running while backward goes on: each holds its bucket's full buffer, so
-     * older ones are added (the caller's stream waits for them) as newer ones start.
+     * Reports whose per-pass reductions are left running while backward goes on: each reduction holds its
+     * bucket's full buffer, so those a report older than that started are added (the caller's stream waits
+     * for them) as a newer report starts its own. Counted in reports (a layer's backward each), not buckets,
+     * so that the stream never waits for a reduction the same report started, which has had no backward to
+     * overlap.
      */
-    public static final int PASSES_IN_FLIGHT = 2;
+    public static final int REPORTS_IN_FLIGHT = 2;
 
     /** A bucket whose reduction was started: the buffers it uses and the pending collective. */
     private record InFlight(NDManager buffers, NDArray flat, boolean scatter, PendingCollective pending) {}
@@ -346,6 +351,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         if (expectedPasses == 0) {
             return;
         }
+        reportCount++;
         for (Parameter p : parameters) {
             GradientBucket bucket = bucketOf.get(p);
             if (bucket == null) {
@@ -419,11 +425,11 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         }
         try (NoGrad off = NoGrad.enter()) {
             addLastPass(bucket, stepManager);
-            lastPass[b] = launch(bucket, Map.of(), stepManager);
-            passesInFlight.add(b);
-            while (passesInFlight.size() > PASSES_IN_FLIGHT) {
-                addLastPass(buckets.get(passesInFlight.peek()), stepManager);
+            while (!passesInFlight.isEmpty() && passesInFlight.peek()[1] <= reportCount - REPORTS_IN_FLIGHT) {
+                addLastPass(buckets.get((int) passesInFlight.peek()[0]), stepManager);
             }
+            lastPass[b] = launch(bucket, Map.of(), stepManager);
+            passesInFlight.add(new long[] {b, reportCount});
             try (NDManager temp = stepManager.newSubManager()) {
                 List<NDArray> grads = new ArrayList<>(bucket.slots.size());
                 for (GradientBucket.Slot slot : bucket.slots) {
@@ -448,7 +454,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         }
         InFlight f = lastPass[b];
         lastPass[b] = null;
-        passesInFlight.remove(b);
+        passesInFlight.removeIf(started -> started[0] == b);
         NDArray shard = complete(bucket, f, Map.of(), owner);
         if (shardSum[b] == null) {
             shardSum[b] = shard;

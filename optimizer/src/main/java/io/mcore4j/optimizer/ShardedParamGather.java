@@ -47,11 +47,14 @@ import java.util.Set;
  *
  * <p><b>Prefetch.</b> The buckets are gathered in the same order every step (the forward's layers, then
  * the backward's in reverse). The order of the last step is kept, and while this step follows it,
- * a read that gathered k buckets then starts the all-gathers of the next k buckets of that order
- * ({@link io.mcore4j.parallel.Communicator#startAllGather}, on a second stream with NCCL): the next
- * layer's, which run while this layer computes; the next read waits for them. Once the step departs from
- * the recorded order (a checkpoint's {@link #finish()}, another number of micro-batches) it prefetches no
- * more until the next step. About two layers' gathered weights live at once.
+ * a read that gathered k buckets then keeps the all-gathers of the next {@value #READS_AHEAD} k buckets of that
+ * order started ({@link io.mcore4j.parallel.Communicator#startAllGather}, on a second stream with NCCL): the
+ * next two layers', which run while this layer computes; a read waits for its own. Two layers ahead rather
+ * than one, because every all-gather meets the other ranks: a rank whose host fell behind by up to a layer
+ * (the forward of a small model is queued by the host about as fast as the device runs it) then delays no
+ * other rank's read. Once the step departs from the recorded order (a checkpoint's {@link #finish()}, another
+ * number of micro-batches) it prefetches no more until the next step. About three layers' gathered weights
+ * live at once. A parameter named to {@link #beforeForward} is in use again until named to {@link #afterUse}.
  *
  * <p>The parameters start whole (as built, loaded or written before the first read). {@link #finish()}
  * gathers every bucket, for whatever reads the weights without naming them (a checkpoint, evaluation,
@@ -97,6 +100,9 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
      * embedding's and the head's would otherwise stay whole until the step's new weights).
      */
     private boolean releaseUnread = true;
+
+    /** How many reads' worth of buckets are kept started ahead of the current one. */
+    static final int READS_AHEAD = 2;
 
     /** A started all-gather: the manager of its input (this rank's shard), the collective. */
     private record Prefetch(NDManager input, PendingCollective pending) {}
@@ -159,12 +165,17 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         int count = 0;
         for (Parameter p : parameters) {
             GradientBucket bucket = bucketOf.get(p);
-            if (bucket != null && !resident[bucket.index]) {
+            if (bucket == null) {
+                continue;
+            }
+            if (!resident[bucket.index]) {
                 gather(bucket);
                 count++;
+            } else {
+                used.get(bucket.index).remove(p); // read again: in use until its next afterUse
             }
         }
-        prefetch(count);
+        prefetch(READS_AHEAD * count);
     }
 
     @Override
@@ -260,7 +271,8 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
 
     /**
      * While this step follows the last one's order, starts the gathers of the next {@code count} buckets
-     * that order names (those not gathered or started already): the next read's, as many as this read gathered.
+     * that order names (those not gathered or started already): the next reads', {@link #READS_AHEAD} times as
+     * many as this read gathered.
      */
     private void prefetch(int count) {
         for (int j = order.size(); onTrack && j < Math.min(order.size() + count, lastOrder.size()); j++) {

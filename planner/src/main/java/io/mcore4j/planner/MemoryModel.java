@@ -35,8 +35,8 @@ import java.util.regex.Pattern;
  * bucket size less one element plus the largest layer tensor, as buckets close once full); all of it
  * lives through backward. {@code optim_grads_params} (ZeRO-3) adds sharded weights: only the master shards hold them
  * between uses, so the parameters on the device are the weights outside the layers (never released)
- * and two layers' gathered weights (the one in use and the one prefetched), and FP8 copies of those
- * two layers only; its full uniform recompute is the layout's.
+ * and three layers' gathered weights (the one in use and the two prefetched), and FP8 copies of those
+ * three layers only; its full uniform recompute is the layout's.
  */
 public final class MemoryModel {
     private static final Pattern LAYER = Pattern.compile("decoder\\.layers\\.\\d+\\.");
@@ -99,14 +99,14 @@ public final class MemoryModel {
         if (sharding.shardsGradients()) {
             Sharded z = Sharded.of(tensors, opt.bucketSizeBytes() / gradBytes);
             // whole .grads: those backward does not report (see the class comment) and the bucket being filled;
-            // flat buffers: the shards' running sum and the two passes' reductions in flight
+            // flat buffers: the shards' running sum and the reductions of the last two reports (a layer each) in flight
             gradients = (unreported(c, layout, z) + z.bucket()) * bytes;
-            buffers += DistributedDataParallel.PASSES_IN_FLIGHT * z.bucket() * gradBytes;
+            buffers += DistributedDataParallel.REPORTS_IN_FLIGHT * Math.max(z.bucket(), z.largestLayer()) * gradBytes;
             if (sharding.shardsParameters()) {
                 // the weights outside the layers are never released; of the layers' only the one in use and the
-                // one prefetched are whole
-                long gathered = z.embedding() + z.head() + Math.min(2, z.layers()) * z.largestLayer();
-                fp8Copies = z.layers() == 0 ? fp8Copies : (long) (fp8Copies * Math.min(1.0, 2.0 / z.layers()));
+                // two prefetched are whole
+                long gathered = z.embedding() + z.head() + Math.min(3, z.layers()) * z.largestLayer();
+                fp8Copies = z.layers() == 0 ? fp8Copies : (long) (fp8Copies * Math.min(1.0, 3.0 / z.layers()));
                 params = gathered * bytes;
             }
         } else if (shard && (denseGroup > 1 || expertGroup > 1)) {

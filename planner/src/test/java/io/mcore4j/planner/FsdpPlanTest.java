@@ -68,14 +68,16 @@ class FsdpPlanTest {
         assertEquals(2 * all, zero2.parameters());
         assertEquals(12 * shard, zero2.optimizerState());
         assertEquals(2 * (embedding + bucket), zero2.gradients(), "whole .grads: the embedding's (never reported), one bucket");
-        assertEquals(4 * shard + 2 * 4 * bucket, zero2.gradientBuffers(), "the shard sum and two passes in flight");
+        // a report (a layer's backward) completes at most the larger of a bucket and a layer
+        assertEquals(4 * shard + 2 * 4 * Math.max(bucket, layer), zero2.gradientBuffers(),
+                "the shard sum and two reports' reductions in flight");
         assertEquals(zero2.gradients() + zero2.gradientBuffers(), zero2.gradientsAtActivationPeak());
         // without ZeRO-3's residency backward reports no layer full recompute checkpoints, nor the head after them
         MemoryEstimate zero2Recomputed = MemoryModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO2), H200);
         assertEquals(2 * (all + bucket), zero2Recomputed.gradients());
 
         MemoryEstimate zero3 = MemoryModel.estimate(w, dp4FullRecompute(1).withSharding(ZERO3), H200);
-        assertEquals(2 * (outside + 2 * layer), zero3.parameters(), "outside the layers and two gathered layers");
+        assertEquals(2 * (outside + 3 * layer), zero3.parameters(), "outside the layers and three gathered layers");
         assertEquals(zero2.gradients(), zero3.gradients(), "the residency reports recomputed layers and the head");
         assertEquals(zero2.gradientBuffers(), zero3.gradientBuffers());
         assertEquals(zero2.optimizerState(), zero3.optimizerState());
@@ -171,6 +173,6 @@ class FsdpPlanTest {
         assertTrue(zero3.total() < distOpt.total() && distOpt.total() < zero2.total());
         assertTrue(zero2.total() > capacity, zero2.describe());
         assertTrue(zero3.total() < capacity, zero3.describe());
-        assertEquals(82.3, MemoryEstimate.gib(zero3.total()), 0.05, "the figure multi-gpu-check.sh's row names");
+        assertEquals(84.4, MemoryEstimate.gib(zero3.total()), 0.05, "with full recompute");
     }
 }

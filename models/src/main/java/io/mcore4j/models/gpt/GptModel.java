@@ -338,8 +338,9 @@ public final class GptModel extends AbstractModule {
                     NDArray in = cutHere ? scope.apply1(boundary(parameters, before), h) : h;
                     return inference != null ? layer.forward(scope, in, inference) : layer.forward(scope, in, positions);
                 });
-                if (releasesKeptGraphs()) {
-                    allResidencies.afterUse(parameters); // its graph stays valid: backward gathers them again
+                // its graph stays valid: backward gathers them again (not the last layer's, whose backward follows)
+                if (releasesKeptGraphs() && !(grad && segment.end() == chunk.size())) {
+                    allResidencies.afterUse(parameters);
                 }
             }
             lastRecomputed = segment.recomputed();
@@ -600,8 +601,8 @@ public final class GptModel extends AbstractModule {
 
     /**
      * Identity whose only effect is to cut the graph: backward segments stay one layer long. Its
-     * backward runs once the segment after it is done, so it reports that segment's parameters; then it
-     * names the parameters the segment before it reads in backward, if any, to the residencies.
+     * backward runs once the segment after it is done, so it names the parameters the segment before it
+     * reads in backward, if any, to the residencies, then reports that segment's parameters.
      */
     private record LayerBoundary(List<Parameter> completed, List<Parameter> next, List<GradientReadyListener> listeners,
                                  List<ParameterResidency> residencies) implements Function {
@@ -612,17 +613,18 @@ public final class GptModel extends AbstractModule {
 
         @Override
         public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
+            // the next segment's weights first: their all-gathers queue ahead of this segment's reductions
+            if (!next.isEmpty()) {
+                for (ParameterResidency residency : residencies) {
+                    residency.beforeForward(next);
+                }
+            }
             if (!completed.isEmpty()) {
                 for (GradientReadyListener listener : listeners) {
                     listener.gradientsReady(completed);
                 }
                 for (ParameterResidency residency : residencies) {
                     residency.afterUse(completed);
-                }
-            }
-            if (!next.isEmpty()) {
-                for (ParameterResidency residency : residencies) {
-                    residency.beforeForward(next);
                 }
             }
             return gradOutputs.clone();
