@@ -282,8 +282,9 @@ public final class PretrainArgs {
             + " the updated parameters bucket by bucket after the optimizer step and wait for each bucket only when the"
             + " next forward reaches its parameters; needs --overlap-grad-reduce, as Megatron does.")
     boolean overlapParamGather;
-    @Option(names = "--ddp-bucket-size", description = "Parameters per data-parallel gradient bucket. Default: ${DEFAULT-VALUE}.")
-    long ddpBucketSize = 10_000_000L;
+    @Option(names = "--ddp-bucket-size", description = "Parameters per data-parallel gradient bucket. Default: Megatron's,"
+            + " the larger of 40,000,000 and 1,000,000 per data-parallel rank.")
+    Long ddpBucketSize;
     @Option(names = "--fused-adam", negatable = true, description = "Adam through libtorch's fused kernel (--no-fused-adam: one op at a time). Default: ${DEFAULT-VALUE}.")
     boolean fusedAdam = true;
     @Option(names = "--accumulate-allreduce-grads-in-fp32", negatable = true, description = "Reduce gradients in float32 under --fp16 and --bf16 (mcore4j's default; Megatron's is off). Default: ${DEFAULT-VALUE}.")
@@ -510,6 +511,19 @@ public final class PretrainArgs {
         return microBatchSize;
     }
 
+    /**
+     * @return --ddp-bucket-size, or Megatron's default where it is not given: the larger of 40,000,000 and 1,000,000
+     *     per data-parallel (times context-parallel) rank, so that each rank's piece stays large enough for NCCL's
+     *     bandwidth
+     */
+    long ddpBucketSize() {
+        if (ddpBucketSize != null) {
+            return ddpBucketSize;
+        }
+        int model = layout.tensorParallel() * layout.pipelineParallel();
+        return Math.max(40_000_000L, 1_000_000L * Math.max(1, layout.worldSize() / model));
+    }
+
     /** @return --tensor-model-parallel-size x --context-parallel-size x --pipeline-model-parallel-size */
     public int modelParallelSize() {
         return layout.tensorParallel() * contextParallel * layout.pipelineParallel();
@@ -679,7 +693,7 @@ public final class PretrainArgs {
                 .gradReduceInFp32(gradReduceInFp32 && !gradReduceInBf16).overlapGradReduce(overlapGradReduce)
                 // under --auto-layout the planner decides the distributed optimizer: without it nothing is gathered
                 .overlapParamGather(overlapParamGather && useDistributedOptimizer)
-                .bucketSizeBytes(4 * ddpBucketSize).optimizerCpuOffload(optimizerCpuOffload)
+                .bucketSizeBytes(4 * ddpBucketSize()).optimizerCpuOffload(optimizerCpuOffload)
                 .optimizerOffloadFraction(optimizerOffloadFraction).initialLossScale(initialLossScale)
                 .minLossScale(minLossScale).lossScaleWindow(lossScaleWindow).hysteresis(hysteresis).build();
         LearningRateSchedule schedule;
@@ -947,8 +961,10 @@ public final class PretrainArgs {
         atLeastZero("--eval-interval", evalInterval);
         atLeastZero("--eval-iters", evalIters);
         moe.check(numLayers);
-        positive("--ddp-bucket-size", ddpBucketSize);
-        if (ddpBucketSize > Long.MAX_VALUE / 4) {
+        if (ddpBucketSize != null) {
+            positive("--ddp-bucket-size", ddpBucketSize);
+        }
+        if (ddpBucketSize != null && ddpBucketSize > Long.MAX_VALUE / 4) {
             throw new IllegalArgumentException("--ddp-bucket-size " + ddpBucketSize + " is too large (at most "
                     + Long.MAX_VALUE / 4 + " parameters)");
         }
