@@ -36,7 +36,11 @@ import java.util.regex.Pattern;
  * lives through backward. {@code optim_grads_params} (ZeRO-3) adds sharded weights: only the master shards hold them
  * between uses, so the parameters on the device are the weights outside the layers (never released)
  * and three layers' gathered weights (the one in use and the two prefetched), and FP8 copies of those
- * three layers only; its full uniform recompute is the layout's.
+ * three layers only. Its recompute is the layout's: a layer that keeps its graph (none, selective, or outside
+ * a {@code block} of full recompute; only where the device frees weights in place, {@link SearchSpace#freesWeightsInPlace()})
+ * keeps its activations as under the distributed optimizer, and the weights its graph saved are views of the
+ * freed buffer, gathered again for its backward, so they add nothing; backward reports every layer, recomputed
+ * or not, so the whole {@code .grad}s are ZeRO-2's without recompute.
  */
 public final class MemoryModel {
     private static final Pattern LAYER = Pattern.compile("decoder\\.layers\\.\\d+\\.");
