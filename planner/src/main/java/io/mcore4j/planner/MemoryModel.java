@@ -37,11 +37,12 @@ import java.util.regex.Pattern;
  * between uses, so the parameters on the device are the weights outside the layers (never released)
  * and three layers' gathered weights (the one in use and the two prefetched); the FP8 copies stay whole, since
  * each FP8 linear caches its weight's float8 copy and transpose for the step's weights
- * ({@code io.mcore4j.core.fp8.Fp8Linear}'s weight cache), whether the weight is gathered or not. Its recompute is the layout's: a layer that keeps its graph (none, selective, or outside
- * a {@code block} of full recompute; only where the device frees weights in place, {@link SearchSpace#freesWeightsInPlace()})
- * keeps its activations as under the distributed optimizer, and the weights its graph saved are views of the
- * freed buffer, gathered again for its backward, so they add nothing; backward reports every layer, recomputed
- * or not, so the whole {@code .grad}s are ZeRO-2's without recompute.
+ * ({@code io.mcore4j.core.fp8.Fp8Linear}'s weight cache), whether the weight is gathered or not. Its recompute
+ * is the layout's: a layer that keeps its graph (none, selective, or outside a {@code block} of full recompute;
+ * only where the device frees weights in place, {@link SearchSpace#freesWeightsInPlace()}) keeps its activations
+ * as under the distributed optimizer, and the weights its graph saved are views of the freed buffer, gathered
+ * again for its backward, so they add nothing; backward reports every layer, recomputed or not, so the whole
+ * {@code .grad}s are ZeRO-2's without recompute.
  */
 public final class MemoryModel {
     private static final Pattern LAYER = Pattern.compile("decoder\\.layers\\.\\d+\\.");
