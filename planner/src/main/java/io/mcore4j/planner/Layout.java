@@ -11,9 +11,11 @@ import java.util.Locale;
  * One candidate way to run a job: the parallel sizes, the micro-batch, the recompute policy and what
  * data parallelism shards. Checked here: positivity, and the rules Megatron FSDP sets on the layout
  * itself (a sharding strategy beyond {@code no_shard} shards the optimizer state, so it needs the
- * distributed optimizer; sharded gradients do not compose with pipeline parallelism; sharded
- * parameters need full uniform recompute, as {@code pretrain-gpt} requires). Whether a model and a
- * world accept a layout is the training setup's decision ({@link LayoutSearch} asks it).
+ * distributed optimizer; sharded gradients do not compose with pipeline parallelism). Sharded parameters
+ * (ZeRO-3) take any recompute here: whether the layers that keep their graphs may be released depends on the
+ * device the job runs on ({@link SearchSpace#freesWeightsInPlace()}; the model refuses them where the device
+ * cannot, when the step is built). Whether a model and a world accept a layout is the training setup's decision
+ * ({@link LayoutSearch} asks it).
  *
  * @param tensorParallel TP size
  * @param pipelineParallel PP size
@@ -71,10 +73,6 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
         if (sharding.shardsGradients() && pipelineParallel > 1) {
             throw new IllegalArgumentException("sharding " + sharding.flag() + " does not compose with pipeline"
                     + " parallelism (PP " + pipelineParallel + "), as in Megatron FSDP");
-        }
-        if (sharding.shardsParameters() && recomputeMethod != RecomputeMethod.UNIFORM) {
-            throw new IllegalArgumentException("sharding optim_grads_params needs full uniform recompute (every layer"
-                    + " reruns in backward), got " + recompute + (recomputeMethod == null ? "" : " " + recomputeMethod));
         }
     }
 
@@ -199,7 +197,7 @@ public record Layout(int tensorParallel, int pipelineParallel, int virtualStages
 
     /**
      * @return a short name such as {@code TP2 PP2 VP2 DP2 mb1 selective}, {@code TP1 PP1 DP8 mb2 full block 3} or
-     *     {@code TP1 PP1 DP4 mb1 full uniform 1 fsdp optim_grads_params}
+     *     {@code TP1 PP1 DP4 mb1 none fsdp optim_grads_params}
      */
     public String name() {
         StringBuilder b = new StringBuilder("TP" + tensorParallel + " PP" + pipelineParallel);

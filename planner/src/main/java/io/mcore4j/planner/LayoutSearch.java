@@ -24,10 +24,11 @@ import java.util.Objects;
  * and ranks those that fit by estimated iteration time (then by how much data parallelism shards,
  * least first, since the estimate does not count ZeRO-2's and ZeRO-3's per-pass bookkeeping; then by
  * memory). A layout with full recompute is tried as Megatron's {@code uniform} method with one layer
- * per group, and also as its {@code block} method with the fewest recomputed layers per chunk that fit
- * (not under ZeRO-3, which reruns every layer). Megatron FSDP's strategies ({@link SearchSpace#sharding()})
- * are tried where they fit a layout ({@link Layout}'s rules): ZeRO-2 with the distributed optimizer at PP 1,
- * ZeRO-3 also with full recompute.
+ * per group, and also as its {@code block} method with the fewest recomputed layers per chunk that fit.
+ * Megatron FSDP's strategies ({@link SearchSpace#sharding()}) are tried where they fit a layout ({@link Layout}'s
+ * rules): ZeRO-2 with the distributed optimizer at PP 1, ZeRO-3 too, with every recompute choice where the device
+ * frees weights in place ({@link SearchSpace#freesWeightsInPlace()}), else only with full uniform recompute (every
+ * layer rerun: no block method).
  */
 public final class LayoutSearch {
     private static final TrainingConfig VALIDATION_ONLY =
@@ -96,14 +97,28 @@ public final class LayoutSearch {
     /**
      * Whether a strategy is worth trying on a candidate: {@code no_shard} always; the others only where
      * the data-parallel group has more than one rank and {@link Layout}'s rules hold (the distributed
-     * optimizer, PP 1, and for ZeRO-3 full recompute, which the candidate has as uniform, one layer per group).
+     * optimizer, PP 1), and for ZeRO-3 on a device that does not free weights in place only with full recompute,
+     * which the candidate has as uniform, one layer per group (every layer rerun, as the model then requires).
      */
-    private static boolean fits(Layout layout, DataParallelShardingStrategy s) {
+    private boolean fits(Layout layout, DataParallelShardingStrategy s) {
         if (s == DataParallelShardingStrategy.NO_SHARD) {
             return true;
         }
         return layout.dataParallel() * layout.contextParallel() > 1 && layout.distributedOptimizer()
-                && layout.pipelineParallel() == 1 && (!s.shardsParameters() || layout.recompute() == Recompute.FULL);
+                && layout.pipelineParallel() == 1 && (!s.shardsParameters() || recomputesEnoughForZero3(layout));
+    }
+
+    /**
+     * Whether ZeRO-3 may release this layout's layers on the space's device: any recompute where it frees weights
+     * in place, else only every layer recomputed.
+     */
+    private boolean recomputesEnoughForZero3(Layout layout) {
+        return space.freesWeightsInPlace() || layout.recompute() == Recompute.FULL
+                && TimeModel.recomputedShare(workload.modelFor(layout), layersPerChunk(layout)) == 1;
+    }
+
+    private int layersPerChunk(Layout layout) {
+        return workload.model().numLayers() / (layout.pipelineParallel() * layout.virtualStages());
     }
 
     /**
@@ -147,7 +162,10 @@ public final class LayoutSearch {
             MemoryEstimate memory = MemoryModel.estimate(workload, layout, calibration);
             TimeEstimate time = TimeModel.estimate(workload, layout, cluster, calibration);
             out.add(new PlannedLayout(layout, memory, time, memory.total() <= capacity));
-            Layout block = layout.recompute() == Recompute.FULL && !layout.sharding().shardsParameters()
+            // a block of fewer layers than a chunk leaves layers that keep their graphs: under ZeRO-3 only where
+            // the device frees weights in place
+            Layout block = layout.recompute() == Recompute.FULL
+                    && (!layout.sharding().shardsParameters() || space.freesWeightsInPlace())
                     ? fewestBlockLayers(layout, capacity) : null;
             if (block != null) {
                 MemoryEstimate blockMemory = MemoryModel.estimate(workload, block, calibration);
@@ -208,7 +226,7 @@ public final class LayoutSearch {
      * @return the layout, or null when no block of fewer layers than a chunk has fits
      */
     private Layout fewestBlockLayers(Layout full, long capacity) {
-        int perChunk = workload.model().numLayers() / (full.pipelineParallel() * full.virtualStages());
+        int perChunk = layersPerChunk(full);
         int lo = 1;
         int hi = perChunk - 1;
         Layout best = null;

@@ -35,8 +35,14 @@ import java.util.regex.Pattern;
  * bucket size less one element plus the largest layer tensor, as buckets close once full); all of it
  * lives through backward. {@code optim_grads_params} (ZeRO-3) adds sharded weights: only the master shards hold them
  * between uses, so the parameters on the device are the weights outside the layers (never released)
- * and three layers' gathered weights (the one in use and the two prefetched), and FP8 copies of those
- * three layers only; its full uniform recompute is the layout's.
+ * and three layers' gathered weights (the one in use and the two prefetched); the FP8 copies stay whole, since
+ * each FP8 linear caches its weight's float8 copy and transpose for the step's weights
+ * ({@code io.mcore4j.core.fp8.Fp8Linear}'s weight cache), whether the weight is gathered or not. Its recompute
+ * is the layout's: a layer that keeps its graph (none, selective, or outside a {@code block} of full recompute;
+ * only where the device frees weights in place, {@link SearchSpace#freesWeightsInPlace()}) keeps its activations
+ * as under the distributed optimizer, and the weights its graph saved are views of the freed buffer, gathered
+ * again for its backward, so they add nothing; backward reports every layer, recomputed or not, so the whole
+ * {@code .grad}s are ZeRO-2's without recompute.
  */
 public final class MemoryModel {
     private static final Pattern LAYER = Pattern.compile("decoder\\.layers\\.\\d+\\.");
@@ -104,9 +110,8 @@ public final class MemoryModel {
             buffers += DistributedDataParallel.REPORTS_IN_FLIGHT * Math.max(z.bucket(), z.largestLayer()) * gradBytes;
             if (sharding.shardsParameters()) {
                 // the weights outside the layers are never released; of the layers' only the one in use and the
-                // two prefetched are whole
+                // two prefetched are whole (the FP8 linears' cached copies are all kept)
                 long gathered = z.embedding() + z.head() + Math.min(3, z.layers()) * z.largestLayer();
-                fp8Copies = z.layers() == 0 ? fp8Copies : (long) (fp8Copies * Math.min(1.0, 3.0 / z.layers()));
                 params = gathered * bytes;
             }
         } else if (shard && (denseGroup > 1 || expertGroup > 1)) {

@@ -17,11 +17,16 @@ import java.util.List;
  * @param tensorParallelWithinNode whether a tensor-parallel group must stay inside a node (Megatron practice)
  * @param sharding the Megatron FSDP strategies tried ({@link Layout#sharding()}: not {@code optim}); each only
  *     where it fits the layout: {@code optim_grads} with the distributed optimizer and PP 1,
- *     {@code optim_grads_params} also with full uniform recompute
+ *     {@code optim_grads_params} also, unless {@code freesWeightsInPlace}, with full uniform recompute
+ * @param freesWeightsInPlace whether the job's device frees a released weight's memory in place, so that ZeRO-3
+ *     ({@code optim_grads_params}) releases the weights of a layer that keeps its graph and gathers them again for
+ *     its backward: mcore4j's native library on a CUDA device ({@code io.mcore4j.core.kernel.StorageResize}). Then
+ *     ZeRO-3 is tried with every recompute choice; otherwise (the CPU) only with every layer recomputed (full uniform),
+ *     as the model refuses anything else when the step is built
  */
 public record SearchSpace(int maxMicroBatchSize, List<Recompute> recompute, List<Boolean> distributedOptimizer,
                           List<Integer> virtualStages, List<Integer> contextParallel, boolean tensorParallelWithinNode,
-                          List<DataParallelShardingStrategy> sharding) {
+                          List<DataParallelShardingStrategy> sharding, boolean freesWeightsInPlace) {
 
     /**
      * Checks the lists are not empty.
@@ -48,7 +53,8 @@ public record SearchSpace(int maxMicroBatchSize, List<Recompute> recompute, List
     }
 
     /**
-     * A space without Megatron FSDP: sharding {@code no_shard} only.
+     * A space without Megatron FSDP: sharding {@code no_shard} only ({@link #freesWeightsInPlace()} then decides
+     * nothing; it is true).
      *
      * @param maxMicroBatchSize the largest micro-batch tried
      * @param recompute the recompute choices tried
@@ -60,7 +66,7 @@ public record SearchSpace(int maxMicroBatchSize, List<Recompute> recompute, List
     public SearchSpace(int maxMicroBatchSize, List<Recompute> recompute, List<Boolean> distributedOptimizer,
                        List<Integer> virtualStages, List<Integer> contextParallel, boolean tensorParallelWithinNode) {
         this(maxMicroBatchSize, recompute, distributedOptimizer, virtualStages, contextParallel, tensorParallelWithinNode,
-                List.of(DataParallelShardingStrategy.NO_SHARD));
+                List.of(DataParallelShardingStrategy.NO_SHARD), true);
     }
 
     /**
@@ -76,18 +82,32 @@ public record SearchSpace(int maxMicroBatchSize, List<Recompute> recompute, List
         boolean none = strategy == DataParallelShardingStrategy.NO_SHARD;
         return new SearchSpace(maxMicroBatchSize, recompute, none ? distributedOptimizer : List.of(true), virtualStages,
                 contextParallel, tensorParallelWithinNode,
-                List.of(strategy == DataParallelShardingStrategy.OPTIM ? DataParallelShardingStrategy.NO_SHARD : strategy));
+                List.of(strategy == DataParallelShardingStrategy.OPTIM ? DataParallelShardingStrategy.NO_SHARD : strategy),
+                freesWeightsInPlace);
+    }
+
+    /**
+     * This space for a device that does, or does not, free weights in place ({@link #freesWeightsInPlace()}):
+     * {@code pretrain-gpt --auto-layout} sets it from the device the job runs on.
+     *
+     * @param inPlace whether the job's device frees a released weight's memory in place
+     * @return the space with that setting
+     */
+    public SearchSpace withFreesWeightsInPlace(boolean inPlace) {
+        return new SearchSpace(maxMicroBatchSize, recompute, distributedOptimizer, virtualStages, contextParallel,
+                tensorParallelWithinNode, sharding, inPlace);
     }
 
     /**
      * Micro-batches up to 16, every recompute choice, with and without the distributed optimizer,
-     * VP 1, 2 and 4, CP 1, 2, 4 and 8, TP inside a node, every sharding strategy.
+     * VP 1, 2 and 4, CP 1, 2, 4 and 8, TP inside a node, every sharding strategy, on GPUs that free weights in
+     * place (ZeRO-3 with every recompute choice).
      *
      * @return the default space
      */
     public static SearchSpace defaults() {
         return new SearchSpace(16, List.of(Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL), List.of(false, true),
                 List.of(1, 2, 4), List.of(1, 2, 4, 8), true, List.of(DataParallelShardingStrategy.values()).stream()
-                        .filter(s -> s != DataParallelShardingStrategy.OPTIM).toList());
+                        .filter(s -> s != DataParallelShardingStrategy.OPTIM).toList(), true);
     }
 }

@@ -27,12 +27,17 @@ import java.util.List;
  *   <li>DP: the all-reduce (or reduce-scatter and parameter all-gather) of the rank's gradients over
  *       DP x CP at the group's bus bandwidth, times the calibrated factor; optimizer: per parameter.
  *       Megatron FSDP: ZeRO-2 reduce-scatters every backward pass, ZeRO-3 also all-gathers the weights
- *       twice per pass (forward, and the recompute in backward) and not after the step. The last pass's
+ *       twice per pass (for forward, and again for backward, whether backward reruns the layer or, where the device
+ *       frees weights in place, runs its kept graph) and not after the step. The last pass's
  *       reduce-scatter is exposed as the distributed optimizer's; the other collectives (times the
  *       calibrated factor) run on a second stream beside the {@code m} passes' compute and are exposed
- *       only where they outlast it, ZeRO-3's first gather of a step (one layer's) always; ZeRO-2 adds the
- *       distributed optimizer's gather of the updated weights, so it is never estimated faster than the
- *       distributed optimizer. ZeRO-3's full recompute is the layout's, counted with compute.</li>
+ *       only where they outlast it; ZeRO-2 adds the distributed optimizer's gather of the updated weights, so
+ *       it is never estimated faster than the distributed optimizer. Nor is ZeRO-3: its gathers beside compute
+ *       are counted at least as long as the one gather they replace, the distributed optimizer's after the step
+ *       (what collectives beside compute take from it is not modelled, and the measured runs shard at a cost:
+ *       ZeRO-2 below the distributed optimizer, FSDP2 below DDP, docs/benchmarks.md), plus the first gather of
+ *       a step (one layer's), which always waits. ZeRO-3's recompute is the layout's (none, selective or full),
+ *       counted with compute.</li>
  *   <li>FP8 ({@link TransformerConfig#fp8()}): the GEMMs of the FP8 linears run at {@code FP8_GEMM_SPEEDUP} (2) times
  *       the bf16 rate (Hopper's dense FP8 peak over its bf16 peak); their casts are not counted, so the estimate is
  *       the gain's upper bound until a calibration measures it (scripts/gpu/fp8-check.sh prints the ratio).</li>
@@ -174,13 +179,15 @@ public final class TimeModel {
             DataParallelShardingStrategy sharding = opt.dataParallelShardingStrategy();
             if (sharding.shardsGradients()) {
                 // the last pass's reduce-scatter is exposed as the distributed optimizer's is; the earlier passes'
-                // (ZeRO-3: and every pass's two gathers of the weights, for forward and for the recompute in
-                // backward) run on a second stream beside the passes' compute, exposed where they outlast it, and
-                // ZeRO-3's first gather of a step waits; ZeRO-2 gathers the updated weights after the step
+                // (ZeRO-3: and every pass's two gathers of the weights, for forward and for backward, rerun or
+                // not) run on a second stream beside the passes' compute, exposed where they outlast it; ZeRO-3's
+                // at least as long as the gather after the step they replace (see the class comment) and its first
+                // layer's gather; ZeRO-2 gathers the updated weights after the step
                 boolean zero3 = sharding.shardsParameters();
                 double f = cal.dataParallelSyncFactor();
                 double beside = f * ((m - 1) * scatter + (zero3 ? 2 * m * gather : 0));
-                double exposed = Math.max(beside - m * worstStage, zero3 ? f * gather / Math.max(1, worstLayers) : 0);
+                double exposed = Math.max(beside - m * worstStage,
+                        zero3 ? f * gather * (1 + 1.0 / Math.max(1, worstLayers)) : 0);
                 dpSync = f * scatter + exposed + (zero3 ? 0 : f * gather);
             } else {
                 double comm = opt.useDistributedOptimizer() ? scatter + gather : 2 * scatter;

@@ -41,5 +41,13 @@ class Fp8PlanTest {
         assertEquals(2 * 22 * perLayer, MemoryModel.estimate(fp8Ends, tp1, H100).parameters() - p0);
         // the optimizer's state is the parameters', not the copies'
         assertEquals(MemoryModel.estimate(base, tp1, H100).optimizerState(), MemoryModel.estimate(fp8, tp1, H100).optimizerState());
+
+        // ZeRO-3 gathers three layers at a time, but every FP8 linear keeps its cached float8 copies (Fp8Linear's cache)
+        Workload base4 = ReadmeFigures.workload(bf16, 4, 2, 4, true);
+        Workload fp84 = ReadmeFigures.workload(fp8.model(), 4, 2, 4, true);
+        Layout zero3 = new Layout(1, 1, 1, 4, 1, 1, 4, Recompute.NONE, true)
+                .withSharding(io.mcore4j.optimizer.DataParallelShardingStrategy.OPTIM_GRADS_PARAMS);
+        assertEquals(2 * 24 * perLayer, MemoryModel.estimate(fp84, zero3, H100).parameters()
+                - MemoryModel.estimate(base4, zero3, H100).parameters());
     }
 }

@@ -3,6 +3,8 @@ package io.mcore4j.samples.pretrain;
 import ai.djl.Device;
 import ai.djl.engine.Engine;
 import ai.djl.util.cuda.CudaUtils;
+import io.mcore4j.core.kernel.Kernels;
+import io.mcore4j.core.kernel.StorageResize;
 import io.mcore4j.planner.Calibration;
 import io.mcore4j.planner.ClusterSpec;
 import io.mcore4j.planner.LayoutSearch;
@@ -18,7 +20,10 @@ import java.util.Locale;
  * (TP, PP, virtual stages, CP, EP, micro-batch size, recompute, distributed optimizer, Megatron FSDP's
  * strategy) to the fastest layout estimated to fit. The planner tries every strategy, or with
  * {@code --use-megatron-fsdp} only the {@code --data-parallel-sharding-strategy} given, or with CUDA
- * graphs none (a replayed graph neither gathers weights nor reduces per pass). The cluster is {@code --auto-layout-cluster}'s file, else this machine:
+ * graphs none (a replayed graph neither gathers weights nor reduces per pass). ZeRO-3 is tried without recompute only
+ * where the job's device frees weights in place (a {@link StorageResize}: mcore4j's native library on a CUDA device),
+ * whatever the cluster file says, since the model refuses it elsewhere when the step is built. The cluster is
+ * {@code --auto-layout-cluster}'s file, else this machine:
  * its GPUs (the H200 calibration for GPUs of more than 100 GiB, else the H100 one), or on the CPU the
  * in-JVM ranks sharing the machine's memory (memory-only calibration: among layouts that fit, the
  * time ranking there is not measured).
@@ -29,10 +34,11 @@ final class AutoLayout {
     /**
      * @param args the flags, changed in place
      * @param worldSize the job's ranks
+     * @param device the device the ranks run on (whether it frees weights in place decides ZeRO-3's recompute)
      * @param out where the chosen layout is printed
      * @throws IllegalArgumentException if no layout fits (naming why) or the cluster file's size differs from the job's
      */
-    static void apply(PretrainArgs args, int worldSize, PrintStream out) {
+    static void apply(PretrainArgs args, int worldSize, Device device, PrintStream out) {
         ClusterSpec cluster;
         Calibration calibration;
         boolean gpu = Engine.getInstance().getGpuCount() > 0
@@ -62,9 +68,11 @@ final class AutoLayout {
         }
         Workload w = PlannerInputs.workload(args);
         // CUDA graphs replay no gathers nor per-pass reductions: no FSDP strategy beyond the distributed optimizer
-        SearchSpace space = args.useMegatronFsdp ? SearchSpace.defaults().only(args.shardingStrategy())
-                : "none".equals(args.cudaGraphImpl) ? SearchSpace.defaults()
-                : SearchSpace.defaults().only(io.mcore4j.optimizer.DataParallelShardingStrategy.NO_SHARD);
+        SearchSpace all = SearchSpace.defaults()
+                .withFreesWeightsInPlace(Kernels.find(StorageResize.class, device).isPresent());
+        SearchSpace space = args.useMegatronFsdp ? all.only(args.shardingStrategy())
+                : "none".equals(args.cudaGraphImpl) ? all
+                : all.only(io.mcore4j.optimizer.DataParallelShardingStrategy.NO_SHARD);
         PlannedLayout best = new LayoutSearch(w, cluster, calibration, space).best(1).get(0);
         PlannerInputs.apply(args, best.layout(), w.model().numLayers());
         out.printf(Locale.ROOT, "auto-layout: %s (%s); estimated %.1f GiB per rank, %s%n", best.layout().name(),

@@ -26,7 +26,9 @@ import java.util.Locale;
  * time among those that fit in GPU memory, each with its memory and time broken down and the
  * pretrain-gpt flags that run it ({@link LayoutSearch}). The model, batch, sequence and precision are
  * pretrain-gpt's flags (or a benchmark preset, {@code --model}); the cluster is a preset GPU kind with
- * sizes from flags, or a JSON file. {@code --evaluate} estimates only the layout the flags give.
+ * sizes from flags, or a JSON file, whose GPUs are taken to free weights in place (mcore4j's native library on
+ * CUDA: ZeRO-3 is planned with every recompute choice, {@link io.mcore4j.planner.SearchSpace#freesWeightsInPlace()}).
+ * {@code --evaluate} estimates only the layout the flags give.
  * Exit codes: 0, 2 for bad flags or when no layout fits (one line naming why).
  *
  * <pre>plan --model 1.3b --global-batch-size 32 --gpus-per-node 4</pre>

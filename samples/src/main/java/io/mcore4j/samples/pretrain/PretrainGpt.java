@@ -205,14 +205,15 @@ public final class PretrainGpt {
         Duration timeout = Duration.ofMillis((long) (args.timeoutMinutes * 60_000));
         boolean launched = ParallelLayoutOptions.launched();
         int world = args.layout.worldSize();
+        boolean onCpu = !launched && world > 1 || !LaunchedRank.onGpu();
         if (args.autoLayout) {
-            AutoLayout.apply(args, world, out); // sets the layout flags to the planner's best layout
+            // sets the layout flags to the planner's best layout for the device the ranks run on
+            AutoLayout.apply(args, world, onCpu ? Device.cpu() : Device.gpu(), out);
         }
         GptTrainingSetup setup = args.setup();
         // ranks sharing this machine's cores: this JVM's threads, or the launcher's processes on this node
         int sharing = launched ? LaunchEnvironment.fromSystem().localWorldSize() : world;
         CpuThreads threads = CpuThreads.choose(args.cpuThreads, sharing);
-        boolean onCpu = !launched && world > 1 || !LaunchedRank.onGpu();
         if (onCpu || args.cpuThreads != null) { // a GPU run keeps libtorch's default unless told
             threads.apply();
         }
