@@ -313,6 +313,10 @@ public final class GptModel extends AbstractModule {
         boolean lastRecomputed = false;
         for (RecomputeSegment segment : inference == null ? segments : plainSegments) {
             List<TransformerLayer> run = chunk.subList(segment.start(), segment.end());
+            // where parameters are released under kept graphs, the cut before this segment names the plain layer
+            // before it, whose backward comes next, to be gathered again
+            List<Parameter> before = releasesKeptGraphs() && segment.start() > 0 && !lastRecomputed
+                    ? layerParameters.get(segment.start() - 1) : List.of();
             if (segment.recomputed()) {
                 List<Parameter> reads = recomputedReads.get(segment);
                 for (int i = segment.start(); i < segment.end(); i++) {
@@ -322,18 +326,15 @@ public final class GptModel extends AbstractModule {
                 // held only while read are released after it, and after its backward (the boundary before it)
                 boolean releaseAfterBackward = grad && hidden != input && !residencies.isEmpty();
                 hidden = stage(scope, hidden, input, h -> TransformerLayer.forwardRecomputed(scope, run,
-                        releaseAfterBackward ? scope.apply1(boundary(reads, List.of()), h) : h, positions,
+                        releaseAfterBackward ? scope.apply1(boundary(reads, before), h) : h, positions,
                         residencies.isEmpty() ? null : allResidencies, reads));
             } else {
                 TransformerLayer layer = run.get(0);
                 List<Parameter> parameters = layerParameters.get(segment.start());
                 beforeForward(parameters);
                 // a cut per layer keeps each backward segment to one layer instead of the whole residual
-                // chain; when backward reaches it, the layer after it is done (and, where parameters are
-                // released under kept graphs, the plain layer before it is about to read its own again)
+                // chain; when backward reaches it, the layer after it is done
                 boolean cutHere = grad && hidden != input;
-                List<Parameter> before = releasesKeptGraphs() && segment.start() > 0 && !lastRecomputed
-                        ? layerParameters.get(segment.start() - 1) : List.of();
                 hidden = stage(scope, hidden, input, h -> {
                     NDArray in = cutHere ? scope.apply1(boundary(parameters, before), h) : h;
                     return inference != null ? layer.forward(scope, in, inference) : layer.forward(scope, in, positions);
