@@ -129,8 +129,8 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     private boolean[] unreported;
     private InFlight[] lastPass;
     private NDArray[] shardSum;
-    /** Buckets whose last pass is started but not yet added, oldest first, with the report that started each. */
-    private final ArrayDeque<long[]> passesInFlight = new ArrayDeque<>();
+    /** Buckets whose last pass is started but not yet added, oldest first. */
+    private final ArrayDeque<Started> passesInFlight = new ArrayDeque<>();
     /** How many {@link #gradientsReady} calls the armed step has had. */
     private long reportCount;
     /**
@@ -141,6 +141,9 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
      * overlap.
      */
     public static final int REPORTS_IN_FLIGHT = 2;
+
+    /** A bucket's per-pass reduction in flight, and the report (the count of {@link #gradientsReady} calls) that started it. */
+    private record Started(int bucket, long report) {}
 
     /** A bucket whose reduction was started: the buffers it uses and the pending collective. */
     private record InFlight(NDManager buffers, NDArray flat, boolean scatter, PendingCollective pending) {}
@@ -425,11 +428,11 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         }
         try (NoGrad off = NoGrad.enter()) {
             addLastPass(bucket, stepManager);
-            while (!passesInFlight.isEmpty() && passesInFlight.peek()[1] <= reportCount - REPORTS_IN_FLIGHT) {
-                addLastPass(buckets.get((int) passesInFlight.peek()[0]), stepManager);
+            while (!passesInFlight.isEmpty() && passesInFlight.peek().report() <= reportCount - REPORTS_IN_FLIGHT) {
+                addLastPass(buckets.get(passesInFlight.peek().bucket()), stepManager);
             }
             lastPass[b] = launch(bucket, Map.of(), stepManager);
-            passesInFlight.add(new long[] {b, reportCount});
+            passesInFlight.add(new Started(b, reportCount));
             try (NDManager temp = stepManager.newSubManager()) {
                 List<NDArray> grads = new ArrayList<>(bucket.slots.size());
                 for (GradientBucket.Slot slot : bucket.slots) {
@@ -454,7 +457,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         }
         InFlight f = lastPass[b];
         lastPass[b] = null;
-        passesInFlight.removeIf(started -> started[0] == b);
+        passesInFlight.removeIf(started -> started.bucket() == b);
         NDArray shard = complete(bucket, f, Map.of(), owner);
         if (shardSum[b] == null) {
             shardSum[b] = shard;
