@@ -129,10 +129,11 @@ final class ActivationModel {
         if (stages.allToAll() > 1 && !coreAttn) {
             // a2a, a2a+p2p: the attention keeps the queries, keys and values the first all-to-all gathered (new
             // tensors; the keys and values repeated to a multiple of its size in groups) and its output before the
-            // second one, beside what the layer keeps without them. Not fitted; checked once on the CPU (in-JVM
-            // ranks, CpuProbe): LLaMA-like (8 heads, 2 groups), CP4, s 256, micro-batch 8, fused, over the 4 ranks:
-            // a2a+p2p 2 x 2 measured 178.2-178.7 MB, estimated 164.5 (-8%); with 1 group 161.5-165.0 MB, 161.6;
-            // a2a 200.4 MB, 175.0 (-13%; -18% without this term); p2p 165.7 MB, 154.0 (-7%)
+            // second one, beside what the layer keeps without them. Not fitted; checked on the CPU (in-JVM
+            // ranks, CpuProbe): LLaMA-like (8 heads, 2 groups), CP4, s 256, micro-batch 8, fused, over the 4 ranks,
+            // on 2026-11-27 with the ring's terms (ringKept, ringBackward): a2a+p2p 2 x 2 measured 178.0 MB,
+            // estimated 172.9 (-3%); with 1 group 165.2 MB, 170.0 (+3%); a2a 176.4 MB, 175.0 (-1%); p2p 170.1 MB,
+            // 162.4 (-4.5%). Before the ring's terms (11-24): a2a+p2p -8%, p2p -7%
             kept += tokens * (2 * n + 2 * g * stages.groupRepeat()) * d * bytes;
         }
         kept += tokens * n * d * bytes;                          // attention output = linear_proj input
