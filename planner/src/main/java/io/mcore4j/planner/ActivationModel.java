@@ -13,7 +13,8 @@ import java.util.Set;
  * intermediates are freed), the MLP its pre-activation and activation (SwiGLU: the fused
  * gate/up output, the sigmoid, the SiLU and the product, as the scripted SwiGLU's graph keeps them), the row-parallel linears their inputs,
  * dropout its masks; full recompute's checkpointed runs keep their inputs, selective recompute's
- * modules their inputs and output leaves. Validated against native peaks on the CPU
+ * modules their inputs and output leaves; under context parallelism the fused ring also its merged output
+ * and its output leaf's gradient, and its backward's working set can be the largest transient. Validated against native peaks on the CPU
  * ({@code MemoryModelCpuTest}).
  *
  * <p>Shapes are per rank: {@code T = (s / CP) x b} tokens, {@code heads/TP} query heads,
@@ -128,13 +129,17 @@ final class ActivationModel {
         if (stages.allToAll() > 1 && !coreAttn) {
             // a2a, a2a+p2p: the attention keeps the queries, keys and values the first all-to-all gathered (new
             // tensors; the keys and values repeated to a multiple of its size in groups) and its output before the
-            // second one, beside what the layer keeps without them. Not fitted; checked once on the CPU (in-JVM
-            // ranks, CpuProbe): LLaMA-like (8 heads, 2 groups), CP4, s 256, micro-batch 8, fused, over the 4 ranks:
-            // a2a+p2p 2 x 2 measured 178.2-178.7 MB, estimated 164.5 (-8%); with 1 group 161.5-165.0 MB, 161.6;
-            // a2a 200.4 MB, 175.0 (-13%; -18% without this term); p2p 165.7 MB, 154.0 (-7%)
+            // second one, beside what the layer keeps without them. Not fitted; checked on the CPU (in-JVM
+            // ranks, CpuProbe): LLaMA-like (8 heads, 2 groups), CP4, s 256, micro-batch 8, fused, over the 4 ranks,
+            // on 2026-11-27 with the ring's terms (ringKept, ringBackward): a2a+p2p 2 x 2 measured 178.0 MB,
+            // estimated 172.9 (-3%); with 1 group 165.2 MB, 170.0 (+3%); a2a 176.4 MB, 175.0 (-1%); p2p 170.1 MB,
+            // 162.4 (-4.5%). Before the ring's terms (11-24): a2a+p2p -8%, p2p -7%
             kept += tokens * (2 * n + 2 * g * stages.groupRepeat()) * d * bytes;
         }
         kept += tokens * n * d * bytes;                          // attention output = linear_proj input
+        if (fusedRing && !coreAttn) {
+            kept += ringKept(tokens, n, d);
+        }
         if (fusedAttention) {
             kept += coreAttn ? 0 : tokens * n * 4;               // log-sum-exp per query, float32
         } else if (!coreAttn) {
@@ -196,6 +201,9 @@ final class ActivationModel {
         for (RecomputeSegment segment : RecomputeSegment.of(c, layers)) {
             rerun = segment.recomputed() ? Math.max(rerun, segment.size()) : rerun;
         }
+        if (fusedRing && !c.recomputes(TransformerConfig.RecomputeModule.CORE_ATTN)) {
+            grads = Math.max(grads, ringBackward(tokens));
+        }
         TransformerConfig plain = c.toBuilder().recompute(TransformerConfig.Recompute.NONE).build();
         double plainLayer = new ActivationModel(plain, tp, cp, fusedAttention).plainLayer(microBatch, seqLength);
         if (rerun > 0) {
@@ -208,6 +216,44 @@ final class ActivationModel {
             module = Math.max(module, plainLayer - new ActivationModel(only, tp, cp, fusedAttention).plainLayer(microBatch, seqLength));
         }
         return grads + module;
+    }
+
+    /**
+     * What the fused ring ({@code FusedRingAttention}: {@code p2p}, and {@code a2a+p2p}'s second level) keeps
+     * beyond the fused attention's output and log-sum-exp, per layer and micro-batch: its merged output is a new
+     * heads-first tensor that the function saves, so the attention's output in {@code [s, b, h]} order (the
+     * input {@code linear_proj} saves) is a copy of it, where libtorch's fused kernel writes its output
+     * sequence-first and the reshape is a view; and the ring is a recorded function, whose output leaf's
+     * gradient the pass keeps until it ends. Under {@code a2a+p2p} the ring attends {@code A} times the tokens
+     * with {@code 1/A} of the heads: the same bytes.
+     *
+     * @param tokens tokens of one micro-batch on this rank
+     * @param n query heads on this rank
+     * @param d head dimension
+     * @return bytes
+     */
+    private double ringKept(double tokens, double n, double d) {
+        return 2 * tokens * n * d * bytes;
+    }
+
+    /**
+     * Bytes live at once while the fused ring's backward runs, beyond what the layers keep: the gradient
+     * flowing past the attention into the residual, and the ring's working set at a step, from what its
+     * backward allocates: one kernel call's query, key and value gradients and the running query gradient
+     * (float32), the key/value gradient block travelling around the ring (float32: the one that arrived and the
+     * one sent on), and the key/value block in hand with the next one arriving (the activations' dtype). Queries
+     * and keys/values count per rank as the ring sees them ({@code a2a+p2p}: {@code A} times the tokens with
+     * {@code 1/A} of the heads, the same elements; the key/value groups repeated to a multiple of {@code A}).
+     *
+     * @param tokens tokens of one micro-batch on this rank
+     * @return bytes
+     */
+    private double ringBackward(double tokens) {
+        double d = c.kvChannels();
+        double q = tokens * c.numAttentionHeads() / tp * d;
+        double kv = tokens * ((double) c.numQueryGroups() / tp) * stages.groupRepeat() * d;
+        double float32 = (q + 2 * kv) + q + 2 * (2 * kv);
+        return tokens * c.hiddenSize() * bytes + float32 * 4 + 2 * (2 * kv) * bytes;
     }
 
     /**

@@ -21,13 +21,12 @@ import org.junit.jupiter.api.Test;
  * data-parallel ranks meet only after backward, and pipeline stages peak at different times, so a
  * process-wide figure cannot check one rank there. Linux only; elsewhere the test is skipped.
  *
- * <p>Printed with {@code -Dplanner.memory.misses=true} and not asserted (figures of 2026-11-24 on
- * main 42350dd): GPT at TP2 without sequence parallelism -8.6% (211 MB measured), CP2 with the
- * distributed optimizer -0.6%, both within 10% on that day but 13% and 7-10% off before main's
- * frames refactor; the misses are small peaks, GPT at micro-batch 4 (+26%: 47 MB measured, 59 MB
- * estimated) and 2 (+15%), where the measured peak is not linear in the micro-batch (34, 47 and
- * 95 MB at 2, 4 and 8), and DP2 (+10.6%), whose ranks meet only after backward and so do not
- * peak together.
+ * <p>Printed with {@code -Dplanner.memory.misses=true} and not asserted (figures of 2026-11-27, with the
+ * fused ring's terms in {@code ActivationModel}): GPT at TP2 without sequence parallelism -6.3% (206 MB
+ * measured), CP2 with the distributed optimizer -0.5% (-6.8% without the ring's terms); the misses are
+ * small peaks, GPT at micro-batch 4 (+3% to +9%: 54-58 MB measured, 59 MB estimated) and 2 (+12% to +16%),
+ * where the measured peak is not linear in the micro-batch, and DP2 (+7% to +9%), whose ranks meet only after
+ * backward and so do not peak together.
  */
 class MemoryModelCpuTest {
     private static final Calibration CPU = Calibration.builtIn("cpu");
