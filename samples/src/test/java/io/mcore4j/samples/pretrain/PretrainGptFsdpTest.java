@@ -100,7 +100,7 @@ class PretrainGptFsdpTest {
      * Here the CPU stands in with {@link PoisoningStorageResize}, whose release writes NaN over the weights:
      * any read of a released weight would poison the losses. The serial losses at DP4, with overlapped
      * reduction, at TP2 x DP2 with sequence parallelism, with one layer of three recomputed (both kinds of
-     * layer in one model), and with experts (EP2 x DP4); in bf16 ZeRO-2's.
+     * layer in one model), at CP2 x DP2, and with experts (EP2 x DP4); in bf16 ZeRO-2's.
      */
     @Test
     void zero3WithoutRecomputeReleasesKeptGraphsWeightsAndGivesTheSerialLosses() throws Exception {
@@ -122,6 +122,8 @@ class PretrainGptFsdpTest {
                     List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-3, no recompute");
             assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT, List.of("--recompute-granularity", "full",
                     "--recompute-method", "block", "--recompute-num-layers", "1"))), "DP4 ZeRO-3, layer 0 recomputed");
+            assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT, List.of("--context-parallel-size", "2"))),
+                    "CP2 DP2 ZeRO-3, no recompute");
             assertSameLosses(serialMoe, train(with(common(4, 6), moe, ZERO3_KEPT,
                     List.of("--expert-model-parallel-size", "2"))), "EP2 DP4 ZeRO-3, no recompute");
             assertSameLosses(zero2Bf16, train(with(oneMicroBatch, bf16, ZERO3_KEPT)), "DP4 bf16 ZeRO-3 against ZeRO-2");
