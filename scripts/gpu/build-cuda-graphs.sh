@@ -3,8 +3,9 @@
 #
 # Builds mcore4j's CUDA graph library (libmcore4j_cuda_graphs.so) from SRC (cuda/src/main/native/cuda_graphs.cpp,
 # staged as .gpu/native/cuda_graphs.cpp) against the libtorch in TORCH_DIR, the one DJL drives: the library calls
-# libtorch's at::cuda::CUDAGraph, which DJL's JNI does not expose. mcore4j loads it from the path in the system
-# property mcore4j.cuda.graphs.library (run-on-host.sh sets it in MCORE4J_JAVA_OPTS); without it CUDA graphs are off.
+# libtorch's at::cuda::CUDAGraph and resizes a tensor's storage in place (ZeRO-3's release of gathered weights), which
+# DJL's JNI does not expose. mcore4j loads it from the path in the system property mcore4j.cuda.graphs.library
+# (run-on-host.sh sets it in MCORE4J_JAVA_OPTS); without it CUDA graphs are off and ZeRO-3 needs full recompute.
 #
 # Tools: g++; the CUDA runtime headers (/usr/local/cuda/include, $CUDA_HOME/include, or the pip nvidia packages next
 # to torch). JNI headers: JNI_INCLUDE_DIRS (folders with jni.h and jni_md.h), default $JAVA_HOME/include{,/linux}.
