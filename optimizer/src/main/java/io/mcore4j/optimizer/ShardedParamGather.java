@@ -22,6 +22,7 @@ import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.function.Function;
 
 /**
  * Megatron FSDP's {@code optim_grads_params} (ZeRO-3): a bucket's parameters hold their values only
@@ -302,6 +303,26 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
         used.get(bucket.index).clear();
     }
 
+    /** @return the bucket's parameters' tensors, in slot order */
+    private static List<NDArray> weights(GradientBucket bucket) {
+        List<NDArray> weights = new ArrayList<>(bucket.slots.size());
+        for (GradientBucket.Slot slot : bucket.slots) {
+            weights.add(slot.param().data());
+        }
+        return weights;
+    }
+
+    /** @return per slot, in order, a view of its range of the bucket's flat {@code full} in the shape {@code shape} gives */
+    private static List<NDArray> slotViews(GradientBucket bucket, NDArray full, Function<Parameter, Shape> shape,
+                                           NDManager temp) {
+        List<NDArray> views = new ArrayList<>(bucket.slots.size());
+        for (GradientBucket.Slot slot : bucket.slots) {
+            NDArray range = range(full, slot.offset(), slot.offset() + slot.numel(), temp);
+            views.add(own(range.reshape(shape.apply(slot.param())), temp));
+        }
+        return views;
+    }
+
     /** Where a bucket's gathered values live while its parameters hold them, and how they leave. Grad mode is off. */
     private interface Residence {
         /** Gathers the bucket's weights from this rank's {@code shard} into its parameters, in the caller's stream order. */
@@ -372,14 +393,7 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
 
         private void land(GradientBucket bucket, NDArray full, NDManager owner) {
             try (NDManager temp = manager.newSubManager()) {
-                List<NDArray> targets = new ArrayList<>(bucket.slots.size());
-                List<NDArray> views = new ArrayList<>(bucket.slots.size());
-                for (GradientBucket.Slot slot : bucket.slots) {
-                    targets.add(slot.param().data());
-                    views.add(own(range(full, slot.offset(), slot.offset() + slot.numel(), temp)
-                            .reshape(shapes.get(slot.param())), temp));
-                }
-                TensorMemory.shareStorage(targets, views);
+                TensorMemory.shareStorage(weights(bucket), slotViews(bucket, full, shapes::get, temp));
             }
             held[bucket.index] = owner;
         }
@@ -392,11 +406,7 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
 
         @Override
         public void release(GradientBucket bucket) {
-            List<NDArray> targets = new ArrayList<>(bucket.slots.size());
-            for (GradientBucket.Slot slot : bucket.slots) {
-                targets.add(slot.param().data());
-            }
-            TensorMemory.releaseStorage(targets);
+            TensorMemory.releaseStorage(weights(bucket));
             held[bucket.index].close();
             held[bucket.index] = null;
         }
@@ -422,17 +432,12 @@ final class ShardedParamGather implements ParamGather, ParameterResidency {
                 NDArray buffer = DataTypes.empty(manager, new Shape(bucket.paddedNumel), bucket.paramDtype,
                         bucket.slots.get(0).param().data().getDevice());
                 try (NoGrad off = NoGrad.enter(); NDManager temp = manager.newSubManager()) {
-                    List<NDArray> targets = new ArrayList<>(bucket.slots.size());
-                    List<NDArray> views = new ArrayList<>(bucket.slots.size());
-                    for (GradientBucket.Slot slot : bucket.slots) {
-                        NDArray weight = slot.param().data();
-                        NDArray view = own(range(buffer, slot.offset(), slot.offset() + slot.numel(), temp)
-                                .reshape(weight.getShape()), temp);
-                        Tensors.copyInto(view, weight);
-                        targets.add(weight);
-                        views.add(view);
+                    List<NDArray> weights = weights(bucket);
+                    List<NDArray> views = slotViews(bucket, buffer, p -> p.data().getShape(), temp);
+                    for (int i = 0; i < weights.size(); i++) {
+                        Tensors.copyInto(views.get(i), weights.get(i));
                     }
-                    TensorMemory.shareStorage(targets, views);
+                    TensorMemory.shareStorage(weights, views);
                 }
                 flat[bucket.index] = buffer;
             }
