@@ -8,6 +8,7 @@
 #   DJL_JNI_PATH     where DJL expects libdjl_torch.so for that libtorch:
 #                    $DJL_CACHE_DIR/pytorch/<version>-<flavor>-<os>-<arch>/0.35.1-libdjl_torch.so
 #   NCCL_NVLS_ENABLE=0                                      (NVLink SHARP off; see docs/gpu.md)
+#   NCCL_GRAPH_MIXING_SUPPORT=0                             (no event waits around collectives in CUDA graphs)
 #   MCORE4J_JAVA_OPTS  java options to add: DJL offline (never download), native access allowed
 # JNI_SO, if given and DJL_JNI_PATH does not exist yet, is copied there (a libdjl_torch.so built
 # against this libtorch by scripts/gpu/build-djl-jni.sh).
@@ -25,7 +26,8 @@ _mc4j_env() {
   local arch
   case $(uname -m) in x86_64|amd64) arch=x86_64 ;; aarch64|arm64) arch=aarch64 ;; *) arch=$(uname -m) ;; esac
   export PYTORCH_LIBRARY_PATH=$1/lib PYTORCH_VERSION=$2 PYTORCH_FLAVOR=$3
-  export DJL_CACHE_DIR=${DJL_CACHE_DIR:-/tmp/djl-cache} NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+  export DJL_CACHE_DIR=${DJL_CACHE_DIR:-/tmp/djl-cache} NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} \
+    NCCL_GRAPH_MIXING_SUPPORT=${NCCL_GRAPH_MIXING_SUPPORT:-0}
   export DJL_JNI_PATH=$DJL_CACHE_DIR/pytorch/$2-$3-linux-$arch/0.35.1-libdjl_torch.so
   export MCORE4J_JAVA_OPTS="-Dai.djl.offline=true --enable-native-access=ALL-UNNAMED"
   if [ -n "${JNI_SO:-}" ] && [ ! -f "$DJL_JNI_PATH" ]; then

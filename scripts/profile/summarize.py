@@ -10,9 +10,11 @@ With --kernels PATTERN..., also prints the count and time per step of the kernel
 contains each PATTERN (e.g. `FillFunctor` for zero fills, `Functor_add` for adds).
 
 With --gaps N, also lists the N longest idle gaps (no kernel on any stream) and the kernels around each.
+With --gap-histogram, also sorts every idle gap by length into bins (count and time per step each) and lists the
+kernel pairs around the gaps of 2 to 200 us that cost the most, marking pairs on two streams.
 
 Usage: python3 scripts/profile/summarize.py TRACE [--steps 3] [--kernels PATTERN...] [--gaps N]
-       [--sequence PATTERN K [--before 30 --count 80]]
+       [--gap-histogram] [--sequence PATTERN K [--before 30 --count 80]]
 """
 import argparse
 import collections
@@ -86,6 +88,7 @@ def main():
     p.add_argument("--count", type=int, default=80)
     p.add_argument("--kernels", nargs="+", default=[], metavar="PATTERN")
     p.add_argument("--gaps", type=int, default=0, metavar="N", help="also list the N longest idle gaps")
+    p.add_argument("--gap-histogram", action="store_true", help="also bin the idle gaps and name their kernels")
     a = p.parse_args()
     kernels, calls = read(a.trace)
     ends = step_ends(kernels)
@@ -129,14 +132,29 @@ def main():
         if w0 <= s < w1:
             waits[n][0] += e - s
             waits[n][1] += 1
+    # idle gaps: stretches with no kernel on any stream, with the kernels that end and start them
+    gaps, end, last = [], None, None
+    for k in sorted(window):
+        if end is not None and k[0] > end:
+            gaps.append((k[0] - end, last, k))
+        if end is None or k[1] > end:
+            end, last = k[1], k
+    if a.gap_histogram:
+        bins = [0, 2e3, 5e3, 10e3, 50e3, 200e3, 1e6, float("inf")]
+        print("idle gaps by length (count and ms per step):")
+        for lo, hi in zip(bins, bins[1:]):
+            hit = [g for g, _, _ in gaps if lo <= g < hi]
+            print(f"  {lo / 1e3:6.0f} - {hi / 1e3:<6.0f} us  {len(hit) / a.steps:7.0f}  {sum(hit) / per:7.2f} ms")
+        pairs = collections.defaultdict(lambda: [0, 0])
+        for g, before, after in gaps:
+            if 2e3 <= g < 200e3:
+                key = (short(before[3]), short(after[3]), before[2] != after[2])
+                pairs[key][0] += g
+                pairs[key][1] += 1
+        print("kernel pairs around gaps of 2-200 us (ms and count per step; * = the two kernels on two streams):")
+        for (b, n, two), (t, k) in sorted(pairs.items(), key=lambda x: -x[1][0])[:15]:
+            print(f"  {t / per:7.2f} {k / a.steps:6.0f} {'*' if two else ' '} {b} -> {n}")
     if a.gaps:
-        # idle gaps: stretches with no kernel on any stream, with the kernels that end and start them
-        gaps, end, last = [], None, None
-        for k in sorted(window):
-            if end is not None and k[0] > end:
-                gaps.append((k[0] - end, last, k))
-            if end is None or k[1] > end:
-                end, last = k[1], k
         print(f"the {a.gaps} longest idle gaps (of {len(gaps)}; us, offset from the window's start in ms):")
         for g, before, after in sorted(gaps, key=lambda x: -x[0])[:a.gaps]:
             print(f"  {g / 1e3:9.1f} us at {(before[1] - w0) / 1e6:8.2f} ms  after {short(before[3])} (stream {before[2]})"

@@ -40,6 +40,7 @@ import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.LockSupport;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -85,6 +86,8 @@ final class NcclComm implements AutoCloseable {
     private static final int YIELD_POLLS = 4_000;
     private static final long PARK_NANOS = 50_000;
     private static final Logger LOG = LoggerFactory.getLogger(NcclComm.class);
+    /** Whether {@link #noteCaptured} has warned about NCCL_GRAPH_MIXING_SUPPORT (once per process). */
+    private static final AtomicBoolean MIXING_WARNED = new AtomicBoolean();
 
     /** How long an abort waits for the calling thread to leave an NCCL call before aborting under it. */
     private static final long ABORT_LOCK_WAIT_MS = 1_000;
@@ -370,6 +373,7 @@ final class NcclComm implements AutoCloseable {
 
     private void enqueued(String what, CUstream_st on) {
         if (CurrentStream.capturing()) {
+            noteCaptured(System.getenv("NCCL_GRAPH_MIXING_SUPPORT"));
             return; // recorded into a CUDA graph, not run: each replay's work is the replaying step's to wait for
         }
         CUevent_st event = freeEvents.poll();
@@ -382,6 +386,28 @@ final class NcclComm implements AutoCloseable {
             throw fail(what, "cudaEventRecord failed: " + cudaError(r), List.of());
         }
         pending.add(new Pending(event, what, System.nanoTime()));
+    }
+
+    /**
+     * Warns, once per process, when a CUDA graph captures NCCL work while NCCL's graph mixing support is on
+     * ({@code NCCL_GRAPH_MIXING_SUPPORT} unset or not 0). NCCL then puts an external event wait and record around
+     * every captured collective, so that captured and uncaptured NCCL work may run at the same time; in a replay
+     * they hold the GPU idle between kernels. mcore4j never runs a graph's NCCL work beside other NCCL work (what
+     * follows a replay is queued behind it), so the support buys nothing here.
+     *
+     * @param setting the variable's value, or null when unset
+     * @return whether this call warned
+     */
+    static boolean noteCaptured(String setting) {
+        if ("0".equals(setting) || !MIXING_WARNED.compareAndSet(false, true)) {
+            return false;
+        }
+        LOG.warn("a CUDA graph captures NCCL collectives with NCCL_GRAPH_MIXING_SUPPORT={}: NCCL puts an external event"
+                + " wait before each of them, which idles the GPU in every replay (the 1.3B model at TP2 with sequence"
+                + " parallelism on 2 H200s: 41,206 tokens/s/GPU, 47,319 with 0). mcore4j never runs a graph's NCCL work"
+                + " beside other NCCL work: set NCCL_GRAPH_MIXING_SUPPORT=0 (scripts/gpu/host-env.sh does)",
+                setting == null ? "(unset: 1)" : setting);
+        return true;
     }
 
     /**
