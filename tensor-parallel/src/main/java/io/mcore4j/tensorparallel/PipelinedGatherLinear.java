@@ -2,16 +2,15 @@ package io.mcore4j.tensorparallel;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
-import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.PendingCollective;
 import io.mcore4j.parallel.ReduceOp;
-
-import java.util.ArrayList;
-import java.util.List;
 
 /**
  * The sequence-parallel column-parallel linear {@code y = gather(x)·Wᵀ + b} with its collectives
@@ -19,11 +18,10 @@ import java.util.List;
  * all-gather + GEMM): the same math as {@link Mappings#gatherFromSequenceParallelRegion} (gradient
  * reduce-scattered) followed by a linear.
  *
- * <p>Forward: this rank's shard is cut into {@code n} pieces ({@link SequenceChunks}); the
- * all-gathers of every piece are started at once ({@link Communicator#startAllGather}, in order on
- * NCCL's second stream) and the GEMM of piece {@code c} waits only for piece {@code c}, so it runs
- * while piece {@code c+1} travels. The per-piece products are put back in sequence order (one copy
- * of the output).
+ * <p>Forward: the all-gather of this rank's shard is started into a tensor of the full sequence
+ * ({@link Communicator#startAllGatherInto}, on NCCL's second stream) and, while it travels, this rank's own block
+ * of the output is computed from the shard it already has; then the other ranks' blocks from the gathered rows.
+ * Each product is written into its rows of the output ({@link SequenceBlocks}): no copy puts it in place.
  *
  * <p>Backward, as Transformer Engine's bulk overlaps: the all-gather of the input (saved as the
  * local shard only, gathered again as Megatron-Core does, so the gathered input is not kept between
@@ -49,24 +47,26 @@ final class PipelinedGatherLinear implements Function {
         NDArray w = inputs[1];
         NDArray b = inputs.length > 2 ? inputs[2] : null;
         NDManager owner = ctx.manager();
-        int n = SequenceChunks.pieces(inputs[0].getShape().get(0), tp.size());
-        List<NDArray> products = new ArrayList<>(n);
+        int t = tp.size();
+        int r = tp.rank();
         try (NDManager temp = owner.newSubManager()) {
             // a started collective reads its input after the call returns: no hidden copy may stand in for it
             NDArray x = TensorMemory.contiguous(inputs[0], temp);
-            List<PendingCollective> gathers = new ArrayList<>(n);
-            for (int c = 0; c < n; c++) {
-                NDArray piece = SequenceChunks.piece(x, n, c);
-                if (piece != x) {
-                    piece.attach(temp);
-                }
-                gathers.add(tp.startAllGather(piece, temp));
+            Shape shard = x.getShape();
+            long m = shard.get(0);
+            DataType dtype = DataTypes.of(x);
+            NDArray gathered = DataTypes.empty(temp, new Shape(t * m).addAll(shard.slice(1)), dtype, x.getDevice());
+            PendingCollective gathering = tp.startAllGatherInto(x, gathered);
+            Shape outShape = new Shape(t * m).addAll(shard.slice(1, shard.dimension() - 1)).add(w.getShape().get(0));
+            NDArray out = DataTypes.empty(owner, outShape, dtype, x.getDevice());
+            NDArray wt = w.transpose();
+            wt.attach(temp);
+            SequenceBlocks.productInto(SequenceBlocks.rows(out, r * m, (r + 1) * m), x, wt, b);
+            gathering.await();
+            for (long[] range : SequenceBlocks.others(m, t, r)) {
+                SequenceBlocks.productInto(SequenceBlocks.rows(out, range[0], range[1]),
+                        SequenceBlocks.rows(gathered, range[0], range[1]), wt, b);
             }
-            for (int c = 0; c < n; c++) {
-                NDArray gathered = gathers.get(c).await();
-                products.add(Tensors.linear(gathered, w, b, n == 1 ? owner : temp));
-            }
-            NDArray out = SequenceChunks.interleave(products, tp.size(), owner);
             ctx.saveForBackward(inputs);
             return new NDArray[] {out};
         }
@@ -97,6 +97,6 @@ final class PipelinedGatherLinear implements Function {
 
     @Override
     public String name() {
-        return "column-parallel-linear(sequence all-gather pipelined with the GEMM)";
+        return "column-parallel-linear(sequence all-gather overlapped with the own block's GEMM)";
     }
 }

@@ -2,16 +2,17 @@ package io.mcore4j.tensorparallel;
 
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.PendingCollective;
-import io.mcore4j.parallel.ReduceOp;
 
-import java.util.ArrayList;
-import java.util.List;
+import java.util.Arrays;
 
 /**
  * The sequence-parallel row-parallel linear {@code y = reduceScatter(x·Wᵀ + b/t)} with its
@@ -19,18 +20,17 @@ import java.util.List;
  * GEMM + reduce-scatter): the same math as {@link RowParallelLinear}'s composed path (the partial
  * product and the bias share, then {@link Mappings#reduceScatterToSequenceParallelRegion}).
  *
- * <p>Forward: the sequence is cut into {@code n} pieces per rank ({@link SequenceChunks}); for piece
- * {@code c} the rows every rank's shard needs from it are multiplied (with the bias share
- * {@code b/t} in the GEMM's epilogue) and their reduce-scatter is started
- * ({@link Communicator#startReduceScatter}) before the next piece's GEMM is queued, so each
- * reduction travels while the next piece is computed. This rank's reduced pieces are concatenated
- * into its shard.
+ * <p>Forward: the partial products of the other ranks' blocks of the sequence are computed first (with the
+ * bias share {@code b/t} in the GEMM's epilogue) and sent to their ranks ({@link Communicator#startAllToAll}, on
+ * NCCL's second stream); while they travel, this rank's own block is computed, and the partial products the
+ * other ranks sent for it are added to it: a reduce-scatter whose communication hides behind the last GEMM.
  *
- * <p>Backward: the all-gathers of the output gradient's pieces are started at once; the
- * input-gradient GEMM of piece {@code c} waits only for piece {@code c}. The gathered gradient, put
- * back in sequence order, then gives the weight gradient {@code dYᵀ·x} and the bias gradient
- * {@code Σ dY / t} (as the composed path's share), accumulated into the parameters' {@code .grad}
- * (backward returns null for them).
+ * <p>Backward: the all-gather of the output gradient is started into a tensor of the full sequence
+ * ({@link Communicator#startAllGatherInto}) and, while it travels, the input gradient of this rank's own block
+ * is computed from the gradient it already has; then the other blocks' from the gathered rows. The gathered
+ * gradient then gives the weight gradient {@code dYᵀ·x} and the bias gradient {@code Σ dY / t} (as the composed
+ * path's share), accumulated into the parameters' {@code .grad} (backward returns null for them). Products are
+ * written into their rows ({@link SequenceBlocks}): no copy puts them in place.
  *
  * <p>Inputs: {@code x [s, b, in/t]}, the weight shard {@code [out, in/t]} and, optionally, the whole
  * bias {@code [out]}. Output {@code [s/t, b, out]}. Every rank communicates in every call.
@@ -45,26 +45,45 @@ final class PipelinedLinearReduceScatter implements Function {
 
     @Override
     public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
-        NDArray x = inputs[0];
         NDArray w = inputs[1];
         NDArray b = inputs.length > 2 ? inputs[2] : null;
         NDManager owner = ctx.manager();
         int t = tp.size();
-        int n = SequenceChunks.pieces(x.getShape().get(0) / t, t);
+        int r = tp.rank();
         try (NDManager temp = owner.newSubManager()) {
+            NDArray x = TensorMemory.contiguous(inputs[0], temp);
+            Shape full = x.getShape();
+            long m = full.get(0) / t;
+            DataType dtype = DataTypes.of(x);
+            Shape block = new Shape(m).addAll(full.slice(1, full.dimension() - 1)).add(w.getShape().get(0));
             NDArray share = b == null ? null : Tensors.scale(b, 1.0 / t, temp);
-            List<PendingCollective> reductions = new ArrayList<>(n);
-            for (int c = 0; c < n; c++) {
-                NDArray rows = SequenceChunks.rows(x, t, n, c, temp);
-                NDArray partial = Tensors.linear(rows, w, share, temp);
-                reductions.add(tp.startReduceScatter(TensorMemory.contiguous(partial, temp), ReduceOp.SUM,
-                        n == 1 ? owner : temp));
+            NDArray wt = w.transpose();
+            wt.attach(temp);
+            // the other blocks' partial products, in rank order, then sent to their ranks
+            NDArray others = DataTypes.empty(temp, new Shape((t - 1) * m).addAll(block.slice(1)), dtype, x.getDevice());
+            long at = 0;
+            for (long[] range : SequenceBlocks.others(m, t, r)) {
+                long rows = range[1] - range[0];
+                SequenceBlocks.productInto(SequenceBlocks.rows(others, at, at + rows),
+                        SequenceBlocks.rows(x, range[0], range[1]), wt, share);
+                at += rows;
             }
-            List<NDArray> reduced = new ArrayList<>(n);
-            for (PendingCollective r : reductions) {
-                reduced.add(r.await());
+            long[] splits = new long[t];
+            Arrays.fill(splits, m);
+            splits[r] = 0;
+            PendingCollective exchange = tp.startAllToAll(others, splits, splits, temp);
+            NDArray out = DataTypes.empty(owner, block, dtype, x.getDevice());
+            SequenceBlocks.productInto(out, SequenceBlocks.rows(x, r * m, (r + 1) * m), wt, share);
+            NDArray received = exchange.await();
+            if (t == 2) {
+                out.addi(received);
+            } else {
+                NDArray perRank = received.reshape(new Shape(t - 1).addAll(block));
+                perRank.attach(temp);
+                NDArray sum = perRank.sum(new int[] {0});
+                sum.attach(temp);
+                out.addi(sum);
             }
-            NDArray out = SequenceChunks.concat(reduced, owner);
             ctx.saveForBackward(inputs);
             return new NDArray[] {out};
         }
@@ -77,39 +96,36 @@ final class PipelinedLinearReduceScatter implements Function {
         NDArray b = ctx.inputCount() > 2 ? ctx.saved(2) : null;
         NDManager owner = ctx.manager();
         int t = tp.size();
+        int r = tp.rank();
         try (NDManager temp = owner.newSubManager()) {
             NDArray dy = TensorMemory.contiguous(grads[0], temp);
-            int n = SequenceChunks.pieces(dy.getShape().get(0), t);
-            List<PendingCollective> gathers = new ArrayList<>(n);
-            for (int c = 0; c < n; c++) {
-                NDArray piece = SequenceChunks.piece(dy, n, c);
-                if (piece != dy) {
-                    piece.attach(temp);
+            long m = dy.getShape().get(0);
+            NDArray dyFull = DataTypes.empty(temp, new Shape(t * m).addAll(dy.getShape().slice(1)), DataTypes.of(dy),
+                    dy.getDevice());
+            PendingCollective gathering = tp.startAllGatherInto(dy, dyFull);
+            NDArray dx = null;
+            if (ctx.needsInputGrad(0)) {
+                dx = DataTypes.empty(owner, x.getShape(), DataTypes.of(x), x.getDevice());
+                SequenceBlocks.productInto(SequenceBlocks.rows(dx, r * m, (r + 1) * m), dy, w, null);
+            }
+            gathering.await();
+            if (dx != null) {
+                for (long[] range : SequenceBlocks.others(m, t, r)) {
+                    SequenceBlocks.productInto(SequenceBlocks.rows(dx, range[0], range[1]),
+                            SequenceBlocks.rows(dyFull, range[0], range[1]), w, null);
                 }
-                gathers.add(tp.startAllGather(piece, temp));
             }
-            List<NDArray> gathered = new ArrayList<>(n);
-            List<NDArray> inputGrads = new ArrayList<>(n);
-            for (int c = 0; c < n; c++) {
-                NDArray g = gathers.get(c).await();
-                gathered.add(g);
-                NDArray dx = g.matMul(w);
-                dx.attach(n == 1 ? owner : temp);
-                inputGrads.add(dx);
-            }
-            NDArray dx = SequenceChunks.interleave(inputGrads, t, owner);
             if (ctx.needsInputGrad(1) || (b != null && ctx.needsInputGrad(2))) {
-                NDArray dyFull = SequenceChunks.interleave(gathered, t, temp);
                 LinearWeightGradients.accumulate(ctx, w, b, dyFull, x, 1.0 / t, temp);
             }
             NDArray[] result = new NDArray[ctx.inputCount()];
-            result[0] = ctx.needsInputGrad(0) ? dx : null;
+            result[0] = dx;
             return result;
         }
     }
 
     @Override
     public String name() {
-        return "row-parallel-linear(GEMM pipelined with the sequence reduce-scatter)";
+        return "row-parallel-linear(sequence reduce-scatter overlapped with the own block's GEMM)";
     }
 }
