@@ -8,7 +8,8 @@
 #                                    script with fake java, torchrun, python3 and nvidia-smi (no GPU, no Java)
 # Rows (GPUs): tp1 (1), tp2 (2), tp4 (4), pp2 (2), tp2pp2 (4), tp2dp2 (4), dp2 (2), dp4 (4),
 #   llama-tp4sp (4), llama-tp2dp2 (4), probe-tp1 (1), probe-tp2 (2), probe-tp4 (4); and, only when named,
-#   tp2sp (2), llama-dp4 (4), dp4-zero2 (4: dp4 with --use-megatron-fsdp --data-parallel-sharding-strategy
+#   tp2sp (2), tp2sp-overlap (2: with --tp-comm-overlap), tp4sp-overlap (4), pp2-m8 and tp2pp2-m8 (2, 4: pp2 and
+#   tp2pp2 with the same 8 sequences as 8 micro-batches of 1), llama-tp4sp-overlap (4), llama-dp4 (4), dp4-zero2 (4: dp4 with --use-megatron-fsdp --data-parallel-sharding-strategy
 #   optim_grads), dp4-zero3 (4: the same with optim_grads_params, no layer recomputed: the weights are freed in place
 #   by mcore4j's native library), dp4-zero3-recompute (4: ZeRO-3 with every layer recomputed, as without that
 #   library; "fsdp" names dp4 dp4-zero2 dp4-zero3, issue 36's rows), llama20b-zero3 (4 H200s: issue 36's ~20B LLaMA
@@ -128,11 +129,20 @@ row() {
     tp2)          gpus=2; layout="1.3B, TP2"; args="--model 1.3b --tensor-model-parallel-size 2"
                   refs=("2|tp|DTensor TP2");;
     tp2sp)        gpus=2; layout="1.3B, TP2 + SP"; args="--model 1.3b --tensor-model-parallel-size 2 --sequence-parallel";;
+    tp2sp-overlap) gpus=2; layout="1.3B, TP2 + SP, --tp-comm-overlap"
+                  args="--model 1.3b --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap";;
+    tp4sp-overlap) gpus=4; layout="1.3B, TP4 + SP, --tp-comm-overlap"
+                  args="--model 1.3b --tensor-model-parallel-size 4 --sequence-parallel --tp-comm-overlap";;
     tp4)          gpus=4; layout="1.3B, TP4"; args="--model 1.3b --tensor-model-parallel-size 4"
                   refs=("4|tp|DTensor TP4");;
     pp2)          gpus=2; layout="1.3B, PP2"; args="--model 1.3b --pipeline-model-parallel-size 2";;
+    pp2-m8)       gpus=2; layout="1.3B, PP2, micro-batch 1 × 8 (the same 8 sequences)"
+                  args="--model 1.3b --pipeline-model-parallel-size 2 --micro-batch-size 1 --micro-batches 8";;
     tp2pp2)       gpus=4; layout="1.3B, TP2 × PP2"
                   args="--model 1.3b --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";;
+    tp2pp2-m8)    gpus=4; layout="1.3B, TP2 × PP2, micro-batch 1 × 8 (the same 8 sequences)"
+                  args="--model 1.3b --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+                  args+=" --micro-batch-size 1 --micro-batches 8";;
     tp2dp2)       gpus=4; layout="1.3B, TP2 × DP2"; args="--model 1.3b --tensor-model-parallel-size 2 --overlap-grad-reduce";;
     dp2)          gpus=2; layout="1.3B, DP2, distributed optimizer"
                   args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce"; refs=("2|ddp|DDP" "2|fsdp2|FSDP2");;
@@ -154,6 +164,9 @@ row() {
                   refs=("4|fsdp2|FSDP2 + AC|$llama20b --mbs 1 --micro 4 --ac");;
     llama-tp4sp)  gpus=4; layout="LLaMA-7B, TP4 + SP, micro-batch 1 × 8"
                   args="--model llama7b --tensor-model-parallel-size 4 --sequence-parallel --micro-batch-size 1 --micro-batches 8";;
+    llama-tp4sp-overlap) gpus=4; layout="LLaMA-7B, TP4 + SP, --tp-comm-overlap, micro-batch 1 × 8"
+                  args="--model llama7b --tensor-model-parallel-size 4 --sequence-parallel --tp-comm-overlap"
+                  args+=" --micro-batch-size 1 --micro-batches 8";;
     llama-tp2dp2) gpus=4; layout="LLaMA-7B, TP2 × DP2, SP, distributed optimizer, micro-batch 1 × 4"
                   args="--model llama7b --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"
                   args+=" --overlap-grad-reduce --micro-batch-size 1 --micro-batches 4";;
@@ -368,7 +381,7 @@ EOF
   [ "$(grep -c '^| tp1 ' <<<"$got")" -eq 1 ] || { echo "selftest: FAIL, tp1 is not one row"; fail=1; }
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
-  local r; for r in tp1 tp2 tp2sp tp4 pp2 tp2pp2 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 dp4-zero3-recompute llama20b-zero3 llama-tp4sp llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
+  local r; for r in tp1 tp2 tp2sp tp2sp-overlap tp4 tp4sp-overlap pp2 pp2-m8 tp2pp2 tp2pp2-m8 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 dp4-zero3-recompute llama20b-zero3 llama-tp4sp llama-tp4sp-overlap llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
       probe-tp4 cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-fg-ep4 dsv3-ep4 probe-dp4 probe-moe; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done
