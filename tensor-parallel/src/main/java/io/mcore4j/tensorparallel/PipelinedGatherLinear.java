@@ -61,11 +61,11 @@ final class PipelinedGatherLinear implements Function {
             NDArray out = DataTypes.empty(owner, outShape, dtype, x.getDevice());
             NDArray wt = w.transpose();
             wt.attach(temp);
-            SequenceBlocks.productInto(SequenceBlocks.rows(out, r * m, (r + 1) * m), x, wt, b);
+            SequenceBlocks.productInto(SequenceBlocks.rows(out, r * m, (r + 1) * m, temp), x, wt, b);
             gathering.await();
             for (long[] range : SequenceBlocks.others(m, t, r)) {
-                SequenceBlocks.productInto(SequenceBlocks.rows(out, range[0], range[1]),
-                        SequenceBlocks.rows(gathered, range[0], range[1]), wt, b);
+                SequenceBlocks.productInto(SequenceBlocks.rows(out, range[0], range[1], temp),
+                        SequenceBlocks.rows(gathered, range[0], range[1], temp), wt, b);
             }
             ctx.saveForBackward(inputs);
             return new NDArray[] {out};

@@ -64,8 +64,8 @@ final class PipelinedLinearReduceScatter implements Function {
             long at = 0;
             for (long[] range : SequenceBlocks.others(m, t, r)) {
                 long rows = range[1] - range[0];
-                SequenceBlocks.productInto(SequenceBlocks.rows(others, at, at + rows),
-                        SequenceBlocks.rows(x, range[0], range[1]), wt, share);
+                SequenceBlocks.productInto(SequenceBlocks.rows(others, at, at + rows, temp),
+                        SequenceBlocks.rows(x, range[0], range[1], temp), wt, share);
                 at += rows;
             }
             long[] splits = new long[t];
@@ -73,7 +73,7 @@ final class PipelinedLinearReduceScatter implements Function {
             splits[r] = 0;
             PendingCollective exchange = tp.startAllToAll(others, splits, splits, temp);
             NDArray out = DataTypes.empty(owner, block, dtype, x.getDevice());
-            SequenceBlocks.productInto(out, SequenceBlocks.rows(x, r * m, (r + 1) * m), wt, share);
+            SequenceBlocks.productInto(out, SequenceBlocks.rows(x, r * m, (r + 1) * m, temp), wt, share);
             NDArray received = exchange.await();
             if (t == 2) {
                 out.addi(received);
@@ -106,13 +106,13 @@ final class PipelinedLinearReduceScatter implements Function {
             NDArray dx = null;
             if (ctx.needsInputGrad(0)) {
                 dx = DataTypes.empty(owner, x.getShape(), DataTypes.of(x), x.getDevice());
-                SequenceBlocks.productInto(SequenceBlocks.rows(dx, r * m, (r + 1) * m), dy, w, null);
+                SequenceBlocks.productInto(SequenceBlocks.rows(dx, r * m, (r + 1) * m, temp), dy, w, null);
             }
             gathering.await();
             if (dx != null) {
                 for (long[] range : SequenceBlocks.others(m, t, r)) {
-                    SequenceBlocks.productInto(SequenceBlocks.rows(dx, range[0], range[1]),
-                            SequenceBlocks.rows(dyFull, range[0], range[1]), w, null);
+                    SequenceBlocks.productInto(SequenceBlocks.rows(dx, range[0], range[1], temp),
+                            SequenceBlocks.rows(dyFull, range[0], range[1], temp), w, null);
                 }
             }
             if (ctx.needsInputGrad(1) || (b != null && ctx.needsInputGrad(2))) {

@@ -1,6 +1,7 @@
 package io.mcore4j.tensorparallel;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModule.Arg;
 import io.mcore4j.core.TorchScriptModules;
@@ -26,10 +27,11 @@ final class SequenceBlocks {
      * @param full the tensor
      * @param from the first row
      * @param to one past the last row
-     * @return the view, owned by {@code full}'s manager
+     * @param owner owns the view's handle (the memory stays {@code full}'s)
+     * @return the view
      */
-    static NDArray rows(NDArray full, long from, long to) {
-        return Tensors.narrow(full, 0, from, to);
+    static NDArray rows(NDArray full, long from, long to, NDManager owner) {
+        return Tensors.own(Tensors.narrow(full, 0, from, to), owner);
     }
 
     /**
