@@ -41,8 +41,8 @@
 #   STEPS (5), WARMUP (2)   timed and untimed steps of every run
 #   REFS        1 (default) runs the PyTorch references, 0 leaves them out
 #   GRAPH       1: every mcore4j row replays its steps from a CUDA graph (--cuda-graph-impl local --cuda-graph-scope
-#               full_iteration, captured within the WARMUP steps; --overlap-grad-reduce is left out, a graph does not
-#               take it); 0 (default): eager steps
+#               full_iteration, captured within the WARMUP steps; the graph holds --overlap-grad-reduce's reductions
+#               too); 0 (default): eager steps
 #   CP_ATTENTION  flags of the context-parallel rows' attention (default: --attention-backend flash, the ring on
 #               libtorch's flash kernel)
 #   EXTRA       more flags for every GptBenchmark run (JVM options, e.g. -Dmcore4j.cuda.kernels=false, go in
@@ -433,9 +433,6 @@ trap stopped TERM INT
 for r in $rows; do
   row "$r"
   if [ "$graph" = 1 ]; then
-    # a graphed step reduces its gradients after the replay: --overlap-grad-reduce (and --overlap-param-gather,
-    # which needs it) start inside the backward the graph holds, so they go
-    args=$(echo " $args " | sed -e 's/ --overlap-grad-reduce / /g' -e 's/ --overlap-param-gather / /g')
     args+=" --cuda-graph-impl local --cuda-graph-scope full_iteration --cuda-graph-warmup-steps $graph_warmup"
     layout+=", CUDA graph"
   fi

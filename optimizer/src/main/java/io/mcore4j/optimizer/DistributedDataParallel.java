@@ -91,6 +91,11 @@ import org.slf4j.LoggerFactory;
  * {@link #finishGradSync()} from their {@code .grad}s and added to the same sum. Each pass is averaged
  * on its own, so the result equals the reduction of the accumulated gradients up to float rounding.
  *
+ * <p><b>Under a CUDA graph.</b> A step whose forward and backward a CUDA graph replays can have the graph hold the
+ * synchronisation too, overlapped reductions included: the captured body arms the step, runs the schedule, calls
+ * {@link #finishGradSync()} and then {@link #pinSynced()}, which keeps the buffers it made; every replay remakes
+ * them in the same memory, and {@link #restorePinned()} hands them out as the step's synchronised gradients.
+ *
  * <p><b>Ownership.</b> The synchronised buffers live in a manager that is a child of
  * the parent given to the constructor (by default the first parameter's manager); {@link #zeroGrad()}
  * releases them and sets every {@code .grad} to none ({@link #zeroGrad(boolean)} can zero them instead). The optimizer reads (and unscales and clips in
@@ -114,6 +119,9 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     private NDManager syncManager;
     private NDArray[] synced;
     private long syncCount;
+    // the synchronised buffers a CUDA graph remakes in every replay (pinSynced), and the manager they live in
+    private NDManager pinnedManager;
+    private NDArray[] pinnedSynced;
     // overlap state of the armed step: reports per parameter, parameters still incomplete per bucket
     private int expectedPasses;
     private final Map<Parameter, Integer> reports = new IdentityHashMap<>();
@@ -280,6 +288,54 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         }
         syncManager = owner;
         synced = result;
+        syncCount++;
+    }
+
+    /**
+     * Keeps the buffers the {@link #finishGradSync()} just made as the step's synchronised gradients for later steps:
+     * called inside a CUDA graph's captured body right after {@link #finishGradSync()}, whose work (the overlapped
+     * reductions started during the captured backward included) the graph repeats into the same memory in every
+     * replay. {@link #zeroGrad()} and {@link #keepGradients()} then leave them alone; {@link #restorePinned()} hands
+     * them out after a replay. Buffers pinned before (an earlier capture's) are released.
+     *
+     * @throws IllegalStateException before {@link #finishGradSync()}
+     */
+    public void pinSynced() {
+        if (synced == null) {
+            throw new IllegalStateException("no synchronised gradients to pin: call finishGradSync() first");
+        }
+        if (pinnedManager != null && pinnedManager != syncManager) {
+            pinnedManager.close();
+        }
+        pinnedManager = syncManager;
+        pinnedSynced = synced.clone();
+        // what a reader adds to this step's buffers (an in-place bucket's flat copy) goes with the step
+        syncManager = pinnedManager.newSubManager();
+    }
+
+    /**
+     * Takes the pinned buffers ({@link #pinSynced()}) as this step's synchronised gradients, after a CUDA graph
+     * replay remade them; the step armed for it saw no reports (a replay runs no Java) and is disarmed. Nothing to
+     * do where this step's captured body ran (the capture, or a stand-in replay that runs the body again): its
+     * {@link #finishGradSync()} synchronised the gradients already.
+     *
+     * @throws IllegalStateException if nothing is pinned
+     */
+    public void restorePinned() {
+        if (pinnedManager == null) {
+            throw new IllegalStateException("no pinned gradients: a CUDA graph's body must call finishGradSync() and"
+                    + " pinSynced()");
+        }
+        if (synced != null) {
+            return;
+        }
+        if (stepManager != null) {
+            stepManager.close();
+            stepManager = null;
+        }
+        disarm();
+        synced = pinnedSynced.clone();
+        syncManager = pinnedManager.newSubManager();
         syncCount++;
     }
 

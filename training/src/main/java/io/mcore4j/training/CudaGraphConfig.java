@@ -6,7 +6,9 @@ package io.mcore4j.training;
  * steps run eagerly (libtorch's and TorchScript's first runs allocate, profile and compile); the next
  * captures every micro-batch's forward and backward into one graph, and every later step copies its
  * micro-batches into the graph's inputs and replays it, so the host queues a step's whole
- * forward-backward with one call. The gradient reduction, the optimizer step and evaluation stay eager.
+ * forward-backward with one call. With {@code --overlap-grad-reduce} the graph holds the gradients' reduction too
+ * (started as backward leaves each bucket's layers, as in eager steps); without it the reduction runs eagerly
+ * after the replay. The optimizer step and evaluation stay eager.
  *
  * @param enabled whether steps after the warm-up replay a graph
  * @param warmupSteps eager steps before the capture ({@code --cuda-graph-warmup-steps}, Megatron's default 3);

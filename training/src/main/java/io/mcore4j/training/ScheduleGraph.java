@@ -55,12 +55,14 @@ final class ScheduleGraph implements AutoCloseable {
      * @param batches this step's micro-batches
      * @param scale the loss scale the schedule multiplies the loss by
      * @param schedule runs the schedule over the given micro-batches (eagerly, or under capture)
-     * @param clearGradients sets every gradient to none (before a capture)
+     * @param clearGradients sets every gradient to none (before a capture, and first in the captured body)
+     * @param finish what the captured body does after the schedule (the gradients' synchronisation, where the
+     *               graph holds it); not run on eager steps
      * @param owner the manager that owns the returned device losses
      * @return the schedule's result; its device losses are owned by {@code owner}
      */
     ScheduleResult run(List<MicroBatch> batches, double scale, Function<List<MicroBatch>, ScheduleResult> schedule,
-                       Runnable clearGradients, NDManager owner) {
+                       Runnable clearGradients, Runnable finish, NDManager owner) {
         for (int mb = 0; mb < batches.size(); mb++) {
             if (batches.get(mb).packed() != null) {
                 // the attention masks and kernel arguments of packed sequences are host data of each micro-batch
@@ -73,7 +75,7 @@ final class ScheduleGraph implements AutoCloseable {
             return schedule.apply(batches);
         }
         if (graph == null || scale != capturedScale) {
-            capture(batches, scale, schedule, clearGradients);
+            capture(batches, scale, schedule, clearGradients, finish);
         }
         for (int mb = 0; mb < batches.size(); mb++) {
             copy(inputs.get(mb), batches.get(mb), mb);
@@ -98,7 +100,7 @@ final class ScheduleGraph implements AutoCloseable {
     }
 
     private void capture(List<MicroBatch> batches, double scale, Function<List<MicroBatch>, ScheduleResult> schedule,
-                         Runnable clearGradients) {
+                         Runnable clearGradients, Runnable finish) {
         release();
         clearGradients.run(); // the step's buffers go before the capture; the body's clearing is host work only
         captured = manager.newSubManager();
@@ -108,11 +110,12 @@ final class ScheduleGraph implements AutoCloseable {
         }
         capture.releaseCachedMemory();
         // the body is what a replay repeats: gradients cleared (no device work: the graph's first micro-batch
-        // makes each .grad), the schedule over the inputs, its losses into the graph's output
+        // makes each .grad), the schedule over the inputs, what finishes it, its losses into the graph's output
         try {
             graph = capture.capture(() -> {
                 clearGradients.run();
                 ScheduleResult r = schedule.apply(inputs);
+                finish.run();
                 capturedPeak = r.peakLiveMicroBatches();
                 NDArray out = r.deviceLosses();
                 if (out != null && losses == null) {

@@ -87,6 +87,8 @@ public final class TrainStep implements AutoCloseable {
     private final NDManager unreadLosses;
     // the schedule's second implementation, replayed from a CUDA graph; null when every step is eager
     private final ScheduleGraph graph;
+    // whether that graph also holds the gradients' synchronisation (overlapped with its backward)
+    private final boolean reduceInGraph;
     // keys of the model's frozen parameters, whose pieces checkpoints leave out
     private final Set<String> frozenKeys = new HashSet<>();
     // the copies of the FP8 scaling state the last shardedState() handed out; null before
@@ -137,6 +139,7 @@ public final class TrainStep implements AutoCloseable {
                             + " library are needed); every step runs eagerly", manager.getDevice());
                     return null;
                 }) : null;
+        this.reduceInGraph = graph != null && b.optimizer.overlapGradReduce();
     }
 
     /**
@@ -184,12 +187,30 @@ public final class TrainStep implements AutoCloseable {
                 // a replayed graph's forward calls no hooks, and a capture cannot wait on the gathers started after the step
                 optimizer.finishParamSync();
             }
-            ScheduleResult result = graph == null ? schedule(batches, scale, false)
-                    : graph.run(batches, scale, b -> schedule(b, scale, false), ddp::zeroGrad, manager);
+            ScheduleResult result;
+            if (graph == null) {
+                result = schedule(batches, scale, false);
+            } else if (reduceInGraph) {
+                // the graph holds the overlapped reductions too: its body arms the step after clearing, and
+                // synchronises and pins the gradients after the schedule
+                result = graph.run(batches, scale, b -> schedule(b, scale, false), () -> {
+                    ddp.zeroGrad();
+                    ddp.expectBackwardPasses(microBatches);
+                }, () -> {
+                    ddp.finishGradSync();
+                    ddp.pinSynced();
+                }, manager);
+            } else {
+                result = graph.run(batches, scale, b -> schedule(b, scale, false), ddp::zeroGrad, () -> { }, manager);
+            }
             long queued = System.nanoTime();
             marks[1] = mark();
             model.finishStep();
-            ddp.finishGradSync();
+            if (reduceInGraph && graph.ownsGradients()) {
+                ddp.restorePinned();
+            } else {
+                ddp.finishGradSync();
+            }
             marks[2] = mark();
             StepResult s = optimizer.step(learningRate, weightDecay); // reads the gradient norm: one host sync
             updateFp8Scaling();
@@ -554,10 +575,6 @@ public final class TrainStep implements AutoCloseable {
                                 + fp8.config().recipe() + ", the device " + manager.getDevice()
                                 + (inPlace ? "" : ", which has no fused cast") + ")");
                     }
-                }
-                if (optimizer.overlapGradReduce()) {
-                    throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --overlap-grad-reduce exclude"
-                            + " each other for now: the overlapped reduction starts inside the backward the graph captures");
                 }
                 if (optimizer.dataParallelShardingStrategy().shardsGradients()) {
                     throw new IllegalArgumentException("--cuda-graph-scope full_iteration and --data-parallel-sharding-strategy "
