@@ -208,25 +208,22 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     /**
      * {@inheritDoc}
      *
-     * <p>NCCL: as {@link #startAllReduceInPlace}; the result is allocated before the collective is
-     * enqueued.
+     * <p>NCCL: {@link #startAllGatherInto} a result allocated first.
      */
     @Override
     public PendingCollective startAllGather(NDArray input, NDManager owner) {
         int d = args.checkDim(input, 0);
-        String what = describe("all-gather dim " + d, input);
-        requireContiguous(what, input);
-        return run(what, () -> {
-            if (comm == null) {
+        if (comm == null) {
+            String what = describe("all-gather dim " + d, input);
+            requireContiguous(what, input);
+            return run(what, () -> {
                 NDArray out = copyOwnedBy(input, owner);
                 return () -> out;
-            }
-            NDArray out = DataTypes.empty(owner, RankMajorLayout.gathered(input.getShape(), 0, size()), DataTypes.of(input),
-                    owner.getDevice());
-            CUstream_st on = comm.sideStream(what);
-            enqueueAllGather(what, input, out, on);
-            return joinLater(what, comm.startedOnSideStream(what), out);
-        });
+            });
+        }
+        NDArray out = DataTypes.empty(owner, RankMajorLayout.gathered(input.getShape(), 0, size()), DataTypes.of(input),
+                owner.getDevice());
+        return startAllGatherInto(input, out);
     }
 
     /**
