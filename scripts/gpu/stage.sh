@@ -10,6 +10,8 @@
 #   jni-include/   jni.h, jni_md.h and DJL's generated ai_djl_pytorch_jni_PyTorchLibrary.h
 #   scripts/       build-djl-jni.sh, build-cuda-graphs.sh, host-env.sh, eager_gpt_bench.py, torch_dist_gpt_bench.py
 #   native/        the source of mcore4j's CUDA graph library (built on the host by run-on-host.sh)
+#   pre/           kept from the GPU_DIR it replaces: libraries an earlier host built (run-on-host.sh's
+#                  MCORE4J_PREBUILT_OUT), which a later host of the same torch version uses instead of building
 #   run-on-host.sh the prologue to run on the host (see docs/gpu.md):
 #                    source .gpu/run-on-host.sh && java $MCORE4J_JAVA_OPTS -cp "$CP" MAIN ARGS
 #
@@ -26,7 +28,10 @@ cd "$root"
 mvn=${MVN:-}
 [ -n "$mvn" ] || { [ -x ./mvnw ] && mvn=./mvnw || mvn=mvn; }
 
+kept=
+if [ -d "$gpu/pre" ]; then kept=$(mktemp -d) && mv "$gpu/pre" "$kept/"; fi
 rm -rf "$gpu"; mkdir -p "$gpu/lib" "$gpu/scripts"
+if [ -n "$kept" ]; then mv "$kept/pre" "$gpu/" && rmdir "$kept"; fi
 src=$(mktemp -d); trap 'rm -rf "$src"' EXIT
 # the DJL tree at v0.35.1: from a git repository (bare or not) by tag, else taken as it is
 if git -C "$djl" rev-parse -q --verify 'v0.35.1^{commit}' >/dev/null 2>&1; then
