@@ -142,6 +142,18 @@ public final class TrainStep implements AutoCloseable {
         this.reduceInGraph = graph != null && b.optimizer.overlapGradReduce();
     }
 
+    /** A graph body's start where the graph holds the reductions: gradients cleared, the step armed for its passes. */
+    private void clearAndArm() {
+        ddp.zeroGrad();
+        ddp.expectBackwardPasses(microBatches);
+    }
+
+    /** A graph body's end where the graph holds the reductions: the gradients synchronised into buffers it keeps. */
+    private void synchroniseAndPin() {
+        ddp.finishGradSync();
+        ddp.pinSynced();
+    }
+
     /**
      * @param model the model to train (stays the caller's to close, after this step)
      * @param groups this rank's groups
@@ -187,22 +199,12 @@ public final class TrainStep implements AutoCloseable {
                 // a replayed graph's forward calls no hooks, and a capture cannot wait on the gathers started after the step
                 optimizer.finishParamSync();
             }
-            ScheduleResult result;
-            if (graph == null) {
-                result = schedule(batches, scale, false);
-            } else if (reduceInGraph) {
-                // the graph holds the overlapped reductions too: its body arms the step after clearing, and
-                // synchronises and pins the gradients after the schedule
-                result = graph.run(batches, scale, b -> schedule(b, scale, false), () -> {
-                    ddp.zeroGrad();
-                    ddp.expectBackwardPasses(microBatches);
-                }, () -> {
-                    ddp.finishGradSync();
-                    ddp.pinSynced();
-                }, manager);
-            } else {
-                result = graph.run(batches, scale, b -> schedule(b, scale, false), ddp::zeroGrad, () -> { }, manager);
-            }
+            // where the graph holds the overlapped reductions too, its body arms the step after clearing, and
+            // synchronises and pins the gradients after the schedule
+            ScheduleResult result = graph == null ? schedule(batches, scale, false)
+                    : graph.run(batches, scale, b -> schedule(b, scale, false),
+                            reduceInGraph ? this::clearAndArm : ddp::zeroGrad,
+                            reduceInGraph ? this::synchroniseAndPin : () -> { }, manager);
             long queued = System.nanoTime();
             marks[1] = mark();
             model.finishStep();
