@@ -27,6 +27,23 @@ class TimeModelTest {
         return TimeModel.estimate(w, l, c, cal).tokensPerSecondPerGpu();
     }
 
+    /** A measured row of a GPU table beside the time model's estimate for it. */
+    private record Row(String name, double measured, double estimated) {}
+
+    /**
+     * Checks that the rows named in {@code order} ranked by measured tokens/s are in that order, and that their
+     * estimates rank them the same.
+     */
+    private static void assertRanking(List<Row> rows, List<String> order) {
+        List<Row> ranked = rows.stream().filter(r -> order.contains(r.name())).toList();
+        List<String> measured = ranked.stream().sorted(Comparator.comparingDouble(Row::measured).reversed())
+                .map(Row::name).toList();
+        List<String> estimated = ranked.stream().sorted(Comparator.comparingDouble(Row::estimated).reversed())
+                .map(Row::name).toList();
+        assertEquals(order, measured);
+        assertEquals(measured, estimated, "ranking by estimated tokens/s/GPU: " + rows);
+    }
+
     private static void within(double expected, double actual, double tolerance, String what) {
         double error = Math.abs(actual / expected - 1);
         assertTrue(error <= tolerance, what + ": estimated " + Math.round(actual) + ", measured " + Math.round(expected)
@@ -68,7 +85,6 @@ class TimeModelTest {
     @Test
     void theReadmeFourGpuRankingIsReproduced() {
         ClusterSpec four = ClusterSpec.h200(4, 1);
-        record Row(String name, double measured, double estimated) {}
         List<Row> rows = new ArrayList<>();
         rows.add(new Row("TP4", 30_914, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 1, true),
                 ReadmeFigures.layout(4, 1, 1, 4, Recompute.NONE), four, H200)));
@@ -78,10 +94,7 @@ class TimeModelTest {
                 ReadmeFigures.layout(2, 1, 2, 4, Recompute.NONE), four, H200)));
         rows.add(new Row("DP4", 54_370, tokensPerGpu(ReadmeFigures.gpt1_3b(4, 2, 4, false),
                 ReadmeFigures.layout(1, 1, 4, 4, Recompute.NONE), four, H200)));
-        List<String> measured = rows.stream().sorted(Comparator.comparingDouble(Row::measured).reversed()).map(Row::name).toList();
-        List<String> estimated = rows.stream().sorted(Comparator.comparingDouble(Row::estimated).reversed()).map(Row::name).toList();
-        assertEquals(List.of("DP4", "TP2xDP2", "TP4", "TP2xPP2"), measured);
-        assertEquals(measured, estimated, "ranking by estimated tokens/s/GPU: " + rows);
+        assertRanking(rows, List.of("DP4", "TP2xDP2", "TP4", "TP2xPP2"));
         for (Row r : rows) {
             within(r.measured(), r.estimated(), 0.15, r.name());
         }
@@ -96,7 +109,6 @@ class TimeModelTest {
     @Test
     void theCudaGraphTableIsPredicted() {
         ClusterSpec four = ClusterSpec.h200(4, 1);
-        record Row(String name, double measured, double estimated) {}
         TransformerConfig bf16 = GptConfigs.gpt1_3b().toBuilder().dtype(ai.djl.ndarray.types.DataType.BFLOAT16).build();
         TransformerConfig sp = bf16.toBuilder().sequenceParallel(true).build();
         TransformerConfig llama = GptConfigs.llama7b().toBuilder().dtype(ai.djl.ndarray.types.DataType.BFLOAT16)
@@ -130,13 +142,7 @@ class TimeModelTest {
         for (Row r : rows) {
             within(r.measured(), r.estimated(), 0.20, r.name());
         }
-        List<String> fourGpu = List.of("DP4", "TP2xDP2", "TP4", "TP2xPP2");
-        List<String> measured = rows.stream().filter(r -> fourGpu.contains(r.name()))
-                .sorted(Comparator.comparingDouble(Row::measured).reversed()).map(Row::name).toList();
-        List<String> estimated = rows.stream().filter(r -> fourGpu.contains(r.name()))
-                .sorted(Comparator.comparingDouble(Row::estimated).reversed()).map(Row::name).toList();
-        assertEquals(fourGpu, measured);
-        assertEquals(measured, estimated, "ranking by estimated tokens/s/GPU: " + rows);
+        assertRanking(rows, List.of("DP4", "TP2xDP2", "TP4", "TP2xPP2"));
     }
 
     /**
