@@ -63,8 +63,9 @@ import org.slf4j.LoggerFactory;
  * those enqueued after it, so inputs are ready and results are visible without extra
  * synchronisation. Collectives started to overlap later work run on a second, non-blocking,
  * highest-priority stream of this communicator ({@link #sideStream}), after an event on the default
- * stream; the default stream waits for them at {@link #joinSideStream}, and before this communicator's next
- * default-stream call (NCCL needs one order of calls per communicator).
+ * stream; the default stream waits for each at {@link #joinSideStream}, and for all of them before this
+ * communicator's next default-stream call (NCCL needs one order of calls per communicator), never before
+ * another side-stream call (the side stream runs its calls in order).
  *
  * <p><b>Completion.</b> After enqueuing, a caller either returns at once and leaves the work to the
  * {@link NcclWatchdog} ({@link #enqueued}: an event is recorded behind the work and queued here), or
@@ -216,15 +217,37 @@ final class NcclComm implements AutoCloseable {
     }
 
     /**
-     * Starts a section of NCCL calls: takes the call lock, fails at once if the communicator was
-     * aborted, and makes its device current on the calling thread (events and the default stream
-     * are per device). Close the returned section to release the lock.
+     * Starts a section of NCCL calls on the calling thread's {@link #stream()}: takes the call lock, fails at once
+     * if the communicator was aborted, makes its device current on the calling thread (events and the default
+     * stream are per device), and makes that stream wait for the work started on the side stream so far (NCCL
+     * needs one order of calls per communicator). Close the returned section to release the lock.
      *
      * @param what the operation, for errors
      * @return the open section
      * @throws CommunicationException if the communicator was aborted
      */
     Section enter(String what) {
+        return enter(what, true);
+    }
+
+    /**
+     * Starts a section that enqueues NCCL calls only on the side stream ({@link #sideStream}), or none (a
+     * {@link #joinSideStream}): as {@link #enter(String)}, but the calling thread's stream does not wait for the
+     * side stream's work. The side stream keeps the order by itself: it runs its calls one after the other, each
+     * after the calling stream's work before it. (A wait here would hold the calling stream's kernels until the
+     * collectives just started ahead of them had finished: ZeRO-3's prefetched all-gathers, in every backward
+     * reduction that follows them.) While the thread captures a CUDA graph the section waits as
+     * {@link #enter(String)}'s does, so that a capture rejoins side work at every section as before.
+     *
+     * @param what the operation, for errors
+     * @return the open section
+     * @throws CommunicationException if the communicator was aborted
+     */
+    Section enterForSideStream(String what) {
+        return enter(what, false);
+    }
+
+    private Section enter(String what, boolean callsOnStream) {
         calls.lock();
         try {
             String why = aborted;
@@ -236,7 +259,7 @@ final class NcclComm implements AutoCloseable {
             if (r != cudaSuccess) {
                 throw fail(what, "cudaSetDevice(" + device + ") failed: " + cudaError(r), List.of());
             }
-            if (sideUnordered) {
+            if (sideUnordered && (callsOnStream || CurrentStream.capturing())) {
                 // work of this communicator on the side stream comes first: NCCL needs one order per communicator.
                 // Side work queued before a graph capture began was joined into the default stream, which the
                 // capture stream started after; a capture cannot wait on an event recorded outside it.
@@ -303,7 +326,7 @@ final class NcclComm implements AutoCloseable {
      * @throws CommunicationException if the communicator was aborted
      */
     void joinSideStream(CUevent_st event, String what) {
-        try (Section s = enter(what)) {
+        try (Section s = enterForSideStream(what)) {
             check(cudaStreamWaitEvent(stream(), event, 0), "cudaStreamWaitEvent", what, true);
             handleEvents.push(event);
         }

@@ -172,7 +172,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     public PendingCollective startAllReduceInPlace(NDArray tensor, ReduceOp op) {
         String what = describe("all-reduce " + op, tensor);
         requireContiguous(what, tensor);
-        return run(what, () -> {
+        return runOnSideStream(what, () -> {
             if (comm == null) {
                 return () -> tensor;
             }
@@ -193,7 +193,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         int d = args.checkScatterDim(input, 0);
         String what = describe("reduce-scatter " + op + " dim " + d, input);
         requireContiguous(what, input);
-        return run(what, () -> {
+        return runOnSideStream(what, () -> {
             if (comm == null) {
                 NDArray out = copyOwnedBy(input, owner);
                 return () -> out;
@@ -256,7 +256,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     public PendingCollective startAllGatherInto(NDArray input, NDArray output) {
         String what = describe("all-gather into", input);
         requireContiguous(what, input);
-        return run(what, () -> {
+        return runOnSideStream(what, () -> {
             checkGatherTarget(what, input, output);
             if (comm == null) {
                 Tensors.copyInto(output, input);
@@ -399,7 +399,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         checkTensor(what, input);
         requireContiguous(what, input);
         Shape rest = input.getShape().slice(1);
-        return run(what, () -> {
+        return runOnSideStream(what, () -> {
             if (comm == null) {
                 NDArray out = exchangeWithSelf(what, input, sendSplits, recvSplits, owner);
                 return () -> out;
@@ -680,6 +680,15 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
      * breaks the communicator.
      */
     private <T> T run(String what, Supplier<T> body) {
+        return run(what, false, body);
+    }
+
+    /** {@link #run} for a body whose NCCL calls all go on the side stream ({@link NcclComm#enterForSideStream}). */
+    private <T> T runOnSideStream(String what, Supplier<T> body) {
+        return run(what, true, body);
+    }
+
+    private <T> T run(String what, boolean sideStreamOnly, Supplier<T> body) {
         if (closed) {
             throw new IllegalStateException(group.key() + " " + what + ": the NCCL communicator is closed");
         }
@@ -692,7 +701,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 if (comm == null) {
                     return Objects.requireNonNull(body.get());
                 }
-                try (NcclComm.Section calls = comm.enter(what)) {
+                try (NcclComm.Section calls = sideStreamOnly ? comm.enterForSideStream(what) : comm.enter(what)) {
                     return Objects.requireNonNull(body.get());
                 }
             });

@@ -235,6 +235,23 @@ public final class NcclCollectivesCheck {
                     String first = CheckReport.compare(expected, new Shape(ROWS * size, COLS), pending.await(), dtype, scale);
                     return first != null ? first : CheckReport.compare(max, shape, meanwhile, dtype, scale);
                 });
+                check(c, "two started collectives joined in reverse order, then an all-reduce" + t, () -> {
+                    double[] expected = new double[n * size];
+                    for (int r = 0; r < size; r++) {
+                        for (int i = 0; i < n; i++) {
+                            expected[r * n + i] = value(r, i);
+                        }
+                    }
+                    // the second starts with no wait on the first; each join waits for its own; the all-reduce
+                    // on the caller's stream comes after both
+                    PendingCollective gather = c.startAllGather(x, s);
+                    NDArray y = x.duplicate();
+                    PendingCollective reduce = c.startAllReduceInPlace(y, ReduceOp.SUM);
+                    String summed = CheckReport.compare(sum, shape, reduce.await(), dtype, scale);
+                    String gathered = CheckReport.compare(expected, new Shape(ROWS * size, COLS), gather.await(), dtype, scale);
+                    NDArray after = c.allReduce(x, ReduceOp.MIN, s);
+                    return summed != null ? summed : gathered != null ? gathered : CheckReport.compare(min, shape, after, dtype, scale);
+                });
                 check(c, "started all-reduce-in-place SUM" + t, () -> {
                     NDArray y = x.duplicate();
                     PendingCollective pending = c.startAllReduceInPlace(y, ReduceOp.SUM);
