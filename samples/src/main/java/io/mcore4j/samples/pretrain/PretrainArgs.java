@@ -278,6 +278,10 @@ public final class PretrainArgs {
     String dataParallelShardingStrategy = "no_shard";
     @Option(names = "--overlap-grad-reduce", description = "Start data-parallel gradient reduction during the last backward.")
     boolean overlapGradReduce;
+    @Option(names = "--ddp-average-in-collective", description = "Average the data-parallel gradients in the"
+            + " collective itself (NCCL's average) instead of dividing each bucket by the data-parallel size before a"
+            + " summing one: one pass over every reduced buffer less.")
+    boolean ddpAverageInCollective;
     @Option(names = "--overlap-param-gather", description = "With --use-distributed-optimizer: start the all-gather of"
             + " the updated parameters bucket by bucket after the optimizer step and wait for each bucket only when the"
             + " next forward reaches its parameters; needs --overlap-grad-reduce, as Megatron does.")
@@ -691,6 +695,7 @@ public final class PretrainArgs {
                 .precision(Precision.of(fp16, bf16)).useDistributedOptimizer(useDistributedOptimizer).fusedAdam(fusedAdam)
                 .dataParallelShardingStrategy(shardingStrategy())
                 .gradReduceInFp32(gradReduceInFp32 && !gradReduceInBf16).overlapGradReduce(overlapGradReduce)
+                .averageInCollective(ddpAverageInCollective)
                 // under --auto-layout the planner decides the distributed optimizer: without it nothing is gathered
                 .overlapParamGather(overlapParamGather && useDistributedOptimizer)
                 .bucketSizeBytes(4 * ddpBucketSize()).optimizerCpuOffload(optimizerCpuOffload)

@@ -118,6 +118,8 @@ class PretrainGptFsdpTest {
             assertTrue(PoisoningStorageResize.RELEASES.get() > before, "the weights were released in place");
             assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT, List.of("--overlap-grad-reduce"))),
                     "DP4 ZeRO-3, no recompute, overlapped reduction");
+            assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT, List.of("--overlap-grad-reduce",
+                    "--ddp-average-in-collective"))), "DP4 ZeRO-3, no recompute, overlapped reduction averaged in the collective");
             assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT,
                     List.of("--tensor-model-parallel-size", "2", "--sequence-parallel"))), "TP2 DP2 + SP ZeRO-3, no recompute");
             assertSameLosses(serial, train(with(common(4, 6), ZERO3_KEPT, List.of("--recompute-granularity", "full",

@@ -111,6 +111,8 @@ class PretrainGptMegatronFlagsTest {
         assertEquals(5, setup("--train-iters", "100", "--lr-decay-iters", "50", "--lr-warmup-fraction", "0.1")
                 .training().lrSchedule().warmupSteps());
         assertFalse(setup("--bf16", "--grad-reduce-in-bf16").optimizer().gradReduceInFp32());
+        assertFalse(setup().optimizer().averageInCollective(), "Megatron divides before a summing collective by default");
+        assertTrue(setup("--ddp-average-in-collective").optimizer().averageInCollective());
         assertFalse(setup("--sequence-parallel").model().sequenceParallel(), "off at TP 1, as in Megatron");
         assertTrue(setup("--qk-layernorm").model().qkLayernorm());
         assertFalse(setup().model().qkLayernorm());
