@@ -13,10 +13,12 @@
 #   optim_grads), dp4-zero3 (4: the same with optim_grads_params, no layer recomputed: the weights are freed in place
 #   by mcore4j's native library), dp4-zero3-recompute (4: ZeRO-3 with every layer recomputed, as without that
 #   library; "fsdp" names dp4 dp4-zero2 dp4-zero3, issue 36's rows), llama20b-zero3 (4 H200s: issue 36's ~20B LLaMA
-#   shape, 48 layers, hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3 with the first
+#   shape, 48 layers, hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3 averaged in the
+#   collective (--ddp-average-in-collective, as FSDP2 averages) with the first
 #   LLAMA20B_RECOMPUTE (12) layers recomputed (--recompute-method block), with torch_dist_gpt_bench.py
 #   --mode fsdp2 --arch llama --ac beside it: FSDP2 per block with activation checkpointing; its layout names the
-#   planner's peak estimate, FsdpPlanTest's),
+#   planner's peak estimate, FsdpPlanTest's), 20b8-dp2 and 20b8-zero3-dp2 (2: 8 layers of that shape at DP2, micro-batch
+#   1 x 4, with the distributed optimizer and with ZeRO-3 averaged in the collective: what ZeRO-3 costs at that shape),
 #   and issue 33's context-parallel rows, 16k tokens per GPU at micro-batch 1 x 1:
 #   cp1 (1: one GPU at 16k), cp2 (2: CP2 at 32k), cp4 (4: CP4 at 64k), cp4-128k (4: CP4 at 128k with full
 #   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a), cp4-a2a-p2p (4: CP4 at 64k, --cp-comm-type a2a+p2p,
@@ -122,6 +124,8 @@ row() {
   local long="--seq-length 16384 --micro-batch-size 1 --micro-batches 1 $CP_ATTENTION"
   local moe="--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-permute-fusion"
   # issue 36's ~20B LLaMA in torch_dist_gpt_bench.py's flags (the llama7b preset's vocabulary, 32000)
+  local shape20b8="--model llama7b --num-layers 8 --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
+  shape20b8+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --micro-batch-size 1 --micro-batches 4"
   local llama20b="--arch llama --layers 48 --hidden 6144 --ffn 16384 --heads 48 --kv-heads 8 --seq 4096 --vocab 32000"
   moe+=" --use-distributed-optimizer"
   case $1 in
@@ -155,13 +159,18 @@ row() {
     dp4-zero3-recompute) gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), full recompute"
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
                   args+=" --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";;
-    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3, ${LLAMA20B_RECOMPUTE:-12} of 48 layers recomputed, micro-batch 1 × 4"
+    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3 averaged in the collective, ${LLAMA20B_RECOMPUTE:-12} of 48 layers recomputed, micro-batch 1 × 4"
                   args="--model llama7b --num-layers 48 --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
                   args+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --use-megatron-fsdp"
-                  args+=" --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce"
+                  args+=" --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce --ddp-average-in-collective"
                   [ "${LLAMA20B_RECOMPUTE:-12}" -gt 0 ] && args+=" --recompute-granularity full --recompute-method block --recompute-num-layers ${LLAMA20B_RECOMPUTE:-12}"
                   args+=" --micro-batch-size 1 --micro-batches 4"
                   refs=("4|fsdp2|FSDP2 + AC|$llama20b --mbs 1 --micro 4 --ac");;
+    20b8-dp2)     gpus=2; layout="8 layers of the ~20B shape, DP2, distributed optimizer, micro-batch 1 × 4"
+                  args="$shape20b8 --use-distributed-optimizer --overlap-grad-reduce";;
+    20b8-zero3-dp2) gpus=2; layout="8 layers of the ~20B shape, DP2 ZeRO-3 averaged in the collective, micro-batch 1 × 4"
+                  args="$shape20b8 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
+                  args+=" --overlap-grad-reduce --ddp-average-in-collective";;
     llama-tp4sp)  gpus=4; layout="LLaMA-7B, TP4 + SP, micro-batch 1 × 8"
                   args="--model llama7b --tensor-model-parallel-size 4 --sequence-parallel --micro-batch-size 1 --micro-batches 8";;
     llama-tp4sp-overlap) gpus=4; layout="LLaMA-7B, TP4 + SP, --tp-comm-overlap, micro-batch 1 × 8"
