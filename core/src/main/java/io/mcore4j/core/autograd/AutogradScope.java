@@ -60,7 +60,11 @@ import java.util.function.UnaryOperator;
  * earlier with {@link #release}: libtorch frees an intermediate as soon as nothing refers to it,
  * but a DJL handle is such a reference and lives until its manager closes. A block of the pass
  * runs in a {@link Frame} ({@link #frame(NDArray, UnaryOperator)}) to have everything it created and
- * does not return or hand to a recorded function freed when it ends, without naming the tensors.
+ * does not return or hand to a recorded function freed when it ends, without naming the tensors. The
+ * gradient libtorch accumulates in a recorded function's output leaf ({@code .grad}) lives as long as the
+ * leaf, which the retained graph keeps until the scope closes; {@link #backward} empties it
+ * ({@code TensorMemory.releaseStorage}) once the function's backward, or the traversal it was handed on to,
+ * has used it, so that backward does not accumulate one such gradient per function.
  */
 public final class AutogradScope implements AutoCloseable {
     private final NDManager manager;
@@ -449,9 +453,10 @@ public final class AutogradScope implements AutoCloseable {
             }
             for (int i = 0; i < gradOutputs.length; i++) {
                 if (gradOutputs[i] != null && ownedHere[i] && !pending.holds(gradOutputs[i])) {
-                    gradOutputs[i].close();
+                    pending.dispose(gradOutputs[i]);
                 }
             }
+            pending.emptyDisposed();
         }
         pending.flush();
         tape.clear();
@@ -479,6 +484,9 @@ public final class AutogradScope implements AutoCloseable {
     private boolean gradientOutput(NDArray leaf, Pending pending, NDArray[] gradOutputs, int i) {
         Entry direct = pending.take(leaf);
         NDArray accumulated = Tensors.gradientOrNull(leaf, manager);
+        if (accumulated != null) {
+            pending.leafGradients.add(accumulated);
+        }
         if (direct == null) {
             gradOutputs[i] = accumulated != null ? accumulated
                     : DataTypes.zeros(manager, leaf.getShape(), DataTypes.of(leaf), leaf.getDevice());
@@ -488,7 +496,7 @@ public final class AutogradScope implements AutoCloseable {
         boolean owned = direct.owned;
         if (g != direct.grad) {
             g.attach(manager);
-            direct.release();
+            pending.release(direct);
             owned = true;
         }
         if (accumulated == null) {
@@ -496,9 +504,9 @@ public final class AutogradScope implements AutoCloseable {
             return owned;
         }
         NDArray sum = Tensors.own(accumulated.add(g), manager);
-        accumulated.close();
+        pending.dispose(accumulated);
         if (owned) {
-            g.close();
+            pending.dispose(g);
         }
         gradOutputs[i] = sum;
         return true;
@@ -551,6 +559,42 @@ public final class AutogradScope implements AutoCloseable {
         private final List<Entry> entries = new ArrayList<>();
         /** Outputs of recorded functions: their gradients wait for their producer ({@link #take}) instead of a flush. */
         final Set<NDArray> recordedOutputs = Collections.newSetFromMap(new IdentityHashMap<>());
+        /**
+         * The {@code .grad}s of recorded functions' output leaves that the walk has taken: the retained graph keeps
+         * them through the leaves until the scope closes, so closing a handle frees nothing; once used they are
+         * emptied instead ({@link #dispose}). No gradient reaches a leaf after its function's backward has run (what
+         * reaches it comes from later work, back-propagated before).
+         */
+        final Set<NDArray> leafGradients = Collections.newSetFromMap(new IdentityHashMap<>());
+        private final List<NDArray> disposed = new ArrayList<>();
+
+        /** Closes a gradient the scope owns and has used; a leaf's {@code .grad} is emptied at the next {@link #emptyDisposed}. */
+        void dispose(NDArray grad) {
+            if (leafGradients.remove(grad)) {
+                disposed.add(grad);
+            } else if (disposed.stream().noneMatch(d -> d == grad)) {
+                grad.close();
+            }
+        }
+
+        /** Disposes of an entry's gradient where the scope owns it. */
+        void release(Entry e) {
+            if (e.owned) {
+                dispose(e.grad);
+            }
+        }
+
+        /** Empties the disposed leaf gradients (one call for all) and closes their handles. */
+        void emptyDisposed() {
+            if (disposed.isEmpty()) {
+                return;
+            }
+            TensorMemory.releaseStorage(disposed);
+            for (NDArray g : disposed) {
+                g.close();
+            }
+            disposed.clear();
+        }
 
         void add(NDArray tensor, NDArray grad, boolean scopeOwnsGrad) {
             Entry entry = byTensor.get(tensor);
@@ -562,9 +606,9 @@ public final class AutogradScope implements AutoCloseable {
             }
             NDArray sum = entry.grad.add(DataTypes.toType(grad, DataTypes.of(entry.grad), false));
             sum.attach(manager);
-            entry.release();
+            release(entry);
             if (scopeOwnsGrad) {
-                grad.close();
+                dispose(grad);
             }
             entry.grad = sum;
             entry.owned = true;
@@ -619,10 +663,11 @@ public final class AutogradScope implements AutoCloseable {
                 }
             }
             for (Entry e : roots) {
-                e.release();
+                release(e);
                 byTensor.remove(e.tensor);
             }
             entries.removeAll(roots);
+            emptyDisposed();
         }
 
         private void runBackward(NDArray root, NDArray grad) {
@@ -640,12 +685,6 @@ public final class AutogradScope implements AutoCloseable {
             this.tensor = tensor;
             this.grad = grad;
             this.owned = owned;
-        }
-
-        void release() {
-            if (owned) {
-                grad.close();
-            }
         }
     }
 }

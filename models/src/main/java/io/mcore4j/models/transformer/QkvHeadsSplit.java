@@ -10,8 +10,6 @@ import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.kernel.QkvGradientKernel;
 
-import java.util.List;
-
 /**
  * Splits the fused QKV projection's output {@code [s, b, groups * (perGroup + 2) * d]} into query
  * {@code [s, b, groups * perGroup, d]}, key and value {@code [s, b, groups, d]} (views, no copy). Its
@@ -19,10 +17,8 @@ import java.util.List;
  * {@link QkvGradientKernel} in one pass, else by concatenating them (libtorch's strided copies, what
  * autograd does for a split); both give the same values bit for bit. Fused attention's backward
  * gives the gradients contiguous in this layout, so they reach this backward without a copy. Once
- * packed, the three gradients are emptied ({@link TensorMemory#releaseStorage}): they are the
- * {@code .grad} of this Function's output leaves, which the retained graph keeps until the scope
- * closes, and would otherwise hold three activations' worth of memory per layer for the rest of
- * backward.
+ * packed, the three gradients (the {@code .grad} of this Function's output leaves) are emptied by the
+ * scope, as every recorded function's are ({@link io.mcore4j.core.autograd.AutogradScope}).
  */
 final class QkvHeadsSplit implements Function {
     private final int perGroup;
@@ -67,9 +63,6 @@ final class QkvHeadsSplit implements Function {
         if (packed == null) {
             packed = concatenate(dq, dk, dv, m);
         }
-        // the three gradients are the .grad of this Function's output leaves, which the retained graph
-        // keeps until the scope closes: 3 [s, b, h] tensors per layer for the rest of backward
-        TensorMemory.releaseStorage(List.of(dq, dk, dv));
         return new NDArray[] {packed};
     }
 

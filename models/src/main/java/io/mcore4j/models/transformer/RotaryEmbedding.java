@@ -8,7 +8,6 @@ import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
-import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
@@ -19,7 +18,6 @@ import io.mcore4j.models.TransformerConfig;
 
 import java.util.Arrays;
 import java.util.HashMap;
-import java.util.List;
 import java.util.Map;
 
 /**
@@ -323,9 +321,6 @@ public final class RotaryEmbedding {
             NDArray[] inputGrads = grads.clone(); // the passed-through tensors' gradients, as they came
             inputGrads[0] = Tensors.own(out.get(0), ctx.manager());
             inputGrads[1] = Tensors.own(out.get(1), ctx.manager());
-            // the rotated tensors' gradients are the .grad of this Function's output leaves, which the retained
-            // graph keeps until the scope closes: the queries' and keys' size per layer for the rest of backward
-            TensorMemory.releaseStorage(List.of(grads[0], grads[1]));
             return inputGrads;
         }
 
