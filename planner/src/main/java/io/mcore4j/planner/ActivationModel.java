@@ -14,7 +14,7 @@ import java.util.Set;
  * gate/up output, the sigmoid, the SiLU and the product, as the scripted SwiGLU's graph keeps them), the row-parallel linears their inputs,
  * dropout its masks; full recompute's checkpointed runs keep their inputs, selective recompute's
  * modules their inputs and output leaves; under context parallelism the fused ring also its merged output
- * and its output leaf's gradient, and its backward's working set can be the largest transient. Validated against native peaks on the CPU
+ * (its output leaf's gradient is emptied once used), and its backward's working set can be the largest transient. Validated against native peaks on the CPU
  * ({@code MemoryModelCpuTest}).
  *
  * <p>Shapes are per rank: {@code T = (s / CP) x b} tokens, {@code heads/TP} query heads,
@@ -153,22 +153,18 @@ final class ActivationModel {
                 kept += microBatch * n * ((double) seqLength / cp) * keys * (1 + bytes); // mask, dropped probabilities
             }
         }
-        // a recorded function's output is a leaf whose gradient the pass keeps until it ends: at TP > 1
-        // the tensor-parallel mappings' (two before the column-parallel linears, two after the
-        // row-parallel ones)
-        if (coreAttn) {
-            kept += tokens * n * d * bytes;                      // the recomputed attention's output leaf
-        }
+        // a recorded function's output is a leaf; the gradient libtorch accumulates in it is emptied once its
+        // function's backward has used it (AutogradScope), so only the leaves count: the recomputed attention's is
+        // linear_proj's input, counted above
         if (mlp) {
             kept += tokens * h * bytes;                          // the recomputed MLP's output leaf
         }
         if (tp > 1) {
-            // the recorded functions also keep their inputs and outputs: the row-parallel linears'
-            // partial sums and their reductions (with sequence parallelism the reduce-scatter's shard
-            // and the all-gathers' shards); a recomputed MLP keeps none of its own (half of them)
+            // the recorded functions keep their inputs and outputs: the row-parallel linears' partial sums
+            // and their reductions (with sequence parallelism the reduce-scatter's shard and the all-gathers'
+            // shards); a recomputed MLP keeps none of its own (half of them)
             double linears = mlp ? 1 : 2;
             kept += linears * tokens * h * bytes * (c.sequenceParallel() ? 1 + 2.0 / tp : 2);
-            kept += linears * tokens * h * bytes * (c.sequenceParallel() ? 1 + 1.0 / tp : 2);
         }
         if (!mlp) {
             double f = (double) mlpWidth() / tp;
@@ -223,9 +219,9 @@ final class ActivationModel {
      * beyond the fused attention's output and log-sum-exp, per layer and micro-batch: its merged output is a new
      * heads-first tensor that the function saves, so the attention's output in {@code [s, b, h]} order (the
      * input {@code linear_proj} saves) is a copy of it, where libtorch's fused kernel writes its output
-     * sequence-first and the reshape is a view; and the ring is a recorded function, whose output leaf's
-     * gradient the pass keeps until it ends. Under {@code a2a+p2p} the ring attends {@code A} times the tokens
-     * with {@code 1/A} of the heads: the same bytes.
+     * sequence-first and the reshape is a view (the ring is a recorded function, whose output leaf's gradient
+     * is emptied once used). Under {@code a2a+p2p} the ring attends {@code A} times the tokens with {@code 1/A}
+     * of the heads: the same bytes.
      *
      * @param tokens tokens of one micro-batch on this rank
      * @param n query heads on this rank
@@ -233,7 +229,7 @@ final class ActivationModel {
      * @return bytes
      */
     private double ringKept(double tokens, double n, double d) {
-        return 2 * tokens * n * d * bytes;
+        return tokens * n * d * bytes;
     }
 
     /**
@@ -285,14 +281,14 @@ final class ActivationModel {
      * @param microBatch samples per micro-batch
      * @param seqLength tokens per sample
      * @return bytes the first stage's vocabulary-parallel embedding keeps beyond its output at TP > 1:
-     *     its recorded reduction's partial lookup and the gradient of the reduced output
+     *     its recorded reduction's partial lookup
      */
     double embedding(int microBatch, int seqLength) {
         if (tp == 1) {
             return 0;
         }
         double tokens = (double) seqLength / cp * microBatch;
-        return 2 * tokens * c.hiddenSize() * bytes;
+        return tokens * c.hiddenSize() * bytes;
     }
 
     private int mlpWidth() {
