@@ -189,12 +189,7 @@ public final class NcclCollectivesCheck {
                     return CheckReport.compare(expected, new Shape(COLS, ROWS), c.allReduce(x.transpose(), ReduceOp.SUM, s), dtype, scale);
                 });
                 check(c, "all-gather dim 0" + t, () -> {
-                    double[] expected = new double[n * size];
-                    for (int r = 0; r < size; r++) {
-                        for (int i = 0; i < n; i++) {
-                            expected[r * n + i] = value(r, i);
-                        }
-                    }
+                    double[] expected = gatheredRows(n, size);
                     return CheckReport.compare(expected, new Shape(ROWS * size, COLS), c.allGather(x, 0, s), dtype, scale);
                 });
                 check(c, "all-gather dim 1" + t, () -> {
@@ -224,24 +219,14 @@ public final class NcclCollectivesCheck {
                     });
                 }
                 check(c, "started all-gather dim 0, overlapping an all-reduce" + t, () -> {
-                    double[] expected = new double[n * size];
-                    for (int r = 0; r < size; r++) {
-                        for (int i = 0; i < n; i++) {
-                            expected[r * n + i] = value(r, i);
-                        }
-                    }
+                    double[] expected = gatheredRows(n, size);
                     PendingCollective pending = c.startAllGather(x, s);
                     NDArray meanwhile = c.allReduce(x, ReduceOp.MAX, s); // ordered after the started one
                     String first = CheckReport.compare(expected, new Shape(ROWS * size, COLS), pending.await(), dtype, scale);
                     return first != null ? first : CheckReport.compare(max, shape, meanwhile, dtype, scale);
                 });
                 check(c, "two started collectives joined in reverse order, then an all-reduce" + t, () -> {
-                    double[] expected = new double[n * size];
-                    for (int r = 0; r < size; r++) {
-                        for (int i = 0; i < n; i++) {
-                            expected[r * n + i] = value(r, i);
-                        }
-                    }
+                    double[] expected = gatheredRows(n, size);
                     // the second starts with no wait on the first; each join waits for its own; the all-reduce
                     // on the caller's stream comes after both
                     PendingCollective gather = c.startAllGather(x, s);
@@ -372,6 +357,17 @@ public final class NcclCollectivesCheck {
     }
 
     /** A 2 GiB+ fp16 all-reduce: the one-element-view address path and 1 GiB chunks; compared on the device. */
+    /** What an all-gather along dim 0 gives: every rank's {@code n} contributions, rank after rank. */
+    private static double[] gatheredRows(int n, int size) {
+        double[] expected = new double[n * size];
+        for (int r = 0; r < size; r++) {
+            for (int i = 0; i < n; i++) {
+                expected[r * n + i] = value(r, i);
+            }
+        }
+        return expected;
+    }
+
     private void largeAllReduce(Communicator world) {
         int size = world.size();
         int me = world.rank();
