@@ -212,15 +212,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
      */
     @Override
     public PendingCollective startAllGather(NDArray input, NDManager owner) {
-        int d = args.checkDim(input, 0);
-        if (comm == null) {
-            String what = describe("all-gather dim " + d, input);
-            requireContiguous(what, input);
-            return run(what, () -> {
-                NDArray out = copyOwnedBy(input, owner);
-                return () -> out;
-            });
-        }
+        args.checkDim(input, 0);
         NDArray out = DataTypes.empty(owner, RankMajorLayout.gathered(input.getShape(), 0, size()), DataTypes.of(input),
                 owner.getDevice());
         return startAllGatherInto(input, out);
