@@ -124,9 +124,12 @@ row() {
   local long="--seq-length 16384 --micro-batch-size 1 --micro-batches 1 $CP_ATTENTION"
   local moe="--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-permute-fusion"
   # issue 36's ~20B LLaMA in torch_dist_gpt_bench.py's flags (the llama7b preset's vocabulary, 32000)
-  local shape20b8="--model llama7b --num-layers 8 --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
-  shape20b8+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --micro-batch-size 1 --micro-batches 4"
   local llama20b="--arch llama --layers 48 --hidden 6144 --ffn 16384 --heads 48 --kv-heads 8 --seq 4096 --vocab 32000"
+  # and in GptBenchmark's, without the layer count, at micro-batch 1 x 4; its ZeRO-3 averages in the collective
+  local shape20b="--model llama7b --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
+  shape20b+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --micro-batch-size 1 --micro-batches 4"
+  local zero3avg="--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce"
+  zero3avg+=" --ddp-average-in-collective"
   moe+=" --use-distributed-optimizer"
   case $1 in
     tp1)          gpus=1; layout="1.3B, 1 GPU"; args="--model 1.3b"; refs=("1|eager|eager + SDPA");;
@@ -160,17 +163,13 @@ row() {
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
                   args+=" --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";;
     llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3 averaged in the collective, ${LLAMA20B_RECOMPUTE:-12} of 48 layers recomputed, micro-batch 1 × 4"
-                  args="--model llama7b --num-layers 48 --hidden-size 6144 --ffn-hidden-size 16384 --num-attention-heads 48"
-                  args+=" --group-query-attention --num-query-groups 8 --seq-length 4096 --use-megatron-fsdp"
-                  args+=" --data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce --ddp-average-in-collective"
+                  args="$shape20b --num-layers 48 $zero3avg"
                   [ "${LLAMA20B_RECOMPUTE:-12}" -gt 0 ] && args+=" --recompute-granularity full --recompute-method block --recompute-num-layers ${LLAMA20B_RECOMPUTE:-12}"
-                  args+=" --micro-batch-size 1 --micro-batches 4"
                   refs=("4|fsdp2|FSDP2 + AC|$llama20b --mbs 1 --micro 4 --ac");;
     20b8-dp2)     gpus=2; layout="8 layers of the ~20B shape, DP2, distributed optimizer, micro-batch 1 × 4"
-                  args="$shape20b8 --use-distributed-optimizer --overlap-grad-reduce";;
+                  args="$shape20b --num-layers 8 --use-distributed-optimizer --overlap-grad-reduce";;
     20b8-zero3-dp2) gpus=2; layout="8 layers of the ~20B shape, DP2 ZeRO-3 averaged in the collective, micro-batch 1 × 4"
-                  args="$shape20b8 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
-                  args+=" --overlap-grad-reduce --ddp-average-in-collective";;
+                  args="$shape20b --num-layers 8 $zero3avg";;
     llama-tp4sp)  gpus=4; layout="LLaMA-7B, TP4 + SP, micro-batch 1 × 8"
                   args="--model llama7b --tensor-model-parallel-size 4 --sequence-parallel --micro-batch-size 1 --micro-batches 8";;
     llama-tp4sp-overlap) gpus=4; layout="LLaMA-7B, TP4 + SP, --tp-comm-overlap, micro-batch 1 × 8"
