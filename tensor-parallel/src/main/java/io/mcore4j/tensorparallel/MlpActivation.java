@@ -17,7 +17,7 @@ import io.mcore4j.core.autograd.AutogradScope;
  * gates the same way with the tanh GELU.
  *
  * <p>SwiGLU and the tanh GELU each have a fused form: one call of a TorchScript module of ours
- * ({@code scripts/make_mlp_activation_modules.py}), loaded by {@link #loadFused} and passed to
+ * ({@code scripts/make_mlp_activation_modules.py}), returned by {@link #fused} and passed to
  * {@link #apply(AutogradScope, NDArray, TorchScriptModule)}; on CUDA its kernels read SwiGLU's two
  * strided halves directly. Both forms compute the same function.
  */
@@ -57,17 +57,17 @@ public enum MlpActivation {
     }
 
     /**
-     * Loads this activation's fused module on {@code owner} (closed with it).
+     * This activation's fused module: the process's one instance ({@link TorchScriptModules#shared}), so that libtorch
+     * compiles its kernels once for every layer rather than once per layer.
      *
-     * @param owner manager that owns the module and picks its device
      * @return the module for SwiGLU and the tanh GELU; null for the exact GELU, which is one libtorch op, and for
      *     GeGLU, composed from libtorch's ops
      */
-    public TorchScriptModule loadFused(NDManager owner) {
+    public TorchScriptModule fused() {
         return switch (this) {
             case GELU, GEGLU_TANH -> null;
-            case GELU_TANH -> TorchScriptModules.load(owner, MlpActivation.class, "/io/mcore4j/tensorparallel/gelu_tanh.pt");
-            case SWIGLU -> TorchScriptModules.load(owner, MlpActivation.class, "/io/mcore4j/tensorparallel/swiglu.pt");
+            case GELU_TANH -> TorchScriptModules.shared(MlpActivation.class, "/io/mcore4j/tensorparallel/gelu_tanh.pt");
+            case SWIGLU -> TorchScriptModules.shared(MlpActivation.class, "/io/mcore4j/tensorparallel/swiglu.pt");
         };
     }
 
@@ -76,7 +76,7 @@ public enum MlpActivation {
      *
      * @param scope the pass's scope; owns the result
      * @param pre {@code linear_fc1}'s output {@code [.., fc1Factor() * width]}
-     * @param fused this activation's module from {@link #loadFused}, or null to compose it from DJL's ops
+     * @param fused this activation's module from {@link #fused}, or null to compose it from DJL's ops
      * @return {@code [.., width]}
      */
     public NDArray apply(AutogradScope scope, NDArray pre, TorchScriptModule fused) {

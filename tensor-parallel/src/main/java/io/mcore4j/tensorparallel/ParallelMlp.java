@@ -38,14 +38,14 @@ public final class ParallelMlp extends AbstractModule implements UnaryModule {
      * @param fc1 the first linear, {@code h → fc1Factor · ffn}
      * @param fc2 the second linear, {@code ffn → h}
      * @param activation the activation between them
-     * @param moduleOwner owner of the activation's fused module ({@link MlpActivation#loadFused}), e.g.
+     * @param moduleOwner non-null to run the activation through its fused module ({@link MlpActivation#fused}), e.g.
      *     the parameters' manager; null to compose the activation from DJL's ops
      */
     public ParallelMlp(ParallelLinear fc1, ParallelLinear fc2, MlpActivation activation, NDManager moduleOwner) {
         this.fc1 = registerModule("linear_fc1.", fc1);
         this.fc2 = registerModule("linear_fc2.", fc2);
         this.activation = Objects.requireNonNull(activation, "activation");
-        this.fusedActivation = moduleOwner == null ? null : activation.loadFused(moduleOwner);
+        this.fusedActivation = moduleOwner == null ? null : activation.fused();
     }
 
     /** @return the first linear, {@code h → fc1Factor · ffn} */

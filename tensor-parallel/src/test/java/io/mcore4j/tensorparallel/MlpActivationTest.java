@@ -27,7 +27,7 @@ class MlpActivationTest {
     void fusedFormMatchesComposedForm(MlpActivation activation) {
         InJvmWorld.run(1, rank -> {
             NDManager m = rank.manager();
-            TorchScriptModule fused = activation.loadFused(m);
+            TorchScriptModule fused = activation.fused();
             NDArray pre = Initializers.normal(1.5, 61).create(m, new Shape(5, 2, 6 * activation.fc1Factor()), DataType.FLOAT32);
             NDArray upstream = Initializers.normal(1.0, 62).create(m, new Shape(5, 2, 6), DataType.FLOAT32);
             NDArray[][] results = new NDArray[2][];
@@ -55,7 +55,7 @@ class MlpActivationTest {
             NDArray pre = Initializers.normal(1.5, 63).create(m, new Shape(5, 2, 12), DataType.FLOAT32);
             try (AutogradScope scope = AutogradScope.openNoGrad(m)) {
                 NDArray geglu = MlpActivation.GEGLU_TANH.apply(scope, pre);
-                NDArray gelu = MlpActivation.GELU_TANH.apply(scope, pre.get("..., :6"), MlpActivation.GELU_TANH.loadFused(m));
+                NDArray gelu = MlpActivation.GELU_TANH.apply(scope, pre.get("..., :6"), MlpActivation.GELU_TANH.fused());
                 assertClose("GeGLU", geglu, gelu.mul(pre.get("..., 6:")), 1e-6);
             }
             return null;

@@ -78,7 +78,7 @@ public final class Norm extends AbstractModule implements UnaryModule {
             this.rmsNorm = null;
             this.rmsEpsilon = null;
         } else {
-            this.rmsNorm = TorchScriptModules.load(ctx.parameters(), Norm.class,
+            this.rmsNorm = TorchScriptModules.shared(Norm.class,
                     zeroCentered ? ZERO_CENTERED_RMS_NORM_RESOURCE : RMS_NORM_RESOURCE);
             this.rmsEpsilon = ctx.parameters().newSubManager(Device.cpu()).create(epsilon);
         }

@@ -77,7 +77,8 @@ public final class RotaryEmbedding {
      * @param percent fraction of them that rotate
      * @param base the frequency base (theta)
      * @param scaling frequency scaling, or null for none
-     * @param moduleOwner owner of the loaded rotation module (see the class comment); null to compose
+     * @param moduleOwner owner of the tables the rotation module reads (the module is the process's one instance,
+     *     {@link TorchScriptModules#shared}, compiled once for every layer; see the class comment); null to compose
      *     the rotation from elementary ops
      */
     public RotaryEmbedding(int headDim, double percent, double base, TransformerConfig.RopeScaling scaling,
@@ -87,7 +88,7 @@ public final class RotaryEmbedding {
         this.scaledInverseFrequencies = scaling == null ? null : scaledInverseFrequencies(rotaryDims, base, scaling);
         this.attentionFactor = scaling == null ? 1 : scaling.attentionFactor();
         this.module = moduleOwner == null || rotaryDims != headDim ? null
-                : TorchScriptModules.load(moduleOwner, RotaryEmbedding.class, RESOURCE);
+                : TorchScriptModules.shared(RotaryEmbedding.class, RESOURCE);
         this.tableOwner = module == null ? null : moduleOwner;
     }
 

@@ -104,7 +104,7 @@ public final class SdpaAttention implements CoreAttention {
                     + " needs the composed attention (DotProductAttention)");
         }
         DotProductAttention.checkWindowUnderContextParallelism(ctx, windowSize);
-        this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, windowSize < 0 ? RESOURCE : WINDOW_RESOURCE);
+        this.module = TorchScriptModules.shared(SdpaAttention.class, windowSize < 0 ? RESOURCE : WINDOW_RESOURCE);
         this.window = windowSize < 0 ? null : ctx.parameters().newSubManager(Device.cpu()).create((long) windowSize);
         Communicator ringGroup = CpCommGroups.ring(ctx);
         this.ring = ringGroup != null ? new FusedRingAttention(ringGroup, ctx.parameters()) : null;
