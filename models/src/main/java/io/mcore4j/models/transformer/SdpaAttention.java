@@ -104,7 +104,9 @@ public final class SdpaAttention implements CoreAttention {
                     + " needs the composed attention (DotProductAttention)");
         }
         DotProductAttention.checkWindowUnderContextParallelism(ctx, windowSize);
-        this.module = TorchScriptModules.shared(SdpaAttention.class, windowSize < 0 ? RESOURCE : WINDOW_RESOURCE);
+        // one instance per layer, unlike the fused modules: libtorch compiles no kernel for it, and a shared instance
+        // measured about 10% slower at TP2 in one A/B (two interleaved pairs on 2 H200s, a noisy host-bound figure)
+        this.module = TorchScriptModules.load(ctx.parameters(), SdpaAttention.class, windowSize < 0 ? RESOURCE : WINDOW_RESOURCE);
         this.window = windowSize < 0 ? null : ctx.parameters().newSubManager(Device.cpu()).create((long) windowSize);
         Communicator ringGroup = CpCommGroups.ring(ctx);
         this.ring = ringGroup != null ? new FusedRingAttention(ringGroup, ctx.parameters()) : null;
