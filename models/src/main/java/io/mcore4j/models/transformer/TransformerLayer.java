@@ -3,6 +3,8 @@ package io.mcore4j.models.transformer;
 import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.core.autograd.Recompute;
 import io.mcore4j.core.fp8.Fp8Scaling;
 import io.mcore4j.core.kernel.BiasGradientKernel;
@@ -52,6 +54,11 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     private final MoeLayer moe;
     /** The second half as one Function with a written-out backward where it applies ({@link #mlpHalf}), else null. */
     private final MlpHalf mlpHalf;
+    /**
+     * Whether the second half's branch records {@link Function}s (the mixture of experts' exchanges and loss scaler,
+     * FP8 GEMMs, a recomputed MLP): its input {@code h} is then cut ({@link #RESIDUAL_FORK}).
+     */
+    private final boolean branchRecordsFunctions;
 
     /**
      * @param ctx the model context
@@ -97,7 +104,33 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         this.postMlpNorm = c.postMlpLayernorm() ? registerModule("post_mlp_layernorm.", new Norm(ctx, c.hiddenSize()), dpReplica)
                 : null;
         this.mlpHalf = moe == null ? mlpHalf(ctx, preMlpNorm, mlp) : null;
+        this.branchRecordsFunctions = moe != null || mlp.fc1().fp8() != null || mlp.fc2().fp8() != null
+                || c.recomputes(TransformerConfig.RecomputeModule.MLP);
     }
+
+    /**
+     * Identity that cuts the graph at the second half's input {@code h} where that half's branch records Functions.
+     * Backward runs libtorch's graph from every pending gradient at once up to the cuts; without this cut, the run
+     * that starts at the layer's output reaches {@code h} through the residual add before the branch's Functions have
+     * given {@code h} their part, and goes on through the attention half, which the branch's part then traverses a
+     * second time (twice the attention's backward kernels). With the cut both parts add up in {@code h}'s leaf first.
+     */
+    private static final Function RESIDUAL_FORK = new Function() {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            return inputs.clone();
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... gradOutputs) {
+            return gradOutputs.clone();
+        }
+
+        @Override
+        public String name() {
+            return "residual-fork";
+        }
+    };
 
     /**
      * The second half {@code h + fc2(gelu(fc1(LN(h))))} as one {@link MlpHalf} where the device has a
@@ -341,8 +374,10 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
                 if (half) {
                     return mlpHalf.apply(scope, h);
                 }
-                NDArray mlpIn = preMlpNorm.forward(scope, h);
-                return h.add(Dropout.apply(scope, postNorm(scope, postMlpNorm, feedForward(scope, mlpIn, inference)), p,
+                NDArray in = branchRecordsFunctions && inference == null && scope.isGradEnabled()
+                        ? scope.apply1(RESIDUAL_FORK, h) : h;
+                NDArray mlpIn = preMlpNorm.forward(scope, in);
+                return in.add(Dropout.apply(scope, postNorm(scope, postMlpNorm, feedForward(scope, mlpIn, inference)), p,
                         ctx.hiddenDropout()));
             });
         });
