@@ -14,7 +14,8 @@
 #   by mcore4j's native library), dp4-zero3-recompute (4: ZeRO-3 with every layer recomputed, as without that
 #   library; "fsdp" names dp4 dp4-zero2 dp4-zero3, issue 36's rows), llama20b-zero3 (4 H200s: issue 36's ~20B LLaMA
 #   shape, 48 layers, hidden 6144, FFN 16384, 48 heads, 8 query groups, sequence 4096, DP4 ZeRO-3 averaged in the
-#   collective (--ddp-average-in-collective, as FSDP2 averages) with the first
+#   collective (--ddp-average-in-collective, as FSDP2 averages), reduced in bf16 (--grad-reduce-in-bf16: in fp32 the
+#   row needs about 18 layers recomputed to stay clear of the H200's memory) with the first
 #   LLAMA20B_RECOMPUTE (12) layers recomputed (--recompute-method block), with torch_dist_gpt_bench.py
 #   --mode fsdp2 --arch llama --ac beside it: FSDP2 per block with activation checkpointing; its layout names the
 #   planner's peak estimate, FsdpPlanTest's), 20b8-dp2 and 20b8-zero3-dp2 (2: 8 layers of that shape at DP2, micro-batch
@@ -162,8 +163,8 @@ row() {
     dp4-zero3-recompute) gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), full recompute"
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
                   args+=" --overlap-grad-reduce --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";;
-    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3 averaged in the collective, ${LLAMA20B_RECOMPUTE:-12} of 48 layers recomputed, micro-batch 1 × 4"
-                  args="$shape20b --num-layers 48 $zero3avg"
+    llama20b-zero3) gpus=4; layout="LLaMA ~20B (48 × 6144, FFN 16384, GQA 48/8, s 4096), DP4 ZeRO-3 averaged in the collective, bf16 reduction, ${LLAMA20B_RECOMPUTE:-12} of 48 layers recomputed, micro-batch 1 × 4"
+                  args="$shape20b --num-layers 48 $zero3avg --grad-reduce-in-bf16"
                   [ "${LLAMA20B_RECOMPUTE:-12}" -gt 0 ] && args+=" --recompute-granularity full --recompute-method block --recompute-num-layers ${LLAMA20B_RECOMPUTE:-12}"
                   refs=("4|fsdp2|FSDP2 + AC|$llama20b --mbs 1 --micro 4 --ac");;
     20b8-dp2)     gpus=2; layout="8 layers of the ~20B shape, DP2, distributed optimizer, micro-batch 1 × 4"
