@@ -31,9 +31,9 @@ import org.junit.jupiter.api.Test;
 /**
  * A layer whose second half records Functions (a mixture of experts) runs its attention's backward once per pass, as a
  * dense layer does: libtorch's profiler counts the autograd nodes of one backward at TP1, and the attention's (the
- * composed attention's two batched products per layer, which nothing else in these layers runs) occur once per layer. Without the cut at the second half's
- * input, the traversal from the layer's output went on through the attention with the residual's part of the
- * gradient, and the experts' part traversed it again (twice per layer).
+ * composed attention's two batched products per layer, which nothing else in these layers runs) occur once per
+ * layer. Without the cut at the second half's input, the traversal from the layer's output went on through the
+ * attention with the residual's part of the gradient, and the experts' part traversed it again (twice per layer).
  */
 class ResidualForkTest {
     private static final int LAYERS = 2;
@@ -59,7 +59,7 @@ class ResidualForkTest {
                 .mapToInt(Map.Entry::getValue).sum();
     }
 
-    /** The backward's autograd nodes by name, counted by libtorch's profiler over one forward and backward. */
+    /** The backward's autograd nodes by name, counted by libtorch's profiler over the backward of one forward. */
     private static Map<String, Integer> backwardNodes(TransformerConfig config) {
         return InJvmWorld.run(1, rank -> {
             NDManager m = rank.manager();
@@ -75,8 +75,11 @@ class ResidualForkTest {
                 NDArray[] data = TokenBatches.shifted(scope.manager(), config.vocabSize(), SEQ, BATCH, 7, 3);
                 NDArray loss = model.forward(scope, data[0], null, data[1]);
                 JniUtils.startProfile(false, false, false);
-                scope.backward(loss);
-                JniUtils.stopProfile(file.toString());
+                try {
+                    scope.backward(loss);
+                } finally {
+                    JniUtils.stopProfile(file.toString());
+                }
             }
             try {
                 Map<String, Integer> counts = new TreeMap<>();
