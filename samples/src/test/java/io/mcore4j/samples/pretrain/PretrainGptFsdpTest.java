@@ -134,14 +134,22 @@ class PretrainGptFsdpTest {
         }
     }
 
-    /** ZeRO-3 with context parallelism (CP2 x DP2) and with experts (EP2 x DP4 over a mixture of 4 experts). */
+    /**
+     * ZeRO-2 and ZeRO-3 with context parallelism (CP2 x DP2) and with experts (EP2 x DP4 over a mixture of 4
+     * experts).
+     */
     @Test
-    void zero3GivesTheSerialLossesWithContextAndExpertParallelism() throws Exception {
-        assertSameLosses(train(common(1, 4)), train(with(common(4, 4), ZERO3, List.of("--context-parallel-size", "2"))),
-                "CP2 DP2 ZeRO-3");
+    void zero2AndZero3GiveTheSerialLossesWithContextAndExpertParallelism() throws Exception {
+        List<Double> serial = train(common(1, 4));
         List<String> moe = List.of("--num-experts", "4", "--moe-router-topk", "2", "--moe-grouped-gemm");
-        assertSameLosses(train(with(common(1, 4), moe)),
-                train(with(common(4, 4), moe, ZERO3, List.of("--expert-model-parallel-size", "2"))), "EP2 DP4 ZeRO-3");
+        List<Double> serialMoe = train(with(common(1, 4), moe));
+        for (List<String> strategy : List.of(ZERO2, ZERO3)) {
+            String name = strategy == ZERO2 ? "ZeRO-2" : "ZeRO-3";
+            assertSameLosses(serial, train(with(common(4, 4), strategy, List.of("--context-parallel-size", "2"))),
+                    "CP2 DP2 " + name);
+            assertSameLosses(serialMoe, train(with(common(4, 4), moe, strategy, List.of("--expert-model-parallel-size", "2"))),
+                    "EP2 DP4 " + name);
+        }
     }
 
     /**
