@@ -152,7 +152,7 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
                 .inputIsParallel(true).sequenceParallel(config.sequenceParallel())
                 .initializer(Initializers.normal(config.outputInitStd(), seeds.seed("init/" + key + "linear_fc2.weight")))
                 .dtype(config.dtype()).manager(parameters).name(key + "linear_fc2").build();
-        return new ParallelMlp(fc1, fc2, config.activation(), parameters);
+        return new ParallelMlp(fc1, fc2, config.activation(), true);
     }
 
     /**

@@ -110,7 +110,7 @@ public final class MoeLayerOpCount {
                 .initializer(Initializers.normal(0.02, 1)).dtype(config.dtype()).manager(m).name("fc1").build();
         RowParallelLinear fc2 = RowParallelLinear.builder(FFN, HIDDEN, groups.tp()).bias(true).inputIsParallel(true)
                 .initializer(Initializers.normal(0.02, 2)).dtype(config.dtype()).manager(m).name("fc2").build();
-        return new ParallelMlp(fc1, fc2, config.activation(), m);
+        return new ParallelMlp(fc1, fc2, config.activation(), true);
     }
 
     /** A layer's forward in a scope. */

@@ -1,7 +1,6 @@
 package io.mcore4j.tensorparallel;
 
 import ai.djl.ndarray.NDArray;
-import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.AbstractModule;
@@ -31,21 +30,21 @@ public final class ParallelMlp extends AbstractModule implements UnaryModule {
      * @param activation the activation between them
      */
     public ParallelMlp(ParallelLinear fc1, ParallelLinear fc2, MlpActivation activation) {
-        this(fc1, fc2, activation, null);
+        this(fc1, fc2, activation, false);
     }
 
     /**
      * @param fc1 the first linear, {@code h → fc1Factor · ffn}
      * @param fc2 the second linear, {@code ffn → h}
      * @param activation the activation between them
-     * @param moduleOwner non-null to run the activation through its fused module ({@link MlpActivation#fused}), e.g.
-     *     the parameters' manager; null to compose the activation from DJL's ops
+     * @param fused whether to run the activation through its fused module ({@link MlpActivation#fused}) where it has
+     *     one; false to compose it from DJL's ops
      */
-    public ParallelMlp(ParallelLinear fc1, ParallelLinear fc2, MlpActivation activation, NDManager moduleOwner) {
+    public ParallelMlp(ParallelLinear fc1, ParallelLinear fc2, MlpActivation activation, boolean fused) {
         this.fc1 = registerModule("linear_fc1.", fc1);
         this.fc2 = registerModule("linear_fc2.", fc2);
         this.activation = Objects.requireNonNull(activation, "activation");
-        this.fusedActivation = moduleOwner == null ? null : activation.fused();
+        this.fusedActivation = fused ? activation.fused() : null;
     }
 
     /** @return the first linear, {@code h → fc1Factor · ffn} */

@@ -28,7 +28,7 @@ import java.util.Map;
  * {@link TransformerConfig.RopeScaling}'s rule, and YaRN multiplies cos and sin by its
  * {@link TransformerConfig.RopeScaling#attentionFactor()}.
  *
- * <p>Made with a module owner, an instance rotates queries and keys whose channels all rotate
+ * <p>Made with a table owner, an instance rotates queries and keys whose channels all rotate
  * through mcore4j's TorchScript module ({@code scripts/make_rotary_module.py}): one call for both,
  * which CUDA runs as fused kernels over the projection's strided views (the elementary ops
  * broadcast the tables in unvectorised kernels and concatenate strided halves: ~0.3 ms of a LLaMA-7B
@@ -36,7 +36,7 @@ import java.util.Map;
  * long[], NDArray...)}) the rotation is a {@link Function} whose backward is the inverse rotation, the same
  * module with {@code -sin}: libtorch's differentiation of the module took ~0.45 ms per layer on
  * that GPU, with gradients for the constant tables and zero-filled slices. It also keeps the
- * tables of positions {@code 0..s-1} between passes. Without a module owner, or with partial
+ * tables of positions {@code 0..s-1} between passes, in that owner. Without a table owner, or with partial
  * rotation, the same function is composed from DJL's ops.
  */
 public final class RotaryEmbedding {
@@ -77,19 +77,19 @@ public final class RotaryEmbedding {
      * @param percent fraction of them that rotate
      * @param base the frequency base (theta)
      * @param scaling frequency scaling, or null for none
-     * @param moduleOwner owner of the tables the rotation module reads (the module is the process's one instance,
+     * @param tableOwner owner of the tables the rotation module reads (the module is the process's one instance,
      *     {@link TorchScriptModules#shared}, compiled once for every layer; see the class comment); null to compose
      *     the rotation from elementary ops
      */
     public RotaryEmbedding(int headDim, double percent, double base, TransformerConfig.RopeScaling scaling,
-                           NDManager moduleOwner) {
+                           NDManager tableOwner) {
         this.rotaryDims = (int) Math.round(headDim * percent);
         this.base = base;
         this.scaledInverseFrequencies = scaling == null ? null : scaledInverseFrequencies(rotaryDims, base, scaling);
         this.attentionFactor = scaling == null ? 1 : scaling.attentionFactor();
-        this.module = moduleOwner == null || rotaryDims != headDim ? null
+        this.module = tableOwner == null || rotaryDims != headDim ? null
                 : TorchScriptModules.shared(RotaryEmbedding.class, RESOURCE);
-        this.tableOwner = module == null ? null : moduleOwner;
+        this.tableOwner = module == null ? null : tableOwner;
     }
 
     /** LLaMA 3.1's, the linear or YaRN's rule (see {@link TransformerConfig.RopeScaling}), computed once in double precision. */

@@ -171,7 +171,7 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
                         c.hiddenSize(), factor * c.ffnHiddenSize(), c.addBiasLinear(), false, c.initStd(), factor, fp8)),
                 spec.linearFc2().create(ctx, key + "linear_fc2.", new LayerSpec.LinearSettings(
                         c.ffnHiddenSize(), c.hiddenSize(), c.addBiasLinear(), false, ctx.outputInitStd(), 1, fp8)),
-                activation, ctx.parameters());
+                activation, true);
     }
 
     /**
