@@ -1,13 +1,16 @@
 """Writes the TorchScript archives through which mcore4j permutes tokens into expert order and back in one
 call each (--moe-permute-fusion), mcore4j's own modules:
 
-- permute_tokens.pt: forward(tokens [T, h], routing_map [T, E] 0/1) -> (rows [N, h], token_of_row [N]):
+- permute_tokens.pt: forward(tokens [T, h], routing_map [T, E] 0/1, pairs (an int64 scalar on the host: N, the
+  map's ones, which the caller already knows)) -> (rows [N, h], token_of_row [N], expert_of_row [N]):
   the (token, expert) pairs of the map in expert-major order (expert 0's tokens ascending, then expert 1's...),
-  each pair's token row, and the token of each row;
-- unpermute_tokens.pt: forward(rows [N, h], token_of_row [N], routing_map, kept_map, probs [T, E]) -> [T, h]:
+  each pair's token row, and the token and the expert of each row;
+- unpermute_tokens.pt: forward(rows [N, h], token_of_row [N], expert_of_row [N], kept_map, probs [T, E]) -> [T, h]:
   out[t] = sum over the pairs (t, e) of probs[t, e] * kept_map[t, e] * rows[pair (t, e)], summed in the
   promoted dtype of rows and probs (as Megatron-Core's unpermute does) by one index_add, in rows' dtype.
-Both are differentiable (index_select / index_add / masked_select, whose backward libtorch computes).
+Both are differentiable (index_select / index_add / indexing, whose backward libtorch computes). Neither waits for
+the device: the pairs come from nonzero_static with the size given, and the weights are picked by the pairs'
+indices (a masked_select or a nonzero would copy its count to the host first).
 
 Usage: python3 scripts/make_token_permutation_modules.py moe/src/main/resources/io/mcore4j/moe
 """
@@ -22,17 +25,18 @@ from torchscript_archive import write_checked  # noqa: E402
 
 
 class PermuteTokens(torch.nn.Module):
-    def forward(self, tokens: torch.Tensor, routing_map: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        experts_by_token = routing_map.t() != 0
-        token_ids = torch.arange(routing_map.size(0), device=tokens.device).unsqueeze(0).expand(routing_map.size(1), -1)
-        token_of_row = token_ids.masked_select(experts_by_token)
-        return tokens.index_select(0, token_of_row), token_of_row
+    def forward(self, tokens: torch.Tensor, routing_map: torch.Tensor,
+                pairs: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        expert_token = torch.nonzero_static(routing_map.t() != 0, size=int(pairs.item()))  # [N, 2], row-major
+        expert_of_row = expert_token[:, 0].contiguous()
+        token_of_row = expert_token[:, 1].contiguous()
+        return tokens.index_select(0, token_of_row), token_of_row, expert_of_row
 
 
 class UnpermuteTokens(torch.nn.Module):
-    def forward(self, rows: torch.Tensor, token_of_row: torch.Tensor, routing_map: torch.Tensor,
+    def forward(self, rows: torch.Tensor, token_of_row: torch.Tensor, expert_of_row: torch.Tensor,
                 kept_map: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-        weights = (probs * kept_map.to(probs.dtype)).t().masked_select(routing_map.t() != 0)
+        weights = (probs * kept_map.to(probs.dtype))[token_of_row, expert_of_row]
         weighted = rows * weights.unsqueeze(-1)
         out = torch.zeros(probs.size(0), rows.size(1), dtype=weighted.dtype, device=rows.device)
         return out.index_add(0, token_of_row, weighted).to(rows.dtype)
@@ -68,8 +72,9 @@ def check_pair(permute: torch.jit.ScriptModule, unpermute: torch.jit.ScriptModul
         x = torch.randn(tokens, hidden, dtype=torch.float64, requires_grad=True)
         p = probs.clone().requires_grad_()
         scale = torch.randn(hidden, dtype=torch.float64)
-        rows, token_of_row = permute(x, routing_map)
-        got = unpermute(rows * scale, token_of_row, routing_map, kept_map, p)
+        pairs = torch.tensor(int(routing_map.sum().item()), dtype=torch.int64)
+        rows, token_of_row, expert_of_row = permute(x, routing_map, pairs)
+        got = unpermute(rows * scale, token_of_row, expert_of_row, kept_map, p)
         x2 = x.detach().clone().requires_grad_()
         p2 = probs.clone().requires_grad_()
         want = reference(x2, routing_map, kept_map, p2, lambda r: r * scale)

@@ -57,8 +57,9 @@ def check_permutation(permute, unpermute):
     kept_map = routing_map * (torch.rand(tokens, experts, device="cuda") > 0.2)
     probs = (scores * routing_map).requires_grad_()
     x = torch.randn(tokens, hidden, device="cuda", requires_grad=True)
-    rows, token_of_row = permute(x, routing_map)
-    out = unpermute(rows * 2, token_of_row, routing_map, kept_map, probs)
+    pairs = torch.tensor(int(routing_map.sum().item()), dtype=torch.int64)  # on the host, as mcore4j passes it
+    rows, token_of_row, expert_of_row = permute(x, routing_map, pairs)
+    out = unpermute(rows * 2, token_of_row, expert_of_row, kept_map, probs)
     want = 2 * x * (probs * kept_map).sum(1, keepdim=True)
     error = (out - want).abs().max().item()
     order = torch.nonzero(routing_map.t())[:, 1]

@@ -26,8 +26,10 @@
 #   --hierarchical-context-parallel-sizes 2 2); issue 34's MoE rows, EP4 x DP4 with the alltoall dispatcher, grouped
 #   GEMM and fused permutation: moe-ep4 (4: 8 experts top-2), moe-fg-ep4 (4: 64 experts top-8 of FFN 2048, a shared
 #   expert, sigmoid router with expert bias), probe-moe and probe-dp4 (4: the probe preset with and without those
-#   8 experts), dsv3-ep4 (4: issue 39's DeepSeek-V3 pattern at 12 x 2048: MLA, 64 experts top-8 and a shared expert,
-#   grouped sigmoid routing, MTP 1), "moe" naming all five. "probe" names the three probe rows, "cp" cp1 cp2
+#   8 experts), moe-ep4-fb and moe-fg-ep4-fb (moe-ep4 and moe-fg-ep4 with --moe-router-force-load-balancing, Megatron's
+#   benchmark-only routing on random logits, and the reference with --force-balance: at initialisation Megatron's
+#   std-0.02 embeddings route most tokens of a layer to the same few experts), dsv3-ep4 (4: issue 39's DeepSeek-V3 pattern at 12 x 2048: MLA, 64 experts top-8 and a shared expert,
+#   grouped sigmoid routing, MTP 1), "moe" naming all seven. "probe" names the three probe rows, "cp" cp1 cp2
 #   cp4 cp4-128k. Every row is GptBenchmark (= pretrain-gpt
 #   --mock-data) of the 1.3B model (L=24 h=2048 heads=16 s=2048 V=32768, micro-batch 4 x 2 per replica), of
 #   LLaMA-7B, or of the probe preset with --phases (its step is the host's time); one process per GPU under
@@ -214,6 +216,9 @@ row() {
                   args+=" --moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-num-groups 8"
                   args+=" --moe-router-group-topk 4 --moe-router-topk-scaling-factor 2.5 --moe-router-dtype fp32"
                   args+=" --moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4 --mtp-num-layers 1";;
+    moe-ep4-fb|moe-fg-ep4-fb)
+                  row "${1%-fb}"; layout+=", forced load balancing (random router logits, both sides)"
+                  args+=" --moe-router-force-load-balancing"; refs=("${refs[0]} --force-balance");;
     probe-dp4)    gpus=4; layout="probe, DP4"; args="--model probe --phases";;
     probe-moe)    gpus=4; layout="probe, MoE 8 experts top-2, EP4 × DP4"; args="--model probe --phases $moe --num-experts 8 --moe-router-topk 2";;
     probe-tp1)    gpus=1; layout="probe, TP1"; args="--model probe --phases";;
@@ -391,7 +396,7 @@ EOF
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
   local r; for r in tp1 tp2 tp2sp tp2sp-overlap tp4 tp4sp-overlap pp2 pp2-m8 tp2pp2 tp2pp2-m8 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 dp4-zero3-recompute llama20b-zero3 llama-tp4sp llama-tp4sp-overlap llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
-      probe-tp4 cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-fg-ep4 dsv3-ep4 probe-dp4 probe-moe; do
+      probe-tp4 cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-ep4-fb moe-fg-ep4 moe-fg-ep4-fb dsv3-ep4 probe-dp4 probe-moe; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done
   row nonsense && { echo "selftest: FAIL, an unknown row was accepted"; fail=1; }
@@ -423,7 +428,7 @@ rows=""
 for r in $ROWS; do
   case $r in
     probe) rows+=" probe-tp1 probe-tp2 probe-tp4";; cp) rows+=" cp1 cp2 cp4 cp4-128k";; fsdp) rows+=" dp4 dp4-zero2 dp4-zero3";;
-    moe) rows+=" moe-ep4 moe-fg-ep4 dsv3-ep4 probe-dp4 probe-moe";; *) rows+=" $r";;
+    moe) rows+=" moe-ep4 moe-ep4-fb moe-fg-ep4 moe-fg-ep4-fb dsv3-ep4 probe-dp4 probe-moe";; *) rows+=" $r";;
   esac
 done
 for r in $rows; do row "$r" || { echo "multi-gpu-check: unknown row $r" >&2; exit 2; }; done

@@ -7,6 +7,8 @@
 #   --experts E --topk K --moe-ffn F [--shared-ffn S] [--score softmax|sigmoid] [--expert-bias]
 #   softmax: top-k of the softmax scores, renormalised over the chosen (Megatron's default with topk > 1 is no
 #            renormalisation: --renorm off follows Megatron), Switch-style auxiliary loss --aux-coeff (1e-2)
+#   --force-balance: random normal router logits, gradient straight through (Megatron's benchmark-only
+#            --moe-router-force-load-balancing), so that every expert receives about the same rows
 #   sigmoid: top-k of sigmoid scores plus a per-expert bias used only for the choice (aux-loss-free balancing,
 #            DeepSeek-V3), the chosen scores normalised to sum 1; no auxiliary loss
 # Under torchrun, one process per GPU; prints one RESULT line from rank 0, with FLOPs counted as mcore4j's
@@ -26,6 +28,9 @@ p.add_argument("--moe-ffn", type=int, default=8192); p.add_argument("--shared-ff
 p.add_argument("--score", choices=["softmax", "sigmoid"], default="softmax")
 p.add_argument("--expert-bias", action="store_true")
 p.add_argument("--aux-coeff", type=float, default=1e-2)
+p.add_argument("--force-balance", action="store_true",
+               help="route on random normal logits with the gradient passed straight through to the router's (as"
+                    " Megatron's benchmark-only --moe-router-force-load-balancing)")
 p.add_argument("--peak-tflops", type=float, default=989.0)
 p.add_argument("--device", default="cuda")
 p.add_argument("--check", action="store_true", help="compare one MoE layer with a token-by-token loop (one process) and exit")
@@ -67,6 +72,8 @@ class Moe(nn.Module):
         B, T, h = x.shape
         t = x.reshape(-1, h); n = t.shape[0]
         logits = s.router(t).float()
+        if a.force_balance:
+            logits = logits + (torch.randn_like(logits) - logits).detach()
         if a.score == "softmax":
             scores = logits.softmax(-1)
             probs, idx = scores.topk(K, dim=-1)
@@ -197,7 +204,8 @@ if rank == 0:
         mem = (f"peakmem={torch.cuda.max_memory_allocated() / 2**30:.1f}GiB (allocated) "
                f"device={(total - free) / 2**30:.1f}GiB (in use)")
     print(f"RESULT torch-moe-ep{world}-bf16 world={world} experts={E} topk={K} moe_ffn={a.moe_ffn} "
-          f"shared={a.shared_ffn} score={a.score} L={L} h={h} s={s} V={V} mbs={a.mbs} micro={a.micro} "
+          f"shared={a.shared_ffn} score={a.score} balance={'forced' if a.force_balance else 'router'} "
+          f"L={L} h={h} s={s} V={V} mbs={a.mbs} micro={a.micro} "
           f"step={dt * 1000:.1f}ms tokens/s/gpu={tps:.0f} MFU={fpt * tps / 1e12 / a.peak_tflops * 100:.1f}% "
           f"loss={l.item() * a.micro:.3f} {mem}", flush=True)
 dist.destroy_process_group()

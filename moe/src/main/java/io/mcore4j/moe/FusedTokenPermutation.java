@@ -1,5 +1,6 @@
 package io.mcore4j.moe;
 
+import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
@@ -10,17 +11,20 @@ import io.mcore4j.core.autograd.AutogradScope;
 
 /**
  * The token permutation in one call each way (Megatron-Core's {@code --moe-permute-fusion}), through mcore4j's
- * TorchScript archives {@code permute_tokens.pt} (a masked select of token ids from the transposed map, one
- * index-select) and {@code unpermute_tokens.pt} (the kept pairs' probabilities picked by the same mask, one
- * multiply, one index-add), written by {@code scripts/make_token_permutation_modules.py}. Differentiable in the
- * tokens, the expert outputs and the probabilities; the pairs come in the same expert-major order as
- * {@link TokenPermutation.Composed}'s, and the sums differ from its only by the order of addition.
+ * TorchScript archives {@code permute_tokens.pt} (the map's pairs by {@code nonzero_static}, one index-select) and
+ * {@code unpermute_tokens.pt} (the kept pairs' probabilities picked by the pairs' indices, one multiply, one
+ * index-add), written by {@code scripts/make_token_permutation_modules.py}. Neither waits for the device: the number
+ * of pairs, which a masked select or a plain {@code nonzero} would copy to the host first, is the sum of the counts
+ * the caller already read, handed to the module as a host scalar. Differentiable in the tokens, the expert outputs
+ * and the probabilities; the pairs come in the same expert-major order as {@link TokenPermutation.Composed}'s, and
+ * the sums differ from its only by the order of addition.
  */
 final class FusedTokenPermutation extends TokenPermutation {
     private static final String PERMUTE = "/io/mcore4j/moe/permute_tokens.pt";
     private static final String UNPERMUTE = "/io/mcore4j/moe/unpermute_tokens.pt";
 
     private NDArray tokenOfRow;
+    private NDArray expertOfRow;
 
     FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts) {
         super(routingMap, owner, counts);
@@ -31,10 +35,7 @@ final class FusedTokenPermutation extends TokenPermutation {
      */
     @Override
     NDArray permute(NDArray tokens, NDManager owner) {
-        NDList out = TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE).forward(new NDList(tokens, routingMap));
-        out.attach(owner);
-        tokenOfRow = out.get(1);
-        return out.get(0);
+        return permute(tokens, owner, owner);
     }
 
     /**
@@ -42,10 +43,18 @@ final class FusedTokenPermutation extends TokenPermutation {
      * reuses) by {@code indexOwner}.
      */
     NDArray permute(NDArray tokens, NDManager indexOwner, NDManager rowsOwner) {
-        NDList out = TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE).forward(new NDList(tokens, routingMap));
-        out.get(0).attach(rowsOwner);
-        out.get(1).attach(indexOwner);
+        NDList out;
+        try (NDManager host = indexOwner.newSubManager(Device.cpu())) {
+            long[] counts = tokensPerExpert();
+            NDArray pairs = host.create(sum(counts, 0, counts.length));
+            out = TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE).forward(new NDList(tokens, routingMap,
+                    pairs));
+            out.get(0).attach(rowsOwner);
+            out.get(1).attach(indexOwner);
+            out.get(2).attach(indexOwner);
+        }
         tokenOfRow = out.get(1);
+        expertOfRow = out.get(2);
         return out.get(0);
     }
 
@@ -62,7 +71,7 @@ final class FusedTokenPermutation extends TokenPermutation {
             throw new IllegalStateException("the rows' tokens are found by permute");
         }
         TorchScriptModule module = TorchScriptModules.shared(FusedTokenPermutation.class, UNPERMUTE);
-        NDArray out = module.forward(new NDList(rows, tokenOfRow, routingMap, routingMap, routingMap)).singletonOrThrow();
+        NDArray out = module.forward(new NDList(rows, tokenOfRow, expertOfRow, routingMap, routingMap)).singletonOrThrow();
         out.attach(rows.getManager());
         return out;
     }
@@ -73,7 +82,7 @@ final class FusedTokenPermutation extends TokenPermutation {
             throw new IllegalStateException("combine before permute: the rows' tokens are found by permute");
         }
         TorchScriptModule module = TorchScriptModules.shared(FusedTokenPermutation.class, UNPERMUTE);
-        return Tensors.own(module.forward(new NDList(expertOutput, tokenOfRow, routingMap, keptMap, probs))
+        return Tensors.own(module.forward(new NDList(expertOutput, tokenOfRow, expertOfRow, keptMap, probs))
                 .singletonOrThrow(), scope.manager());
     }
 }

@@ -52,6 +52,10 @@ import java.util.Objects;
  *                    {@code _grouped_mm} where the runtime has it, see {@link GroupedMatmul})
  * @param permuteFusion permute tokens into expert order and back in one call each (Megatron's
  *                      {@code moe_permute_fusion}; see {@link FusedTokenPermutation})
+ * @param forceLoadBalancing for benchmarks only (Megatron's {@code moe_router_force_load_balancing}): each
+ *                           routing uses random normal logits in place of the gating linear's, with the gradient
+ *                           passed straight through to the real logits, so that every expert receives about the
+ *                           same number of tokens whatever the weights (see {@link TopKRouter})
  */
 public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivation activation, RouterScore routerScore,
                         boolean preSoftmax, int numGroups, int groupTopK, double topKScalingFactor,
@@ -60,7 +64,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
                         double inputJitter, double capacityFactor, DropPolicy dropPolicy, boolean padToCapacity,
                         Dispatcher dispatcher, int sharedExpertFfnHiddenSize, double initStd, double outputInitStd,
                         DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts,
-                        boolean groupedGemm, boolean permuteFusion) {
+                        boolean groupedGemm, boolean permuteFusion, boolean forceLoadBalancing) {
 
     /** Score function of the router. */
     public enum RouterScore {
@@ -191,6 +195,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         b.batchedExperts = batchedExperts;
         b.groupedGemm = groupedGemm;
         b.permuteFusion = permuteFusion;
+        b.forceLoadBalancing = forceLoadBalancing;
         return b;
     }
 
@@ -281,6 +286,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         private boolean batchedExperts = true;
         private boolean groupedGemm;
         private boolean permuteFusion;
+        private boolean forceLoadBalancing;
 
         private Builder(int numExperts, int topK, int ffnHiddenSize) {
             this.numExperts = numExperts;
@@ -452,6 +458,15 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         }
 
         /**
+         * @param value route on random logits with a straight-through gradient, for benchmarks (default false)
+         * @return this
+         */
+        public Builder forceLoadBalancing(boolean value) {
+            this.forceLoadBalancing = value;
+            return this;
+        }
+
+        /**
          * @return the validated config
          * @throws IllegalArgumentException as {@link MoeConfig#MoeConfig}
          */
@@ -460,7 +475,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
                     topKScalingFactor, routerInFp32, auxLossCoeff, seqAuxLossCoeff, globalAuxLossCoeff, zLossCoeff, auxLossFree, biasUpdateRate,
                     inputJitter, capacityFactor, dropPolicy, padToCapacity, dispatcher, sharedExpertFfnHiddenSize,
                     initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts, groupedGemm,
-                    permuteFusion);
+                    permuteFusion, forceLoadBalancing);
         }
     }
 }

@@ -67,9 +67,11 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
     private final LocalExperts experts;
     private final ParallelMlp sharedExpert;
     private final DeterministicRandom jitter;
+    private final DeterministicRandom balanceOffsets;
 
     private MoeLayer(MoeConfig config, int hiddenSize, MoeGroups groups, TopKRouter router, TokenDispatcher dispatcher,
-                     LocalExperts experts, ParallelMlp sharedExpert, DeterministicRandom jitter) {
+                     LocalExperts experts, ParallelMlp sharedExpert, DeterministicRandom jitter,
+                     DeterministicRandom balanceOffsets) {
         this.config = config;
         this.hiddenSize = hiddenSize;
         this.tp = groups.tp();
@@ -79,6 +81,7 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         this.sharedExpert = sharedExpert == null ? null
                 : registerModule("shared_experts.", sharedExpert, groups.isDenseDataParallelReplica());
         this.jitter = jitter;
+        this.balanceOffsets = balanceOffsets;
     }
 
     /**
@@ -123,8 +126,12 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         }
         DeterministicRandom jitter = config.inputJitter() > 0
                 ? seeds.generator("moe-input-jitter/" + keyPrefix, groups.worldRank()) : null;
+        DeterministicRandom balanceOffsets = config.forceLoadBalancing()
+                ? seeds.generator("moe-force-balance/" + keyPrefix, groups.worldRank()) : null;
+        long balanceTableSeed = seeds.generator("moe-force-balance-table/" + keyPrefix, groups.worldRank()).nextLong();
         TopKRouter router = new TopKRouter(config, hiddenSize, g, parameters,
-                seeds.seed("init/" + keyPrefix + "router.weight"), jitter, auxLossScale);
+                seeds.seed("init/" + keyPrefix + "router.weight"), jitter, balanceOffsets, balanceTableSeed,
+                auxLossScale);
         LocalExperts experts = new LocalExperts(config, hiddenSize, g, parameters, seeds, keyPrefix);
         ParallelMlp shared = config.sharedExpertFfnHiddenSize() > 0
                 ? sharedExpert(config, hiddenSize, g, parameters, seeds, keyPrefix + "shared_experts.") : null;
@@ -132,7 +139,7 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
                 ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion(),
                         experts.readsGroupEnds())
                 : new AllGatherTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion());
-        return new MoeLayer(config, hiddenSize, g, router, dispatcher, experts, shared, jitter);
+        return new MoeLayer(config, hiddenSize, g, router, dispatcher, experts, shared, jitter, balanceOffsets);
     }
 
     /**
@@ -207,24 +214,30 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
     }
 
     /**
-     * The random state the layer consumes (input jitter), for {@link Recompute}: restoring it before
-     * a rerun reproduces the first run's noise.
+     * The random state the layer consumes (input jitter, the windows of forced load balancing's random logits), for
+     * {@link Recompute}: restoring it before a rerun reproduces the first run's noise and routing.
      *
-     * @return a replay; {@link Recompute.Replay#NONE} without jitter
+     * @return a replay; {@link Recompute.Replay#NONE} with neither
      */
     public Recompute.Replay randomState() {
-        if (jitter == null) {
+        if (jitter == null && balanceOffsets == null) {
             return Recompute.Replay.NONE;
         }
         return new Recompute.Replay() {
             @Override
             public Object capture() {
-                return jitter.state();
+                return new long[] {jitter == null ? 0 : jitter.state(), balanceOffsets == null ? 0 : balanceOffsets.state()};
             }
 
             @Override
             public void restore(Object token) {
-                jitter.restore((Long) token);
+                long[] states = (long[]) token;
+                if (jitter != null) {
+                    jitter.restore(states[0]);
+                }
+                if (balanceOffsets != null) {
+                    balanceOffsets.restore(states[1]);
+                }
             }
         };
     }

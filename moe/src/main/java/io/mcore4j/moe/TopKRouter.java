@@ -5,6 +5,7 @@ import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.Tensors;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
@@ -32,6 +33,13 @@ import java.util.Objects;
  * ({@code aux_loss}, {@code seq_aux_loss}) or TP x DP x CP ({@code global_aux_loss}, expert bias);
  * those all-reduces run on every rank of the group in the same order.
  *
+ * <p><b>Forced load balancing</b> ({@link MoeConfig#forceLoadBalancing()}, Megatron's benchmark-only
+ * {@code --moe-router-force-load-balancing}): the gating linear's logits are replaced by random normal logits
+ * before routing, as Megatron-Core's {@code apply_random_logits} does, and the gradient reaching the random logits
+ * passes straight through to the real ones ({@code logits + stopGradient(random - logits)}). The random logits are
+ * windows of a table of normal samples drawn once per rank and layer; each routing starts its window at a row drawn
+ * from a replayable generator ({@link MoeLayer#randomState()}), so a recomputed layer routes as its first run did.
+ *
  * <p><b>State.</b> Owns its weight, and with aux-loss-free balancing a float32 expert bias and a
  * token-count accumulator; with the global aux loss a count accumulator. Counts accumulate only in
  * scopes that record gradients, so the no-grad first run of a recomputed segment does not count
@@ -56,18 +64,33 @@ public final class TopKRouter extends AbstractModule {
     private final NDArray globalTokenCounts;
     private final NDManager stateManager;
     private final DeterministicRandom jitter;
+    private final DeterministicRandom balanceOffsets;
+    private final long balanceTableSeed;
+    private NDArray balanceTable;
     private int globalAuxLossSteps;
     private MoeAuxLossTracker tracker;
     private int layerNumber;
     private int numLayers;
 
+    /** A router without forced load balancing's generators (which {@code config} must then leave off). */
     TopKRouter(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters, long initSeed,
                DeterministicRandom jitter, AuxLossScale auxLossScale) {
+        this(config, hiddenSize, groups, parameters, initSeed, jitter, null, 0, auxLossScale);
+    }
+
+    TopKRouter(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters, long initSeed,
+               DeterministicRandom jitter, DeterministicRandom balanceOffsets, long balanceTableSeed,
+               AuxLossScale auxLossScale) {
         this.config = Objects.requireNonNull(config, "config");
         this.hiddenSize = hiddenSize;
         this.groups = groups;
         this.auxLossScale = Objects.requireNonNull(auxLossScale, "auxLossScale");
         this.jitter = jitter;
+        if (config.forceLoadBalancing() && balanceOffsets == null) {
+            throw new IllegalArgumentException("forced load balancing needs a generator for the random logits' offsets");
+        }
+        this.balanceOffsets = config.forceLoadBalancing() ? balanceOffsets : null;
+        this.balanceTableSeed = balanceTableSeed;
         int experts = config.numExperts();
         NDArray w = Initializers.normal(config.initStd(), initSeed).create(parameters, new Shape(experts, hiddenSize),
                 config.dtype());
@@ -99,7 +122,40 @@ public final class TopKRouter extends AbstractModule {
             throw new IllegalArgumentException("router: tokens of shape " + shape + " must be [s * b = "
                     + sequenceLength + " * " + batchSize + ", " + hiddenSize + "]");
         }
-        return routeLogits(scope, gatingLogits(scope, tokens), sequenceLength, batchSize);
+        NDArray logits = gatingLogits(scope, tokens);
+        if (balanceOffsets != null) {
+            logits = randomLogits(logits, scope.manager());
+        }
+        return routeLogits(scope, logits, sequenceLength, batchSize);
+    }
+
+    /**
+     * Forced load balancing: {@code logits + stopGradient(random - logits)}, whose value is the random logits (up to
+     * the rounding of the logits' dtype) and whose gradient is the real logits'. The random {@code [T, E]} logits are
+     * rows {@code [o, o + T)} of a {@code [2T, E]} table of standard normal samples (drawn once per token count and
+     * dtype from the table's seed), {@code o} uniform in {@code [0, T]} from the replayable offset generator.
+     */
+    NDArray randomLogits(NDArray logits, NDManager m) {
+        long rows = logits.getShape().get(0);
+        long experts = logits.getShape().get(1);
+        if (balanceTable == null || balanceTable.getShape().get(0) != 2 * rows
+                || balanceTable.getDataType() != logits.getDataType()) {
+            if (balanceTable != null) {
+                balanceTable.close();
+            }
+            if (2 * rows * experts > Integer.MAX_VALUE) {
+                throw new IllegalArgumentException("forced load balancing: " + rows + " tokens x " + experts
+                        + " experts is too many random logits");
+            }
+            NDArray table = new DeterministicRandom(balanceTableSeed).normal(stateManager, new Shape(2 * rows, experts),
+                    0, 1, logits.getDataType());
+            table.attach(stateManager);
+            balanceTable = table;
+        }
+        long offset = Long.remainderUnsigned(balanceOffsets.nextLong(), rows + 1);
+        NDArray random = Tensors.own(balanceTable.get(new NDIndex("{}:{}", offset, offset + rows)), m);
+        NDArray towardRandom = Tensors.own(random.sub(logits).stopGradient(), m);
+        return Tensors.own(logits.add(towardRandom), m);
     }
 
     /**

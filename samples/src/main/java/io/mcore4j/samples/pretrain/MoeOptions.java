@@ -88,6 +88,10 @@ public final class MoeOptions {
     @Option(names = "--moe-permute-fusion", description = "Permute tokens into expert order and back in one call each"
             + " (mcore4j's TorchScript modules).")
     boolean permuteFusion;
+    @Option(names = "--moe-router-force-load-balancing", description = "For benchmarks only: route every token on"
+            + " random logits (the gradient passes straight through to the router's), so that the experts receive"
+            + " about equal loads whatever the weights.")
+    boolean forceLoadBalancing;
     @Option(names = "--moe-per-layer-logging", description = "Also log each MoE layer's auxiliary losses (moe/<name>_layer_<i>).")
     boolean perLayerLogging;
 
@@ -235,6 +239,7 @@ public final class MoeOptions {
                 .padToCapacity(padToCapacity)
                 .groupedGemm(groupedGemm)
                 .permuteFusion(permuteFusion)
+                .forceLoadBalancing(forceLoadBalancing)
                 .dropPolicy(MoeConfig.DropPolicy.valueOf(dropPolicy.toUpperCase(Locale.ROOT)))
                 .dispatcher(dispatcher == DispatcherKind.alltoall ? MoeConfig.Dispatcher.ALL_TO_ALL
                         : MoeConfig.Dispatcher.ALL_GATHER);

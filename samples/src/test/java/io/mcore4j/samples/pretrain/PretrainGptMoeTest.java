@@ -75,6 +75,7 @@ class PretrainGptMoeTest {
         assertTrue(moe("--moe-router-pre-softmax", "--moe-router-topk", "1").config().preSoftmax());
         assertEquals(MoeLayerPattern.every(2), moe("--moe-layer-freq", "2").layers());
         assertEquals(0, moe("--moe-expert-capacity-factor", "-1").config().capacityFactor(), "negative: none, as in Megatron");
+        assertTrue(moe("--moe-router-force-load-balancing").config().forceLoadBalancing());
     }
 
     @Test
