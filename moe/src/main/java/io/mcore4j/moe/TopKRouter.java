@@ -138,8 +138,8 @@ public final class TopKRouter extends AbstractModule {
     NDArray randomLogits(NDArray logits, NDManager m) {
         long rows = logits.getShape().get(0);
         long experts = logits.getShape().get(1);
-        if (balanceTable == null || balanceTable.getShape().get(0) != 2 * rows
-                || balanceTable.getDataType() != logits.getDataType()) {
+        DataType dtype = DataTypes.of(logits); // DJL reads bfloat16 as UNKNOWN
+        if (balanceTable == null || balanceTable.getShape().get(0) != 2 * rows || DataTypes.of(balanceTable) != dtype) {
             if (balanceTable != null) {
                 balanceTable.close();
             }
@@ -148,7 +148,7 @@ public final class TopKRouter extends AbstractModule {
                         + " experts is too many random logits");
             }
             NDArray table = new DeterministicRandom(balanceTableSeed).normal(stateManager, new Shape(2 * rows, experts),
-                    0, 1, logits.getDataType());
+                    0, 1, dtype);
             table.attach(stateManager);
             balanceTable = table;
         }

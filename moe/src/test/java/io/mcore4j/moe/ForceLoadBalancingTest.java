@@ -11,12 +11,15 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.random.DeterministicRandom;
 import io.mcore4j.core.random.SeedScheme;
 
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
 
 /**
  * Forced load balancing ({@code --moe-router-force-load-balancing}, Megatron's benchmark-only routing on random
@@ -31,8 +34,12 @@ class ForceLoadBalancingTest {
     private static final int TOP_K = 2;
 
     private static MoeConfig config(boolean force) {
+        return config(force, DataType.FLOAT32);
+    }
+
+    private static MoeConfig config(boolean force, DataType dtype) {
         return MoeConfig.builder(EXPERTS, TOP_K, 8).initStd(0.3).outputInitStd(0.2).auxLossCoeff(1e-2)
-                .forceLoadBalancing(force).build();
+                .forceLoadBalancing(force).dtype(dtype).build();
     }
 
     /** Tokens whose feature 0 is 5, read by experts 0 and 1 only (weight 10): every token prefers them. */
@@ -53,15 +60,16 @@ class ForceLoadBalancingTest {
         return r.routingMap().sum(new int[] {0}).toType(DataType.INT64, false).toLongArray();
     }
 
-    @Test
-    void expertsTheWeightsWouldStarveReceiveAboutEqualLoads() {
+    @ParameterizedTest
+    @EnumSource(value = DataType.class, names = {"FLOAT32", "BFLOAT16"})
+    void expertsTheWeightsWouldStarveReceiveAboutEqualLoads(DataType dtype) {
         try (NDManager m = NDManager.newBaseManager();
-             MoeLayer forced = MoeLayer.build(config(true), HIDDEN, Fixtures.soloGroups(), m, new SeedScheme(8), "mlp.",
+             MoeLayer forced = MoeLayer.build(config(true, dtype), HIDDEN, Fixtures.soloGroups(), m, new SeedScheme(8), "mlp.",
                      new AuxLossScale());
-             MoeLayer natural = MoeLayer.build(config(false), HIDDEN, Fixtures.soloGroups(), m, new SeedScheme(8), "mlp.",
+             MoeLayer natural = MoeLayer.build(config(false, dtype), HIDDEN, Fixtures.soloGroups(), m, new SeedScheme(8), "mlp.",
                      new AuxLossScale());
              AutogradScope scope = AutogradScope.open(m)) {
-            NDArray x = starvingTokens(scope.manager(), forced, natural);
+            NDArray x = DataTypes.toType(starvingTokens(scope.manager(), forced, natural), dtype, false);
             long tokens = (long) SEQ * BATCH;
             assertArrayEquals(new long[] {tokens, tokens, 0, 0, 0, 0, 0, 0},
                     counts(natural.router().route(scope, x, SEQ, BATCH)), "the weights alone pick experts 0 and 1");
