@@ -7,13 +7,15 @@ that "any - compute" is communication that nothing overlapped; idle gaps; long h
 With --sequence PATTERN K, prints instead the kernels around the K-th kernel whose name contains
 PATTERN in the first summarised step (e.g. one layer's forward around `sdpa_sm90_flash_fprop`).
 With --kernels PATTERN..., also prints the count and time per step of the kernels whose full name
-contains each PATTERN (e.g. `FillFunctor` for zero fills, `Functor_add` for adds).
+contains each PATTERN (e.g. `FillFunctor` for zero fills, `Functor_add` for adds). With --durations PATTERN, also
+lists the duration of each such kernel of the last step in order (e.g. `enable_3x_kernel_for_sm9x`, the grouped
+GEMMs of the MoE layers, whose durations show how many rows each layer's local experts received).
 
 With --gaps N, also lists the N longest idle gaps (no kernel on any stream) and the kernels around each.
 With --gap-histogram, also sorts every idle gap by length into bins (count and time per step each) and lists the
 kernel pairs around the gaps of 2 to 200 us that cost the most, marking pairs on two streams.
 
-Usage: python3 scripts/profile/summarize.py TRACE [--steps 3] [--kernels PATTERN...] [--gaps N]
+Usage: python3 scripts/profile/summarize.py TRACE [--steps 3] [--kernels PATTERN...] [--durations PATTERN] [--gaps N]
        [--gap-histogram] [--sequence PATTERN K [--before 30 --count 80]]
 """
 import argparse
@@ -87,6 +89,8 @@ def main():
     p.add_argument("--before", type=int, default=30)
     p.add_argument("--count", type=int, default=80)
     p.add_argument("--kernels", nargs="+", default=[], metavar="PATTERN")
+    p.add_argument("--durations", metavar="PATTERN",
+                   help="also list, in order, the duration (us) of every kernel of the last step whose name contains it")
     p.add_argument("--gaps", type=int, default=0, metavar="N", help="also list the N longest idle gaps")
     p.add_argument("--gap-histogram", action="store_true", help="also bin the idle gaps and name their kernels")
     a = p.parse_args()
@@ -127,6 +131,10 @@ def main():
     for pattern in a.kernels:
         hits = [e - s for s, e, _, n in window if pattern in n]
         print(f"kernels containing {pattern}: {len(hits) / a.steps:.0f} per step, {sum(hits) / per:.2f} ms per step")
+    if a.durations:
+        last = [(e - s) / 1e3 for s, e, _, n in sorted(window) if s >= ends[-2] and a.durations in n]
+        print(f"kernels containing {a.durations} in the last step, us each in order: "
+              + " ".join(f"{d:.0f}" for d in last))
     waits = collections.defaultdict(lambda: [0, 0])
     for s, e, _, n in calls:
         if w0 <= s < w1:
