@@ -6,7 +6,6 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
-import io.mcore4j.core.TorchScriptModules;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.AbstractModule;
 import io.mcore4j.core.nn.Parameter;
@@ -48,12 +47,9 @@ import java.util.List;
  * local expert has the same number of rows and batching is enabled, one batched matmul. Every path
  * computes the same function; the weights are stacked per pass for the grouped ones. Where the grouped product is
  * the padded one, the whole MLP runs in its padded layout (padded and unpadded once, each bias added to its slab
- * by one broadcast); where it is libtorch's kernel, each of fc1's and fc2's biases is added to every expert's rows
- * in one call from the group ends ({@link #addExpertBiases(NDArray, NDArray, NDArray, NDManager)}).
+ * by one broadcast).
  */
 final class LocalExperts extends AbstractModule {
-    /** Resource path of the TorchScript archive that adds each expert's bias to its rows from the group ends. */
-    static final String EXPERT_BIAS = "/io/mcore4j/moe/expert_bias.pt";
     private final MoeConfig config;
     private final int hiddenSize;
     private final Communicator expertTp;
@@ -201,40 +197,12 @@ final class LocalExperts extends AbstractModule {
         NDManager m = scope.manager();
         GroupedMatmul.Groups groups = matmul.groups(tokensPerExpert, ends, input, m);
         NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), groups); // [N, fc1/t]
-        if (groups.ends() != null) { // the group ends are on the device: each bias in one product for all experts
-            if (!fc1Biases.isEmpty()) {
-                h = addExpertBiases(h, stack(fc1Biases, m), groups.ends(), m);
-            }
-            NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), groups);
-            NDArray fc2Bias = fc2BiasStackForPass(scope);
-            return fc2Bias == null ? y : addExpertBiases(y, fc2Bias, groups.ends(), m);
-        }
         if (!fc1Biases.isEmpty()) {
             h = addExpertBiases(h, data(fc1Biases), tokensPerExpert, m);
         }
         NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), groups);
         List<NDArray> fc2Bias = fc2BiasRowsForPass(scope);
         return fc2Bias == null ? y : addExpertBiases(y, fc2Bias, tokensPerExpert, m);
-    }
-
-    /**
-     * {@link #addExpertBiases(NDArray, List, long[], NDManager)} from the group ends on the device, in one call
-     * (mcore4j's TorchScript archive {@code expert_bias.pt}, {@code scripts/make_expert_bias_module.py}): one
-     * {@code addmm} of the rows with the one-hot map of each row's expert times the stacked biases, whose backward
-     * passes the rows' gradient through and computes the biases' as one product. The per-expert path copies the
-     * rows twice (the split's adds and the concatenation, and the concatenation again in backward) through
-     * broadcast adds that a GPU runs at a fraction of its bandwidth; this one reads and writes them once. Equal to
-     * it ({@code ExpertBiasTest}): the one-hot product adds each bias exactly.
-     *
-     * @param rows {@code [N, width]}, expert by expert
-     * @param biases {@code [E, width]} stacked biases (differentiable)
-     * @param ends int32 or int64 running sums of the rows per expert, on the rows' device
-     * @param m owns the result
-     * @return {@code [N, width]}
-     */
-    static NDArray addExpertBiases(NDArray rows, NDArray biases, NDArray ends, NDManager m) {
-        return Tensors.own(TorchScriptModules.shared(LocalExperts.class, EXPERT_BIAS)
-                .forward(new NDList(rows, biases, ends)).singletonOrThrow(), m);
     }
 
     /**
