@@ -126,9 +126,12 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         }
         DeterministicRandom jitter = config.inputJitter() > 0
                 ? seeds.generator("moe-input-jitter/" + keyPrefix, groups.worldRank()) : null;
-        DeterministicRandom balanceOffsets = config.forceLoadBalancing()
-                ? seeds.generator("moe-force-balance/" + keyPrefix, groups.worldRank()) : null;
-        long balanceTableSeed = seeds.generator("moe-force-balance-table/" + keyPrefix, groups.worldRank()).nextLong();
+        DeterministicRandom balanceOffsets = null;
+        long balanceTableSeed = 0;
+        if (config.forceLoadBalancing()) {
+            balanceOffsets = seeds.generator("moe-force-balance/" + keyPrefix, groups.worldRank());
+            balanceTableSeed = seeds.generator("moe-force-balance-table/" + keyPrefix, groups.worldRank()).nextLong();
+        }
         TopKRouter router = new TopKRouter(config, hiddenSize, g, parameters,
                 seeds.seed("init/" + keyPrefix + "router.weight"), jitter, balanceOffsets, balanceTableSeed,
                 auxLossScale);
