@@ -7,6 +7,8 @@
 #   --experts E --topk K --moe-ffn F [--shared-ffn S] [--score softmax|sigmoid] [--expert-bias]
 #   softmax: top-k of the softmax scores, renormalised over the chosen (Megatron's default with topk > 1 is no
 #            renormalisation: --renorm off follows Megatron), Switch-style auxiliary loss --aux-coeff (1e-2)
+#   --embedding-std S: word and position embeddings N(0, S^2) (Megatron's init 0.02; default nn.Embedding's 1.0,
+#            under which the routers spread tokens evenly at initialisation and Megatron's do not)
 #   --force-balance: random normal router logits, gradient straight through (Megatron's benchmark-only
 #            --moe-router-force-load-balancing), so that every expert receives about the same rows
 #   sigmoid: top-k of sigmoid scores plus a per-expert bias used only for the choice (aux-loss-free balancing,
@@ -28,6 +30,9 @@ p.add_argument("--moe-ffn", type=int, default=8192); p.add_argument("--shared-ff
 p.add_argument("--score", choices=["softmax", "sigmoid"], default="softmax")
 p.add_argument("--expert-bias", action="store_true")
 p.add_argument("--aux-coeff", type=float, default=1e-2)
+p.add_argument("--embedding-std", type=float, default=None,
+               help="initialise the word and position embeddings N(0, std^2) (Megatron's init: 0.02; default:"
+                    " nn.Embedding's N(0, 1)); at 0.02 the routers send most tokens of a layer to a few experts")
 p.add_argument("--force-balance", action="store_true",
                help="route on random normal logits with the gradient passed straight through to the router's (as"
                     " Megatron's benchmark-only --moe-router-force-load-balancing)")
@@ -160,6 +165,8 @@ if a.check:  # the dispatch, grouped GEMMs and combine against each token throug
     raise SystemExit(0 if err <= 2e-2 * max(1.0, want.abs().max().item()) else 1)
 torch.manual_seed(0)
 m = GPT().to(dev)
+if a.embedding_std is not None:
+    nn.init.normal_(m.emb.weight, std=a.embedding_std); nn.init.normal_(m.pos.weight, std=a.embedding_std)
 torch.manual_seed(100 + rank)                          # each rank's experts are different experts
 for b in m.blocks:
     nn.init.normal_(b.moe.w1, std=0.02); nn.init.normal_(b.moe.w2, std=0.02)
@@ -205,6 +212,7 @@ if rank == 0:
                f"device={(total - free) / 2**30:.1f}GiB (in use)")
     print(f"RESULT torch-moe-ep{world}-bf16 world={world} experts={E} topk={K} moe_ffn={a.moe_ffn} "
           f"shared={a.shared_ffn} score={a.score} balance={'forced' if a.force_balance else 'router'} "
+          f"embedding_std={a.embedding_std if a.embedding_std is not None else 1.0} "
           f"L={L} h={h} s={s} V={V} mbs={a.mbs} micro={a.micro} "
           f"step={dt * 1000:.1f}ms tokens/s/gpu={tps:.0f} MFU={fpt * tps / 1e12 / a.peak_tflops * 100:.1f}% "
           f"loss={l.item() * a.micro:.3f} {mem}", flush=True)
