@@ -1,6 +1,7 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
+import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.models.transformer.RecomputeSegment;
 
 import java.util.Set;
@@ -25,6 +26,7 @@ final class ActivationModel {
     private final TransformerConfig c;
     private final int tp;
     private final int cp;
+    private final int ep;
     private final boolean fusedAttention;
     private final boolean fusedRing;
     private final ContextParallelStages stages;
@@ -39,9 +41,21 @@ final class ActivationModel {
      *     {@code a2a} whole-sequence, {@code a2a+p2p} as a ring of its second level, never {@code allgather}
      */
     ActivationModel(TransformerConfig c, int tp, int cp, boolean fusedAttention) {
+        this(c, tp, cp, 1, fusedAttention);
+    }
+
+    /**
+     * @param c the model as built for the layout
+     * @param tp TP size
+     * @param cp CP size
+     * @param ep expert-parallel size (the local experts whose weights a grouped GEMM stacks)
+     * @param fusedAttention as {@link #ActivationModel(TransformerConfig, int, int, boolean)}
+     */
+    ActivationModel(TransformerConfig c, int tp, int cp, int ep, boolean fusedAttention) {
         this.c = c;
         this.tp = tp;
         this.cp = cp;
+        this.ep = ep;
         this.fusedAttention = fusedAttention;
         this.stages = ContextParallelStages.of(c, tp, cp);
         this.fusedRing = this.fusedAttention && stages.ring() > 1;
@@ -166,7 +180,9 @@ final class ActivationModel {
             double linears = mlp ? 1 : 2;
             kept += linears * tokens * h * bytes * (c.sequenceParallel() ? 1 + 2.0 / tp : 2);
         }
-        if (!mlp) {
+        if (!mlp && c.moe() != null) {
+            kept += moeLayer(tokens);
+        } else if (!mlp) {
             double f = (double) mlpWidth() / tp;
             if (c.activation().isGated()) {
                 kept += 5 * tokens * f * bytes;                  // [gate; up], sigmoid, SiLU, product
@@ -192,7 +208,9 @@ final class ActivationModel {
         double tokens = (double) seqLength / cp * microBatch;
         double f = (double) mlpWidth() / tp;
         double fc1 = c.activation().isGated() ? 2 * f : f;
-        double grads = tokens * (2 * fc1 + 2 * c.hiddenSize()) * bytes;
+        // with experts, the rows the MLP's gradients flow through are the T x k dispatched rows
+        double rows = c.moe() != null ? tokens * c.moe().topK() : tokens;
+        double grads = rows * (2 * fc1 + 2 * c.hiddenSize()) * bytes;
         int rerun = 0;
         for (RecomputeSegment segment : RecomputeSegment.of(c, layers)) {
             rerun = segment.recomputed() ? Math.max(rerun, segment.size()) : rerun;
@@ -201,7 +219,7 @@ final class ActivationModel {
             grads = Math.max(grads, ringBackward(tokens));
         }
         TransformerConfig plain = c.toBuilder().recompute(TransformerConfig.Recompute.NONE).build();
-        double plainLayer = new ActivationModel(plain, tp, cp, fusedAttention).plainLayer(microBatch, seqLength);
+        double plainLayer = new ActivationModel(plain, tp, cp, ep, fusedAttention).plainLayer(microBatch, seqLength);
         if (rerun > 0) {
             return grads + rerun * plainLayer;
         }
@@ -209,7 +227,7 @@ final class ActivationModel {
         double module = 0;
         for (TransformerConfig.RecomputeModule m : c.recomputeModules()) {
             TransformerConfig only = c.toBuilder().recomputeSelective(Set.of(m)).build();
-            module = Math.max(module, plainLayer - new ActivationModel(only, tp, cp, fusedAttention).plainLayer(microBatch, seqLength));
+            module = Math.max(module, plainLayer - new ActivationModel(only, tp, cp, ep, fusedAttention).plainLayer(microBatch, seqLength));
         }
         return grads + module;
     }
@@ -289,6 +307,36 @@ final class ActivationModel {
         }
         double tokens = (double) seqLength / cp * microBatch;
         return tokens * c.hiddenSize() * bytes;
+    }
+
+    /**
+     * What a mixture-of-experts layer keeps beyond the norm's output (counted with the dense terms), per
+     * {@code docs/moe.md}: each of the {@code T x k} dispatched rows (dropless; padded to capacity where asked) as the
+     * experts' input, fc1's output and the activation's (SwiGLU: as the dense MLP's five), the combined rows the
+     * weighted sum reads and, when the rows cross ranks (EP or expert-TP above 1), the experts' output that the
+     * exchange back keeps; with the grouped GEMM one stacked copy of the local experts' weights
+     * (kept by the grouped product); the shared expert as a dense MLP of its width; the router's scores and map.
+     * Rows, expert widths and the shared expert's columns are per expert-TP (= TP) rank.
+     */
+    private double moeLayer(double tokens) {
+        MoeConfig m = c.moe().config();
+        double h = c.hiddenSize();
+        double rows = tokens * m.topK();
+        if (m.padToCapacity() && m.capacityFactor() > 1) {
+            rows *= m.capacityFactor();
+        }
+        double f = (double) m.ffnHiddenSize() / tp;
+        // the experts' input and the combined rows the weighted sum keeps; across ranks the exchange back's input too
+        double rowTensors = ep > 1 || tp > 1 ? 3 : 2;
+        double kept = rows * (rowTensors * h + (m.activation().isGated() ? 5 : 2) * f) * bytes;
+        if (m.groupedGemm()) {
+            kept += (double) m.numExperts() / ep * (m.activation().fc1Factor() + 1) * f * h * bytes;
+        }
+        if (m.sharedExpertFfnHiddenSize() > 0) {
+            kept += tokens * (m.activation().isGated() ? 5 : 2) * ((double) m.sharedExpertFfnHiddenSize() / tp) * bytes;
+        }
+        kept += tokens * m.numExperts() * 16;                     // router scores, probabilities, maps (float32)
+        return kept;
     }
 
     private int mlpWidth() {

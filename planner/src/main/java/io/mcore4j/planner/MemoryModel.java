@@ -118,7 +118,7 @@ public final class MemoryModel {
             buffers += Math.min(opt.bucketSizeBytes(), (dense + expert) * (long) gradBytes); // the bucket being scattered
         }
         ActivationModel act = new ActivationModel(c, layout.tensorParallel(), layout.contextParallel(),
-                layout.contextParallel() > 1 ? w.attention().fusedUnderContextParallel(c) : w.attention().isFused(c));
+                layout.expertParallel(), layout.contextParallel() > 1 ? w.attention().fusedUnderContextParallel(c) : w.attention().isFused(c));
         int b = layout.microBatchSize();
         int s = w.seqLength();
         long m = layout.microBatches(w.globalBatchSize());
