@@ -208,9 +208,16 @@ final class ActivationModel {
         double tokens = (double) seqLength / cp * microBatch;
         double f = (double) mlpWidth() / tp;
         double fc1 = c.activation().isGated() ? 2 * f : f;
-        // with experts, the rows the MLP's gradients flow through are the T x k dispatched rows
-        double rows = c.moe() != null ? tokens * c.moe().topK() : tokens;
-        double grads = rows * (2 * fc1 + 2 * c.hiddenSize()) * bytes;
+        // with experts, the gradients flow through the T x k dispatched rows; those of the experts' widths through
+        // all of them at once with the grouped GEMM, else through one expert's share at a time
+        double rows = tokens;
+        double expertRows = tokens;
+        if (c.moe() != null) {
+            MoeConfig m = c.moe().config();
+            rows = tokens * m.topK();
+            expertRows = m.groupedGemm() ? rows : rows / Math.max(1.0, (double) m.numExperts() / ep);
+        }
+        double grads = (expertRows * 2 * fc1 + rows * 2 * c.hiddenSize()) * bytes;
         int rerun = 0;
         for (RecomputeSegment segment : RecomputeSegment.of(c, layers)) {
             rerun = segment.recomputed() ? Math.max(rerun, segment.size()) : rerun;
