@@ -17,6 +17,7 @@ import io.mcore4j.training.gpt.GptTrainingSetup;
 import java.io.OutputStream;
 import java.io.PrintStream;
 import java.time.Duration;
+import java.util.Locale;
 
 /** Runs a few training iterations of a workload at a layout on in-JVM ranks and measures the native peak. */
 final class CpuProbe {
@@ -60,6 +61,31 @@ final class CpuProbe {
 
     static Workload workload(TransformerConfig model, int seq, long globalBatch, OptimizerConfig opt) {
         return new Workload(model, seq, globalBatch, 128, opt, AttentionBackend.AUTO);
+    }
+
+    /**
+     * The memory model's peak against the measured one for one case.
+     *
+     * @param name the case's name
+     * @param measured bytes measured ({@link #measure})
+     * @param estimated bytes the memory model estimates over the layout's ranks
+     */
+    record Peak(String name, long measured, long estimated) {
+        double error() {
+            return estimated / (double) measured - 1;
+        }
+
+        String line() {
+            return String.format(Locale.ROOT, "%-36s measured %6.1f MB, estimated %6.1f MB (%+.1f%%)", name,
+                    measured / 1e6, estimated / 1e6, 100 * error());
+        }
+    }
+
+    /** @return the peaks of a GPT workload (sequence 256, global batch 8, fp32) trained at a layout */
+    static Peak peak(String name, TransformerConfig model, Layout layout, Calibration cal) {
+        Workload w = workload(model, 256, 8, fp32());
+        long estimated = MemoryModel.estimate(w, layout, cal).total() * layout.worldSize();
+        return new Peak(name, measure(w, layout), estimated);
     }
 
     static OptimizerConfig fp32() {

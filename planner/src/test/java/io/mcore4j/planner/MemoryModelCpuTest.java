@@ -8,7 +8,6 @@ import io.mcore4j.models.TransformerConfig.Recompute;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Locale;
 
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
@@ -70,13 +69,10 @@ class MemoryModelCpuTest {
         List<String> report = new ArrayList<>();
         boolean ok = true;
         for (Case c : cases) {
+            CpuProbe.Peak peak = CpuProbe.peak(c.name(), c.model(), c.layout(), CPU);
+            ok &= Math.abs(peak.error()) <= 0.10 || cases.indexOf(c) >= 6;
             Workload w = CpuProbe.workload(c.model(), 256, 8, CpuProbe.fp32());
-            long estimate = MemoryModel.estimate(w, c.layout(), CPU).total() * c.layout().worldSize();
-            long measured = CpuProbe.measure(w, c.layout());
-            double error = estimate / (double) measured - 1;
-            ok &= Math.abs(error) <= 0.10 || cases.indexOf(c) >= 6;
-            report.add(String.format(Locale.ROOT, "%-36s measured %6.1f MB, estimated %6.1f MB (%+.1f%%): %s", c.name(),
-                    measured / 1e6, estimate / 1e6, 100 * error, MemoryModel.estimate(w, c.layout(), CPU).describe()));
+            report.add(peak.line() + ": " + MemoryModel.estimate(w, c.layout(), CPU).describe());
         }
         String table = String.join("\n", report);
         System.out.println(table);

@@ -9,7 +9,6 @@ import io.mcore4j.moe.MoeConfig;
 
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Locale;
 
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
@@ -44,13 +43,9 @@ class MoeMemoryCpuTest {
         List<String> report = new ArrayList<>();
         boolean ok = true;
         for (Case c : cases) {
-            Workload w = CpuProbe.workload(c.model(), 256, 8, CpuProbe.fp32());
-            long estimate = MemoryModel.estimate(w, c.layout(), CPU).total() * c.layout().worldSize();
-            long measured = CpuProbe.measure(w, c.layout());
-            double error = estimate / (double) measured - 1;
-            ok &= Math.abs(error) <= 0.15;
-            report.add(String.format(Locale.ROOT, "%-32s measured %6.1f MB, estimated %6.1f MB (%+.1f%%)", c.name(),
-                    measured / 1e6, estimate / 1e6, 100 * error));
+            CpuProbe.Peak peak = CpuProbe.peak(c.name(), c.model(), c.layout(), CPU);
+            ok &= Math.abs(peak.error()) <= 0.15;
+            report.add(peak.line());
         }
         String table = String.join("\n", report);
         System.out.println(table);
