@@ -19,7 +19,7 @@ import org.junit.jupiter.api.Test;
  * layouts: 4 layers of hidden 128, 8 experts of FFN 256 each, top-2 and top-4, sequence 256, micro-batch 8, so that
  * the experts' rows (T x k of them) dominate what a layer keeps. Until 2026-11-28 the planner sized an MoE layer as a
  * dense MLP of the expert width (T rows, not T x k): 115.8 MB for both against 135.6 and 197.6 measured (-14.6%,
- * -41.4%); since, 150.4 and 200.7 MB against 136.2–144.8 and 189.6–197.1 in seven runs (+4% to +11%, +2% to +6%;
+ * -41.4%); since, 150.4 and 200.7 MB against 136.2–144.8 and 189.6–198.7 over six to ten runs (+4% to +11%, +1% to +6%;
  * the highest top-2 figure with the moe module's tests running beside it). On 4×H200 the 1.3B MoE rows of
  * docs/moe.md were estimated at 44.0 and 67.6 GiB against 62.3 and 112.4 measured (the driver's peak), 57.6 and 101.1
  * since. Linux only; elsewhere the test is skipped.
