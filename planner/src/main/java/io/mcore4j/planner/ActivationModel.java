@@ -1,8 +1,8 @@
 package io.mcore4j.planner;
 
 import io.mcore4j.models.TransformerConfig;
-import io.mcore4j.moe.MoeConfig;
 import io.mcore4j.models.transformer.RecomputeSegment;
+import io.mcore4j.moe.MoeConfig;
 
 import java.util.Set;
 
@@ -13,7 +13,8 @@ import java.util.Set;
  * queries and keys and its output (the attention block runs in a frame, so the rotation's
  * intermediates are freed), the MLP its pre-activation and activation (SwiGLU: the fused
  * gate/up output, the sigmoid, the SiLU and the product, as the scripted SwiGLU's graph keeps them), the row-parallel linears their inputs,
- * dropout its masks; full recompute's checkpointed runs keep their inputs, selective recompute's
+ * dropout its masks; a mixture-of-experts layer, in place of the MLP's, its {@code T x k} dispatched rows at each
+ * stage of the experts (see {@code moeLayer}); full recompute's checkpointed runs keep their inputs, selective recompute's
  * modules their inputs and output leaves; under context parallelism the fused ring also its merged output
  * (its output leaf's gradient is emptied once used), and its backward's working set can be the largest transient. Validated against native peaks on the CPU
  * ({@code MemoryModelCpuTest}).
