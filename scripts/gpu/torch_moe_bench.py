@@ -210,7 +210,8 @@ if rank == 0:
         free, total = torch.cuda.mem_get_info()
         mem = (f"peakmem={torch.cuda.max_memory_allocated() / 2**30:.1f}GiB (allocated) "
                f"device={(total - free) / 2**30:.1f}GiB (in use)")
-    print(f"RESULT torch-moe-ep{world}{'-fb' if a.force_balance else ''}-bf16 world={world} experts={E} topk={K} moe_ffn={a.moe_ffn} "
+    name = f"torch-moe-ep{world}{'-fb' if a.force_balance else ''}-bf16"
+    print(f"RESULT {name} world={world} experts={E} topk={K} moe_ffn={a.moe_ffn} "
           f"shared={a.shared_ffn} score={a.score} balance={'forced' if a.force_balance else 'router'} "
           f"embedding_std={a.embedding_std if a.embedding_std is not None else 1.0} "
           f"L={L} h={h} s={s} V={V} mbs={a.mbs} micro={a.micro} "
