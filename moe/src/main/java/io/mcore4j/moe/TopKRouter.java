@@ -143,10 +143,6 @@ public final class TopKRouter extends AbstractModule {
             if (balanceTable != null) {
                 balanceTable.close();
             }
-            if (2 * rows * experts > Integer.MAX_VALUE) {
-                throw new IllegalArgumentException("forced load balancing: " + rows + " tokens x " + experts
-                        + " experts is too many random logits");
-            }
             NDArray table = new DeterministicRandom(balanceTableSeed).normal(stateManager, new Shape(2 * rows, experts),
                     0, 1, dtype);
             table.attach(stateManager);

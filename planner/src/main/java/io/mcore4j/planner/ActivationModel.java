@@ -184,14 +184,19 @@ final class ActivationModel {
         if (!mlp && c.moe() != null) {
             kept += moeLayer(tokens);
         } else if (!mlp) {
-            double f = (double) mlpWidth() / tp;
-            if (c.activation().isGated()) {
-                kept += 5 * tokens * f * bytes;                  // [gate; up], sigmoid, SiLU, product
-            } else {
-                kept += 2 * tokens * f * bytes;                  // pre-activation, activation
-            }
+            kept += mlpActivations(tokens, (double) mlpWidth() / tp);
         }
         return kept;
+    }
+
+    /**
+     * @param rows rows through an MLP
+     * @param width its columns on this rank
+     * @return bytes its activation keeps: SwiGLU the fused [gate; up] output, the sigmoid, the SiLU and the product;
+     *     otherwise the pre-activation and the activation
+     */
+    private double mlpActivations(double rows, double width) {
+        return (c.activation().isGated() ? 5 : 2) * rows * width * bytes;
     }
 
     /**
@@ -336,12 +341,12 @@ final class ActivationModel {
         double f = (double) m.ffnHiddenSize() / tp;
         // the experts' input and the combined rows the weighted sum keeps; across ranks the exchange back's input too
         double rowTensors = ep > 1 || tp > 1 ? 3 : 2;
-        double kept = rows * (rowTensors * h + (m.activation().isGated() ? 5 : 2) * f) * bytes;
+        double kept = rows * rowTensors * h * bytes + mlpActivations(rows, f);
         if (m.groupedGemm()) {
             kept += (double) m.numExperts() / ep * (m.activation().fc1Factor() + 1) * f * h * bytes;
         }
         if (m.sharedExpertFfnHiddenSize() > 0) {
-            kept += tokens * (m.activation().isGated() ? 5 : 2) * ((double) m.sharedExpertFfnHiddenSize() / tp) * bytes;
+            kept += mlpActivations(tokens, (double) m.sharedExpertFfnHiddenSize() / tp);
         }
         kept += tokens * m.numExperts() * 16;                     // router scores, probabilities, maps (float32)
         return kept;
