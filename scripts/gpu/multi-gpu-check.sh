@@ -25,7 +25,10 @@
 #   recompute), cp2-a2a (2: CP2 at 32k, --cp-comm-type a2a), cp4-a2a-p2p (4: CP4 at 64k, --cp-comm-type a2a+p2p,
 #   --hierarchical-context-parallel-sizes 2 2); issue 34's MoE rows, EP4 x DP4 with the alltoall dispatcher, grouped
 #   GEMM and fused permutation: moe-ep4 (4: 8 experts top-2), moe-fg-ep4 (4: 64 experts top-8 of FFN 2048, a shared
-#   expert, sigmoid router with expert bias), probe-moe and probe-dp4 (4: the probe preset with and without those
+#   expert, sigmoid router with expert bias), both without linear biases on either side (--disable-bias-linear, the
+#   reference's --no-bias: Mixtral, Qwen3-MoE and DeepSeek-V3 have none; before session 20 the mcore4j side kept the
+#   1.3B preset's biases, its experts' included, which the reference's experts never had) and with the distributed
+#   optimizer overlapping its gradient reduction (Megatron's MoE recipes; the reference's DDP overlaps), probe-moe and probe-dp4 (4: the probe preset with and without those
 #   8 experts), moe-ep4-fb and moe-fg-ep4-fb (moe-ep4 and moe-fg-ep4 with --moe-router-force-load-balancing, Megatron's
 #   benchmark-only routing on random logits, and the reference with --force-balance: at initialisation Megatron's
 #   std-0.02 embeddings route most tokens of a layer to the same few experts), dsv3-ep4 (4: issue 39's DeepSeek-V3 pattern at 12 x 2048: MLA, 64 experts top-8 and a shared expert,
@@ -126,6 +129,7 @@ row() {
   refs=()
   local long="--seq-length 16384 --micro-batch-size 1 --micro-batches 1 $CP_ATTENTION"
   local moe="--expert-model-parallel-size 4 --moe-token-dispatcher-type alltoall --moe-grouped-gemm --moe-permute-fusion"
+  local moerecipe="--disable-bias-linear --use-distributed-optimizer --overlap-grad-reduce"
   # issue 36's ~20B LLaMA in torch_dist_gpt_bench.py's flags (the llama7b preset's vocabulary, 32000)
   local llama20b="--arch llama --layers 48 --hidden 6144 --ffn 16384 --heads 48 --kv-heads 8 --seq 4096 --vocab 32000"
   # and in GptBenchmark's, without the layer count, at micro-batch 1 x 4; its ZeRO-3 averages in the collective
@@ -201,13 +205,13 @@ row() {
                   args="--model 1.3b $long --seq-length 131072 --context-parallel-size 4 --recompute-granularity full"
                   args+=" --recompute-method uniform --recompute-num-layers 1";;
     moe-ep4)      gpus=4; layout="1.3B MoE, 8 experts top-2 (Mixtral style), EP4 × DP4, alltoall, grouped GEMM"
-                  args="--model 1.3b $moe --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 1e-2"
-                  refs=("4|moe|PyTorch EP4|--experts 8 --topk 2 --moe-ffn 8192");;
+                  args="--model 1.3b $moe $moerecipe --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 1e-2"
+                  refs=("4|moe|PyTorch EP4|--experts 8 --topk 2 --moe-ffn 8192 --no-bias");;
     moe-fg-ep4)   gpus=4; layout="1.3B fine-grained MoE, 64 experts top-8 of FFN 2048 + a shared expert, sigmoid + expert bias, EP4 × DP4"
-                  args="--model 1.3b $moe --num-experts 64 --moe-router-topk 8 --moe-ffn-hidden-size 2048"
+                  args="--model 1.3b $moe $moerecipe --num-experts 64 --moe-router-topk 8 --moe-ffn-hidden-size 2048"
                   args+=" --moe-shared-expert-intermediate-size 2048 --moe-router-score-function sigmoid"
                   args+=" --moe-router-enable-expert-bias --moe-router-load-balancing-type none"
-                  refs=("4|moe|PyTorch EP4|--experts 64 --topk 8 --moe-ffn 2048 --shared-ffn 2048 --score sigmoid --expert-bias");;
+                  refs=("4|moe|PyTorch EP4|--experts 64 --topk 8 --moe-ffn 2048 --shared-ffn 2048 --score sigmoid --expert-bias --no-bias");;
     dsv3-ep4)     gpus=4; layout="DeepSeek-V3 pattern, 12 × 2048: MLA, first layer dense, 64 experts top-8 of FFN 1024 + a shared expert, grouped sigmoid router + expert bias, MTP 1, EP4 × DP4"
                   args="--model llama7b $moe --num-layers 12 --hidden-size 2048 --num-attention-heads 16 --ffn-hidden-size 8192"
                   args+=" --multi-latent-attention --q-lora-rank 768 --kv-lora-rank 512 --qk-head-dim 128"

@@ -9,6 +9,8 @@
 #            renormalisation: --renorm off follows Megatron), Switch-style auxiliary loss --aux-coeff (1e-2)
 #   --embedding-std S: word and position embeddings N(0, S^2) (Megatron's init 0.02; default nn.Embedding's 1.0,
 #            under which the routers spread tokens evenly at initialisation and Megatron's do not)
+#   --no-bias: no biases in the attention, output-projection and shared-expert linears (Megatron's
+#            --disable-bias-linear, as Mixtral, Qwen3-MoE and DeepSeek-V3 have none; the routed experts never have one)
 #   --force-balance: random normal router logits, gradient straight through (Megatron's benchmark-only
 #            --moe-router-force-load-balancing), so that every expert receives about the same rows
 #   sigmoid: top-k of sigmoid scores plus a per-expert bias used only for the choice (aux-loss-free balancing,
@@ -36,6 +38,8 @@ p.add_argument("--embedding-std", type=float, default=None,
 p.add_argument("--force-balance", action="store_true",
                help="route on random normal logits with the gradient passed straight through to the router's (as"
                     " Megatron's benchmark-only --moe-router-force-load-balancing)")
+p.add_argument("--no-bias", action="store_true",
+               help="no biases in the linears (Megatron's --disable-bias-linear); the routed experts have none anyway")
 p.add_argument("--peak-tflops", type=float, default=989.0)
 p.add_argument("--device", default="cuda")
 p.add_argument("--check", action="store_true", help="compare one MoE layer with a token-by-token loop (one process) and exit")
@@ -51,6 +55,7 @@ dev = torch.device("cuda", local) if cuda else torch.device("cpu")
 assert a.experts % world == 0, f"--experts {a.experts} must be a multiple of the world size {world}"
 E, K, EL = a.experts, a.topk, a.experts // world      # experts, chosen per token, experts on this rank
 dtype = torch.bfloat16
+bias = not a.no_bias                                   # the attention and shared-expert linears' biases
 
 
 def grouped(x, w, offs):
@@ -70,7 +75,8 @@ class Moe(nn.Module):
         s.register_buffer("bias", torch.zeros(E))
         s.w1 = nn.Parameter(torch.randn(EL, h, a.moe_ffn) * 0.02)
         s.w2 = nn.Parameter(torch.randn(EL, a.moe_ffn, h) * 0.02)
-        s.shared = nn.Sequential(nn.Linear(h, a.shared_ffn), nn.GELU(), nn.Linear(a.shared_ffn, h)) \
+        s.shared = nn.Sequential(nn.Linear(h, a.shared_ffn, bias=bias), nn.GELU(),
+                                 nn.Linear(a.shared_ffn, h, bias=bias)) \
             if a.shared_ffn else None
 
     def forward(s, x):
@@ -118,7 +124,7 @@ class Moe(nn.Module):
 class Block(nn.Module):
     def __init__(s, h, nh):
         super().__init__(); s.nh = nh; s.hd = h // nh
-        s.ln1 = nn.LayerNorm(h); s.qkv = nn.Linear(h, 3 * h); s.proj = nn.Linear(h, h)
+        s.ln1 = nn.LayerNorm(h); s.qkv = nn.Linear(h, 3 * h, bias=bias); s.proj = nn.Linear(h, h, bias=bias)
         s.ln2 = nn.LayerNorm(h); s.moe = Moe(h)
 
     def forward(s, x):
@@ -212,7 +218,7 @@ if rank == 0:
                f"device={(total - free) / 2**30:.1f}GiB (in use)")
     name = f"torch-moe-ep{world}{'-fb' if a.force_balance else ''}-bf16"
     print(f"RESULT {name} world={world} experts={E} topk={K} moe_ffn={a.moe_ffn} "
-          f"shared={a.shared_ffn} score={a.score} balance={'forced' if a.force_balance else 'router'} "
+          f"shared={a.shared_ffn} score={a.score} bias={'on' if bias else 'off'} balance={'forced' if a.force_balance else 'router'} "
           f"embedding_std={a.embedding_std if a.embedding_std is not None else 1.0} "
           f"L={L} h={h} s={s} V={V} mbs={a.mbs} micro={a.micro} "
           f"step={dt * 1000:.1f}ms tokens/s/gpu={tps:.0f} MFU={fpt * tps / 1e12 / a.peak_tflops * 100:.1f}% "
