@@ -1,12 +1,15 @@
 """Checks mcore4j's MoE TorchScript archives on a CUDA device with the host's torch (the GPU hosts' 2.11; the
 archives are written by torch 2.13): grouped_mm.pt against one matmul per expert, forward and gradients, with
 experts of no rows, in bfloat16 and float32; permute_tokens.pt and unpermute_tokens.pt against their per-pair
-definition; topk_routing.pt against eager routing (logits and expert bias on the device, options on the host),
+definition; pair_combine.pt against the index-add's definition (scripts/make_pair_combine_module.py's check, on the
+device); topk_routing.pt against eager routing (logits and expert bias on the device, options on the host),
 choice, probabilities, load-balancing scores and map, gradient, in bfloat16 and float32; then one timing line of the grouped product against the padded batched matmul (mcore4j's fallback)
-and the per-expert loop, for a Mixtral-like expert layer.
+and the per-expert loop, for a Mixtral-like expert layer, and one of the combine's ways (index-add against gathers) at the
+fine-grained benchmark row's shape.
 
 Usage (repository root): python3 scripts/gpu/moe-modules-check.py
 """
+import importlib.util
 import time
 
 import torch
@@ -142,14 +145,61 @@ def bench(module):
         print(f"bench {name}: {ms:.3f} ms, {flops / ms / 1e9:.0f} TFLOP/s (bf16, {experts} experts, counts {counts})")
 
 
+def pair_combine_check():
+    """The archive's own check (scripts/make_pair_combine_module.py), run on CUDA."""
+    spec = importlib.util.spec_from_file_location("make_pair_combine_module", "scripts/make_pair_combine_module.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    module = torch.jit.load(ROOT + "pair_combine.pt", map_location="cuda")
+    try:
+        script.check(module, "cuda")
+        print("pair_combine: combine, its gradients and sum_rows equal the index-add's definition: ok")
+    except SystemExit as e:
+        print(f"pair_combine: FAILED: {e}")
+    return module
+
+
+def bench_combine(permute, unpermute, pairs):
+    """Forward and backward of the combine, the index-add's way and by gathers: 8192 tokens, top-8 of 64, h 2048."""
+    torch.manual_seed(3)
+    tokens, experts, k, hidden = 8192, 64, 8, 2048
+    scores = torch.rand(tokens, experts, device="cuda")
+    routing_map = torch.zeros(tokens, experts, device="cuda").scatter(1, scores.topk(k, dim=1).indices, 1.0)
+    probs = (scores * routing_map).requires_grad_()
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    count = torch.tensor(tokens * k, dtype=torch.int64)
+    rows, token_of_row, expert_of_row = permute(x, routing_map, count)
+    rows = rows.detach().requires_grad_()
+    upstream = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    row_of_pair, pair_of_row, expert_of_pair = pairs(token_of_row, expert_of_row, routing_map)
+
+    def index_add():
+        out = unpermute(rows, token_of_row, expert_of_row, routing_map, probs)
+        torch.autograd.grad(out, (rows, probs), upstream)
+        unpermute(rows, token_of_row, expert_of_row, routing_map, routing_map)  # the permutation's transpose
+
+    def gathers():
+        with torch.no_grad():
+            pairs.combine(rows, row_of_pair, expert_of_pair, routing_map, probs)
+            pairs.combine_backward(rows, token_of_row, row_of_pair, pair_of_row, expert_of_pair, routing_map, probs,
+                                   upstream)
+            pairs.sum_rows(rows, row_of_pair)
+    for name, fn in (("index-add", index_add), ("gathers", gathers)):
+        print(f"bench combine by {name}: {timed(fn):.3f} ms (forward, backward and the dispatch's transpose,"
+              f" {tokens} tokens top-{k} of {experts}, h {hidden}, bf16)")
+
+
 def main():
     print("torch", torch.__version__, torch.cuda.get_device_name())
     grouped = torch.jit.load(ROOT + "grouped_mm.pt", map_location="cuda")
     check_grouped(grouped)
     check_permutation(torch.jit.load(ROOT + "permute_tokens.pt", map_location="cuda"),
                       torch.jit.load(ROOT + "unpermute_tokens.pt", map_location="cuda"))
+    pairs = pair_combine_check()
     check_routing(torch.jit.load(ROOT + "topk_routing.pt", map_location="cuda"))
     bench(grouped)
+    bench_combine(torch.jit.load(ROOT + "permute_tokens.pt", map_location="cuda"),
+                  torch.jit.load(ROOT + "unpermute_tokens.pt", map_location="cuda"), pairs)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,9 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         long[][] countsByRank = gatherCounts(ep, routing.routingMap(), m,
                 groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1, numLocalExperts, ends); // [EP rank][global expert]
         long[] counts = countsByRank[ep.rank()];
-        TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts);
+        // without a capacity every token keeps its top k pairs
+        int pairsPerToken = routing.capacity() < 0 ? Math.min(routing.topK(), routing.numExperts()) : 0;
+        TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts, pairsPerToken);
 
         int epSize = ep.size();
         long[] send = new long[epSize];

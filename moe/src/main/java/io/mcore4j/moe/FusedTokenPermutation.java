@@ -4,10 +4,14 @@ import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
 import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.autograd.AutogradScope;
+import io.mcore4j.core.autograd.Function;
+import io.mcore4j.core.autograd.FunctionContext;
 
 /**
  * The token permutation in one call each way (Megatron-Core's {@code --moe-permute-fusion}), through mcore4j's
@@ -18,16 +22,35 @@ import io.mcore4j.core.autograd.AutogradScope;
  * the caller already read, handed to the module as a host scalar. Differentiable in the tokens, the expert outputs
  * and the probabilities; the pairs come in the same expert-major order as {@link TokenPermutation.Composed}'s, and
  * the sums differ from its only by the order of addition.
+ *
+ * <p>Where every token has the same number k of pairs (dropless routing), the way back needs no index-add, whose
+ * kernel adds element by element with atomics: {@code pair_combine.pt} ({@code scripts/make_pair_combine_module.py})
+ * lists each token's k rows once per pass, and the combine (a Function: a batched product of each token's k weights
+ * with its gathered rows; backward by gathers) and the permutation's transpose (each token's gathered rows summed)
+ * gather rows instead. The same sums in the same promoted dtype, in another order of addition.
  */
 final class FusedTokenPermutation extends TokenPermutation {
     private static final String PERMUTE = "/io/mcore4j/moe/permute_tokens.pt";
     private static final String UNPERMUTE = "/io/mcore4j/moe/unpermute_tokens.pt";
 
+    private final int pairsPerToken;
     private NDArray tokenOfRow;
     private NDArray expertOfRow;
+    /** With {@link #pairsPerToken}: each token's rows {@code [T, k]}, each row's pair {@code [N]}, each pair's expert. */
+    private NDArray rowOfPair;
+    private NDArray pairOfRow;
+    private NDArray expertOfPair;
 
-    FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts) {
+    FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts, int pairsPerToken) {
         super(routingMap, owner, counts);
+        long tokens = routingMap.getShape().get(0);
+        long pairs = sum(tokensPerExpert(), 0, tokensPerExpert().length);
+        if (pairsPerToken < 0 || pairsPerToken > 0 && pairs != tokens * pairsPerToken) {
+            throw new IllegalArgumentException(pairs + " pairs of " + tokens + " tokens are not " + pairsPerToken
+                    + " per token");
+        }
+        // no tokens: nothing to gather, the general way handles the empty map
+        this.pairsPerToken = tokens > 0 ? pairsPerToken : 0;
     }
 
     /**
@@ -55,6 +78,13 @@ final class FusedTokenPermutation extends TokenPermutation {
         }
         tokenOfRow = out.get(1);
         expertOfRow = out.get(2);
+        if (pairsPerToken > 0) {
+            NDList pairs = PairCombine.MODULE.forward(new NDList(tokenOfRow, expertOfRow, routingMap));
+            pairs.attach(indexOwner);
+            rowOfPair = pairs.get(0);
+            pairOfRow = pairs.get(1);
+            expertOfPair = pairs.get(2);
+        }
         return out.get(0);
     }
 
@@ -70,6 +100,11 @@ final class FusedTokenPermutation extends TokenPermutation {
         if (tokenOfRow == null) {
             throw new IllegalStateException("the rows' tokens are found by permute");
         }
+        if (rowOfPair != null) {
+            NDArray out = PairCombine.MODULE.forward(PairCombine.SUM_ROWS, rows, rowOfPair).singletonOrThrow();
+            out.attach(rows.getManager());
+            return out;
+        }
         TorchScriptModule module = TorchScriptModules.shared(FusedTokenPermutation.class, UNPERMUTE);
         NDArray out = module.forward(new NDList(rows, tokenOfRow, expertOfRow, routingMap, routingMap)).singletonOrThrow();
         out.attach(rows.getManager());
@@ -81,8 +116,56 @@ final class FusedTokenPermutation extends TokenPermutation {
         if (tokenOfRow == null) {
             throw new IllegalStateException("combine before permute: the rows' tokens are found by permute");
         }
+        if (rowOfPair != null) {
+            // the index tensors are inputs too, so that the scope keeps them for the backward in any frame
+            return scope.apply1(PairCombine.FUNCTION, expertOutput, probs, keptMap, tokenOfRow, rowOfPair, pairOfRow,
+                    expertOfPair);
+        }
         TorchScriptModule module = TorchScriptModules.shared(FusedTokenPermutation.class, UNPERMUTE);
         return Tensors.own(module.forward(new NDList(expertOutput, tokenOfRow, expertOfRow, keptMap, probs))
                 .singletonOrThrow(), scope.manager());
+    }
+
+    /**
+     * {@code pair_combine.pt}'s methods, and the combine as a Function of the expert rows and the probabilities
+     * (inputs: rows, probs, kept map, token of each row, row of each pair, pair of each row, expert of each pair).
+     */
+    private static final class PairCombine implements Function {
+        static final TorchScriptModule MODULE = TorchScriptModules.shared(FusedTokenPermutation.class,
+                "/io/mcore4j/moe/pair_combine.pt");
+        private static final NDManager MARKERS = Mcore4j.newRootManager().newSubManager(Device.cpu());
+        static final NDArray COMBINE = marker("combine");
+        static final NDArray COMBINE_BACKWARD = marker("combine_backward");
+        static final NDArray SUM_ROWS = marker("sum_rows");
+        static final PairCombine FUNCTION = new PairCombine();
+
+        /** A tensor named for an exported method, by which DJL picks it (kept for the process). */
+        private static NDArray marker(String method) {
+            NDArray m = MARKERS.zeros(new Shape());
+            m.setName("module_method:" + method);
+            return m;
+        }
+
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... in) {
+            ctx.saveForBackward(in);
+            NDArray out = MODULE.forward(COMBINE, in[0], in[4], in[6], in[2], in[1]).singletonOrThrow();
+            out.attach(ctx.manager());
+            return new NDArray[] {out};
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            NDList d = MODULE.forward(COMBINE_BACKWARD, ctx.saved(0), ctx.saved(3), ctx.saved(4), ctx.saved(5),
+                    ctx.saved(6), ctx.saved(2), ctx.saved(1), grads[0]);
+            d.attach(ctx.manager());
+            return new NDArray[] {ctx.needsInputGrad(0) ? d.get(0) : null, ctx.needsInputGrad(1) ? d.get(1) : null,
+                    null, null, null, null, null};
+        }
+
+        @Override
+        public String name() {
+            return "moe-pair-combine";
+        }
     }
 }

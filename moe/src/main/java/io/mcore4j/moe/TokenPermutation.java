@@ -56,7 +56,25 @@ abstract sealed class TokenPermutation permits TokenPermutation.Composed, FusedT
      * @return the permutation
      */
     static TokenPermutation of(NDArray routingMap, NDManager owner, boolean fused, long[] counts) {
-        return fused ? new FusedTokenPermutation(routingMap, owner, counts) : new Composed(routingMap, owner, counts);
+        return of(routingMap, owner, fused, counts, 0);
+    }
+
+    /**
+     * The pairs of {@code routingMap}, whose column sums the caller already read, and where every token has the same
+     * number of pairs (dropless top-k routing), which the fused permutation uses to combine by gathers alone.
+     *
+     * @param routingMap {@code [T, E']} 0/1 (float)
+     * @param owner owner of the index tensors
+     * @param fused one TorchScript call each way instead of composed index ops
+     * @param counts the map's column sums, or null to read them here
+     * @param pairsPerToken the pairs of every token (every row of the map has that many ones), or 0 when rows may
+     *                      differ (a capacity dropped pairs or padded experts)
+     * @return the permutation
+     * @throws IllegalArgumentException if the counts do not sum to {@code T × pairsPerToken}
+     */
+    static TokenPermutation of(NDArray routingMap, NDManager owner, boolean fused, long[] counts, int pairsPerToken) {
+        return fused ? new FusedTokenPermutation(routingMap, owner, counts, pairsPerToken)
+                : new Composed(routingMap, owner, counts);
     }
 
     /** @return rows each expert receives, in expert order (a copy) */

@@ -70,6 +70,48 @@ class PermuteFusionTest {
         }
     }
 
+    /**
+     * Dropless routing, every token with k experts: the fused permutation combines by gathers ({@code pair_combine.pt})
+     * and still equals the composed one, and its transpose (each token's rows summed, the backward of the dispatch's
+     * exchange) equals the index-add's. Expert 3 receives nothing.
+     */
+    @ParameterizedTest(name = "top-{0}, {1}")
+    @CsvSource({"1, FLOAT32", "2, FLOAT32", "3, FLOAT32", "2, FLOAT16", "3, FLOAT64"})
+    void everyTokenWithKExpertsCombinesByGathers(int k, DataType dtype) {
+        try (NDManager m = NDManager.newBaseManager(); AutogradScope scope = AutogradScope.open(m)) {
+            NDManager s = scope.manager();
+            float[] map = new float[TOKENS * EXPERTS];
+            for (int t = 0; t < TOKENS; t++) {
+                for (int j = 0; j < k; j++) {
+                    map[t * EXPERTS + (t * t + j) % (EXPERTS - 1)] = 1;
+                }
+            }
+            NDArray routingMap = s.create(map, new Shape(TOKENS, EXPERTS));
+            NDArray probsValues = new DeterministicRandom(3).uniform(s, new Shape(TOKENS, EXPERTS), DataType.FLOAT32)
+                    .mul(routingMap);
+            NDArray tokens = Fixtures.normal(s, 4, 1.0, TOKENS, HIDDEN).toType(dtype, false);
+            NDArray scale = Fixtures.normal(s, 5, 1.0, HIDDEN).toType(dtype, false);
+            NDArray upstream = Fixtures.normal(s, 6, 1.0, TOKENS, HIDDEN).toType(dtype, false);
+
+            TokenPermutation gathering = TokenPermutation.of(routingMap, s, true, null, k);
+            NDArray[] fused = run(gathering, tokens, probsValues, routingMap, scale, upstream, k, scope);
+            NDArray[] composed = run(TokenPermutation.of(routingMap, s, false), tokens, probsValues, routingMap, scale,
+                    upstream, k, scope);
+            assertClose("permuted rows", fused[0], composed[0], 0);
+            assertEquals(dtype, fused[1].getDataType(), "combined output keeps the rows' dtype");
+            double tolerance = dtype == DataType.FLOAT16 ? 2e-3 : 1e-6;
+            assertClose("combined output", fused[1], composed[1], tolerance);
+            assertClose("tokens' gradient", fused[2], composed[2], tolerance);
+            assertClose("probabilities' gradient", fused[3], composed[3], 1e-5);
+
+            FusedTokenPermutation general = (FusedTokenPermutation) TokenPermutation.of(routingMap, s, true);
+            general.permute(tokens, s);
+            NDArray rows = Fixtures.normal(s, 7, 1.0, TOKENS * k, HIDDEN).toType(dtype, false);
+            assertClose("each token's rows summed", ((FusedTokenPermutation) gathering).sumRowsPerToken(rows),
+                    general.sumRowsPerToken(rows), tolerance);
+        }
+    }
+
     /** Permute, a per-row expert function ({@code rows * scale}), combine, backward: rows, output, gradients. */
     private static NDArray[] run(TokenPermutation permutation, NDArray tokenValues, NDArray probsValues, NDArray keptMap,
                                  NDArray scale, NDArray upstream, int k, AutogradScope scope) {
