@@ -5,9 +5,11 @@ The general unpermute (unpermute_tokens.pt) adds each weighted row into its toke
 adds element by element with atomics; with k pairs per token the pairs can be laid out token by token instead, and
 each token's rows gathered and summed. Methods (rows [N, h] come expert by expert, N = T * k):
 
-- forward(token_of_row [N], expert_of_row [N], routing_map [T, E]) -> (row_of_pair [T, k], pair_of_row [N],
-  expert_of_pair [T, k]): the rows of each token in expert order (a stable sort of the rows by token), its inverse
-  (row i is pair pair_of_row[i] = t * k + j), and each pair's expert;
+- forward(tokens [T, h], routing_map [T, E], pairs (a host int64 scalar, N)) -> (rows [N, h], token_of_row [N],
+  expert_of_row [N], row_of_pair [T, k], pair_of_row [N], expert_of_pair [T, k]): permute_tokens.pt's permutation
+  (the same scripted module, make_token_permutation_modules.py's PermuteTokens), then the rows of each token in expert
+  order (a stable sort of the rows by token), its inverse (row i is pair pair_of_row[i] = t * k + j) and each pair's
+  expert, in one call;
 - combine(rows, row_of_pair, expert_of_pair [T, k], kept_map [T, E], probs [T, E]) -> [T, h]:
   out[t] = sum_j probs[t, e_j] * kept_map[t, e_j] * rows[row_of_pair[t, j]], computed in the promoted dtype of rows
   and probs (as Megatron-Core's unpermute does) by one batched product [T, 1, k] x [T, k, h], in rows' dtype;
@@ -26,11 +28,22 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torchscript_archive import write_checked  # noqa: E402
+from make_token_permutation_modules import PermuteTokens  # noqa: E402
 
 
 class PairCombine(torch.nn.Module):
-    def forward(self, token_of_row: torch.Tensor, expert_of_row: torch.Tensor,
-                routing_map: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __init__(self):
+        super().__init__()
+        self.permute = PermuteTokens()
+
+    def forward(self, tokens: torch.Tensor, routing_map: torch.Tensor, pairs: torch.Tensor) \
+            -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        rows, token_of_row, expert_of_row = self.permute(tokens, routing_map, pairs)
+        row_of_pair, pair_of_row, expert_of_pair = self.list_pairs(token_of_row, expert_of_row, routing_map)
+        return rows, token_of_row, expert_of_row, row_of_pair, pair_of_row, expert_of_pair
+
+    def list_pairs(self, token_of_row: torch.Tensor, expert_of_row: torch.Tensor,
+                   routing_map: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         tokens = routing_map.size(0)
         n = token_of_row.size(0)
         row_of_pair = torch.argsort(token_of_row, stable=True)
@@ -87,8 +100,13 @@ def check(module: torch.jit.ScriptModule, device: str = "cpu") -> None:
         pairs = routing_map.t().nonzero()  # expert-major, tokens ascending
         expert_of_row, token_of_row = pairs[:, 0].contiguous(), pairs[:, 1].contiguous()
         n = token_of_row.size(0)
+        x = torch.randn(tokens, hidden, dtype=torch.float64).to(dtype).to(device)
+        permuted, token_of_row2, expert_of_row2, row_of_pair, pair_of_row, expert_of_pair = module(
+            x, routing_map, torch.tensor(n, dtype=torch.int64))
+        if not (torch.equal(token_of_row2, token_of_row) and torch.equal(expert_of_row2, expert_of_row)
+                and torch.equal(permuted, x[token_of_row])):
+            raise SystemExit("the permutation's pairs or rows differ from the map's, expert-major")
         rows = torch.randn(n, hidden, dtype=torch.float64).to(dtype).to(device).requires_grad_()
-        row_of_pair, pair_of_row, expert_of_pair = module(token_of_row, expert_of_row, routing_map)
         if not torch.equal(row_of_pair.reshape(-1)[pair_of_row], torch.arange(n, device=device)):
             raise SystemExit("pair_of_row is not the inverse of row_of_pair")
         if not torch.equal(token_of_row[row_of_pair], torch.arange(tokens, device=device).unsqueeze(1).expand(tokens, k)):

@@ -171,7 +171,7 @@ def bench_combine(permute, unpermute, pairs):
     rows, token_of_row, expert_of_row = permute(x, routing_map, count)
     rows = rows.detach().requires_grad_()
     upstream = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
-    row_of_pair, pair_of_row, expert_of_pair = pairs(token_of_row, expert_of_row, routing_map)
+    _, _, _, row_of_pair, pair_of_row, expert_of_pair = pairs(x, routing_map, count)
 
     def index_add():
         out = unpermute(rows, token_of_row, expert_of_row, routing_map, probs)

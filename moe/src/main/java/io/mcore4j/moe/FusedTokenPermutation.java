@@ -25,9 +25,9 @@ import io.mcore4j.core.autograd.FunctionContext;
  *
  * <p>Where every token has the same number k of pairs (dropless routing), the way back needs no index-add, whose
  * kernel adds element by element with atomics: {@code pair_combine.pt} ({@code scripts/make_pair_combine_module.py})
- * lists each token's k rows once per pass, and the combine (a Function: a batched product of each token's k weights
- * with its gathered rows; backward by gathers) and the permutation's transpose (each token's gathered rows summed)
- * gather rows instead. The same sums in the same promoted dtype, in another order of addition.
+ * permutes and lists each token's k rows in one call per pass, and the combine (a Function: a batched product of each
+ * token's k weights with its gathered rows; backward by gathers) and the permutation's transpose (each token's
+ * gathered rows summed) gather rows instead. The same sums in the same promoted dtype, in another order of addition.
  */
 final class FusedTokenPermutation extends TokenPermutation {
     private static final String PERMUTE = "/io/mcore4j/moe/permute_tokens.pt";
@@ -70,20 +70,19 @@ final class FusedTokenPermutation extends TokenPermutation {
         try (NDManager host = indexOwner.newSubManager(Device.cpu())) {
             long[] counts = tokensPerExpert();
             NDArray pairs = host.create(sum(counts, 0, counts.length));
-            out = TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE).forward(new NDList(tokens, routingMap,
-                    pairs));
+            // with k pairs per token, pair_combine.pt permutes and lists each token's rows in the same call
+            TorchScriptModule module = pairsPerToken > 0 ? PairCombine.MODULE
+                    : TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE);
+            out = module.forward(new NDList(tokens, routingMap, pairs));
+            out.attach(indexOwner);
             out.get(0).attach(rowsOwner);
-            out.get(1).attach(indexOwner);
-            out.get(2).attach(indexOwner);
         }
         tokenOfRow = out.get(1);
         expertOfRow = out.get(2);
         if (pairsPerToken > 0) {
-            NDList pairs = PairCombine.MODULE.forward(new NDList(tokenOfRow, expertOfRow, routingMap));
-            pairs.attach(indexOwner);
-            rowOfPair = pairs.get(0);
-            pairOfRow = pairs.get(1);
-            expertOfPair = pairs.get(2);
+            rowOfPair = out.get(3);
+            pairOfRow = out.get(4);
+            expertOfPair = out.get(5);
         }
         return out.get(0);
     }
