@@ -43,14 +43,24 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
     @Override
     Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
         NDManager m = scope.manager();
-        // this rank's rows per expert and every EP peer's, read in one device-to-host copy
-        NDArray[] ends = new NDArray[1];
-        long[][] countsByRank = gatherCounts(ep, routing.routingMap(), m,
-                groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1, numLocalExperts, ends); // [EP rank][global expert]
-        long[] counts = countsByRank[ep.rank()];
         // without a capacity every token keeps its top k pairs
         int pairsPerToken = routing.capacity() < 0 ? Math.min(routing.topK(), routing.numExperts()) : 0;
-        TokenPermutation permutation = TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts, pairsPerToken);
+        NDArray[] ends = new NDArray[1];
+        long[][] countsByRank; // [EP rank][global expert]
+        FusedTokenPermutation.Ahead ahead = null;
+        try (NDManager temp = m.newSubManager()) {
+            // this rank's rows per expert and every EP peer's, read in one device-to-host copy
+            NDArray gathered = gatherCounts(ep, routing.routingMap(), temp,
+                    groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1, numLocalExperts, ends, m);
+            if (permuteFusion && pairsPerToken > 0 && (ep.size() > 1 || expertTp.size() > 1)) {
+                // T·k pairs whatever the counts: the device permutes while the host waits for the counts
+                ahead = FusedTokenPermutation.ahead(tokens, routing.routingMap(), pairsPerToken, m);
+            }
+            countsByRank = readCounts(gathered, ep.size());
+        }
+        long[] counts = countsByRank[ep.rank()];
+        TokenPermutation permutation = ahead != null ? ahead.permutation(counts)
+                : TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts, pairsPerToken);
 
         int epSize = ep.size();
         long[] send = new long[epSize];
@@ -90,32 +100,37 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
     }
 
     /**
-     * Every EP rank's column sums of its routing map, in rank order: the sums stay on the device for the
-     * all-gather, and the gathered counts come to the host in one copy (the one synchronisation of the dispatch).
+     * Every EP rank's column sums of its routing map, {@code [ranks, E]} in rank order, on the device (for the
+     * all-gather; {@link #readCounts} brings them to the host in one copy, the one synchronisation of the dispatch).
      * With {@code firstLocal >= 0} also the group ends of the experts {@code [firstLocal, firstLocal + local)} over
-     * all sources (the running sums of their rows) into {@code ends[0]}, computed on the device from the gathered
-     * counts, so that the grouped GEMM needs no copy from the host (which would wait for the device).
+     * all sources (the running sums of their rows) into {@code ends[0]}, owned by {@code endsOwner}, computed on the
+     * device from the gathered counts, so that the grouped GEMM needs no copy from the host (which would wait for the
+     * device).
      */
-    private static long[][] gatherCounts(Communicator group, NDArray routingMap, NDManager owner, int firstLocal,
-                                         int local, NDArray[] ends) {
+    private static NDArray gatherCounts(Communicator group, NDArray routingMap, NDManager temp, int firstLocal,
+                                        int local, NDArray[] ends, NDManager endsOwner) {
         int experts = (int) routingMap.getShape().get(1);
-        try (NDManager temp = owner.newSubManager()) {
-            NDArray mine = Tensors.own(Tensors.own(routingMap.sum(new int[] {0}), temp)
-                    .toType(DataType.INT64, false).reshape(1, experts), temp);
-            NDArray gathered = group.size() == 1 ? mine : Tensors.own(group.allGather(mine, 0, temp), temp);
-            if (firstLocal >= 0) {
-                NDArray columns = Tensors.own(gathered.get(new NDIndex().addAllDim().addSliceDim(firstLocal,
-                        firstLocal + local)), temp);
-                NDArray rows = Tensors.own(columns.sum(new int[] {0}), temp);
-                ends[0] = Tensors.own(Tensors.own(rows.cumSum(0), temp).toType(DataType.INT32, false), owner);
-            }
-            long[] all = gathered.toLongArray();
-            long[][] out = new long[group.size()][experts];
-            for (int r = 0; r < out.length; r++) {
-                System.arraycopy(all, r * experts, out[r], 0, experts);
-            }
-            return out;
+        NDArray mine = Tensors.own(Tensors.own(routingMap.sum(new int[] {0}), temp)
+                .toType(DataType.INT64, false).reshape(1, experts), temp);
+        NDArray gathered = group.size() == 1 ? mine : Tensors.own(group.allGather(mine, 0, temp), temp);
+        if (firstLocal >= 0) {
+            NDArray columns = Tensors.own(gathered.get(new NDIndex().addAllDim().addSliceDim(firstLocal,
+                    firstLocal + local)), temp);
+            NDArray rows = Tensors.own(columns.sum(new int[] {0}), temp);
+            ends[0] = Tensors.own(Tensors.own(rows.cumSum(0), temp).toType(DataType.INT32, false), endsOwner);
         }
+        return gathered;
+    }
+
+    /** {@link #gatherCounts}'s counts on the host: {@code [EP rank][global expert]}; waits for the device. */
+    private static long[][] readCounts(NDArray gathered, int ranks) {
+        long[] all = gathered.toLongArray();
+        int experts = all.length / ranks;
+        long[][] out = new long[ranks][experts];
+        for (int r = 0; r < ranks; r++) {
+            System.arraycopy(all, r * experts, out[r], 0, experts);
+        }
+        return out;
     }
 
     /** Every rank's {@code values} (same length on all), in rank order; one all-gather of longs. */

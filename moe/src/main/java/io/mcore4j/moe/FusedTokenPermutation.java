@@ -12,6 +12,7 @@ import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.core.autograd.NoGrad;
 
 /**
  * The token permutation in one call each way (Megatron-Core's {@code --moe-permute-fusion}), through mcore4j's
@@ -41,8 +42,17 @@ final class FusedTokenPermutation extends TokenPermutation {
     private NDArray pairOfRow;
     private NDArray expertOfPair;
 
+    /** The outputs of a permutation run {@link #ahead}, which {@link #permute} hands out once; else null. */
+    private NDList aheadOutputs;
+
     FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts, int pairsPerToken) {
+        this(routingMap, owner, counts, pairsPerToken, null);
+    }
+
+    private FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts, int pairsPerToken,
+                                  NDList aheadOutputs) {
         super(routingMap, owner, counts);
+        this.aheadOutputs = aheadOutputs;
         long tokens = routingMap.getShape().get(0);
         long pairs = sum(tokensPerExpert(), 0, tokensPerExpert().length);
         if (pairsPerToken < 0 || pairsPerToken > 0 && pairs != tokens * pairsPerToken) {
@@ -67,16 +77,21 @@ final class FusedTokenPermutation extends TokenPermutation {
      */
     NDArray permute(NDArray tokens, NDManager indexOwner, NDManager rowsOwner) {
         NDList out;
-        try (NDManager host = indexOwner.newSubManager(Device.cpu())) {
-            long[] counts = tokensPerExpert();
-            NDArray pairs = host.create(sum(counts, 0, counts.length));
-            // with k pairs per token, pair_combine.pt permutes and lists each token's rows in the same call
-            TorchScriptModule module = pairsPerToken > 0 ? PairCombine.MODULE
-                    : TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE);
-            out = module.forward(new NDList(tokens, routingMap, pairs));
-            out.attach(indexOwner);
-            out.get(0).attach(rowsOwner);
+        if (aheadOutputs != null) {
+            out = aheadOutputs;
+            aheadOutputs = null;
+        } else {
+            try (NDManager host = indexOwner.newSubManager(Device.cpu())) {
+                long[] counts = tokensPerExpert();
+                NDArray pairs = host.create(sum(counts, 0, counts.length));
+                // with k pairs per token, pair_combine.pt permutes and lists each token's rows in the same call
+                TorchScriptModule module = pairsPerToken > 0 ? PairCombine.MODULE
+                        : TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE);
+                out = module.forward(new NDList(tokens, routingMap, pairs));
+            }
         }
+        out.attach(indexOwner);
+        out.get(0).attach(rowsOwner);
         tokenOfRow = out.get(1);
         expertOfRow = out.get(2);
         if (pairsPerToken > 0) {
@@ -85,6 +100,46 @@ final class FusedTokenPermutation extends TokenPermutation {
             expertOfPair = out.get(5);
         }
         return out.get(0);
+    }
+
+    /**
+     * Runs the permutation of dropless routing before the routing map's column sums reach the host (the pairs are
+     * {@code T × pairsPerToken} whatever the counts), with grad off, so that the device permutes while the host waits
+     * for the counts. {@link Ahead#permutation} then makes the permutation, whose first {@link #permute} of these
+     * same tokens returns these rows.
+     *
+     * @param tokens {@code [T, h]}, the tokens the permutation will be asked to permute
+     * @param routingMap {@code [T, E']} 0/1 with {@code pairsPerToken} ones in every row
+     * @param pairsPerToken k, above 0
+     * @param owner owns the outputs until {@link #permute} takes them
+     * @return the outputs, waiting for the counts
+     */
+    static Ahead ahead(NDArray tokens, NDArray routingMap, int pairsPerToken, NDManager owner) {
+        long rows = routingMap.getShape().get(0) * pairsPerToken;
+        NDList out;
+        try (NoGrad ignored = NoGrad.enter(); NDManager host = owner.newSubManager(Device.cpu())) {
+            out = PairCombine.MODULE.forward(new NDList(tokens, routingMap, host.create(rows)));
+        }
+        out.attach(owner);
+        return new Ahead(routingMap, owner, pairsPerToken, out);
+    }
+
+    /**
+     * A permutation run {@link #ahead} of the counts.
+     *
+     * @param routingMap the map permuted
+     * @param owner owner of the index tensors
+     * @param pairsPerToken k
+     * @param outputs the module's outputs
+     */
+    record Ahead(NDArray routingMap, NDManager owner, int pairsPerToken, NDList outputs) {
+        /**
+         * @param counts the map's column sums, now on the host
+         * @return the permutation that hands out these outputs
+         */
+        FusedTokenPermutation permutation(long[] counts) {
+            return new FusedTokenPermutation(routingMap, owner, counts, pairsPerToken, outputs);
+        }
     }
 
     /**
