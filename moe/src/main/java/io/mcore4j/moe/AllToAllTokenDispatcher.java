@@ -94,6 +94,11 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         }
         int slots = Math.min(topK, numExperts);
         return new Rows(expertInput, order.rowsPerExpert, ends[0], (s, expertOutput) -> {
+            if (!exchange.isIdentity() && permutation instanceof FusedTokenPermutation fused
+                    && fused.combinesByGathers()) {
+                // the exchange back inside the combine's Function: one autograd node for both
+                return fused.combine(expertOutput, routing.keptMap(), routing.probs(), exchange.rowsExchange(), s);
+            }
             NDArray back = exchange.isIdentity() ? expertOutput : s.apply1(exchange.fromExperts(), expertOutput);
             return permutation.combine(back, routing.keptMap(), routing.probs(), slots, s);
         });
@@ -184,6 +189,27 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         /** @return the experts' rows back to the permuted rows */
         Function fromExperts() {
             return new Direction(this, false);
+        }
+
+        /** @return the way back from the experts and its transpose, for a combine that runs them in its Function */
+        FusedTokenPermutation.RowsExchange rowsExchange() {
+            Exchange self = this;
+            return new FusedTokenPermutation.RowsExchange() {
+                @Override
+                public NDArray back(NDArray expertRows, NDManager owner) {
+                    return self.backward(expertRows, owner);
+                }
+
+                @Override
+                public NDArray forth(NDArray pairRows, NDManager owner) {
+                    return self.forward(pairRows, owner);
+                }
+
+                @Override
+                public String name() {
+                    return "moe-exchange-from-experts(" + ep.group().key() + ")";
+                }
+            };
         }
 
         NDArray forward(NDArray x, NDManager owner) {

@@ -37,7 +37,7 @@ final class FusedTokenPermutation extends TokenPermutation {
     private final int pairsPerToken;
     private NDArray tokenOfRow;
     private NDArray expertOfRow;
-    /** With {@link #pairsPerToken}: each token's rows {@code [T, k]}, each row's pair {@code [N]}, each pair's expert. */
+    /** With {@link #pairsPerToken}: each token's rows {@code [T, k]}, each row's pair {@code [N]}, each pair's expert */
     private NDArray rowOfPair;
     private NDArray pairOfRow;
     private NDArray expertOfPair;
@@ -171,9 +171,7 @@ final class FusedTokenPermutation extends TokenPermutation {
             throw new IllegalStateException("combine before permute: the rows' tokens are found by permute");
         }
         if (rowOfPair != null) {
-            // the index tensors are inputs too, so that the scope keeps them for the backward in any frame
-            return scope.apply1(PairCombine.FUNCTION, expertOutput, probs, keptMap, tokenOfRow, rowOfPair, pairOfRow,
-                    expertOfPair);
+            return combine(expertOutput, keptMap, probs, null, scope);
         }
         TorchScriptModule module = TorchScriptModules.shared(FusedTokenPermutation.class, UNPERMUTE);
         return Tensors.own(module.forward(new NDList(expertOutput, tokenOfRow, expertOfRow, keptMap, probs))
@@ -181,17 +179,70 @@ final class FusedTokenPermutation extends TokenPermutation {
     }
 
     /**
-     * {@code pair_combine.pt}'s methods, and the combine as a Function of the expert rows and the probabilities
-     * (inputs: rows, probs, kept map, token of each row, row of each pair, pair of each row, expert of each pair).
+     * @return whether every token has the same number of pairs, so that the combine gathers
+     *     ({@link #combine(NDArray, NDArray, NDArray, RowsExchange, AutogradScope)})
      */
-    private static final class PairCombine implements Function {
+    boolean combinesByGathers() {
+        return pairsPerToken > 0;
+    }
+
+    /**
+     * {@link #combine(NDArray, NDArray, NDArray, int, AutogradScope)} by gathers, with the rows first brought into
+     * pair order by {@code exchange} (the all-to-all back from the experts) inside the same Function, whose backward
+     * sends the rows' gradient out by it: one autograd node for both. Call after {@link #permute}.
+     *
+     * @param expertOutput the experts' rows, which {@code exchange} brings back into pair order; or, without one,
+     *                     {@code [N, h]} in pair order
+     * @param keptMap {@code [T, E']} 0/1
+     * @param probs {@code [T, E']} probabilities (gradients flow to them)
+     * @param exchange the way back and its transpose, or null for none
+     * @param scope the pass's scope; owns the result
+     * @return {@code [T, h]} in the rows' dtype
+     * @throws IllegalStateException before {@link #permute}, or where tokens have different numbers of pairs
+     */
+    NDArray combine(NDArray expertOutput, NDArray keptMap, NDArray probs, RowsExchange exchange, AutogradScope scope) {
+        if (rowOfPair == null) {
+            throw new IllegalStateException(tokenOfRow == null ? "combine before permute: the rows' tokens are found by"
+                    + " permute" : "a combine by gathers needs the same number of pairs for every token");
+        }
+        // the index tensors are inputs too, so that the scope keeps them for the backward in any frame
+        return scope.apply1(exchange == null ? PairCombine.LOCAL : new PairCombine(exchange), expertOutput, probs,
+                keptMap, tokenOfRow, rowOfPair, pairOfRow, expertOfPair);
+    }
+
+    /** How the experts' rows come back into pair order before a combine, and their gradient goes out after it. */
+    interface RowsExchange {
+        /**
+         * @param expertRows the experts' rows
+         * @param owner owns the result
+         * @return the rows in pair order
+         */
+        NDArray back(NDArray expertRows, NDManager owner);
+
+        /**
+         * @param pairRows a gradient of the rows in pair order
+         * @param owner owns the result
+         * @return the gradient of the experts' rows (the transpose of {@link #back})
+         */
+        NDArray forth(NDArray pairRows, NDManager owner);
+
+        /** @return a short name for error messages */
+        String name();
+    }
+
+    /**
+     * {@code pair_combine.pt}'s methods, and the combine as a Function of the expert rows and the probabilities
+     * (inputs: rows, probs, kept map, token of each row, row of each pair, pair of each row, expert of each pair),
+     * with the rows first brought back by {@code exchange} where there is one (null: the rows are in pair order).
+     */
+    private record PairCombine(RowsExchange exchange) implements Function {
         static final TorchScriptModule MODULE = TorchScriptModules.shared(FusedTokenPermutation.class,
                 "/io/mcore4j/moe/pair_combine.pt");
         private static final NDManager MARKERS = Mcore4j.newRootManager().newSubManager(Device.cpu());
         static final NDArray COMBINE = marker("combine");
         static final NDArray COMBINE_BACKWARD = marker("combine_backward");
         static final NDArray SUM_ROWS = marker("sum_rows");
-        static final PairCombine FUNCTION = new PairCombine();
+        static final PairCombine LOCAL = new PairCombine(null);
 
         /** A tensor named for an exported method, by which DJL picks it (kept for the process). */
         private static NDArray marker(String method) {
@@ -202,8 +253,12 @@ final class FusedTokenPermutation extends TokenPermutation {
 
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... in) {
-            ctx.saveForBackward(in);
-            NDArray out = MODULE.forward(COMBINE, in[0], in[4], in[6], in[2], in[1]).singletonOrThrow();
+            NDArray[] saved = in.clone();
+            if (exchange != null) {
+                saved[0] = exchange.back(in[0], ctx.manager()); // the rows in pair order, which the backward reads
+            }
+            ctx.saveForBackward(saved);
+            NDArray out = MODULE.forward(COMBINE, saved[0], in[4], in[6], in[2], in[1]).singletonOrThrow();
             out.attach(ctx.manager());
             return new NDArray[] {out};
         }
@@ -213,13 +268,15 @@ final class FusedTokenPermutation extends TokenPermutation {
             NDList d = MODULE.forward(COMBINE_BACKWARD, ctx.saved(0), ctx.saved(3), ctx.saved(4), ctx.saved(5),
                     ctx.saved(6), ctx.saved(2), ctx.saved(1), grads[0]);
             d.attach(ctx.manager());
-            return new NDArray[] {ctx.needsInputGrad(0) ? d.get(0) : null, ctx.needsInputGrad(1) ? d.get(1) : null,
+            // with an exchange its transpose runs whether or not the rows need a gradient: collectives stay matched
+            NDArray rows = exchange == null ? d.get(0) : exchange.forth(d.get(0), ctx.manager());
+            return new NDArray[] {ctx.needsInputGrad(0) ? rows : null, ctx.needsInputGrad(1) ? d.get(1) : null,
                     null, null, null, null, null};
         }
 
         @Override
         public String name() {
-            return "moe-pair-combine";
+            return exchange == null ? "moe-pair-combine" : "moe-pair-combine-after(" + exchange.name() + ")";
         }
     }
 }
