@@ -11,7 +11,10 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
+import io.mcore4j.parallel.ChunkLayout;
 import io.mcore4j.parallel.Communicator;
+
+import java.util.Arrays;
 
 /**
  * All-to-all dispatch (Megatron-Core's {@code MoEAlltoAllTokenDispatcher}): this rank permutes its
@@ -82,7 +85,18 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
             perPeer[p] = TokenPermutation.sum(chunks[p], 0, chunks[p].length);
         }
         ChunkOrder order = ChunkOrder.byLocalExpert(chunks, numLocalExperts);
-        Exchange exchange = new Exchange(ep, expertTp, send, recv, perPeer, order);
+        // without expert tensor parallelism the all-to-all itself places each (source, local expert) chunk where the
+        // sort by local expert puts it: each peer's rows for this rank cut by local expert, and this rank's for each
+        // peer by that peer's local experts
+        ChunkLayout[] layouts = null;
+        if (expertTp.size() == 1 && epSize > 1) {
+            long[][] outgoing = new long[epSize][numLocalExperts];
+            for (int j = 0; j < epSize; j++) {
+                System.arraycopy(counts, j * numLocalExperts, outgoing[j], 0, numLocalExperts);
+            }
+            layouts = new ChunkLayout[] {ChunkLayout.consecutive(outgoing), order.sortedLayout(epSize, numLocalExperts)};
+        }
+        Exchange exchange = new Exchange(ep, expertTp, send, recv, perPeer, order, layouts);
         NDArray expertInput;
         if (exchange.isIdentity()) {
             expertInput = permutation.permute(tokens, m);
@@ -166,14 +180,18 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         final long[] recv;
         final long[] perPeer;
         final ChunkOrder order;
+        /** The permuted rows' chunks and the experts' rows' chunks, for an all-to-all that sorts as it goes; or null. */
+        final ChunkLayout[] layouts;
 
-        Exchange(Communicator ep, Communicator expertTp, long[] send, long[] recv, long[] perPeer, ChunkOrder order) {
+        Exchange(Communicator ep, Communicator expertTp, long[] send, long[] recv, long[] perPeer, ChunkOrder order,
+                 ChunkLayout[] layouts) {
             this.ep = ep;
             this.expertTp = expertTp;
             this.send = send;
             this.recv = recv;
             this.perPeer = perPeer;
             this.order = order;
+            this.layouts = layouts;
         }
 
         /** Whether both directions are the identity (one EP rank, one expert-TP rank). */
@@ -213,6 +231,9 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         }
 
         NDArray forward(NDArray x, NDManager owner) {
+            if (layouts != null) {
+                return ep.allToAllChunks(x, layouts[0], layouts[1], owner);
+            }
             try (NDManager temp = owner.newSubManager()) {
                 NDArray received = ep.size() == 1 ? x : ep.allToAll(x, send, recv, temp);
                 NDArray gathered = expertTp.size() == 1 ? received
@@ -224,6 +245,9 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         }
 
         NDArray backward(NDArray y, NDManager owner) {
+            if (layouts != null) {
+                return ep.allToAllChunks(y, layouts[1], layouts[0], owner);
+            }
             try (NDManager temp = owner.newSubManager()) {
                 NDArray unsorted = order.unsort(y, temp);
                 NDArray own = expertTp.size() == 1 ? unsorted
@@ -335,6 +359,31 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
                 }
             }
             return new ChunkOrder(sizes, order, perExpert);
+        }
+
+        /**
+         * Where the chunks of one expert-TP peer's rows lie after the sort: chunk {@code (source i, local expert l)}
+         * at the sorted place of chunk {@code i * local + l} (with one expert-TP peer, the chunk order is by source,
+         * then local expert).
+         *
+         * @param sources EP ranks
+         * @param local local experts
+         * @return sizes and offsets per source, by local expert
+         */
+        ChunkLayout sortedLayout(int sources, int local) {
+            long[] start = new long[order.length];
+            for (int j = 1; j < order.length; j++) {
+                start[j] = start[j - 1] + sortedSizes[j - 1];
+            }
+            long[][] chunkSizes = new long[sources][local];
+            long[][] offsets = new long[sources][local];
+            for (int i = 0; i < sources; i++) {
+                for (int l = 0; l < local; l++) {
+                    chunkSizes[i][l] = sizes[i * local + l];
+                    offsets[i][l] = start[inverse[i * local + l]];
+                }
+            }
+            return new ChunkLayout(chunkSizes, offsets, Arrays.stream(sizes).sum());
         }
 
         boolean isIdentity() {

@@ -161,6 +161,32 @@ public interface Communicator {
     }
 
     /**
+     * An all-to-all whose rows leave from and land at places of the caller's choosing, chunk by chunk: to rank
+     * {@code j} this rank sends the chunks {@code send} lists for peer {@code j}, in order; from rank {@code i} it
+     * receives the chunks {@code recv} lists for peer {@code i}, in order, each placed at its offset in the result.
+     * Rank {@code i}'s chunks towards this rank must be, in number and size, this rank's chunks from rank {@code i}.
+     * Reorders rows across the exchange (the expert dispatch's sort by local expert) with no gather or concatenation
+     * of its own where the backend can place chunks; the default gathers the chunks in travel order
+     * ({@link ChunkLayout#gather}), runs {@link #allToAll} and places what arrives ({@link ChunkLayout#place}).
+     *
+     * @param input this rank's rows, {@code send.rows()} of them
+     * @param send where the chunks for each rank lie in {@code input}
+     * @param recv where the chunks from each rank go in the result
+     * @param owner manager that owns the result
+     * @return {@code recv.rows()} rows
+     * @throws IllegalArgumentException if a layout does not have a peer per rank or {@code send} not the input's rows
+     */
+    default NDArray allToAllChunks(NDArray input, ChunkLayout send, ChunkLayout recv, NDManager owner) {
+        ChunkLayout.checkExchange(group(), input, send, recv);
+        try (NDManager temp = owner.newSubManager()) {
+            NDArray received = allToAll(send.gather(input, temp), send.rowsPerPeer(), recv.rowsPerPeer(), temp);
+            NDArray out = recv.place(received, temp);
+            out.attach(owner);
+            return out;
+        }
+    }
+
+    /**
      * Concatenates every rank's {@code input} along {@code dim}, in rank order. Inputs must have
      * equal shapes.
      *

@@ -21,6 +21,7 @@ import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.cuda.CurrentStream;
+import io.mcore4j.parallel.ChunkLayout;
 import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
@@ -413,27 +414,75 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     /** Rows {@code sendSplits[j]} of {@code src} go to rank {@code j}; rank {@code j}'s land in {@code out}, in rank order. */
     private void enqueueAllToAll(String what, NDArray src, NDArray out, long[] sendSplits, long[] recvSplits, CUstream_st on) {
+        enqueueChunks(what, src, out, ChunkLayout.consecutive(perPeer(sendSplits)),
+                ChunkLayout.consecutive(perPeer(recvSplits)), on);
+    }
+
+    /** One chunk per peer of the given rows. */
+    private static long[][] perPeer(long[] splits) {
+        long[][] out = new long[splits.length][];
+        for (int j = 0; j < splits.length; j++) {
+            out[j] = new long[] {splits[j]};
+        }
+        return out;
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: one send per chunk from its rows of {@code input} and one receive per chunk straight into its rows of
+     * the result, all in one group: no gather, no concatenation.
+     */
+    @Override
+    public NDArray allToAllChunks(NDArray input, ChunkLayout send, ChunkLayout recv, NDManager owner) {
+        if (comm == null) {
+            return Communicator.super.allToAllChunks(input, send, recv, owner);
+        }
+        ChunkLayout.checkExchange(group(), input, send, recv);
+        String what = CollectiveArguments.describeAllToAll(input);
+        checkTensor(what, input);
+        Shape rest = input.getShape().slice(1);
+        return run(what, () -> {
+            try (NDManager temp = owner.newSubManager(device)) {
+                NDArray src = TensorMemory.contiguous(input, temp);
+                NDArray out = DataTypes.empty(temp, new Shape(recv.rows()).addAll(rest), DataTypes.of(input), temp.getDevice());
+                enqueueChunks(what, src, out, send, recv, NcclComm.stream());
+                comm.enqueued(what);
+                out.attach(owner);
+                return out;
+            }
+        });
+    }
+
+    /**
+     * Each chunk {@code send} lists for peer {@code j} goes from its rows of {@code src} to rank {@code j}, in order;
+     * each chunk {@code recv} lists for peer {@code i} comes from rank {@code i} into its rows of {@code out}, in
+     * order. Messages above the chunk size are cut alike on both sides.
+     */
+    private void enqueueChunks(String what, NDArray src, NDArray out, ChunkLayout send, ChunkLayout recv, CUstream_st on) {
         long from = address(src);
         long to = address(out);
         long rowElements = src.getShape().slice(1).size();
         int dt = NcclCodes.dataType(DataTypes.of(src));
         int es = DataTypes.of(src).getNumOfBytes();
         try (NcclComm.Group calls = comm.group(what)) {
-            long sendAt = 0;
-            long recvAt = 0;
             for (int j = 0; j < size(); j++) {
-                ChunkPlan outgoing = ChunkPlan.of(sendSplits[j] * rowElements, es, chunkBytes);
-                for (int c = 0; c < outgoing.chunks(); c++) {
-                    calls.add(ncclSend(pointer(from + (sendAt + outgoing.offset(c)) * es), outgoing.length(c), dt, j,
-                            comm.handle(), on), "ncclSend");
+                for (int c = 0; c < send.sizes()[j].length; c++) {
+                    long at = send.offsets()[j][c] * rowElements;
+                    ChunkPlan outgoing = ChunkPlan.of(send.sizes()[j][c] * rowElements, es, chunkBytes);
+                    for (int k = 0; k < outgoing.chunks(); k++) {
+                        calls.add(ncclSend(pointer(from + (at + outgoing.offset(k)) * es), outgoing.length(k), dt, j,
+                                comm.handle(), on), "ncclSend");
+                    }
                 }
-                ChunkPlan incoming = ChunkPlan.of(recvSplits[j] * rowElements, es, chunkBytes);
-                for (int c = 0; c < incoming.chunks(); c++) {
-                    calls.add(ncclRecv(pointer(to + (recvAt + incoming.offset(c)) * es), incoming.length(c), dt, j,
-                            comm.handle(), on), "ncclRecv");
+                for (int c = 0; c < recv.sizes()[j].length; c++) {
+                    long at = recv.offsets()[j][c] * rowElements;
+                    ChunkPlan incoming = ChunkPlan.of(recv.sizes()[j][c] * rowElements, es, chunkBytes);
+                    for (int k = 0; k < incoming.chunks(); k++) {
+                        calls.add(ncclRecv(pointer(to + (at + incoming.offset(k)) * es), incoming.length(k), dt, j,
+                                comm.handle(), on), "ncclRecv");
+                    }
                 }
-                sendAt += outgoing.count();
-                recvAt += incoming.count();
             }
         }
     }

@@ -40,7 +40,8 @@ class CheckSuiteOnCpuTest {
         });
         String rank0 = outputs.get(0);
         assertTrue(rank0.contains("PASS all-reduce AVG float16 world[") && rank0.contains("PASS all-to-all uneven int64")
-                && rank0.contains("PASS send/recv ring") && rank0.contains("PASS all-gather-bytes"), rank0);
+                && rank0.contains("PASS all-to-all of chunks float16") && rank0.contains("PASS send/recv ring")
+                && rank0.contains("PASS all-gather-bytes"), rank0);
     }
 
     @Test

@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Mcore4j;
+import io.mcore4j.parallel.ChunkLayout;
 import io.mcore4j.parallel.CommunicationException;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ParallelDims;
@@ -267,6 +268,9 @@ public final class NcclCollectivesCheck {
         for (DataType dtype : List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.INT64)) {
             check(c, "all-to-all uneven " + dtype + " " + g, () -> allToAll(c, dtype));
         }
+        for (DataType dtype : List.of(DataType.FLOAT32, DataType.FLOAT16)) {
+            check(c, "all-to-all of chunks " + dtype + " " + g, () -> allToAllChunks(c, dtype));
+        }
         check(c, "send/recv ring int64 " + g, () -> ring(c));
         check(c, "all-gather-bytes " + g, () -> {
             byte[] mine = new byte[me];
@@ -322,6 +326,56 @@ public final class NcclCollectivesCheck {
             NDArray input = s.create(data, new Shape(rows, 2)).toType(dtype, false);
             NDArray out = c.allToAll(input, send, recv, s);
             return CheckReport.compare(expected, new Shape(expected.length / 2, 2), out, dtype, 0);
+        }
+    }
+
+    /**
+     * {@link Communicator#allToAllChunks} in the shape of the expert dispatch, as parallel-state's ChunkLayoutTest:
+     * rank s sends rank j {@code (s + 2j + l) % 3} rows for each of 3 local experts l, laid out expert by expert on
+     * both sides; row r of them holds {@code 200 s + 20 j + 5 l + r} (exact in float16 up to 8 ranks). Then the transpose, which must give back the
+     * input.
+     */
+    private String allToAllChunks(Communicator c, DataType dtype) {
+        int me = c.rank();
+        int size = c.size();
+        int experts = 3;
+        long[][][] sizes = new long[2][size][experts]; // [send / recv][peer][expert]
+        long[][][] offsets = new long[2][size][experts];
+        long[] at = new long[2];
+        for (int l = 0; l < experts; l++) {
+            for (int j = 0; j < size; j++) {
+                sizes[0][j][l] = (me + 2L * j + l) % 3;
+                sizes[1][j][l] = (j + 2L * me + l) % 3;
+                for (int side = 0; side < 2; side++) {
+                    offsets[side][j][l] = at[side];
+                    at[side] += sizes[side][j][l];
+                }
+            }
+        }
+        ChunkLayout send = new ChunkLayout(sizes[0], offsets[0], at[0]);
+        ChunkLayout recv = new ChunkLayout(sizes[1], offsets[1], at[1]);
+        double[] data = new double[(int) at[0] * 2];
+        double[] expected = new double[(int) at[1] * 2];
+        for (int j = 0; j < size; j++) {
+            for (int l = 0; l < experts; l++) {
+                for (int r = 0; r < sizes[0][j][l]; r++) {
+                    int row = (int) (offsets[0][j][l] + r);
+                    data[2 * row] = 200 * me + 20 * j + 5 * l + r;
+                    data[2 * row + 1] = -data[2 * row];
+                }
+                for (int r = 0; r < sizes[1][j][l]; r++) {
+                    int row = (int) (offsets[1][j][l] + r);
+                    expected[2 * row] = 200 * j + 20 * me + 5 * l + r;
+                    expected[2 * row + 1] = -expected[2 * row];
+                }
+            }
+        }
+        try (NDManager s = manager.newSubManager()) {
+            NDArray input = s.create(data, new Shape(at[0], 2)).toType(dtype, false);
+            NDArray out = c.allToAllChunks(input, send, recv, s);
+            String error = CheckReport.compare(expected, new Shape(at[1], 2), out, dtype, 0);
+            return error != null ? error
+                    : CheckReport.compare(data, new Shape(at[0], 2), c.allToAllChunks(out, recv, send, s), dtype, 0);
         }
     }
 
