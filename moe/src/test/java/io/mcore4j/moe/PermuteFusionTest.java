@@ -45,28 +45,17 @@ class PermuteFusionTest {
             }
             NDArray routingMap = s.create(map, new Shape(TOKENS, EXPERTS));
             NDArray keptMap = s.create(kept, new Shape(TOKENS, EXPERTS));
-            // non-zero on dispatched pairs that are not kept too: both must leave those out by the kept map
-            NDArray probsValues = new DeterministicRandom(3).uniform(s, new Shape(TOKENS, EXPERTS), DataType.FLOAT32)
-                    .mul(routingMap);
-            NDArray tokens = Fixtures.normal(s, 4, 1.0, TOKENS, HIDDEN).toType(dtype, false);
-            NDArray scale = Fixtures.normal(s, 5, 1.0, HIDDEN).toType(dtype, false);
-            NDArray upstream = Fixtures.normal(s, 6, 1.0, TOKENS, HIDDEN).toType(dtype, false);
-
-            NDArray[] fused = run(TokenPermutation.of(routingMap, s, true), tokens, probsValues, keptMap, scale, upstream, k,
-                    scope);
-            NDArray[] composed = run(TokenPermutation.of(routingMap, s, false), tokens, probsValues, keptMap, scale,
-                    upstream, k, scope);
+            // probabilities non-zero on dispatched pairs that are not kept too: both must leave those out by the kept map
+            Inputs in = Inputs.of(s, routingMap, dtype);
+            NDArray[] fused = run(TokenPermutation.of(routingMap, s, true), in, keptMap, k, scope);
+            NDArray[] composed = run(TokenPermutation.of(routingMap, s, false), in, keptMap, k, scope);
             assertArrayEquals(TokenPermutation.of(routingMap, s, false).tokensPerExpert(),
                     TokenPermutation.of(routingMap, s, true).tokensPerExpert(), "rows per expert");
             assertEquals(composed[0].getShape(), fused[0].getShape(), "permuted rows");
             if (!empty) {
                 assertClose("permuted rows", fused[0], composed[0], 0);
             }
-            assertEquals(dtype, fused[1].getDataType(), "combined output keeps the rows' dtype");
-            double tolerance = dtype == DataType.FLOAT16 ? 2e-3 : 1e-6;
-            assertClose("combined output", fused[1], composed[1], tolerance);
-            assertClose("tokens' gradient", fused[2], composed[2], tolerance);
-            assertClose("probabilities' gradient", fused[3], composed[3], 1e-5);
+            assertSameResults(fused, composed, dtype);
         }
     }
 
@@ -87,42 +76,54 @@ class PermuteFusionTest {
                 }
             }
             NDArray routingMap = s.create(map, new Shape(TOKENS, EXPERTS));
-            NDArray probsValues = new DeterministicRandom(3).uniform(s, new Shape(TOKENS, EXPERTS), DataType.FLOAT32)
-                    .mul(routingMap);
-            NDArray tokens = Fixtures.normal(s, 4, 1.0, TOKENS, HIDDEN).toType(dtype, false);
-            NDArray scale = Fixtures.normal(s, 5, 1.0, HIDDEN).toType(dtype, false);
-            NDArray upstream = Fixtures.normal(s, 6, 1.0, TOKENS, HIDDEN).toType(dtype, false);
-
+            Inputs in = Inputs.of(s, routingMap, dtype);
             TokenPermutation gathering = TokenPermutation.of(routingMap, s, true, null, k);
-            NDArray[] fused = run(gathering, tokens, probsValues, routingMap, scale, upstream, k, scope);
-            NDArray[] composed = run(TokenPermutation.of(routingMap, s, false), tokens, probsValues, routingMap, scale,
-                    upstream, k, scope);
+            NDArray[] fused = run(gathering, in, routingMap, k, scope);
+            NDArray[] composed = run(TokenPermutation.of(routingMap, s, false), in, routingMap, k, scope);
             assertClose("permuted rows", fused[0], composed[0], 0);
-            assertEquals(dtype, fused[1].getDataType(), "combined output keeps the rows' dtype");
+            assertSameResults(fused, composed, dtype);
             double tolerance = dtype == DataType.FLOAT16 ? 2e-3 : 1e-6;
-            assertClose("combined output", fused[1], composed[1], tolerance);
-            assertClose("tokens' gradient", fused[2], composed[2], tolerance);
-            assertClose("probabilities' gradient", fused[3], composed[3], 1e-5);
 
             FusedTokenPermutation general = (FusedTokenPermutation) TokenPermutation.of(routingMap, s, true);
-            general.permute(tokens, s);
+            general.permute(in.tokens(), s);
             NDArray rows = Fixtures.normal(s, 7, 1.0, TOKENS * k, HIDDEN).toType(dtype, false);
             assertClose("each token's rows summed", ((FusedTokenPermutation) gathering).sumRowsPerToken(rows),
                     general.sumRowsPerToken(rows), tolerance);
         }
     }
 
+    /**
+     * A case's tensors: probabilities on the map's pairs, tokens, the per-row expert function's scale, the output's
+     * gradient.
+     */
+    private record Inputs(NDArray probs, NDArray tokens, NDArray scale, NDArray upstream) {
+        static Inputs of(NDManager s, NDArray routingMap, DataType dtype) {
+            return new Inputs(new DeterministicRandom(3).uniform(s, new Shape(TOKENS, EXPERTS), DataType.FLOAT32)
+                    .mul(routingMap), Fixtures.normal(s, 4, 1.0, TOKENS, HIDDEN).toType(dtype, false),
+                    Fixtures.normal(s, 5, 1.0, HIDDEN).toType(dtype, false),
+                    Fixtures.normal(s, 6, 1.0, TOKENS, HIDDEN).toType(dtype, false));
+        }
+    }
+
+    /** The combined output and the two gradients agree (only the order of the sums differs), in the rows' dtype. */
+    private static void assertSameResults(NDArray[] fused, NDArray[] composed, DataType dtype) {
+        assertEquals(dtype, fused[1].getDataType(), "combined output keeps the rows' dtype");
+        double tolerance = dtype == DataType.FLOAT16 ? 2e-3 : 1e-6;
+        assertClose("combined output", fused[1], composed[1], tolerance);
+        assertClose("tokens' gradient", fused[2], composed[2], tolerance);
+        assertClose("probabilities' gradient", fused[3], composed[3], 1e-5);
+    }
+
     /** Permute, a per-row expert function ({@code rows * scale}), combine, backward: rows, output, gradients. */
-    private static NDArray[] run(TokenPermutation permutation, NDArray tokenValues, NDArray probsValues, NDArray keptMap,
-                                 NDArray scale, NDArray upstream, int k, AutogradScope scope) {
+    private static NDArray[] run(TokenPermutation permutation, Inputs in, NDArray keptMap, int k, AutogradScope scope) {
         NDManager s = scope.manager();
-        NDArray tokens = Fixtures.leaf(tokenValues, s);
-        NDArray probs = Fixtures.leaf(probsValues, s);
+        NDArray tokens = Fixtures.leaf(in.tokens(), s);
+        NDArray probs = Fixtures.leaf(in.probs(), s);
         NDArray rows = permutation.permute(tokens, s);
-        NDArray expertOutput = rows.mul(scale);
+        NDArray expertOutput = rows.mul(in.scale());
         expertOutput.attach(s);
         NDArray out = permutation.combine(expertOutput, keptMap, probs, Math.min(k, EXPERTS), scope);
-        scope.backward(new NDArray[] {out}, new NDArray[] {upstream});
+        scope.backward(new NDArray[] {out}, new NDArray[] {in.upstream()});
         return new NDArray[] {rows, out, Fixtures.gradOrZeros(tokens, s), Fixtures.gradOrZeros(probs, s)};
     }
 }
