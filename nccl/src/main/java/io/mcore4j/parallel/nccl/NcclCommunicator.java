@@ -468,18 +468,18 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         try (NcclComm.Group calls = comm.group(what)) {
             for (int j = 0; j < size(); j++) {
                 for (int c = 0; c < send.sizes()[j].length; c++) {
+                    long at = send.offsets()[j][c] * rowElements;
                     ChunkPlan outgoing = ChunkPlan.of(send.sizes()[j][c] * rowElements, es, chunkBytes);
-                    long at = from + send.offsets()[j][c] * rowElements * es;
                     for (int k = 0; k < outgoing.chunks(); k++) {
-                        calls.add(ncclSend(pointer(at + outgoing.offset(k) * es), outgoing.length(k), dt, j,
+                        calls.add(ncclSend(pointer(from + (at + outgoing.offset(k)) * es), outgoing.length(k), dt, j,
                                 comm.handle(), on), "ncclSend");
                     }
                 }
                 for (int c = 0; c < recv.sizes()[j].length; c++) {
+                    long at = recv.offsets()[j][c] * rowElements;
                     ChunkPlan incoming = ChunkPlan.of(recv.sizes()[j][c] * rowElements, es, chunkBytes);
-                    long at = to + recv.offsets()[j][c] * rowElements * es;
                     for (int k = 0; k < incoming.chunks(); k++) {
-                        calls.add(ncclRecv(pointer(at + incoming.offset(k) * es), incoming.length(k), dt, j,
+                        calls.add(ncclRecv(pointer(to + (at + incoming.offset(k)) * es), incoming.length(k), dt, j,
                                 comm.handle(), on), "ncclRecv");
                     }
                 }
