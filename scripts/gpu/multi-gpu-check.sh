@@ -28,8 +28,8 @@
 #   expert, sigmoid router with expert bias), both without linear biases on either side (--disable-bias-linear, the
 #   reference's --no-bias: Mixtral, Qwen3-MoE and DeepSeek-V3 have none; before session 20 the mcore4j side kept the
 #   1.3B preset's biases, its experts' included, which the reference's experts never had) and with the distributed
-#   optimizer overlapping its gradient reduction (Megatron's MoE recipes; the reference's DDP overlaps), probe-moe and probe-dp4 (4: the probe preset with and without those
-#   8 experts), moe-ep4-fb and moe-fg-ep4-fb (moe-ep4 and moe-fg-ep4 with --moe-router-force-load-balancing, Megatron's
+#   optimizer overlapping its gradient reduction (Megatron's MoE recipes; the reference's DDP overlaps), probe-moe
+#   and probe-dp4 (4: the probe preset with and without those 8 experts), moe-ep4-fb and moe-fg-ep4-fb (moe-ep4 and moe-fg-ep4 with --moe-router-force-load-balancing, Megatron's
 #   benchmark-only routing on random logits, and the reference with --force-balance: at initialisation Megatron's
 #   std-0.02 embeddings route most tokens of a layer to the same few experts), dsv3-ep4 (4: issue 39's DeepSeek-V3 pattern at 12 x 2048: MLA, 64 experts top-8 and a shared expert,
 #   grouped sigmoid routing, MTP 1), "moe" naming all seven. "probe" names the three probe rows, "cp" cp1 cp2

@@ -28,7 +28,13 @@ import java.util.Arrays;
  * size the all-to-all (a synchronisation point on accelerators, as in Megatron-Core): one read per
  * dispatch, two with expert tensor parallelism. The all-to-all, the expert-TP gather and the sort by
  * local expert are one autograd Function each way ({@code Exchange}), so that the rows between them are
- * not kept for backward.
+ * not kept for backward. Without expert tensor parallelism the all-to-all places each (source, local expert)
+ * chunk at its sorted place itself ({@link Communicator#allToAllChunks}), with no sort after it.
+ *
+ * <p>With the fused permutation and dropless routing the permutation is issued before the counts are read (its
+ * T·k pairs do not depend on them), and the exchange back runs inside the combine's Function
+ * ({@link FusedTokenPermutation#combine(NDArray, NDArray, NDArray, FusedTokenPermutation.RowsExchange,
+ * AutogradScope)}).
  */
 final class AllToAllTokenDispatcher extends TokenDispatcher {
     /** Whether the dispatch hands the experts their group ends on the device (for libtorch's grouped kernel). */
@@ -47,7 +53,8 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
     Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
         NDManager m = scope.manager();
         // without a capacity every token keeps its top k pairs
-        int pairsPerToken = routing.capacity() < 0 ? Math.min(routing.topK(), routing.numExperts()) : 0;
+        int pairsPerToken = routing.capacity() < 0 && routing.numTokens() > 0
+                ? Math.min(routing.topK(), routing.numExperts()) : 0;
         NDArray[] ends = new NDArray[1];
         long[][] countsByRank; // [EP rank][global expert]
         FusedTokenPermutation.Ahead ahead = null;
