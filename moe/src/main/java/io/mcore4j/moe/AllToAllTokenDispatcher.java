@@ -4,7 +4,6 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
-import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
@@ -140,8 +139,7 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
                 .toType(DataType.INT64, false).reshape(1, experts), temp);
         NDArray gathered = group.size() == 1 ? mine : Tensors.own(group.allGather(mine, 0, temp), temp);
         if (firstLocal >= 0) {
-            NDArray columns = Tensors.own(gathered.get(new NDIndex().addAllDim().addSliceDim(firstLocal,
-                    firstLocal + local)), temp);
+            NDArray columns = Tensors.own(Tensors.narrow(gathered, 1, firstLocal, firstLocal + local), temp);
             NDArray rows = Tensors.own(columns.sum(new int[] {0}), temp);
             ends[0] = Tensors.own(Tensors.own(rows.cumSum(0), temp).toType(DataType.INT32, false), endsOwner);
         }
@@ -218,16 +216,15 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
 
         /** @return the way back from the experts and its transpose, for a combine that runs them in its Function */
         FusedTokenPermutation.RowsExchange rowsExchange() {
-            Exchange self = this;
             return new FusedTokenPermutation.RowsExchange() {
                 @Override
                 public NDArray back(NDArray expertRows, NDManager owner) {
-                    return self.backward(expertRows, owner);
+                    return Exchange.this.backward(expertRows, owner);
                 }
 
                 @Override
                 public NDArray forth(NDArray pairRows, NDManager owner) {
-                    return self.forward(pairRows, owner);
+                    return Exchange.this.forward(pairRows, owner);
                 }
 
                 @Override

@@ -54,7 +54,8 @@ final class FusedTokenPermutation extends TokenPermutation {
         super(routingMap, owner, counts);
         this.aheadOutputs = aheadOutputs;
         long tokens = routingMap.getShape().get(0);
-        long pairs = sum(tokensPerExpert(), 0, tokensPerExpert().length);
+        long[] perExpert = tokensPerExpert();
+        long pairs = sum(perExpert, 0, perExpert.length);
         if (pairsPerToken < 0 || pairsPerToken > 0 && pairs != tokens * pairsPerToken) {
             throw new IllegalArgumentException(pairs + " pairs of " + tokens + " tokens are not " + pairsPerToken
                     + " per token");
@@ -81,14 +82,11 @@ final class FusedTokenPermutation extends TokenPermutation {
             out = aheadOutputs;
             aheadOutputs = null;
         } else {
-            try (NDManager host = indexOwner.newSubManager(Device.cpu())) {
-                long[] counts = tokensPerExpert();
-                NDArray pairs = host.create(sum(counts, 0, counts.length));
-                // with k pairs per token, pair_combine.pt permutes and lists each token's rows in the same call
-                TorchScriptModule module = pairsPerToken > 0 ? PairCombine.MODULE
-                        : TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE);
-                out = module.forward(new NDList(tokens, routingMap, pairs));
-            }
+            long[] counts = tokensPerExpert();
+            // with k pairs per token, pair_combine.pt permutes and lists each token's rows in the same call
+            out = run(pairsPerToken > 0 ? PairCombine.MODULE
+                    : TorchScriptModules.shared(FusedTokenPermutation.class, PERMUTE), tokens, routingMap,
+                    sum(counts, 0, counts.length), indexOwner);
         }
         out.attach(indexOwner);
         out.get(0).attach(rowsOwner);
@@ -115,13 +113,29 @@ final class FusedTokenPermutation extends TokenPermutation {
      * @return the outputs, waiting for the counts
      */
     static Ahead ahead(NDArray tokens, NDArray routingMap, int pairsPerToken, NDManager owner) {
-        long rows = routingMap.getShape().get(0) * pairsPerToken;
         NDList out;
-        try (NoGrad ignored = NoGrad.enter(); NDManager host = owner.newSubManager(Device.cpu())) {
-            out = PairCombine.MODULE.forward(new NDList(tokens, routingMap, host.create(rows)));
+        try (NoGrad ignored = NoGrad.enter()) {
+            out = run(PairCombine.MODULE, tokens, routingMap, routingMap.getShape().get(0) * pairsPerToken, owner);
         }
         out.attach(owner);
         return new Ahead(routingMap, owner, pairsPerToken, out);
+    }
+
+    /**
+     * One permutation module's call: {@code module(tokens, routingMap, pairs)} with the pair count as a host scalar.
+     *
+     * @param module {@code permute_tokens.pt} or {@code pair_combine.pt}
+     * @param tokens {@code [T, h]}
+     * @param routingMap {@code [T, E']} 0/1
+     * @param pairs the map's ones
+     * @param hostParent parent of the scalar's short-lived manager
+     * @return the module's outputs, owned by the tokens' manager
+     */
+    private static NDList run(TorchScriptModule module, NDArray tokens, NDArray routingMap, long pairs,
+                              NDManager hostParent) {
+        try (NDManager host = hostParent.newSubManager(Device.cpu())) {
+            return module.forward(new NDList(tokens, routingMap, host.create(pairs)));
+        }
     }
 
     /**

@@ -5,7 +5,6 @@ import io.mcore4j.core.autograd.Cast;
 import io.mcore4j.core.Tensors;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
-import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
@@ -149,7 +148,7 @@ public final class TopKRouter extends AbstractModule {
             balanceTable = table;
         }
         long offset = Long.remainderUnsigned(balanceOffsets.nextLong(), rows + 1);
-        NDArray random = Tensors.own(balanceTable.get(new NDIndex("{}:{}", offset, offset + rows)), m);
+        NDArray random = Tensors.own(Tensors.narrow(balanceTable, 0, offset, offset + rows), m);
         NDArray towardRandom = Tensors.own(random.sub(logits).stopGradient(), m);
         return Tensors.own(logits.add(towardRandom), m);
     }
