@@ -5,7 +5,8 @@ definition; pair_combine.pt against the index-add's definition (scripts/make_pai
 device); topk_routing.pt against eager routing (logits and expert bias on the device, options on the host),
 choice, probabilities, load-balancing scores and map, gradient, in bfloat16 and float32; then one timing line of the grouped product against the padded batched matmul (mcore4j's fallback)
 and the per-expert loop, for a Mixtral-like expert layer, and one of the combine's ways (index-add against gathers) at the
-fine-grained benchmark row's shape.
+fine-grained benchmark row's shape; grouped_mlp.pt against its definition (no synchronisation in its calls) and its
+time against the composed grouped path.
 
 Usage (repository root): python3 scripts/gpu/moe-modules-check.py
 """
@@ -159,6 +160,66 @@ def pair_combine_check():
     return module
 
 
+def grouped_mlp_check(grouped):
+    """grouped_mlp.pt (scripts/make_grouped_mlp_modules.py's check, on the device, float32 and bfloat16), with no
+    synchronisation in its calls; then forward and backward against the composed grouped path at the fine-grained
+    row's expert shape (16 local experts of 64, h 2048, ffn 2048, GELU, 65536 rows)."""
+    spec = importlib.util.spec_from_file_location("make_grouped_mlp_modules", "scripts/make_grouped_mlp_modules.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    module = torch.jit.load(ROOT + "grouped_mlp.pt", map_location="cuda")
+    for dtype in (torch.float32, torch.bfloat16):
+        try:
+            script.check(module, dtype, "cuda")
+            print(f"grouped_mlp {dtype}: forward and backward equal the per-expert definition: ok")
+        except SystemExit as e:
+            print(f"grouped_mlp {dtype}: FAILED: {e}")
+    torch.manual_seed(4)
+    experts, hidden, ffn, rows = 16, 2048, 2048, 65536
+    counts = torch.distributions.Multinomial(rows, torch.ones(experts)).sample().long().tolist()
+    counts[3] = 0
+    counts[0] += rows - sum(counts)
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    w1 = torch.randn(experts, ffn, hidden, device="cuda", dtype=torch.bfloat16) / 64
+    w2 = torch.randn(experts, hidden, ffn, device="cuda", dtype=torch.bfloat16) / 64
+    b1 = torch.randn(experts, ffn, device="cuda", dtype=torch.bfloat16)
+    b2 = torch.randn(experts, hidden, device="cuda", dtype=torch.bfloat16)
+    ends = torch.tensor(counts, device="cuda").cumsum(0).to(torch.int32)
+    host = torch.tensor(counts, dtype=torch.int64)
+    upstream = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16)
+    for bias in (False, True):
+        options = torch.tensor([0, int(bias), int(bias), 1], dtype=torch.int64)
+        none = torch.empty(0, device="cuda", dtype=torch.bfloat16)
+
+        def fused():
+            with torch.no_grad():
+                y, pre = module(x, w1, b1 if bias else none, w2, b2 if bias else none, ends, host, options)
+                module.backward(upstream, x, pre, w1, w2, ends, host, options)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            fused()
+            print(f"grouped_mlp bias={bias}: forward and backward without a synchronisation: ok")
+        except RuntimeError as e:
+            print(f"grouped_mlp bias={bias}: FAILED: a call synchronises ({e})")
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        xs, w1s, w2s = (t.clone().requires_grad_() for t in (x, w1, w2))
+        b1s, b2s = (t.clone().requires_grad_() for t in (b1, b2))
+
+        def composed():
+            h = grouped(xs, w1s, ends)
+            if bias:
+                h = torch.cat([p + b1s[e] for e, p in enumerate(h.split(counts))])
+            y = grouped(torch.nn.functional.gelu(h), w2s, ends)
+            if bias:
+                y = torch.cat([p + b2s[e] for e, p in enumerate(y.split(counts))])
+            torch.autograd.grad(y, (xs, w1s, w2s) + ((b1s, b2s) if bias else ()), upstream)
+        got, want = timed(fused), timed(composed)
+        print(f"bench expert MLP bias={bias}: fused {got:.3f} ms, composed {want:.3f} ms (forward and backward, "
+              f"{experts} experts, h {hidden}, ffn {ffn}, {rows} rows, bf16)")
+
+
 def bench_combine(permute, unpermute, pairs):
     """Forward and backward of the combine, the index-add's way and by gathers: 8192 tokens, top-8 of 64, h 2048."""
     torch.manual_seed(3)
@@ -198,6 +259,7 @@ def main():
     pairs = pair_combine_check()
     check_routing(torch.jit.load(ROOT + "topk_routing.pt", map_location="cuda"))
     bench(grouped)
+    grouped_mlp_check(grouped)
     bench_combine(torch.jit.load(ROOT + "permute_tokens.pt", map_location="cuda"),
                   torch.jit.load(ROOT + "unpermute_tokens.pt", map_location="cuda"), pairs)
 

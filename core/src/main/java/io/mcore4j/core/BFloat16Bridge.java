@@ -22,6 +22,9 @@ final class BFloat16Bridge {
     private final TorchScriptModule module;
     private final NDArray toDeviceMethod;
     private final NDArray emptyMethod;
+    /** One-element int8 templates {@code [1, ..., 1]} by device and rank, which {@link #empty} broadcasts. */
+    private final java.util.Map<String, NDArray> templates = new java.util.concurrent.ConcurrentHashMap<>();
+    private final NDManager templateOwner;
 
     private BFloat16Bridge() {
         NDManager owner = Mcore4j.newRootManager();
@@ -32,6 +35,7 @@ final class BFloat16Bridge {
         toDeviceMethod.setName("module_method:to_device");
         this.emptyMethod = host.zeros(new Shape());
         emptyMethod.setName("module_method:empty");
+        this.templateOwner = owner.newSubManager();
     }
 
     /** @return the process's bridge, loaded on first use */
@@ -83,10 +87,16 @@ final class BFloat16Bridge {
      */
     NDArray empty(NDManager owner, Shape shape, Device device) {
         try (NDManager temp = owner.newSubManager(device)) {
-            // only the template's shape and device are read: a broadcast view of one element
-            NDArray one = temp.zeros(new Shape(1), ai.djl.ndarray.types.DataType.INT8, device);
-            NDArray like = shape.dimension() == 0 ? one.reshape(new Shape()) : one.reshape(ones(shape.dimension())).broadcast(shape);
-            like.attach(temp);
+            // only the template's shape and device are read: a broadcast view of one kept element per device and rank
+            NDArray one = templates.computeIfAbsent(device + "/" + shape.dimension(), k -> {
+                NDArray t = templateOwner.zeros(ones(shape.dimension()), ai.djl.ndarray.types.DataType.INT8, device);
+                t.attach(templateOwner);
+                return t;
+            });
+            NDArray like = shape.dimension() == 0 ? one : one.broadcast(shape);
+            if (like != one) {
+                like.attach(temp);
+            }
             NDArray out = module.forward(emptyMethod, like).singletonOrThrow();
             out.attach(owner);
             return out;

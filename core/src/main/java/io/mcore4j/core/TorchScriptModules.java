@@ -1,6 +1,8 @@
 package io.mcore4j.core;
 
+import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
 import ai.djl.pytorch.engine.PtNDManager;
 import ai.djl.pytorch.engine.PtSymbolBlock;
 import ai.djl.pytorch.jni.JniUtils;
@@ -41,6 +43,20 @@ public final class TorchScriptModules {
             owner.setName("mcore4j-shared-module " + r);
             return load(owner, anchor, r);
         });
+    }
+
+    /**
+     * The marker by which {@link TorchScriptModule#forward(NDArray, NDArray...)} picks
+     * an exported method: a scalar tensor on the host named {@code "module_method:" + method}.
+     *
+     * @param host the manager that owns it (a host manager that lives as long as its callers)
+     * @param method the exported method's name
+     * @return the marker
+     */
+    public static NDArray methodMarker(NDManager host, String method) {
+        NDArray marker = host.zeros(new Shape());
+        marker.setName("module_method:" + method);
+        return marker;
     }
 
     /**

@@ -83,14 +83,8 @@ final class CachedLayer {
         this.module = TorchScriptModules.load(owner, CachedLayer.class, resource);
         this.staticShapes = staticShapes;
         NDManager host = paged ? owner.newSubManager(Device.cpu()) : null;
-        this.rotationTablesMethod = paged ? method(host, "rotation_tables") : null;
-        this.passInputsMethod = paged ? method(host, "pass_inputs") : null;
-    }
-
-    private static NDArray method(NDManager host, String name) {
-        NDArray marker = host.zeros(new Shape());
-        marker.setName("module_method:" + name);
-        return marker;
+        this.rotationTablesMethod = paged ? TorchScriptModules.methodMarker(host, "rotation_tables") : null;
+        this.passInputsMethod = paged ? TorchScriptModules.methodMarker(host, "pass_inputs") : null;
     }
 
     /**

@@ -260,9 +260,7 @@ final class FusedTokenPermutation extends TokenPermutation {
 
         /** A tensor named for an exported method, by which DJL picks it (kept for the process). */
         private static NDArray marker(String method) {
-            NDArray m = MARKERS.zeros(new Shape());
-            m.setName("module_method:" + method);
-            return m;
+            return TorchScriptModules.methodMarker(MARKERS, method);
         }
 
         @Override

@@ -5,6 +5,7 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.AbstractModule;
@@ -61,6 +62,8 @@ final class LocalExperts extends AbstractModule {
     private final List<ShardedTensor> pieces = new ArrayList<>();
     private final NDManager pieceViews;
     private final GroupedMatmul grouped;
+    /** The whole MLP as one Function on the grouped kernel, where it runs; else null (the composed products). */
+    private final GroupedExpertMlp fusedMlp;
 
     LocalExperts(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters, SeedScheme seeds,
                  String keyPrefix) {
@@ -86,6 +89,7 @@ final class LocalExperts extends AbstractModule {
         // gradient is set to none, its storage never is
         this.pieceViews = parameters.newSubManager();
         this.grouped = config.groupedGemm() ? GroupedMatmul.select(parameters, config.dtype()) : null;
+        this.fusedMlp = grouped instanceof GroupedMatmul.Kernel ? GroupedExpertMlp.kernel(config.activation()) : null;
         for (int l = 0; l < localCount; l++) {
             String name = "local_experts." + (firstLocalExpert + l) + ".";
             String key = keyPrefix + "experts." + name;
@@ -196,6 +200,9 @@ final class LocalExperts extends AbstractModule {
         }
         NDManager m = scope.manager();
         GroupedMatmul.Groups groups = matmul.groups(tokensPerExpert, ends, input, m);
+        if (matmul == grouped && fusedMlp != null && fusedMlpRuns(groups, input)) {
+            return forwardFused(scope, fusedMlp, input, groups);
+        }
         NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), groups); // [N, fc1/t]
         if (!fc1Biases.isEmpty()) {
             h = addExpertBiases(h, data(fc1Biases), tokensPerExpert, m);
@@ -203,6 +210,28 @@ final class LocalExperts extends AbstractModule {
         NDArray y = matmul.apply(scope, config.activation().apply(scope, h), stack(fc2Weights, m), groups);
         List<NDArray> fc2Bias = fc2BiasRowsForPass(scope);
         return fc2Bias == null ? y : addExpertBiases(y, fc2Bias, tokensPerExpert, m);
+    }
+
+    /**
+     * Whether the fused MLP takes these rows: group ends on the device (rows there are), and every width's rows
+     * aligned to 16 bytes as libtorch's grouped kernel reads them (else the composed products fall back per product).
+     */
+    private boolean fusedMlpRuns(GroupedMatmul.Groups groups, NDArray input) {
+        if (groups.ends() == null) {
+            return false;
+        }
+        int bytes = DataTypes.of(input).getNumOfBytes();
+        long fc1 = fc1Weights.get(0).data().getShape().get(0);
+        long fc2In = fc2Weights.get(0).data().getShape().get(1);
+        return hiddenSize * bytes % 16 == 0 && fc1 * bytes % 16 == 0 && fc2In * bytes % 16 == 0;
+    }
+
+    /** The whole MLP as one {@link GroupedExpertMlp} Function of the rows and the stacked weights and biases. */
+    NDArray forwardFused(AutogradScope scope, GroupedExpertMlp mlp, NDArray input, GroupedMatmul.Groups groups) {
+        NDManager m = scope.manager();
+        NDArray b1 = fc1Biases.isEmpty() ? null : stack(fc1Biases, m);
+        return mlp.apply(scope, input, stack(fc1Weights, m), b1, stack(fc2Weights, m), fc2BiasStackForPass(scope),
+                groups.ends(), groups.counts());
     }
 
     /**

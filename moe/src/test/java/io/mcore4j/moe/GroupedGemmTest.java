@@ -79,6 +79,58 @@ class GroupedGemmTest {
     }
 
     /**
+     * The whole MLP as one Function ({@link GroupedExpertMlp}, here through its per-expert archive, which any libtorch
+     * loads; the kernel's archive is the same code on {@code _grouped_mm}, checked against it by its script and on a
+     * GPU) equals the per-expert loop: output, input gradient and every weight and bias gradient, for every activation,
+     * with experts of no rows first, inside and last.
+     */
+    @ParameterizedTest(name = "{0} bias={1} counts {2}")
+    @CsvSource({
+        "GELU, false, 0 3 0 5", "GELU, true, 0 3 0 5", "SWIGLU, true, 0 3 0 5", "SWIGLU, false, 4 4 4 4",
+        "GELU_TANH, true, 7 0 0 0", "GEGLU_TANH, true, 0 1 2 0", "GEGLU_TANH, false, 2 2 0 9"})
+    void theFusedMlpEqualsThePerExpertLoop(MlpActivation activation, boolean bias, String countList) {
+        long[] counts = Arrays.stream(countList.split(" ")).mapToLong(Long::parseLong).toArray();
+        MoeConfig loop = MoeConfig.builder(4, 2, 16).activation(activation).addBias(bias).initStd(0.3).outputInitStd(0.2)
+                .batchedExperts(false).build();
+        long rows = TokenPermutation.sum(counts, 0, counts.length);
+        int[] ends = new int[counts.length];
+        for (int e = 0, end = 0; e < counts.length; e++) {
+            end += (int) counts[e];
+            ends[e] = end;
+        }
+        MoeGroups groups = MoeGroups.of(Fixtures.soloGroups());
+        try (NDManager m = NDManager.newBaseManager();
+             LocalExperts reference = new LocalExperts(loop, HIDDEN, groups, m, new SeedScheme(5), "mlp.");
+             LocalExperts experts = new LocalExperts(loop, HIDDEN, groups, m, new SeedScheme(5), "mlp.");
+             AutogradScope scope = AutogradScope.open(m)) {
+            NDManager s = scope.manager();
+            NDArray input = Fixtures.normal(s, 40, 1.0, rows, HIDDEN);
+            NDArray upstream = Fixtures.normal(s, 41, 1.0, rows, HIDDEN);
+            NDArray x = Fixtures.leaf(input, s);
+            NDArray xr = Fixtures.leaf(input, s);
+            GroupedMatmul.Groups g = new GroupedMatmul.Groups(counts, s.create(ends));
+            NDArray y = experts.forwardFused(scope, GroupedExpertMlp.loop(activation), x, g);
+            NDArray yr = reference.forward(scope, xr, counts);
+            scope.backward(new NDArray[] {y, yr}, new NDArray[] {upstream, upstream});
+            String at = activation + " bias " + bias + " counts " + countList + ": ";
+            assertClose(at + "output", y, yr, 1e-5);
+            assertClose(at + "input gradient", Fixtures.gradOrZeros(x, s), Fixtures.gradOrZeros(xr, s), 1e-5);
+            for (int e = 0; e < counts.length; e++) {
+                List<Parameter> mine = experts.expertParameters(e);
+                List<Parameter> theirs = reference.expertParameters(e);
+                for (int i = 0; i < mine.size(); i++) {
+                    NDArray grad = Fixtures.gradOrZeros(mine.get(i).data(), s);
+                    assertClose(at + "expert " + e + " " + mine.get(i).name() + " gradient", grad,
+                            Fixtures.gradOrZeros(theirs.get(i).data(), s), 1e-5);
+                    if (counts[e] == 0) {
+                        assertEquals(0.0, Fixtures.maxAbs(grad), at + "expert " + e + " has no rows");
+                    }
+                }
+            }
+        }
+    }
+
+    /**
      * A libtorch before 2.8 has no {@code _grouped_mm}: its archive does not load and the fallback is selected (on a
      * later libtorch the kernel's own equality is the test above).
      */

@@ -73,18 +73,12 @@ public final class Fp8Kernels {
     private Fp8Kernels() {
         this.module = TorchScriptModules.shared(Fp8Kernels.class, RESOURCE);
         NDManager host = Mcore4j.newRootManager().newSubManager(Device.cpu());
-        this.quantize = marker(host, "quantize");
-        this.emptyFp8 = marker(host, "empty_fp8");
-        this.backward = marker(host, "backward");
-        this.update = marker(host, "update");
-        this.dequantize = marker(host, "dequantize");
-        this.widen = marker(host, "widen");
-    }
-
-    private static NDArray marker(NDManager host, String method) {
-        NDArray m = host.zeros(new Shape());
-        m.setName("module_method:" + method);
-        return m;
+        this.quantize = TorchScriptModules.methodMarker(host, "quantize");
+        this.emptyFp8 = TorchScriptModules.methodMarker(host, "empty_fp8");
+        this.backward = TorchScriptModules.methodMarker(host, "backward");
+        this.update = TorchScriptModules.methodMarker(host, "update");
+        this.dequantize = TorchScriptModules.methodMarker(host, "dequantize");
+        this.widen = TorchScriptModules.methodMarker(host, "widen");
     }
 
     /** @return the process's kernels, loaded on first use */
