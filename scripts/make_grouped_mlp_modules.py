@@ -19,7 +19,7 @@ for the gated two):
 - backward(dy [N, h], x, pre, w1, w2, ends, counts, options) -> (dx [N, h] or empty, dw1 [E, f1, h], db1 [E, f1]
   or empty, dw2 [E, h, f], db2 [E, h] or empty): the activation recomputed from pre, libtorch's own derivative ops
   (gelu_backward, silu_backward), each weight's gradient one grouped product of the gradient and the input over each
-  expert's rows, each bias's the sum over its rows (float32 sums, by segments: no atomics).
+  expert's rows, each bias's the sum over its rows (one grouped product of a row of ones: float32 sums, no atomics).
 
 No method synchronises with the device: the rows per expert stay on the device for the kernel (the check on a GPU,
 scripts/gpu/moe-modules-check.py, runs them under torch.cuda.set_sync_debug_mode("error")).
@@ -86,13 +86,14 @@ class GroupedMlpKernel(torch.nn.Module):
         return torch._grouped_mm(rows.t(), grad, offs=ends).transpose(1, 2)
 
     def group_sum(self, rows: torch.Tensor, ends: torch.Tensor, counts: List[int]) -> torch.Tensor:
-        lengths = torch.diff(ends.to(torch.int64), prepend=torch.zeros(1, dtype=torch.int64, device=ends.device))
-        return torch.segment_reduce(rows.to(torch.promote_types(rows.dtype, torch.float32)), "sum", lengths=lengths, axis=0,
-                                    unsafe=True).to(rows.dtype)
+        """each expert's rows summed: [N, n] -> [E, n], as one grouped product of a row of ones (float32 sums)"""
+        n = rows.size(0)
+        # the kernel reads rows of 16-byte multiples: the ones are a view of a row padded to 8 elements
+        ones = torch.ones([1, (n + 7) // 8 * 8], dtype=rows.dtype, device=rows.device).narrow(1, 0, n)
+        return torch._grouped_mm(ones, rows, offs=ends).squeeze(1)
 
-    def bias_rows(self, bias: torch.Tensor, ends: torch.Tensor, counts: List[int], rows: int) -> torch.Tensor:
-        expert = torch.searchsorted(ends, torch.arange(rows, dtype=ends.dtype, device=ends.device), right=True)
-        return bias.index_select(0, expert)
+    def expert_of_rows(self, ends: torch.Tensor, counts: List[int], rows: int) -> torch.Tensor:
+        return torch.searchsorted(ends, torch.arange(rows, dtype=ends.dtype, device=ends.device), right=True)
 
     def forward(self, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor,
                 ends: torch.Tensor, counts_host: torch.Tensor,
@@ -100,11 +101,12 @@ class GroupedMlpKernel(torch.nn.Module):
         o: List[int] = options.tolist()
         counts: List[int] = counts_host.tolist()
         pre = self.product(x, w1, ends, counts)
+        expert = self.expert_of_rows(ends, counts, x.size(0)) if o[1] != 0 or o[2] != 0 else ends
         if o[1] != 0:
-            pre = pre + self.bias_rows(b1, ends, counts, x.size(0))
+            pre = pre + b1.index_select(0, expert)
         y = self.product(activate(pre, o[0]), w2, ends, counts)
         if o[2] != 0:
-            y = y + self.bias_rows(b2, ends, counts, x.size(0))
+            y = y + b2.index_select(0, expert)
         return y, pre
 
     @torch.jit.export
@@ -146,9 +148,9 @@ class GroupedMlpLoop(GroupedMlpKernel):
         parts = rows.split(counts)
         return torch.stack([parts[e].sum(0, dtype=torch.promote_types(rows.dtype, torch.float32)) for e in range(len(counts))]).to(rows.dtype)
 
-    def bias_rows(self, bias: torch.Tensor, ends: torch.Tensor, counts: List[int], rows: int) -> torch.Tensor:
-        return bias.repeat_interleave(torch.tensor(counts, dtype=torch.int64, device=bias.device), dim=0,
-                                      output_size=rows)
+    def expert_of_rows(self, ends: torch.Tensor, counts: List[int], rows: int) -> torch.Tensor:
+        return torch.arange(len(counts), device=ends.device).repeat_interleave(
+            torch.tensor(counts, dtype=torch.int64, device=ends.device), output_size=rows)
 
 
 def composed(x, w1, b1, w2, b2, counts, activation):

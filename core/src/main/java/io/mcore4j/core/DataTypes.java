@@ -5,9 +5,12 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import ai.djl.util.NativeResource;
 
+import java.lang.ref.WeakReference;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.util.Objects;
 
 /**
  * A tensor's data type, and the conversions and creations that depend on it, for every dtype
@@ -28,12 +31,22 @@ import java.nio.ByteOrder;
  * that neither DJL nor this class can create.
  */
 public final class DataTypes {
+    /**
+     * The tensors last found bfloat16, by identity hash: a direct-mapped cache that spares {@link #of} its module
+     * call (tens of microseconds) when asked again about the same tensor object holding the same native tensor
+     * ({@code intern} swaps a handle). Racy by design: a slot holds one immutable entry, and a lost or replaced
+     * entry costs only the call.
+     */
+    private static final KnownBFloat16[] KNOWN_BFLOAT16 = new KnownBFloat16[4096];
+
+    private record KnownBFloat16(WeakReference<NDArray> tensor, Object handle) {}
+
     private DataTypes() {}
 
     /**
      * The data type of {@code x}: DJL's answer, except that a bfloat16 tensor (which DJL reports as
-     * {@link DataType#UNKNOWN}) is {@link DataType#BFLOAT16}. Costs one extra native call for
-     * bfloat16 tensors only.
+     * {@link DataType#UNKNOWN}) is {@link DataType#BFLOAT16}. Costs one module call for a bfloat16 tensor
+     * not asked about just before.
      *
      * @param x a PyTorch-engine tensor
      * @return its dtype, never {@code UNKNOWN}
@@ -45,8 +58,15 @@ public final class DataTypes {
         if (t != DataType.UNKNOWN) {
             return t;
         }
+        int slot = System.identityHashCode(x) & (KNOWN_BFLOAT16.length - 1);
+        Object handle = x instanceof NativeResource<?> r ? r.getHandle() : null;
+        KnownBFloat16 known = KNOWN_BFLOAT16[slot];
+        if (known != null && known.tensor().get() == x && Objects.equals(known.handle(), handle)) {
+            return DataType.BFLOAT16;
+        }
         long code = BFloat16Bridge.get().dtypeCode(x);
         if (code == BFloat16Bridge.BFLOAT16_CODE) {
+            KNOWN_BFLOAT16[slot] = new KnownBFloat16(new WeakReference<>(x), handle);
             return DataType.BFLOAT16;
         }
         throw new IllegalArgumentException("a tensor of shape " + x.getShape() + " has libtorch scalar type "

@@ -62,6 +62,26 @@ class DataTypesTest {
         }
     }
 
+    /** The answer kept for a bfloat16 tensor object is its own: asked again it agrees, and others are asked anew. */
+    @Test
+    void aBFloat16TensorAskedAgainAnswersTheSame() {
+        try (NDManager m = Mcore4j.newRootManager()) {
+            for (int i = 0; i < 64; i++) {
+                NDArray x = m.create(VALUES);
+                NDArray b = DataTypes.toType(x, DataType.BFLOAT16, false);
+                NDArray h = DataTypes.toType(x, DataType.FLOAT16, false);
+                for (int again = 0; again < 3; again++) {
+                    assertEquals(DataType.BFLOAT16, DataTypes.of(b));
+                    assertEquals(DataType.FLOAT16, DataTypes.of(h));
+                    assertEquals(DataType.FLOAT32, DataTypes.of(x));
+                }
+                b.close();
+                h.close();
+                x.close();
+            }
+        }
+    }
+
     @Test
     void bytesRoundTripBitForBit() {
         SplittableRandom random = new SplittableRandom(7);

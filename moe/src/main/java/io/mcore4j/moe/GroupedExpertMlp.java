@@ -33,9 +33,10 @@ import java.util.concurrent.ConcurrentHashMap;
  *
  * <p>The same function as the composed path: the same products (libtorch's {@code _grouped_mm} with the weights as a
  * column-major view), each bias added to its expert's rows, libtorch's own derivative ops for the activations; each
- * weight's gradient one grouped product over the experts' rows, each bias's a float32 sum over its rows by segments
- * (no atomics). {@code grouped_mlp_loop.pt} is the same archive with one matmul per expert, for a libtorch without the
- * grouped kernel (the CPU tests run the Function through it). Nothing here reads the device: the group ends stay on it.
+ * weight's gradient one grouped product over the experts' rows, each bias's one grouped product of a row of ones
+ * (float32 sums, no atomics). {@code grouped_mlp_loop.pt} is the same archive with one matmul per expert, for a
+ * libtorch without the grouped kernel (the CPU tests run the Function through it). Nothing here reads the device: the
+ * group ends stay on it.
  *
  * <p>Thread-safe: the process shares one instance per archive and activation.
  */
@@ -89,8 +90,8 @@ final class GroupedExpertMlp implements Function {
     }
 
     private static GroupedExpertMlp shared(String resource, MlpActivation activation) {
-        return SHARED.computeIfAbsent(resource + "#" + activation, k ->
-                new GroupedExpertMlp(TorchScriptModules.shared(GroupedExpertMlp.class, resource), activation, resource));
+        return SHARED.computeIfAbsent(resource + "#" + activation, k -> new GroupedExpertMlp(
+                TorchScriptModules.shared(GroupedExpertMlp.class, resource), activation, resource));
     }
 
     private static void logOff(String why) {
