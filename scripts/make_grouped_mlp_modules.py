@@ -19,7 +19,8 @@ for the gated two):
 - backward(dy [N, h], x, pre, w1, w2, ends, counts, options) -> (dx [N, h] or empty, dw1 [E, f1, h], db1 [E, f1]
   or empty, dw2 [E, h, f], db2 [E, h] or empty): the activation recomputed from pre, libtorch's own derivative ops
   (gelu_backward, silu_backward), each weight's gradient one grouped product of the gradient and the input over each
-  expert's rows, each bias's the sum over its rows (one grouped product of a row of ones: float32 sums, no atomics).
+  expert's rows, each bias's the sum over its rows (one grouped product against columns of ones: float32 sums, no
+  atomics).
 
 No method synchronises with the device: the rows per expert stay on the device for the kernel (the check on a GPU,
 scripts/gpu/moe-modules-check.py, runs them under torch.cuda.set_sync_debug_mode("error")).
@@ -86,11 +87,11 @@ class GroupedMlpKernel(torch.nn.Module):
         return torch._grouped_mm(rows.t(), grad, offs=ends).transpose(1, 2)
 
     def group_sum(self, rows: torch.Tensor, ends: torch.Tensor, counts: List[int]) -> torch.Tensor:
-        """each expert's rows summed: [N, n] -> [E, n], as one grouped product of a row of ones (float32 sums)"""
-        n = rows.size(0)
-        # the kernel reads rows of 16-byte multiples: the ones are a view of a row padded to 8 elements
-        ones = torch.ones([1, (n + 7) // 8 * 8], dtype=rows.dtype, device=rows.device).narrow(1, 0, n)
-        return torch._grouped_mm(ones, rows, offs=ends).squeeze(1)
+        """each expert's rows summed: [N, n] -> [E, n], as the weight gradient's grouped product against columns of
+        ones (float32 sums; eight columns, the 16 bytes the kernel reads a row in; a single row of ones as the other
+        operand trips the bfloat16 kernel on a GPU)"""
+        ones = torch.ones([rows.size(0), 8], dtype=rows.dtype, device=rows.device)
+        return torch._grouped_mm(rows.t(), ones, offs=ends).select(2, 0)
 
     def expert_of_rows(self, ends: torch.Tensor, counts: List[int], rows: int) -> torch.Tensor:
         return torch.searchsorted(ends, torch.arange(rows, dtype=ends.dtype, device=ends.device), right=True)

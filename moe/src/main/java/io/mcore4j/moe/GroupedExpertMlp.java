@@ -33,8 +33,8 @@ import java.util.concurrent.ConcurrentHashMap;
  *
  * <p>The same function as the composed path: the same products (libtorch's {@code _grouped_mm} with the weights as a
  * column-major view), each bias added to its expert's rows, libtorch's own derivative ops for the activations; each
- * weight's gradient one grouped product over the experts' rows, each bias's one grouped product of a row of ones
- * (float32 sums, no atomics). {@code grouped_mlp_loop.pt} is the same archive with one matmul per expert, for a
+ * weight's gradient one grouped product over the experts' rows, each bias's one grouped product against columns of
+ * ones (float32 sums, no atomics). {@code grouped_mlp_loop.pt} is the same archive with one matmul per expert, for a
  * libtorch without the grouped kernel (the CPU tests run the Function through it). Nothing here reads the device: the
  * group ends stay on it.
  *
