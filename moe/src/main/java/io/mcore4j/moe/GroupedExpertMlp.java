@@ -28,8 +28,8 @@ import java.util.concurrent.ConcurrentHashMap;
  * of their own, a split, an add and a concatenation per bias and the activation, and libtorch's autograd runs their
  * backward node by node in a traversal of its own (the rows arrive from a Function and leave into one), this is one
  * node: the host's cost per layer pass of the MoE layer, not the GPU's, was the step's on small shapes (issue 34's
- * probe preset). The stacks of the weights stay libtorch ops: their backward joins the traversal of the layer's other
- * pending roots.
+ * probe preset). The stacks of the weights stay libtorch ops; their gradients' backward waits for the scope's next
+ * traversal ({@link FunctionContext#deferInputGradients}) instead of running one of its own.
  *
  * <p>The same function as the composed path: the same products (libtorch's {@code _grouped_mm} with the weights as a
  * column-major view), each bias added to its expert's rows, libtorch's own derivative ops for the activations; each
@@ -106,7 +106,8 @@ final class GroupedExpertMlp implements Function {
      *
      * @param scope the pass's scope; owns the output
      * @param x {@code [N, h]}, the rows of expert 0, then 1, ... ({@code N > 0})
-     * @param w1 {@code [E, f1, h]} the stacked fc1 weights
+     * @param w1 {@code [E, f1, h]} the stacked fc1 weights (a stack of parameters, or a recorded function's output:
+     *           the backward of the weights' and biases' gradients waits for the scope's next traversal)
      * @param b1 {@code [E, f1]} the stacked fc1 biases, or null
      * @param w2 {@code [E, h, f]} the stacked fc2 weights
      * @param b2 {@code [E, h]} the stacked fc2 biases to add here, or null
@@ -126,6 +127,8 @@ final class GroupedExpertMlp implements Function {
     public NDArray[] forward(FunctionContext ctx, NDArray... in) {
         NDList out = module.forward(new NDList(in[0], in[1], in[3], in[2], in[4], in[5], in[6], in[7]));
         out.attach(ctx.manager());
+        // stacks of parameters: their backward joins the scope's next traversal instead of running one of its own
+        ctx.deferInputGradients(1, 2, 3, 4);
         ctx.saveForBackward(in[0], out.get(1), in[1], in[2], in[5], in[6], in[7]);
         return new NDArray[] {out.get(0)};
     }

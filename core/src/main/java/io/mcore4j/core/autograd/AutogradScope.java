@@ -418,11 +418,11 @@ public final class AutogradScope implements AutoCloseable {
                         + " does not require grad: nothing to back-propagate through");
             }
             checkSameShape(outputs[i], grads[i], "upstream gradient of output " + i);
-            pending.add(outputs[i], grads[i], false);
+            pending.add(outputs[i], grads[i], false, false);
         }
         for (int n = tape.size() - 1; n >= 0; n--) {
             Node node = tape.get(n);
-            pending.flush();
+            pending.flush(false);
             NDArray[] gradOutputs = new NDArray[node.leaves.length];
             boolean[] ownedHere = new boolean[gradOutputs.length];
             for (int i = 0; i < gradOutputs.length; i++) {
@@ -448,7 +448,8 @@ public final class AutogradScope implements AutoCloseable {
                     checkSameShape(node.inputs[i], gradInputs[i],
                             node.function.name() + " gradient for input " + i);
                     // a gradient handed on as it came (an identity's) stays its owner's
-                    pending.add(node.inputs[i], gradInputs[i], !isBorrowed(gradInputs[i], gradOutputs, ownedHere));
+                    pending.add(node.inputs[i], gradInputs[i], !isBorrowed(gradInputs[i], gradOutputs, ownedHere),
+                            node.ctx.deferredInputGradient(i));
                 }
             }
             for (int i = 0; i < gradOutputs.length; i++) {
@@ -458,7 +459,7 @@ public final class AutogradScope implements AutoCloseable {
             }
             pending.emptyDisposed();
         }
-        pending.flush();
+        pending.flush(true);
         tape.clear();
         referenced.clear();
     }
@@ -596,14 +597,20 @@ public final class AutogradScope implements AutoCloseable {
             disposed.clear();
         }
 
-        void add(NDArray tensor, NDArray grad, boolean scopeOwnsGrad) {
+        /**
+         * Adds {@code grad} to {@code tensor}'s pending gradient; {@code deferrable}: its backward may wait for a later
+         * traversal ({@link FunctionContext#deferInputGradients}), which holds only while every contribution says so.
+         */
+        void add(NDArray tensor, NDArray grad, boolean scopeOwnsGrad, boolean deferrable) {
             Entry entry = byTensor.get(tensor);
             if (entry == null) {
                 entry = new Entry(tensor, grad, scopeOwnsGrad);
+                entry.deferrable = deferrable;
                 byTensor.put(tensor, entry);
                 entries.add(entry);
                 return;
             }
+            entry.deferrable &= deferrable;
             NDArray sum = entry.grad.add(DataTypes.toType(grad, DataTypes.of(entry.grad), false));
             sum.attach(manager);
             release(entry);
@@ -632,15 +639,21 @@ public final class AutogradScope implements AutoCloseable {
             return false;
         }
 
-        /** Runs libtorch's backward from every pending tensor that is not an output of a recorded function. */
-        void flush() {
+        /**
+         * Runs libtorch's backward from every pending tensor that is not an output of a recorded function, in one
+         * traversal; unless {@code last}, not when every such tensor's backward may wait (deferrable): they then join
+         * the next traversal.
+         */
+        void flush(boolean last) {
             List<Entry> roots = new ArrayList<>(entries.size());
+            boolean waits = !last;
             for (Entry e : entries) {
                 if (!recordedOutputs.contains(e.tensor)) {
                     roots.add(e);
+                    waits &= e.deferrable;
                 }
             }
-            if (roots.isEmpty()) {
+            if (roots.isEmpty() || waits) {
                 return;
             }
             if (roots.size() == 1) {
@@ -680,6 +693,8 @@ public final class AutogradScope implements AutoCloseable {
         final NDArray tensor;
         NDArray grad;
         boolean owned;
+        /** Whether its backward may wait for a later traversal (it reaches leaves only). */
+        boolean deferrable;
 
         Entry(NDArray tensor, NDArray grad, boolean owned) {
             this.tensor = tensor;

@@ -17,6 +17,7 @@ public final class FunctionContext {
     private final boolean training;
     private List<NDArray> saved = List.of();
     private Object state;
+    private boolean[] deferred;
 
     FunctionContext(NDManager manager, boolean[] needsInputGrad, boolean training) {
         this.manager = manager;
@@ -61,6 +62,34 @@ public final class FunctionContext {
      */
     public int inputCount() {
         return needsInputGrad.length;
+    }
+
+    /**
+     * Lets the scope run the backward of these inputs' gradients with a later traversal: call it in forward for
+     * inputs whose autograd graph reaches only leaves (parameters stacked or viewed for the call), never the output of
+     * another recorded function. The scope then holds their gradients until a traversal runs for another reason (or
+     * its backward ends) and joins them to it, where it would run one traversal for them before the next function's
+     * backward.
+     *
+     * @param indices input positions
+     * @throws IndexOutOfBoundsException if an index is not an input's
+     */
+    public void deferInputGradients(int... indices) {
+        boolean[] d = new boolean[needsInputGrad.length];
+        for (int i : indices) {
+            d[i] = true;
+        }
+        this.deferred = d;
+    }
+
+    /**
+     * Whether {@link #deferInputGradients} named input {@code index}.
+     *
+     * @param index the input's position
+     * @return true if its gradient's backward may wait for a later traversal
+     */
+    public boolean deferredInputGradient(int index) {
+        return deferred != null && deferred[index];
     }
 
     /**

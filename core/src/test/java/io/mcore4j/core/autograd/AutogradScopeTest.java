@@ -212,6 +212,58 @@ class AutogradScopeTest {
     }
 
     /**
+     * A function's input whose gradient it defers ({@link FunctionContext#deferInputGradients}) has its backward run
+     * with a later traversal, after the next function's backward (here the final one, with the leaf's), not before
+     * it; the gradients are the same either way.
+     */
+    @Test
+    void deferredInputGradientsJoinALaterTraversalWithTheSameGradients() {
+        for (boolean defer : new boolean[] {false, true}) {
+            try (NDManager m = root.newSubManager()) {
+                NDArray x = m.create(new double[] {1, 2});
+                x.setRequiresGradient(true);
+                NDArray p = m.create(new double[] {3, 5});
+                p.setRequiresGradient(true);
+                boolean[] parameterHadGradient = new boolean[1];
+                Function doubling = new Function() {
+                    @Override
+                    public NDArray[] forward(FunctionContext ctx, NDArray... in) {
+                        return new NDArray[] {in[0].mul(2)};
+                    }
+
+                    @Override
+                    public NDArray[] backward(FunctionContext ctx, NDArray... g) {
+                        parameterHadGradient[0] = Tensors.gradientOrNull(p, ctx.manager()) != null;
+                        return new NDArray[] {g[0].mul(2)};
+                    }
+                };
+                Function product = new Function() {
+                    @Override
+                    public NDArray[] forward(FunctionContext ctx, NDArray... in) {
+                        if (defer) {
+                            ctx.deferInputGradients(1);
+                        }
+                        ctx.saveForBackward(in[0], in[1]);
+                        return new NDArray[] {in[0].mul(in[1])};
+                    }
+
+                    @Override
+                    public NDArray[] backward(FunctionContext ctx, NDArray... g) {
+                        return new NDArray[] {g[0].mul(ctx.saved(1)), g[0].mul(ctx.saved(0))};
+                    }
+                };
+                try (AutogradScope scope = AutogradScope.open(m)) {
+                    NDArray out = scope.apply1(product, scope.apply1(doubling, x), p.mul(1.5));
+                    scope.backward(out.sum());
+                }
+                assertEquals(!defer, parameterHadGradient[0], "deferred: " + defer);
+                assertClose("grad p, deferred " + defer, p.getGradient(), m.create(new double[] {3, 6}), 0);
+                assertClose("grad x, deferred " + defer, x.getGradient(), m.create(new double[] {9, 15}), 0);
+            }
+        }
+    }
+
+    /**
      * Upstream gradients of recorded functions' outputs go to their producers directly (not through
      * libtorch): a caller's gradient handed on by a chain of identities reaches the leaf below with its
      * values, and stays the caller's (the scope does not close it).
