@@ -14,10 +14,11 @@ fc1 bias, fc2 bias, input gradient], activation 0 GELU (erf), 1 tanh GELU, 2 Swi
 for the gated two):
 
 - forward(x [N, h], w1 [E, f1, h], b1 [E, f1] or empty, w2 [E, h, f], b2 [E, h] or empty, ends, counts, options)
-  -> (y [N, h], pre [N, f1]): pre = x_e w1[e]^T + b1[e] for each expert's rows, y = act(pre)_e w2[e]^T + b2[e];
+  -> (y [N, h], pre [N, f1], act [N, f]): pre = x_e w1[e]^T + b1[e] for each expert's rows, act = act(pre),
+  y = act_e w2[e]^T + b2[e] (pre and act are what libtorch's autograd would keep for backward);
   the products as grouped_mm.pt makes them, each bias added to its expert's rows;
-- backward(dy [N, h], x, pre, w1, w2, ends, counts, options) -> (dx [N, h] or empty, dw1 [E, f1, h], db1 [E, f1]
-  or empty, dw2 [E, h, f], db2 [E, h] or empty): the activation recomputed from pre, libtorch's own derivative ops
+- backward(dy [N, h], x, pre, act, w1, w2, ends, counts, options) -> (dx [N, h] or empty, dw1 [E, f1, h], db1
+  [E, f1] or empty, dw2 [E, h, f], db2 [E, h] or empty): libtorch's own derivative ops
   (gelu_backward, silu_backward), each weight's gradient one grouped product of the gradient and the input over each
   expert's rows, each bias's the sum over its rows (one grouped product against columns of ones: float32 sums, no
   atomics).
@@ -53,12 +54,12 @@ def activate(pre: torch.Tensor, activation: int) -> torch.Tensor:
     return F.gelu(gate, approximate="tanh") * up
 
 
-def activation_backward(grad: torch.Tensor, pre: torch.Tensor, activation: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(the activation's output, the gradient of its input)"""
+def activation_backward(grad: torch.Tensor, pre: torch.Tensor, activation: int) -> torch.Tensor:
+    """the gradient of the activation's input"""
     if activation == 0:
-        return F.gelu(pre), torch.ops.aten.gelu_backward(grad, pre)
+        return torch.ops.aten.gelu_backward(grad, pre)
     if activation == 1:
-        return F.gelu(pre, approximate="tanh"), torch.ops.aten.gelu_backward(grad, pre, approximate="tanh")
+        return torch.ops.aten.gelu_backward(grad, pre, approximate="tanh")
     gate, up = pre.chunk(2, -1)
     if activation == 2:
         gated = F.silu(gate)
@@ -66,7 +67,7 @@ def activation_backward(grad: torch.Tensor, pre: torch.Tensor, activation: int) 
     else:
         gated = F.gelu(gate, approximate="tanh")
         d_gate = torch.ops.aten.gelu_backward(grad * up, gate, approximate="tanh")
-    return gated * up, torch.cat([d_gate, grad * gated], -1)
+    return torch.cat([d_gate, grad * gated], -1)
 
 
 class GroupedMlpKernel(torch.nn.Module):
@@ -98,27 +99,28 @@ class GroupedMlpKernel(torch.nn.Module):
 
     def forward(self, x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor, b2: torch.Tensor,
                 ends: torch.Tensor, counts_host: torch.Tensor,
-                options: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+                options: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         o: List[int] = options.tolist()
         counts: List[int] = counts_host.tolist()
         pre = self.product(x, w1, ends, counts)
         expert = self.expert_of_rows(ends, counts, x.size(0)) if o[1] != 0 or o[2] != 0 else ends
         if o[1] != 0:
             pre = pre + b1.index_select(0, expert)
-        y = self.product(activate(pre, o[0]), w2, ends, counts)
+        act = activate(pre, o[0])
+        y = self.product(act, w2, ends, counts)
         if o[2] != 0:
             y = y + b2.index_select(0, expert)
-        return y, pre
+        return y, pre, act
 
     @torch.jit.export
-    def backward(self, dy: torch.Tensor, x: torch.Tensor, pre: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
-                 ends: torch.Tensor, counts_host: torch.Tensor, options: torch.Tensor) \
+    def backward(self, dy: torch.Tensor, x: torch.Tensor, pre: torch.Tensor, act: torch.Tensor, w1: torch.Tensor,
+                 w2: torch.Tensor, ends: torch.Tensor, counts_host: torch.Tensor, options: torch.Tensor) \
             -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         o: List[int] = options.tolist()
         counts: List[int] = counts_host.tolist()
         none = torch.empty([0], dtype=x.dtype, device=x.device)
         d_act = self.product_t(dy, w2, ends, counts)
-        act, d_pre = activation_backward(d_act, pre, o[0])
+        d_pre = activation_backward(d_act, pre, o[0])
         dw2 = self.wgrad(dy, act, ends, counts)
         db2 = self.group_sum(dy, ends, counts) if o[2] != 0 else none
         dw1 = self.wgrad(d_pre, x, ends, counts)
@@ -190,8 +192,8 @@ def check(module: torch.jit.ScriptModule, dtype: torch.dtype = torch.float64, de
                 options = torch.tensor([activation, int(bias), int(bias), 1], dtype=torch.int64)
                 empty = torch.empty(0, dtype=dtype, device=device)
                 with torch.no_grad():
-                    y, pre = module(x, w1, b1 if bias else empty, w2, b2 if bias else empty, ends, host, options)
-                    dx, dw1, db1, dw2, db2 = module.backward(upstream, x, pre, w1, w2, ends, host, options)
+                    y, pre, act = module(x, w1, b1 if bias else empty, w2, b2 if bias else empty, ends, host, options)
+                    dx, dw1, db1, dw2, db2 = module.backward(upstream, x, pre, act, w1, w2, ends, host, options)
                 got = {"y": y, "x": dx, "w1": dw1, "w2": dw2}
                 if bias:
                     got.update(b1=db1, b2=db2)

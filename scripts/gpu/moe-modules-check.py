@@ -193,8 +193,8 @@ def grouped_mlp_check(grouped):
 
         def fused():
             with torch.no_grad():
-                y, pre = module(x, w1, b1 if bias else none, w2, b2 if bias else none, ends, host, options)
-                module.backward(upstream, x, pre, w1, w2, ends, host, options)
+                y, pre, act = module(x, w1, b1 if bias else none, w2, b2 if bias else none, ends, host, options)
+                module.backward(upstream, x, pre, act, w1, w2, ends, host, options)
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")
         try:

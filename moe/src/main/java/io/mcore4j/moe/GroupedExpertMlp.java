@@ -23,13 +23,14 @@ import java.util.concurrent.ConcurrentHashMap;
 /**
  * The local experts' whole MLP on grouped products as one autograd Function of the rows and the stacked weights and
  * biases: {@code y = act(x_e w1[e]^T + b1[e]) w2[e]^T + b2[e]} over each expert's rows, forward in one call of
- * {@code grouped_mlp.pt} and backward in one more ({@code scripts/make_grouped_mlp_modules.py}), the activation
- * recomputed from its input in backward. Where {@link LocalExperts}' composed grouped path makes two grouped products
- * of their own, a split, an add and a concatenation per bias and the activation, and libtorch's autograd runs their
- * backward node by node in a traversal of its own (the rows arrive from a Function and leave into one), this is one
- * node: the host's cost per layer pass of the MoE layer, not the GPU's, was the step's on small shapes (issue 34's
- * probe preset). The stacks of the weights stay libtorch ops; their gradients' backward waits for the scope's next
- * traversal ({@link FunctionContext#deferInputGradients}) instead of running one of its own.
+ * {@code grouped_mlp.pt} and backward in one more ({@code scripts/make_grouped_mlp_modules.py}), which reads the
+ * activation's input and output kept from forward (what libtorch's autograd keeps for the composed path). Where
+ * {@link LocalExperts}' composed grouped path makes two grouped products of their own, a split, an add and a
+ * concatenation per bias and the activation, and libtorch's autograd runs their backward node by node in a traversal
+ * of its own (the rows arrive from a Function and leave into one), this is one node: the host's cost per layer pass of
+ * the MoE layer, not the GPU's, was the step's on small shapes (issue 34's probe preset). The stacks of the weights
+ * stay libtorch ops; their gradients' backward waits for the scope's next traversal
+ * ({@link FunctionContext#deferInputGradients}) instead of running one of its own.
  *
  * <p>The same function as the composed path: the same products (libtorch's {@code _grouped_mm} with the weights as a
  * column-major view), each bias added to its expert's rows, libtorch's own derivative ops for the activations; each
@@ -129,13 +130,13 @@ final class GroupedExpertMlp implements Function {
         out.attach(ctx.manager());
         // stacks of parameters: their backward joins the scope's next traversal instead of running one of its own
         ctx.deferInputGradients(1, 2, 3, 4);
-        ctx.saveForBackward(in[0], out.get(1), in[1], in[2], in[5], in[6], in[7]);
+        ctx.saveForBackward(in[0], out.get(1), out.get(2), in[1], in[2], in[5], in[6], in[7]);
         return new NDArray[] {out.get(0)};
     }
 
     @Override
     public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
-        NDArray options = ctx.saved(6);
+        NDArray options = ctx.saved(7);
         boolean b1 = ctx.needsInputGrad(3);
         boolean b2 = ctx.needsInputGrad(4);
         if (!ctx.needsInputGrad(0)) {
@@ -143,7 +144,7 @@ final class GroupedExpertMlp implements Function {
             options = Host.INSTANCE.options(activation, o[1] != 0, o[2] != 0, false);
         }
         NDList d = module.forward(Host.INSTANCE.backward, grads[0], ctx.saved(0), ctx.saved(1), ctx.saved(2),
-                ctx.saved(3), ctx.saved(4), ctx.saved(5), options);
+                ctx.saved(3), ctx.saved(4), ctx.saved(5), ctx.saved(6), options);
         d.attach(ctx.manager());
         return new NDArray[] {ctx.needsInputGrad(0) ? d.get(0) : null, ctx.needsInputGrad(1) ? d.get(1) : null,
                 ctx.needsInputGrad(2) ? d.get(3) : null, b1 ? d.get(2) : null, b2 ? d.get(4) : null, null, null, null};
