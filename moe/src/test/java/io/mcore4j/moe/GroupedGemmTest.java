@@ -61,18 +61,7 @@ class GroupedGemmTest {
                         assertClose(at + "output", y, yr, 1e-5);
                         assertClose(at + "input gradient", Fixtures.gradOrZeros(x, s), Fixtures.gradOrZeros(xr, s), 1e-5);
                     }
-                    for (int e = 0; e < counts.length; e++) {
-                        List<Parameter> mine = experts.expertParameters(e);
-                        List<Parameter> theirs = reference.expertParameters(e);
-                        for (int i = 0; i < mine.size(); i++) {
-                            NDArray g = Fixtures.gradOrZeros(mine.get(i).data(), s);
-                            assertClose(at + "expert " + e + " " + mine.get(i).name() + " gradient", g,
-                                    Fixtures.gradOrZeros(theirs.get(i).data(), s), 1e-5);
-                            if (counts[e] == 0) {
-                                assertEquals(0.0, Fixtures.maxAbs(g), at + "expert " + e + " has no rows");
-                            }
-                        }
-                    }
+                    assertSameExpertGradients(at, experts, reference, counts, s);
                 }
             }
         }
@@ -115,16 +104,22 @@ class GroupedGemmTest {
             String at = activation + " bias " + bias + " counts " + countList + ": ";
             assertClose(at + "output", y, yr, 1e-5);
             assertClose(at + "input gradient", Fixtures.gradOrZeros(x, s), Fixtures.gradOrZeros(xr, s), 1e-5);
-            for (int e = 0; e < counts.length; e++) {
-                List<Parameter> mine = experts.expertParameters(e);
-                List<Parameter> theirs = reference.expertParameters(e);
-                for (int i = 0; i < mine.size(); i++) {
-                    NDArray grad = Fixtures.gradOrZeros(mine.get(i).data(), s);
-                    assertClose(at + "expert " + e + " " + mine.get(i).name() + " gradient", grad,
-                            Fixtures.gradOrZeros(theirs.get(i).data(), s), 1e-5);
-                    if (counts[e] == 0) {
-                        assertEquals(0.0, Fixtures.maxAbs(grad), at + "expert " + e + " has no rows");
-                    }
+            assertSameExpertGradients(at, experts, reference, counts, s);
+        }
+    }
+
+    /** Every weight and bias gradient of every expert within 1e-5 of the reference's; zero for an expert with no rows. */
+    private static void assertSameExpertGradients(String at, LocalExperts experts, LocalExperts reference, long[] counts,
+                                                  NDManager s) {
+        for (int e = 0; e < counts.length; e++) {
+            List<Parameter> mine = experts.expertParameters(e);
+            List<Parameter> theirs = reference.expertParameters(e);
+            for (int i = 0; i < mine.size(); i++) {
+                NDArray grad = Fixtures.gradOrZeros(mine.get(i).data(), s);
+                assertClose(at + "expert " + e + " " + mine.get(i).name() + " gradient", grad,
+                        Fixtures.gradOrZeros(theirs.get(i).data(), s), 1e-5);
+                if (counts[e] == 0) {
+                    assertEquals(0.0, Fixtures.maxAbs(grad), at + "expert " + e + " has no rows");
                 }
             }
         }
