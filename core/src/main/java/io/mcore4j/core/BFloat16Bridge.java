@@ -5,6 +5,9 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
 
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+
 /**
  * The libtorch calls that DJL 0.35.1 cannot make for bfloat16, run through mcore4j's own
  * TorchScript module ({@code scripts/make_bfloat16_module.py}): DJL's PyTorch JNI maps no DJL data
@@ -23,7 +26,7 @@ final class BFloat16Bridge {
     private final NDArray toDeviceMethod;
     private final NDArray emptyMethod;
     /** One-element int8 templates {@code [1, ..., 1]} by device and rank, which {@link #empty} broadcasts. */
-    private final java.util.Map<String, NDArray> templates = new java.util.concurrent.ConcurrentHashMap<>();
+    private final Map<String, NDArray> templates = new ConcurrentHashMap<>();
     private final NDManager templateOwner;
 
     private BFloat16Bridge() {

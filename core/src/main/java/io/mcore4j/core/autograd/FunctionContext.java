@@ -66,10 +66,10 @@ public final class FunctionContext {
 
     /**
      * Lets the scope run the backward of these inputs' gradients with a later traversal: call it in forward for
-     * inputs whose autograd graph reaches only leaves (parameters stacked or viewed for the call), never the output of
-     * another recorded function. The scope then holds their gradients until a traversal runs for another reason (or
-     * its backward ends) and joins them to it, where it would run one traversal for them before the next function's
-     * backward.
+     * inputs whose libtorch graph reaches only leaves (parameters stacked or viewed for the call) and no recorded
+     * function's output. The scope then holds their gradients until a traversal runs for another reason (or its
+     * backward ends) and joins them to it, where it would run one traversal for them before the next function's
+     * backward. An input that is itself a recorded function's output goes to that function as always.
      *
      * @param indices input positions
      * @throws IndexOutOfBoundsException if an index is not an input's
