@@ -40,6 +40,7 @@ import java.util.function.Supplier;
 
 import org.bytedeco.cuda.cudart.CUevent_st;
 import org.bytedeco.cuda.cudart.CUstream_st;
+import org.bytedeco.javacpp.Pointer;
 
 /**
  * Collectives of one group with NCCL on CUDA tensors of this process's device.
@@ -460,29 +461,28 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
      * order. Messages above the chunk size are cut alike on both sides.
      */
     private void enqueueChunks(String what, NDArray src, NDArray out, ChunkLayout send, ChunkLayout recv, CUstream_st on) {
-        long from = address(src);
-        long to = address(out);
         long rowElements = src.getShape().slice(1).size();
-        int dt = NcclCodes.dataType(DataTypes.of(src));
-        int es = DataTypes.of(src).getNumOfBytes();
+        DataType dtype = DataTypes.of(src);
         try (NcclComm.Group calls = comm.group(what)) {
             for (int j = 0; j < size(); j++) {
-                for (int c = 0; c < send.sizes()[j].length; c++) {
-                    long at = send.offsets()[j][c] * rowElements;
-                    ChunkPlan outgoing = ChunkPlan.of(send.sizes()[j][c] * rowElements, es, chunkBytes);
-                    for (int k = 0; k < outgoing.chunks(); k++) {
-                        calls.add(ncclSend(pointer(from + (at + outgoing.offset(k)) * es), outgoing.length(k), dt, j,
-                                comm.handle(), on), "ncclSend");
-                    }
-                }
-                for (int c = 0; c < recv.sizes()[j].length; c++) {
-                    long at = recv.offsets()[j][c] * rowElements;
-                    ChunkPlan incoming = ChunkPlan.of(recv.sizes()[j][c] * rowElements, es, chunkBytes);
-                    for (int k = 0; k < incoming.chunks(); k++) {
-                        calls.add(ncclRecv(pointer(to + (at + incoming.offset(k)) * es), incoming.length(k), dt, j,
-                                comm.handle(), on), "ncclRecv");
-                    }
-                }
+                postChunks(calls, true, address(src), send, j, rowElements, dtype, on);
+                postChunks(calls, false, address(out), recv, j, rowElements, dtype, on);
+            }
+        }
+    }
+
+    /** One send (or receive) per piece of each chunk {@code layout} lists for {@code peer}, at its rows past {@code base}. */
+    private void postChunks(NcclComm.Group calls, boolean send, long base, ChunkLayout layout, int peer, long rowElements,
+                            DataType dtype, CUstream_st on) {
+        int dt = NcclCodes.dataType(dtype);
+        int es = dtype.getNumOfBytes();
+        for (int c = 0; c < layout.sizes()[peer].length; c++) {
+            long at = layout.offsets()[peer][c] * rowElements;
+            ChunkPlan plan = ChunkPlan.of(layout.sizes()[peer][c] * rowElements, es, chunkBytes);
+            for (int k = 0; k < plan.chunks(); k++) {
+                Pointer p = pointer(base + (at + plan.offset(k)) * es);
+                calls.add(send ? ncclSend(p, plan.length(k), dt, peer, comm.handle(), on)
+                        : ncclRecv(p, plan.length(k), dt, peer, comm.handle(), on), send ? "ncclSend" : "ncclRecv");
             }
         }
     }
