@@ -48,10 +48,10 @@ class GroupedGemmTest {
                      LocalExperts experts = new LocalExperts(grouped, HIDDEN, groups, m, new SeedScheme(5), "mlp.");
                      AutogradScope scope = AutogradScope.open(m)) {
                     NDManager s = scope.manager();
-                    NDArray input = Fixtures.normal(s, 40, 1.0, rows, HIDDEN);
-                    NDArray upstream = Fixtures.normal(s, 41, 1.0, rows, HIDDEN);
-                    NDArray x = Fixtures.leaf(input, s);
-                    NDArray xr = Fixtures.leaf(input, s);
+                    NDArray[] in = rowsAndUpstream(s, rows);
+                    NDArray x = in[0];
+                    NDArray xr = in[1];
+                    NDArray upstream = in[2];
                     NDArray y = experts.forwardGrouped(scope, x, counts, matmul);
                     NDArray yr = reference.forward(scope, xr, counts);
                     scope.backward(new NDArray[] {y, yr}, new NDArray[] {upstream, upstream});
@@ -93,10 +93,10 @@ class GroupedGemmTest {
              LocalExperts experts = new LocalExperts(loop, HIDDEN, groups, m, new SeedScheme(5), "mlp.");
              AutogradScope scope = AutogradScope.open(m)) {
             NDManager s = scope.manager();
-            NDArray input = Fixtures.normal(s, 40, 1.0, rows, HIDDEN);
-            NDArray upstream = Fixtures.normal(s, 41, 1.0, rows, HIDDEN);
-            NDArray x = Fixtures.leaf(input, s);
-            NDArray xr = Fixtures.leaf(input, s);
+            NDArray[] in = rowsAndUpstream(s, rows);
+            NDArray x = in[0];
+            NDArray xr = in[1];
+            NDArray upstream = in[2];
             GroupedMatmul.Groups g = new GroupedMatmul.Groups(counts, s.create(ends));
             NDArray y = experts.forwardFused(scope, GroupedExpertMlp.loop(activation), x, g);
             NDArray yr = reference.forward(scope, xr, counts);
@@ -106,6 +106,12 @@ class GroupedGemmTest {
             assertClose(at + "input gradient", Fixtures.gradOrZeros(x, s), Fixtures.gradOrZeros(xr, s), 1e-5);
             assertSameExpertGradients(at, experts, reference, counts, s);
         }
+    }
+
+    /** The same rows as two leaves (the path under test's, the reference's) and an upstream gradient for both. */
+    private static NDArray[] rowsAndUpstream(NDManager s, long rows) {
+        NDArray input = Fixtures.normal(s, 40, 1.0, rows, HIDDEN);
+        return new NDArray[] {Fixtures.leaf(input, s), Fixtures.leaf(input, s), Fixtures.normal(s, 41, 1.0, rows, HIDDEN)};
     }
 
     /** Every weight and bias gradient of every expert within 1e-5 of the reference's; zero for an expert with no rows. */
