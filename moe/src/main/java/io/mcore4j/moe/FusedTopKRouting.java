@@ -33,7 +33,12 @@ final class FusedTopKRouting {
     private final NDArray noBias;
     private final Map<Key, NDArray> optionTensors = new ConcurrentHashMap<>();
 
+    /** The last answer, for a caller that passes the same options object each time (a router: no hashing). */
+    private volatile Last last;
+
     private record Key(TopKRouting.Options options, boolean bias, boolean aux) {}
+
+    private record Last(TopKRouting.Options options, boolean bias, boolean aux, NDArray tensor) {}
 
     FusedTopKRouting() {
         this.host = Mcore4j.newRootManager().newSubManager(Device.cpu());
@@ -54,8 +59,14 @@ final class FusedTopKRouting {
      */
     TopKRouting.Scored select(AutogradScope scope, NDArray logits, TopKRouting.Options options, NDArray expertBias,
                               boolean aux) {
-        NDArray optionTensor = optionTensors.computeIfAbsent(new Key(options, expertBias != null, aux),
-                this::optionTensor);
+        Last hit = last;
+        NDArray optionTensor;
+        if (hit != null && hit.options() == options && hit.bias() == (expertBias != null) && hit.aux() == aux) {
+            optionTensor = hit.tensor();
+        } else {
+            optionTensor = optionTensors.computeIfAbsent(new Key(options, expertBias != null, aux), this::optionTensor);
+            last = new Last(options, expertBias != null, aux, optionTensor);
+        }
         NDList out = TorchScriptModules.shared(FusedTopKRouting.class, RESOURCE)
                 .forward(new NDList(logits, expertBias != null ? expertBias : noBias, optionTensor));
         out.attach(scope.manager());

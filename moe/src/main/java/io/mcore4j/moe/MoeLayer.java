@@ -186,8 +186,11 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         NDArray local = splitHere ? Mappings.scatterToSequenceParallelRegion(scope, tp, hidden) : hidden;
         long seq = local.getShape().get(0);
         long batch = local.getShape().get(1);
-        NDArray tokens = Tensors.own(local.reshape(seq * batch, hiddenSize), m);
+        // both made before the dispatch's Functions: their gradients' backward through the router and the layer norm
+        // waits for one traversal before the Functions recorded earlier
+        NDArray tokens = scope.markMade(Tensors.own(local.reshape(seq * batch, hiddenSize), m));
         Routing routing = router.route(scope, tokens, seq, batch);
+        scope.markMade(routing.probs());
         TokenDispatcher.Dispatched dispatched = dispatcher.dispatch(scope, tokens, routing);
         NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert(),
                 dispatched.expertEnds());

@@ -54,6 +54,8 @@ public final class TopKRouter extends AbstractModule {
             MoeAuxLossTracker.Reduction.SUM_TP_DP_CP;
     private static final MoeAuxLossTracker.Reduction Z_LOSS_REDUCTION = MoeAuxLossTracker.Reduction.AVERAGE_TP_DP_CP;
     private final MoeConfig config;
+    /** The routing options of {@code config}, one object for the router's life (the one-call path keys on it). */
+    private final TopKRouting.Options options;
     private final int hiddenSize;
     private final MoeGroups groups;
     private final AuxLossScale auxLossScale;
@@ -81,6 +83,7 @@ public final class TopKRouter extends AbstractModule {
                DeterministicRandom jitter, DeterministicRandom balanceOffsets, long balanceTableSeed,
                AuxLossScale auxLossScale) {
         this.config = Objects.requireNonNull(config, "config");
+        this.options = TopKRouting.Options.of(config);
         this.hiddenSize = hiddenSize;
         this.groups = groups;
         this.auxLossScale = Objects.requireNonNull(auxLossScale, "auxLossScale");
@@ -186,7 +189,7 @@ public final class TopKRouter extends AbstractModule {
         int k = config.topK();
         boolean aux = training
                 && (config.auxLossCoeff() > 0 || config.seqAuxLossCoeff() > 0 || config.globalAuxLossCoeff() > 0);
-        TopKRouting.Scored scored = TopKRouting.select(scope, logits, TopKRouting.Options.of(config), expertBias, aux);
+        TopKRouting.Scored scored = TopKRouting.select(scope, logits, options, expertBias, aux);
         TopKRouting.Selection selection = scored.selection();
         NDArray selected = selection.routingMap();
         NDArray probs = selection.probs();

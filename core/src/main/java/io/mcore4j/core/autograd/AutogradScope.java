@@ -25,7 +25,9 @@ import java.util.function.UnaryOperator;
  * there. {@link #backward} walks the recorded functions newest first. Before each one it runs
  * libtorch's backward from every tensor that has a pending gradient (one traversal for all of them:
  * {@code torch.autograd.backward} through a module of ours, {@link MultiRootBackward}), which fills
- * the {@code .grad} of the function's output leaves;
+ * the {@code .grad} of the function's output leaves, except the tensors whose graph cannot reach that
+ * function (made before it was applied: {@link #markMade}; stacked parameters:
+ * {@link FunctionContext#deferInputGradients}), which join a later traversal;
  * then it calls the Java backward with those gradients and adds the results to the pending
  * gradients of the function's inputs. Gradients from several consumers of one tensor (residual
  * connections) therefore accumulate by linearity before its producer's backward runs; parameters
@@ -77,6 +79,8 @@ public final class AutogradScope implements AutoCloseable {
     private Frame frame;
     /** Every tensor object a recorded node refers to (inputs, outputs); {@link #release} leaves them open. */
     private final Set<NDArray> referenced = Collections.newSetFromMap(new IdentityHashMap<>());
+    /** Tensors noted by {@link #markMade}, with the number of functions recorded when they were. */
+    private final Map<NDArray, Integer> madeAt = new IdentityHashMap<>();
     private boolean closed;
 
     private AutogradScope(NDManager parent, boolean gradEnabled, boolean training) {
@@ -235,6 +239,28 @@ public final class AutogradScope implements AutoCloseable {
     }
 
     /**
+     * Notes that {@code tensor} exists now, so that its libtorch graph can reach the outputs of the functions recorded
+     * so far only ({@link #recordedFunctions()} of them), none recorded later. When a later function's backward hands
+     * {@code tensor} a gradient, the scope need not run libtorch's backward from it before the backward of the
+     * functions recorded after this call: it waits for the traversal that runs before the newest function recorded
+     * before this call (or one that runs earlier for another reason) and joins it, instead of running one of its
+     * own. A MoE layer's routing probabilities, made before the dispatch and consumed by the combine, are such a
+     * tensor: their gradient's backward through the router then joins the tokens' through the layer norm, which both
+     * reach. {@link #apply} notes its inputs so itself (those not noted before); a tensor neither noted nor handed to
+     * a function before has its gradient's backward run before the next function's, as always.
+     *
+     * @param tensor a tensor of this pass, already made
+     * @return {@code tensor}
+     */
+    public NDArray markMade(NDArray tensor) {
+        checkUsable();
+        if (gradEnabled) {
+            madeAt.putIfAbsent(tensor, tape.size());
+        }
+        return tensor;
+    }
+
+    /**
      * Applies {@code function} to {@code inputs}. If any input requires grad (and the scope records
      * autograd), the floating outputs are returned as new leaves that require grad and the
      * application is recorded for {@link #backward}.
@@ -285,6 +311,12 @@ public final class AutogradScope implements AutoCloseable {
                 result[i] = leaf;
             } else {
                 result[i] = out;
+            }
+        }
+        // an input exists now: its graph reaches only the functions recorded before this one
+        for (int i = 0; i < inputs.length; i++) {
+            if (needs[i]) {
+                madeAt.putIfAbsent(inputs[i], tape.size());
             }
         }
         tape.add(new Node(function, ctx, inputs.clone(), leaves));
@@ -418,11 +450,11 @@ public final class AutogradScope implements AutoCloseable {
                         + " does not require grad: nothing to back-propagate through");
             }
             checkSameShape(outputs[i], grads[i], "upstream gradient of output " + i);
-            pending.add(outputs[i], grads[i], false, false);
+            pending.add(outputs[i], grads[i], false, Integer.MAX_VALUE);
         }
         for (int n = tape.size() - 1; n >= 0; n--) {
             Node node = tape.get(n);
-            pending.flush(false);
+            pending.flush(n);
             NDArray[] gradOutputs = new NDArray[node.leaves.length];
             boolean[] ownedHere = new boolean[gradOutputs.length];
             for (int i = 0; i < gradOutputs.length; i++) {
@@ -449,7 +481,7 @@ public final class AutogradScope implements AutoCloseable {
                             node.function.name() + " gradient for input " + i);
                     // a gradient handed on as it came (an identity's) stays its owner's
                     pending.add(node.inputs[i], gradInputs[i], !isBorrowed(gradInputs[i], gradOutputs, ownedHere),
-                            node.ctx.deferredInputGradient(i));
+                            node.ctx.deferredInputGradient(i) ? 0 : madeAt.getOrDefault(node.inputs[i], Integer.MAX_VALUE));
                 }
             }
             for (int i = 0; i < gradOutputs.length; i++) {
@@ -459,9 +491,10 @@ public final class AutogradScope implements AutoCloseable {
             }
             pending.emptyDisposed();
         }
-        pending.flush(true);
+        pending.flush(-1);
         tape.clear();
         referenced.clear();
+        madeAt.clear();
     }
 
     /** Whether {@code grad} is one of the gradient outputs the scope does not own (a caller's tensor). */
@@ -598,19 +631,21 @@ public final class AutogradScope implements AutoCloseable {
         }
 
         /**
-         * Adds {@code grad} to {@code tensor}'s pending gradient; {@code deferrable}: its backward may wait for a later
-         * traversal ({@link FunctionContext#deferInputGradients}), which holds only while every contribution says so.
+         * Adds {@code grad} to {@code tensor}'s pending gradient. {@code reach}: how many of the recorded functions (the
+         * oldest) its backward may reach, so that it must run before theirs: 0 for a graph of leaves only
+         * ({@link FunctionContext#deferInputGradients}), the count at {@link #markMade} for a noted tensor,
+         * {@link Integer#MAX_VALUE} (before the next function's) otherwise; the largest contribution's holds.
          */
-        void add(NDArray tensor, NDArray grad, boolean scopeOwnsGrad, boolean deferrable) {
+        void add(NDArray tensor, NDArray grad, boolean scopeOwnsGrad, int reach) {
             Entry entry = byTensor.get(tensor);
             if (entry == null) {
                 entry = new Entry(tensor, grad, scopeOwnsGrad);
-                entry.deferrable = deferrable;
+                entry.reach = reach;
                 byTensor.put(tensor, entry);
                 entries.add(entry);
                 return;
             }
-            entry.deferrable &= deferrable;
+            entry.reach = Math.max(entry.reach, reach);
             NDArray sum = entry.grad.add(DataTypes.toType(grad, DataTypes.of(entry.grad), false));
             sum.attach(manager);
             release(entry);
@@ -641,16 +676,17 @@ public final class AutogradScope implements AutoCloseable {
 
         /**
          * Runs libtorch's backward from every pending tensor that is not an output of a recorded function, in one
-         * traversal; unless {@code last}, not when every such tensor's backward may wait (deferrable): they then join
-         * the next traversal.
+         * traversal, before the backward of recorded function {@code next} ({@code -1}: the walk's end); not when no
+         * such tensor's backward can reach that function's outputs ({@link Entry#reach}): they then join a later
+         * traversal.
          */
-        void flush(boolean last) {
+        void flush(int next) {
             List<Entry> roots = new ArrayList<>(entries.size());
-            boolean waits = !last;
+            boolean waits = true;
             for (Entry e : entries) {
                 if (!recordedOutputs.contains(e.tensor)) {
                     roots.add(e);
-                    waits &= e.deferrable;
+                    waits &= e.reach <= next;
                 }
             }
             if (roots.isEmpty() || waits) {
@@ -693,8 +729,8 @@ public final class AutogradScope implements AutoCloseable {
         final NDArray tensor;
         NDArray grad;
         boolean owned;
-        /** Whether its backward may wait for a later traversal (it reaches leaves only). */
-        boolean deferrable;
+        /** How many of the recorded functions (the oldest) its backward may reach ({@link Pending#add}). */
+        int reach;
 
         Entry(NDArray tensor, NDArray grad, boolean owned) {
             this.tensor = tensor;

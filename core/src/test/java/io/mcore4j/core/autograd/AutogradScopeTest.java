@@ -264,6 +264,62 @@ class AutogradScopeTest {
     }
 
     /**
+     * A MoE layer's shape: a fork (identity Function) whose output feeds a libtorch block {@code t = 3h}, from which
+     * the "routing" {@code probs = t²} (libtorch) and a Function {@code d = 2t} (the dispatch) are made, combined by a
+     * Function {@code d · probs}. The probabilities' gradient, from the combine's backward, waits past the dispatch's
+     * backward when they are noted as made before it ({@link AutogradScope#markMade}), and joins the traversal of
+     * the dispatch's gradient before the fork's; without the note it runs before the dispatch's. Both give
+     * {@code d(54 x³)/dx}.
+     */
+    @Test
+    void aGradientOfATensorMadeBeforeAFunctionWaitsPastThatFunctionsBackward() {
+        for (boolean mark : new boolean[] {false, true}) {
+            try (NDManager m = root.newSubManager()) {
+                NDArray x = m.create(new double[] {1, 2});
+                x.setRequiresGradient(true);
+                NDArray[] forkOutput = new NDArray[1];
+                boolean[] forkOutputHadGradient = new boolean[1];
+                Function dispatch = new Function() {
+                    @Override
+                    public NDArray[] forward(FunctionContext ctx, NDArray... in) {
+                        return new NDArray[] {in[0].mul(2)};
+                    }
+
+                    @Override
+                    public NDArray[] backward(FunctionContext ctx, NDArray... g) {
+                        forkOutputHadGradient[0] = Tensors.gradientOrNull(forkOutput[0], ctx.manager()) != null;
+                        return new NDArray[] {g[0].mul(2)};
+                    }
+                };
+                Function combine = new Function() {
+                    @Override
+                    public NDArray[] forward(FunctionContext ctx, NDArray... in) {
+                        ctx.saveForBackward(in[0], in[1]);
+                        return new NDArray[] {in[0].mul(in[1])};
+                    }
+
+                    @Override
+                    public NDArray[] backward(FunctionContext ctx, NDArray... g) {
+                        return new NDArray[] {g[0].mul(ctx.saved(1)), g[0].mul(ctx.saved(0))};
+                    }
+                };
+                try (AutogradScope scope = AutogradScope.open(m)) {
+                    forkOutput[0] = scope.apply1(new IdentityFunction(), x);
+                    NDArray t = forkOutput[0].mul(3);
+                    NDArray probs = t.mul(t);
+                    if (mark) {
+                        scope.markMade(probs);
+                    }
+                    NDArray out = scope.apply1(combine, scope.apply1(dispatch, t), probs);
+                    scope.backward(out.sum());
+                }
+                assertEquals(!mark, forkOutputHadGradient[0], "noted: " + mark);
+                assertClose("grad x, noted " + mark, x.getGradient(), m.create(new double[] {162, 648}), 1e-12);
+            }
+        }
+    }
+
+    /**
      * Upstream gradients of recorded functions' outputs go to their producers directly (not through
      * libtorch): a caller's gradient handed on by a chain of identities reaches the leaf below with its
      * values, and stays the caller's (the scope does not close it).
