@@ -35,7 +35,8 @@ import java.util.TreeMap;
  * call) per site of the forward (router, dispatch, experts, combine), and the backward's autograd nodes by name.
  *
  * <pre>java -cp "moe/target/test-classes:moe/target/classes:samples/target/mcore4j/lib/*" \
- *     io.mcore4j.moe.MoeLayerOpCount [bf16|fp32] [iterations]</pre>
+ *     io.mcore4j.moe.MoeLayerOpCount [bf16|fp32] [iterations] [times]</pre>
+ * ({@code times}: the medians only, without the profiles; libtorch's profiler aborted DJL 0.35.1's JNI on a GPU).
  */
 public final class MoeLayerOpCount {
     private static final int HIDDEN = 64;
@@ -60,6 +61,11 @@ public final class MoeLayerOpCount {
             System.out.printf("moe-layer-op-count %s: layer pass (forward+backward, one micro-batch) median dense %.3f ms,"
                     + " MoE %.3f ms, ratio %.2f%n", dtype, denseMs, moeMs, moeMs / denseMs);
             routerTimes(config, m, iterations);
+            if (args.length > 2 && args[2].equals("times")) {
+                moe.close();
+                dense.close();
+                return;
+            }
             Path dir = Files.createTempDirectory("moe-op-count");
             System.out.println("dense MLP pass:");
             report(profile(dense::forward, dense.parameters(), input, m, dir.resolve("dense.json")));
