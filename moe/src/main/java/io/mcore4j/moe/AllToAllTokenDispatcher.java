@@ -6,12 +6,14 @@ import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
 import io.mcore4j.parallel.ChunkLayout;
 import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.PendingCollective;
 
 import java.util.Arrays;
 
@@ -50,6 +52,20 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
 
     @Override
     Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
+        return dispatch(scope, tokens, routing, null);
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>Here: with the fused permutation and the all-to-all placing each chunk itself (no expert tensor
+     * parallelism), the permutation and the start of the all-to-all on the EP communicator's side stream are one
+     * Function, {@code whileTravelling} runs next, and a second Function ({@code Arrival}, the identity) joins the
+     * side stream before the experts read the rows and frees the permuted rows the all-to-all read. Otherwise
+     * {@code whileTravelling} runs after the dispatch; null: nothing runs.
+     */
+    @Override
+    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing, Runnable whileTravelling) {
         NDManager m = scope.manager();
         // without a capacity every token keeps its top k pairs
         int pairsPerToken = routing.capacity() < 0 && routing.numTokens() > 0
@@ -104,13 +120,24 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         }
         Exchange exchange = new Exchange(ep, expertTp, send, recv, perPeer, order, layouts);
         NDArray expertInput;
+        Runnable after = whileTravelling;
         if (exchange.isIdentity()) {
             expertInput = permutation.permute(tokens, m);
+        } else if (permutation instanceof FusedTokenPermutation fused && whileTravelling != null && layouts != null) {
+            Travel travel = new Travel();
+            NDArray travelling = scope.apply1(new PermuteAndExchange(fused, exchange, travel), tokens,
+                    routing.routingMap());
+            whileTravelling.run();
+            after = null;
+            expertInput = scope.apply1(new Arrival(travel, exchange.ep.group().key()), travelling);
         } else if (permutation instanceof FusedTokenPermutation fused) {
             // the permutation inside the exchange's Function: the permuted rows are not kept for backward
-            expertInput = scope.apply1(new PermuteAndExchange(fused, exchange), tokens, routing.routingMap());
+            expertInput = scope.apply1(new PermuteAndExchange(fused, exchange, null), tokens, routing.routingMap());
         } else {
             expertInput = scope.apply1(exchange.toExperts(), permutation.permute(tokens, m));
+        }
+        if (after != null) {
+            after.run();
         }
         int slots = Math.min(topK, numExperts);
         return new Rows(expertInput, order.rowsPerExpert, ends[0], (s, expertOutput) -> {
@@ -234,6 +261,14 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
             };
         }
 
+        /**
+         * {@link #forward} with chunk layouts, started on the EP communicator's side stream into {@code out}
+         * ({@link Communicator#startAllToAllChunks}); {@code x} must stay open until the exchange is joined.
+         */
+        PendingCollective start(NDArray x, NDArray out) {
+            return ep.startAllToAllChunks(x, layouts[0], layouts[1], out);
+        }
+
         NDArray forward(NDArray x, NDManager owner) {
             if (layouts != null) {
                 return ep.allToAllChunks(x, layouts[0], layouts[1], owner);
@@ -267,11 +302,22 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
      * The fused permutation and the exchange towards the experts as one Function of the tokens, whose backward
      * is the exchange back and the permutation's transpose (a sum of each token's rows, by the unpermute
      * module with weights 1): the permuted rows live only inside the call. The routing map is an input (with no
-     * gradient) so that the scope keeps it for the backward, whatever frame the layer runs in.
+     * gradient) so that the scope keeps it for the backward, whatever frame the layer runs in. With a
+     * {@code travel}, forward only starts the exchange (on the side stream, into the rows it returns, which must not
+     * be read before {@link Arrival}) and hands the permuted rows to the travel, which frees them once joined.
      */
-    private record PermuteAndExchange(FusedTokenPermutation permutation, Exchange exchange) implements Function {
+    private record PermuteAndExchange(FusedTokenPermutation permutation, Exchange exchange, Travel travel)
+            implements Function {
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            if (travel != null) {
+                travel.rows = ctx.manager().newSubManager();
+                NDArray rows = permutation.permute(inputs[0], ctx.manager(), travel.rows);
+                NDArray out = DataTypes.empty(ctx.manager(), new Shape(exchange.layouts[1].rows()).addAll(
+                        rows.getShape().slice(1)), DataTypes.of(rows), rows.getDevice());
+                travel.pending = exchange.start(rows, out);
+                return new NDArray[] {out};
+            }
             try (NDManager temp = ctx.manager().newSubManager()) {
                 NDArray rows = permutation.permute(inputs[0], ctx.manager(), temp);
                 return new NDArray[] {exchange.forward(rows, ctx.manager())};
@@ -291,6 +337,35 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         @Override
         public String name() {
             return "moe-permute-and-exchange(" + exchange.ep.group().key() + ")";
+        }
+    }
+
+    /** An exchange started towards the experts: the permuted rows it reads (their manager) and its completion. */
+    private static final class Travel {
+        NDManager rows;
+        PendingCollective pending;
+    }
+
+    /**
+     * The end of a started exchange, the identity on its rows: forward joins the side stream (the caller's stream
+     * waits for the all-to-all) and frees the permuted rows it read; backward hands the gradient on.
+     */
+    private record Arrival(Travel travel, String group) implements Function {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
+            NDArray rows = travel.pending.await();
+            travel.rows.close();
+            return new NDArray[] {rows};
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
+            return new NDArray[] {grads[0]};
+        }
+
+        @Override
+        public String name() {
+            return "moe-exchange-arrival(" + group + ")";
         }
     }
 

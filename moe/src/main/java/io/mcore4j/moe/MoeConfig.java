@@ -56,6 +56,10 @@ import java.util.Objects;
  *                           routing uses random normal logits in place of the gating linear's, with the gradient
  *                           passed straight through to the real logits, so that every expert receives about the
  *                           same number of tokens whatever the weights (see {@link TopKRouter})
+ * @param sharedExpertOverlap run the shared expert's forward while the dispatch's all-to-all travels (Megatron's
+ *                            {@code moe_shared_expert_overlap}; the all-to-all dispatcher only; no effect without a
+ *                            shared expert). See {@link TokenDispatcher#dispatch(io.mcore4j.core.autograd.AutogradScope,
+ *                            ai.djl.ndarray.NDArray, Routing, Runnable)}
  */
 public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivation activation, RouterScore routerScore,
                         boolean preSoftmax, int numGroups, int groupTopK, double topKScalingFactor,
@@ -64,7 +68,8 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
                         double inputJitter, double capacityFactor, DropPolicy dropPolicy, boolean padToCapacity,
                         Dispatcher dispatcher, int sharedExpertFfnHiddenSize, double initStd, double outputInitStd,
                         DataType dtype, boolean sequenceParallel, boolean addBias, boolean batchedExperts,
-                        boolean groupedGemm, boolean permuteFusion, boolean forceLoadBalancing) {
+                        boolean groupedGemm, boolean permuteFusion, boolean forceLoadBalancing,
+                        boolean sharedExpertOverlap) {
 
     /** Score function of the router. */
     public enum RouterScore {
@@ -141,6 +146,11 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
             throw new IllegalArgumentException("shared expert ffn hidden size must be >= 0 (0 = none), got "
                     + sharedExpertFfnHiddenSize);
         }
+        if (sharedExpertOverlap && sharedExpertFfnHiddenSize > 0 && dispatcher != Dispatcher.ALL_TO_ALL) {
+            // Megatron-Core's rule
+            throw new IllegalArgumentException("the shared expert's overlap with the dispatch needs the ALL_TO_ALL"
+                    + " dispatcher, but the dispatcher is " + dispatcher);
+        }
         if (!(initStd > 0) || Double.isInfinite(initStd)) {
             throw new IllegalArgumentException("init std " + initStd + " must be finite and > 0");
         }
@@ -196,6 +206,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         b.groupedGemm = groupedGemm;
         b.permuteFusion = permuteFusion;
         b.forceLoadBalancing = forceLoadBalancing;
+        b.sharedExpertOverlap = sharedExpertOverlap;
         return b;
     }
 
@@ -287,6 +298,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         private boolean groupedGemm;
         private boolean permuteFusion;
         private boolean forceLoadBalancing;
+        private boolean sharedExpertOverlap;
 
         private Builder(int numExperts, int topK, int ffnHiddenSize) {
             this.numExperts = numExperts;
@@ -467,6 +479,15 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
         }
 
         /**
+         * @param value run the shared expert's forward while the dispatch's all-to-all travels (default false)
+         * @return this
+         */
+        public Builder sharedExpertOverlap(boolean value) {
+            this.sharedExpertOverlap = value;
+            return this;
+        }
+
+        /**
          * @return the validated config
          * @throws IllegalArgumentException as {@link MoeConfig#MoeConfig}
          */
@@ -475,7 +496,7 @@ public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivati
                     topKScalingFactor, routerInFp32, auxLossCoeff, seqAuxLossCoeff, globalAuxLossCoeff, zLossCoeff, auxLossFree, biasUpdateRate,
                     inputJitter, capacityFactor, dropPolicy, padToCapacity, dispatcher, sharedExpertFfnHiddenSize,
                     initStd, outputInitStd, dtype, sequenceParallel, addBias, batchedExperts, groupedGemm,
-                    permuteFusion, forceLoadBalancing);
+                    permuteFusion, forceLoadBalancing, sharedExpertOverlap);
         }
     }
 }

@@ -27,7 +27,8 @@ import java.util.Objects;
 /**
  * A mixture-of-experts layer (Megatron-Core's {@code MoELayer}), a drop-in replacement for the dense
  * MLP of a transformer layer: {@link TopKRouter} → token dispatch → {@code E / EP} local expert MLPs
- * → combine, plus an optional shared expert.
+ * → combine, plus an optional shared expert (with {@link MoeConfig#sharedExpertOverlap()}, its forward runs while
+ * the dispatch's all-to-all travels; the same results).
  *
  * <p><b>Layout.</b> Attention runs over TP x CP x DP x PP and the experts over expert-TP x EP x
  * expert-DP x PP on the same ranks ({@link ProcessGroups#ep()}, {@link ProcessGroups#expertTp()},
@@ -191,7 +192,10 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         NDArray tokens = scope.markMade(Tensors.own(local.reshape(seq * batch, hiddenSize), m));
         Routing routing = router.route(scope, tokens, seq, batch);
         scope.markMade(routing.probs());
-        TokenDispatcher.Dispatched dispatched = dispatcher.dispatch(scope, tokens, routing);
+        NDArray[] shared = new NDArray[1];
+        TokenDispatcher.Dispatched dispatched = sharedExpert != null && config.sharedExpertOverlap()
+                ? dispatcher.dispatch(scope, tokens, routing, () -> shared[0] = sharedExpert.forward(scope, hidden))
+                : dispatcher.dispatch(scope, tokens, routing);
         NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert(),
                 dispatched.expertEnds());
         NDArray combined = dispatched.combine(scope, expertOutput);
@@ -200,7 +204,7 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
             out = Mappings.gatherFromSequenceParallelRegion(scope, tp, out, false);
         }
         if (sharedExpert != null) {
-            out = Tensors.own(out.add(sharedExpert.forward(scope, hidden)), m);
+            out = Tensors.own(out.add(shared[0] != null ? shared[0] : sharedExpert.forward(scope, hidden)), m);
         }
         return out;
     }

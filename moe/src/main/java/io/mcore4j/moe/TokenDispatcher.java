@@ -49,6 +49,26 @@ abstract class TokenDispatcher {
      */
     abstract Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing);
 
+    /**
+     * {@link #dispatch(AutogradScope, NDArray, Routing)}, with {@code whileTravelling} run in the pass's scope (grad
+     * mode as the scope's) while the tokens travel to their experts where the dispatcher can overlap the two (Megatron's
+     * {@code --moe-shared-expert-overlap}: the all-to-all dispatcher with the fused permutation and without expert
+     * tensor parallelism starts the all-to-all on the communicator's side stream, runs {@code whileTravelling} on the
+     * caller's, and joins them before the experts read the rows); elsewhere after the dispatch. The results are the
+     * same either way: only the order in which the device runs the work changes.
+     *
+     * @param scope the pass's scope; owns everything created
+     * @param tokens this rank's tokens {@code [T, h]}
+     * @param routing the router's decision for those tokens
+     * @param whileTravelling work that reads none of the dispatch's tensors (the shared expert's forward)
+     * @return the rows for this rank's experts and the way back
+     */
+    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing, Runnable whileTravelling) {
+        Dispatched dispatched = dispatch(scope, tokens, routing);
+        whileTravelling.run();
+        return dispatched;
+    }
+
     /** The rows this rank's experts process, grouped by local expert, and how to return their outputs. */
     interface Dispatched {
         /** @return {@code [N, h]}: the rows of local expert 0, then local expert 1, ... */

@@ -61,7 +61,9 @@ class ExpertParallelTest {
         "2, 2, 1, 2, true, ALL_GATHER, swiglu-aux",
         "4, 2, 2, 2, false, ALL_TO_ALL, grouped-fused-swiglu-bias",
         "4, 1, 4, 1, false, ALL_GATHER, fused-aux",
-        "4, 1, 4, 1, false, ALL_TO_ALL, fused-aux"})
+        "4, 1, 4, 1, false, ALL_TO_ALL, fused-aux",
+        "2, 1, 2, 1, false, ALL_TO_ALL, fused-shared-overlap",
+        "4, 2, 2, 1, true, ALL_TO_ALL, fused-shared-overlap"})
     void expertParallelLayerEqualsTheSingleRankLayer(int world, int tp, int ep, int etp, boolean sp,
                                                      MoeConfig.Dispatcher dispatcher, String variant) {
         MoeConfig.Builder b = MoeConfig.builder(4, 2, 8).initStd(0.3).outputInitStd(0.2).dispatcher(dispatcher)
@@ -75,6 +77,8 @@ class ExpertParallelTest {
             case "grouped-fused-swiglu-bias" -> b.activation(MlpActivation.SWIGLU).addBias(true).groupedGemm(true)
                     .permuteFusion(true);
             case "fused-aux" -> b.permuteFusion(true).auxLossCoeff(0.1);
+            // the shared expert's forward between the start of the dispatch's all-to-all and its arrival
+            case "fused-shared-overlap" -> b.permuteFusion(true).sharedExpertFfnHiddenSize(8).sharedExpertOverlap(true);
             default -> { }
         }
         MoeConfig config = b.build();

@@ -47,6 +47,8 @@ class MoeConfigTest {
         refused("group top-k 3 must be at most top-k 2 (groups are ranked by the sum of their top-k / group top-k best scores)",
                 () -> MoeConfig.builder(8, 2, 8).groupLimitedRouting(4, 3).build());
         refused("top-k 5 exceeds the 4 experts of 2 groups of 2", () -> MoeConfig.builder(8, 5, 8).groupLimitedRouting(4, 2).build());
+        refused("the shared expert's overlap with the dispatch needs the ALL_TO_ALL dispatcher, but the dispatcher is"
+                + " ALL_GATHER", () -> MoeConfig.builder(4, 2, 8).sharedExpertFfnHiddenSize(8).sharedExpertOverlap(true).build());
         refused("init std 0.0 must be finite and > 0", () -> MoeConfig.builder(4, 2, 8).initStd(0).build());
         refused("dtype int32 is not supported: use FLOAT32, FLOAT16 or BFLOAT16",
                 () -> MoeConfig.builder(4, 2, 8).dtype(DataType.INT32).build());
@@ -57,7 +59,7 @@ class MoeConfigTest {
         MoeConfig c = MoeConfig.builder(8, 2, 32).activation(MlpActivation.SWIGLU).auxLossCoeff(0.01)
                 .capacityFactor(1.25).padToCapacity(true).dispatcher(MoeConfig.Dispatcher.ALL_TO_ALL)
                 .sharedExpertFfnHiddenSize(16).dtype(DataType.FLOAT16).groupLimitedRouting(4, 2).topKScalingFactor(2.5)
-                .build();
+                .sharedExpertOverlap(true).build();
         assertEquals(c, c.toBuilder().build());
         assertEquals(MoeConfig.Dispatcher.ALL_GATHER, MoeConfig.builder(8, 2, 32).build().dispatcher(),
                 "Megatron-Core's default dispatcher");

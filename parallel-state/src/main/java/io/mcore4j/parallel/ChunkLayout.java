@@ -4,6 +4,9 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.DataTypes;
+import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 
 import java.util.Arrays;
@@ -108,6 +111,26 @@ public record ChunkLayout(long[][] sizes, long[][] offsets, long rows) {
             throw new IllegalArgumentException(group.key() + " all-to-all of chunks: layouts for " + send.peers()
                     + " and " + recv.peers() + " peers in a group of " + group.size() + ", sending " + send.rows()
                     + " rows of an input of shape " + input.getShape());
+        }
+    }
+
+    /**
+     * Checks the target of {@link Communicator#startAllToAllChunks}: {@code recv.rows()} rows shaped as the input's,
+     * of its dtype, contiguous.
+     *
+     * @param group the exchange's group
+     * @param input the rows sent
+     * @param recv where the received rows go, per peer
+     * @param output the tensor they go into
+     * @throws IllegalArgumentException if {@code output} is not that tensor
+     */
+    public static void checkTarget(ProcessGroup group, NDArray input, ChunkLayout recv, NDArray output) {
+        Shape expected = new Shape(recv.rows()).addAll(input.getShape().slice(1));
+        if (!output.getShape().equals(expected) || DataTypes.of(output) != DataTypes.of(input)
+                || !TensorMemory.isContiguous(output)) {
+            throw new IllegalArgumentException(group.key() + " all-to-all of chunks into a tensor: the output is "
+                    + DataTypes.of(output) + " " + output.getShape() + (TensorMemory.isContiguous(output) ? "" : ", not contiguous")
+                    + "; the received rows are " + DataTypes.of(input) + " " + expected + ", contiguous");
         }
     }
 

@@ -187,6 +187,28 @@ public interface Communicator {
     }
 
     /**
+     * Starts {@link #allToAllChunks} into a tensor the caller holds, letting it overlap the caller's later work where the
+     * backend can (see {@link #startAllReduceInPlace}). The default runs it at once.
+     *
+     * @param input this rank's rows, {@code send.rows()} of them, contiguous; keep it open and unmodified until
+     *              {@link PendingCollective#await()}
+     * @param send where the chunks for each rank lie in {@code input}
+     * @param recv where the chunks from each rank go in {@code output}
+     * @param output contiguous, {@code recv.rows()} rows shaped as {@code input}'s, same dtype and device; not read or
+     *               written by the caller until {@code await()}
+     * @return the pending exchange; its {@code await()} returns {@code output}
+     * @throws IllegalArgumentException if a layout does not fit, or {@code output} is not the received rows' shape
+     */
+    default PendingCollective startAllToAllChunks(NDArray input, ChunkLayout send, ChunkLayout recv, NDArray output) {
+        ChunkLayout.checkExchange(group(), input, send, recv);
+        ChunkLayout.checkTarget(group(), input, recv, output);
+        try (NDManager temp = output.getManager().newSubManager()) {
+            Tensors.copyInto(output, allToAllChunks(input, send, recv, temp));
+        }
+        return () -> output;
+    }
+
+    /**
      * Concatenates every rank's {@code input} along {@code dim}, in rank order. Inputs must have
      * equal shapes.
      *

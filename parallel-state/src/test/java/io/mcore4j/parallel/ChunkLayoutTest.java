@@ -21,7 +21,7 @@ import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * {@link ChunkLayout}: validation, gathering into travel order and placing back; and {@link Communicator#allToAllChunks}
- * (the default, around {@code allToAll}) against the rows each rank must receive where it wants them, in the shape of
+ * and {@link Communicator#startAllToAllChunks} (the defaults, around {@code allToAll}) against the rows each rank must receive where it wants them, in the shape of
  * the expert dispatch: rank s sends rank j {@code (s + 2j + l) % 3} rows for each of its L local experts l (some
  * none), laid out expert by expert, and each rank places what it receives by local expert, then by source.
  */
@@ -97,6 +97,14 @@ class ChunkLayoutTest {
             assertArrayEquals(expected, out.toFloatArray(), 0f, "rank " + me);
             // and back: the transpose returns every row where it started
             assertArrayEquals(data, c.allToAllChunks(out, recv, send, m).toFloatArray(), 0f, "rank " + me);
+            // started into a tensor given (the default runs it at once): the same rows, in that tensor
+            NDArray target = m.zeros(new Shape(recv.rows(), 1));
+            assertSame(target, c.startAllToAllChunks(m.create(data, new Shape(data.length, 1)), send, recv, target).await());
+            assertArrayEquals(expected, target.toFloatArray(), 0f, "rank " + me + ", started");
+            IllegalArgumentException e = assertThrows(IllegalArgumentException.class, () -> c.startAllToAllChunks(
+                    m.create(data, new Shape(data.length, 1)), send, recv, m.zeros(new Shape(recv.rows() + 1, 1))));
+            assertEquals(c.group().key() + " all-to-all of chunks into a tensor: the output is float32 (" + (recv.rows() + 1)
+                    + ", 1); the received rows are float32 (" + recv.rows() + ", 1), contiguous", e.getMessage());
             return null;
         });
     }

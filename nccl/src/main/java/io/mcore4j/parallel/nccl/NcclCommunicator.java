@@ -456,6 +456,30 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     }
 
     /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: as {@link #startAllReduceInPlace}: {@link #allToAllChunks}' sends and receives, straight into
+     * {@code output}'s rows, on the side stream, so the caller's kernels overlap them until
+     * {@link PendingCollective#await()}.
+     */
+    @Override
+    public PendingCollective startAllToAllChunks(NDArray input, ChunkLayout send, ChunkLayout recv, NDArray output) {
+        if (comm == null) {
+            return Communicator.super.startAllToAllChunks(input, send, recv, output);
+        }
+        ChunkLayout.checkExchange(group(), input, send, recv);
+        ChunkLayout.checkTarget(group(), input, recv, output);
+        String what = CollectiveArguments.describeAllToAll(input);
+        checkTensor(what, input);
+        requireContiguous(what, input);
+        return runOnSideStream(what, () -> {
+            CUstream_st on = comm.sideStream(what);
+            enqueueChunks(what, input, output, send, recv, on);
+            return joinLater(what, comm.startedOnSideStream(what), output);
+        });
+    }
+
+    /**
      * Each chunk {@code send} lists for peer {@code j} goes from its rows of {@code src} to rank {@code j}, in order;
      * each chunk {@code recv} lists for peer {@code i} comes from rank {@code i} into its rows of {@code out}, in
      * order. Messages above the chunk size are cut alike on both sides.

@@ -332,8 +332,9 @@ public final class NcclCollectivesCheck {
     /**
      * {@link Communicator#allToAllChunks} in the shape of the expert dispatch, as parallel-state's ChunkLayoutTest:
      * rank s sends rank j {@code (s + 2j + l) % 3} rows for each of 3 local experts l, laid out expert by expert on
-     * both sides; row r of them holds {@code 200 s + 20 j + 5 l + r} (exact in float16 up to 8 ranks). Then the transpose, which must give back the
-     * input.
+     * both sides; row r of them holds {@code 200 s + 20 j + 5 l + r} (exact in float16 up to 8 ranks). Then the same
+     * exchange started on the side stream into a tensor given ({@link Communicator#startAllToAllChunks}), and the
+     * transpose, which must give back the input.
      */
     private String allToAllChunks(Communicator c, DataType dtype) {
         int me = c.rank();
@@ -374,7 +375,14 @@ public final class NcclCollectivesCheck {
             NDArray input = s.create(data, new Shape(at[0], 2)).toType(dtype, false);
             NDArray out = c.allToAllChunks(input, send, recv, s);
             String error = CheckReport.compare(expected, new Shape(at[1], 2), out, dtype, 0);
-            return error != null ? error
+            if (error != null) {
+                return error;
+            }
+            // started on the side stream, into a tensor given
+            NDArray target = s.create(new double[(int) at[1] * 2], new Shape(at[1], 2)).toType(dtype, false);
+            error = CheckReport.compare(expected, new Shape(at[1], 2), c.startAllToAllChunks(input, send, recv, target).await(),
+                    dtype, 0);
+            return error != null ? "started: " + error
                     : CheckReport.compare(data, new Shape(at[0], 2), c.allToAllChunks(out, recv, send, s), dtype, 0);
         }
     }

@@ -71,6 +71,9 @@ public final class MoeOptions {
     @Option(names = "--moe-shared-expert-intermediate-size", description = "Width of the shared expert every token"
             + " passes through. Default: none.")
     Integer sharedExpertIntermediateSize;
+    @Option(names = "--moe-shared-expert-overlap", description = "Run the shared expert's forward while the dispatch's"
+            + " all-to-all travels (alltoall dispatcher; no effect without a shared expert).")
+    boolean sharedExpertOverlap;
     @Option(names = "--moe-expert-capacity-factor", description = "Each expert takes at most ceil(tokens x topk / experts x"
             + " factor) tokens per rank (negative: no capacity, as in Megatron). Default: none (dropless).")
     Double capacityFactor;
@@ -165,6 +168,11 @@ public final class MoeOptions {
             throw new IllegalArgumentException("--moe-shared-expert-intermediate-size " + sharedExpertIntermediateSize
                     + " must be at least 1 (the shared experts' total width)");
         }
+        if (sharedExpertOverlap && sharedExpertIntermediateSize != null && dispatcher != DispatcherKind.alltoall) {
+            // Megatron's rule
+            throw new IllegalArgumentException("--moe-shared-expert-overlap works with --moe-token-dispatcher-type"
+                    + " alltoall only, not " + dispatcher);
+        }
         if (capacityFactor != null && (capacityFactor.isNaN() || capacityFactor.isInfinite())) {
             throw new IllegalArgumentException("--moe-expert-capacity-factor " + capacityFactor + " must be a finite number");
         }
@@ -235,6 +243,7 @@ public final class MoeOptions {
                 .zLossCoeff(zLossCoeff == null ? 0 : zLossCoeff)
                 .inputJitter(inputJitterEps == null ? 0 : inputJitterEps)
                 .sharedExpertFfnHiddenSize(sharedExpertFfnHiddenSize())
+                .sharedExpertOverlap(sharedExpertOverlap)
                 .capacityFactor(capacity())
                 .padToCapacity(padToCapacity)
                 .groupedGemm(groupedGemm)

@@ -50,7 +50,8 @@ class PretrainGptMoeTest {
                 "--moe-z-loss-coeff", "1e-3", "--moe-shared-expert-intermediate-size", "48",
                 "--moe-expert-capacity-factor", "1.25", "--moe-pad-expert-input-to-capacity", "--moe-token-drop-policy",
                 "position", "--moe-layer-freq", "([0]*1+[1]*3)", "--moe-router-dtype", "fp32", "--moe-input-jitter-eps",
-                "0.01", "--moe-ffn-hidden-size", "24", "--moe-token-dispatcher-type", "alltoall");
+                "0.01", "--moe-ffn-hidden-size", "24", "--moe-token-dispatcher-type", "alltoall",
+                "--moe-shared-expert-overlap");
         MoeConfig c = s.config();
         assertEquals(MoeLayerPattern.of(List.of(0, 1, 1, 1)), s.layers());
         assertEquals(MoeConfig.RouterScore.SIGMOID, c.routerScore());
@@ -72,6 +73,7 @@ class PretrainGptMoeTest {
         assertEquals(0.01, c.inputJitter());
         assertEquals(24, c.ffnHiddenSize());
         assertEquals(MoeConfig.Dispatcher.ALL_TO_ALL, c.dispatcher());
+        assertTrue(c.sharedExpertOverlap());
         assertTrue(moe("--moe-router-pre-softmax", "--moe-router-topk", "1").config().preSoftmax());
         assertEquals(MoeLayerPattern.every(2), moe("--moe-layer-freq", "2").layers());
         assertEquals(0, moe("--moe-expert-capacity-factor", "-1").config().capacityFactor(), "negative: none, as in Megatron");
@@ -119,6 +121,8 @@ class PretrainGptMoeTest {
         assertEquals("--moe-token-drop-policy random is not one of probs, position", refusal("--moe-token-drop-policy", "random"));
         assertEquals("--moe-shared-expert-intermediate-size 0 must be at least 1 (the shared experts' total width)",
                 refusal("--moe-shared-expert-intermediate-size", "0"));
+        assertEquals("--moe-shared-expert-overlap works with --moe-token-dispatcher-type alltoall only, not allgather",
+                refusal("--moe-shared-expert-intermediate-size", "16", "--moe-shared-expert-overlap"));
         assertEquals("--moe-router-topk 1 with the softmax after the top-k gives the router no gradient: add"
                 + " --moe-router-pre-softmax", refusal("--moe-router-topk", "1"));
         assertEquals("--moe-layer-freq [0,1] has 2 entries for --num-layers 4 (one 0 or 1 per layer)",
@@ -132,7 +136,8 @@ class PretrainGptMoeTest {
      * and two MoE layers that route by sigmoid scores with an expert bias (updated after every step from the
      * step's token counts over TP x DP), group-limited top-2 and top-k scaling in float32, balance by the aux,
      * sequence-aux and z-losses, add a shared expert, and run grouped GEMMs and fused permutations over the
-     * all-to-all dispatcher. (Options that depend on the layout by Megatron's definition are left out: capacity is
+     * all-to-all dispatcher, the shared expert's forward overlapping the dispatch ({@code --moe-shared-expert-overlap}, on the
+     * parallel run). (Options that depend on the layout by Megatron's definition are left out: capacity is
      * per rank's tokens, the global aux loss averages the micro-batches a rank sees, input jitter draws per rank.)
      */
     @Test
@@ -151,8 +156,8 @@ class PretrainGptMoeTest {
         assertEquals(5, serial.size());
         assertTrue(serial.get(4) < serial.get(0), "the loss should fall: " + serial);
         List<Double> parallel = train(moe, "--nproc", "4", "--tensor-model-parallel-size", "2",
-                "--expert-model-parallel-size", "2", "--sequence-parallel");
-        PretrainRuns.assertSameLosses(serial, parallel, "EP2 x TP2 x DP2 + SP");
+                "--expert-model-parallel-size", "2", "--sequence-parallel", "--moe-shared-expert-overlap");
+        PretrainRuns.assertSameLosses(serial, parallel, "EP2 x TP2 x DP2 + SP, the shared expert overlapped");
     }
 
     private List<Double> train(List<String> flags, String... layout) throws Exception {
