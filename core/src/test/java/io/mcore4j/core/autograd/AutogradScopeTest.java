@@ -237,29 +237,31 @@ class AutogradScopeTest {
                         return new NDArray[] {g[0].mul(2)};
                     }
                 };
-                Function product = new Function() {
-                    @Override
-                    public NDArray[] forward(FunctionContext ctx, NDArray... in) {
-                        if (defer) {
-                            ctx.deferInputGradients(1);
-                        }
-                        ctx.saveForBackward(in[0], in[1]);
-                        return new NDArray[] {in[0].mul(in[1])};
-                    }
-
-                    @Override
-                    public NDArray[] backward(FunctionContext ctx, NDArray... g) {
-                        return new NDArray[] {g[0].mul(ctx.saved(1)), g[0].mul(ctx.saved(0))};
-                    }
-                };
                 try (AutogradScope scope = AutogradScope.open(m)) {
-                    NDArray out = scope.apply1(product, scope.apply1(doubling, x), p.mul(1.5));
+                    NDArray out = scope.apply1(new Product(defer), scope.apply1(doubling, x), p.mul(1.5));
                     scope.backward(out.sum());
                 }
                 assertEquals(!defer, parameterHadGradient[0], "deferred: " + defer);
                 assertClose("grad p, deferred " + defer, p.getGradient(), m.create(new double[] {3, 6}), 0);
                 assertClose("grad x, deferred " + defer, x.getGradient(), m.create(new double[] {9, 15}), 0);
             }
+        }
+    }
+
+    /** The product of two inputs; {@code deferSecond}: the second input's gradient may wait for a later traversal. */
+    private record Product(boolean deferSecond) implements Function {
+        @Override
+        public NDArray[] forward(FunctionContext ctx, NDArray... in) {
+            if (deferSecond) {
+                ctx.deferInputGradients(1);
+            }
+            ctx.saveForBackward(in[0], in[1]);
+            return new NDArray[] {in[0].mul(in[1])};
+        }
+
+        @Override
+        public NDArray[] backward(FunctionContext ctx, NDArray... g) {
+            return new NDArray[] {g[0].mul(ctx.saved(1)), g[0].mul(ctx.saved(0))};
         }
     }
 
@@ -291,18 +293,6 @@ class AutogradScopeTest {
                         return new NDArray[] {g[0].mul(2)};
                     }
                 };
-                Function combine = new Function() {
-                    @Override
-                    public NDArray[] forward(FunctionContext ctx, NDArray... in) {
-                        ctx.saveForBackward(in[0], in[1]);
-                        return new NDArray[] {in[0].mul(in[1])};
-                    }
-
-                    @Override
-                    public NDArray[] backward(FunctionContext ctx, NDArray... g) {
-                        return new NDArray[] {g[0].mul(ctx.saved(1)), g[0].mul(ctx.saved(0))};
-                    }
-                };
                 try (AutogradScope scope = AutogradScope.open(m)) {
                     forkOutput[0] = scope.apply1(new IdentityFunction(), x);
                     NDArray t = forkOutput[0].mul(3);
@@ -310,7 +300,7 @@ class AutogradScopeTest {
                     if (mark) {
                         scope.markMade(probs);
                     }
-                    NDArray out = scope.apply1(combine, scope.apply1(dispatch, t), probs);
+                    NDArray out = scope.apply1(new Product(false), scope.apply1(dispatch, t), probs);
                     scope.backward(out.sum());
                 }
                 assertEquals(!mark, forkOutputHadGradient[0], "noted: " + mark);
