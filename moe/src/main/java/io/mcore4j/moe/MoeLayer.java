@@ -28,7 +28,7 @@ import java.util.Objects;
  * A mixture-of-experts layer (Megatron-Core's {@code MoELayer}), a drop-in replacement for the dense
  * MLP of a transformer layer: {@link TopKRouter} → token dispatch → {@code E / EP} local expert MLPs
  * → combine, plus an optional shared expert (with {@link MoeConfig#sharedExpertOverlap()}, its forward runs while
- * the dispatch's all-to-all travels; the same results).
+ * the dispatch's all-to-all travels: the same results up to the order in which backward sums gradients).
  *
  * <p><b>Layout.</b> Attention runs over TP x CP x DP x PP and the experts over expert-TP x EP x
  * expert-DP x PP on the same ranks ({@link ProcessGroups#ep()}, {@link ProcessGroups#expertTp()},

@@ -54,8 +54,8 @@ abstract class TokenDispatcher {
      * mode as the scope's) while the tokens travel to their experts where the dispatcher can overlap the two (Megatron's
      * {@code --moe-shared-expert-overlap}: the all-to-all dispatcher with the fused permutation and without expert
      * tensor parallelism starts the all-to-all on the communicator's side stream, runs {@code whileTravelling} on the
-     * caller's, and joins them before the experts read the rows); elsewhere after the dispatch. The results are the
-     * same either way: only the order in which the device runs the work changes.
+     * caller's, and joins them before the experts read the rows); elsewhere after the dispatch. The same work either
+     * way, in another order: the results agree up to the order in which libtorch's backward sums gradients.
      *
      * @param scope the pass's scope; owns everything created
      * @param tokens this rank's tokens {@code [T, h]}
