@@ -21,6 +21,9 @@ import io.mcore4j.tensorparallel.Mappings;
 import io.mcore4j.tensorparallel.ParallelMlp;
 import io.mcore4j.tensorparallel.RowParallelLinear;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import java.util.List;
 import java.util.Objects;
 
@@ -60,6 +63,9 @@ import java.util.Objects;
  * and state tensor.
  */
 public final class MoeLayer extends AbstractModule implements UnaryModule {
+    private static final Logger LOG = LoggerFactory.getLogger(MoeLayer.class);
+    /** Whether the process has said once that the shared expert's overlap does not apply to its layout. */
+    private static volatile boolean loggedNoOverlap;
     private final MoeConfig config;
     private final int hiddenSize;
     private final Communicator tp;
@@ -143,6 +149,13 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
                 ? new AllToAllTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion(),
                         experts.readsGroupEnds())
                 : new AllGatherTokenDispatcher(g, config.numExperts(), config.topK(), config.permuteFusion());
+        if (shared != null && config.sharedExpertOverlap() && g.ep().size() > 1
+                && (!config.permuteFusion() || g.expertTp().size() > 1) && !loggedNoOverlap) {
+            loggedNoOverlap = true;
+            LOG.info("the shared expert's overlap with the dispatch needs the fused permutation and expert tensor parallel"
+                    + " size 1 (here {}, {}): the shared expert runs after the dispatch", config.permuteFusion()
+                    ? "fused" : "not fused", g.expertTp().size());
+        }
         return new MoeLayer(config, hiddenSize, g, router, dispatcher, experts, shared, jitter, balanceOffsets);
     }
 
