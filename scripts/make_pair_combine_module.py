@@ -10,6 +10,10 @@ each token's rows gathered and summed. Methods (rows [N, h] come expert by exper
   (the same scripted module, make_token_permutation_modules.py's PermuteTokens), then the rows of each token in expert
   order (a stable sort of the rows by token), its inverse (row i is pair pair_of_row[i] = t * k + j) and each pair's
   expert, in one call;
+- permute_pairs(tokens [T, h], indices [T, k] int64, each token's k distinct experts in any order, routing_map
+  [T, E] their map) -> the same six outputs as forward on that map, from the indices: each token's experts sorted,
+  then a stable sort of all pairs by expert (no nonzero over the map, no sort of the rows by token); and the map's
+  column sums [1, E] int64 (the rows per expert, which the dispatch all-gathers);
 - combine(rows, row_of_pair, expert_of_pair [T, k], kept_map [T, E], probs [T, E]) -> [T, h]:
   out[t] = sum_j probs[t, e_j] * kept_map[t, e_j] * rows[row_of_pair[t, j]], computed in the promoted dtype of rows
   and probs (as Megatron-Core's unpermute does) by one batched product [T, 1, k] x [T, k, h], in rows' dtype;
@@ -41,6 +45,20 @@ class PairCombine(torch.nn.Module):
         rows, token_of_row, expert_of_row = self.permute(tokens, routing_map, pairs)
         row_of_pair, pair_of_row, expert_of_pair = self.list_pairs(token_of_row, expert_of_row, routing_map)
         return rows, token_of_row, expert_of_row, row_of_pair, pair_of_row, expert_of_pair
+
+    @torch.jit.export
+    def permute_pairs(self, tokens: torch.Tensor, indices: torch.Tensor, routing_map: torch.Tensor) \
+            -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        t, k = indices.size(0), indices.size(1)
+        n = t * k
+        expert_of_pair = torch.sort(indices, dim=1).values  # each token's experts in expert order
+        expert_of_row, pair_of_row = torch.sort(expert_of_pair.reshape(-1), stable=True)  # expert-major, tokens ascending
+        token_of_row = torch.div(pair_of_row, k, rounding_mode="floor")
+        row_of_pair = torch.empty_like(pair_of_row)
+        row_of_pair.index_copy_(0, pair_of_row, torch.arange(n, dtype=pair_of_row.dtype, device=pair_of_row.device))
+        counts = routing_map.sum(0, dtype=torch.int64).view(1, -1)
+        return (tokens.index_select(0, token_of_row), token_of_row, expert_of_row, row_of_pair.view(t, k), pair_of_row,
+                expert_of_pair, counts)
 
     def list_pairs(self, token_of_row: torch.Tensor, expert_of_row: torch.Tensor,
                    routing_map: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -115,6 +133,13 @@ def check(module: torch.jit.ScriptModule, device: str = "cpu") -> None:
             raise SystemExit("expert_of_pair is not each pair's expert")
         if not bool((expert_of_pair[:, 1:] > expert_of_pair[:, :-1]).all()):
             raise SystemExit("a token's rows are not in expert order")
+        # from the top-k indices (in the router's order, not sorted): the same six outputs
+        by_indices = module.permute_pairs(x, chosen.to(device), routing_map)
+        if not all(torch.equal(a, b) for a, b in zip(by_indices, (permuted, token_of_row2, expert_of_row2, row_of_pair,
+                                                                  pair_of_row, expert_of_pair))):
+            raise SystemExit("permute_pairs differs from forward on the map of the same indices")
+        if not torch.equal(by_indices[6], routing_map.sum(0).long().view(1, -1)):
+            raise SystemExit("permute_pairs' counts are not the map's column sums")
         # the definition
         promoted = torch.promote_types(dtype, torch.float32)
         weights = (probs * kept_map)[token_of_row, expert_of_row]

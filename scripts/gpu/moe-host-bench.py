@@ -3,7 +3,8 @@ shapes (the device's work is negligible: what is timed is what the host spends q
 
 Prints, for the graph executor's optimisation on and off and a row count fixed or varying between calls: the fused
 expert MLP's forward and backward (grouped_mlp.pt, with and without biases), the composed grouped path (two
-grouped_mm.pt calls and GELU, libtorch's backward), the permutation (pair_combine.pt) and the routing
+grouped_mm.pt calls and GELU, libtorch's backward), the permutation (pair_combine.pt, from the map and from the top-k
+indices) and the routing
 (topk_routing.pt); then single ops the archives are made of (nonzero_static, a stable argsort, index ops, a scatter,
 segment_reduce, ...).
 
@@ -40,8 +41,8 @@ def archives():
     logits = torch.randn(tokens, 8, device=DEV, dtype=BF16)
     route_options = torch.tensor([2, 0, 0, 1, 0, 0], dtype=torch.float64)
     no_bias = torch.zeros(0, device=DEV)
-    routing_map = torch.zeros(tokens, 8, device=DEV).scatter(
-        1, torch.randn(tokens, 8, device=DEV).topk(2, 1).indices, 1.0)
+    top_indices = torch.randn(tokens, 8, device=DEV).topk(2, 1).indices
+    routing_map = torch.zeros(tokens, 8, device=DEV).scatter(1, top_indices, 1.0)
     x_tokens = torch.randn(tokens, hidden, device=DEV, dtype=BF16)
     for optimize in (True, False):
         torch._C._set_graph_executor_optimize(optimize)
@@ -72,6 +73,8 @@ def archives():
                     t5 = time.perf_counter()
                     route(logits, no_bias, route_options)
                     t6 = time.perf_counter()
+                    pair.permute_pairs(x_tokens, top_indices, routing_map)
+                    t7 = time.perf_counter()
                     sync()
                     if i >= 30:
                         sums["fused MLP forward"] += t1 - t0
@@ -79,6 +82,7 @@ def archives():
                         sums["composed MLP, forward and backward (no bias)"] += t4 - t3
                         sums["permutation (pair_combine forward)"] += t5 - t4
                         sums["routing"] += t6 - t5
+                        sums["permutation from the top-k indices (pair_combine permute_pairs)"] += t7 - t6
                 line = ", ".join(f"{k} {1e6 * v / calls:.0f}" for k, v in sums.items())
                 rows_said = "varying" if vary else "fixed"
                 print(f"optimise {optimize}, rows {rows_said}, biases {bias}: {line} (us per call)")

@@ -74,13 +74,16 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         long[][] countsByRank; // [EP rank][global expert]
         FusedTokenPermutation.Ahead ahead = null;
         try (NDManager temp = m.newSubManager()) {
-            // this rank's rows per expert and every EP peer's, read in one device-to-host copy
-            NDArray gathered = gatherCounts(ep, routing.routingMap(), temp,
-                    groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1, numLocalExperts, ends, m);
             if (permuteFusion && pairsPerToken > 0 && (ep.size() > 1 || expertTp.size() > 1)) {
                 // T·k pairs whatever the counts: the device permutes while the host waits for the counts
-                ahead = FusedTokenPermutation.ahead(tokens, routing.routingMap(), pairsPerToken, m);
+                ahead = FusedTokenPermutation.ahead(tokens, routing.routingMap(), routing.indices(), pairsPerToken, m);
             }
+            // this rank's rows per expert (from the permutation's call where it gives them) and every EP peer's, read
+            // in one device-to-host copy
+            NDArray mine = ahead != null && ahead.counts() != null ? ahead.counts()
+                    : columnSums(routing.routingMap(), temp);
+            NDArray gathered = gatherCounts(ep, mine, temp, groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1,
+                    numLocalExperts, ends, m);
             countsByRank = readCounts(gathered, ep.size());
         }
         long[] counts = countsByRank[ep.rank()];
@@ -152,18 +155,16 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
     }
 
     /**
-     * Every EP rank's column sums of its routing map, {@code [ranks, E]} in rank order, on the device (for the
-     * all-gather; {@link #readCounts} brings them to the host in one copy, the one synchronisation of the dispatch).
+     * Every EP rank's column sums of its routing map ({@code mine}: this rank's, {@code [1, E]} int64), {@code [ranks,
+     * E]} in rank order, on the device (one all-gather; {@link #readCounts} brings them to the host in one copy, the
+     * one synchronisation of the dispatch).
      * With {@code firstLocal >= 0} also the group ends of the experts {@code [firstLocal, firstLocal + local)} over
      * all sources (the running sums of their rows) into {@code ends[0]}, owned by {@code endsOwner}, computed on the
      * device from the gathered counts, so that the grouped GEMM needs no copy from the host (which would wait for the
      * device).
      */
-    private static NDArray gatherCounts(Communicator group, NDArray routingMap, NDManager temp, int firstLocal,
+    private static NDArray gatherCounts(Communicator group, NDArray mine, NDManager temp, int firstLocal,
                                         int local, NDArray[] ends, NDManager endsOwner) {
-        int experts = (int) routingMap.getShape().get(1);
-        NDArray mine = Tensors.own(Tensors.own(routingMap.sum(new int[] {0}), temp)
-                .toType(DataType.INT64, false).reshape(1, experts), temp);
         NDArray gathered = group.size() == 1 ? mine : Tensors.own(group.allGather(mine, 0, temp), temp);
         if (firstLocal >= 0) {
             NDArray columns = Tensors.own(Tensors.narrow(gathered, 1, firstLocal, firstLocal + local), temp);
@@ -171,6 +172,13 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
             ends[0] = Tensors.own(Tensors.own(rows.cumSum(0), temp).toType(DataType.INT32, false), endsOwner);
         }
         return gathered;
+    }
+
+    /** The column sums of a {@code [T, E]} 0/1 map as {@code [1, E]} int64, owned by {@code owner}. */
+    private static NDArray columnSums(NDArray routingMap, NDManager owner) {
+        int experts = (int) routingMap.getShape().get(1);
+        return Tensors.own(Tensors.own(routingMap.sum(new int[] {0}), owner).toType(DataType.INT64, false)
+                .reshape(1, experts), owner);
     }
 
     /** {@link #gatherCounts}'s counts on the host: {@code [EP rank][global expert]}; waits for the device. */

@@ -107,14 +107,19 @@ final class FusedTokenPermutation extends TokenPermutation {
      *
      * @param tokens {@code [T, h]}, the tokens the permutation will be asked to permute
      * @param routingMap {@code [T, E']} 0/1 with {@code pairsPerToken} ones in every row
+     * @param indices {@code [T, pairsPerToken]} int64, the columns of the map's ones in any order (the router's top-k
+     *                indices), from which the pairs are listed by two sorts instead of a {@code nonzero_static} over
+     *                the map and a sort of the rows by token, and the map's column sums made in the same call
+     *                ({@link Ahead#counts()}); or null
      * @param pairsPerToken k, above 0
      * @param owner owns the outputs until {@link #permute} takes them
      * @return the outputs, waiting for the counts
      */
-    static Ahead ahead(NDArray tokens, NDArray routingMap, int pairsPerToken, NDManager owner) {
+    static Ahead ahead(NDArray tokens, NDArray routingMap, NDArray indices, int pairsPerToken, NDManager owner) {
         NDList out;
         try (NoGrad ignored = NoGrad.enter()) {
-            out = run(PairCombine.MODULE, tokens, routingMap, routingMap.getShape().get(0) * pairsPerToken, owner);
+            out = indices != null ? PairCombine.MODULE.forward(PairCombine.PERMUTE_PAIRS, tokens, indices, routingMap)
+                    : run(PairCombine.MODULE, tokens, routingMap, routingMap.getShape().get(0) * pairsPerToken, owner);
         }
         out.attach(owner);
         return new Ahead(routingMap, owner, pairsPerToken, out);
@@ -152,6 +157,11 @@ final class FusedTokenPermutation extends TokenPermutation {
          */
         FusedTokenPermutation permutation(long[] counts) {
             return new FusedTokenPermutation(routingMap, owner, counts, pairsPerToken, outputs);
+        }
+
+        /** @return the map's column sums {@code [1, E]} int64 on the device, where the call made them (from indices); else null */
+        NDArray counts() {
+            return outputs.size() > 6 ? outputs.get(6) : null;
         }
     }
 
@@ -255,6 +265,7 @@ final class FusedTokenPermutation extends TokenPermutation {
         static final NDArray COMBINE = marker("combine");
         static final NDArray COMBINE_BACKWARD = marker("combine_backward");
         static final NDArray SUM_ROWS = marker("sum_rows");
+        static final NDArray PERMUTE_PAIRS = marker("permute_pairs");
         static final PairCombine LOCAL = new PairCombine(null);
 
         /** A tensor named for an exported method, by which DJL picks it (kept for the process). */

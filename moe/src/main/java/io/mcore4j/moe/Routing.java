@@ -17,14 +17,21 @@ import java.util.Objects;
  *                most {@code topK} per token; the pairs whose outputs are combined
  * @param topK experts selected per token
  * @param capacity tokens per expert allowed on this rank, or -1 without a capacity
+ * @param indices {@code [T, topK]} int64: each token's experts, the ones of {@code routingMap}, where the router
+ *                gives them (dropless routing); else null
  */
-public record Routing(NDArray probs, NDArray routingMap, NDArray keptMap, int topK, long capacity) {
+public record Routing(NDArray probs, NDArray routingMap, NDArray keptMap, int topK, long capacity, NDArray indices) {
 
     /** Checks that the tensors are present. */
     public Routing {
         Objects.requireNonNull(probs, "probs");
         Objects.requireNonNull(routingMap, "routingMap");
         Objects.requireNonNull(keptMap, "keptMap");
+    }
+
+    /** A routing without its experts' indices. */
+    public Routing(NDArray probs, NDArray routingMap, NDArray keptMap, int topK, long capacity) {
+        this(probs, routingMap, keptMap, topK, capacity, null);
     }
 
     /** @return number of local tokens T */

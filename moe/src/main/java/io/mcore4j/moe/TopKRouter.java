@@ -209,7 +209,8 @@ public final class TopKRouter extends AbstractModule {
                 localTokenCounts.addi(dispatched.sum(new int[] {0}));
             }
         }
-        return new Routing(probs, dispatched, kept, k, capacity);
+        // without a capacity the map's ones are the top-k indices (the dispatch permutes by them)
+        return new Routing(probs, dispatched, kept, k, capacity, capacity < 0 ? selection.indices() : null);
     }
 
     /**
