@@ -14,10 +14,11 @@ each token's rows gathered and summed. Methods (rows [N, h] come expert by exper
   [T, E] their map) -> the same six outputs as forward on that map, from the indices: each token's experts sorted,
   then a stable sort of all pairs by expert (no nonzero over the map, no sort of the rows by token); and the map's
   column sums [1, E] int64 (the rows per expert, which the dispatch all-gathers);
-- combine(rows, row_of_pair, expert_of_pair [T, k], kept_map [T, E], probs [T, E]) -> [T, h]:
-  out[t] = sum_j probs[t, e_j] * kept_map[t, e_j] * rows[row_of_pair[t, j]], computed in the promoted dtype of rows
-  and probs (as Megatron-Core's unpermute does) by one batched product [T, 1, k] x [T, k, h], in rows' dtype;
-- combine_backward(rows, token_of_row, row_of_pair, pair_of_row, expert_of_pair, kept_map, probs, grad [T, h])
+- combine(rows, row_of_pair, expert_of_pair [T, k], probs [T, E]) -> [T, h]:
+  out[t] = sum_j probs[t, e_j] * rows[row_of_pair[t, j]] (dropless routing keeps every pair: no kept map), computed
+  in the promoted dtype of rows and probs (as Megatron-Core's unpermute does) by one batched product
+  [T, 1, k] x [T, k, h], in rows' dtype;
+- combine_backward(rows, token_of_row, row_of_pair, pair_of_row, expert_of_pair, probs, grad [T, h])
   -> (d_rows [N, h], d_probs [T, E]): the gradients of combine, every row's by gathers (no atomics);
 - sum_rows(rows, row_of_pair) -> [T, h]: each token's rows summed (float32 sums for a lower-precision dtype), the
   transpose of the permutation's gather, in rows' dtype.
@@ -72,27 +73,26 @@ class PairCombine(torch.nn.Module):
 
     @torch.jit.export
     def combine(self, rows: torch.Tensor, row_of_pair: torch.Tensor, expert_of_pair: torch.Tensor,
-                kept_map: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+                probs: torch.Tensor) -> torch.Tensor:
         promoted = torch.promote_types(rows.dtype, probs.dtype)
         tokens, k = row_of_pair.size(0), row_of_pair.size(1)
-        weights = (probs * kept_map.to(probs.dtype)).gather(1, expert_of_pair).to(promoted)
+        weights = probs.gather(1, expert_of_pair).to(promoted)
         picked = rows.index_select(0, row_of_pair.reshape(-1)).view(tokens, k, rows.size(1)).to(promoted)
         return torch.bmm(weights.unsqueeze(1), picked).squeeze(1).to(rows.dtype)
 
     @torch.jit.export
     def combine_backward(self, rows: torch.Tensor, token_of_row: torch.Tensor, row_of_pair: torch.Tensor,
-                         pair_of_row: torch.Tensor, expert_of_pair: torch.Tensor, kept_map: torch.Tensor,
-                         probs: torch.Tensor, grad: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+                         pair_of_row: torch.Tensor, expert_of_pair: torch.Tensor, probs: torch.Tensor,
+                         grad: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         promoted = torch.promote_types(rows.dtype, probs.dtype)
         tokens, k = row_of_pair.size(0), row_of_pair.size(1)
-        kept = kept_map.to(probs.dtype).gather(1, expert_of_pair)
-        weights = (probs.gather(1, expert_of_pair) * kept).to(promoted)
+        weights = probs.gather(1, expert_of_pair).to(promoted)
         # row i's gradient: its pair's weight times its token's gradient, in the promoted dtype, rounded once
         d_rows = (grad.index_select(0, token_of_row).to(promoted)
                   * weights.reshape(-1).index_select(0, pair_of_row).unsqueeze(-1)).to(rows.dtype)
         picked = rows.index_select(0, row_of_pair.reshape(-1)).view(tokens, k, rows.size(1)).to(promoted)
         d_weights = torch.bmm(picked, grad.to(promoted).unsqueeze(-1)).squeeze(-1)
-        d_probs = torch.zeros_like(probs).scatter(1, expert_of_pair, (d_weights * kept).to(probs.dtype))
+        d_probs = torch.zeros_like(probs).scatter(1, expert_of_pair, d_weights.to(probs.dtype))
         return d_rows, d_probs
 
     @torch.jit.export
@@ -111,9 +111,8 @@ def check(module: torch.jit.ScriptModule, device: str = "cpu") -> None:
         scores = torch.rand(tokens, experts, dtype=torch.float64)
         chosen = scores.topk(k, dim=1).indices
         routing_map = torch.zeros(tokens, experts, dtype=torch.float32).scatter(1, chosen, 1.0)
-        kept_map = routing_map.clone()
-        kept_map[3, chosen[3, 0]] = 0  # a dispatched pair that is not kept: weight 0
-        routing_map, kept_map = routing_map.to(device), kept_map.to(device)
+        routing_map = routing_map.to(device)
+        kept_map = routing_map  # dropless: every dispatched pair is kept
         probs = (torch.rand(tokens, experts, dtype=torch.float32).to(device) * routing_map).requires_grad_()
         pairs = routing_map.t().nonzero()  # expert-major, tokens ascending
         expert_of_row, token_of_row = pairs[:, 0].contiguous(), pairs[:, 1].contiguous()
@@ -148,9 +147,9 @@ def check(module: torch.jit.ScriptModule, device: str = "cpu") -> None:
         upstream = torch.randn(tokens, hidden, dtype=torch.float64).to(dtype).to(device)
         want_rows, want_probs = torch.autograd.grad(want, (rows, probs), upstream)
         with torch.no_grad():
-            got = module.combine(rows, row_of_pair, expert_of_pair, kept_map, probs)
+            got = module.combine(rows, row_of_pair, expert_of_pair, probs)
             got_rows, got_probs = module.combine_backward(rows, token_of_row, row_of_pair, pair_of_row,
-                                                          expert_of_pair, kept_map, probs, upstream)
+                                                          expert_of_pair, probs, upstream)
             summed = module.sum_rows(rows, row_of_pair)
         want_sum = torch.zeros(tokens, hidden, dtype=promoted, device=device).index_add(0, token_of_row,
                                                                               rows.detach().to(promoted))

@@ -241,9 +241,8 @@ def bench_combine(permute, unpermute, pairs):
 
     def gathers():
         with torch.no_grad():
-            pairs.combine(rows, row_of_pair, expert_of_pair, routing_map, probs)
-            pairs.combine_backward(rows, token_of_row, row_of_pair, pair_of_row, expert_of_pair, routing_map, probs,
-                                   upstream)
+            pairs.combine(rows, row_of_pair, expert_of_pair, probs)
+            pairs.combine_backward(rows, token_of_row, row_of_pair, pair_of_row, expert_of_pair, probs, upstream)
             pairs.sum_rows(rows, row_of_pair)
     for name, fn in (("index-add", index_add), ("gathers", gathers)):
         print(f"bench combine by {name}: {timed(fn):.3f} ms (forward, backward and the dispatch's transpose,"

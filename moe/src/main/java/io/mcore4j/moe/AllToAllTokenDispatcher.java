@@ -34,8 +34,7 @@ import java.util.Arrays;
  *
  * <p>With the fused permutation and dropless routing the permutation is issued before the counts are read (its
  * T·k pairs do not depend on them), and the exchange back runs inside the combine's Function
- * ({@link FusedTokenPermutation#combine(NDArray, NDArray, NDArray, FusedTokenPermutation.RowsExchange,
- * AutogradScope)}).
+ * ({@link FusedTokenPermutation#combine(NDArray, NDArray, FusedTokenPermutation.RowsExchange, AutogradScope)}).
  */
 final class AllToAllTokenDispatcher extends TokenDispatcher {
     /** Whether the dispatch hands the experts their group ends on the device (for libtorch's grouped kernel). */
@@ -147,7 +146,7 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
             if (!exchange.isIdentity() && permutation instanceof FusedTokenPermutation fused
                     && fused.combinesByGathers()) {
                 // the exchange back inside the combine's Function: one autograd node for both
-                return fused.combine(expertOutput, routing.keptMap(), routing.probs(), exchange.rowsExchange(), s);
+                return fused.combine(expertOutput, routing.probs(), exchange.rowsExchange(), s);
             }
             NDArray back = exchange.isIdentity() ? expertOutput : s.apply1(exchange.fromExperts(), expertOutput);
             return permutation.combine(back, routing.keptMap(), routing.probs(), slots, s);

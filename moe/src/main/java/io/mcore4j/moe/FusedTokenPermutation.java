@@ -194,7 +194,7 @@ final class FusedTokenPermutation extends TokenPermutation {
             throw new IllegalStateException("combine before permute: the rows' tokens are found by permute");
         }
         if (rowOfPair != null) {
-            return combine(expertOutput, keptMap, probs, null, scope);
+            return combine(expertOutput, probs, null, scope);
         }
         TorchScriptModule module = TorchScriptModules.shared(FusedTokenPermutation.class, UNPERMUTE);
         return Tensors.own(module.forward(new NDList(expertOutput, tokenOfRow, expertOfRow, keptMap, probs))
@@ -203,7 +203,7 @@ final class FusedTokenPermutation extends TokenPermutation {
 
     /**
      * @return whether every token has the same number of pairs, so that the combine gathers
-     *     ({@link #combine(NDArray, NDArray, NDArray, RowsExchange, AutogradScope)})
+     *     ({@link #combine(NDArray, NDArray, RowsExchange, AutogradScope)})
      */
     boolean combinesByGathers() {
         return pairsPerToken > 0;
@@ -212,25 +212,25 @@ final class FusedTokenPermutation extends TokenPermutation {
     /**
      * {@link #combine(NDArray, NDArray, NDArray, int, AutogradScope)} by gathers, with the rows first brought into
      * pair order by {@code exchange} (the all-to-all back from the experts) inside the same Function, whose backward
-     * sends the rows' gradient out by it: one autograd node for both. Call after {@link #permute}.
+     * sends the rows' gradient out by it: one autograd node for both. Call after {@link #permute}. Every token has its
+     * k pairs (dropless routing), so every pair is kept: no kept map.
      *
      * @param expertOutput the experts' rows, which {@code exchange} brings back into pair order; or, without one,
      *                     {@code [N, h]} in pair order
-     * @param keptMap {@code [T, E']} 0/1
      * @param probs {@code [T, E']} probabilities (gradients flow to them)
      * @param exchange the way back and its transpose, or null for none
      * @param scope the pass's scope; owns the result
      * @return {@code [T, h]} in the rows' dtype
      * @throws IllegalStateException before {@link #permute}, or where tokens have different numbers of pairs
      */
-    NDArray combine(NDArray expertOutput, NDArray keptMap, NDArray probs, RowsExchange exchange, AutogradScope scope) {
+    NDArray combine(NDArray expertOutput, NDArray probs, RowsExchange exchange, AutogradScope scope) {
         if (rowOfPair == null) {
             throw new IllegalStateException(tokenOfRow == null ? "combine before permute: the rows' tokens are found by"
                     + " permute" : "a combine by gathers needs the same number of pairs for every token");
         }
         // the index tensors are inputs too, so that the scope keeps them for the backward in any frame
         return scope.apply1(exchange == null ? PairCombine.LOCAL : new PairCombine(exchange), expertOutput, probs,
-                keptMap, tokenOfRow, rowOfPair, pairOfRow, expertOfPair);
+                tokenOfRow, rowOfPair, pairOfRow, expertOfPair);
     }
 
     /** How the experts' rows come back into pair order before a combine, and their gradient goes out after it. */
@@ -255,7 +255,7 @@ final class FusedTokenPermutation extends TokenPermutation {
 
     /**
      * {@code pair_combine.pt}'s methods, and the combine as a Function of the expert rows and the probabilities
-     * (inputs: rows, probs, kept map, token of each row, row of each pair, pair of each row, expert of each pair),
+     * (inputs: rows, probs, token of each row, row of each pair, pair of each row, expert of each pair),
      * with the rows first brought back by {@code exchange} where there is one (null: the rows are in pair order).
      */
     private record PairCombine(RowsExchange exchange) implements Function {
@@ -280,20 +280,20 @@ final class FusedTokenPermutation extends TokenPermutation {
                 saved[0] = exchange.back(in[0], ctx.manager()); // the rows in pair order, which the backward reads
             }
             ctx.saveForBackward(saved);
-            NDArray out = MODULE.forward(COMBINE, saved[0], in[4], in[6], in[2], in[1]).singletonOrThrow();
+            NDArray out = MODULE.forward(COMBINE, saved[0], in[3], in[5], in[1]).singletonOrThrow();
             out.attach(ctx.manager());
             return new NDArray[] {out};
         }
 
         @Override
         public NDArray[] backward(FunctionContext ctx, NDArray... grads) {
-            NDList d = MODULE.forward(COMBINE_BACKWARD, ctx.saved(0), ctx.saved(3), ctx.saved(4), ctx.saved(5),
-                    ctx.saved(6), ctx.saved(2), ctx.saved(1), grads[0]);
+            NDList d = MODULE.forward(COMBINE_BACKWARD, ctx.saved(0), ctx.saved(2), ctx.saved(3), ctx.saved(4),
+                    ctx.saved(5), ctx.saved(1), grads[0]);
             d.attach(ctx.manager());
             // with an exchange its transpose runs whether or not the rows need a gradient: collectives stay matched
             NDArray rows = exchange == null ? d.get(0) : exchange.forth(d.get(0), ctx.manager());
             return new NDArray[] {ctx.needsInputGrad(0) ? rows : null, ctx.needsInputGrad(1) ? d.get(1) : null,
-                    null, null, null, null, null};
+                    null, null, null, null};
         }
 
         @Override
