@@ -159,7 +159,10 @@ final class FusedTokenPermutation extends TokenPermutation {
             return new FusedTokenPermutation(routingMap, owner, counts, pairsPerToken, outputs);
         }
 
-        /** @return the map's column sums {@code [1, E]} int64 on the device, where the call made them (from indices); else null */
+        /**
+         * @return the map's column sums {@code [1, E]} int64 on the device where the call made them (from the
+         *     indices), else null
+         */
         NDArray counts() {
             return outputs.size() > 6 ? outputs.get(6) : null;
         }
