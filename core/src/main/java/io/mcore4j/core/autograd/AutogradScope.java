@@ -479,9 +479,11 @@ public final class AutogradScope implements AutoCloseable {
                 if (gradInputs[i] != null && node.ctx.needsInputGrad(i)) {
                     checkSameShape(node.inputs[i], gradInputs[i],
                             node.function.name() + " gradient for input " + i);
-                    // a gradient handed on as it came (an identity's) stays its owner's
-                    pending.add(node.inputs[i], gradInputs[i], !isBorrowed(gradInputs[i], gradOutputs, ownedHere),
-                            node.ctx.deferredInputGradient(i) ? 0 : madeAt.getOrDefault(node.inputs[i], Integer.MAX_VALUE));
+                    // a gradient handed on as it came (an identity's) stays its owner's; how far back its backward
+                    // may reach: nothing recorded for stacked parameters, what was recorded when a noted input was made
+                    int reach = node.ctx.deferredInputGradient(i) ? 0
+                            : madeAt.getOrDefault(node.inputs[i], Integer.MAX_VALUE);
+                    pending.add(node.inputs[i], gradInputs[i], !isBorrowed(gradInputs[i], gradOutputs, ownedHere), reach);
                 }
             }
             for (int i = 0; i < gradOutputs.length; i++) {
