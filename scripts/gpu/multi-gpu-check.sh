@@ -87,6 +87,10 @@ summarise() {
       } else if (text ~ /^gpt-benchmark phases/) {
         fb = field(text, "forward[+]backward [0-9.]+"); q = field(text, "queued by the host in [0-9.]+")
         fbs[row] = after(fb, "forward+backward "); queued[row] = after(q, "queued by the host in ")
+        # a row run more than once (the probe rows, interleaved): every run, and their means
+        runs[row]++; fbsum[row] += fbs[row]; qsum[row] += queued[row]
+        fblist[row] = (runs[row] > 1 ? fblist[row] ", " : "") fbs[row]
+        qlist[row] = (runs[row] > 1 ? qlist[row] ", " : "") queued[row]
       } else if (text ~ /^RESULT /) {
         name = $3; tps = field(text, "tokens/s/gpu=[0-9.]+"); mfu = field(text, "MFU=[0-9.]+%")
         dev = field(text, "device=[0-9.]+GiB"); world = field(text, "world=[0-9]+")
@@ -115,7 +119,19 @@ summarise() {
           r = order[i]; if (r !~ /^probe/) continue
           if (!(r in fbs)) { printf "| %s | %s | %s | | | |\n", r, layout[r], ((r in status) ? status[r] : "no result"); continue }
           passes = probe_layers * (((r in micros) && micros[r] > 0) ? micros[r] : 2)
-          printf "| %s | %s | %s | %s | %s | %.2f |\n", r, layout[r], steps[r], fbs[r], queued[r], queued[r] / passes
+          if (runs[r] > 1) {
+            printf "| %s | %s | %s | %s (mean %.1f) | %s (mean %.1f) | %.2f |\n", r, layout[r], steps[r], fblist[r], \
+                   fbsum[r] / runs[r], qlist[r], qsum[r] / runs[r], qsum[r] / runs[r] / passes
+          } else {
+            printf "| %s | %s | %s | %s | %s | %.2f |\n", r, layout[r], steps[r], fbs[r], queued[r], queued[r] / passes
+          }
+        }
+        if (("probe-moe" in runs) && ("probe-dp4" in runs)) {
+          moe = fbsum["probe-moe"] / runs["probe-moe"]; dense = fbsum["probe-dp4"] / runs["probe-dp4"]
+          print ""
+          printf "Probe preset, MoE host cost against dense (issue 34: at most 2×): forward+backward %.1f ms" \
+                 " (mean of %d) against %.1f ms (mean of %d): %.2f×\n", moe, runs["probe-moe"], dense, \
+                 runs["probe-dp4"], moe / dense
         }
       }
     }'
@@ -380,6 +396,12 @@ selftest() {
 [probe-tp1] gpt-benchmark phases (ms per step, device synchronised between them): data 0.4 | forward+backward 172.0 (queued by the host in 168.5) | gradient sync 0.1 | optimizer step 4.2 | zero grad 0.3
 [probe-tp4] layout: probe, TP4
 [probe-tp4] status: skipped (the 540-second deadline)
+[probe-dp4] layout: probe, DP4
+[probe-dp4] gpt-benchmark phases (ms per step, device synchronised between them): data 0.4 | forward+backward 180.0 (queued by the host in 179.0) | gradient sync 0.1 | optimizer step 4.2 | zero grad 0.3
+[probe-moe] layout: probe, MoE 8 experts top-2, EP4 × DP4
+[probe-moe] gpt-benchmark phases (ms per step, device synchronised between them): data 0.4 | forward+backward 380.0 (queued by the host in 378.0) | gradient sync 0.1 | optimizer step 4.2 | zero grad 0.3
+[probe-dp4] gpt-benchmark phases (ms per step, device synchronised between them): data 0.4 | forward+backward 200.0 (queued by the host in 199.0) | gradient sync 0.1 | optimizer step 4.2 | zero grad 0.3
+[probe-moe] gpt-benchmark phases (ms per step, device synchronised between them): data 0.4 | forward+backward 390.0 (queued by the host in 388.0) | gradient sync 0.1 | optimizer step 4.2 | zero grad 0.3
 some other line that is not a row's
 EOF
 )
@@ -396,6 +418,8 @@ EOF
     || { echo "selftest: FAIL, llama20b-zero3's reference is ${refs[0]:-none}"; fail=1; }
   expect "| probe-tp1 | probe, TP1 | 180.2 | 172.0 | 168.5 | 3.51 |"
   expect "| probe-tp4 | probe, TP4 | skipped (the 540-second deadline) | | | |"
+  expect "| probe-dp4 | probe, DP4 |  | 180.0, 200.0 (mean 190.0) | 179.0, 199.0 (mean 189.0) | 3.94 |"
+  expect "forward+backward 385.0 ms (mean of 2) against 190.0 ms (mean of 2): 2.03×"
   [ "$(grep -c '^| tp1 ' <<<"$got")" -eq 1 ] || { echo "selftest: FAIL, tp1 is not one row"; fail=1; }
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
