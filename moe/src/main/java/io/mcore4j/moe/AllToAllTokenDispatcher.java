@@ -87,7 +87,7 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         }
         long[] counts = countsByRank[ep.rank()];
         TokenPermutation permutation = ahead != null ? ahead.permutation(counts)
-                : TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts, pairsPerToken);
+                : TokenPermutation.of(routing.routingMap(), m, permuteFusion, counts, pairsPerToken, routing.indices());
 
         int epSize = ep.size();
         long[] send = new long[epSize];

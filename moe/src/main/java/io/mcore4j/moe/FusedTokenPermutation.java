@@ -43,15 +43,18 @@ final class FusedTokenPermutation extends TokenPermutation {
 
     /** The outputs of a permutation run {@link #ahead}, which {@link #permute} hands out once; else null. */
     private NDList aheadOutputs;
+    /** With {@link #pairsPerToken}: each token's experts {@code [T, k]} (the router's top-k indices), or null. */
+    private final NDArray indices;
 
-    FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts, int pairsPerToken) {
-        this(routingMap, owner, counts, pairsPerToken, null);
+    FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts, int pairsPerToken, NDArray indices) {
+        this(routingMap, owner, counts, pairsPerToken, null, indices);
     }
 
     private FusedTokenPermutation(NDArray routingMap, NDManager owner, long[] counts, int pairsPerToken,
-                                  NDList aheadOutputs) {
+                                  NDList aheadOutputs, NDArray indices) {
         super(routingMap, owner, counts);
         this.aheadOutputs = aheadOutputs;
+        this.indices = indices;
         long tokens = routingMap.getShape().get(0);
         long[] perExpert = tokensPerExpert();
         long pairs = sum(perExpert, 0, perExpert.length);
@@ -80,6 +83,9 @@ final class FusedTokenPermutation extends TokenPermutation {
         if (aheadOutputs != null) {
             out = aheadOutputs;
             aheadOutputs = null;
+        } else if (pairsPerToken > 0 && indices != null) {
+            // from the router's top-k indices: two sorts, no nonzero over the map
+            out = PairCombine.MODULE.forward(PairCombine.PERMUTE_PAIRS, tokens, indices, routingMap);
         } else {
             long[] counts = tokensPerExpert();
             // with k pairs per token, pair_combine.pt permutes and lists each token's rows in the same call
@@ -156,7 +162,7 @@ final class FusedTokenPermutation extends TokenPermutation {
          * @return the permutation that hands out these outputs
          */
         FusedTokenPermutation permutation(long[] counts) {
-            return new FusedTokenPermutation(routingMap, owner, counts, pairsPerToken, outputs);
+            return new FusedTokenPermutation(routingMap, owner, counts, pairsPerToken, outputs, null);
         }
 
         /**

@@ -73,7 +73,25 @@ abstract sealed class TokenPermutation permits TokenPermutation.Composed, FusedT
      * @throws IllegalArgumentException if the counts do not sum to {@code T × pairsPerToken}
      */
     static TokenPermutation of(NDArray routingMap, NDManager owner, boolean fused, long[] counts, int pairsPerToken) {
-        return fused ? new FusedTokenPermutation(routingMap, owner, counts, pairsPerToken)
+        return of(routingMap, owner, fused, counts, pairsPerToken, null);
+    }
+
+    /**
+     * {@link #of(NDArray, NDManager, boolean, long[], int)} where the router's top-k indices are at hand: the fused
+     * permutation of dropless routing lists the pairs from them ({@code pair_combine.pt}'s {@code permute_pairs}).
+     *
+     * @param routingMap {@code [T, E']} 0/1 (float)
+     * @param owner owner of the index tensors
+     * @param fused one TorchScript call each way instead of composed index ops
+     * @param counts the map's column sums, or null to read them here
+     * @param pairsPerToken the pairs of every token, or 0 when rows may differ
+     * @param indices {@code [T, pairsPerToken]} int64, the columns of the map's ones (any order), or null
+     * @return the permutation
+     * @throws IllegalArgumentException if the counts do not sum to {@code T × pairsPerToken}
+     */
+    static TokenPermutation of(NDArray routingMap, NDManager owner, boolean fused, long[] counts, int pairsPerToken,
+                               NDArray indices) {
+        return fused ? new FusedTokenPermutation(routingMap, owner, counts, pairsPerToken, indices)
                 : new Composed(routingMap, owner, counts);
     }
 
