@@ -34,10 +34,8 @@ final class BFloat16Bridge {
         owner.setName("mcore4j-bfloat16-bridge");
         this.module = TorchScriptModules.load(owner, BFloat16Bridge.class, RESOURCE);
         NDManager host = owner.newSubManager(Device.cpu());
-        this.toDeviceMethod = host.zeros(new Shape());
-        toDeviceMethod.setName("module_method:to_device");
-        this.emptyMethod = host.zeros(new Shape());
-        emptyMethod.setName("module_method:empty");
+        this.toDeviceMethod = TorchScriptModules.methodMarker(host, "to_device");
+        this.emptyMethod = TorchScriptModules.methodMarker(host, "empty");
         this.templateOwner = owner.newSubManager();
     }
 
