@@ -5,7 +5,6 @@ import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.Shape;
-import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.nn.AbstractModule;
@@ -62,7 +61,10 @@ final class LocalExperts extends AbstractModule {
     private final List<ShardedTensor> pieces = new ArrayList<>();
     private final NDManager pieceViews;
     private final GroupedMatmul grouped;
-    /** The whole MLP as one Function on the grouped kernel, where it runs; else null (the composed products). */
+    /**
+     * The whole MLP as one Function on the grouped kernel, where it runs and every width's rows are 16-byte aligned
+     * as the kernel reads them; else null (the composed products, which fall back per product).
+     */
     private final GroupedExpertMlp fusedMlp;
 
     LocalExperts(MoeConfig config, int hiddenSize, MoeGroups groups, NDManager parameters, SeedScheme seeds,
@@ -89,7 +91,8 @@ final class LocalExperts extends AbstractModule {
         // gradient is set to none, its storage never is
         this.pieceViews = parameters.newSubManager();
         this.grouped = config.groupedGemm() ? GroupedMatmul.select(parameters, config.dtype()) : null;
-        this.fusedMlp = grouped instanceof GroupedMatmul.Kernel ? GroupedExpertMlp.kernel(config.activation()) : null;
+        GroupedExpertMlp kernelMlp = grouped instanceof GroupedMatmul.Kernel
+                ? GroupedExpertMlp.kernel(config.activation()) : null;
         for (int l = 0; l < localCount; l++) {
             String name = "local_experts." + (firstLocalExpert + l) + ".";
             String key = keyPrefix + "experts." + name;
@@ -115,6 +118,7 @@ final class LocalExperts extends AbstractModule {
                 pieces.add(ShardedTensor.whole(b2.name(), Tensors.detach(b2.data(), pieceViews)).replicatedIf(biasReplica != 0));
             }
         }
+        this.fusedMlp = kernelMlp != null && rowsAligned(config) ? kernelMlp : null;
     }
 
     /**
@@ -200,7 +204,8 @@ final class LocalExperts extends AbstractModule {
         }
         NDManager m = scope.manager();
         GroupedMatmul.Groups groups = matmul.groups(tokensPerExpert, ends, input, m);
-        if (matmul == grouped && fusedMlp != null && fusedMlpRuns(groups, input)) {
+        // group ends on the device: rows there are
+        if (matmul == grouped && fusedMlp != null && groups.ends() != null) {
             return forwardFused(scope, fusedMlp, input, groups);
         }
         NDArray h = matmul.apply(scope, input, stack(fc1Weights, m), groups); // [N, fc1/t]
@@ -212,15 +217,9 @@ final class LocalExperts extends AbstractModule {
         return fc2Bias == null ? y : addExpertBiases(y, fc2Bias, tokensPerExpert, m);
     }
 
-    /**
-     * Whether the fused MLP takes these rows: group ends on the device (rows there are), and every width's rows
-     * aligned to 16 bytes as libtorch's grouped kernel reads them (else the composed products fall back per product).
-     */
-    private boolean fusedMlpRuns(GroupedMatmul.Groups groups, NDArray input) {
-        if (groups.ends() == null) {
-            return false;
-        }
-        int bytes = DataTypes.of(input).getNumOfBytes();
+    /** Whether every width's rows (in the layer's dtype) are 16-byte aligned, as libtorch's grouped kernel reads them. */
+    private boolean rowsAligned(MoeConfig config) {
+        int bytes = config.dtype().getNumOfBytes();
         long fc1 = fc1Weights.get(0).data().getShape().get(0);
         long fc2In = fc2Weights.get(0).data().getShape().get(1);
         return hiddenSize * bytes % 16 == 0 && fc1 * bytes % 16 == 0 && fc2In * bytes % 16 == 0;
