@@ -16,6 +16,7 @@ import io.mcore4j.tensorparallel.MlpActivation;
 
 import java.util.Arrays;
 import java.util.List;
+import java.util.function.UnaryOperator;
 
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
@@ -39,7 +40,6 @@ class GroupedGemmTest {
         MoeConfig loop = MoeConfig.builder(4, 2, 16).activation(activation).addBias(bias).initStd(0.3).outputInitStd(0.2)
                 .batchedExperts(false).build();
         MoeConfig grouped = loop.toBuilder().groupedGemm(true).build();
-        long rows = TokenPermutation.sum(counts, 0, counts.length);
         MoeGroups groups = MoeGroups.of(Fixtures.soloGroups());
         try (NDManager root = NDManager.newBaseManager()) {
             for (GroupedMatmul matmul : List.of(GroupedMatmul.select(root, DataType.FLOAT32), GroupedMatmul.PADDED)) {
@@ -47,21 +47,8 @@ class GroupedGemmTest {
                      LocalExperts reference = new LocalExperts(loop, HIDDEN, groups, m, new SeedScheme(5), "mlp.");
                      LocalExperts experts = new LocalExperts(grouped, HIDDEN, groups, m, new SeedScheme(5), "mlp.");
                      AutogradScope scope = AutogradScope.open(m)) {
-                    NDManager s = scope.manager();
-                    NDArray[] in = rowsAndUpstream(s, rows);
-                    NDArray x = in[0];
-                    NDArray xr = in[1];
-                    NDArray upstream = in[2];
-                    NDArray y = experts.forwardGrouped(scope, x, counts, matmul);
-                    NDArray yr = reference.forward(scope, xr, counts);
-                    scope.backward(new NDArray[] {y, yr}, new NDArray[] {upstream, upstream});
-                    String at = matmul + " counts " + countList + ": ";
-                    assertEquals(yr.getShape(), y.getShape(), at + "output shape");
-                    if (rows > 0) {
-                        assertClose(at + "output", y, yr, 1e-5);
-                        assertClose(at + "input gradient", Fixtures.gradOrZeros(x, s), Fixtures.gradOrZeros(xr, s), 1e-5);
-                    }
-                    assertSameExpertGradients(at, experts, reference, counts, s);
+                    assertEqualToTheLoop(matmul + " counts " + countList + ": ", scope, experts, reference, counts,
+                            x -> experts.forwardGrouped(scope, x, counts, matmul));
                 }
             }
         }
@@ -81,7 +68,6 @@ class GroupedGemmTest {
         long[] counts = Arrays.stream(countList.split(" ")).mapToLong(Long::parseLong).toArray();
         MoeConfig loop = MoeConfig.builder(4, 2, 16).activation(activation).addBias(bias).initStd(0.3).outputInitStd(0.2)
                 .batchedExperts(false).build();
-        long rows = TokenPermutation.sum(counts, 0, counts.length);
         int[] ends = new int[counts.length];
         for (int e = 0, end = 0; e < counts.length; e++) {
             end += (int) counts[e];
@@ -92,26 +78,34 @@ class GroupedGemmTest {
              LocalExperts reference = new LocalExperts(loop, HIDDEN, groups, m, new SeedScheme(5), "mlp.");
              LocalExperts experts = new LocalExperts(loop, HIDDEN, groups, m, new SeedScheme(5), "mlp.");
              AutogradScope scope = AutogradScope.open(m)) {
-            NDManager s = scope.manager();
-            NDArray[] in = rowsAndUpstream(s, rows);
-            NDArray x = in[0];
-            NDArray xr = in[1];
-            NDArray upstream = in[2];
-            GroupedMatmul.Groups g = new GroupedMatmul.Groups(counts, s.create(ends));
-            NDArray y = experts.forwardFused(scope, GroupedExpertMlp.loop(activation), x, g);
-            NDArray yr = reference.forward(scope, xr, counts);
-            scope.backward(new NDArray[] {y, yr}, new NDArray[] {upstream, upstream});
-            String at = activation + " bias " + bias + " counts " + countList + ": ";
-            assertClose(at + "output", y, yr, 1e-5);
-            assertClose(at + "input gradient", Fixtures.gradOrZeros(x, s), Fixtures.gradOrZeros(xr, s), 1e-5);
-            assertSameExpertGradients(at, experts, reference, counts, s);
+            GroupedMatmul.Groups g = new GroupedMatmul.Groups(counts, scope.manager().create(ends));
+            assertEqualToTheLoop(activation + " bias " + bias + " counts " + countList + ": ", scope, experts, reference,
+                    counts, x -> experts.forwardFused(scope, GroupedExpertMlp.loop(activation), x, g));
         }
     }
 
-    /** The same rows as two leaves (the path under test's, the reference's) and an upstream gradient for both. */
-    private static NDArray[] rowsAndUpstream(NDManager s, long rows) {
+    /**
+     * Runs {@code path} and the reference's per-expert loop on the same rows (two leaves) with the same upstream
+     * gradient, and asserts the output's shape, then (with rows) the output and the input gradient within 1e-5, and
+     * every expert's gradients ({@link #assertSameExpertGradients}).
+     */
+    private static void assertEqualToTheLoop(String at, AutogradScope scope, LocalExperts experts, LocalExperts reference,
+                                             long[] counts, UnaryOperator<NDArray> path) {
+        NDManager s = scope.manager();
+        long rows = TokenPermutation.sum(counts, 0, counts.length);
         NDArray input = Fixtures.normal(s, 40, 1.0, rows, HIDDEN);
-        return new NDArray[] {Fixtures.leaf(input, s), Fixtures.leaf(input, s), Fixtures.normal(s, 41, 1.0, rows, HIDDEN)};
+        NDArray x = Fixtures.leaf(input, s);
+        NDArray xr = Fixtures.leaf(input, s);
+        NDArray upstream = Fixtures.normal(s, 41, 1.0, rows, HIDDEN);
+        NDArray y = path.apply(x);
+        NDArray yr = reference.forward(scope, xr, counts);
+        scope.backward(new NDArray[] {y, yr}, new NDArray[] {upstream, upstream});
+        assertEquals(yr.getShape(), y.getShape(), at + "output shape");
+        if (rows > 0) {
+            assertClose(at + "output", y, yr, 1e-5);
+            assertClose(at + "input gradient", Fixtures.gradOrZeros(x, s), Fixtures.gradOrZeros(xr, s), 1e-5);
+        }
+        assertSameExpertGradients(at, experts, reference, counts, s);
     }
 
     /** Every weight and bias gradient of every expert within 1e-5 of the reference's; zero for an expert with no rows. */
