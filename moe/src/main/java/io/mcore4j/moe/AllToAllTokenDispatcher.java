@@ -473,12 +473,7 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         }
 
         boolean isIdentity() {
-            for (int j = 0; j < order.length; j++) {
-                if (order[j] != j) {
-                    return false;
-                }
-            }
-            return true;
+            return isIdentityOrder(order);
         }
 
         /** Chunk order to local-expert order: one split, one concatenation. */
