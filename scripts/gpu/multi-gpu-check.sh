@@ -6,7 +6,9 @@
 #   multi-gpu-check.sh --table FILE  the table again from this script's saved output (stdout of an earlier call)
 #   multi-gpu-check.sh --selftest    checks the parsing and the table on fake lines, and a dry run of the whole
 #                                    script with fake java, torchrun, python3 and nvidia-smi (no GPU, no Java)
-# Rows (GPUs): tp1 (1), tp2 (2), tp4 (4), pp2 (2), tp2pp2 (4), tp2dp2 (4), dp2 (2), dp4 (4),
+# Rows (GPUs): tp1 (1), tp2 (2), tp4 (4), pp2 (2), pp2-vp (2: PP2 interleaved, Megatron's
+#   --num-layers-per-virtual-pipeline-stage 2, six model chunks per rank), tp2pp2 (4), tp2pp2-vp (4: the same
+#   interleaving), tp2dp2 (4), dp2 (2), dp4 (4),
 #   llama-tp4sp (4), llama-tp2dp2 (4), probe-tp1 (1), probe-tp2 (2), probe-tp4 (4); and, only when named,
 #   tp2sp (2), tp2sp-overlap (2: with --tp-comm-overlap), tp4sp-overlap (4), pp2-m8 and tp2pp2-m8 (2, 4: pp2 and
 #   tp2pp2 with the same 8 sequences as 8 micro-batches of 1), llama-tp4sp-overlap (4), llama-dp4 (4), dp4-zero2 (4: dp4 with --use-megatron-fsdp --data-parallel-sharding-strategy
@@ -41,8 +43,8 @@
 #   (PyTorch's context_parallel over SDPA) next to cp2 and cp4, torch_moe_bench.py (all-to-all and _grouped_mm)
 #   next to moe-ep4 and moe-fg-ep4.
 # Environment:
-#   ROWS        rows to run, in this order (default: all that fit GPUS; 4 GPUs: tp1 tp2 tp4 pp2 tp2pp2 tp2dp2 dp4
-#               llama-tp4sp llama-tp2dp2 probe; 2 GPUs: tp1 tp2 pp2 dp2 probe-tp1 probe-tp2)
+#   ROWS        rows to run, in this order (default: all that fit GPUS; 4 GPUs: tp1 tp2 tp4 pp2 pp2-vp tp2pp2
+#               tp2pp2-vp tp2dp2 dp4 llama-tp4sp llama-tp2dp2 probe; 2 GPUs: tp1 tp2 pp2 pp2-vp dp2 probe-tp1 probe-tp2)
 #   GPUS        the host's GPU count (default: nvidia-smi's); a row needing more is reported as skipped
 #   BF16        1 (default): --bf16 for mcore4j and bf16 autocast for PyTorch, as issue 32 quotes; 0: fp16 (the
 #               presets' default; DDP and eager with fp16 + GradScaler, DTensor TP and FSDP2 stay bf16, their only mode)
@@ -166,10 +168,15 @@ row() {
     tp4)          gpus=4; layout="1.3B, TP4"; args="--model 1.3b --tensor-model-parallel-size 4"
                   refs=("4|tp|DTensor TP4");;
     pp2)          gpus=2; layout="1.3B, PP2"; args="--model 1.3b --pipeline-model-parallel-size 2";;
+    pp2-vp)       gpus=2; layout="1.3B, PP2 interleaved, 2 layers per virtual stage"
+                  args="--model 1.3b --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2";;
     pp2-m8)       gpus=2; layout="1.3B, PP2, micro-batch 1 × 8 (the same 8 sequences)"
                   args="--model 1.3b --pipeline-model-parallel-size 2 --micro-batch-size 1 --micro-batches 8";;
     tp2pp2)       gpus=4; layout="1.3B, TP2 × PP2"
                   args="--model 1.3b --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2";;
+    tp2pp2-vp)    gpus=4; layout="1.3B, TP2 × PP2 interleaved, 2 layers per virtual stage"
+                  args="--model 1.3b --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
+                  args+=" --num-layers-per-virtual-pipeline-stage 2";;
     tp2pp2-m8)    gpus=4; layout="1.3B, TP2 × PP2, micro-batch 1 × 8 (the same 8 sequences)"
                   args="--model 1.3b --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"
                   args+=" --micro-batch-size 1 --micro-batches 8";;
@@ -423,7 +430,7 @@ EOF
   [ "$(grep -c '^| tp1 ' <<<"$got")" -eq 1 ] || { echo "selftest: FAIL, tp1 is not one row"; fail=1; }
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
-  local r; for r in tp1 tp2 tp2sp tp2sp-overlap tp4 tp4sp-overlap pp2 pp2-m8 tp2pp2 tp2pp2-m8 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 dp4-zero3-recompute llama20b-zero3 llama-tp4sp llama-tp4sp-overlap llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
+  local r; for r in tp1 tp2 tp2sp tp2sp-overlap tp4 tp4sp-overlap pp2 pp2-vp pp2-m8 tp2pp2 tp2pp2-vp tp2pp2-m8 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 dp4-zero3-recompute llama20b-zero3 llama-tp4sp llama-tp4sp-overlap llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
       probe-tp4 cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-ep4-fb moe-fg-ep4 moe-fg-ep4-fb dsv3-ep4 probe-dp4 probe-moe; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done
@@ -449,8 +456,8 @@ java_opts="${MCORE4J_JAVA_OPTS:--Dai.djl.offline=true} -Xmx16g -Dorg.slf4j.simpl
 prec=""; [ "$bf16" = 1 ] && prec="--bf16"
 host_gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}
 if [ -z "${ROWS:-}" ]; then
-  if [ "$host_gpus" -ge 4 ]; then ROWS="tp1 tp2 tp4 pp2 tp2pp2 tp2dp2 dp4 llama-tp4sp llama-tp2dp2 probe"
-  else ROWS="tp1 tp2 pp2 dp2 probe-tp1 probe-tp2"; fi
+  if [ "$host_gpus" -ge 4 ]; then ROWS="tp1 tp2 tp4 pp2 pp2-vp tp2pp2 tp2pp2-vp tp2dp2 dp4 llama-tp4sp llama-tp2dp2 probe"
+  else ROWS="tp1 tp2 pp2 pp2-vp dp2 probe-tp1 probe-tp2"; fi
 fi
 rows=""
 for r in $ROWS; do

@@ -86,6 +86,17 @@ class PretrainGptCudaGraphTest {
     }
 
     @Test
+    void replayedStepsGiveTheEagerLossesOfTheInterleavedSchedule() throws Exception {
+        // PP2 with two model chunks of one layer per rank: the graph holds the interleaved 1F1B order
+        List<String> layout = flags(2, 5, "--pipeline-model-parallel-size", "2", "--num-layers", "4",
+                "--num-layers-per-virtual-pipeline-stage", "1", "--global-batch-size", "8");
+        List<Double> eager = train(layout);
+        int captures = ReplayingGraphCapture.CAPTURES.get();
+        assertEquals(eager, graphed(layout), "losses of eager steps and of replayed interleaved steps, 4 micro-batches");
+        assertEquals(2, ReplayingGraphCapture.CAPTURES.get() - captures, "one capture per rank");
+    }
+
+    @Test
     void aChangedLossScaleCapturesAgain() throws Exception {
         // with a window of one clean step the loss scale doubles every step (or halves on an overflow): each change captures again
         List<String> fp16 = flags(1, 6, "--fp16", "--loss-scale-window", "1");
