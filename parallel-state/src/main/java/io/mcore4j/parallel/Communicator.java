@@ -50,6 +50,14 @@ public interface Communicator {
     Duration timeout();
 
     /**
+     * Sets up, before a CUDA graph capture, what the capture's collectives of this group need and a capture cannot do
+     * itself (device memory, a handshake through the group): every member calls it at the same point, as it would a
+     * collective. The default does nothing.
+     */
+    default void prepareCapture() {
+    }
+
+    /**
      * Reduces {@code input} across the group.
      *
      * @param input this rank's contribution

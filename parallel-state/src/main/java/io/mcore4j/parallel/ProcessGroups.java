@@ -1,7 +1,10 @@
 package io.mcore4j.parallel;
 
 import java.util.ArrayList;
+import java.util.Collections;
+import java.util.IdentityHashMap;
 import java.util.LinkedHashMap;
+import java.util.Set;
 import java.util.List;
 import java.util.Map;
 
@@ -136,6 +139,19 @@ public final class ProcessGroups {
             throw new IllegalArgumentException("no group \"" + name + "\"; groups are " + communicators.keySet());
         }
         return c;
+    }
+
+    /**
+     * {@link Communicator#prepareCapture()} of each of this rank's communicators once, in the groups' order of
+     * creation, which is the same on every rank: before a CUDA graph capture, at the same point on every rank.
+     */
+    public void prepareCapture() {
+        Set<Communicator> done = Collections.newSetFromMap(new IdentityHashMap<>());
+        for (Communicator c : communicators.values()) {
+            if (done.add(c)) {
+                c.prepareCapture();
+            }
+        }
     }
 
     /** @return every rank (checkpoint validation, logging) */

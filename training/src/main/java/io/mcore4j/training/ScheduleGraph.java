@@ -29,6 +29,7 @@ final class ScheduleGraph implements AutoCloseable {
     private final GraphCapture capture;
     private final CudaGraphConfig config;
     private final NDManager manager;
+    private final Runnable prepare;
     private int eagerSteps;
     private GraphCapture.CapturedGraph graph;
     private double capturedScale = Double.NaN;
@@ -41,11 +42,13 @@ final class ScheduleGraph implements AutoCloseable {
      * @param capture the device's graph support
      * @param config the warm-up
      * @param manager parent of the graph's inputs and outputs (the step's device)
+     * @param prepare run before every capture, at the same point on every rank (the communicators' set-up for it)
      */
-    ScheduleGraph(GraphCapture capture, CudaGraphConfig config, NDManager manager) {
+    ScheduleGraph(GraphCapture capture, CudaGraphConfig config, NDManager manager, Runnable prepare) {
         this.capture = capture;
         this.config = config;
         this.manager = manager.newSubManager();
+        this.prepare = prepare;
     }
 
     /**
@@ -108,6 +111,7 @@ final class ScheduleGraph implements AutoCloseable {
         for (MicroBatch b : batches) {
             inputs.add(new MicroBatch(copyOf(b.tokens()), copyOf(b.labels()), copyOf(b.lossMask()), copyOf(b.positionIds()), null));
         }
+        prepare.run();
         capture.releaseCachedMemory();
         // the body is what a replay repeats: gradients cleared (no device work: the graph's first micro-batch
         // makes each .grad), the schedule over the inputs, what finishes it, its losses into the graph's output

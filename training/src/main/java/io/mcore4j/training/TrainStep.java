@@ -134,7 +134,7 @@ public final class TrainStep implements AutoCloseable {
                 model.activationDtype());
         this.unreadLosses = manager.newSubManager();
         this.graph = b.cudaGraph.enabled() ? Kernels.find(GraphCapture.class, manager.getDevice())
-                .map(capture -> new ScheduleGraph(capture, b.cudaGraph, manager)).orElseGet(() -> {
+                .map(capture -> new ScheduleGraph(capture, b.cudaGraph, manager, groups::prepareCapture)).orElseGet(() -> {
                     LOG.warn("--cuda-graph-impl local: no CUDA graph support on {} (a CUDA device and mcore4j's graph"
                             + " library are needed); every step runs eagerly", manager.getDevice());
                     return null;

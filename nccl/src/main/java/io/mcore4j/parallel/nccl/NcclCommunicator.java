@@ -38,6 +38,9 @@ import java.util.List;
 import java.util.Objects;
 import java.util.function.Supplier;
 
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
 import org.bytedeco.cuda.cudart.CUevent_st;
 import org.bytedeco.cuda.cudart.CUstream_st;
 import org.bytedeco.javacpp.Pointer;
@@ -81,6 +84,31 @@ import org.bytedeco.javacpp.Pointer;
  * {@code owner} passed in, on the input's device, and not attached to autograd.
  */
 final class NcclCommunicator implements Communicator, AutoCloseable {
+    private static final Logger LOG = LoggerFactory.getLogger(NcclCommunicator.class);
+    /**
+     * When the started all-gathers ({@link #startAllGatherInto}, {@link #startAllGather}) and all-to-alls
+     * ({@link #startAllToAll}) of a group whose members share a host travel by the GPUs' copy engines
+     * ({@link PeerCopies}) instead of NCCL's kernels: {@code -Dmcore4j.nccl.peerCopies=off}, {@code capture} (the
+     * default: inside a CUDA graph capture, for the groups that started such transfers in the eager steps before it;
+     * NCCL's kernels stalled the replayed step of the 1.3B model at TP2 with {@code --tp-comm-overlap} on 2×H200) or
+     * {@code on} (every started transfer, eager steps too).
+     */
+    enum PeerCopyMode { OFF, CAPTURE, ON }
+
+    static final PeerCopyMode PEER_COPIES = peerCopyMode(System.getProperty("mcore4j.nccl.peerCopies", "capture"));
+    /** {@code -Dmcore4j.nccl.peerCopySlotBytes} (16 MiB): the largest piece of one message per handshake. */
+    static final long PEER_COPY_SLOT_BYTES = Long.getLong("mcore4j.nccl.peerCopySlotBytes", 16L << 20);
+
+    static PeerCopyMode peerCopyMode(String value) {
+        return switch (value) {
+            case "off", "false" -> PeerCopyMode.OFF;
+            case "capture" -> PeerCopyMode.CAPTURE;
+            case "on", "true" -> PeerCopyMode.ON;
+            default -> throw new IllegalArgumentException("-Dmcore4j.nccl.peerCopies=" + value
+                    + ": expected off, capture or on");
+        };
+    }
+
     private final ProcessGroup group;
     private final NcclComm comm;
     private final Device device;
@@ -91,6 +119,11 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     private final ArrayDeque<NDArray> sentToSelf = new ArrayDeque<>();
     private CommunicationException broken;
     private boolean closed;
+    /** The copy-engine transfers of the started all-gathers and all-to-alls, once opened; see {@link #peerCopies()}. */
+    private PeerCopies peerCopies;
+    private boolean peerCopiesTried;
+    /** Whether this communicator started an all-gather or all-to-all outside a capture (then a capture may too). */
+    private boolean startedTransfers;
 
     /**
      * @param group the group
@@ -250,6 +283,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     public PendingCollective startAllGatherInto(NDArray input, NDArray output) {
         String what = describe("all-gather into", input);
         requireContiguous(what, input);
+        PeerCopies peers = peerCopies();
         return runOnSideStream(what, () -> {
             checkGatherTarget(what, input, output);
             if (comm == null) {
@@ -257,9 +291,64 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return () -> output;
             }
             CUstream_st on = comm.sideStream(what);
-            enqueueAllGather(what, input, output, on);
+            if (peers != null) {
+                long bytes = input.size() * DataTypes.of(input).getNumOfBytes();
+                peers.exchange(address(input), PeerCopies.Pieces.same(size(), bytes), address(output),
+                        PeerCopies.Pieces.rankMajor(size(), bytes), new PeerCopies.StreamQueue(on));
+            } else {
+                enqueueAllGather(what, input, output, on);
+            }
             return joinLater(what, comm.startedOnSideStream(what), output);
         });
+    }
+
+    /**
+     * The copy-engine transfers for a started all-gather or all-to-all being queued now, or null for NCCL's kernels
+     * ({@link #PEER_COPIES}): with {@code on}, opened at the first one; with {@code capture}, inside a capture, where
+     * {@link #prepareCapture()} opened them. The choice is the same on every member: they start the same transfers
+     * in the same order and capture at the same step.
+     */
+    private PeerCopies peerCopies() {
+        if (comm == null || PEER_COPIES == PeerCopyMode.OFF) {
+            return null;
+        }
+        boolean capturing = CurrentStream.capturing();
+        if (!capturing) {
+            startedTransfers = true;
+        }
+        if (PEER_COPIES == PeerCopyMode.ON && !capturing) {
+            openPeerCopies();
+        }
+        return PEER_COPIES == PeerCopyMode.ON || capturing ? peerCopies : null;
+    }
+
+    /**
+     * {@inheritDoc}
+     *
+     * <p>NCCL: opens the copy-engine transfers ({@link PeerCopies}) of a group that started all-gathers or all-to-alls
+     * in the eager steps, unless {@code -Dmcore4j.nccl.peerCopies=off}.
+     */
+    @Override
+    public void prepareCapture() {
+        if (comm != null && PEER_COPIES != PeerCopyMode.OFF && startedTransfers) {
+            openPeerCopies();
+        }
+    }
+
+    /** Opens the copy-engine transfers once (a collective call of the group); one log line says how it went. */
+    private void openPeerCopies() {
+        if (peerCopiesTried) {
+            return;
+        }
+        peerCopiesTried = true;
+        String[] why = {null};
+        peerCopies = PeerCopies.open(rank(), size(), comm.device(), PEER_COPY_SLOT_BYTES, this::allGatherBytes, why);
+        if (peerCopies == null) {
+            LOG.info("{}: started all-gathers and all-to-alls stay on NCCL's kernels: {}", group.key(), why[0]);
+        } else if (rank() == 0) {
+            LOG.info("{}: started all-gathers and all-to-alls travel by copy engine{} ({} bytes per handshake)",
+                    group.key(), PEER_COPIES == PeerCopyMode.CAPTURE ? " in CUDA graphs" : "", PEER_COPY_SLOT_BYTES);
+        }
     }
 
     private void checkGatherTarget(String what, NDArray input, NDArray output) {
@@ -393,6 +482,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         checkTensor(what, input);
         requireContiguous(what, input);
         Shape rest = input.getShape().slice(1);
+        PeerCopies peers = peerCopies();
         return runOnSideStream(what, () -> {
             if (comm == null) {
                 NDArray out = exchangeWithSelf(what, input, sendSplits, recvSplits, owner);
@@ -400,7 +490,14 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             }
             NDArray out = DataTypes.empty(owner, new Shape(totalRows).addAll(rest), DataTypes.of(input), owner.getDevice());
             CUstream_st on = comm.sideStream(what);
-            enqueueAllToAll(what, input, out, sendSplits, recvSplits, on);
+            if (peers != null) {
+                long rowBytes = rest.size() * DataTypes.of(input).getNumOfBytes();
+                peers.exchange(address(input), PeerCopies.Pieces.of(ChunkLayout.consecutive(perPeer(sendSplits)), rowBytes),
+                        address(out), PeerCopies.Pieces.of(ChunkLayout.consecutive(perPeer(recvSplits)), rowBytes),
+                        new PeerCopies.StreamQueue(on));
+            } else {
+                enqueueAllToAll(what, input, out, sendSplits, recvSplits, on);
+            }
             return joinLater(what, comm.startedOnSideStream(what), out);
         });
     }
@@ -625,6 +722,9 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         internal.close();
         if (comm != null) {
             comm.close();
+        }
+        if (peerCopies != null) {
+            peerCopies.close();
         }
     }
 

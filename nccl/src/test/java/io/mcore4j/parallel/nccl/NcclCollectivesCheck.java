@@ -39,7 +39,9 @@ import java.util.stream.IntStream;
  * must fail with a {@link CommunicationException} naming the world group and the all-reduce within
  * the 10 s timeout; they print it and exit 3 (any other outcome exits 1). Under torchrun pass
  * {@code --monitor-interval=30}, or torchrun kills the others as soon as rank K exits.
- * Options: {@code --timeout-s S} (default 60), {@code --skip-large}.
+ * Options: {@code --timeout-s S} (default 60), {@code --skip-large}. With {@code -Dmcore4j.nccl.peerCopies=true} the
+ * started all-gathers and all-to-alls travel by copy engine; {@code -Dmcore4j.nccl.peerCopySlotBytes=16} cuts their
+ * messages into many handshakes.
  */
 public final class NcclCollectivesCheck {
     private static final List<DataType> DTYPES =
@@ -266,7 +268,8 @@ public final class NcclCollectivesCheck {
             }
         }
         for (DataType dtype : List.of(DataType.FLOAT32, DataType.FLOAT16, DataType.INT64)) {
-            check(c, "all-to-all uneven " + dtype + " " + g, () -> allToAll(c, dtype));
+            check(c, "all-to-all uneven " + dtype + " " + g, () -> allToAll(c, dtype, false));
+            check(c, "started all-to-all uneven " + dtype + " " + g, () -> allToAll(c, dtype, true));
         }
         for (DataType dtype : List.of(DataType.FLOAT32, DataType.FLOAT16)) {
             check(c, "all-to-all of chunks " + dtype + " " + g, () -> allToAllChunks(c, dtype));
@@ -295,8 +298,11 @@ public final class NcclCollectivesCheck {
         });
     }
 
-    /** Rank s sends (s + j) % 3 rows to rank j, each row [100 s + j, -(100 s + j)], as in InJvmCollectivesTest. */
-    private String allToAll(Communicator c, DataType dtype) {
+    /**
+     * Rank s sends (s + j) % 3 rows to rank j, each row [100 s + j, -(100 s + j)], as in InJvmCollectivesTest; with
+     * {@code started}, through {@link Communicator#startAllToAll}.
+     */
+    private String allToAll(Communicator c, DataType dtype, boolean started) {
         int me = c.rank();
         int size = c.size();
         long[] send = new long[size];
@@ -324,7 +330,7 @@ public final class NcclCollectivesCheck {
         }
         try (NDManager s = manager.newSubManager()) {
             NDArray input = s.create(data, new Shape(rows, 2)).toType(dtype, false);
-            NDArray out = c.allToAll(input, send, recv, s);
+            NDArray out = started ? c.startAllToAll(input, send, recv, s).await() : c.allToAll(input, send, recv, s);
             return CheckReport.compare(expected, new Shape(expected.length / 2, 2), out, dtype, 0);
         }
     }
