@@ -72,7 +72,10 @@ import org.bytedeco.javacpp.Pointer;
  *   <li>all-gather-bytes: an int64 all-gather of the lengths, then a uint8 all-gather of the
  *       payloads padded to the longest, on the device; barrier: an all-reduce of one int32.</li>
  * </ul>
- * Transfers larger than the chunk size are split into several NCCL calls ({@link ChunkPlan}); a
+ * Inside CUDA graph captures (by default; {@link #PEER_COPIES}) the started all-gathers and all-to-alls of a group
+ * on one host travel by the GPUs' copy engines instead ({@link PeerCopies}).
+ *
+ * <p>Transfers larger than the chunk size are split into several NCCL calls ({@link ChunkPlan}); a
  * chunked all-gather or reduce-scatter is a group of one broadcast (or reduce) per rank per chunk.
  *
  * <p>What NCCL cannot check: mismatched shapes, dtypes or operations across members and wrong

@@ -19,8 +19,11 @@ import static org.bytedeco.cuda.global.cudart.cudaMemcpyDefault;
 
 import io.mcore4j.parallel.ChunkLayout;
 
+import java.net.InetAddress;
+import java.net.UnknownHostException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.List;
 import java.util.function.Function;
@@ -88,7 +91,9 @@ final class PeerCopies implements AutoCloseable {
      * @param device this member's CUDA device
      * @param slotBytes bytes of one slot, a positive multiple of 16
      * @param exchange all-gathers one byte array per member over the group (in rank order)
-     * @return the transfers, or null when some member cannot reach another's memory (then {@code why[0]} says why)
+     * @param why where the reason goes when the result is null
+     * @return the transfers, or null when the members do not share a host or some member cannot reach another's
+     *     memory (then {@code why[0]} says why)
      */
     static PeerCopies open(int rank, int size, int device, long slotBytes, Function<byte[], List<byte[]>> exchange,
                            String[] why) {
@@ -106,11 +111,21 @@ final class PeerCopies implements AutoCloseable {
             cudaIpcMemHandle_t handle = new cudaIpcMemHandle_t();
             check(cudaIpcGetMemHandle(handle, pointer(own)), "cudaIpcGetMemHandle");
             BytePointer raw = handle.reserved();
-            byte[] mine = new byte[68];
+            byte[] host = hostName().getBytes(StandardCharsets.UTF_8);
+            byte[] mine = new byte[68 + host.length];
             raw.get(mine, 0, 64);
             ByteBuffer.wrap(mine, 64, 4).order(ByteOrder.LITTLE_ENDIAN).putInt(device);
+            System.arraycopy(host, 0, mine, 68, host.length);
             List<byte[]> all = exchange.apply(mine);
             // every member must reach every other: decide from what all of them sent, the same on every member
+            for (int i = 0; i < size; i++) {
+                if (!Arrays.equals(all.get(i), 68, all.get(i).length, mine, 68, mine.length)) {
+                    why[0] = "member " + i + " runs on host " + hostOf(all.get(i)) + ", member " + rank + " on "
+                            + hostName();
+                    cudaFree(pointer(own));
+                    return null;
+                }
+            }
             for (int i = 0; i < size; i++) {
                 for (int j = 0; j < size; j++) {
                     int di = deviceOf(all.get(i));
@@ -139,6 +154,18 @@ final class PeerCopies implements AutoCloseable {
             cudaFree(pointer(own));
             throw e;
         }
+    }
+
+    private static String hostName() {
+        try {
+            return InetAddress.getLocalHost().getHostName();
+        } catch (UnknownHostException e) {
+            return "unknown (" + e.getMessage() + ")";
+        }
+    }
+
+    private static String hostOf(byte[] sent) {
+        return new String(sent, 68, sent.length - 68, StandardCharsets.UTF_8);
     }
 
     private static int deviceOf(byte[] sent) {
