@@ -5,7 +5,11 @@
 #   1. the host's cost: GptBenchmark --model probe --phases, eager and graphed (fp16 and bf16);
 #   2. the 1.3B model at TP1, eager and graphed;
 #   3. the same losses: pretrain-gpt --mock-data on a small model for ITERS iterations, eager and graphed,
-#      every iteration logged (a graph replays the eager step's kernels, so the losses must agree).
+#      every iteration logged (a graph replays the eager step's kernels, so the losses must agree);
+#   4. (row sp-overlap, only when named; NPROC 2 or more) the 1.3B model's first 4 layers at TP with
+#      --sequence-parallel --tp-comm-overlap: eager, graphed with the started transfers on the copy engines (the
+#      default, -Dmcore4j.nccl.peerCopies=capture) and graphed on NCCL's kernels (=off), which stalled on 2×H200 in
+#      session 23; each run stops after SP_TIMEOUT_S (90) seconds and its worker JVMs are killed.
 # With NPROC>1 every run is launched under torchrun on NPROC GPUs with --tensor-model-parallel-size TP (default NPROC).
 #   STEPS (10) timed steps after WARMUP (5); ROWS (probe 1.3b losses) picks the parts; PROBE ("fp16 bf16") the
 #   probe's precisions; EXTRA: more flags for every run.
@@ -45,6 +49,24 @@ for row in $rows; do
           --train-iters 12 --log-interval 1 --lr 1e-3 --min-lr 1e-3 $g $extra 2>&1 \
           | grep -oE "iteration +[0-9]+/ +[0-9]+ \| loss [0-9.]+ \| lr [^|]+\| grad norm [0-9.]+|.*(Exception|Error|WARN).*"
       done ;;
-    *) echo "cuda-graph-check: unknown row $row (probe, 1.3b, losses)" >&2; exit 2 ;;
+    sp-overlap)
+      [ "$n" -gt 1 ] || { echo "cuda-graph-check: row sp-overlap needs NPROC of 2 or more" >&2; exit 2; }
+      for mode in eager capture off; do
+        g=$graph; props="-Dmcore4j.nccl.peerCopies=$mode"
+        case $mode in
+          eager) g=; props=; echo "== sp-overlap eager";;
+          capture) echo "== sp-overlap graph, started transfers on the copy engines (the default)";;
+          off) echo "== sp-overlap graph, started transfers on NCCL's kernels";;
+        esac
+        ( java_opts="$java_opts $props"; bench --model 1.3b --bf16 --num-layers 4 --sequence-parallel --tp-comm-overlap $g ) &
+        pid=$!; waited=0
+        while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "${SP_TIMEOUT_S:-90}" ]; do sleep 1; waited=$((waited + 1)); done
+        if kill -0 "$pid" 2>/dev/null; then
+          echo "(stopped after ${SP_TIMEOUT_S:-90} s without a result)"
+          pkill -9 -f io.mcore4j.samples.bench.GptBenchmark; pkill -9 -P "$pid"; kill -9 "$pid" 2>/dev/null
+        fi
+        wait "$pid" 2>/dev/null || true
+      done ;;
+    *) echo "cuda-graph-check: unknown row $row (probe, 1.3b, losses, sp-overlap)" >&2; exit 2 ;;
   esac
 done
