@@ -9,7 +9,8 @@
 #   4. (row sp-overlap, only when named; NPROC 2 or more) the 1.3B model's first 4 layers at TP with
 #      --sequence-parallel --tp-comm-overlap: eager, graphed with the started transfers on the copy engines (the
 #      default, -Dmcore4j.nccl.peerCopies=capture) and graphed on NCCL's kernels (=off), which stalled on 2×H200 in
-#      session 23; each run stops after SP_TIMEOUT_S (90) seconds and its worker JVMs are killed.
+#      session 23, also with NCCL_GRAPH_REGISTER=0 (NCCL's registration of a graph's buffers off); each run stops
+#      after SP_TIMEOUT_S (90) seconds and its worker JVMs are killed.
 # With NPROC>1 every run is launched under torchrun on NPROC GPUs with --tensor-model-parallel-size TP (default NPROC).
 #   STEPS (10) timed steps after WARMUP (5); ROWS (probe 1.3b losses) picks the parts; PROBE ("fp16 bf16") the
 #   probe's precisions; EXTRA: more flags for every run.
@@ -51,14 +52,16 @@ for row in $rows; do
       done ;;
     sp-overlap)
       [ "$n" -gt 1 ] || { echo "cuda-graph-check: row sp-overlap needs NPROC of 2 or more" >&2; exit 2; }
-      for mode in eager capture off; do
-        g=$graph; props="-Dmcore4j.nccl.peerCopies=$mode"
+      for mode in eager capture off off-noreg; do
+        g=$graph; props="-Dmcore4j.nccl.peerCopies=${mode%-noreg}"; reg=${NCCL_GRAPH_REGISTER:-}
         case $mode in
           eager) g=; props=; echo "== sp-overlap eager";;
           capture) echo "== sp-overlap graph, started transfers on the copy engines (the default)";;
           off) echo "== sp-overlap graph, started transfers on NCCL's kernels";;
+          off-noreg) reg=0; echo "== sp-overlap graph, on NCCL's kernels with NCCL_GRAPH_REGISTER=0";;
         esac
-        ( java_opts="$java_opts $props"; bench --model 1.3b --bf16 --num-layers 4 --sequence-parallel --tp-comm-overlap $g ) &
+        ( java_opts="$java_opts $props"; [ -n "$reg" ] && export NCCL_GRAPH_REGISTER=$reg
+          bench --model 1.3b --bf16 --num-layers 4 --sequence-parallel --tp-comm-overlap $g ) &
         pid=$!; waited=0
         while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt "${SP_TIMEOUT_S:-90}" ]; do sleep 1; waited=$((waited + 1)); done
         if kill -0 "$pid" 2>/dev/null; then
