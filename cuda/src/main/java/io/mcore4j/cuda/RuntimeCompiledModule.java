@@ -31,6 +31,7 @@ import java.util.concurrent.ConcurrentHashMap;
 
 import org.bytedeco.cuda.cudart.CUfunc_st;
 import org.bytedeco.cuda.cudart.CUmod_st;
+import org.bytedeco.cuda.cudart.CUstream_st;
 import org.bytedeco.cuda.nvrtc._nvrtcProgram;
 import org.bytedeco.javacpp.BytePointer;
 import org.bytedeco.javacpp.LongPointer;
@@ -170,6 +171,21 @@ final class RuntimeCompiledModule {
      * @throws IllegalStateException if the kernel does not exist or the launch fails
      */
     void launch2d(String kernel, long blocksX, long blocksY, int threads, Pointer... args) {
+        launchOn(CurrentStream.get(), kernel, blocksX, blocksY, threads, args);
+    }
+
+    /**
+     * {@link #launch2d} on a stream of the caller's choosing.
+     *
+     * @param stream the stream (null: the legacy default stream)
+     * @param kernel an {@code extern "C"} kernel of the source
+     * @param blocksX grid size along x, in [1, 2^31)
+     * @param blocksY grid size along y, in [1, 65536)
+     * @param threads threads per block
+     * @param args one pointer per kernel parameter, each at memory holding that parameter's value
+     * @throws IllegalStateException if the kernel does not exist or the launch fails
+     */
+    void launchOn(CUstream_st stream, String kernel, long blocksX, long blocksY, int threads, Pointer... args) {
         long blocks = blocksX;
         if (blocksX < 1 || blocksX > Integer.MAX_VALUE || blocksY < 1 || blocksY > 65535) {
             throw new IllegalArgumentException("grid of " + blocksX + " x " + blocksY + " blocks for " + kernel
@@ -181,7 +197,7 @@ final class RuntimeCompiledModule {
             f = functions.computeIfAbsent(kernel, this::function);
         }
         PointerPointer<Pointer> params = new PointerPointer<>(args);
-        checkDriver(cuLaunchKernel(f, (int) blocks, (int) blocksY, 1, threads, 1, 1, 0, CurrentStream.get(), params, null),
+        checkDriver(cuLaunchKernel(f, (int) blocks, (int) blocksY, 1, threads, 1, 1, 0, stream, params, null),
                 "cuLaunchKernel(" + kernel + ")");
     }
 

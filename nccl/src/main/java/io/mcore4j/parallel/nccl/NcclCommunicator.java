@@ -21,6 +21,7 @@ import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.cuda.CurrentStream;
+import io.mcore4j.cuda.SlotSum;
 import io.mcore4j.parallel.ChunkLayout;
 import io.mcore4j.parallel.CollectiveArguments;
 import io.mcore4j.parallel.CommunicationException;
@@ -99,6 +100,13 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     enum PeerCopyMode { OFF, CAPTURE, ON }
 
     static final PeerCopyMode PEER_COPIES = peerCopyMode(System.getProperty("mcore4j.nccl.peerCopies", "capture"));
+    /**
+     * {@code -Dmcore4j.nccl.peerAllReduce=true}: the sum all-reduces that return a new tensor ({@link #allReduce}) and
+     * the started ones ({@link #startAllReduceInPlace}) of float32, float16 and bfloat16 tensors go by copy engine too,
+     * where {@link #PEER_COPIES} sends the started transfers there ({@link PeerCopies#allReduce}). Off by default: not
+     * yet run on a GPU.
+     */
+    static final boolean PEER_ALL_REDUCE = Boolean.getBoolean("mcore4j.nccl.peerAllReduce");
     /** {@code -Dmcore4j.nccl.peerCopySlotBytes} (16 MiB): the largest piece of one message per handshake. */
     static final long PEER_COPY_SLOT_BYTES = Long.getLong("mcore4j.nccl.peerCopySlotBytes", 16L << 20);
 
@@ -125,6 +133,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     /** The copy-engine transfers of the started all-gathers and all-to-alls, once opened; see {@link #peerCopies()}. */
     private PeerCopies peerCopies;
     private boolean peerCopiesTried;
+    /** The copy-engine all-reduce's summing kernel, loaded at its first use. */
+    private SlotSum slotSum;
     /** Whether this communicator started an all-gather or all-to-all outside a capture (then a capture may too). */
     private boolean startedTransfers;
 
@@ -166,6 +176,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     @Override
     public NDArray allReduce(NDArray input, ReduceOp op, NDManager owner) {
         String what = describe("all-reduce " + op, input);
+        PeerCopies peers = peerAllReduce(input, op);
         return run(what, () -> {
             if (comm == null) {
                 return copyOwnedBy(input, owner);
@@ -173,7 +184,13 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray out = DataTypes.empty(temp, input.getShape(), DataTypes.of(input), temp.getDevice());
-                reduce(what, src, out, op, false);
+                if (peers != null) {
+                    peers.allReduce(address(src), address(out), bytes(src), DataTypes.of(src),
+                            new PeerCopies.StreamQueue(NcclComm.stream(), slotSum()));
+                    comm.enqueued(what);
+                } else {
+                    reduce(what, src, out, op, false);
+                }
                 out.attach(owner);
                 return out;
             }
@@ -210,12 +227,18 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     public PendingCollective startAllReduceInPlace(NDArray tensor, ReduceOp op) {
         String what = describe("all-reduce " + op, tensor);
         requireContiguous(what, tensor);
+        PeerCopies peers = peerAllReduce(tensor, op);
         return runOnSideStream(what, () -> {
             if (comm == null) {
                 return () -> tensor;
             }
             CUstream_st on = comm.sideStream(what);
-            enqueueAllReduce(what, tensor, tensor, op, on);
+            if (peers != null) {
+                peers.allReduce(address(tensor), address(tensor), bytes(tensor), DataTypes.of(tensor),
+                        new PeerCopies.StreamQueue(on, slotSum()));
+            } else {
+                enqueueAllReduce(what, tensor, tensor, op, on);
+            }
             return joinLater(what, comm.startedOnSideStream(what), tensor);
         });
     }
@@ -297,7 +320,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             if (peers != null) {
                 long bytes = input.size() * DataTypes.of(input).getNumOfBytes();
                 peers.exchange(address(input), PeerCopies.Pieces.same(size(), bytes), address(output),
-                        PeerCopies.Pieces.rankMajor(size(), bytes), new PeerCopies.StreamQueue(on));
+                        PeerCopies.Pieces.rankMajor(size(), bytes), new PeerCopies.StreamQueue(on, null));
             } else {
                 enqueueAllGather(what, input, output, on);
             }
@@ -323,6 +346,26 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             openPeerCopies();
         }
         return PEER_COPIES == PeerCopyMode.ON || capturing ? peerCopies : null;
+    }
+
+    /** The copy-engine transfers for a sum all-reduce of {@code t} ({@link #PEER_ALL_REDUCE}), or null for NCCL's. */
+    private PeerCopies peerAllReduce(NDArray t, ReduceOp op) {
+        if (!PEER_ALL_REDUCE || op != ReduceOp.SUM || comm == null) {
+            return null;
+        }
+        PeerCopies peers = peerCopies();
+        return peers != null && peers.reduces(t.size(), DataTypes.of(t)) ? peers : null;
+    }
+
+    private SlotSum slotSum() {
+        if (slotSum == null) {
+            slotSum = SlotSum.forDevice(comm.device());
+        }
+        return slotSum;
+    }
+
+    private static long bytes(NDArray t) {
+        return t.size() * DataTypes.of(t).getNumOfBytes();
     }
 
     /**
@@ -497,7 +540,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 long rowBytes = rest.size() * DataTypes.of(input).getNumOfBytes();
                 peers.exchange(address(input), PeerCopies.Pieces.of(ChunkLayout.consecutive(perPeer(sendSplits)), rowBytes),
                         address(out), PeerCopies.Pieces.of(ChunkLayout.consecutive(perPeer(recvSplits)), rowBytes),
-                        new PeerCopies.StreamQueue(on));
+                        new PeerCopies.StreamQueue(on, null));
             } else {
                 enqueueAllToAll(what, input, out, sendSplits, recvSplits, on);
             }

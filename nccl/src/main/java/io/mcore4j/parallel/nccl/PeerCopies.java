@@ -17,6 +17,8 @@ import static org.bytedeco.cuda.global.cudart.cudaMemcpy;
 import static org.bytedeco.cuda.global.cudart.cudaMemcpyAsync;
 import static org.bytedeco.cuda.global.cudart.cudaMemcpyDefault;
 
+import ai.djl.ndarray.types.DataType;
+import io.mcore4j.cuda.SlotSum;
 import io.mcore4j.parallel.ChunkLayout;
 
 import java.net.InetAddress;
@@ -193,10 +195,19 @@ final class PeerCopies implements AutoCloseable {
 
         /** Sets the int at {@code flag} to {@code value} once the work before it is done and visible. */
         void write(long flag, int value);
+
+        /**
+         * {@code out = in + in[slotBytes] + ...}: the elementwise sum of {@code slots} slots of {@code bytes} each, in
+         * slot order ({@code out} may be one of them).
+         */
+        void sum(long out, long in, int slots, long slotBytes, long bytes, DataType dtype);
     }
 
-    /** {@link Queue} on a CUDA stream: copies by {@code cudaMemcpyAsync}, flags by the stream memory operations. */
-    record StreamQueue(CUstream_st on) implements Queue {
+    /**
+     * {@link Queue} on a CUDA stream: copies by {@code cudaMemcpyAsync}, flags by the stream memory operations, sums by
+     * mcore4j's {@link SlotSum} kernel (null where no all-reduce is queued).
+     */
+    record StreamQueue(CUstream_st on, SlotSum slotSum) implements Queue {
         @Override
         public void copy(long dst, long src, long bytes) {
             check(cudaMemcpyAsync(pointer(dst), pointer(src), bytes, cudaMemcpyDefault, on), "cudaMemcpyAsync");
@@ -212,6 +223,11 @@ final class PeerCopies implements AutoCloseable {
         public void write(long flag, int value) {
             // the default flags fence the write after the stream's earlier work (the copies) for every reader
             checkDriver(cuStreamWriteValue32(on, flag, value, CU_STREAM_WRITE_VALUE_DEFAULT), "cuStreamWriteValue32");
+        }
+
+        @Override
+        public void sum(long out, long in, int slots, long slotBytes, long bytes, DataType dtype) {
+            slotSum.sum(out, in, slots, slotBytes, bytes, dtype, on);
         }
     }
 
@@ -330,6 +346,43 @@ final class PeerCopies implements AutoCloseable {
         }
     }
 
+    /**
+     * Whether {@link #allReduce} takes a tensor of {@code elements} of {@code dtype}: float32, float16 or bfloat16,
+     * cut into one part per member of a 16-byte multiple. Decided from what every member knows alike.
+     *
+     * @param elements the tensor's elements
+     * @param dtype its dtype
+     * @return whether the copy-engine all-reduce takes it
+     */
+    boolean reduces(long elements, DataType dtype) {
+        boolean floating = dtype == DataType.FLOAT32 || dtype == DataType.FLOAT16 || dtype == DataType.BFLOAT16;
+        return floating && elements % size == 0 && elements / size * dtype.getNumOfBytes() % 16 == 0;
+    }
+
+    /**
+     * The sum over the members of a tensor of {@code bytes} at {@code src} into {@code dst} (which may be {@code src}):
+     * a reduce-scatter, then an all-gather, both by {@link #exchange}. Part {@code j} of the tensor (a {@code 1 / size}
+     * of it) is member {@code j}'s to sum: every member sends part {@code j} of its tensor to member {@code j}, which
+     * receives the parts into {@code dst}'s rows of the senders (its own copied there), sums them in member order with
+     * one kernel into its part, and sends the sum to every member. Every member sums a part alike, so all results are
+     * equal. In place, each round sends a part's piece before anything lands on it.
+     *
+     * @param src address of this member's tensor
+     * @param dst address of the result, {@code bytes} (16-byte aligned)
+     * @param bytes the tensor's bytes; {@link #reduces} must hold
+     * @param dtype the elements' type
+     * @param on where the work goes
+     */
+    void allReduce(long src, long dst, long bytes, DataType dtype, Queue on) {
+        long part = bytes / size;
+        Pieces parts = Pieces.rankMajor(size, part);
+        // reduce-scatter: part j of src to member j; member i's part `rank` lands in dst's part i (slot i of the sum)
+        exchange(src, parts, dst, parts, on);
+        on.sum(dst + rank * part, dst, size, part, part, dtype);
+        // all-gather: the sum to every member, member i's into dst's part i
+        exchange(dst + rank * part, Pieces.same(size, part), dst, parts, on);
+    }
+
     /** Rounds of a message of {@code bytes}: none for an empty one. */
     private long roundsOf(long bytes) {
         return (bytes + slotBytes - 1) / slotBytes;
@@ -347,7 +400,9 @@ final class PeerCopies implements AutoCloseable {
             long[] s = srcPieces == null ? new long[] {at, Long.MAX_VALUE} : srcPieces.locate(member, at);
             long[] d = dstPieces == null ? new long[] {at, Long.MAX_VALUE} : dstPieces.locate(member, at);
             long n = Math.min(bytes - done, Math.min(s[1], d[1]));
-            on.copy(dstBase + d[0], srcBase + s[0], n);
+            if (dstBase + d[0] != srcBase + s[0]) { // in place: already there
+                on.copy(dstBase + d[0], srcBase + s[0], n);
+            }
             done += n;
         }
     }

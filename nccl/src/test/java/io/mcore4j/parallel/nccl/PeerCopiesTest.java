@@ -6,6 +6,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import ai.djl.ndarray.types.DataType;
 import io.mcore4j.parallel.ChunkLayout;
 
 import java.nio.ByteBuffer;
@@ -48,7 +49,8 @@ class PeerCopiesTest {
 
     /** The work one member queued, replayed against the shared memory. */
     private static final class RecordedQueue implements PeerCopies.Queue {
-        final List<long[]> ops = new ArrayList<>(); // {kind, a, b, c}: 0 copy(dst, src, n), 1 wait(flag), 2 write(flag, v)
+        // {kind, ...}: 0 copy(dst, src, n), 1 wait(flag), 2 write(flag, v), 3 sum(out, in, slots, slotBytes, bytes)
+        final List<long[]> ops = new ArrayList<>();
         int next;
 
         @Override
@@ -65,6 +67,12 @@ class PeerCopiesTest {
         @Override
         public void write(long flag, int value) {
             ops.add(new long[] {2, flag, value, 0});
+        }
+
+        @Override
+        public void sum(long out, long in, int slots, long slotBytes, long bytes, DataType dtype) {
+            assertEquals(DataType.FLOAT32, dtype, "the simulation sums float32");
+            ops.add(new long[] {3, out, in, slots, slotBytes, bytes});
         }
 
         /** Runs this queue's next op; false when it must wait (or is done). */
@@ -85,7 +93,17 @@ class PeerCopiesTest {
                     }
                     mem.bytes.putInt((int) op[1], 0);
                 }
-                default -> mem.bytes.putInt((int) op[1], (int) op[2]);
+                case 2 -> mem.bytes.putInt((int) op[1], (int) op[2]);
+                default -> {
+                    // in slot order, every slot's element read before the result is written (out may be a slot)
+                    for (long at = 0; at < op[5]; at += 4) {
+                        float acc = 0;
+                        for (int k = 0; k < op[3]; k++) {
+                            acc += mem.bytes.getFloat((int) (op[2] + k * op[4] + at));
+                        }
+                        mem.bytes.putFloat((int) (op[1] + at), acc);
+                    }
+                }
             }
             next++;
             return true;
@@ -239,6 +257,53 @@ class PeerCopiesTest {
             assertArrayEquals(expected, got, "member " + r);
         }
         assertFlagsAsInitially(mem, members);
+    }
+
+    @Test
+    void allReduceSumsEveryMembersTensorInPlaceAndIntoAnother() {
+        for (int members : new int[] {2, 3, 4}) {
+            for (long slot : new long[] {32, 4096}) {
+                for (boolean inPlace : new boolean[] {true, false}) {
+                    int elements = 24 * members; // parts of 24 float32 = 96 bytes, several rounds of a 32-byte slot
+                    Memory mem = new Memory(members);
+                    initialFlags(mem, members);
+                    List<List<RecordedQueue>> queues = new ArrayList<>();
+                    for (int m = 0; m < members; m++) {
+                        for (int i = 0; i < elements; i++) {
+                            mem.bytes.putFloat((int) (Memory.source(m) + 4L * i), (m + 1) * (i % 7 - 3) + m);
+                        }
+                        PeerCopies p = member(m, members, slot);
+                        assertTrue(p.reduces(elements, DataType.FLOAT32));
+                        long src = Memory.source(m);
+                        long dst = inPlace ? src : Memory.result(m);
+                        List<RecordedQueue> mine = new ArrayList<>();
+                        for (int round = 0; round < 2; round++) { // the second sums the first's result
+                            RecordedQueue q = new RecordedQueue();
+                            p.allReduce(round == 0 ? src : dst, dst, 4L * elements, DataType.FLOAT32, q);
+                            mine.add(q);
+                        }
+                        queues.add(mine);
+                    }
+                    run(mem, queues, members * 31 + slot);
+                    for (int m = 0; m < members; m++) {
+                        long dst = inPlace ? Memory.source(m) : Memory.result(m);
+                        for (int i = 0; i < elements; i++) {
+                            float once = 0;
+                            for (int r = 0; r < members; r++) {
+                                once += (r + 1) * (i % 7 - 3) + r;
+                            }
+                            assertEquals(members * once, mem.bytes.getFloat((int) (dst + 4L * i)), members + " members, slot "
+                                    + slot + (inPlace ? ", in place" : "") + ": member " + m + "'s element " + i);
+                        }
+                    }
+                    assertFlagsAsInitially(mem, members);
+                }
+            }
+        }
+        PeerCopies three = member(0, 3, 32);
+        assertTrue(!three.reduces(24 * 3 + 1, DataType.FLOAT32), "parts must be equal");
+        assertTrue(!three.reduces(3 * 4, DataType.BFLOAT16), "parts must be 16-byte multiples");
+        assertTrue(!three.reduces(3 * 8, DataType.INT32), "sums of floating types only");
     }
 
     @Test
