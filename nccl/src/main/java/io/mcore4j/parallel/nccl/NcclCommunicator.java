@@ -39,12 +39,11 @@ import java.util.List;
 import java.util.Objects;
 import java.util.function.Supplier;
 
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
-
 import org.bytedeco.cuda.cudart.CUevent_st;
 import org.bytedeco.cuda.cudart.CUstream_st;
 import org.bytedeco.javacpp.Pointer;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Collectives of one group with NCCL on CUDA tensors of this process's device.
@@ -318,9 +317,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             }
             CUstream_st on = comm.sideStream(what);
             if (peers != null) {
-                long bytes = input.size() * DataTypes.of(input).getNumOfBytes();
-                peers.exchange(address(input), PeerCopies.Pieces.same(size(), bytes), address(output),
-                        PeerCopies.Pieces.rankMajor(size(), bytes), new PeerCopies.StreamQueue(on, null));
+                peers.exchange(address(input), PeerCopies.Pieces.same(size(), bytes(input)), address(output),
+                        PeerCopies.Pieces.rankMajor(size(), bytes(input)), new PeerCopies.StreamQueue(on, null));
             } else {
                 enqueueAllGather(what, input, output, on);
             }

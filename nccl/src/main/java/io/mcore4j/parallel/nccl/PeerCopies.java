@@ -180,11 +180,6 @@ final class PeerCopies implements AutoCloseable {
         return can[0] == 1;
     }
 
-    /** @return bytes of one slot: the largest piece of a message per round */
-    long slotBytes() {
-        return slotBytes;
-    }
-
     /** The device work an exchange queues, in order: on a CUDA stream, or in a test's simulation. */
     interface Queue {
         /** Copies {@code bytes} from {@code src} to {@code dst}. */
