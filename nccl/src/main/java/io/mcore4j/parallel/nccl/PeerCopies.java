@@ -94,8 +94,8 @@ final class PeerCopies implements AutoCloseable {
      * @param slotBytes bytes of one slot, a positive multiple of 16
      * @param exchange all-gathers one byte array per member over the group (in rank order)
      * @param why where the reason goes when the result is null
-     * @return the transfers, or null when the members do not share a host or some member cannot reach another's
-     *     memory (then {@code why[0]} says why)
+     * @return the transfers, or null when the members do not share a host, some member cannot reach another's memory
+     *     or could not map it (then {@code why[0]} says why, the same on every member)
      */
     static PeerCopies open(int rank, int size, int device, long slotBytes, Function<byte[], List<byte[]>> exchange,
                            String[] why) {
@@ -140,7 +140,8 @@ final class PeerCopies implements AutoCloseable {
                 }
             }
             long[] peers = new long[size];
-            for (int j = 0; j < size; j++) {
+            String failed = null;
+            for (int j = 0; j < size && failed == null; j++) {
                 if (j == rank) {
                     peers[j] = own;
                     continue;
@@ -148,8 +149,29 @@ final class PeerCopies implements AutoCloseable {
                 cudaIpcMemHandle_t theirs = new cudaIpcMemHandle_t();
                 theirs.reserved().put(all.get(j), 0, 64);
                 Pointer mapped = new Pointer();
-                check(cudaIpcOpenMemHandle(mapped, theirs, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle(member " + j + ")");
-                peers[j] = mapped.address();
+                try {
+                    check(cudaIpcOpenMemHandle(mapped, theirs, cudaIpcMemLazyEnablePeerAccess),
+                            "cudaIpcOpenMemHandle(member " + j + ")");
+                    peers[j] = mapped.address();
+                } catch (IllegalStateException e) {
+                    failed = e.getMessage();
+                }
+            }
+            // every member maps, or none uses the transport: a second exchange tells each what the others managed
+            byte[] status = (failed == null ? "" : "member " + rank + ": " + failed).getBytes(StandardCharsets.UTF_8);
+            for (byte[] theirs : exchange.apply(status)) {
+                if (theirs.length > 0 && why[0] == null) {
+                    why[0] = new String(theirs, StandardCharsets.UTF_8);
+                }
+            }
+            if (why[0] != null) {
+                for (int j = 0; j < size; j++) {
+                    if (j != rank && peers[j] != 0) {
+                        cudaIpcCloseMemHandle(pointer(peers[j]));
+                    }
+                }
+                cudaFree(pointer(own));
+                return null;
             }
             return new PeerCopies(rank, size, slotBytes, own, peers);
         } catch (RuntimeException e) {
