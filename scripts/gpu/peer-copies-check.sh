@@ -3,11 +3,13 @@
 # class path also needs nccl/target/test-classes), checks and measures the copy-engine transport of mcore4j-nccl
 # (PeerCopies; docs/parallelism.md, "Copy engines") in one call:
 #   1. NcclCollectivesCheck --skip-large with every started transfer and every sum all-reduce of a floating tensor on
-#      the copy engines, in handshakes of 16 bytes (-Dmcore4j.nccl.peerCopies=on -Dmcore4j.nccl.peerAllReduce=true
+#      the copy engines, in handshakes of 16 bytes (-Dmcore4j.nccl.peerCopies=on -Dmcore4j.nccl.peerReductions=true
 #      -Dmcore4j.nccl.peerCopySlotBytes=16);
 #   2. the 1.3B model at TP (NPROC ranks) under a CUDA graph, interleaved: NCCL's kernels, then the all-reduces on the
-#      copy engines inside the graph (-Dmcore4j.nccl.peerAllReduce=true with the default capture mode), twice each;
-#      then eager with everything on the copy engines (=on), against eager on NCCL's kernels.
+#      copy engines inside the graph (-Dmcore4j.nccl.peerReductions=true with the default capture mode), twice each;
+#      then eager with everything on the copy engines (=on), against eager on NCCL's kernels; then TP with
+#      --sequence-parallel --tp-comm-overlap under a graph, its started transfers on the copy engines (the default),
+#      and with its reductions there too.
 #   NPROC (2), STEPS (4), WARMUP (3); EXTRA: more GptBenchmark flags (e.g. --sequence-parallel --tp-comm-overlap).
 # Each run is limited to RUN_TIMEOUT_S (150) seconds; a stopped run's workers are killed before the next.
 set -uo pipefail
@@ -26,14 +28,19 @@ launch() { # launch PROPS CLASS ARGS...: one run under torchrun, its result line
   grep -E "gpt-benchmark|passed|FAIL|copy engine|Exception" "$log" | head -12
   [ "$rc" -eq 0 ] || { echo "(exit $rc; the log's last lines:)"; grep -vE "^\s+at " "$log" | tail -8; }
 }
-ce="-Dmcore4j.nccl.peerCopies=on -Dmcore4j.nccl.peerAllReduce=true"
+ce="-Dmcore4j.nccl.peerCopies=on -Dmcore4j.nccl.peerReductions=true"
 echo "== NcclCollectivesCheck, copy engines, 16-byte handshakes"
 launch "$ce -Dmcore4j.nccl.peerCopySlotBytes=16" io.mcore4j.parallel.nccl.NcclCollectivesCheck --skip-large
 bench="io.mcore4j.samples.bench.GptBenchmark --bf16 --model 1.3b --steps $steps --warmup $warmup --tensor-model-parallel-size $n $extra"
 for i in 1 2; do
   echo "== TP$n graph, NCCL's kernels ($i)";                 launch "-Dmcore4j.nccl.peerCopies=off" $bench $graph
-  echo "== TP$n graph, all-reduces on the copy engines ($i)"; launch "-Dmcore4j.nccl.peerAllReduce=true" $bench $graph
+  echo "== TP$n graph, all-reduces on the copy engines ($i)"; launch "-Dmcore4j.nccl.peerReductions=true" $bench $graph
 done
 echo "== TP$n eager, NCCL's kernels";     launch "-Dmcore4j.nccl.peerCopies=off" $bench
 echo "== TP$n eager, copy engines";       launch "$ce" $bench
+overlap="--sequence-parallel --tp-comm-overlap"
+echo "== TP$n + SP + --tp-comm-overlap graph, started transfers on the copy engines (the default)"
+launch "" $bench $overlap $graph
+echo "== the same with its reduce-scatters and all-reduces on the copy engines too"
+launch "-Dmcore4j.nccl.peerReductions=true" $bench $overlap $graph
 rm -f "$log"

@@ -100,12 +100,13 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     static final PeerCopyMode PEER_COPIES = peerCopyMode(System.getProperty("mcore4j.nccl.peerCopies", "capture"));
     /**
-     * {@code -Dmcore4j.nccl.peerAllReduce=true}: the sum all-reduces that return a new tensor ({@link #allReduce}) and
-     * the started ones ({@link #startAllReduceInPlace}) of float32, float16 and bfloat16 tensors go by copy engine too,
-     * where {@link #PEER_COPIES} sends the started transfers there ({@link PeerCopies#allReduce}). Off by default: not
-     * yet run on a GPU.
+     * {@code -Dmcore4j.nccl.peerReductions=true}: the sums too go by copy engine where {@link #PEER_COPIES} sends the
+     * started transfers there: the all-reduces that return a new tensor ({@link #allReduce}), the started ones
+     * ({@link #startAllReduceInPlace}) and the started reduce-scatters ({@link #startReduceScatter}) of float32,
+     * float16 and bfloat16 tensors whose per-rank parts are 16-byte multiples ({@link PeerCopies#allReduce},
+     * {@link PeerCopies#reduceScatter}). Off by default: not yet run on a GPU.
      */
-    static final boolean PEER_ALL_REDUCE = Boolean.getBoolean("mcore4j.nccl.peerAllReduce");
+    static final boolean PEER_REDUCTIONS = Boolean.getBoolean("mcore4j.nccl.peerReductions");
     /** {@code -Dmcore4j.nccl.peerCopySlotBytes} (16 MiB): the largest piece of one message per handshake. */
     static final long PEER_COPY_SLOT_BYTES = Long.getLong("mcore4j.nccl.peerCopySlotBytes", 16L << 20);
 
@@ -175,7 +176,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     @Override
     public NDArray allReduce(NDArray input, ReduceOp op, NDManager owner) {
         String what = describe("all-reduce " + op, input);
-        PeerCopies peers = peerAllReduce(input, op);
+        PeerCopies peers = peerReduction(input, op);
         return run(what, () -> {
             if (comm == null) {
                 return copyOwnedBy(input, owner);
@@ -226,7 +227,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     public PendingCollective startAllReduceInPlace(NDArray tensor, ReduceOp op) {
         String what = describe("all-reduce " + op, tensor);
         requireContiguous(what, tensor);
-        PeerCopies peers = peerAllReduce(tensor, op);
+        PeerCopies peers = peerReduction(tensor, op);
         return runOnSideStream(what, () -> {
             if (comm == null) {
                 return () -> tensor;
@@ -253,6 +254,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         int d = args.checkScatterDim(input, 0);
         String what = describe("reduce-scatter " + op + " dim " + d, input);
         requireContiguous(what, input);
+        PeerCopies peers = peerReduction(input, op);
         return runOnSideStream(what, () -> {
             if (comm == null) {
                 NDArray out = copyOwnedBy(input, owner);
@@ -260,7 +262,14 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             }
             NDArray out = DataTypes.empty(owner, RankMajorLayout.scattered(input.getShape(), 0, size()), DataTypes.of(input), owner.getDevice());
             CUstream_st on = comm.sideStream(what);
-            enqueueReduceScatter(what, input, out, op, on);
+            if (peers != null) {
+                // the parts land in a tensor the caller's manager holds until it awaits, as it holds the result
+                NDArray scratch = DataTypes.empty(owner, input.getShape(), DataTypes.of(input), owner.getDevice());
+                peers.reduceScatter(address(input), address(scratch), address(out), bytes(input), DataTypes.of(input),
+                        new PeerCopies.StreamQueue(on, slotSum()));
+            } else {
+                enqueueReduceScatter(what, input, out, op, on);
+            }
             return joinLater(what, comm.startedOnSideStream(what), out);
         });
     }
@@ -346,9 +355,9 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         return PEER_COPIES == PeerCopyMode.ON || capturing ? peerCopies : null;
     }
 
-    /** The copy-engine transfers for a sum all-reduce of {@code t} ({@link #PEER_ALL_REDUCE}), or null for NCCL's. */
-    private PeerCopies peerAllReduce(NDArray t, ReduceOp op) {
-        if (!PEER_ALL_REDUCE || op != ReduceOp.SUM || comm == null) {
+    /** The copy-engine transfers for a sum of {@code t} over the group ({@link #PEER_REDUCTIONS}), or null for NCCL's. */
+    private PeerCopies peerReduction(NDArray t, ReduceOp op) {
+        if (!PEER_REDUCTIONS || op != ReduceOp.SUM || comm == null) {
             return null;
         }
         PeerCopies peers = peerCopies();

@@ -400,6 +400,25 @@ final class PeerCopies implements AutoCloseable {
         exchange(dst + rank * part, Pieces.same(size, part), dst, parts, on);
     }
 
+    /**
+     * The sum over the members of part {@code rank} of a tensor of {@code bytes} at {@code src} into {@code dst} (a
+     * {@code 1 / size} of it): the exchange of {@link #allReduce}'s first half into {@code scratch} (one part per
+     * member), then the sum. {@code src} is left as it was.
+     *
+     * @param src address of this member's tensor
+     * @param scratch address of {@code bytes} the parts land in (16-byte aligned)
+     * @param dst address of this member's part of the sum (16-byte aligned; may be in {@code scratch})
+     * @param bytes the tensor's bytes; {@link #reduces} must hold
+     * @param dtype the elements' type
+     * @param on where the work goes
+     */
+    void reduceScatter(long src, long scratch, long dst, long bytes, DataType dtype, Queue on) {
+        long part = bytes / size;
+        Pieces parts = Pieces.rankMajor(size, part);
+        exchange(src, parts, scratch, parts, on);
+        on.sum(dst, scratch, size, part, part, dtype);
+    }
+
     /** Rounds of a message of {@code bytes}: none for an empty one. */
     private long roundsOf(long bytes) {
         return (bytes + slotBytes - 1) / slotBytes;

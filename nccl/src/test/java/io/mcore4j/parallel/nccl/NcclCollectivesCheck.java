@@ -41,9 +41,9 @@ import java.util.stream.IntStream;
  * {@code --monitor-interval=30}, or torchrun kills the others as soon as rank K exits.
  * Options: {@code --timeout-s S} (default 60), {@code --skip-large}. With {@code -Dmcore4j.nccl.peerCopies=true} the
  * started all-gathers and all-to-alls travel by copy engine; {@code -Dmcore4j.nccl.peerCopySlotBytes=16} cuts their
- * messages into many handshakes; {@code -Dmcore4j.nccl.peerAllReduce=true} adds the sum all-reduces of floating
- * tensors (those whose parts per rank are 16-byte multiples: the 8 x 3 float64 and 3-column ones are not, so run it
- * at 2 ranks, where the float32 ones are).
+ * messages into many handshakes; {@code -Dmcore4j.nccl.peerReductions=true} adds the sums (all-reduces, started
+ * reduce-scatters) of float32, float16 and bfloat16 tensors whose per-rank parts are 16-byte multiples (at 2 ranks
+ * the float32 ones of these checks; the others stay on NCCL).
  */
 public final class NcclCollectivesCheck {
     private static final List<DataType> DTYPES =

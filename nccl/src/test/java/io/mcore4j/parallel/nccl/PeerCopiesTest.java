@@ -307,6 +307,43 @@ class PeerCopiesTest {
     }
 
     @Test
+    void reduceScatterLeavesEachMemberItsPartOfTheSumAndTheInputAsItWas() {
+        for (int members : new int[] {2, 3, 4}) {
+            int elements = 8 * members;
+            Memory mem = new Memory(members);
+            initialFlags(mem, members);
+            List<List<RecordedQueue>> queues = new ArrayList<>();
+            for (int m = 0; m < members; m++) {
+                for (int i = 0; i < elements; i++) {
+                    mem.bytes.putFloat((int) (Memory.source(m) + 4L * i), (m + 1) * (i % 5 - 2) + m);
+                }
+                RecordedQueue q = new RecordedQueue();
+                // scratch: the result's region; the part lands past it
+                member(m, members, 16).reduceScatter(Memory.source(m), Memory.result(m),
+                        Memory.result(m) + 4L * elements, 4L * elements, DataType.FLOAT32, q);
+                queues.add(List.of(q));
+            }
+            run(mem, queues, members);
+            int part = elements / members;
+            for (int m = 0; m < members; m++) {
+                for (int i = 0; i < part; i++) {
+                    float sum = 0;
+                    for (int r = 0; r < members; r++) {
+                        sum += (r + 1) * ((m * part + i) % 5 - 2) + r;
+                    }
+                    assertEquals(sum, mem.bytes.getFloat((int) (Memory.result(m) + 4L * (elements + i))),
+                            members + " members: member " + m + "'s element " + i);
+                }
+                for (int i = 0; i < elements; i++) {
+                    assertEquals((m + 1) * (i % 5 - 2) + m, mem.bytes.getFloat((int) (Memory.source(m) + 4L * i)),
+                            "member " + m + "'s input element " + i);
+                }
+            }
+            assertFlagsAsInitially(mem, members);
+        }
+    }
+
+    @Test
     void piecesFollowALayoutsChunksWhereverTheyLie() {
         // peer 0's chunks lie at rows 4 and 0, peer 1's at row 2: bytes 0..15 of peer 0's message are rows 4..5
         ChunkLayout layout = new ChunkLayout(new long[][] {{2, 2}, {2}}, new long[][] {{4, 0}, {2}}, 6);
