@@ -30,7 +30,7 @@ public final class DevicePointers {
      * @param array a tensor
      * @return its size in bytes
      */
-    static long bytes(NDArray array) {
+    public static long bytes(NDArray array) {
         return Math.multiplyExact(array.size(), (long) DataTypes.of(array).getNumOfBytes());
     }
 

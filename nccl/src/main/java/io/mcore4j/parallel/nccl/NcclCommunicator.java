@@ -3,6 +3,7 @@ package io.mcore4j.parallel.nccl;
 import static io.mcore4j.parallel.CollectiveResults.copyOwnedBy;
 import static io.mcore4j.parallel.CollectiveResults.withoutGrad;
 import static io.mcore4j.cuda.DevicePointers.address;
+import static io.mcore4j.cuda.DevicePointers.bytes;
 import static io.mcore4j.cuda.DevicePointers.pointer;
 import static org.bytedeco.cuda.global.nccl.ncclAllGather;
 import static org.bytedeco.cuda.global.nccl.ncclAllReduce;
@@ -369,10 +370,6 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             slotSum = SlotSum.forDevice(comm.device());
         }
         return slotSum;
-    }
-
-    private static long bytes(NDArray t) {
-        return t.size() * DataTypes.of(t).getNumOfBytes();
     }
 
     /**
