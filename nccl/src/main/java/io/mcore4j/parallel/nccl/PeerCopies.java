@@ -106,6 +106,9 @@ final class PeerCopies implements AutoCloseable {
         Pointer base = new Pointer();
         check(cudaMalloc(base, total), "cudaMalloc(" + total + ")");
         long own = base.address();
+        long[] peers = new long[size];
+        peers[rank] = own;
+        PeerCopies opened = new PeerCopies(rank, size, slotBytes, own, peers); // close() releases what is mapped so far
         try {
             int[] flags = new int[2 * size];
             Arrays.fill(flags, size, 2 * size, 1); // every slot starts free
@@ -119,65 +122,65 @@ final class PeerCopies implements AutoCloseable {
             ByteBuffer.wrap(mine, 64, 4).order(ByteOrder.LITTLE_ENDIAN).putInt(device);
             System.arraycopy(host, 0, mine, 68, host.length);
             List<byte[]> all = exchange.apply(mine);
-            // every member must reach every other: decide from what all of them sent, the same on every member
-            for (int i = 0; i < size; i++) {
-                if (!Arrays.equals(all.get(i), 68, all.get(i).length, mine, 68, mine.length)) {
-                    why[0] = "member " + i + " runs on host " + hostOf(all.get(i)) + ", member " + rank + " on "
-                            + hostName();
-                    cudaFree(pointer(own));
-                    return null;
-                }
-            }
-            for (int i = 0; i < size; i++) {
-                for (int j = 0; j < size; j++) {
-                    int di = deviceOf(all.get(i));
-                    int dj = deviceOf(all.get(j));
-                    if (i != j && (di == dj || !canAccess(di, dj))) {
-                        why[0] = "member " + i + " (device " + di + ") cannot map member " + j + "'s memory (device " + dj + ")";
-                        cudaFree(pointer(own));
-                        return null;
+            // decided from what all of them sent, the same on every member
+            why[0] = unreachable(all, mine, rank);
+            if (why[0] == null) {
+                String failed = null;
+                for (int j = 0; j < size && failed == null; j++) {
+                    if (j == rank) {
+                        continue;
+                    }
+                    cudaIpcMemHandle_t theirs = new cudaIpcMemHandle_t();
+                    theirs.reserved().put(all.get(j), 0, 64);
+                    Pointer mapped = new Pointer();
+                    try {
+                        check(cudaIpcOpenMemHandle(mapped, theirs, cudaIpcMemLazyEnablePeerAccess),
+                                "cudaIpcOpenMemHandle(member " + j + ")");
+                        peers[j] = mapped.address();
+                    } catch (IllegalStateException e) {
+                        failed = e.getMessage();
                     }
                 }
-            }
-            long[] peers = new long[size];
-            String failed = null;
-            for (int j = 0; j < size && failed == null; j++) {
-                if (j == rank) {
-                    peers[j] = own;
-                    continue;
-                }
-                cudaIpcMemHandle_t theirs = new cudaIpcMemHandle_t();
-                theirs.reserved().put(all.get(j), 0, 64);
-                Pointer mapped = new Pointer();
-                try {
-                    check(cudaIpcOpenMemHandle(mapped, theirs, cudaIpcMemLazyEnablePeerAccess),
-                            "cudaIpcOpenMemHandle(member " + j + ")");
-                    peers[j] = mapped.address();
-                } catch (IllegalStateException e) {
-                    failed = e.getMessage();
-                }
-            }
-            // every member maps, or none uses the transport: a second exchange tells each what the others managed
-            byte[] status = (failed == null ? "" : "member " + rank + ": " + failed).getBytes(StandardCharsets.UTF_8);
-            for (byte[] theirs : exchange.apply(status)) {
-                if (theirs.length > 0 && why[0] == null) {
-                    why[0] = new String(theirs, StandardCharsets.UTF_8);
+                // every member maps, or none uses the transport: a second exchange tells each what the others managed
+                byte[] status = (failed == null ? "" : "member " + rank + ": " + failed).getBytes(StandardCharsets.UTF_8);
+                for (byte[] theirs : exchange.apply(status)) {
+                    if (theirs.length > 0 && why[0] == null) {
+                        why[0] = new String(theirs, StandardCharsets.UTF_8);
+                    }
                 }
             }
             if (why[0] != null) {
-                for (int j = 0; j < size; j++) {
-                    if (j != rank && peers[j] != 0) {
-                        cudaIpcCloseMemHandle(pointer(peers[j]));
-                    }
-                }
-                cudaFree(pointer(own));
+                opened.close();
                 return null;
             }
-            return new PeerCopies(rank, size, slotBytes, own, peers);
+            return opened;
         } catch (RuntimeException e) {
-            cudaFree(pointer(own));
+            opened.close();
             throw e;
         }
+    }
+
+    /**
+     * Why some member cannot reach another's memory, from what every member sent (its IPC handle, device and host
+     * name), or null: members on another host, or two on one device or on devices without peer access.
+     */
+    private static String unreachable(List<byte[]> all, byte[] mine, int rank) {
+        int size = all.size();
+        for (int i = 0; i < size; i++) {
+            if (!Arrays.equals(all.get(i), 68, all.get(i).length, mine, 68, mine.length)) {
+                return "member " + i + " runs on host " + hostOf(all.get(i)) + ", member " + rank + " on " + hostName();
+            }
+        }
+        for (int i = 0; i < size; i++) {
+            for (int j = 0; j < size; j++) {
+                int di = deviceOf(all.get(i));
+                int dj = deviceOf(all.get(j));
+                if (i != j && (di == dj || !canAccess(di, dj))) {
+                    return "member " + i + " (device " + di + ") cannot map member " + j + "'s memory (device " + dj + ")";
+                }
+            }
+        }
+        return null;
     }
 
     private static String hostName() {
@@ -461,11 +464,11 @@ final class PeerCopies implements AutoCloseable {
         }
     }
 
-    /** Unmaps the other members' buffers and frees this one's. Call when no queued exchange is left. */
+    /** Unmaps the other members' buffers (those mapped so far) and frees this one's. Call when no queued exchange is left. */
     @Override
     public void close() {
         for (int j = 0; j < size; j++) {
-            if (j != rank) {
+            if (j != rank && peers[j] != 0) {
                 cudaIpcCloseMemHandle(pointer(peers[j]));
             }
         }

@@ -168,6 +168,26 @@ class PeerCopiesTest {
         return new PeerCopies(m, members, slot, Memory.buffer(m), peers);
     }
 
+    /** Member m's float32 element i in the sums' tests: small integers, so every sum is exact. */
+    private static float contribution(int m, int i) {
+        return (m + 1) * (i % 7 - 3) + m;
+    }
+
+    private static float sumOfContributions(int members, int i) {
+        float sum = 0;
+        for (int r = 0; r < members; r++) {
+            sum += contribution(r, i);
+        }
+        return sum;
+    }
+
+    /** Member m's source: {@code elements} of its contributions. */
+    private static void putContribution(Memory mem, int m, int elements) {
+        for (int i = 0; i < elements; i++) {
+            mem.bytes.putFloat((int) (Memory.source(m) + 4L * i), contribution(m, i));
+        }
+    }
+
     private static byte value(int from, int to, long k) {
         return (byte) (31 * from + 7 * to + k);
     }
@@ -269,9 +289,7 @@ class PeerCopiesTest {
                     initialFlags(mem, members);
                     List<List<RecordedQueue>> queues = new ArrayList<>();
                     for (int m = 0; m < members; m++) {
-                        for (int i = 0; i < elements; i++) {
-                            mem.bytes.putFloat((int) (Memory.source(m) + 4L * i), (m + 1) * (i % 7 - 3) + m);
-                        }
+                        putContribution(mem, m, elements);
                         PeerCopies p = member(m, members, slot);
                         assertTrue(p.reduces(elements, DataType.FLOAT32));
                         long src = Memory.source(m);
@@ -288,11 +306,8 @@ class PeerCopiesTest {
                     for (int m = 0; m < members; m++) {
                         long dst = inPlace ? Memory.source(m) : Memory.result(m);
                         for (int i = 0; i < elements; i++) {
-                            float once = 0;
-                            for (int r = 0; r < members; r++) {
-                                once += (r + 1) * (i % 7 - 3) + r;
-                            }
-                            assertEquals(members * once, mem.bytes.getFloat((int) (dst + 4L * i)), members + " members, slot "
+                            assertEquals(members * sumOfContributions(members, i), mem.bytes.getFloat((int) (dst + 4L * i)),
+                                    members + " members, slot "
                                     + slot + (inPlace ? ", in place" : "") + ": member " + m + "'s element " + i);
                         }
                     }
@@ -314,9 +329,7 @@ class PeerCopiesTest {
             initialFlags(mem, members);
             List<List<RecordedQueue>> queues = new ArrayList<>();
             for (int m = 0; m < members; m++) {
-                for (int i = 0; i < elements; i++) {
-                    mem.bytes.putFloat((int) (Memory.source(m) + 4L * i), (m + 1) * (i % 5 - 2) + m);
-                }
+                putContribution(mem, m, elements);
                 RecordedQueue q = new RecordedQueue();
                 // scratch: the result's region; the part lands past it
                 member(m, members, 16).reduceScatter(Memory.source(m), Memory.result(m),
@@ -327,15 +340,12 @@ class PeerCopiesTest {
             int part = elements / members;
             for (int m = 0; m < members; m++) {
                 for (int i = 0; i < part; i++) {
-                    float sum = 0;
-                    for (int r = 0; r < members; r++) {
-                        sum += (r + 1) * ((m * part + i) % 5 - 2) + r;
-                    }
-                    assertEquals(sum, mem.bytes.getFloat((int) (Memory.result(m) + 4L * (elements + i))),
+                    assertEquals(sumOfContributions(members, m * part + i),
+                            mem.bytes.getFloat((int) (Memory.result(m) + 4L * (elements + i))),
                             members + " members: member " + m + "'s element " + i);
                 }
                 for (int i = 0; i < elements; i++) {
-                    assertEquals((m + 1) * (i % 5 - 2) + m, mem.bytes.getFloat((int) (Memory.source(m) + 4L * i)),
+                    assertEquals(contribution(m, i), mem.bytes.getFloat((int) (Memory.source(m) + 4L * i)),
                             "member " + m + "'s input element " + i);
                 }
             }
