@@ -3,7 +3,6 @@ package io.mcore4j.cuda;
 import ai.djl.ndarray.types.DataType;
 
 import org.bytedeco.cuda.cudart.CUstream_st;
-import org.bytedeco.javacpp.LongPointer;
 
 /**
  * The sum of equal slots of device memory on a stream of the caller's choosing ({@code slot_sum.cu}):
@@ -65,10 +64,8 @@ public final class SlotSum {
         if (vectors == 0) {
             return;
         }
-        try (LongPointer a = RuntimeCompiledModule.longArg(in); LongPointer b = RuntimeCompiledModule.longArg(out);
-             LongPointer c = RuntimeCompiledModule.longArg(slots); LongPointer d = RuntimeCompiledModule.longArg(slotBytes / 16);
-             LongPointer e = RuntimeCompiledModule.longArg(vectors)) {
-            module.launchOn(stream, kernel, (vectors + THREADS - 1) / THREADS, 1, THREADS, a, b, c, d, e);
+        try (KernelArgs args = KernelArgs.tensors().longs(in, out, slots, slotBytes / 16, vectors)) {
+            module.launchOn(stream, kernel, (vectors + THREADS - 1) / THREADS, 1, THREADS, args.pointers());
         }
     }
 }
