@@ -358,7 +358,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     /** The copy-engine transfers for a sum of {@code t} over the group ({@link #PEER_REDUCTIONS}), or null for NCCL's. */
     private PeerCopies peerReduction(NDArray t, ReduceOp op) {
-        if (!PEER_REDUCTIONS || op != ReduceOp.SUM || comm == null) {
+        if (!PEER_REDUCTIONS || op != ReduceOp.SUM) {
             return null;
         }
         PeerCopies peers = peerCopies();
@@ -380,7 +380,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
      */
     @Override
     public void prepareCapture() {
-        if (comm != null && PEER_COPIES != PeerCopyMode.OFF && startedTransfers) {
+        if (startedTransfers) { // set only where the transport may be used (a communicator, peerCopies not off)
             openPeerCopies();
         }
     }
