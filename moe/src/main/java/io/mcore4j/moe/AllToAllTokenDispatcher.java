@@ -51,20 +51,21 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
 
     @Override
     Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing) {
-        return dispatch(scope, tokens, routing, null);
+        return dispatch(scope, tokens, routing, null, Beside.COUNTS);
     }
 
     /**
      * {@inheritDoc}
      *
-     * <p>Here: with the fused permutation and the all-to-all placing each chunk itself (no expert tensor
-     * parallelism), the permutation and the start of the all-to-all on the EP communicator's side stream are one
-     * Function, {@code whileTravelling} runs next, and a second Function ({@code Arrival}, the identity) joins the
-     * side stream before the experts read the rows and frees the permuted rows the all-to-all read. Otherwise
-     * {@code whileTravelling} runs after the dispatch; null: nothing runs.
+     * <p>Here: {@link Beside#COUNTS} work is queued after the counts' copy to the host and before the host waits for
+     * it ({@link CountsReadback}). {@link Beside#TRAVEL}: with the fused permutation and the all-to-all placing each
+     * chunk itself (no expert tensor parallelism), the permutation and the start of the all-to-all on the EP
+     * communicator's side stream are one Function, {@code beside} runs next, and a second Function ({@code Arrival},
+     * the identity) joins the side stream before the experts read the rows and frees the permuted rows the all-to-all
+     * read; otherwise after the dispatch. {@code beside} may be null: nothing runs.
      */
     @Override
-    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing, Runnable whileTravelling) {
+    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing, Runnable beside, Beside where) {
         NDManager m = scope.manager();
         // without a capacity every token keeps its top k pairs
         int pairsPerToken = routing.capacity() < 0 && routing.numTokens() > 0
@@ -83,7 +84,7 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
                     : columnSums(routing.routingMap(), temp);
             NDArray gathered = gatherCounts(ep, mine, temp, groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1,
                     numLocalExperts, ends, m);
-            countsByRank = readCounts(gathered, ep.size());
+            countsByRank = readCounts(gathered, ep.size(), where == Beside.COUNTS ? beside : null);
         }
         long[] counts = countsByRank[ep.rank()];
         TokenPermutation permutation = ahead != null ? ahead.permutation(counts)
@@ -122,6 +123,7 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         }
         Exchange exchange = new Exchange(ep, expertTp, send, recv, perPeer, order, layouts);
         NDArray expertInput;
+        Runnable whileTravelling = where == Beside.TRAVEL ? beside : null;
         Runnable after = whileTravelling;
         if (exchange.isIdentity()) {
             expertInput = permutation.permute(tokens, m);
@@ -180,9 +182,12 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
                 .reshape(1, experts), owner);
     }
 
-    /** {@link #gatherCounts}'s counts on the host: {@code [EP rank][global expert]}; waits for the device. */
-    private static long[][] readCounts(NDArray gathered, int ranks) {
-        long[] all = gathered.toLongArray();
+    /**
+     * {@link #gatherCounts}'s counts on the host: {@code [EP rank][global expert]}; waits for the device's copy of
+     * them, with {@code beside} (if not null) queued after the copy.
+     */
+    private static long[][] readCounts(NDArray gathered, int ranks, Runnable beside) {
+        long[] all = CountsReadback.read(gathered, beside);
         int experts = all.length / ranks;
         long[][] out = new long[ranks][experts];
         for (int r = 0; r < ranks; r++) {

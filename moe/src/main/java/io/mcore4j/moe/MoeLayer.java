@@ -30,8 +30,9 @@ import java.util.Objects;
 /**
  * A mixture-of-experts layer (Megatron-Core's {@code MoELayer}), a drop-in replacement for the dense
  * MLP of a transformer layer: {@link TopKRouter} → token dispatch → {@code E / EP} local expert MLPs
- * → combine, plus an optional shared expert (with {@link MoeConfig#sharedExpertOverlap()}, its forward runs while
- * the dispatch's all-to-all travels: the same results up to the order in which backward sums gradients).
+ * → combine, plus an optional shared expert whose forward runs beside the dispatch: while the host waits for the
+ * dispatch's counts, or with {@link MoeConfig#sharedExpertOverlap()} while its all-to-all travels (the same results
+ * either way up to the order in which backward sums gradients).
  *
  * <p><b>Layout.</b> Attention runs over TP x CP x DP x PP and the experts over expert-TP x EP x
  * expert-DP x PP on the same ranks ({@link ProcessGroups#ep()}, {@link ProcessGroups#expertTp()},
@@ -205,10 +206,12 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
         NDArray tokens = scope.markMade(Tensors.own(local.reshape(seq * batch, hiddenSize), m));
         Routing routing = router.route(scope, tokens, seq, batch);
         scope.markMade(routing.probs());
+        // the shared expert's forward beside the dispatch: while the tokens travel with the overlap, else while the
+        // host waits for the counts (the device runs it instead of idling)
         NDArray[] shared = new NDArray[1];
-        TokenDispatcher.Dispatched dispatched = sharedExpert != null && config.sharedExpertOverlap()
-                ? dispatcher.dispatch(scope, tokens, routing, () -> shared[0] = sharedExpert.forward(scope, hidden))
-                : dispatcher.dispatch(scope, tokens, routing);
+        TokenDispatcher.Dispatched dispatched = sharedExpert == null ? dispatcher.dispatch(scope, tokens, routing)
+                : dispatcher.dispatch(scope, tokens, routing, () -> shared[0] = sharedExpert.forward(scope, hidden),
+                        config.sharedExpertOverlap() ? TokenDispatcher.Beside.TRAVEL : TokenDispatcher.Beside.COUNTS);
         NDArray expertOutput = experts.forward(scope, dispatched.expertInput(), dispatched.tokensPerExpert(),
                 dispatched.expertEnds());
         NDArray combined = dispatched.combine(scope, expertOutput);
@@ -217,7 +220,7 @@ public final class MoeLayer extends AbstractModule implements UnaryModule {
             out = Mappings.gatherFromSequenceParallelRegion(scope, tp, out, false);
         }
         if (sharedExpert != null) {
-            out = Tensors.own(out.add(shared[0] != null ? shared[0] : sharedExpert.forward(scope, hidden)), m);
+            out = Tensors.own(out.add(shared[0]), m);
         }
         return out;
     }

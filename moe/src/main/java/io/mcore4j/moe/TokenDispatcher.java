@@ -49,23 +49,42 @@ abstract class TokenDispatcher {
      */
     abstract Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing);
 
+    /** Where {@link #dispatch(AutogradScope, NDArray, Routing, Runnable, Beside)} runs the work given beside it. */
+    enum Beside {
+        /**
+         * While the host waits for the rows per expert that size the all-to-all: the work is queued behind the counts'
+         * copy to the host, so the device runs it while the host waits for the copy alone and then queues the
+         * exchange. Where the dispatcher reads no counts, before the dispatch.
+         */
+        COUNTS,
+        /**
+         * While the tokens travel to their experts (Megatron's {@code --moe-shared-expert-overlap}): the all-to-all
+         * dispatcher with the fused permutation and without expert tensor parallelism starts the all-to-all on the
+         * communicator's side stream, runs the work on the caller's, and joins them before the experts read the
+         * rows. Elsewhere after the dispatch.
+         */
+        TRAVEL
+    }
+
     /**
-     * {@link #dispatch(AutogradScope, NDArray, Routing)}, with {@code whileTravelling} run in the pass's scope (grad
-     * mode as the scope's) while the tokens travel to their experts where the dispatcher can overlap the two (Megatron's
-     * {@code --moe-shared-expert-overlap}: the all-to-all dispatcher with the fused permutation and without expert
-     * tensor parallelism starts the all-to-all on the communicator's side stream, runs {@code whileTravelling} on the
-     * caller's, and joins them before the experts read the rows); elsewhere after the dispatch. The same work either
-     * way, in another order: the results agree up to the order in which libtorch's backward sums gradients.
+     * {@link #dispatch(AutogradScope, NDArray, Routing)}, with {@code beside} run in the pass's scope (grad mode as the
+     * scope's) at the place {@code where} names. The same work either way, in another order: the results agree up to
+     * the order in which libtorch's backward sums gradients.
      *
      * @param scope the pass's scope; owns everything created
      * @param tokens this rank's tokens {@code [T, h]}
      * @param routing the router's decision for those tokens
-     * @param whileTravelling work that reads none of the dispatch's tensors (the shared expert's forward)
+     * @param beside work that reads none of the dispatch's tensors (the shared expert's forward)
+     * @param where when it runs
      * @return the rows for this rank's experts and the way back
      */
-    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing, Runnable whileTravelling) {
+    Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing, Runnable beside, Beside where) {
+        if (where == Beside.COUNTS) {
+            beside.run();
+            return dispatch(scope, tokens, routing);
+        }
         Dispatched dispatched = dispatch(scope, tokens, routing);
-        whileTravelling.run();
+        beside.run();
         return dispatched;
     }
 

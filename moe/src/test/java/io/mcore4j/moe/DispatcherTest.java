@@ -90,6 +90,34 @@ class DispatcherTest {
         });
     }
 
+    @ParameterizedTest(name = "EP2, {0}, fused={1}, beside {2}")
+    @CsvSource({"ALL_TO_ALL, true, COUNTS", "ALL_TO_ALL, true, TRAVEL", "ALL_TO_ALL, false, COUNTS",
+        "ALL_TO_ALL, false, TRAVEL", "ALL_GATHER, false, COUNTS", "ALL_GATHER, false, TRAVEL"})
+    void workBesideTheDispatchRunsOnceAndLeavesTheRowsAsTheyWere(MoeConfig.Dispatcher kind, boolean fused,
+                                                                 TokenDispatcher.Beside where) {
+        int experts = 4;
+        int k = 2;
+        InJvmWorld.run(2, ctx -> {
+            ProcessGroups groups = ctx.groups(ParallelDims.builder(2).expertParallel(2).build());
+            MoeGroups g = MoeGroups.of(groups);
+            TokenDispatcher dispatcher = kind == MoeConfig.Dispatcher.ALL_TO_ALL
+                    ? new AllToAllTokenDispatcher(g, experts, k, fused) : new AllGatherTokenDispatcher(g, experts, k, fused);
+            try (NDManager m = ctx.manager().newSubManager(); AutogradScope scope = AutogradScope.open(m)) {
+                NDManager s = scope.manager();
+                NDArray x = Fixtures.normal(s, 30 + ctx.rank(), 1.0, TOKENS, HIDDEN);
+                Routing routing = fixedRouting(s, ctx.rank(), experts, k);
+                TokenDispatcher.Dispatched plain = dispatcher.dispatch(scope, x, routing);
+                int[] runs = new int[1];
+                TokenDispatcher.Dispatched withWork = dispatcher.dispatch(scope, x, routing, () -> runs[0]++, where);
+                assertEquals(1, runs[0], "runs of the work beside the dispatch on rank " + ctx.rank());
+                assertArrayEquals(plain.tokensPerExpert(), withWork.tokensPerExpert(), "rows per local expert");
+                assertEquals(0.0, io.mcore4j.core.testing.NativeArrays.maxAbsDiff(plain.expertInput(),
+                        withWork.expertInput()), "the experts' rows on rank " + ctx.rank());
+            }
+            return null;
+        });
+    }
+
     /** Rows each local expert receives under {@link #fixedRouting}, from every rank of this rank's box. */
     private static long[] expectedRowsPerLocalExpert(ProcessGroups groups, int experts, int k) {
         int local = experts / groups.ep().size();

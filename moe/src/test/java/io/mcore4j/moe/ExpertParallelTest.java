@@ -62,6 +62,7 @@ class ExpertParallelTest {
         "4, 2, 2, 2, false, ALL_TO_ALL, grouped-fused-swiglu-bias",
         "4, 1, 4, 1, false, ALL_GATHER, fused-aux",
         "4, 1, 4, 1, false, ALL_TO_ALL, fused-aux",
+        "4, 2, 2, 1, true, ALL_TO_ALL, fused-shared",
         "2, 1, 2, 1, false, ALL_TO_ALL, fused-shared-overlap",
         "4, 2, 2, 1, true, ALL_TO_ALL, fused-shared-overlap"})
     void expertParallelLayerEqualsTheSingleRankLayer(int world, int tp, int ep, int etp, boolean sp,
@@ -77,6 +78,8 @@ class ExpertParallelTest {
             case "grouped-fused-swiglu-bias" -> b.activation(MlpActivation.SWIGLU).addBias(true).groupedGemm(true)
                     .permuteFusion(true);
             case "fused-aux" -> b.permuteFusion(true).auxLossCoeff(0.1);
+            // the shared expert's forward queued while the host waits for the counts
+            case "fused-shared" -> b.permuteFusion(true).sharedExpertFfnHiddenSize(8);
             // the shared expert's forward between the start of the dispatch's all-to-all and its arrival
             case "fused-shared-overlap" -> b.permuteFusion(true).sharedExpertFfnHiddenSize(8).sharedExpertOverlap(true);
             default -> { }
