@@ -84,8 +84,10 @@ class GroupedMlpKernel(torch.nn.Module):
         return torch._grouped_mm(rows, weights, offs=ends)
 
     def wgrad(self, grad: torch.Tensor, rows: torch.Tensor, ends: torch.Tensor, counts: List[int]) -> torch.Tensor:
-        """grad_e^T rows_e: [N, n], [N, k] -> [E, n, k] (the transpose of libtorch's own weight gradient)"""
-        return torch._grouped_mm(rows.t(), grad, offs=ends).transpose(1, 2)
+        """grad_e^T rows_e: [N, n], [N, k] -> [E, n, k], contiguous: the weights' layout, so that libtorch's
+        accumulation into each expert's .grad takes the first micro-batch's slice as it is and adds the next ones with
+        vectorised kernels (a transposed view cost a strided copy, then a strided add, per expert and micro-batch)"""
+        return torch._grouped_mm(grad.t(), rows, offs=ends)
 
     def group_sum(self, rows: torch.Tensor, ends: torch.Tensor, counts: List[int]) -> torch.Tensor:
         """each expert's rows summed: [N, n] -> [E, n], as the weight gradient's grouped product against columns of
