@@ -206,6 +206,9 @@ def check(module: torch.jit.ScriptModule, dtype: torch.dtype = torch.float64, de
                     if value.shape != ref.shape or (value - ref).abs().max().item() > tol * scale:
                         raise SystemExit(f"grouped MLP {name} differs from the definition: counts {counts}, "
                                          f"activation {activation}, bias {bias}, {dtype}")
+                    if name in ("w1", "w2") and not value.is_contiguous():
+                        raise SystemExit(f"grouped MLP: the gradient of {name} is not in the weights' layout (strides "
+                                         f"{value.stride()}), so libtorch's accumulation would copy it per expert")
 
 
 def main(folder: str) -> None:
