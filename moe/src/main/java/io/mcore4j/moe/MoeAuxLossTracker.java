@@ -1,9 +1,12 @@
 package io.mcore4j.moe;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDArrays;
+import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
+import io.mcore4j.core.Tensors;
 import io.mcore4j.parallel.Communicator;
 import io.mcore4j.parallel.ProcessGroups;
 import io.mcore4j.parallel.ReduceOp;
@@ -18,9 +21,10 @@ import java.util.Objects;
  * The router's auxiliary-loss values for logging, as Megatron-Core's {@code MoEMetricsTracker} keeps them:
  * each router {@link #record records} its loss divided by its coefficient ({@code load_balancing_loss},
  * {@code seq_load_balancing_loss}, {@code global_load_balancing_loss}, {@code z_loss}) per layer and
- * micro-batch during forward; once per step the training loop calls {@link #report}, which reduces the
- * values over ranks, scales them by {@code 1 / micro-batches}, averages them over the MoE layers and clears
- * them.
+ * micro-batch during forward, summed until the training loop calls {@link #report} (once per logged window: the
+ * report reads the values on the host, which waits for the device), which reduces them over ranks, scales them by
+ * {@code 1 / micro-batches} (so a window's report is the sum of its steps' values), averages them over the MoE layers
+ * and clears them.
  *
  * <p>Owns a native-memory scope for the recorded (detached) values; {@link #close} frees it. One tracker per
  * rank, shared by the MoE layers of that rank (attach it with {@link TopKRouter#trackAuxLosses}); not
@@ -166,12 +170,7 @@ public final class MoeAuxLossTracker implements AutoCloseable {
         try (NDManager temp = manager.newSubManager()) {
             for (Map.Entry<String, Entry> e : entries.entrySet()) {
                 Entry entry = e.getValue();
-                float[] host = new float[entry.values.length];
-                for (int l = 0; l < host.length; l++) {
-                    host[l] = entry.values[l] == null ? 0 : entry.values[l].getFloat();
-                }
-                NDArray v = temp.create(host, new Shape(host.length));
-                v = reduce(groups.pp(), v, ReduceOp.SUM, temp);
+                NDArray v = reduce(groups.pp(), perLayer(entry, temp), ReduceOp.SUM, temp);
                 switch (entry.reduction) {
                     case SUM_TP_CP -> v = reduce(groups.dp(), reduce(groups.cp(), reduce(groups.tp(), v, ReduceOp.SUM, temp),
                             ReduceOp.SUM, temp), ReduceOp.AVG, temp);
@@ -192,6 +191,31 @@ public final class MoeAuxLossTracker implements AutoCloseable {
         }
         clear();
         return new Report(averages, perLayer);
+    }
+
+    /**
+     * The entry's values as one float32 {@code [layers]} tensor on their device (zero for layers that recorded
+     * nothing), made without reading them on the host: a read per layer would wait for the device each time.
+     */
+    private NDArray perLayer(Entry entry, NDManager owner) {
+        NDArray first = null;
+        for (NDArray v : entry.values) {
+            if (v != null) {
+                first = v;
+                break;
+            }
+        }
+        if (first == null) {
+            return owner.zeros(new Shape(entry.values.length), DataType.FLOAT32);
+        }
+        NDArray zero = owner.zeros(new Shape(), DataType.FLOAT32, first.getDevice());
+        NDList layers = new NDList(entry.values.length);
+        for (NDArray v : entry.values) {
+            layers.add(v == null ? zero : v.getShape().dimension() == 0 ? v : Tensors.own(v.reshape(new Shape()), owner));
+        }
+        NDArray stacked = NDArrays.stack(layers);
+        stacked.attach(owner);
+        return stacked;
     }
 
     /** Drops the values recorded since the last report (Megatron's {@code clear}); the names stay known. */

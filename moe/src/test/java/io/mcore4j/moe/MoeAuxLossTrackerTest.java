@@ -128,6 +128,50 @@ class MoeAuxLossTrackerTest {
         }
     }
 
+    /** The training loop reports once per logged window: the sum of the steps' reports, as if each were reported. */
+    @Test
+    void oneReportOfSeveralStepsIsTheSumOfTheirReports() {
+        List<double[]> results = InJvmWorld.run(2, ctx -> {
+            ProcessGroups groups = ctx.groups(ParallelDims.builder(2).build()); // DP2
+            try (NDManager m = ctx.manager().newSubManager(); MoeAuxLossTracker each = new MoeAuxLossTracker(m);
+                 MoeAuxLossTracker once = new MoeAuxLossTracker(m)) {
+                double[] sums = new double[3];
+                for (int step = 0; step < 3; step++) {
+                    for (MoeAuxLossTracker t : List.of(each, once)) {
+                        for (int micro = 0; micro < 2; micro++) {
+                            float v = 0.25f * (step + 1) + micro + ctx.rank();
+                            t.record("load_balancing_loss", 1, 3, m.create(v), MoeAuxLossTracker.Reduction.SUM_TP_CP);
+                            t.record("load_balancing_loss", 3, 3, m.create(2 * v), MoeAuxLossTracker.Reduction.SUM_TP_CP);
+                            t.record("z_loss", 3, 3, m.create(v * v), MoeAuxLossTracker.Reduction.AVERAGE_TP_DP_CP);
+                        }
+                    }
+                    MoeAuxLossTracker.Report r = each.report(0.5, 2, groups);
+                    sums[0] += r.averages().get("load_balancing_loss");
+                    sums[1] += r.averages().get("z_loss");
+                    sums[2] += r.perLayer().get("load_balancing_loss")[2];
+                }
+                MoeAuxLossTracker.Report window = once.report(0.5, 2, groups);
+                return new double[] {sums[0], sums[1], sums[2], window.averages().get("load_balancing_loss"),
+                        window.averages().get("z_loss"), window.perLayer().get("load_balancing_loss")[2],
+                        window.perLayer().get("load_balancing_loss")[1]};
+            }
+        });
+        for (double[] r : results) {
+            assertEquals(r[0], r[3], 1e-5, "load balancing loss over the window");
+            assertEquals(r[1], r[4], 1e-5, "z loss over the window");
+            assertEquals(r[2], r[5], 1e-5, "layer 3 over the window");
+            assertEquals(0.0, r[6], "a layer that recorded nothing");
+        }
+        // by hand: layer 1's values summed over ranks' DP average, steps and micro-batches, times 1/2, over 2 layers
+        double layer1 = 0;
+        for (int step = 0; step < 3; step++) {
+            for (int micro = 0; micro < 2; micro++) {
+                layer1 += 0.5 * ((0.25 * (step + 1) + micro) + (0.25 * (step + 1) + micro + 1)) / 2;
+            }
+        }
+        assertEquals(3 * layer1 / 2, results.get(0)[3], 1e-5, "layers 1 and 3 (twice layer 1) averaged over 2 MoE layers");
+    }
+
     @Test
     void misuseIsNamed() {
         try (NDManager m = NDManager.newBaseManager(); MoeAuxLossTracker tracker = new MoeAuxLossTracker(m)) {

@@ -77,7 +77,6 @@ public final class TrainStep implements AutoCloseable {
     private final int seqLength;
     private final int microBatches;
     private final boolean timePhases;
-    private MoeAuxLossTracker.Report lastAuxLosses = new MoeAuxLossTracker.Report(Map.of(), Map.of());
     private final DistributedDataParallel ddp;
     private final MegatronOptimizer optimizer;
     private final ScheduleConfig schedule;
@@ -165,13 +164,17 @@ public final class TrainStep implements AutoCloseable {
     }
 
     /**
-     * The MoE routers' auxiliary losses of the last {@link #run} (Megatron's {@code load_balancing_loss},
-     * {@code z_loss}, ... averaged over MoE layers, and per layer); empty for a model without them.
+     * The MoE routers' auxiliary losses of the steps {@link #run} since the last call (Megatron's
+     * {@code load_balancing_loss}, {@code z_loss}, ... averaged over MoE layers, and per layer): each step's
+     * values (summed over its micro-batches, scaled by {@code 1 / micro-batches}) summed over those steps; empty
+     * for a model without them. Collective: every rank calls it after the same steps. It reads the values on the
+     * host, which waits for the device, so a training loop calls it once per logged window rather than per step
+     * (where the wait would leave the device idle while the host prepares the next step).
      *
-     * @return the last step's report
+     * @return the report of the steps since the last call
      */
-    public MoeAuxLossTracker.Report lastAuxLosses() {
-        return lastAuxLosses;
+    public MoeAuxLossTracker.Report reportAuxLosses() {
+        return model.reportAuxLosses(1.0 / microBatches);
     }
 
     /**
@@ -223,9 +226,6 @@ public final class TrainStep implements AutoCloseable {
                 ddp.zeroGrad();
             }
             marks[4] = mark();
-            // Megatron's MoE metrics: loss / coeff per layer, summed over the micro-batches, scaled by 1 / micro-batches
-            // (collective; after the step's own collectives so that every group sees the same order)
-            lastAuxLosses = model.reportAuxLosses(1.0 / microBatches);
             double seconds = (System.nanoTime() - start) / 1e9;
             TrainStepResult.PhaseTimes phases = timePhases ? new TrainStepResult.PhaseTimes(
                     marks[0] - start / 1e9, marks[1] - marks[0], (queued - start) / 1e9 - (marks[0] - start / 1e9),

@@ -145,7 +145,6 @@ public final class TrainingLoop {
             double lr = schedule.lr(iteration);
             TrainStepResult r = step.run(lr, config.weightDecay(), train, consumedSamples);
             consumedSamples += r.samples();
-            window.addAuxLosses(step.lastAuxLosses());
             if (listener != null) {
                 listener.iterationDone(iteration, r);
             }
@@ -156,8 +155,10 @@ public final class TrainingLoop {
                 }
             }
             if (iteration % config.logInterval() == 0 || iteration == config.trainIters()) {
-                // the window's losses are read here, not per iteration: a read waits for the device
+                // the window's losses and MoE metrics are read here, not per iteration: a read waits for the device
+                // (the metrics' report is collective: every rank takes it after its step's own collectives)
                 window.readLosses();
+                window.addAuxLosses(step.reportAuxLosses());
                 if (logging) {
                     window.results.forEach(w -> losses.add(w.loss()));
                     report(window, lr, r);
@@ -382,7 +383,10 @@ public final class TrainingLoop {
         int steps;
         int skipped;
 
-        /** Per MoE loss name: the sum over the window's steps of the layer average, and of each layer's value. */
+        /**
+         * Per MoE loss name: the sum over the window's steps of the layer average, and of each layer's value (one
+         * report covers the window's steps).
+         */
         final Map<String, Double> auxLosses = new LinkedHashMap<>();
         final Map<String, double[]> auxLossLayers = new LinkedHashMap<>();
 
