@@ -760,13 +760,15 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
      */
     private static boolean copyConcatenated(GradientBucket bucket, Map<Parameter, NDArray> summed, NDArray flat,
                                             NDManager temp) {
-        if (bucket.slots.size() < 2) {
+        // a .grad has its parameter's dtype (libtorch refuses any other), and a bucket's parameters share one: the
+        // dtypes are known without asking each gradient (a bfloat16 tensor's dtype is a module call, per step here)
+        if (bucket.slots.size() < 2 || bucket.paramDtype == bucket.gradDtype) {
             return false;
         }
         NDList grads = new NDList(bucket.slots.size());
         for (GradientBucket.Slot slot : bucket.slots) {
             NDArray g = summed.containsKey(slot.param()) ? null : slot.param().gradient(temp);
-            if (g == null || DataTypes.of(g) == DataTypes.of(flat)) {
+            if (g == null) {
                 return false;
             }
             grads.add(own(g.reshape(-1), temp));
