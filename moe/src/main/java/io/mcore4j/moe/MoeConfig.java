@@ -58,8 +58,8 @@ import java.util.Objects;
  *                           same number of tokens whatever the weights (see {@link TopKRouter})
  * @param sharedExpertOverlap run the shared expert's forward while the dispatch's all-to-all travels (Megatron's
  *                            {@code moe_shared_expert_overlap}; the all-to-all dispatcher only; no effect without a
- *                            shared expert). See {@link TokenDispatcher#dispatch(io.mcore4j.core.autograd.AutogradScope,
- *                            ai.djl.ndarray.NDArray, Routing, Runnable)}
+ *                            shared expert); without it the forward runs while the host waits for the dispatch's
+ *                            counts. See {@link TokenDispatcher.Beside}
  */
 public record MoeConfig(int numExperts, int topK, int ffnHiddenSize, MlpActivation activation, RouterScore routerScore,
                         boolean preSoftmax, int numGroups, int groupTopK, double topKScalingFactor,
