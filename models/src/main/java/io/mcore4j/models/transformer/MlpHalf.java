@@ -17,9 +17,11 @@ import io.mcore4j.core.fp8.Fp8Linear;
 import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.nn.Parameter;
+import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.ReduceOp;
 
 /**
- * The second half of a pre-norm GPT layer at one tensor-parallel rank, {@code h + fc2(gelu(fc1(LN(h))))}
+ * The second half of a pre-norm GPT layer, {@code h + fc2(gelu(fc1(LN(h))))}
  * (LayerNorm, exact GELU, biases, no dropout), as one Function whose backward is written out: the
  * GEMMs through libtorch as autograd would run them, the LayerNorm through libtorch's own backward,
  * and the bias gradients with a {@link BiasGradientKernel} where the device has one (the GELU's
@@ -45,6 +47,13 @@ import io.mcore4j.core.nn.Parameter;
  * weight cache as the composed half) and keeps their transposed float8 inputs for backward instead of the LayerNorm's
  * and the GELU's outputs; the weights' gradients are added into an existing {@code .grad} after their GEMM.
  *
+ * <p><b>Tensor parallelism</b> (without sequence parallelism): with a group of more than one rank, fc1 is this rank's
+ * column shard ({@code [F/t, H]}, its bias {@code [F/t]}) and fc2 its row shard ({@code [H, F/t]}, the bias whole),
+ * as {@code ColumnParallelLinear} and {@code RowParallelLinear} hold them: forward sums fc2's partial products over
+ * the group before the bias and the residual (the row-parallel linear's all-reduce), backward sums the LayerNorm
+ * output's partial gradients before the LayerNorm's backward (the column-parallel linear's). The LayerNorm's and
+ * fc2 bias's gradients are then the same on every rank, as with the composed linears.
+ *
  * <p>Inputs: {@code h, LN weight, LN bias, fc1 weight [F, H], fc1 bias, fc2 weight [H, F], fc2 bias}. The
  * gradient of {@code h} is a new tensor that nothing else refers to (the layer relies on it: see
  * {@link TransformerLayer}'s residual operand).
@@ -57,6 +66,8 @@ final class MlpHalf implements Function {
     private final Parameter[] parameters;
     private final Fp8Linear fc1Fp8;
     private final Fp8Linear fc2Fp8;
+    /** The tensor-parallel group of more than one rank, or null: one rank. */
+    private final Communicator tp;
 
     /**
      * @param epsilon LayerNorm's epsilon as a 0-dim CPU float64 tensor, owned by the caller
@@ -65,17 +76,23 @@ final class MlpHalf implements Function {
      *     the residual's), or null for libtorch's LayerNorm forward, backward and an add
      * @param fc1Fp8 fc1's FP8 GEMMs, or null (with {@code fc2Fp8}) to multiply in the parameters' dtype
      * @param fc2Fp8 fc2's FP8 GEMMs, or null
+     * @param tp the tensor-parallel group (see the class comment; FP8 needs one rank), or null for one rank
      * @param parameters the half's six parameters in input order (LN weight, LN bias, fc1 weight, fc1
      *     bias, fc2 weight, fc2 bias); their leaves are read at each {@link #apply} and backward
      */
     MlpHalf(NDArray epsilon, BiasGradientKernel kernel, LayerNormKernel normKernel, Fp8Linear fc1Fp8, Fp8Linear fc2Fp8,
-            Parameter... parameters) {
+            Communicator tp, Parameter... parameters) {
         if (parameters.length != 6) {
             throw new IllegalArgumentException("the MLP half has 6 parameters, got " + parameters.length);
         }
         if ((fc1Fp8 == null) != (fc2Fp8 == null)) {
             throw new IllegalArgumentException("the MLP half multiplies both linears in FP8 or neither; fc1 "
                     + (fc1Fp8 == null ? "has none" : "has FP8 GEMMs") + ", fc2 " + (fc2Fp8 == null ? "has none" : "has FP8 GEMMs"));
+        }
+        this.tp = tp == null || tp.size() == 1 ? null : tp;
+        if (this.tp != null && fc1Fp8 != null) {
+            throw new IllegalArgumentException("the MLP half multiplies in FP8 at one tensor-parallel rank only, not "
+                    + tp.size());
         }
         this.fc1Fp8 = fc1Fp8;
         this.fc2Fp8 = fc2Fp8;
@@ -121,8 +138,14 @@ final class MlpHalf implements Function {
             }
             NDArray h1 = Tensors.linear(normed, in[3], in[4], m);
             NDArray a = Tensors.own(Activation.gelu(h1), m);
-            NDArray y = Tensors.linear(a, in[5], in[6], temp);
-            NDArray out = Tensors.own(h.add(y), m);
+            NDArray out;
+            if (tp == null) {
+                out = Tensors.own(h.add(Tensors.linear(a, in[5], in[6], temp)), m);
+            } else {
+                // the row-parallel linear: partial products summed over the group, then its bias
+                NDArray y = tp.allReduce(Tensors.linear(a, in[5], null, temp), ReduceOp.SUM, temp);
+                out = Tensors.own(h.add(Tensors.own(y.add(in[6]), temp)), m);
+            }
             ctx.saveForBackward(h, norm[1], norm[2], h1, in[1], in[2], in[3], in[4], in[5], in[6], normed, a);
             return new NDArray[] {out};
         }
@@ -198,6 +221,10 @@ final class MlpHalf implements Function {
             NDArray[] dW1 = new NDArray[1];
             NDArray dNormed2 = linearBackward(ctx, fc1Fp8, FP8_SAVED, 10, 3, dh1, w1, dW1, temp);
             NDArray dNormed = Tensors.own(dNormed2.reshape(h.getShape()), temp);
+            if (tp != null) {
+                // the column-parallel linear's input gradient: partial products summed over the group
+                dNormed = tp.allReduce(dNormed, ReduceOp.SUM, temp);
+            }
             // LayerNorm and the residual: the input gradient in one pass with the residual's where a kernel can
             NDArray dh = normKernel == null ? null : normKernel.inputGradientPlus(dNormed, h, mean, rstd, lnWeight, dy, m);
             NDList norm;

@@ -115,6 +115,12 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
      * given {@code h} their part, and goes on through the attention half, which the branch's part then traverses a
      * second time (twice the attention's backward kernels). With the cut both parts add up in {@code h}'s leaf first.
      */
+    /**
+     * {@code -Dmcore4j.models.fusedMlpHalfTensorParallel=true}: the one-Function MLP half at more than one
+     * tensor-parallel rank too (see {@link #mlpHalf}).
+     */
+    static final boolean FUSED_HALF_TENSOR_PARALLEL = Boolean.getBoolean("mcore4j.models.fusedMlpHalfTensorParallel");
+
     private static final Function RESIDUAL_FORK = new Function() {
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
@@ -135,16 +141,19 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     /**
      * The second half {@code h + fc2(gelu(fc1(LN(h))))} as one {@link MlpHalf} where the device has a
      * {@link BiasGradientKernel} (its bias gradients are then one pass each) and the half is that
-     * function exactly: LayerNorm, exact GELU, biases, no dropout, one tensor-parallel rank, no
-     * sequence parallelism, a dense MLP, no selective recompute of the MLP. Elsewhere the half is
-     * composed from its modules. FP8 linears stay FP8 in the half (it multiplies through their GEMMs).
+     * function exactly: LayerNorm, exact GELU, biases, no dropout, no sequence parallelism, a dense MLP,
+     * no selective recompute of the MLP, and one tensor-parallel rank, or more with
+     * {@code -Dmcore4j.models.fusedMlpHalfTensorParallel=true} (not yet measured on a GPU: until then the composed
+     * half runs there by default). Elsewhere the half is composed from its modules. FP8 linears stay FP8 in the
+     * half at one rank (it multiplies through their GEMMs).
      */
     private static MlpHalf mlpHalf(ModelContext ctx, Norm norm, ParallelMlp mlp) {
         TransformerConfig c = ctx.config();
+        int tp = ctx.groups().tp().size();
         boolean applies = c.normalization() == TransformerConfig.Normalization.LAYER_NORM
                 && !c.layernormZeroCenteredGamma() && !c.postMlpLayernorm()
                 && c.activation() == MlpActivation.GELU && c.addBiasLinear() && c.hiddenDropout() == 0
-                && ctx.groups().tp().size() == 1 && !c.sequenceParallel()
+                && (tp == 1 || (FUSED_HALF_TENSOR_PARALLEL && mlp.fc1().fp8() == null)) && !c.sequenceParallel()
                 && !c.recomputes(TransformerConfig.RecomputeModule.MLP);
         if (!applies || mlp.namedParameters("").keySet().stream().anyMatch(LoraLinear::isAdapterKey)) {
             return null; // the one-Function half computes with the plain weights only
@@ -157,7 +166,8 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
         Map<String, Parameter> n = norm.namedParameters("");
         Map<String, Parameter> d = mlp.namedParameters("");
         LayerNormKernel normKernel = Kernels.find(LayerNormKernel.class, ctx.parameters().getDevice()).orElse(null);
-        return new MlpHalf(epsilon, kernel, normKernel, mlp.fc1().fp8(), mlp.fc2().fp8(), n.get("weight"), n.get("bias"),
+        return new MlpHalf(epsilon, kernel, normKernel, mlp.fc1().fp8(), mlp.fc2().fp8(), ctx.groups().tp(),
+                n.get("weight"), n.get("bias"),
                 d.get("linear_fc1.weight"), d.get("linear_fc1.bias"), d.get("linear_fc2.weight"), d.get("linear_fc2.bias"));
     }
 

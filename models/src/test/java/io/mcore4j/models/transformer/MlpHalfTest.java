@@ -68,7 +68,7 @@ class MlpHalfTest {
                         Tensors.accumulateGradient(params[i].data(), params[i].data().zerosLike());
                     }
                 }
-                MlpHalf half = new MlpHalf(epsilon, null, null, null, null, params);
+                MlpHalf half = new MlpHalf(epsilon, null, null, null, null, null, params);
                 NDArray[] kept = new NDArray[8];
                 for (int k = 0; k < microBatches; k++) {
                     h[k].setRequiresGradient(true);
@@ -158,7 +158,7 @@ class MlpHalfTest {
                     for (int i = 0; i < init.length; i++) {
                         params[i] = Parameter.replicated("p" + i, DataTypes.toType(init[i], DataType.BFLOAT16, true));
                     }
-                    MlpHalf half = new MlpHalf(epsilon, null, null, fc1, fc2, params);
+                    MlpHalf half = new MlpHalf(epsilon, null, null, fc1, fc2, null, params);
                     NDArray[] kept = new NDArray[8];
                     NDArray[] inputs = new NDArray[h.length];
                     for (int k = 0; k < h.length; k++) {
@@ -198,13 +198,73 @@ class MlpHalfTest {
         }
     }
 
+    /**
+     * Tensor parallelism without sequence parallelism: at 2 and 4 ranks, each with its column shard of fc1 and row
+     * shard of fc2 (the LayerNorm and fc2's bias whole), two micro-batches give the one-rank half's output, input
+     * gradient and LayerNorm and fc2-bias gradients on every rank, and each shard's gradient is its slice of the
+     * one-rank gradients.
+     */
+    @org.junit.jupiter.params.ParameterizedTest(name = "TP{0}")
+    @org.junit.jupiter.params.provider.ValueSource(ints = {2, 4})
+    void tensorParallelShardsGiveTheOneRankHalf(int ranks) {
+        int width = 16;
+        int ffn = 48;
+        io.mcore4j.parallel.inprocess.InJvmWorld.run(ranks, ctx -> {
+            io.mcore4j.parallel.ProcessGroups groups = ctx.groups(
+                    io.mcore4j.parallel.ParallelDims.builder(ranks).tensorParallel(ranks).build());
+            io.mcore4j.parallel.Communicator tp = groups.tp();
+            try (NDManager m = ctx.manager().newSubManager()) {
+                DeterministicRandom r = new DeterministicRandom(11);
+                NDArray[] h = {r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32),
+                    r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32)};
+                NDArray[] up = {r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32),
+                    r.normal(m, new Shape(4, 2, width), 0, 1, DataType.FLOAT32)};
+                NDArray[] init = initialParameters(r, m, width, ffn);
+                NDArray epsilon = m.newSubManager(Device.cpu()).create(1e-5);
+                NDArray[] serial = run(DataType.FLOAT32, h, up, init, epsilon, m);
+                long shard = ffn / ranks;
+                long from = shard * tp.rank();
+                NDArray[] mine = init.clone();
+                mine[2] = Tensors.narrow(init[2], 0, from, from + shard);
+                mine[3] = Tensors.narrow(init[3], 0, from, from + shard);
+                mine[4] = Tensors.narrow(init[4], 1, from, from + shard);
+                Parameter[] params = new Parameter[6];
+                for (int i = 0; i < 6; i++) {
+                    params[i] = Parameter.replicated("p" + i, copy(mine[i], m));
+                }
+                MlpHalf half = new MlpHalf(epsilon, null, null, null, null, tp, params);
+                NDArray out = null;
+                NDArray input = null;
+                for (int k = 0; k < h.length; k++) {
+                    input = copy(h[k], m);
+                    input.setRequiresGradient(true);
+                    try (AutogradScope scope = AutogradScope.open(m)) {
+                        NDArray y = half.apply(scope, input);
+                        scope.backward(y.mul(up[k]).sum());
+                        out = copy(y, m);
+                    }
+                }
+                String rank = " on rank " + tp.rank() + " of " + ranks;
+                assertClose("output" + rank, out, serial[0], 1e-5);
+                assertClose("input gradient" + rank, Tensors.gradientOrZeros(input, m), serial[1], 1e-5);
+                assertClose("LN weight" + rank, params[0].gradient(m), serial[2], 1e-5);
+                assertClose("LN bias" + rank, params[1].gradient(m), serial[3], 1e-5);
+                assertClose("fc1 weight shard" + rank, params[2].gradient(m), Tensors.narrow(serial[4], 0, from, from + shard), 1e-5);
+                assertClose("fc1 bias shard" + rank, params[3].gradient(m), Tensors.narrow(serial[5], 0, from, from + shard), 1e-5);
+                assertClose("fc2 weight shard" + rank, params[4].gradient(m), Tensors.narrow(serial[6], 1, from, from + shard), 1e-5);
+                assertClose("fc2 bias" + rank, params[5].gradient(m), serial[7], 1e-5);
+            }
+            return null;
+        });
+    }
+
     /** Two micro-batches through the half in {@code dtype}: the last output and all gradients, as float32. */
     private static NDArray[] run(DataType dtype, NDArray[] h, NDArray[] up, NDArray[] init, NDArray epsilon, NDManager m) {
         Parameter[] params = new Parameter[init.length];
         for (int i = 0; i < init.length; i++) {
             params[i] = Parameter.replicated("p" + i, DataTypes.toType(init[i], dtype, true));
         }
-        MlpHalf half = new MlpHalf(epsilon, null, null, null, null, params);
+        MlpHalf half = new MlpHalf(epsilon, null, null, null, null, null, params);
         NDArray[] kept = new NDArray[8];
         NDArray[] inputs = new NDArray[h.length];
         for (int k = 0; k < h.length; k++) {
