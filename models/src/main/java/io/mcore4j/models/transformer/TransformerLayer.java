@@ -109,18 +109,18 @@ public final class TransformerLayer extends AbstractModule implements UnaryModul
     }
 
     /**
+     * {@code -Dmcore4j.models.fusedMlpHalfTensorParallel=true}: the one-Function MLP half at more than one
+     * tensor-parallel rank too (see {@link #mlpHalf}).
+     */
+    static final boolean FUSED_HALF_TENSOR_PARALLEL = Boolean.getBoolean("mcore4j.models.fusedMlpHalfTensorParallel");
+
+    /**
      * Identity that cuts the graph at the second half's input {@code h} where that half's branch records Functions.
      * Backward runs libtorch's graph from every pending gradient at once up to the cuts; without this cut, the run
      * that starts at the layer's output reaches {@code h} through the residual add before the branch's Functions have
      * given {@code h} their part, and goes on through the attention half, which the branch's part then traverses a
      * second time (twice the attention's backward kernels). With the cut both parts add up in {@code h}'s leaf first.
      */
-    /**
-     * {@code -Dmcore4j.models.fusedMlpHalfTensorParallel=true}: the one-Function MLP half at more than one
-     * tensor-parallel rank too (see {@link #mlpHalf}).
-     */
-    static final boolean FUSED_HALF_TENSOR_PARALLEL = Boolean.getBoolean("mcore4j.models.fusedMlpHalfTensorParallel");
-
     private static final Function RESIDUAL_FORK = new Function() {
         @Override
         public NDArray[] forward(FunctionContext ctx, NDArray... inputs) {
