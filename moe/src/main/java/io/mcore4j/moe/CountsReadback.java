@@ -5,7 +5,6 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.kernel.HostReadback;
-import io.mcore4j.core.kernel.Kernels;
 
 import java.util.HashMap;
 import java.util.Map;
@@ -38,14 +37,14 @@ final class CountsReadback {
         if (counts.getDataType() != DataType.INT64) {
             throw new IllegalArgumentException("the dispatch's counts are int64, not " + counts.getDataType());
         }
-        HostReadback.Buffer buffer = buffer(counts.getDevice(), Math.toIntExact(counts.size()));
-        if (buffer == null || !TensorMemory.isContiguous(counts)) {
+        if (!TensorMemory.isContiguous(counts)) {
             long[] values = counts.toLongArray();
             if (beside != null) {
                 beside.run();
             }
             return values;
         }
+        HostReadback.Buffer buffer = buffer(counts.getDevice(), Math.toIntExact(counts.size()));
         buffer.copyFrom(counts);
         if (beside != null) {
             beside.run();
@@ -53,28 +52,21 @@ final class CountsReadback {
         return buffer.await();
     }
 
-    /** This thread's buffer for {@code device} holding at least {@code size} values, or null where it has none. */
+    /** This thread's buffer for {@code device} holding at least {@code size} values. */
     private static HostReadback.Buffer buffer(Device device, int size) {
         Map<Device, Kept> mine = BUFFERS.get();
         Kept kept = mine.get(device);
-        if (kept == null) {
-            kept = new Kept(Kernels.find(HostReadback.class, device).orElse(null), null, 0);
-            mine.put(device, kept);
-        }
-        if (kept.readback() == null) {
-            return null;
-        }
-        if (kept.capacity() < size) {
-            if (kept.buffer() != null) {
+        if (kept == null || kept.capacity() < size) {
+            if (kept != null) {
                 kept.buffer().close();
             }
             int capacity = Math.max(MIN_CAPACITY, size);
-            kept = new Kept(kept.readback(), kept.readback().open(capacity), capacity);
+            kept = new Kept(HostReadback.open(device, capacity), capacity);
             mine.put(device, kept);
         }
         return kept.buffer();
     }
 
-    /** A device's readback (null: none), its open buffer (null until the first read) and that buffer's capacity. */
-    private record Kept(HostReadback readback, HostReadback.Buffer buffer, int capacity) {}
+    /** A device's open buffer and its capacity. */
+    private record Kept(HostReadback.Buffer buffer, int capacity) {}
 }

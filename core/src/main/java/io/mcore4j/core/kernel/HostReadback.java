@@ -1,5 +1,6 @@
 package io.mcore4j.core.kernel;
 
+import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 
 /**
@@ -9,6 +10,19 @@ import ai.djl.ndarray.NDArray;
  * empty where the device has none (the CPU, whose tensors are read directly).
  */
 public interface HostReadback {
+    /**
+     * A buffer for {@code device}: from its readback where it has one, else one whose {@link Buffer#copyFrom} reads the
+     * values at once (the CPU).
+     *
+     * @param device the device of the tensors to read
+     * @param capacity the most int64 values one copy carries (where the device has a readback)
+     * @return an open buffer; close it to free it
+     */
+    static Buffer open(Device device, int capacity) {
+        return Kernels.find(HostReadback.class, device).map(r -> r.open(capacity))
+                .orElseGet(ImmediateReadback::new);
+    }
+
     /**
      * @param capacity the most int64 values one copy carries
      * @return a host buffer with its own completion marker; close it to free both

@@ -125,9 +125,8 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
             throw e;
         }
         this.readbacks = new HostReadback.Buffer[2];
-        HostReadback readback = Kernels.find(HostReadback.class, manager.getDevice()).orElse(null);
         for (int i = 0; i < readbacks.length; i++) {
-            readbacks[i] = readback != null ? readback.open(config.maxNumSeqs()) : new ImmediateReadback();
+            readbacks[i] = HostReadback.open(manager.getDevice(), config.maxNumSeqs());
         }
         this.waiting = new ArrayBlockingQueue<>(config.maxWaitingRequests());
         this.thread = new Thread(leader ? this::lead : this::follow, "mcore4j-engine-tp" + tp.rank());
@@ -519,29 +518,6 @@ public final class ContinuousBatchingEngine implements GenerationEngine {
             }
         }
         return true;
-    }
-
-    /** The readback where tensors are read on the host directly (the CPU): {@link #copyFrom} reads at once. */
-    private static final class ImmediateReadback implements HostReadback.Buffer {
-        private long[] values;
-
-        @Override
-        public void copyFrom(NDArray source) {
-            values = source.toLongArray();
-        }
-
-        @Override
-        public long[] await() {
-            if (values == null) {
-                throw new IllegalStateException("no copy was queued into this readback buffer");
-            }
-            return values;
-        }
-
-        @Override
-        public void close() {
-            values = null;
-        }
     }
 
     /** Queues the copy of {@code step}'s picks into the next host buffer; the leader reads it in {@link #land}. */
