@@ -18,6 +18,7 @@ import io.mcore4j.core.kernel.BiasGradientKernel;
 import io.mcore4j.core.kernel.LayerNormKernel;
 import io.mcore4j.core.nn.Parameter;
 import io.mcore4j.parallel.Communicator;
+import io.mcore4j.parallel.PendingCollective;
 import io.mcore4j.parallel.ReduceOp;
 
 /**
@@ -51,7 +52,8 @@ import io.mcore4j.parallel.ReduceOp;
  * column shard ({@code [F/t, H]}, its bias {@code [F/t]}) and fc2 its row shard ({@code [H, F/t]}, the bias whole),
  * as {@code ColumnParallelLinear} and {@code RowParallelLinear} hold them: forward sums fc2's partial products over
  * the group before the bias and the residual (the row-parallel linear's all-reduce), backward sums the LayerNorm
- * output's partial gradients before the LayerNorm's backward (the column-parallel linear's). The LayerNorm's and
+ * output's partial gradients before the LayerNorm's backward (the column-parallel linear's), started before fc1's
+ * weight gradient and awaited after it ({@link Communicator#startAllReduceInPlace}). The LayerNorm's and
  * fc2 bias's gradients are then the same on every rank, as with the composed linears.
  *
  * <p>Inputs: {@code h, LN weight, LN bias, fc1 weight [F, H], fc1 bias, fc2 weight [H, F], fc2 bias}. The
@@ -219,11 +221,19 @@ final class MlpHalf implements Function {
             NDArray db1 = gradient(ctx, 4, Tensors.own(DataTypes.toType(gelu[1], DataTypes.of(b1), false), temp), temp);
             // fc1: weight and input gradients
             NDArray[] dW1 = new NDArray[1];
-            NDArray dNormed2 = linearBackward(ctx, fc1Fp8, FP8_SAVED, 10, 3, dh1, w1, dW1, temp);
-            NDArray dNormed = Tensors.own(dNormed2.reshape(h.getShape()), temp);
-            if (tp != null) {
-                // the column-parallel linear's input gradient: partial products summed over the group
-                dNormed = tp.allReduce(dNormed, ReduceOp.SUM, temp);
+            NDArray dNormed;
+            if (tp == null) {
+                dNormed = Tensors.own(linearBackward(ctx, fc1Fp8, FP8_SAVED, 10, 3, dh1, w1, dW1, temp)
+                        .reshape(h.getShape()), temp);
+            } else {
+                // the column-parallel linear's input gradient: partial products summed over the group, the sum
+                // started before fc1's weight gradient and awaited after it (as OverlappedColumnLinear does)
+                NDArray partial = Tensors.own(Tensors.own(dh1.matMul(w1), temp).reshape(h.getShape()), temp);
+                PendingCollective sum = tp.startAllReduceInPlace(partial, ReduceOp.SUM);
+                NDArray x = ctx.saved(10);
+                dW1[0] = weightGradient(ctx, 3, dh1, Tensors.own(x.reshape(-1, width), temp), temp);
+                x.close();
+                dNormed = sum.await();
             }
             // LayerNorm and the residual: the input gradient in one pass with the residual's where a kernel can
             NDArray dh = normKernel == null ? null : normKernel.inputGradientPlus(dNormed, h, mean, rstd, lnWeight, dy, m);

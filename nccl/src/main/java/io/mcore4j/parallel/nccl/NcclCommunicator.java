@@ -101,13 +101,27 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
 
     static final PeerCopyMode PEER_COPIES = peerCopyMode(System.getProperty("mcore4j.nccl.peerCopies", "capture"));
     /**
-     * {@code -Dmcore4j.nccl.peerReductions=true}: the sums too go by copy engine where {@link #PEER_COPIES} sends the
-     * started transfers there: the all-reduces that return a new tensor ({@link #allReduce}), the started ones
-     * ({@link #startAllReduceInPlace}) and the started reduce-scatters ({@link #startReduceScatter}) of float32,
-     * float16 and bfloat16 tensors whose per-rank parts are 16-byte multiples ({@link PeerCopies#allReduce},
-     * {@link PeerCopies#reduceScatter}). Off by default: not yet run on a GPU.
+     * Which sums go by copy engine where {@link #PEER_COPIES} sends the started transfers there,
+     * {@code -Dmcore4j.nccl.peerReductions=}: {@code false} (the default) none; {@code started} the started ones, which
+     * overlap the caller's work ({@link #startAllReduceInPlace}, {@link #startReduceScatter}); {@code true} those and the
+     * all-reduces that return a new tensor ({@link #allReduce}). Each of float32, float16 and bfloat16 tensors whose
+     * per-rank parts are 16-byte multiples ({@link PeerCopies#allReduce}, {@link PeerCopies#reduceScatter}). On
+     * 4×H200 under a CUDA graph, {@code true} measured slower than NCCL's kernels (the 1.3B model: TP2 46,950 against
+     * 49,228 tokens/s/GPU, TP4 25,218 against 34,662): off by default.
      */
-    static final boolean PEER_REDUCTIONS = Boolean.getBoolean("mcore4j.nccl.peerReductions");
+    enum PeerReductions { NONE, STARTED, ALL }
+
+    static final PeerReductions PEER_REDUCTIONS = peerReductions(System.getProperty("mcore4j.nccl.peerReductions", "false"));
+
+    static PeerReductions peerReductions(String value) {
+        return switch (value) {
+            case "false", "off" -> PeerReductions.NONE;
+            case "started" -> PeerReductions.STARTED;
+            case "true", "on" -> PeerReductions.ALL;
+            default -> throw new IllegalArgumentException("-Dmcore4j.nccl.peerReductions=" + value
+                    + ": expected false, started or true");
+        };
+    }
     /** {@code -Dmcore4j.nccl.peerCopySlotBytes} (16 MiB): the largest piece of one message per handshake. */
     static final long PEER_COPY_SLOT_BYTES = Long.getLong("mcore4j.nccl.peerCopySlotBytes", 16L << 20);
 
@@ -177,7 +191,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     @Override
     public NDArray allReduce(NDArray input, ReduceOp op, NDManager owner) {
         String what = describe("all-reduce " + op, input);
-        PeerCopies peers = peerReduction(input, op);
+        PeerCopies peers = peerReduction(input, op, false);
         return run(what, () -> {
             if (comm == null) {
                 return copyOwnedBy(input, owner);
@@ -228,7 +242,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     public PendingCollective startAllReduceInPlace(NDArray tensor, ReduceOp op) {
         String what = describe("all-reduce " + op, tensor);
         requireContiguous(what, tensor);
-        PeerCopies peers = peerReduction(tensor, op);
+        PeerCopies peers = peerReduction(tensor, op, true);
         return runOnSideStream(what, () -> {
             if (comm == null) {
                 return () -> tensor;
@@ -255,7 +269,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         int d = args.checkScatterDim(input, 0);
         String what = describe("reduce-scatter " + op + " dim " + d, input);
         requireContiguous(what, input);
-        PeerCopies peers = peerReduction(input, op);
+        PeerCopies peers = peerReduction(input, op, true);
         return runOnSideStream(what, () -> {
             if (comm == null) {
                 NDArray out = copyOwnedBy(input, owner);
@@ -356,9 +370,13 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         return PEER_COPIES == PeerCopyMode.ON || capturing ? peerCopies : null;
     }
 
-    /** The copy-engine transfers for a sum of {@code t} over the group ({@link #PEER_REDUCTIONS}), or null for NCCL's. */
-    private PeerCopies peerReduction(NDArray t, ReduceOp op) {
-        if (!PEER_REDUCTIONS || op != ReduceOp.SUM) {
+    /**
+     * The copy-engine transfers for a sum of {@code t} over the group, started ({@code started}) or not, as
+     * {@link #PEER_REDUCTIONS} says; or null for NCCL's kernels.
+     */
+    private PeerCopies peerReduction(NDArray t, ReduceOp op, boolean started) {
+        boolean chosen = PEER_REDUCTIONS == PeerReductions.ALL || started && PEER_REDUCTIONS == PeerReductions.STARTED;
+        if (!chosen || op != ReduceOp.SUM) {
             return null;
         }
         PeerCopies peers = peerCopies();

@@ -376,5 +376,11 @@ class PeerCopiesTest {
         IllegalArgumentException e = assertThrows(IllegalArgumentException.class,
                 () -> NcclCommunicator.peerCopyMode("always"));
         assertTrue(e.getMessage().contains("-Dmcore4j.nccl.peerCopies=always: expected off, capture or on"), e.getMessage());
+        assertEquals(NcclCommunicator.PeerReductions.NONE, NcclCommunicator.peerReductions("false"));
+        assertEquals(NcclCommunicator.PeerReductions.STARTED, NcclCommunicator.peerReductions("started"));
+        assertEquals(NcclCommunicator.PeerReductions.ALL, NcclCommunicator.peerReductions("true"));
+        e = assertThrows(IllegalArgumentException.class, () -> NcclCommunicator.peerReductions("some"));
+        assertTrue(e.getMessage().contains("-Dmcore4j.nccl.peerReductions=some: expected false, started or true"),
+                e.getMessage());
     }
 }
