@@ -1,11 +1,14 @@
 package io.mcore4j.core;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.autograd.AutogradScope;
 
 import java.util.ArrayList;
@@ -19,6 +22,29 @@ class TensorsTest {
      * The scalar operand of {@link Tensors#scale} must survive until backward: garbage collection
      * between forward and backward may not change the gradient (DJL's {@code mul(Number)} fails this).
      */
+    /** A host scalar divides and multiplies as the device scalar does, float32 and bfloat16, and stays on the host. */
+    @Test
+    void aHostScalarOperandGivesTheDeviceScalarsResult() {
+        try (NDManager m = Mcore4j.newRootManager()) {
+            NDArray f = m.create(new float[] {1, 2, 3, 1e-3f, -7.25f, 3e5f});
+            NDArray b = DataTypes.toType(f, DataType.BFLOAT16, false);
+            for (NDArray x : new NDArray[] {f, b}) {
+                NDArray host = Tensors.hostScalar(3, x, m);
+                assertTrue(host.getDevice().equals(Device.cpu()));
+                assertEquals(0, host.getShape().dimension());
+                NDArray viaHost = x.duplicate().divi(host);
+                NDArray viaDevice = x.duplicate().divi(Tensors.scalar(3, x, m));
+                assertEquals(DataTypes.of(x), DataTypes.of(viaHost));
+                assertArrayEquals(DataTypes.toType(viaDevice, DataType.FLOAT32, false).toFloatArray(),
+                        DataTypes.toType(viaHost, DataType.FLOAT32, false).toFloatArray(), 0f);
+                NDArray product = x.mul(Tensors.hostScalar(0.5, x, m));
+                assertArrayEquals(DataTypes.toType(x.mul(Tensors.scalar(0.5, x, m)), DataType.FLOAT32,
+                        false).toFloatArray(), DataTypes.toType(product, DataType.FLOAT32, false)
+                        .toFloatArray(), 0f);
+            }
+        }
+    }
+
     @Test
     void scaleKeepsItsScalarAliveForBackward() {
         try (NDManager m = Mcore4j.newRootManager()) {

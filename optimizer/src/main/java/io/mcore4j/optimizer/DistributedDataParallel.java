@@ -808,17 +808,18 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
         // the loss is a mean over the global batch, which is split over the DP x CP ranks: every
         // gradient, an expert's too, is divided by that count; expert buckets are only summed over
         // the smaller expert-DP group because the other ranks' tokens already reached the expert
-        // (divisors are device scalars: a Java number is a synchronising host copy on a GPU, mid-backward here)
+        // (divisors are host scalars, Tensors.hostScalar: a Java number is a synchronising host copy on a GPU,
+        // mid-backward here, and a device scalar a broadcast operand, which libtorch divides by unvectorised)
         int dataParallel = groups.dpCp().size();
         if (group.size() == 1) {
             if (dataParallel > 1) {
-                flat.divi(Tensors.scalar(dataParallel, flat, buffers));
+                flat.divi(Tensors.hostScalar(dataParallel, flat, buffers));
             }
             return new InFlight(buffers, flat, false, () -> flat);
         }
         boolean average = config.averageInCollective();
         if (!average) {
-            flat.divi(Tensors.scalar(dataParallel, flat, buffers));
+            flat.divi(Tensors.hostScalar(dataParallel, flat, buffers));
         }
         ReduceOp op = average ? ReduceOp.AVG : ReduceOp.SUM;
         PendingCollective pending = scatter ? group.startReduceScatter(flat, op, owner) : group.startAllReduceInPlace(flat, op);
@@ -834,7 +835,7 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
             f.buffers().close(); // the full buffer; the stream now waits for the collective that read it
         }
         if (group.size() > 1 && config.averageInCollective() && group.size() != dataParallel) {
-            result.muli(Tensors.scalar((double) group.size() / dataParallel, result, parent));
+            result.muli(Tensors.hostScalar((double) group.size() / dataParallel, result, parent));
         }
         if (!config.useDistributedOptimizer()) {
             // with nothing to reduce the buffer holds each .grad's own values, except pre-sums
