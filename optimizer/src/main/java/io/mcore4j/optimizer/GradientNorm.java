@@ -1,10 +1,12 @@
 package io.mcore4j.optimizer;
 
+import ai.djl.Device;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
 import ai.djl.ndarray.types.DataType;
+import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.NoGrad;
 import io.mcore4j.core.nn.Parameter;
@@ -72,7 +74,7 @@ public final class GradientNorm {
                     squares.add(squares(g, temp));
                 }
             }
-            return Math.sqrt(sumOverWorld(new double[] {sumOnHost(squares, temp)}, groups, temp)[0]);
+            return Math.sqrt(sumOverWorld(List.of(squares), groups, temp)[0]);
         }
     }
 
@@ -149,19 +151,30 @@ public final class GradientNorm {
     }
 
     /**
-     * Adds per-rank statistics over the world group, in float64.
+     * Sums per-rank statistics over the world group in float64 and reads them with one device-to-host copy: each
+     * statistic's scalar tensors are added on the device ({@link #sumOnDevice}), the statistics stacked and
+     * all-reduced there. (Reading each rank's sums first and writing them back for the all-reduce left the device idle
+     * for two host round trips at every optimizer step.)
      *
-     * @param local this rank's values
+     * @param statistics per statistic, this rank's scalar tensors of any numeric dtype, all on one device (a statistic
+     *                   with none is 0)
      * @param groups this rank's groups
-     * @param temp manager for the tensors
+     * @param temp manager for the tensors (its device is used when no statistic has a tensor)
      * @return the sums, identical on every rank
      */
-    static double[] sumOverWorld(double[] local, ProcessGroups groups, NDManager temp) {
-        if (groups.world().size() == 1) {
-            return local.clone();
+    static double[] sumOverWorld(List<List<NDArray>> statistics, ProcessGroups groups, NDManager temp) {
+        Device device = statistics.stream().flatMap(List::stream).map(NDArray::getDevice).findFirst()
+                .orElse(temp.getDevice());
+        NDList sums = new NDList();
+        for (List<NDArray> scalars : statistics) {
+            sums.add(scalars.isEmpty() ? Tensors.own(temp.zeros(new Shape(), DataType.FLOAT64, device), temp)
+                    : sumOnDevice(scalars, temp));
         }
-        NDArray sum = groups.world().allReduce(temp.create(local), ReduceOp.SUM, temp);
-        return sum.toDoubleArray();
+        NDArray stacked = Tensors.own(NDArrays.stack(sums), temp);
+        if (groups.world().size() > 1) {
+            stacked = groups.world().allReduce(stacked, ReduceOp.SUM, temp);
+        }
+        return stacked.toDoubleArray();
     }
 
     /** Sum of squares of {@code g}'s elements as a scalar tensor, accumulated in float32 (float16 gradients are widened first). */
@@ -174,18 +187,15 @@ public final class GradientNorm {
     }
 
     /**
-     * Adds scalar tensors in float64 and reads the result with one device-to-host copy. Scalars of
-     * one dtype are stacked first and widened in one cast (the optimizer's case: one per shard);
-     * widening is exact, so the float64 sum sees the same values as with a cast per scalar.
+     * Adds scalar tensors in float64 on their device. Scalars of one dtype are stacked first and widened in one cast
+     * (the optimizer's case: one per shard); widening is exact, so the float64 sum sees the same values as with a cast
+     * per scalar.
      *
-     * @param scalars scalar tensors of any numeric dtype
-     * @param temp manager for temporaries
-     * @return their sum, 0 when empty
+     * @param scalars scalar tensors of any numeric dtype, at least one
+     * @param temp manager for the result and temporaries
+     * @return their sum, a 0-dim float64 tensor
      */
-    static double sumOnHost(List<NDArray> scalars, NDManager temp) {
-        if (scalars.isEmpty()) {
-            return 0;
-        }
+    static NDArray sumOnDevice(List<NDArray> scalars, NDManager temp) {
         DataType dtype = scalars.get(0).getDataType();
         boolean uniform = true;
         for (NDArray s : scalars) {
@@ -204,7 +214,7 @@ public final class GradientNorm {
             }
             wide = Tensors.own(NDArrays.stack(widened), temp);
         }
-        return Tensors.own(wide.sum(), temp).getDouble();
+        return Tensors.own(wide.sum(), temp);
     }
 
     private static Set<Parameter> identitySet(Collection<Parameter> params) {

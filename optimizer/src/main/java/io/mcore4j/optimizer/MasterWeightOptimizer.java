@@ -217,10 +217,9 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
             NDArray[] grads = fused != null ? null : widenedGradients(temp);
             // statistics of the still scaled gradients: the squares shrink by scale^2 afterwards,
             // and a gradient is finite exactly when its scaled value is
-            double[] local = fused != null
-                    ? new double[] {GradientNorm.sumOnHost(List.of(fused.sumOfSquares(temp)), temp), 0}
-                    : localStatistics(grads, temp);
-            double[] stats = GradientNorm.sumOverWorld(local, groups, temp);
+            double[] stats = GradientNorm.sumOverWorld(fused != null
+                    ? List.of(List.of(fused.sumOfSquares(temp)), List.of())
+                    : localStatistics(grads, temp), groups, temp);
             boolean foundInf = !Double.isFinite(stats[0]);
             if (scaler != null) {
                 scaler.update(foundInf);
@@ -293,10 +292,11 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
     }
 
     /**
-     * {sum of squares of the counted shards' elements (inf or NaN if any element of any shard is
-     * not finite), zeros among them}, of the gradients as given (still loss-scaled).
+     * The scalar tensors of {sum of squares of the counted shards' elements (inf or NaN if any element of any shard
+     * is not finite), zeros among them}, of the gradients as given (still loss-scaled), for
+     * {@link GradientNorm#sumOverWorld}.
      */
-    private double[] localStatistics(NDArray[] grads, NDManager temp) {
+    private List<List<NDArray>> localStatistics(NDArray[] grads, NDManager temp) {
         List<NDArray> squares = new ArrayList<>();
         List<NDArray> zeros = new ArrayList<>();
         NDArray zero = null;
@@ -317,7 +317,7 @@ final class MasterWeightOptimizer implements MegatronOptimizer {
                 squares.add(own(g.sum(), temp).muli(zero));
             }
         }
-        return new double[] {GradientNorm.sumOnHost(squares, temp), GradientNorm.sumOnHost(zeros, temp)};
+        return List.of(squares, zeros);
     }
 
     /**

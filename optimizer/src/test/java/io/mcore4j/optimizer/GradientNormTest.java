@@ -1,5 +1,6 @@
 package io.mcore4j.optimizer;
 
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -128,13 +129,23 @@ class GradientNormTest {
      * (widened one by one): float32 addition would lose the 1 next to 1e8.
      */
     @Test
-    void sumOnHostAddsInFloat64() {
+    void statisticsAreAddedInFloat64() {
         try (NDManager m = Mcore4j.newRootManager()) {
             List<NDArray> floats = List.of(m.create(1e8f), m.create(1f), m.create(-1e8f), m.create(0.5f));
-            assertEquals(1.5, GradientNorm.sumOnHost(floats, m));
+            assertEquals(1.5, GradientNorm.sumOnDevice(floats, m).getDouble());
             List<NDArray> mixed = List.of(m.create(1e8f), m.create(3L), m.create(-1e8f), m.create(0.25));
-            assertEquals(3.25, GradientNorm.sumOnHost(mixed, m));
-            assertEquals(0, GradientNorm.sumOnHost(List.of(), m));
+            assertEquals(3.25, GradientNorm.sumOnDevice(mixed, m).getDouble());
         }
+        // over the world: every rank's statistics, one all-reduce
+        InJvmWorld.run(2, rank -> {
+            NDManager m = rank.manager();
+            ProcessGroups groups = rank.groups(ParallelDims.builder(2).build());
+            double r = rank.rank();
+            List<NDArray> squares = List.of(m.create(1e8f), m.create((float) (1 + r)), m.create(-1e8f));
+            List<NDArray> zeros = List.of(m.create(2L + rank.rank()));
+            double[] stats = GradientNorm.sumOverWorld(List.of(squares, List.of(), zeros), groups, m);
+            assertArrayEquals(new double[] {3, 0, 5}, stats, "rank " + rank.rank());
+            return null;
+        });
     }
 }
