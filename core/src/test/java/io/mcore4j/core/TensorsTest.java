@@ -18,10 +18,6 @@ import org.junit.jupiter.api.Test;
 
 class TensorsTest {
 
-    /**
-     * The scalar operand of {@link Tensors#scale} must survive until backward: garbage collection
-     * between forward and backward may not change the gradient (DJL's {@code mul(Number)} fails this).
-     */
     /** A host scalar divides and multiplies as the device scalar does, float32 and bfloat16, and stays on the host. */
     @Test
     void aHostScalarOperandGivesTheDeviceScalarsResult() {
@@ -45,6 +41,10 @@ class TensorsTest {
         }
     }
 
+    /**
+     * The scalar operand of {@link Tensors#scale} must survive until backward: garbage collection
+     * between forward and backward may not change the gradient (DJL's {@code mul(Number)} fails this).
+     */
     @Test
     void scaleKeepsItsScalarAliveForBackward() {
         try (NDManager m = Mcore4j.newRootManager()) {

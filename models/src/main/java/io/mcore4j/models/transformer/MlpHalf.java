@@ -52,10 +52,10 @@ import io.mcore4j.parallel.ReduceOp;
  * column shard ({@code [F/t, H]}, its bias {@code [F/t]}) and fc2 its row shard ({@code [H, F/t]}, the bias whole),
  * as {@code ColumnParallelLinear} and {@code RowParallelLinear} hold them: forward sums fc2's partial products, each
  * with the bias share {@code b/t} from its GEMM, over the group before the residual (the row-parallel linear's
- * all-reduce), backward sums the LayerNorm
- * output's partial gradients before the LayerNorm's backward (the column-parallel linear's), started before fc1's
- * weight gradient and awaited after it ({@link Communicator#startAllReduceInPlace}). The LayerNorm's and
- * fc2 bias's gradients are then the same on every rank, as with the composed linears.
+ * all-reduce); backward sums the LayerNorm output's partial gradients before the LayerNorm's backward (the
+ * column-parallel linear's), started before fc1's weight gradient and awaited after it
+ * ({@link Communicator#startAllReduceInPlace}). The LayerNorm's and fc2 bias's gradients are then the same on every
+ * rank, as with the composed linears.
  *
  * <p>Inputs: {@code h, LN weight, LN bias, fc1 weight [F, H], fc1 bias, fc2 weight [H, F], fc2 bias}. The
  * gradient of {@code h} is a new tensor that nothing else refers to (the layer relies on it: see
