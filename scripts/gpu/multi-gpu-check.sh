@@ -182,9 +182,11 @@ row() {
                   args+=" --micro-batch-size 1 --micro-batches 8";;
     tp2dp2)       gpus=4; layout="1.3B, TP2 × DP2"; args="--model 1.3b --tensor-model-parallel-size 2 --overlap-grad-reduce";;
     dp2)          gpus=2; layout="1.3B, DP2, distributed optimizer"
-                  args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce"; refs=("2|ddp|DDP" "2|fsdp2|FSDP2");;
+                  args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+                  refs=("2|ddp|DDP" "2|fsdp2|FSDP2");;
     dp4)          gpus=4; layout="1.3B, DP4, distributed optimizer"
-                  args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce"; refs=("4|ddp|DDP" "4|fsdp2|FSDP2");;
+                  args="--model 1.3b --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"
+                  refs=("4|ddp|DDP" "4|fsdp2|FSDP2");;
     dp4-zero2)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads (ZeRO-2)"
                   args="--model 1.3b --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --overlap-grad-reduce";;
     dp4-zero3)    gpus=4; layout="1.3B, DP4, Megatron FSDP optim_grads_params (ZeRO-3), no recompute"
