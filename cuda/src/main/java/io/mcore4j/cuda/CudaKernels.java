@@ -2,6 +2,7 @@ package io.mcore4j.cuda;
 
 import ai.djl.Device;
 import io.mcore4j.core.kernel.BiasGradientKernel;
+import io.mcore4j.core.kernel.BucketFillKernel;
 import io.mcore4j.core.kernel.CrossEntropyKernel;
 import io.mcore4j.core.kernel.Fp8CastKernel;
 import io.mcore4j.core.kernel.GraphCapture;
@@ -16,9 +17,8 @@ import java.util.Optional;
 
 /**
  * The {@link KernelProvider} service of the CUDA artifact: {@link MasterAdamKernel},
- * {@link QkvGradientKernel}, {@link BiasGradientKernel}, {@link CrossEntropyKernel} and
- * {@link LayerNormKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use
- * bfloat16 conversions), and {@link Fp8CastKernel} for 8.9 or newer (float8 conversions), each source compiled once
+ * {@link QkvGradientKernel}, {@link BiasGradientKernel}, {@link CrossEntropyKernel}, {@link LayerNormKernel} and
+ * {@link BucketFillKernel} for CUDA devices of compute capability 8.0 or newer (the kernels use bfloat16 conversions), and {@link Fp8CastKernel} for 8.9 or newer (float8 conversions), each source compiled once
  * per device and process; and {@link GraphCapture}
  * (CUDA graphs) and {@link StorageResize} where mcore4j's native library is loaded ({@link NativeCudaGraphs},
  * {@link NativeStorage}); {@link HostReadback}
@@ -45,7 +45,8 @@ public final class CudaKernels implements KernelProvider {
             return Optional.empty();
         }
         if (kernel != MasterAdamKernel.class && kernel != QkvGradientKernel.class && kernel != BiasGradientKernel.class
-                && kernel != CrossEntropyKernel.class && kernel != LayerNormKernel.class && kernel != Fp8CastKernel.class) {
+                && kernel != CrossEntropyKernel.class && kernel != LayerNormKernel.class && kernel != Fp8CastKernel.class
+                && kernel != BucketFillKernel.class) {
             return Optional.empty();
         }
         int id = device.getDeviceId();
@@ -66,6 +67,9 @@ public final class CudaKernels implements KernelProvider {
             }
             if (kernel == LayerNormKernel.class) {
                 return Optional.of(kernel.cast(new CudaLayerNorm(RuntimeCompiledModule.load(id, CudaLayerNorm.SOURCE))));
+            }
+            if (kernel == BucketFillKernel.class) {
+                return Optional.of(kernel.cast(new CudaBucketFill(RuntimeCompiledModule.load(id, CudaBucketFill.SOURCE))));
             }
             if (kernel == CrossEntropyKernel.class) {
                 return Optional.of(kernel.cast(new CudaCrossEntropy(RuntimeCompiledModule.load(id, CudaCrossEntropy.SOURCE))));

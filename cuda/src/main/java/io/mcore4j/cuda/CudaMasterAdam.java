@@ -76,7 +76,7 @@ public final class CudaMasterAdam implements MasterAdamKernel {
                     throw new IllegalArgumentException("parameter of shape " + s.param().getShape()
                             + " does not have its segment's " + s.numel() + " elements");
                 }
-                String code = code(DataTypes.of(s.param()));
+                String code = KernelArgs.floatSuffix(DataTypes.of(s.param()));
                 if (paramCode != null && !paramCode.equals(code)) {
                     throw new IllegalArgumentException("parameters of one bucket must share a dtype, got "
                             + paramCode + " and " + code);
@@ -154,7 +154,7 @@ public final class CudaMasterAdam implements MasterAdamKernel {
                         throw new IllegalArgumentException("gradient of shape " + g.getShape() + " does not have its segment's "
                                 + s.numel() + " elements (bucket " + launch.bucket() + ")");
                     }
-                    String c = code(DataTypes.of(g));
+                    String c = KernelArgs.floatSuffix(DataTypes.of(g));
                     if (code != null && !code.equals(c)) {
                         throw new IllegalArgumentException("gradients of bucket " + launch.bucket() + " must share a dtype, got "
                                 + code + " and " + c);
@@ -228,15 +228,5 @@ public final class CudaMasterAdam implements MasterAdamKernel {
             throw new IllegalArgumentException(what + " must be float32 of " + length + " elements, got "
                     + DataTypes.of(t) + " " + t.getShape());
         }
-    }
-
-
-    private static String code(DataType dtype) {
-        return switch (dtype) {
-            case FLOAT32 -> "f32";
-            case FLOAT16 -> "f16";
-            case BFLOAT16 -> "bf16";
-            default -> throw new IllegalArgumentException("dtype " + dtype + " is not float32, float16 or bfloat16");
-        };
     }
 }

@@ -1,6 +1,7 @@
 package io.mcore4j.cuda;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.TensorMemory;
 
@@ -64,6 +65,21 @@ final class KernelArgs implements AutoCloseable {
         for (Pointer p : pointers) {
             p.close();
         }
+    }
+
+    /**
+     * @param dtype float32, float16 or bfloat16
+     * @return the suffix of the kernels for it ({@code f32}, {@code f16}, {@code bf16}) in the sources whose kernels
+     *     take all three
+     * @throws IllegalArgumentException for another dtype
+     */
+    static String floatSuffix(DataType dtype) {
+        return switch (dtype) {
+            case FLOAT32 -> "f32";
+            case FLOAT16 -> "f16";
+            case BFLOAT16 -> "bf16";
+            default -> throw new IllegalArgumentException("dtype " + dtype + " is not float32, float16 or bfloat16");
+        };
     }
 
     /**

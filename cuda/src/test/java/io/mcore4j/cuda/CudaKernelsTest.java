@@ -3,6 +3,7 @@ package io.mcore4j.cuda;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import ai.djl.Device;
+import io.mcore4j.core.kernel.BucketFillKernel;
 import io.mcore4j.core.kernel.Fp8CastKernel;
 import io.mcore4j.core.kernel.KernelProvider;
 import io.mcore4j.core.kernel.Kernels;
@@ -33,5 +34,6 @@ class CudaKernelsTest {
         assertTrue(Kernels.find(MasterAdamKernel.class, Device.cpu()).isEmpty());
         assertTrue(Kernels.find(QkvGradientKernel.class, Device.cpu()).isEmpty());
         assertTrue(Kernels.find(Fp8CastKernel.class, Device.cpu()).isEmpty());
+        assertTrue(Kernels.find(BucketFillKernel.class, Device.cpu()).isEmpty());
     }
 }

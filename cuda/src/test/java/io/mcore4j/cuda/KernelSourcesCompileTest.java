@@ -32,7 +32,7 @@ class KernelSourcesCompileTest {
     @CsvSource({
         CudaFp8Cast.SOURCE + ", 89", CudaFp8Cast.SOURCE + ", 90",
         CudaLayerNorm.SOURCE + ", 80", CudaBiasGradients.SOURCE + ", 80", CudaCrossEntropy.SOURCE + ", 80",
-        CudaMasterAdam.SOURCE + ", 80", CudaQkvGradient.SOURCE + ", 80", SlotSum.SOURCE + ", 80", SlotSum.SOURCE + ", 90"})
+        CudaMasterAdam.SOURCE + ", 80", CudaBucketFill.SOURCE + ", 80", CudaQkvGradient.SOURCE + ", 80", SlotSum.SOURCE + ", 80", SlotSum.SOURCE + ", 90"})
     void compiles(String resource, int computeCapability) {
         try (BytePointer cubin = RuntimeCompiledModule.cubin(resource, computeCapability)) {
             assertTrue(cubin.capacity() > 0, resource + " gave an empty cubin");

@@ -11,6 +11,8 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.autograd.NoGrad;
+import io.mcore4j.core.kernel.BucketFillKernel;
+import io.mcore4j.core.kernel.Kernels;
 import io.mcore4j.core.Mcore4j;
 import io.mcore4j.core.TensorMemory;
 import io.mcore4j.core.Tensors;
@@ -114,6 +116,8 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     private final List<GradientBucket> buckets;
     private final NDManager manager;
     private final boolean ownsRoot;
+    /** The one-pass fill of the buckets where the device has one (CUDA), else null: the composed fill. */
+    private final BucketFillKernel fillKernel;
     private final Map<Parameter, GradientBucket> bucketOf = new IdentityHashMap<>();
     private final boolean[] waitsForPreSums;
     private NDManager syncManager;
@@ -223,6 +227,8 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
                 : this.params.isEmpty() ? Mcore4j.newRootManager() : this.params.get(0).data().getManager();
         this.manager = ownsRoot ? base : base.newSubManager();
         this.manager.setName("ddp");
+        this.fillKernel = this.params.isEmpty() ? null
+                : Kernels.find(BucketFillKernel.class, this.params.get(0).data().getDevice()).orElse(null);
         if (LOG.isDebugEnabled()) {
             LOG.debug("rank {}: {} parameters in {} buckets: {}", groups.worldRank(), this.params.size(), buckets.size(), buckets);
         }
@@ -779,51 +785,77 @@ public final class DistributedDataParallel implements GradientReadyListener, Aut
     }
 
     /**
-     * Reduces one bucket: one cast-and-copy of each gradient into a flat buffer of the bucket's
-     * gradient dtype and padded length, one collective, and (without the distributed optimizer) the
-     * write-back into each {@code .grad}. Temporaries are released before returning.
-     *
-     * @return the synchronised shard (the whole buffer without the distributed optimizer), owned by {@code owner}
-     */
-    /**
-     * Fills a bucket's flat buffer with the gradients (pre-sums where {@code summed} has them),
-     * scales it for the mean, and starts its collective.
+     * Fills a bucket's flat buffer (its gradient dtype and padded length) with the gradients (pre-sums where
+     * {@code summed} has them), scales it for the mean, and starts its collective; temporaries are released before
+     * returning.
      */
     private InFlight launch(GradientBucket bucket, Map<Parameter, NDArray> summed, NDManager owner) {
         Communicator group = bucket.group;
         boolean scatter = config.useDistributedOptimizer() && group.size() > 1;
+        // the loss is a mean over the global batch, which is split over the DP x CP ranks: every
+        // gradient, an expert's too, is divided by that count (before the collective, unless it averages);
+        // expert buckets are only summed over the smaller expert-DP group because the other ranks' tokens
+        // already reached the expert
+        int dataParallel = groups.dpCp().size();
+        boolean average = config.averageInCollective();
+        int divisor = dataParallel > 1 && (group.size() == 1 || !average) ? dataParallel : 1;
         // the buffer is the result unless a reduce-scatter leaves only a shard of it
         NDManager buffers = scatter ? owner.newSubManager() : owner;
         NDArray flat = DataTypes.empty(buffers, new Shape(bucket.paddedNumel), bucket.gradDtype, buffers.getDevice());
+        boolean divided = false;
         try (NDManager temp = owner.newSubManager()) {
-            if (!copyConcatenated(bucket, summed, flat, temp)) {
+            // one pass where a kernel can: the cast and the division in the copy (float32 reciprocal, as libtorch
+            // divides by a host scalar)
+            divided = fillInOnePass(bucket, summed, flat, 1f / divisor, temp);
+            if (!divided && !copyConcatenated(bucket, summed, flat, temp)) {
                 for (GradientBucket.Slot slot : bucket.slots) {
                     copyGradient(slot.param(), summed, flat, slot.offset(), temp);
                 }
             }
-            if (bucket.padding() > 0) {
+            if (!divided && bucket.padding() > 0) {
                 FlatTensors.fillZero(range(flat, bucket.numel, bucket.paddedNumel, temp), temp);
             }
         }
-        // the loss is a mean over the global batch, which is split over the DP x CP ranks: every
-        // gradient, an expert's too, is divided by that count; expert buckets are only summed over
-        // the smaller expert-DP group because the other ranks' tokens already reached the expert
-        // (divisors are host scalars, Tensors.hostScalar: a Java number is a synchronising host copy on a GPU,
-        // mid-backward here, and a device scalar a broadcast operand, which libtorch divides by unvectorised)
-        int dataParallel = groups.dpCp().size();
-        if (group.size() == 1) {
-            if (dataParallel > 1) {
-                flat.divi(Tensors.hostScalar(dataParallel, flat, buffers));
-            }
-            return new InFlight(buffers, flat, false, () -> flat);
+        // divisors are host scalars (Tensors.hostScalar): a Java number is a synchronising host copy on a GPU,
+        // mid-backward here, and a device scalar a broadcast operand, which libtorch divides by unvectorised
+        if (divisor > 1 && !divided) {
+            flat.divi(Tensors.hostScalar(divisor, flat, buffers));
         }
-        boolean average = config.averageInCollective();
-        if (!average) {
-            flat.divi(Tensors.hostScalar(dataParallel, flat, buffers));
+        if (group.size() == 1) {
+            return new InFlight(buffers, flat, false, () -> flat);
         }
         ReduceOp op = average ? ReduceOp.AVG : ReduceOp.SUM;
         PendingCollective pending = scatter ? group.startReduceScatter(flat, op, owner) : group.startAllReduceInPlace(flat, op);
         return new InFlight(buffers, flat, scatter, pending);
+    }
+
+    /**
+     * Fills the whole buffer (padding zeroed) with the device's {@link BucketFillKernel}, each gradient (or pre-sum)
+     * read where it lies and multiplied by {@code scale} in the cast.
+     *
+     * @return false, having written nothing, if there is no kernel or a source is not contiguous
+     */
+    private boolean fillInOnePass(GradientBucket bucket, Map<Parameter, NDArray> summed, NDArray flat, float scale,
+                                  NDManager temp) {
+        if (fillKernel == null) {
+            return false;
+        }
+        List<BucketFillKernel.Segment> segments = new ArrayList<>(bucket.slots.size() + 1);
+        for (GradientBucket.Slot slot : bucket.slots) {
+            NDArray pre = summed.get(slot.param());
+            NDArray g = pre != null ? pre : slot.param().gradient(temp);
+            if (g != null && !TensorMemory.isContiguous(g)) {
+                return false;
+            }
+            // a .grad has its parameter's dtype; a pre-sum the dtype of its reduction
+            DataType dtype = pre != null ? DataTypes.of(pre) : bucket.paramDtype;
+            segments.add(new BucketFillKernel.Segment(g, dtype, slot.offset(), slot.numel()));
+        }
+        if (bucket.padding() > 0) {
+            segments.add(new BucketFillKernel.Segment(null, bucket.gradDtype, bucket.numel, bucket.padding()));
+        }
+        fillKernel.fill(flat, bucket.gradDtype, segments, scale);
+        return true;
     }
 
     /** Waits for a started bucket, finishes the mean, and writes the result back into {@code .grad} where needed. */

@@ -58,4 +58,39 @@ class KernelPathTest {
             }
         }
     }
+
+    /**
+     * The data-parallel reduction's one-pass bucket fill (a {@code BucketFillKernel} found for the device: on CUDA
+     * mcore4j's own kernel, here {@link ReferenceKernels}' composition) against the composed fill (concatenation,
+     * cast, division by a host scalar): bit for bit the same training at DP2 (a divisor of 2, exact either way), with
+     * float16 parameters (widened into float32 buckets) and float32 ones, buckets small enough to be many, and the
+     * distributed optimizer's padded buckets.
+     */
+    @ParameterizedTest
+    @CsvSource({"FLOAT16, false", "FLOAT16, true", "FLOAT32, false", "FLOAT32, true"})
+    void theOnePassFillTrainsLikeTheComposedOne(DataType dtype, boolean distributed) {
+        OptimizerConfig config = OptimizerConfig.builder().precision(Precision.ofParamDtype(dtype)).lr(1e-2)
+                .weightDecay(0.05).clipGrad(0.5).useDistributedOptimizer(distributed).bucketSizeBytes(100).build();
+        List<DataParallelTraining.Outcome> composed = DataParallelTraining.run(2, config, 3, 8, 2, dtype, 1e-2);
+        List<DataParallelTraining.Outcome> filled;
+        int before = ReferenceKernels.FILLS.get();
+        System.setProperty(ReferenceKernels.FILL_PROPERTY, "true");
+        try {
+            filled = DataParallelTraining.run(2, config, 3, 8, 2, dtype, 1e-2);
+        } finally {
+            System.clearProperty(ReferenceKernels.FILL_PROPERTY);
+        }
+        assertTrue(ReferenceKernels.FILLS.get() - before > 0, "the one-pass fill did not run");
+        assertTrue(DataParallelTraining.maxAbsDiffFromStart(composed.get(0).params()) > 1e-3, "the parameters must move");
+        for (int r = 0; r < 2; r++) {
+            assertEquals(0.0, DataParallelTraining.maxAbsDiff(composed.get(r).params(), filled.get(r).params()),
+                    "rank " + r + ": parameters");
+            for (int s = 0; s < 3; s++) {
+                StepResult a = composed.get(r).steps().get(s);
+                StepResult b = filled.get(r).steps().get(s);
+                assertEquals(a.skipped(), b.skipped(), "rank " + r + " step " + s + " skipped");
+                assertEquals(a.gradNorm(), b.gradNorm(), "rank " + r + " step " + s + " norm");
+            }
+        }
+    }
 }

@@ -8,6 +8,7 @@ import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.kernel.BucketFillKernel;
 import io.mcore4j.core.kernel.KernelProvider;
 import io.mcore4j.core.kernel.MasterAdamKernel;
 
@@ -20,16 +21,25 @@ import java.util.concurrent.atomic.AtomicInteger;
  * A {@link MasterAdamKernel} for the CPU, composed from DJL's ops, so that the optimizer's kernel
  * path (which tensors it hands over, offsets, weight decay per bucket, norm counting, the divisor,
  * writing the model's weights) runs in CPU tests. Registered as a test service, and offered only
- * while {@link #PROPERTY} is {@code true}: every other test keeps the composed optimizer.
+ * while {@link #PROPERTY} is {@code true}: every other test keeps the composed optimizer. Likewise a
+ * {@link BucketFillKernel} (what the data-parallel reduction hands over: sources, offsets, zero ranges, the scale)
+ * while {@link #FILL_PROPERTY} is {@code true}.
  */
 public final class ReferenceKernels implements KernelProvider {
     /** System property that turns this provider on. */
     static final String PROPERTY = "mcore4j.test.referenceKernels";
     /** Steps taken through this kernel (so that a test can tell the kernel path ran). */
     static final AtomicInteger STEPS = new AtomicInteger();
+    /** System property that turns the bucket fill on. */
+    static final String FILL_PROPERTY = "mcore4j.test.referenceBucketFill";
+    /** Buckets filled through the fill. */
+    static final AtomicInteger FILLS = new AtomicInteger();
 
     @Override
     public <T> Optional<T> create(Class<T> kernel, Device device) {
+        if (kernel == BucketFillKernel.class && !device.isGpu() && Boolean.getBoolean(FILL_PROPERTY)) {
+            return Optional.of(kernel.cast(new Fill()));
+        }
         if (kernel != MasterAdamKernel.class || device.isGpu() || !Boolean.getBoolean(PROPERTY)) {
             return Optional.empty();
         }
@@ -98,6 +108,20 @@ public final class ReferenceKernels implements KernelProvider {
                     }
                 }
             };
+        }
+    }
+
+    /** Each range cast to float32, multiplied by the scale there and rounded once to the bucket's dtype. */
+    private static final class Fill implements BucketFillKernel {
+        @Override
+        public void fill(NDArray bucket, DataType bucketDtype, List<Segment> segments, float scale) {
+            FILLS.incrementAndGet();
+            for (Segment s : segments) {
+                NDIndex range = new NDIndex(s.offset() + ":" + (s.offset() + s.numel()));
+                NDArray value = s.source() == null ? bucket.getManager().zeros(new Shape(s.numel()), DataType.FLOAT32)
+                        : DataTypes.toType(s.source(), DataType.FLOAT32, true).reshape(-1).mul(scale);
+                bucket.set(range, DataTypes.toType(value, bucketDtype, false));
+            }
         }
     }
 }
