@@ -8,10 +8,9 @@ hand-written backward) calls and DJL does not expose. No parameters, no state:
 - layer_norm_weight_backward.pt: forward(dy, x, mean, rstd, weight, bias) -> (dweight, dbias), the same backward
   for the affine parameters only (where a kernel of ours writes the input gradient);
 - gelu_backward.pt: forward(h, dy) -> (dh, column sums of dh [cols]), the exact GELU's backward and the
-  gradient of the bias before it (the composed form of mcore4j's CUDA bias-gradient kernel);
-- accumulate_weight_gradient.pt: forward(grad [out, in], dy [rows, out], x [rows, in]) -> grad, which it has
-  added dy^T x to in place (one GEMM that reads the old gradient: a linear layer's weight gradient added
-  into an existing .grad without a separate add).
+  gradient of the bias before it (the composed form of mcore4j's CUDA bias-gradient kernel).
+
+(The weight gradient's accumulation inside the GEMM is core's: scripts/make_accumulate_weight_gradient_module.py.)
 
 Usage: python3 scripts/make_mlp_half_modules.py models/src/main/resources/io/mcore4j/models/torchscript
 """
@@ -54,11 +53,6 @@ class GeluBackward(torch.nn.Module):
         return dh, dh.reshape(-1, dh.size(-1)).sum(0, dtype=torch.float32)
 
 
-class AccumulateWeightGradient(torch.nn.Module):
-    def forward(self, grad: Tensor, dy: Tensor, x: Tensor) -> Tensor:
-        return grad.addmm_(dy.t(), x)
-
-
 def check_forward(m: torch.jit.ScriptModule) -> None:
     x = torch.randn(3, 2, 8)
     w, b = torch.randn(8), torch.randn(8)
@@ -99,21 +93,12 @@ def check_gelu(m: torch.jit.ScriptModule) -> None:
         raise SystemExit("scripted gelu_backward differs from autograd")
 
 
-def check_accumulate(m: torch.jit.ScriptModule) -> None:
-    grad, dy, x = torch.randn(4, 6), torch.randn(5, 4), torch.randn(5, 6)
-    expected = grad + dy.t() @ x
-    same = m(grad, dy, x)
-    if not (torch.allclose(grad, expected, atol=1e-5) and same.data_ptr() == grad.data_ptr()):
-        raise SystemExit("scripted addmm_ did not add dy^T x into grad in place")
-
-
 def main(directory: str) -> None:
     write_checked(LayerNormForward(), check_forward, os.path.join(directory, "layer_norm_forward.pt"))
     write_checked(LayerNormBackward(), check_backward, os.path.join(directory, "layer_norm_backward.pt"))
     write_checked(LayerNormWeightBackward(), check_weight_backward,
                   os.path.join(directory, "layer_norm_weight_backward.pt"))
     write_checked(GeluBackward(), check_gelu, os.path.join(directory, "gelu_backward.pt"))
-    write_checked(AccumulateWeightGradient(), check_accumulate, os.path.join(directory, "accumulate_weight_gradient.pt"))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@ package io.mcore4j.tensorparallel;
 import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDManager;
 import io.mcore4j.core.Tensors;
+import io.mcore4j.core.WeightGradients;
 import io.mcore4j.core.autograd.FunctionContext;
 
 /**
  * The weight and bias gradients of a linear {@code y = x·Wᵀ + b} that a Function of this package computes
  * itself, added into the parameters' {@code .grad} (one accumulation each, like libtorch's): {@code dW = dyᵀ·x}
- * and {@code db = scale · Σ dy}, each only where the Function's input (1: the weight, 2: the bias) needs it.
+ * and {@code db = scale · Σ dy}, each only where the Function's input (1: the weight, 2: the bias) needs it. The
+ * weight's is summed onto an existing gradient by the GEMM itself ({@link WeightGradients#accumulate}) where
+ * {@link LocalLinear} fuses the accumulation.
  */
 final class LinearWeightGradients {
     private LinearWeightGradients() {}
@@ -35,9 +38,13 @@ final class LinearWeightGradients {
         if (weight) {
             NDArray x2 = x.reshape(-1, x.getShape().get(x.getShape().dimension() - 1));
             x2.attach(temp);
-            NDArray dw = dy2.transpose().matMul(x2);
-            dw.attach(temp);
-            Tensors.accumulateGradient(w, dw);
+            if (LocalLinear.fusesAccumulation(w)) {
+                WeightGradients.accumulate(w, dy2, x2, temp);
+            } else {
+                NDArray dw = dy2.transpose().matMul(x2);
+                dw.attach(temp);
+                Tensors.accumulateGradient(w, dw);
+            }
         }
         if (bias) {
             NDArray db = dy2.sum(new int[] {0});

@@ -8,8 +8,8 @@ import ai.djl.nn.Activation;
 import io.mcore4j.core.DataTypes;
 import io.mcore4j.core.Tensors;
 import io.mcore4j.core.TorchScriptModule;
-import io.mcore4j.core.TorchScriptModule.Arg;
 import io.mcore4j.core.TorchScriptModules;
+import io.mcore4j.core.WeightGradients;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.core.autograd.Function;
 import io.mcore4j.core.autograd.FunctionContext;
@@ -299,7 +299,7 @@ final class MlpHalf implements Function {
         }
         NDArray grad = existingGradient(input, dOut, temp);
         if (grad != null) {
-            module("accumulate_weight_gradient.pt").call(Arg.tensor(grad), Arg.tensor(dOut), Arg.tensor(x));
+            WeightGradients.addInto(grad, dOut, x);
             return null;
         }
         return Tensors.own(dOut.transpose().matMul(x), ctx.manager());
