@@ -209,7 +209,7 @@ row() {
                   args+=" --micro-batch-size 1 --micro-batches 8";;
     llama-tp2dp2) gpus=4; layout="LLaMA-7B, TP2 × DP2, SP, distributed optimizer, micro-batch 1 × 4"
                   args="--model llama7b --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"
-                  args+=" --overlap-grad-reduce --micro-batch-size 1 --micro-batches 4";;
+                  args+=" --overlap-grad-reduce --overlap-param-gather --micro-batch-size 1 --micro-batches 4";;
     llama-dp4)    gpus=4; layout="LLaMA-7B, DP4, distributed optimizer, selective recompute, micro-batch 1 × 4"
                   args="--model llama7b --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity selective"
                   args+=" --micro-batch-size 1 --micro-batches 4";;

@@ -88,6 +88,7 @@ def main():
     p.add_argument("--sequence", nargs=2, metavar=("PATTERN", "K"))
     p.add_argument("--before", type=int, default=30)
     p.add_argument("--count", type=int, default=80)
+    p.add_argument("--top", type=int, default=20, help="how many of the longest kernels to list (default 20)")
     p.add_argument("--kernels", nargs="+", default=[], metavar="PATTERN")
     p.add_argument("--durations", metavar="PATTERN",
                    help="also list, in order, the duration (us) of every kernel of the last step whose name contains it")
@@ -126,7 +127,7 @@ def main():
     print(f"compute {compute / per:.1f} ms, any kernel {busy / per:.1f} ms (communication nothing overlapped: "
           f"{(busy - compute) / per:.1f} ms), idle {(w1 - w0 - busy) / per:.1f} ms per step")
     print("top kernels (ms per step, count per step):")
-    for n, (t, k) in sorted(names.items(), key=lambda x: -x[1][0])[:20]:
+    for n, (t, k) in sorted(names.items(), key=lambda x: -x[1][0])[:a.top]:
         print(f"  {t / per:7.2f} {k / a.steps:6.0f}  {n}")
     for pattern in a.kernels:
         hits = [e - s for s, e, _, n in window if pattern in n]
