@@ -23,9 +23,10 @@ import java.util.List;
  * <p>The input is replicated over the group ({@link Mappings#copyToTensorParallelRegion}: its
  * gradient is all-reduced in backward) or, with sequence parallelism, split along the sequence and
  * all-gathered first ({@link Mappings#gatherFromSequenceParallelRegion} with a reduce-scattered
- * gradient). When training with more than one rank and no sequence parallelism, the copy and the
- * linear run as one Function whose backward overlaps the input gradient's all-reduce with the
- * weight-gradient GEMM (same result). With sequence parallelism and {@code tpCommOverlap} (Megatron's
+ * gradient). When training with more than one rank, the copy (or the gather) and the linear run as one
+ * Function whose backward overlaps the input gradient's all-reduce (reduce-scatter) with the
+ * weight-gradient GEMM ({@link OverlappedColumnLinear}; same result). With
+ * sequence parallelism and {@code tpCommOverlap} (Megatron's
  * {@code --tp-comm-overlap}) the gather and the linear run as one Function that pipelines the
  * all-gather piece by piece with the GEMMs ({@link PipelinedGatherLinear}; same result). With {@code gatherOutput} the output slices are all-gathered into the full output.
  * All communication is over the {@code tp} communicator given to the builder.
@@ -131,12 +132,12 @@ public final class ColumnParallelLinear implements ParallelLinear {
                     : scope.apply1(new PipelinedGatherLinear(tp), input, weight.data(), addedBias);
             return new LinearOutput(local, bias != null && skipBiasAdd ? bias.data() : null);
         }
-        if (!sequenceParallel && tp.size() > 1 && scope.isGradEnabled() && fp8 == null) {
-            // copy-to-region and the linear as one Function: backward all-reduces the input gradient
-            // while it computes the weight gradient
-            NDArray local = addedBias == null
-                    ? scope.apply1(new OverlappedColumnLinear(tp), input, weight.data())
-                    : scope.apply1(new OverlappedColumnLinear(tp), input, weight.data(), addedBias);
+        if (tp.size() > 1 && scope.isGradEnabled() && fp8 == null) {
+            // copy-to-region (or the sequence gather) and the linear as one Function: backward all-reduces
+            // (reduce-scatters) the input gradient while it computes the weight gradient
+            OverlappedColumnLinear f = new OverlappedColumnLinear(tp, sequenceParallel);
+            NDArray local = addedBias == null ? scope.apply1(f, input, weight.data())
+                    : scope.apply1(f, input, weight.data(), addedBias);
             NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
             return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
         }
