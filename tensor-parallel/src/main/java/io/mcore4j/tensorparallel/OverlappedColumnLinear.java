@@ -58,15 +58,20 @@ final class OverlappedColumnLinear implements Function {
         NDArray b = ctx.inputCount() > 2 ? ctx.saved(2) : null;
         NDManager owner = ctx.manager();
         NDArray dy = grads[0];
-        // every rank sums, whether or not its x needs a gradient, so the collective stays matched
-        NDArray dx = dy.matMul(w);
-        dx.attach(owner);
-        PendingCollective summed = sequenceParallel ? tp.startReduceScatter(dx, ReduceOp.SUM, owner)
-                : tp.startAllReduceInPlace(dx, ReduceOp.SUM);
-        try (NDManager temp = owner.newSubManager()) {
-            LinearWeightGradients.accumulate(ctx, w, b, dy, x, 1.0, temp);
+        // every rank sums, whether or not its x needs a gradient, so the collective stays matched; a reduce-scatter's
+        // input is dead once it is awaited (the stream then waits for the collective that read it), an all-reduce's
+        // is its result
+        NDArray dxSummed;
+        try (NDManager full = owner.newSubManager()) {
+            NDArray dx = dy.matMul(w);
+            dx.attach(sequenceParallel ? full : owner);
+            PendingCollective summed = sequenceParallel ? tp.startReduceScatter(dx, ReduceOp.SUM, owner)
+                    : tp.startAllReduceInPlace(dx, ReduceOp.SUM);
+            try (NDManager temp = owner.newSubManager()) {
+                LinearWeightGradients.accumulate(ctx, w, b, dy, x, 1.0, temp);
+            }
+            dxSummed = summed.await();
         }
-        NDArray dxSummed = summed.await();
         NDArray[] result = new NDArray[ctx.inputCount()];
         result[0] = ctx.needsInputGrad(0) ? dxSummed : null;
         return result;
