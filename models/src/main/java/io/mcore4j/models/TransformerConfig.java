@@ -62,6 +62,9 @@ import java.util.stream.Collectors;
  * @param tpCommOverlap with sequence parallelism, the layers' column- and row-parallel linears overlap
  *     their sequence all-gather and reduce-scatter with their GEMMs, piece by piece (Megatron's
  *     {@code tp_comm_overlap}; the same results); needs {@code sequenceParallel}
+ * @param gradientAccumulationFusion on GPUs, the tensor-parallel linears add their weight gradients into
+ *     {@code .grad} inside the GEMM (Megatron's {@code gradient_accumulation_fusion}, on by default; the CPU composes
+ *     them whatever this says, see tensor-parallel's {@code LocalLinear})
  * @param slidingWindow sliding-window attention of some or all layers (Megatron's {@code window_size} and
  *     {@code window_attn_skip_freq}), or null for causal attention over the whole sequence everywhere
  * @param layernormZeroCenteredGamma every norm's weight is stored centred on zero, starts at 0 and scales by
@@ -96,7 +99,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
                                 Set<RecomputeModule> recomputeModules, boolean sequenceParallel, DataType dtype, MoeSettings moe,
                                 CpCommType cpCommType, List<Integer> hierarchicalContextParallelSizes,
                                 boolean addQkvBias, RopeScaling ropeScaling,
-                                boolean qkLayernorm, boolean tpCommOverlap, SlidingWindow slidingWindow,
+                                boolean qkLayernorm, boolean tpCommOverlap, boolean gradientAccumulationFusion,
+                                SlidingWindow slidingWindow,
                                 boolean layernormZeroCenteredGamma, boolean postSelfAttnLayernorm,
                                 boolean postMlpLayernorm, boolean scaleEmbeddingsBySqrtHidden, double softmaxScale,
                                 double localRotaryBase, Fp8Config fp8, MlaDims multiLatentAttention,
@@ -917,6 +921,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         b.scaling = ropeScaling;
         b.qkNorm = qkLayernorm;
         b.tpOverlap = tpCommOverlap;
+        b.accumulationFusion = gradientAccumulationFusion;
         b.window = slidingWindow;
         b.zeroCentered = layernormZeroCenteredGamma;
         b.postAttnNorm = postSelfAttnLayernorm;
@@ -970,6 +975,7 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         private RopeScaling scaling;
         private boolean qkNorm;
         private boolean tpOverlap;
+        private boolean accumulationFusion = true;
         private SlidingWindow window;
         private boolean zeroCentered;
         private boolean postAttnNorm;
@@ -1183,6 +1189,16 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
         }
 
         /**
+         * @param enabled on GPUs, add the linears' weight gradients into {@code .grad} inside their GEMMs (Megatron's
+         *     {@code gradient_accumulation_fusion}; default true)
+         * @return this
+         */
+        public Builder gradientAccumulationFusion(boolean enabled) {
+            this.accumulationFusion = enabled;
+            return this;
+        }
+
+        /**
          * @param value sliding-window attention (Megatron's {@code window_size} and {@code window_attn_skip_freq}),
          *     or null for none
          * @return this
@@ -1271,7 +1287,8 @@ public record TransformerConfig(int numLayers, int hiddenSize, int numAttentionH
             return new TransformerConfig(layers, hidden, heads, groups, ffnSize, channels, vocab, maxSeq, norm, eps,
                     position, ropeBase, ropePercent, act, bias, tied, hiddenDrop, attnDrop, std, recomputeMode, method,
                     methodLayers, modules, sp,
-                    type, moeSettings, cpComm, hierarchicalCp, qkvBias, scaling, qkNorm, tpOverlap, window, zeroCentered,
+                    type, moeSettings, cpComm, hierarchicalCp, qkvBias, scaling, qkNorm, tpOverlap, accumulationFusion, window,
+                    zeroCentered,
                     postAttnNorm, postMlpNorm, scaleEmbeddings, scoreScale, localRope, fp8Config, mla,
                     mtpSettings);
         }

@@ -39,7 +39,7 @@ final class AccumulatingLinear implements Function {
             result[0].attach(owner);
         }
         try (NDManager temp = owner.newSubManager()) {
-            LinearWeightGradients.accumulate(ctx, w, b, dy, x, 1.0, temp);
+            LinearWeightGradients.accumulate(ctx, w, b, dy, x, 1.0, true, temp);
         }
         return result;
     }

@@ -44,6 +44,8 @@ public final class ColumnParallelLinear implements ParallelLinear {
     private final boolean skipBiasAdd;
     private final boolean sequenceParallel;
     private final boolean tpCommOverlap;
+    /** Whether the weight gradient may be added into {@code .grad} by its GEMM ({@link LocalLinear}). */
+    private final boolean accumulationFusion;
     private final StridedPartition partition;
     private final Parameter weight;
     private final Parameter bias;
@@ -60,6 +62,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
         this.skipBiasAdd = b.skipBiasAdd;
         this.sequenceParallel = b.sequenceParallel;
         this.tpCommOverlap = b.tpCommOverlap;
+        this.accumulationFusion = b.gradientAccumulationFusion;
         this.manager = b.manager;
         this.partition = new StridedPartition(0, tp.rank(), tp.size(), b.stride);
         Shape weightShape = new Shape(outputSize, inputSize);
@@ -128,14 +131,14 @@ public final class ColumnParallelLinear implements ParallelLinear {
         NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
         if (sequenceParallel && tpCommOverlap && tp.size() > 1) {
             NDArray local = addedBias == null
-                    ? scope.apply1(new PipelinedGatherLinear(tp), input, weight.data())
-                    : scope.apply1(new PipelinedGatherLinear(tp), input, weight.data(), addedBias);
+                    ? scope.apply1(new PipelinedGatherLinear(tp, accumulationFusion), input, weight.data())
+                    : scope.apply1(new PipelinedGatherLinear(tp, accumulationFusion), input, weight.data(), addedBias);
             return new LinearOutput(local, bias != null && skipBiasAdd ? bias.data() : null);
         }
         if (tp.size() > 1 && scope.isGradEnabled() && fp8 == null) {
             // copy-to-region (or the sequence gather) and the linear as one Function: backward all-reduces
             // (reduce-scatters) the input gradient while it computes the weight gradient
-            OverlappedColumnLinear f = new OverlappedColumnLinear(tp, sequenceParallel);
+            OverlappedColumnLinear f = new OverlappedColumnLinear(tp, sequenceParallel, accumulationFusion);
             NDArray local = addedBias == null ? scope.apply1(f, input, weight.data())
                     : scope.apply1(f, input, weight.data(), addedBias);
             NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
@@ -144,7 +147,7 @@ public final class ColumnParallelLinear implements ParallelLinear {
         NDArray x = sequenceParallel
                 ? Mappings.gatherFromSequenceParallelRegion(scope, tp, input, true)
                 : Mappings.copyToTensorParallelRegion(scope, tp, input);
-        NDArray local = LocalLinear.apply(scope, fp8, x, weight, addedBias);
+        NDArray local = LocalLinear.apply(scope, fp8, x, weight, addedBias, accumulationFusion);
         NDArray out = gatherOutput ? Mappings.gatherFromTensorParallelRegion(scope, tp, local) : local;
         // without grad, a gathered input or a gathered-from output is dead here; with grad the scope
         // keeps what the mappings' Functions refer to, and at TP1 the mappings return what they got

@@ -10,8 +10,8 @@ import io.mcore4j.core.autograd.FunctionContext;
  * The weight and bias gradients of a linear {@code y = x·Wᵀ + b} that a Function of this package computes
  * itself, added into the parameters' {@code .grad} (one accumulation each, like libtorch's): {@code dW = dyᵀ·x}
  * and {@code db = scale · Σ dy}, each only where the Function's input (1: the weight, 2: the bias) needs it. The
- * weight's is summed onto an existing gradient by the GEMM itself ({@link WeightGradients#accumulate}) where
- * {@link LocalLinear} fuses the accumulation.
+ * weight's is summed onto an existing gradient by the GEMM itself ({@link WeightGradients#accumulate}) where the
+ * layer allows it and {@link LocalLinear} fuses the accumulation.
  */
 final class LinearWeightGradients {
     private LinearWeightGradients() {}
@@ -23,10 +23,12 @@ final class LinearWeightGradients {
      * @param dy the output gradient, any leading dims, last dim {@code out}
      * @param x the input, the same leading dims, last dim {@code in}
      * @param biasScale the bias gradient's factor (1, or 1/t for a row-parallel bias added as b/t on each rank)
+     * @param fusion whether the layer lets its weight gradient be added by the GEMM (where {@link LocalLinear} fuses
+     *     the accumulation on the weight's device)
      * @param temp owner of the temporaries
      */
     static void accumulate(FunctionContext ctx, NDArray w, NDArray b, NDArray dy, NDArray x, double biasScale,
-                           NDManager temp) {
+                           boolean fusion, NDManager temp) {
         boolean weight = ctx.needsInputGrad(1);
         boolean bias = b != null && ctx.needsInputGrad(2);
         if (!weight && !bias) {
@@ -38,7 +40,7 @@ final class LinearWeightGradients {
         if (weight) {
             NDArray x2 = x.reshape(-1, x.getShape().get(x.getShape().dimension() - 1));
             x2.attach(temp);
-            if (LocalLinear.fusesAccumulation(w)) {
+            if (fusion && LocalLinear.fusesAccumulation(w)) {
                 WeightGradients.accumulate(w, dy2, x2, temp);
             } else {
                 NDArray dw = dy2.transpose().matMul(x2);

@@ -11,7 +11,8 @@ import io.mcore4j.core.nn.Parameter;
  * ({@link Tensors#linear}), or in FP8 ({@link Fp8Linear}) when the layer was built with
  * {@link ParallelLinearBuilder#fp8}. The communication around it is the same either way.
  *
- * <p><b>Gradient accumulation fusion.</b> Under autograd on a GPU, the parameter-dtype linear is
+ * <p><b>Gradient accumulation fusion.</b> Unless the layer was built with
+ * {@link ParallelLinearBuilder#gradientAccumulationFusion} false, under autograd on a GPU the parameter-dtype linear is
  * {@link AccumulatingLinear}, whose backward adds the weight gradient into {@code .grad} inside its GEMM (as Megatron
  * does by default), and so do the Functions of this package that compute their weight gradients themselves
  * ({@link LinearWeightGradients}); {@link #FUSION_PROPERTY} {@code =false} composes the linear from libtorch's autograd
@@ -31,14 +32,16 @@ final class LocalLinear {
      * @param x the local input {@code [.., in]}
      * @param w the local weight {@code [out, in]} (the parameter: FP8 caches its float8 copy per parameter)
      * @param b the bias {@code [out]}, or null
+     * @param fusion whether the layer lets its weight gradient be added into {@code .grad} by the GEMM (Megatron's
+     *     {@code gradient_accumulation_fusion}); it then is where {@link #FUSION_PROPERTY} says so for the device
      * @return {@code x·wᵀ (+ b)}
      * @throws IllegalArgumentException if {@link #FUSION_PROPERTY} is set to something else than its three values
      */
-    static NDArray apply(AutogradScope scope, Fp8Linear fp8, NDArray x, Parameter w, NDArray b) {
+    static NDArray apply(AutogradScope scope, Fp8Linear fp8, NDArray x, Parameter w, NDArray b, boolean fusion) {
         if (fp8 != null) {
             return fp8.apply(scope, x, w, b);
         }
-        if (scope.isGradEnabled() && fusesAccumulation(w.data())) {
+        if (fusion && scope.isGradEnabled() && fusesAccumulation(w.data())) {
             AccumulatingLinear f = new AccumulatingLinear();
             return b == null ? scope.apply1(f, x, w.data()) : scope.apply1(f, x, w.data(), b);
         }

@@ -29,15 +29,19 @@ import io.mcore4j.parallel.ReduceOp;
 final class OverlappedColumnLinear implements Function {
     private final Communicator tp;
     private final boolean sequenceParallel;
+    private final boolean accumulationFusion;
 
     /**
      * @param tp the tensor-parallel group the input gradient is summed over
      * @param sequenceParallel whether the input is this rank's sequence chunk, gathered forward and its gradient
      *     reduce-scattered back
+     * @param accumulationFusion whether the weight gradient may be added into {@code .grad} by its GEMM
+     *     ({@link LinearWeightGradients})
      */
-    OverlappedColumnLinear(Communicator tp, boolean sequenceParallel) {
+    OverlappedColumnLinear(Communicator tp, boolean sequenceParallel, boolean accumulationFusion) {
         this.tp = tp;
         this.sequenceParallel = sequenceParallel;
+        this.accumulationFusion = accumulationFusion;
     }
 
     @Override
@@ -68,7 +72,7 @@ final class OverlappedColumnLinear implements Function {
             PendingCollective summed = sequenceParallel ? tp.startReduceScatter(dx, ReduceOp.SUM, owner)
                     : tp.startAllReduceInPlace(dx, ReduceOp.SUM);
             try (NDManager temp = owner.newSubManager()) {
-                LinearWeightGradients.accumulate(ctx, w, b, dy, x, 1.0, temp);
+                LinearWeightGradients.accumulate(ctx, w, b, dy, x, 1.0, accumulationFusion, temp);
             }
             dxSummed = summed.await();
         }

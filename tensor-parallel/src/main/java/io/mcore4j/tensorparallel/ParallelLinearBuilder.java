@@ -18,6 +18,7 @@ public abstract class ParallelLinearBuilder<B extends ParallelLinearBuilder<B>> 
     boolean bias = true;
     boolean skipBiasAdd;
     boolean tpCommOverlap;
+    boolean gradientAccumulationFusion = true;
     Initializer biasInitializer = Initializers.zeros();
     Fp8Scaling fp8;
 
@@ -52,6 +53,17 @@ public abstract class ParallelLinearBuilder<B extends ParallelLinearBuilder<B>> 
      */
     public B tpCommOverlap(boolean value) {
         this.tpCommOverlap = value;
+        return self();
+    }
+
+    /**
+     * @param value on GPUs, add the weight gradient into {@code .grad} inside its GEMM (Megatron's
+     *              {@code gradient_accumulation_fusion}; default true; the CPU composes it whatever this says, unless
+     *              {@code -Dmcore4j.tensorparallel.gradientAccumulationFusion=true})
+     * @return this
+     */
+    public B gradientAccumulationFusion(boolean value) {
+        this.gradientAccumulationFusion = value;
         return self();
     }
 

@@ -36,10 +36,16 @@ import io.mcore4j.parallel.ReduceOp;
  */
 final class PipelinedGatherLinear implements Function {
     private final Communicator tp;
+    private final boolean accumulationFusion;
 
-    /** @param tp the tensor-parallel group the sequence is split over */
-    PipelinedGatherLinear(Communicator tp) {
+    /**
+     * @param tp the tensor-parallel group the sequence is split over
+     * @param accumulationFusion whether the weight gradient may be added into {@code .grad} by its GEMM
+     *     ({@link LinearWeightGradients})
+     */
+    PipelinedGatherLinear(Communicator tp, boolean accumulationFusion) {
         this.tp = tp;
+        this.accumulationFusion = accumulationFusion;
     }
 
     @Override
@@ -86,7 +92,7 @@ final class PipelinedGatherLinear implements Function {
             dxFull.attach(temp);
             NDArray full = gathering.await();
             reduced = tp.startReduceScatter(dxFull, ReduceOp.SUM, owner);
-            LinearWeightGradients.accumulate(ctx, w, b, dy, full, 1.0, temp);
+            LinearWeightGradients.accumulate(ctx, w, b, dy, full, 1.0, accumulationFusion, temp);
             // the reduce-scatter reads dxFull: wait before the sub-manager closes it
             NDArray dx = reduced.await();
             NDArray[] result = new NDArray[ctx.inputCount()];

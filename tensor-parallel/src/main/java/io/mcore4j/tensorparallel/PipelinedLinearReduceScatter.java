@@ -37,10 +37,16 @@ import java.util.Arrays;
  */
 final class PipelinedLinearReduceScatter implements Function {
     private final Communicator tp;
+    private final boolean accumulationFusion;
 
-    /** @param tp the tensor-parallel group the sequence is split over */
-    PipelinedLinearReduceScatter(Communicator tp) {
+    /**
+     * @param tp the tensor-parallel group the sequence is split over
+     * @param accumulationFusion whether the weight gradient may be added into {@code .grad} by its GEMM
+     *     ({@link LinearWeightGradients})
+     */
+    PipelinedLinearReduceScatter(Communicator tp, boolean accumulationFusion) {
         this.tp = tp;
+        this.accumulationFusion = accumulationFusion;
     }
 
     @Override
@@ -116,7 +122,7 @@ final class PipelinedLinearReduceScatter implements Function {
                 }
             }
             if (ctx.needsInputGrad(1) || (b != null && ctx.needsInputGrad(2))) {
-                LinearWeightGradients.accumulate(ctx, w, b, dyFull, x, 1.0 / t, temp);
+                LinearWeightGradients.accumulate(ctx, w, b, dyFull, x, 1.0 / t, accumulationFusion, temp);
             }
             NDArray[] result = new NDArray[ctx.inputCount()];
             result[0] = dx;

@@ -48,6 +48,8 @@ public final class RowParallelLinear implements ParallelLinear {
     private final boolean skipBiasAdd;
     private final boolean sequenceParallel;
     private final boolean tpCommOverlap;
+    /** Whether the weight gradient may be added into {@code .grad} by its GEMM ({@link LocalLinear}). */
+    private final boolean accumulationFusion;
     private final Parameter weight;
     private final Parameter bias;
     private final Fp8Linear fp8;
@@ -61,6 +63,7 @@ public final class RowParallelLinear implements ParallelLinear {
         this.skipBiasAdd = b.skipBiasAdd;
         this.sequenceParallel = b.sequenceParallel;
         this.tpCommOverlap = b.tpCommOverlap;
+        this.accumulationFusion = b.gradientAccumulationFusion;
         StridedPartition columns = new StridedPartition(1, tp.rank(), tp.size(), 1);
         this.weight = new Parameter("weight",
                 b.weightInitializer().createShard(b.manager, new Shape(outputSize, inputSize), b.dtype, columns),
@@ -110,8 +113,8 @@ public final class RowParallelLinear implements ParallelLinear {
         if (sequenceParallel && tpCommOverlap && tp.size() > 1) {
             NDArray addedBias = bias != null && !skipBiasAdd ? bias.data() : null;
             NDArray out = addedBias == null
-                    ? scope.apply1(new PipelinedLinearReduceScatter(tp), x, weight.data())
-                    : scope.apply1(new PipelinedLinearReduceScatter(tp), x, weight.data(), addedBias);
+                    ? scope.apply1(new PipelinedLinearReduceScatter(tp, accumulationFusion), x, weight.data())
+                    : scope.apply1(new PipelinedLinearReduceScatter(tp, accumulationFusion), x, weight.data(), addedBias);
             return new LinearOutput(out, bias != null && skipBiasAdd ? bias.data() : null);
         }
         NDArray share = null;
@@ -126,7 +129,7 @@ public final class RowParallelLinear implements ParallelLinear {
                 share = scope.apply1(new BiasShare(tp.size()), bias.data());
             }
         }
-        NDArray partial = LocalLinear.apply(scope, fp8, x, weight, share);
+        NDArray partial = LocalLinear.apply(scope, fp8, x, weight, share, accumulationFusion);
         NDArray out = sequenceParallel
                 ? Mappings.reduceScatterToSequenceParallelRegion(scope, tp, partial)
                 : Mappings.reduceFromTensorParallelRegion(scope, tp, partial);

@@ -132,6 +132,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
         return ColumnParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).gatherOutput(false)
                 .sequenceParallel(ctx.config().sequenceParallel()).tpCommOverlap(ctx.config().tpCommOverlap())
+                .gradientAccumulationFusion(ctx.config().gradientAccumulationFusion())
                 .initializer(ctx.initializer(key + "weight", s.initStd()))
                 .stride(s.stride()).fp8(s.fp8()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
     }
@@ -140,6 +141,7 @@ public record LayerSpec(LinearFactory linearQkv, LinearFactory linearProj, Linea
         return RowParallelLinear.builder(s.inputSize(), s.outputSize(), ctx.groups().tp())
                 .bias(s.bias()).skipBiasAdd(s.skipBiasAdd()).inputIsParallel(true)
                 .sequenceParallel(ctx.config().sequenceParallel()).tpCommOverlap(ctx.config().tpCommOverlap())
+                .gradientAccumulationFusion(ctx.config().gradientAccumulationFusion())
                 .initializer(ctx.initializer(key + "weight", s.initStd()))
                 .fp8(s.fp8()).dtype(ctx.config().dtype()).manager(ctx.parameters()).name(key).build();
     }

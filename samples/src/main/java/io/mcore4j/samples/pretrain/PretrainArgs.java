@@ -148,6 +148,10 @@ public final class PretrainArgs {
     @Option(names = "--tp-comm-overlap", description = "With --sequence-parallel, overlap the linears' sequence all-gather"
             + " and reduce-scatter with their GEMMs, piece by piece (Megatron's meaning; the same results).")
     boolean tpCommOverlap;
+    @Option(names = "--no-gradient-accumulation-fusion", description = "On GPUs, add each linear's weight gradient into"
+            + " .grad in a second pass after its GEMM instead of inside it (Megatron's flag; the fusion is on by default"
+            + " there and here). The CPU never fuses.")
+    boolean noGradientAccumulationFusion;
     @Option(names = "--context-parallel-size", description = "Split each sequence over this many ranks (2 x size chunks,"
             + " load-balanced for causal attention). Default: ${DEFAULT-VALUE}.")
     int contextParallel = 1;
@@ -1143,7 +1147,8 @@ public final class PretrainArgs {
             // stay the run's choice
             return recompute(hfConfig().transformerConfig(vocabDivisor, layout.tensorParallel(),
                     Precision.of(fp16, bf16).paramDtype()).toBuilder().sequenceParallel(sequenceParallelInEffect())
-                    .tpCommOverlap(tpCommOverlap).cpCommType(cpCommType.type)
+                    .tpCommOverlap(tpCommOverlap).gradientAccumulationFusion(!noGradientAccumulationFusion)
+                    .cpCommType(cpCommType.type)
                     .hierarchicalContextParallelSizes(hierarchicalContextParallelSizes).fp8(fp8Config())).mtp(mtp()).build();
         }
         // Megatron's padding to a multiple of divisor x TP; padded rows are never targets
@@ -1155,6 +1160,7 @@ public final class PretrainArgs {
                 .rotary(rotaryBase, rotaryPercent)
                 .sequenceParallel(sequenceParallelInEffect())
                 .tpCommOverlap(tpCommOverlap)
+                .gradientAccumulationFusion(!noGradientAccumulationFusion)
                 .tiedEmbeddings(!untieEmbeddings)
                 .dtype(Precision.of(fp16, bf16).paramDtype())
                 .cpCommType(cpCommType.type)

@@ -89,6 +89,13 @@ class PretrainGptMegatronFlagsTest {
     }
 
     @Test
+    void gradientAccumulationFusionIsOnUnlessMegatronsFlagTurnsItOff() {
+        assertTrue(setup("--tensor-model-parallel-size", "2").model().gradientAccumulationFusion());
+        assertFalse(setup("--tensor-model-parallel-size", "2", "--no-gradient-accumulation-fusion").model()
+                .gradientAccumulationFusion());
+    }
+
+    @Test
     void theIssuesFlagsAreAcceptedWithMegatronsMeaning() {
         GptTrainingSetup s = setup("--use-mcore-models", "--transformer-impl", "transformer_engine", "--use-flash-attn",
                 "--init-method-std", "0.006", "--dataloader-type", "cyclic", "--tokenizer-type", "NullTokenizer",
