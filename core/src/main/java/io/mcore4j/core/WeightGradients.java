@@ -29,17 +29,18 @@ public final class WeightGradients {
     }
 
     /**
-     * Accumulates {@code dyᵀ·x} into {@code weight}'s gradient: by {@link #addInto} where the weight has a gradient of
-     * {@code dy}'s dtype, else as libtorch accumulates (the product becomes the gradient, or is added to one of
-     * another dtype).
+     * Accumulates {@code dyᵀ·x} into {@code weight}'s gradient: by {@link #addInto} where {@code inGemm} and the weight
+     * has a gradient of {@code dy}'s dtype, else as libtorch accumulates (the product becomes the gradient, or is added
+     * to it in a second pass).
      *
      * @param weight a leaf {@code [out, in]} that requires grad
      * @param dy the output gradient {@code [rows, out]}
      * @param x the input {@code [rows, in]}, {@code dy}'s dtype
+     * @param inGemm whether the caller's choice is the GEMM's accumulation
      * @param temp owner of the temporaries
      */
-    public static void accumulate(NDArray weight, NDArray dy, NDArray x, NDManager temp) {
-        NDArray grad = Tensors.gradientOrNull(weight, temp);
+    public static void accumulate(NDArray weight, NDArray dy, NDArray x, boolean inGemm, NDManager temp) {
+        NDArray grad = inGemm ? Tensors.gradientOrNull(weight, temp) : null;
         if (grad != null && DataTypes.of(grad) == DataTypes.of(dy)) {
             addInto(grad, dy, x);
             return;

@@ -13,6 +13,7 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.kernel.BucketFillKernel;
 
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 
 /**
@@ -36,7 +37,7 @@ public final class CudaBucketFillCheck {
             BucketFillKernel kernel = GpuCheck.kernel(BucketFillKernel.class, gpu);
             DataType[] dtypes = {DataType.FLOAT32, DataType.BFLOAT16, DataType.FLOAT16};
             long[][] layouts = {{4096, 12, 3, 1_000_003, 8}, {5, 7, 9}, new long[70]};
-            java.util.Arrays.fill(layouts[2], 33);
+            Arrays.fill(layouts[2], 33);
             for (DataType bucketDtype : dtypes) {
                 for (DataType sourceDtype : dtypes) {
                     for (long[] sizes : layouts) {
@@ -46,7 +47,7 @@ public final class CudaBucketFillCheck {
                     }
                 }
             }
-            time(kernel, m);
+            time(check, kernel, m);
         }
         check.exit();
     }
@@ -88,8 +89,11 @@ public final class CudaBucketFillCheck {
         }
     }
 
-    /** A bucket of the 1.3B model's size (40M bfloat16 gradients into float32, divided by 4): the kernel against the composed fill. */
-    private static void time(BucketFillKernel kernel, NDManager m) {
+    /**
+     * A bucket of the 1.3B model's size (40M bfloat16 gradients into float32, divided by 4): the kernel's values
+     * against the composed fill's, bit for bit, and both timed.
+     */
+    private static void time(GpuCheck check, BucketFillKernel kernel, NDManager m) {
         try (NDManager t = m.newSubManager()) {
             List<NDArray> grads = new ArrayList<>();
             List<BucketFillKernel.Segment> segments = new ArrayList<>();
@@ -106,7 +110,7 @@ public final class CudaBucketFillCheck {
             kernel.fill(bucket, DataType.FLOAT32, segments, 0.25f);
             NDArray composed = DataTypes.toType(NDArrays.concat(new NDList(grads), 0), DataType.FLOAT32, false)
                     .div(Tensors.hostScalar(4, bucket, t));
-            check(bucket, composed);
+            check.expect(bucket.eq(composed).all().getBoolean(), "a 1.3B-model bucket: the composed fill's values");
             GpuCheck.time(t, "fill of " + total + " bfloat16 gradients into float32, divided by 4", 3, 20,
                     temp -> kernel.fill(bucket, DataType.FLOAT32, segments, 0.25f));
             GpuCheck.time(t, "the composed fill (concatenate, cast, divide)", 3, 20, temp -> {
@@ -115,12 +119,6 @@ public final class CudaBucketFillCheck {
                 Tensors.copyInto(bucket, joined);
                 bucket.divi(Tensors.hostScalar(4, bucket, temp));
             });
-        }
-    }
-
-    private static void check(NDArray got, NDArray want) {
-        if (!got.eq(want).all().getBoolean()) {
-            throw new IllegalStateException("the kernel's fill differs from the composed one (concatenate, cast, divide)");
         }
     }
 }

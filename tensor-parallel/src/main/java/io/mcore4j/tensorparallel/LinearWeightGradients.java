@@ -40,13 +40,7 @@ final class LinearWeightGradients {
         if (weight) {
             NDArray x2 = x.reshape(-1, x.getShape().get(x.getShape().dimension() - 1));
             x2.attach(temp);
-            if (fusion && LocalLinear.fusesAccumulation(w)) {
-                WeightGradients.accumulate(w, dy2, x2, temp);
-            } else {
-                NDArray dw = dy2.transpose().matMul(x2);
-                dw.attach(temp);
-                Tensors.accumulateGradient(w, dw);
-            }
+            WeightGradients.accumulate(w, dy2, x2, fusion && LocalLinear.fusesAccumulation(w), temp);
         }
         if (bias) {
             NDArray db = dy2.sum(new int[] {0});
