@@ -8,6 +8,8 @@ import io.mcore4j.core.Tensors;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.parallel.Communicator;
 
+import java.util.Arrays;
+
 /**
  * All-gather dispatch (Megatron-Core's {@code MoEAllGatherTokenDispatcher}): every rank of an
  * expert-TP x EP box gathers the box's tokens, probabilities and routing maps (over expert-TP, then
@@ -18,7 +20,8 @@ import io.mcore4j.parallel.Communicator;
  * gathered tokens and probabilities is partial) and the reduce-scatters all-gathers.
  *
  * <p>Communication volume is {@code T · EP · ETP} tokens per rank regardless of routing, and no
- * counts are exchanged, so there is no host synchronisation beyond the local permutation.
+ * counts are exchanged, so there is no host synchronisation beyond the local permutation, and none at all where the
+ * routing pads every expert to its capacity.
  */
 final class AllGatherTokenDispatcher extends TokenDispatcher {
     AllGatherTokenDispatcher(MoeGroups groups, int numExperts, int topK, boolean permuteFusion) {
@@ -40,10 +43,20 @@ final class AllGatherTokenDispatcher extends TokenDispatcher {
         NDArray localMap = Tensors.own(Tensors.narrow(maps, 1, from, to), m);
         NDArray localKept = Tensors.own(Tensors.narrow(maps, 1, numExperts + from, numExperts + to), m);
         NDArray localProbs = Tensors.own(Tensors.narrow(allProbs, 1, from, to), m);
-        TokenPermutation permutation = TokenPermutation.of(localMap, m, permuteFusion);
+        // padded to capacity, each expert holds the same rows of every gathered rank: no counts to read
+        long padded = routing.rowsPerExpert();
+        long[] counts = null;
+        NDArray ends = null;
+        if (padded >= 0) {
+            padded *= ep.size() * expertTp.size();
+            counts = new long[numLocalExperts];
+            Arrays.fill(counts, padded);
+            ends = evenEnds(numLocalExperts, padded, m);
+        }
+        TokenPermutation permutation = TokenPermutation.of(localMap, m, permuteFusion, counts);
         NDArray expertInput = permutation.permute(allTokens, m);
         int slots = Math.min(topK, numLocalExperts);
-        return new Rows(expertInput, permutation.tokensPerExpert(), null, (s, expertOutput) -> {
+        return new Rows(expertInput, permutation.tokensPerExpert(), ends, (s, expertOutput) -> {
             NDArray partial = permutation.combine(expertOutput, localKept, localProbs, slots, s);
             return ExpertCommunication.reduceScatter(s, expertTp, ExpertCommunication.reduceScatter(s, ep, partial));
         });

@@ -27,7 +27,9 @@ import java.util.Arrays;
  *
  * <p>Only routed rows travel, so the volume follows the routing; the counts must reach the host to
  * size the all-to-all (a synchronisation point on accelerators, as in Megatron-Core): one read per
- * dispatch, two with expert tensor parallelism. The all-to-all, the expert-TP gather and the sort by
+ * dispatch, two with expert tensor parallelism. A routing padded to capacity needs neither: every rank sends each
+ * expert {@link Routing#rowsPerExpert()} rows, so the dispatch never waits for the device (a CUDA graph holds it, as
+ * in Megatron-Core, whose graphs take MoE layers only so). The all-to-all, the expert-TP gather and the sort by
  * local expert are one autograd Function each way ({@code Exchange}), so that the rows between them are
  * not kept for backward. Without expert tensor parallelism the all-to-all places each (source, local expert)
  * chunk at its sorted place itself ({@link Communicator#allToAllChunks}), with no sort after it.
@@ -73,18 +75,34 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         NDArray[] ends = new NDArray[1];
         long[][] countsByRank; // [EP rank][global expert]
         FusedTokenPermutation.Ahead ahead = null;
-        try (NDManager temp = m.newSubManager()) {
-            if (permuteFusion && pairsPerToken > 0 && (ep.size() > 1 || expertTp.size() > 1)) {
-                // T·k pairs whatever the counts: the device permutes while the host waits for the counts
-                ahead = FusedTokenPermutation.ahead(tokens, routing.routingMap(), routing.indices(), pairsPerToken, m);
+        long padded = routing.rowsPerExpert();
+        if (padded >= 0) {
+            // padded to capacity: every EP rank (all have T tokens) sends each expert the same rows, known without
+            // reading the map, so nothing here waits for the device
+            countsByRank = new long[ep.size()][numExperts];
+            for (long[] rank : countsByRank) {
+                Arrays.fill(rank, padded);
             }
-            // this rank's rows per expert (from the permutation's call where it gives them) and every EP peer's, read
-            // in one device-to-host copy
-            NDArray mine = ahead != null && ahead.counts() != null ? ahead.counts()
-                    : columnSums(routing.routingMap(), temp);
-            NDArray gathered = gatherCounts(ep, mine, temp, groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1,
-                    numLocalExperts, ends, m);
-            countsByRank = readCounts(gathered, ep.size(), where == Beside.COUNTS ? beside : null);
+            if (groupEnds) {
+                ends[0] = evenEnds(numLocalExperts, padded * ep.size() * expertTp.size(), m);
+            }
+            if (beside != null && where == Beside.COUNTS) {
+                beside.run();
+            }
+        } else {
+            try (NDManager temp = m.newSubManager()) {
+                if (permuteFusion && pairsPerToken > 0 && (ep.size() > 1 || expertTp.size() > 1)) {
+                    // T·k pairs whatever the counts: the device permutes while the host waits for the counts
+                    ahead = FusedTokenPermutation.ahead(tokens, routing.routingMap(), routing.indices(), pairsPerToken, m);
+                }
+                // this rank's rows per expert (from the permutation's call where it gives them) and every EP peer's, read
+                // in one device-to-host copy
+                NDArray mine = ahead != null && ahead.counts() != null ? ahead.counts()
+                        : columnSums(routing.routingMap(), temp);
+                NDArray gathered = gatherCounts(ep, mine, temp, groupEnds && expertTp.size() == 1 ? firstLocalExpert : -1,
+                        numLocalExperts, ends, m);
+                countsByRank = readCounts(gathered, ep.size(), where == Beside.COUNTS ? beside : null);
+            }
         }
         long[] counts = countsByRank[ep.rank()];
         TokenPermutation permutation = ahead != null ? ahead.permutation(counts)
@@ -104,7 +122,8 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
                 mine[i * numLocalExperts + l] = countsByRank[i][firstLocalExpert + l];
             }
         }
-        long[][] chunks = expertTp.size() == 1 ? new long[][] {mine} : gatherHostCounts(expertTp, mine, m);
+        long[][] chunks = expertTp.size() == 1 ? new long[][] {mine}
+                : padded >= 0 ? repeat(mine, expertTp.size()) : gatherHostCounts(expertTp, mine, m);
         long[] perPeer = new long[chunks.length];
         for (int p = 0; p < chunks.length; p++) {
             perPeer[p] = TokenPermutation.sum(chunks[p], 0, chunks[p].length);
@@ -193,6 +212,13 @@ final class AllToAllTokenDispatcher extends TokenDispatcher {
         for (int r = 0; r < ranks; r++) {
             System.arraycopy(all, r * experts, out[r], 0, experts);
         }
+        return out;
+    }
+
+    /** {@code times} references to {@code values}: every expert-TP peer's counts where all are the same. */
+    private static long[][] repeat(long[] values, int times) {
+        long[][] out = new long[times][];
+        Arrays.fill(out, values);
         return out;
     }
 

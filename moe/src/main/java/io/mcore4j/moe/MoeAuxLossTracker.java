@@ -4,6 +4,7 @@ import ai.djl.ndarray.NDArray;
 import ai.djl.ndarray.NDArrays;
 import ai.djl.ndarray.NDList;
 import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.index.NDIndex;
 import ai.djl.ndarray.types.DataType;
 import ai.djl.ndarray.types.Shape;
 import io.mcore4j.core.Tensors;
@@ -26,7 +27,11 @@ import java.util.Objects;
  * {@code 1 / micro-batches} (so a window's report is the sum of its steps' values), averages them over the MoE layers
  * and clears them.
  *
- * <p>Owns a native-memory scope for the recorded (detached) values; {@link #close} frees it. One tracker per
+ * <p>Each (loss, layer) sums into one float32 accumulator of its own, made at its first record and kept until
+ * {@link #close}: records add into it in place and {@link #clear} zeroes it in place, so a CUDA graph that captured
+ * the records keeps adding into the tensors the reports read.
+ *
+ * <p>Owns a native-memory scope for the accumulators; {@link #close} frees it. One tracker per
  * rank, shared by the MoE layers of that rank (attach it with {@link TopKRouter#trackAuxLosses}); not
  * thread-safe and never static. {@link #report} is collective over the groups named by each loss's
  * {@link Reduction} and over the pipeline group: every rank of them must call it, in the same order.
@@ -136,17 +141,13 @@ public final class MoeAuxLossTracker implements AutoCloseable {
             throw new IllegalArgumentException(name + " was recorded with reduction " + entry.reduction + ", now " + reduction);
         }
         entry.reduction = reduction;
-        NDArray copy = value.stopGradient().toType(DataType.FLOAT32, true);
-        copy.attach(manager);
-        NDArray previous = entry.values[layerNumber - 1];
-        if (previous == null) {
-            entry.values[layerNumber - 1] = copy;
-        } else {
-            NDArray sum = previous.add(copy);
-            sum.attach(manager);
-            previous.close();
-            copy.close();
-            entry.values[layerNumber - 1] = sum;
+        NDArray accumulator = entry.values[layerNumber - 1];
+        if (accumulator == null) {
+            accumulator = manager.zeros(value.getShape(), DataType.FLOAT32, value.getDevice());
+            entry.values[layerNumber - 1] = accumulator;
+        }
+        try (NDManager temp = manager.newSubManager(value.getDevice())) {
+            accumulator.addi(Tensors.own(value.stopGradient().toType(DataType.FLOAT32, false), temp));
         }
     }
 
@@ -218,16 +219,31 @@ public final class MoeAuxLossTracker implements AutoCloseable {
         return stacked;
     }
 
-    /** Drops the values recorded since the last report (Megatron's {@code clear}); the names stay known. */
+    /**
+     * Drops the values recorded since the last report (Megatron's {@code clear}): zeroes the accumulators in place;
+     * the names stay known.
+     */
     public void clear() {
-        for (Entry entry : entries.values()) {
-            for (int l = 0; l < entry.values.length; l++) {
-                if (entry.values[l] != null) {
-                    entry.values[l].close();
-                    entry.values[l] = null;
+        try (NDManager temp = manager.newSubManager()) {
+            for (Entry entry : entries.values()) {
+                for (NDArray accumulator : entry.values) {
+                    if (accumulator != null) {
+                        // a fill from a device scalar, not a product: a NaN recorded once would survive a product with 0
+                        accumulator.set(new NDIndex("..."), Tensors.scalar(0, accumulator, temp));
+                    }
                 }
             }
         }
+    }
+
+    /**
+     * The accumulator of one (loss, layer), for tests of the in-place contract.
+     *
+     * @return the tensor the records add into, or null before the first record
+     */
+    NDArray accumulator(String name, int layerNumber) {
+        Entry entry = entries.get(name);
+        return entry == null ? null : entry.values[layerNumber - 1];
     }
 
     /**

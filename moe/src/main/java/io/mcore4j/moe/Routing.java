@@ -19,19 +19,43 @@ import java.util.Objects;
  * @param capacity tokens per expert allowed on this rank, or -1 without a capacity
  * @param indices {@code [T, topK]} int64: each token's experts, the ones of {@code routingMap}, where the router
  *                gives them (dropless routing); else null
+ * @param padded whether {@code routingMap} pads every expert to exactly its capacity (Megatron's
+ *               {@code --moe-pad-expert-input-to-capacity}): its column sums are then known without reading them
+ *               ({@link #rowsPerExpert()})
  */
-public record Routing(NDArray probs, NDArray routingMap, NDArray keptMap, int topK, long capacity, NDArray indices) {
+public record Routing(NDArray probs, NDArray routingMap, NDArray keptMap, int topK, long capacity, NDArray indices,
+                      boolean padded) {
 
     /** Checks that the tensors are present. */
     public Routing {
         Objects.requireNonNull(probs, "probs");
         Objects.requireNonNull(routingMap, "routingMap");
         Objects.requireNonNull(keptMap, "keptMap");
+        if (padded && capacity < 1) {
+            throw new IllegalArgumentException("a routing padded to capacity needs a capacity of at least 1, not "
+                    + capacity);
+        }
+    }
+
+    /** A routing that does not pad its experts to capacity. */
+    public Routing(NDArray probs, NDArray routingMap, NDArray keptMap, int topK, long capacity, NDArray indices) {
+        this(probs, routingMap, keptMap, topK, capacity, indices, false);
     }
 
     /** A routing without its experts' indices. */
     public Routing(NDArray probs, NDArray routingMap, NDArray keptMap, int topK, long capacity) {
-        this(probs, routingMap, keptMap, topK, capacity, null);
+        this(probs, routingMap, keptMap, topK, capacity, null, false);
+    }
+
+    /**
+     * The pairs {@code routingMap} dispatches to each expert when it pads them to capacity: {@code min(capacity, T)}
+     * for every expert, whatever the routing, so a dispatcher sizes its exchanges without reading the map's column
+     * sums on the host (which waits for the device, and which a CUDA graph cannot hold).
+     *
+     * @return rows per expert, or -1 when the routing does not pad ({@link #padded()} is false)
+     */
+    public long rowsPerExpert() {
+        return padded ? Math.min(capacity, numTokens()) : -1;
     }
 
     /** @return number of local tokens T */

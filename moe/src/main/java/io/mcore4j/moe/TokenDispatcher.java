@@ -1,6 +1,8 @@
 package io.mcore4j.moe;
 
 import ai.djl.ndarray.NDArray;
+import ai.djl.ndarray.NDManager;
+import ai.djl.ndarray.types.DataType;
 import io.mcore4j.core.autograd.AutogradScope;
 import io.mcore4j.parallel.Communicator;
 
@@ -48,6 +50,26 @@ abstract class TokenDispatcher {
      * @return the rows for this rank's experts and the way back
      */
     abstract Dispatched dispatch(AutogradScope scope, NDArray tokens, Routing routing);
+
+    /**
+     * The group ends of local experts that each receive the same number of rows (a routing padded to capacity), made
+     * on the device by one arange, so that neither the host's counts nor a copy from the host is needed (a CUDA graph
+     * holds it).
+     *
+     * @param experts local experts, at least 1
+     * @param rows rows of each, at least 1
+     * @param owner owns the result, on the rows' device
+     * @return {@code [rows, 2·rows, ..., experts·rows]} as int32
+     * @throws IllegalArgumentException if the last end is not below 2^24 (the arange's float bounds stay exact below it)
+     */
+    static NDArray evenEnds(int experts, long rows, NDManager owner) {
+        long last = experts * rows;
+        if (experts < 1 || rows < 1 || last >= 1 << 24) {
+            throw new IllegalArgumentException("group ends of " + experts + " experts of " + rows + " rows each: expected"
+                    + " at least one of each and fewer than 2^24 rows in all");
+        }
+        return owner.arange((int) rows, (int) (last + rows), (int) rows, DataType.INT32);
+    }
 
     /** Where {@link #dispatch(AutogradScope, NDArray, Routing, Runnable, Beside)} runs the work given beside it. */
     enum Beside {

@@ -210,7 +210,8 @@ public final class TopKRouter extends AbstractModule {
             }
         }
         // without a capacity the map's ones are the top-k indices (the dispatch permutes by them)
-        return new Routing(probs, dispatched, kept, k, capacity, capacity < 0 ? selection.indices() : null);
+        return new Routing(probs, dispatched, kept, k, capacity, capacity < 0 ? selection.indices() : null,
+                capacity >= 0 && config.padToCapacity());
     }
 
     /**
@@ -318,7 +319,8 @@ public final class TopKRouter extends AbstractModule {
             NDArray counts = groups.allReduceTpDpCp(Tensors.own(selected.sum(new int[] {0}), m), m);
             globalTokenCounts.addi(counts);
             globalAuxLossSteps++;
-            NDArray averaged = Tensors.own(globalTokenCounts.div(globalAuxLossSteps), m);
+            NDArray averaged = Tensors.own(globalTokenCounts.div(Tensors.hostScalar(globalAuxLossSteps, globalTokenCounts,
+                    m)), m);
             NDArray loss = LoadBalancingLoss.switchLoss(scores, averaged, (double) tokens * groups.tpDpCpSize(),
                     k, experts, config.globalAuxLossCoeff(), m);
             record(GLOBAL_LOAD_BALANCING_LOSS, loss, config.globalAuxLossCoeff(), GLOBAL_LOAD_BALANCING_REDUCTION, m);

@@ -169,7 +169,7 @@ public final class TopKRouting {
             NDArray scores = Tensors.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
             indices = topIndices(m, withBias(m, scores, expertBias), options);
             NDArray chosen = Tensors.own(scores.gather(indices, 1), m);
-            probs = topK > 1 ? Tensors.own(chosen.div(chosen.sum(new int[] {1}, true).add(1e-20)), m) : chosen;
+            probs = topK > 1 ? normalized(chosen, m) : chosen;
         } else if (options.preSoftmax()) {
             NDArray scores = softmax(scope, logits);
             indices = topIndices(m, withBias(m, scores, expertBias), options);
@@ -205,8 +205,16 @@ public final class TopKRouting {
         if (score == MoeConfig.RouterScore.SOFTMAX) {
             return softmax(scope, logits);
         }
-        NDArray s = Tensors.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m);
-        return Tensors.own(s.div(s.sum(new int[] {1}, true).add(1e-20)), m);
+        return normalized(Tensors.own(Activation.sigmoid(Cast.apply(scope, logits, DataType.FLOAT32)), m), m);
+    }
+
+    /**
+     * {@code s / (Σ_row s + 1e-20)}, the epsilon a host scalar (a Java number would be a tensor copied from the host,
+     * which a CUDA graph cannot hold).
+     */
+    private static NDArray normalized(NDArray s, NDManager m) {
+        NDArray sums = Tensors.own(s.sum(new int[] {1}, true), m);
+        return Tensors.own(s.div(Tensors.own(sums.add(Tensors.hostScalar(1e-20, sums, m)), m)), m);
     }
 
     /**

@@ -58,9 +58,7 @@ class DispatcherTest {
                                                                 MoeConfig.Dispatcher kind, boolean fused) {
         InJvmWorld.run(world, ctx -> {
             ProcessGroups groups = ctx.groups(ParallelDims.builder(world).expertParallel(ep).expertTensorParallel(etp).build());
-            MoeGroups g = MoeGroups.of(groups);
-            TokenDispatcher dispatcher = kind == MoeConfig.Dispatcher.ALL_TO_ALL
-                    ? new AllToAllTokenDispatcher(g, experts, k, fused) : new AllGatherTokenDispatcher(g, experts, k, fused);
+            TokenDispatcher dispatcher = dispatcher(kind, groups, experts, k, fused);
             try (NDManager m = ctx.manager().newSubManager(); AutogradScope scope = AutogradScope.open(m)) {
                 NDManager s = scope.manager();
                 NDArray x = Fixtures.leaf(Fixtures.normal(s, 30 + ctx.rank(), 1.0, TOKENS, HIDDEN), s);
@@ -99,9 +97,7 @@ class DispatcherTest {
         int k = 2;
         InJvmWorld.run(2, ctx -> {
             ProcessGroups groups = ctx.groups(ParallelDims.builder(2).expertParallel(2).build());
-            MoeGroups g = MoeGroups.of(groups);
-            TokenDispatcher dispatcher = kind == MoeConfig.Dispatcher.ALL_TO_ALL
-                    ? new AllToAllTokenDispatcher(g, experts, k, fused) : new AllGatherTokenDispatcher(g, experts, k, fused);
+            TokenDispatcher dispatcher = dispatcher(kind, groups, experts, k, fused);
             try (NDManager m = ctx.manager().newSubManager(); AutogradScope scope = AutogradScope.open(m)) {
                 NDManager s = scope.manager();
                 NDArray x = Fixtures.normal(s, 30 + ctx.rank(), 1.0, TOKENS, HIDDEN);
@@ -116,6 +112,72 @@ class DispatcherTest {
             }
             return null;
         });
+    }
+
+    /**
+     * A routing padded to capacity tells the dispatchers its rows per expert ({@link Routing#rowsPerExpert()}), so they
+     * read no counts on the host: the same rows, group ends, combined outputs and gradients as the dispatch that
+     * reads the counts of the same maps.
+     */
+    @ParameterizedTest(name = "world {0}: EP{1} expert-TP{2}, {3}, fused={4}")
+    @CsvSource({
+        "2, 2, 1, ALL_TO_ALL, true", "2, 2, 1, ALL_TO_ALL, false", "4, 4, 1, ALL_TO_ALL, true",
+        "4, 2, 2, ALL_TO_ALL, true", "2, 2, 1, ALL_GATHER, true", "4, 2, 2, ALL_GATHER, false"})
+    void aRoutingPaddedToCapacityDispatchesAsItsReadCountsDo(int world, int ep, int etp, MoeConfig.Dispatcher kind,
+                                                            boolean fused) {
+        int experts = 4;
+        int k = 2;
+        InJvmWorld.run(world, ctx -> {
+            ProcessGroups groups = ctx.groups(ParallelDims.builder(world).expertParallel(ep).expertTensorParallel(etp).build());
+            TokenDispatcher dispatcher = dispatcher(kind, groups, experts, k, fused);
+            try (NDManager m = ctx.manager().newSubManager(); AutogradScope scope = AutogradScope.open(m)) {
+                NDManager s = scope.manager();
+                Routing fixed = fixedRouting(s, ctx.rank(), experts, k);
+                long capacity = TokenDropping.capacity(TOKENS, k, experts, 0.75);
+                NDArray padded = TokenDropping.capacityMask(fixed.probs(), fixed.routingMap(), capacity,
+                        MoeConfig.DropPolicy.PROBS, s);
+                NDArray kept = fixed.routingMap().mul(padded);
+                kept.attach(s);
+                NDArray probs = fixed.probs().mul(kept);
+                probs.attach(s);
+                String at = "rank " + ctx.rank() + ": ";
+                NDArray[] outputs = new NDArray[2];
+                NDArray[] inputs = new NDArray[2];
+                TokenDispatcher.Dispatched[] dispatched = new TokenDispatcher.Dispatched[2];
+                for (int i = 0; i < 2; i++) {
+                    Routing routing = new Routing(probs, padded, kept, k, capacity, null, i == 0);
+                    assertEquals(i == 0 ? capacity : -1, routing.rowsPerExpert(), at + "rows per expert of the routing");
+                    inputs[i] = Fixtures.leaf(Fixtures.normal(s, 30 + ctx.rank(), 1.0, TOKENS, HIDDEN), s);
+                    dispatched[i] = dispatcher.dispatch(scope, inputs[i], routing);
+                    outputs[i] = dispatched[i].combine(scope, SerialMoe.scaled(dispatched[i].expertInput(), 1.0 / etp, s));
+                }
+                long[] rows = dispatched[1].tokensPerExpert();
+                assertArrayEquals(rows, dispatched[0].tokensPerExpert(), at + "rows per local expert");
+                long[] ends = new long[rows.length];
+                for (int e = 0; e < ends.length; e++) {
+                    assertEquals(capacity * ep * etp, rows[e], at + "every expert padded to its capacity from every rank");
+                    ends[e] = (e == 0 ? 0 : ends[e - 1]) + rows[e];
+                }
+                assertArrayEquals(ends, dispatched[0].expertEnds().toType(ai.djl.ndarray.types.DataType.INT64, false)
+                        .toLongArray(), at + "group ends made on the device");
+                assertEquals(0.0, io.mcore4j.core.testing.NativeArrays.maxAbsDiff(dispatched[0].expertInput(),
+                        dispatched[1].expertInput()), at + "the experts' rows");
+                assertEquals(0.0, io.mcore4j.core.testing.NativeArrays.maxAbsDiff(outputs[0], outputs[1]), at + "combined");
+                NDArray upstream = Fixtures.normal(s, 50 + ctx.rank(), 1.0, TOKENS, HIDDEN);
+                scope.backward(outputs, new NDArray[] {upstream, upstream});
+                assertClose(at + "input gradient", grad(inputs[0], s), grad(inputs[1], s), 0);
+                org.junit.jupiter.api.Assertions.assertTrue(grad(inputs[0], s).abs().sum().getFloat() > 0,
+                        at + "kept pairs carry gradient");
+            }
+            return null;
+        });
+    }
+
+    private static TokenDispatcher dispatcher(MoeConfig.Dispatcher kind, ProcessGroups groups, int experts, int k,
+                                              boolean fused) {
+        MoeGroups g = MoeGroups.of(groups);
+        return kind == MoeConfig.Dispatcher.ALL_TO_ALL
+                ? new AllToAllTokenDispatcher(g, experts, k, fused) : new AllGatherTokenDispatcher(g, experts, k, fused);
     }
 
     /** Rows each local expert receives under {@link #fixedRouting}, from every rank of this rank's box. */

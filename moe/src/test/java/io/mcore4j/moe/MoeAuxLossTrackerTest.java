@@ -186,4 +186,31 @@ class MoeAuxLossTrackerTest {
                     () -> tracker.record("z_loss", 1, 3, one, MoeAuxLossTracker.Reduction.SUM_TP_CP));
         }
     }
+
+    /**
+     * A CUDA graph that captured the records replays their additions into the same tensors, without the host: the
+     * accumulators must stay the tensors the reports read, cleared in place (a NaN included), never replaced.
+     */
+    @Test
+    void theAccumulatorsStayInPlaceAcrossReportsAsAReplayedGraphNeeds() {
+        double[] reported = InJvmWorld.run(1, ctx -> {
+            ProcessGroups groups = ctx.groups(ParallelDims.builder(1).build());
+            try (NDManager m = ctx.manager().newSubManager(); MoeAuxLossTracker tracker = new MoeAuxLossTracker(m)) {
+                MoeAuxLossTracker.Reduction sum = MoeAuxLossTracker.Reduction.SUM_TP_CP;
+                tracker.record("load_balancing_loss", 1, 2, m.create(Float.NaN), sum);
+                NDArray captured = tracker.accumulator("load_balancing_loss", 1);
+                assertTrue(Double.isNaN(tracker.report(1.0, 2, groups).perLayer().get("load_balancing_loss")[0]));
+                assertEquals(0f, captured.getFloat(), "cleared in place, NaN and all");
+                // what a replay does: the captured additions, with no record on the host
+                captured.addi(m.create(1.5f));
+                captured.addi(m.create(0.5f));
+                double first = tracker.report(0.5, 2, groups).perLayer().get("load_balancing_loss")[0];
+                tracker.record("load_balancing_loss", 1, 2, m.create(3f), sum);
+                assertTrue(captured == tracker.accumulator("load_balancing_loss", 1), "the same tensor after reports");
+                double second = tracker.report(1.0, 2, groups).perLayer().get("load_balancing_loss")[0];
+                return new double[] {first, second};
+            }
+        }).get(0);
+        assertArrayEquals(new double[] {1.0, 3.0}, reported, "the replays' sums, times the loss scale");
+    }
 }

@@ -303,4 +303,35 @@ public final class MoeOptions {
         }
         return types;
     }
+
+    /**
+     * Refuses MoE layers that a CUDA graph of the step cannot hold (with {@code --cuda-graph-impl local}), as
+     * Megatron does: without {@code --moe-expert-capacity-factor} and {@code --moe-pad-expert-input-to-capacity} the
+     * rows each expert receives follow the routing, and the host must read them before it can size the exchange;
+     * the composed permutation reads the pairs' number too ({@code --moe-permute-fusion} does not); input jitter and
+     * forced load balancing draw their noise on the host at each call, which a replay would repeat.
+     *
+     * @throws IllegalArgumentException naming the flag to give or drop
+     */
+    void checkCapturable() {
+        String graph = "--cuda-graph-impl local with --num-experts " + numExperts;
+        if (capacity() == 0 || !padToCapacity) {
+            throw new IllegalArgumentException(graph + " needs --moe-expert-capacity-factor and"
+                    + " --moe-pad-expert-input-to-capacity (as in Megatron): without them the rows each expert receives"
+                    + " follow the routing, and the host reads them every step to size the exchange, which a CUDA graph"
+                    + " cannot hold");
+        }
+        if (!permuteFusion) {
+            throw new IllegalArgumentException(graph + " needs --moe-permute-fusion: the composed permutation reads"
+                    + " its number of pairs on the host every step");
+        }
+        if (inputJitterEps != null && inputJitterEps > 0) {
+            throw new IllegalArgumentException(graph + " does not take --moe-input-jitter-eps " + inputJitterEps
+                    + ": the noise is drawn on the host at each call, and a replay would repeat the captured step's");
+        }
+        if (forceLoadBalancing) {
+            throw new IllegalArgumentException(graph + " does not take --moe-router-force-load-balancing: its random"
+                    + " logits are picked on the host at each call, and a replay would repeat the captured step's");
+        }
+    }
 }

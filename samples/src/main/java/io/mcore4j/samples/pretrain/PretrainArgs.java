@@ -768,8 +768,7 @@ public final class PretrainArgs {
                             + " would repeat the captured step's dropout masks");
                 }
                 if (moe.numExperts() > 0) {
-                    throw new IllegalArgumentException("--cuda-graph-impl local does not take MoE layers yet (--num-experts "
-                            + moe.numExperts() + "): the routers' auxiliary losses are read per step");
+                    moe.checkCapturable();
                 }
                 if (fp8.enabled() && "tensorwise".equals(fp8.recipe)) {
                     throw new IllegalArgumentException("--cuda-graph-impl local takes --fp8-format only with"

@@ -158,6 +158,40 @@ class PretrainGptCudaGraphTest {
     }
 
     @Test
+    void moeLayersPaddedToCapacityReplayWithTheEagerLosses() throws Exception {
+        // Megatron's rule for MoE under a graph: capacity and padding fix every expert's rows, so nothing is read on the
+        // host; the routers' auxiliary losses (and the z-loss) add into the tracker's accumulators in place
+        List<String> layout = flags(2, 5, "--num-experts", "4", "--moe-router-topk", "2", "--expert-model-parallel-size",
+                "2", "--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm", "--moe-permute-fusion",
+                "--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity", "--moe-aux-loss-coeff",
+                "0.01", "--moe-z-loss-coeff", "0.001");
+        List<Double> eager = train(layout);
+        int captures = ReplayingGraphCapture.CAPTURES.get();
+        assertEquals(eager, graphed(layout), "losses of eager steps and of graphed ones with MoE layers");
+        assertEquals(2, ReplayingGraphCapture.CAPTURES.get() - captures, "one capture per rank");
+    }
+
+    @Test
+    void moeLayersAGraphCannotHoldAreRefused() {
+        List<String> moe = new ArrayList<>(GRAPH);
+        moe.addAll(List.of("--num-experts", "4", "--moe-permute-fusion"));
+        assertRefused("needs --moe-expert-capacity-factor and --moe-pad-expert-input-to-capacity",
+                moe.toArray(String[]::new));
+        moe.addAll(List.of("--moe-expert-capacity-factor", "1.0"));
+        assertRefused("needs --moe-expert-capacity-factor and --moe-pad-expert-input-to-capacity",
+                moe.toArray(String[]::new));
+        moe.add("--moe-pad-expert-input-to-capacity");
+        List<String> composed = new ArrayList<>(moe);
+        composed.remove("--moe-permute-fusion");
+        assertRefused("needs --moe-permute-fusion", composed.toArray(String[]::new));
+        List<String> jitter = new ArrayList<>(moe);
+        jitter.addAll(List.of("--moe-input-jitter-eps", "0.01"));
+        assertRefused("does not take --moe-input-jitter-eps 0.01", jitter.toArray(String[]::new));
+        moe.add("--moe-router-force-load-balancing");
+        assertRefused("does not take --moe-router-force-load-balancing", moe.toArray(String[]::new));
+    }
+
+    @Test
     void fp8WithoutTheFusedCastIsRefusedByTheStep() {
         ReplayingGraphCapture.enabled = true;
         // FP8 under a graph needs its weight casts in place, which only the device's fused cast does
