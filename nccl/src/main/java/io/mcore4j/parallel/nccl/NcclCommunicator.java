@@ -95,7 +95,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
      * ({@link PeerCopies}) instead of NCCL's kernels: {@code -Dmcore4j.nccl.peerCopies=off}, {@code capture} (the
      * default: inside a CUDA graph capture, for the groups that started such transfers in the eager steps before it;
      * NCCL's kernels stalled the replayed step of the 1.3B model at TP2 with {@code --tp-comm-overlap} on 2×H200) or
-     * {@code on} (every started transfer, eager steps too).
+     * {@code on} (every started transfer, eager steps too). The all-to-alls that are not started
+     * ({@link #allToAll}, {@link #allToAllChunks}) go there inside captures only, under {@code capture} and {@code on}.
      */
     enum PeerCopyMode { OFF, CAPTURE, ON }
 
@@ -371,6 +372,17 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     }
 
     /**
+     * The copy-engine transfers for an all-to-all that is not started (the experts' dispatch and combine): inside a
+     * capture, where {@link #prepareCapture()} opened them (NCCL's sends and receives stalled the replayed step of the
+     * 1.3B MoE model at EP4 on 4×H200, as they had the started ones of {@code --tp-comm-overlap}); eager ones stay on
+     * NCCL's kernels. As {@link #peerCopies()}, an eager call marks the group for {@link #prepareCapture()}.
+     */
+    private PeerCopies capturedPeerCopies() {
+        PeerCopies peers = peerCopies();
+        return CurrentStream.capturing() ? peers : null;
+    }
+
+    /**
      * The copy-engine transfers for a sum of {@code t} over the group, started ({@code started}) or not, as
      * {@link #PEER_REDUCTIONS} says; or null for NCCL's kernels.
      */
@@ -521,6 +533,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         String what = CollectiveArguments.describeAllToAll(input);
         checkTensor(what, input);
         Shape rest = input.getShape().slice(1);
+        PeerCopies peers = capturedPeerCopies();
         return run(what, () -> {
             if (comm == null) {
                 return exchangeWithSelf(what, input, sendSplits, recvSplits, owner);
@@ -528,7 +541,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray out = DataTypes.empty(temp, new Shape(totalRows).addAll(rest), DataTypes.of(input), temp.getDevice());
-                enqueueAllToAll(what, src, out, sendSplits, recvSplits, NcclComm.stream());
+                exchangeChunks(what, peers, src, out, ChunkLayout.consecutive(perPeer(sendSplits)),
+                        ChunkLayout.consecutive(perPeer(recvSplits)));
                 comm.enqueued(what);
                 out.attach(owner);
                 return out;
@@ -608,11 +622,12 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
         String what = CollectiveArguments.describeAllToAll(input);
         checkTensor(what, input);
         Shape rest = input.getShape().slice(1);
+        PeerCopies peers = capturedPeerCopies();
         return run(what, () -> {
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray out = DataTypes.empty(temp, new Shape(recv.rows()).addAll(rest), DataTypes.of(input), temp.getDevice());
-                enqueueChunks(what, src, out, send, recv, NcclComm.stream());
+                exchangeChunks(what, peers, src, out, send, recv);
                 comm.enqueued(what);
                 out.attach(owner);
                 return out;
@@ -642,6 +657,21 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             enqueueChunks(what, input, output, send, recv, on);
             return joinLater(what, comm.startedOnSideStream(what), output);
         });
+    }
+
+    /**
+     * {@link #enqueueChunks} on the calling thread's stream, or with {@code peers} the same exchange by copy engine
+     * ({@link PeerCopies#exchange}).
+     */
+    private void exchangeChunks(String what, PeerCopies peers, NDArray src, NDArray out, ChunkLayout send,
+                                ChunkLayout recv) {
+        if (peers == null) {
+            enqueueChunks(what, src, out, send, recv, NcclComm.stream());
+            return;
+        }
+        long rowBytes = src.getShape().slice(1).size() * DataTypes.of(src).getNumOfBytes();
+        peers.exchange(address(src), PeerCopies.Pieces.of(send, rowBytes), address(out),
+                PeerCopies.Pieces.of(recv, rowBytes), new PeerCopies.StreamQueue(NcclComm.stream(), null));
     }
 
     /**
