@@ -34,7 +34,9 @@
 #   and probe-dp4 (4: the probe preset with and without those 8 experts), moe-ep4-fb and moe-fg-ep4-fb (moe-ep4 and moe-fg-ep4 with --moe-router-force-load-balancing, Megatron's
 #   benchmark-only routing on random logits, and the reference with --force-balance: at initialisation Megatron's
 #   std-0.02 embeddings route most tokens of a layer to the same few experts), dsv3-ep4 (4: issue 39's DeepSeek-V3 pattern at 12 x 2048: MLA, 64 experts top-8 and a shared expert,
-#   grouped sigmoid routing, MTP 1), "moe" naming all seven. "probe" names the three probe rows, "cp" cp1 cp2
+#   grouped sigmoid routing, MTP 1), moe-ep4-pad and probe-moe-pad (moe-ep4 and probe-moe with
+#   --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity: every expert's rows fixed, which MoE layers
+#   need under GRAPH=1, as in Megatron), "moe" naming the first seven. "probe" names the three probe rows, "cp" cp1 cp2
 #   cp4 cp4-128k. Every row is GptBenchmark (= pretrain-gpt
 #   --mock-data) of the 1.3B model (L=24 h=2048 heads=16 s=2048 V=32768, micro-batch 4 x 2 per replica), of
 #   LLaMA-7B, or of the probe preset with --phases (its step is the host's time); one process per GPU under
@@ -128,12 +130,14 @@ summarise() {
             printf "| %s | %s | %s | %s | %s | %.2f |\n", r, layout[r], steps[r], fbs[r], queued[r], queued[r] / passes
           }
         }
-        if (("probe-moe" in runs) && ("probe-dp4" in runs)) {
-          moe = fbsum["probe-moe"] / runs["probe-moe"]; dense = fbsum["probe-dp4"] / runs["probe-dp4"]
+        split("probe-moe probe-moe-pad", moes, " ")
+        for (i = 1; i <= 2; i++) {
+          if (!((moes[i] in runs) && ("probe-dp4" in runs))) continue
+          moe = fbsum[moes[i]] / runs[moes[i]]; dense = fbsum["probe-dp4"] / runs["probe-dp4"]
           print ""
-          printf "Probe preset, MoE host cost against dense (issue 34: at most 2×): forward+backward %.1f ms" \
-                 " (mean of %d) against %.1f ms (mean of %d): %.2f×\n", moe, runs["probe-moe"], dense, \
-                 runs["probe-dp4"], moe / dense
+          printf "Probe preset, MoE%s host cost against dense (issue 34: at most 2×): forward+backward %.1f ms" \
+                 " (mean of %d) against %.1f ms (mean of %d): %.2f×\n", (i == 2 ? " padded to capacity" : ""), moe, \
+                 runs[moes[i]], dense, runs["probe-dp4"], moe / dense
         }
       }
     }'
@@ -248,6 +252,9 @@ row() {
     moe-ep4-fb|moe-fg-ep4-fb)
                   row "${1%-fb}"; layout+=", forced load balancing (random router logits, both sides)"
                   args+=" --moe-router-force-load-balancing"; refs=("${refs[0]} --force-balance");;
+    moe-ep4-pad|probe-moe-pad)
+                  row "${1%-pad}"; layout+=", padded to capacity 1.0"
+                  args+=" --moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity";;
     probe-dp4)    gpus=4; layout="probe, DP4"; args="--model probe --phases";;
     probe-moe)    gpus=4; layout="probe, MoE 8 experts top-2, EP4 × DP4"; args="--model probe --phases $moe --num-experts 8 --moe-router-topk 2";;
     probe-tp1)    gpus=1; layout="probe, TP1"; args="--model probe --phases";;
@@ -433,7 +440,7 @@ EOF
   grep -q 'other line' <<<"$got" && { echo "selftest: FAIL, a line of no row reached the table"; fail=1; }
   # every default row is defined, and an unknown one is refused
   local r; for r in tp1 tp2 tp2sp tp2sp-overlap tp4 tp4sp-overlap pp2 pp2-vp pp2-m8 tp2pp2 tp2pp2-vp tp2pp2-m8 tp2dp2 dp2 dp4 dp4-zero2 dp4-zero3 dp4-zero3-recompute llama20b-zero3 llama-tp4sp llama-tp4sp-overlap llama-tp2dp2 llama-dp4 probe-tp1 probe-tp2 \
-      probe-tp4 cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-ep4-fb moe-fg-ep4 moe-fg-ep4-fb dsv3-ep4 probe-dp4 probe-moe; do
+      probe-tp4 cp1 cp2 cp2-a2a cp4 cp4-a2a-p2p cp4-128k moe-ep4 moe-ep4-fb moe-fg-ep4 moe-fg-ep4-fb dsv3-ep4 probe-dp4 probe-moe moe-ep4-pad probe-moe-pad; do
     row "$r" || { echo "selftest: FAIL, row $r is not defined"; fail=1; }
   done
   row nonsense && { echo "selftest: FAIL, an unknown row was accepted"; fail=1; }
