@@ -161,14 +161,21 @@ class PretrainGptCudaGraphTest {
     void moeLayersPaddedToCapacityReplayWithTheEagerLosses() throws Exception {
         // Megatron's rule for MoE under a graph: capacity and padding fix every expert's rows, so nothing is read on the
         // host; the routers' auxiliary losses (and the z-loss) add into the tracker's accumulators in place
-        List<String> layout = flags(2, 5, "--num-experts", "4", "--moe-router-topk", "2", "--expert-model-parallel-size",
-                "2", "--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm", "--moe-permute-fusion",
-                "--moe-expert-capacity-factor", "1.0", "--moe-pad-expert-input-to-capacity", "--moe-aux-loss-coeff",
-                "0.01", "--moe-z-loss-coeff", "0.001");
-        List<Double> eager = train(layout);
-        int captures = ReplayingGraphCapture.CAPTURES.get();
-        assertEquals(eager, graphed(layout), "losses of eager steps and of graphed ones with MoE layers");
-        assertEquals(2, ReplayingGraphCapture.CAPTURES.get() - captures, "one capture per rank");
+        // also the shared expert beside the dispatch's started all-to-all, and the all-gather dispatcher
+        List<String> moe = List.of("--num-experts", "4", "--moe-router-topk", "2", "--expert-model-parallel-size", "2",
+                "--moe-grouped-gemm", "--moe-permute-fusion", "--moe-expert-capacity-factor", "1.0",
+                "--moe-pad-expert-input-to-capacity", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff", "0.001");
+        for (List<String> dispatch : List.of(List.of("--moe-token-dispatcher-type", "alltoall"),
+                List.of("--moe-token-dispatcher-type", "alltoall", "--moe-shared-expert-intermediate-size", "32",
+                        "--moe-shared-expert-overlap"),
+                List.of("--moe-token-dispatcher-type", "allgather"))) {
+            List<String> layout = flags(2, 5, moe.toArray(String[]::new));
+            layout.addAll(dispatch);
+            List<Double> eager = train(layout);
+            int captures = ReplayingGraphCapture.CAPTURES.get();
+            assertEquals(eager, graphed(layout), "losses of eager steps and of graphed ones with MoE layers, " + dispatch);
+            assertEquals(2, ReplayingGraphCapture.CAPTURES.get() - captures, "one capture per rank, " + dispatch);
+        }
     }
 
     @Test
