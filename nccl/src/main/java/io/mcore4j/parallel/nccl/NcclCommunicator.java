@@ -542,7 +542,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray out = DataTypes.empty(temp, new Shape(totalRows).addAll(rest), DataTypes.of(input), temp.getDevice());
                 exchangeChunks(what, peers, src, out, ChunkLayout.consecutive(perPeer(sendSplits)),
-                        ChunkLayout.consecutive(perPeer(recvSplits)));
+                        ChunkLayout.consecutive(perPeer(recvSplits)), NcclComm.stream());
                 comm.enqueued(what);
                 out.attach(owner);
                 return out;
@@ -571,15 +571,8 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
                 return () -> out;
             }
             NDArray out = DataTypes.empty(owner, new Shape(totalRows).addAll(rest), DataTypes.of(input), owner.getDevice());
-            CUstream_st on = comm.sideStream(what);
-            if (peers != null) {
-                long rowBytes = rest.size() * DataTypes.of(input).getNumOfBytes();
-                peers.exchange(address(input), PeerCopies.Pieces.of(ChunkLayout.consecutive(perPeer(sendSplits)), rowBytes),
-                        address(out), PeerCopies.Pieces.of(ChunkLayout.consecutive(perPeer(recvSplits)), rowBytes),
-                        new PeerCopies.StreamQueue(on, null));
-            } else {
-                enqueueAllToAll(what, input, out, sendSplits, recvSplits, on);
-            }
+            exchangeChunks(what, peers, input, out, ChunkLayout.consecutive(perPeer(sendSplits)),
+                    ChunkLayout.consecutive(perPeer(recvSplits)), comm.sideStream(what));
             return joinLater(what, comm.startedOnSideStream(what), out);
         });
     }
@@ -590,12 +583,6 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             throw args.unexpectedRows(what, 0, sendSplits[0], recvSplits[0]);
         }
         return copyOwnedBy(input, owner);
-    }
-
-    /** Rows {@code sendSplits[j]} of {@code src} go to rank {@code j}; rank {@code j}'s land in {@code out}, in rank order. */
-    private void enqueueAllToAll(String what, NDArray src, NDArray out, long[] sendSplits, long[] recvSplits, CUstream_st on) {
-        enqueueChunks(what, src, out, ChunkLayout.consecutive(perPeer(sendSplits)),
-                ChunkLayout.consecutive(perPeer(recvSplits)), on);
     }
 
     /** One chunk per peer of the given rows. */
@@ -627,7 +614,7 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
             try (NDManager temp = owner.newSubManager(device)) {
                 NDArray src = TensorMemory.contiguous(input, temp);
                 NDArray out = DataTypes.empty(temp, new Shape(recv.rows()).addAll(rest), DataTypes.of(input), temp.getDevice());
-                exchangeChunks(what, peers, src, out, send, recv);
+                exchangeChunks(what, peers, src, out, send, recv, NcclComm.stream());
                 comm.enqueued(what);
                 out.attach(owner);
                 return out;
@@ -660,18 +647,18 @@ final class NcclCommunicator implements Communicator, AutoCloseable {
     }
 
     /**
-     * {@link #enqueueChunks} on the calling thread's stream, or with {@code peers} the same exchange by copy engine
-     * ({@link PeerCopies#exchange}).
+     * {@link #enqueueChunks} on {@code on}, or with {@code peers} the same exchange by copy engine
+     * ({@link PeerCopies#exchange}) on that stream.
      */
     private void exchangeChunks(String what, PeerCopies peers, NDArray src, NDArray out, ChunkLayout send,
-                                ChunkLayout recv) {
+                                ChunkLayout recv, CUstream_st on) {
         if (peers == null) {
-            enqueueChunks(what, src, out, send, recv, NcclComm.stream());
+            enqueueChunks(what, src, out, send, recv, on);
             return;
         }
         long rowBytes = src.getShape().slice(1).size() * DataTypes.of(src).getNumOfBytes();
         peers.exchange(address(src), PeerCopies.Pieces.of(send, rowBytes), address(out),
-                PeerCopies.Pieces.of(recv, rowBytes), new PeerCopies.StreamQueue(NcclComm.stream(), null));
+                PeerCopies.Pieces.of(recv, rowBytes), new PeerCopies.StreamQueue(on, null));
     }
 
     /**
